@@ -1,0 +1,1 @@
+//! ferrolb bootstrap: announces the apiserver VIP from a checkpointed config.

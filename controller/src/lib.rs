@@ -1,0 +1,1 @@
+//! ferrolb controller: assigns LoadBalancer Service addresses from pools.

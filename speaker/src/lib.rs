@@ -1,0 +1,2 @@
+//! ferrolb speaker: decides which addresses this node announces and announces them
+//! by BGP and/or ARP/NDP. Its protocol modules are reused by `ferrolb-bootstrap`.
