@@ -1,1 +1,44 @@
 //! Network-namespace labs with real routers (BIRD 2, FRR, GoBGP, ExaBGP) and clients.
+//!
+//! A [`Lab`] is one L2 segment (a bridge in its own namespace) joining a router, N
+//! nodes and a client, plus a routed router↔client link; see [`plan`] for the fixed
+//! addresses. Everything it starts dies with it, on drop and on panic.
+
+pub mod client;
+pub mod demo;
+pub mod lab;
+pub mod netns;
+pub mod plan;
+pub mod process;
+pub mod routers;
+pub mod wait;
+
+use std::time::Duration;
+
+pub use lab::{Lab, LabConfig};
+
+/// Errors of the testbed; each carries what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A command failed or could not start.
+    #[error("command `{command}` failed: {detail}")]
+    Command { command: String, detail: String },
+    /// A namespace could not be entered or made.
+    #[error("namespace: {0}")]
+    Namespace(String),
+    /// A helper thread failed.
+    #[error("thread: {0}")]
+    Thread(String),
+    /// A wait-until helper ran out of time.
+    #[error("timed out after {after:?} waiting for {what}; last seen: {last}")]
+    Timeout { what: String, after: Duration, last: String },
+    /// Output of a router or tool could not be understood.
+    #[error("parse: {0}")]
+    Parse(String),
+    /// The machine lacks something the lab needs.
+    #[error("missing prerequisite: {0}")]
+    Missing(String),
+    /// File or socket I/O.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}

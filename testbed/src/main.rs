@@ -1,1 +1,120 @@
-fn main() {}
+//! `ferrolb-testbed`: bring labs up and down, look at them, run the demo.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use ferrolb_testbed::lab::{self, Lab, LabConfig};
+use ferrolb_testbed::netns;
+use ferrolb_testbed::routers::{Bird, Frr, GoBgp, RouterSpec};
+
+#[derive(Parser, Debug)]
+#[command(version, about = "Network-namespace labs with real routers for ferrolb")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Build a lab that stays up after this command exits; prints how to enter it.
+    Up {
+        /// Number of nodes on the segment.
+        #[arg(long, default_value_t = 2)]
+        nodes: usize,
+        /// Router to start in r1.
+        #[arg(long, value_enum, default_value_t = RouterKind::Bird)]
+        router: RouterKind,
+    },
+    /// Remove labs: the given ids, or --stale (owner process gone), or --all.
+    Down {
+        /// Lab ids (the namespace prefix printed by `up`).
+        ids: Vec<String>,
+        /// Every ferrolb-testbed namespace on the machine, whoever made it.
+        #[arg(long)]
+        all: bool,
+        /// Namespaces whose creating process no longer runs.
+        #[arg(long)]
+        stale: bool,
+    },
+    /// List labs, their namespaces and the processes inside.
+    Status,
+    /// The demo: real router, announced service addresses, a client reaching them.
+    Demo,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum RouterKind {
+    Bird,
+    Frr,
+    Gobgp,
+    None,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Up { nodes, router } => up(nodes, router),
+        Cmd::Down { ids, all, stale } => down(&ids, all, stale),
+        Cmd::Status => status(),
+        Cmd::Demo => ferrolb_testbed::demo::run().context("demo failed"),
+    }
+}
+
+fn up(nodes: usize, router: RouterKind) -> anyhow::Result<()> {
+    let lab = Lab::up(LabConfig { nodes, persistent: true })?;
+    let spec = RouterSpec::default();
+    // The lab outlives this process, so its router must too: forget the handles.
+    match router {
+        RouterKind::Bird => std::mem::forget(Bird::start(&lab, &spec)?),
+        RouterKind::Frr => std::mem::forget(Frr::start(&lab, &spec)?),
+        RouterKind::Gobgp => std::mem::forget(GoBgp::start(&lab, &spec)?),
+        RouterKind::None => {}
+    }
+    println!("lab {} is up ({} nodes, router {router:?}); files in {}", lab.id(), nodes, lab.dir().display());
+    for ns in lab.all() {
+        println!("  ip netns exec {} bash", ns.name());
+    }
+    println!("remove it with: ferrolb-testbed down {}", lab.id());
+    Ok(())
+}
+
+fn down(ids: &[String], all: bool, stale: bool) -> anyhow::Result<()> {
+    if !all && !stale && ids.is_empty() {
+        bail!("say which labs: ferrolb-testbed down ID… | --stale | --all");
+    }
+    let mut removed = if all || stale { lab::remove_leftovers(all)? } else { Vec::new() };
+    for id in ids {
+        for name in netns::list_ours().into_iter().filter(|n| n.starts_with(&format!("{id}-"))) {
+            netns::delete_by_name(&name)?;
+            removed.push(name);
+        }
+        let _ = std::fs::remove_dir_all(std::path::Path::new(lab::BASE_DIR).join(id));
+    }
+    println!(
+        "removed {} namespaces{}",
+        removed.len(),
+        if removed.is_empty() { String::new() } else { format!(": {}", removed.join(" ")) }
+    );
+    Ok(())
+}
+
+fn status() -> anyhow::Result<()> {
+    let names = netns::list_ours();
+    if names.is_empty() {
+        println!("no ferrolb-testbed namespaces");
+        return Ok(());
+    }
+    for name in names {
+        let (pid, _) = netns::parse_owner(&name).unwrap_or((0, 0));
+        let owner = match pid {
+            0 => "persistent".to_string(),
+            p if netns::pid_alive(p) => format!("owner pid {p}"),
+            p => format!("STALE (owner pid {p} gone)"),
+        };
+        let ns = netns::Netns::existing(&name);
+        println!("{name:<28} {owner:<28} processes {:?}", ns.pids());
+    }
+    let _ = Duration::ZERO;
+    Ok(())
+}

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The demo: a lab with a real router, announced service addresses, a client reaching them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. testbed/prereqs.sh
+cargo build -q -p ferrolb-testbed -p ferrolb-speaker
+exec ./target/debug/ferrolb-testbed demo "$@"
