@@ -1,7 +1,5 @@
 //! `ferrolb-testbed`: bring labs up and down, look at them, run the demo.
 
-use std::time::Duration;
-
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use ferrolb_testbed::lab::{self, Lab, LabConfig};
@@ -51,8 +49,19 @@ enum RouterKind {
     None,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, the whole cause chain, no backtrace.
+            eprintln!("ferrolb-testbed: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Up { nodes, router } => up(nodes, router),
         Cmd::Down { ids, all, stale } => down(&ids, all, stale),
@@ -115,6 +124,5 @@ fn status() -> anyhow::Result<()> {
         let ns = netns::Netns::existing(&name);
         println!("{name:<28} {owner:<28} processes {:?}", ns.pids());
     }
-    let _ = Duration::ZERO;
     Ok(())
 }
