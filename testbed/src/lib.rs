@@ -4,9 +4,12 @@
 //! nodes and a client, plus a routed router↔client link; see [`plan`] for the fixed
 //! addresses. Everything it starts dies with it, on drop and on panic.
 
+pub mod bench;
 pub mod client;
 pub mod demo;
+pub mod keepalived;
 pub mod lab;
+pub mod mrt;
 pub mod netns;
 pub mod plan;
 pub mod process;

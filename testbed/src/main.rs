@@ -2,6 +2,7 @@
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
+use ferrolb_testbed::bench;
 use ferrolb_testbed::lab::{self, Lab, LabConfig};
 use ferrolb_testbed::netns;
 use ferrolb_testbed::routers::{Bird, Frr, GoBgp, RouterSpec};
@@ -39,6 +40,27 @@ enum Cmd {
     Status,
     /// The demo: real router, announced service addresses, a client reaching them.
     Demo,
+    /// Benchmarks: figures printed beside the systems ferrolb is measured against.
+    Bench {
+        #[command(subcommand)]
+        bench: Bench,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum Bench {
+    /// L2 failover: client-visible outage when the VIP owner's link goes down.
+    Failover {
+        /// Number of trials per system.
+        #[arg(long, default_value_t = 10)]
+        trials: usize,
+    },
+    /// BGP scale: time to announce and withdraw N /32 prefixes, bytes, peak RSS.
+    BgpScale {
+        /// Table sizes to measure.
+        #[arg(long, value_delimiter = ',', default_values_t = [1_000u32, 10_000, 100_000])]
+        sizes: Vec<u32>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -67,6 +89,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Down { ids, all, stale } => down(&ids, all, stale),
         Cmd::Status => status(),
         Cmd::Demo => ferrolb_testbed::demo::run().context("demo failed"),
+        Cmd::Bench { bench: Bench::Failover { trials } } => Ok(bench::failover::run(trials)?),
+        Cmd::Bench { bench: Bench::BgpScale { sizes } } => Ok(bench::bgp_scale::run(&sizes)?),
     }
 }
 

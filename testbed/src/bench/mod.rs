@@ -1,0 +1,70 @@
+//! `ferrolb-testbed bench …`: figures printed side by side with the systems ferrolb is
+//! measured against, in the same run. Benchmarks print; they never pass or fail on time.
+
+pub mod bgp_scale;
+pub mod failover;
+
+use std::time::Duration;
+
+/// min / median / max of a set of durations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    /// Smallest.
+    pub min: Duration,
+    /// Median (the lower middle for an even count).
+    pub median: Duration,
+    /// Largest.
+    pub max: Duration,
+}
+
+impl Summary {
+    /// Summarises `xs`; None when empty.
+    pub fn of(xs: &[Duration]) -> Option<Summary> {
+        let mut v = xs.to_vec();
+        v.sort();
+        Some(Summary { min: *v.first()?, median: v[(v.len() - 1) / 2], max: *v.last()? })
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "min {:>7.0} ms  median {:>7.0} ms  max {:>7.0} ms",
+            ms(self.min),
+            ms(self.median),
+            ms(self.max)
+        )
+    }
+}
+
+/// Milliseconds as a float, for printing.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Peak resident set size of a process (VmHWM), in bytes.
+pub fn peak_rss(pid: i32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.split_whitespace().next()?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_orders_values() {
+        let ms = Duration::from_millis;
+        let s = Summary::of(&[ms(30), ms(10), ms(20), ms(40)]).unwrap();
+        assert_eq!((s.min, s.median, s.max), (ms(10), ms(20), ms(40)));
+        assert!(Summary::of(&[]).is_none());
+    }
+
+    #[test]
+    fn own_peak_rss_is_readable() {
+        assert!(peak_rss(std::process::id() as i32).unwrap() > 0);
+    }
+}
