@@ -1,5 +1,8 @@
 //! One test per allocation rule of `ferrolb_controller::ipam` (see docs/ipam.md).
 
+// Test helpers outside #[test] fns are not covered by allow-unwrap-in-tests.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
