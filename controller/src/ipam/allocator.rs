@@ -146,6 +146,12 @@ impl fmt::Display for FamilyPolicy {
     }
 }
 
+/// Primary family first, as Kubernetes orders `status.loadBalancer.ingress`.
+fn primary_first(req: &ServiceRequest, addrs: &mut [Assigned]) {
+    let order = req.families.families();
+    addrs.sort_by_key(|a| order.iter().position(|f| *f == Family::of(&a.addr)));
+}
+
 impl Allocator {
     /// An allocator with no pools and no Services.
     pub fn new() -> Self {
@@ -251,7 +257,7 @@ impl Allocator {
                 evicted,
             });
         }
-        let assigned: Vec<Assigned> = addrs
+        let mut assigned: Vec<Assigned> = addrs
             .into_iter()
             .map(|addr| Assigned {
                 addr,
@@ -261,6 +267,7 @@ impl Allocator {
                 },
             })
             .collect();
+        primary_first(&req, &mut assigned);
         self.attach(req, assigned.clone());
         Ok(Replayed {
             addrs: assigned,
@@ -275,7 +282,9 @@ impl Allocator {
         if let Some(held) = self.services.get(&req.key)
             && self.still_fits(&req, held)
         {
-            let addrs = held.addrs.clone();
+            let mut addrs = held.addrs.clone();
+            // ipFamilies may have been reordered; status lists the primary family first.
+            primary_first(&req, &mut addrs);
             let old = self.detach(&req.key);
             debug_assert!(old.is_some());
             self.attach(req, addrs.clone());
@@ -656,9 +665,7 @@ impl Allocator {
                 placement: Placement::Pool(pool),
             });
         }
-        // Primary family first, as Kubernetes orders status.loadBalancer.ingress.
-        let order = req.families.families();
-        out.sort_by_key(|a| order.iter().position(|f| *f == Family::of(&a.addr)));
+        primary_first(req, &mut out);
         Ok(out)
     }
 
