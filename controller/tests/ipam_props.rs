@@ -107,6 +107,8 @@ enum Op {
     Delete(usize),
     SetPool(PoolSpec),
     RemovePool(usize),
+    /// The controller restarts: a fresh allocator is rebuilt from the pools and status.
+    Restart,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -115,6 +117,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..SERVICES).prop_map(Op::Delete),
         2 => (0..POOLS).prop_flat_map(pool_spec).prop_map(Op::SetPool),
         1 => (0..POOLS).prop_map(Op::RemovePool),
+        1 => Just(Op::Restart),
     ]
 }
 
@@ -148,8 +151,27 @@ fn apply(a: &mut Allocator, m: &mut Model, op: &Op) -> Option<Outcome> {
             a.remove_pool(&format!("p{p}"));
             m.pools.remove(&format!("p{p}"));
         }
+        Op::Restart => {
+            let before = addrs_of(a);
+            *a = replay(a, m);
+            // A valid state replays with no conflicts and no change of holdings.
+            assert_eq!(before, addrs_of(a));
+        }
     }
     None
+}
+
+/// Rebuilds an allocator as the controller does on start: pools, then every status.
+fn replay(a: &Allocator, m: &Model) -> Allocator {
+    let mut c = Allocator::new();
+    for spec in m.pools.values() {
+        c.set_pool(spec.clone());
+    }
+    for (key, addrs) in addrs_of(a) {
+        let r = c.assign_existing(m.reqs[&key].clone(), &addrs).unwrap();
+        assert!(r.evicted.is_empty(), "{:?}", r.evicted);
+    }
+    c
 }
 
 /// Every usable address of a pool spec, by brute force (the universe is tiny).
@@ -297,14 +319,7 @@ proptest! {
 
         // Crash recovery: replaying status into a fresh allocator gives the same holdings
         // with no conflicts, and the same answers to the same next requests.
-        let mut c = Allocator::new();
-        for spec in m.pools.values() {
-            c.set_pool(spec.clone());
-        }
-        for (key, addrs) in addrs_of(&a) {
-            let r = c.assign_existing(m.reqs[&key].clone(), &addrs).unwrap();
-            prop_assert!(r.evicted.is_empty());
-        }
+        let mut c = replay(&a, &m);
         prop_assert_eq!(addrs_of(&a), addrs_of(&c));
         for req in m.reqs.values() {
             let x = a.allocate(req.clone()).map(|v| v.into_iter().map(|x| x.addr).collect::<Vec<_>>());

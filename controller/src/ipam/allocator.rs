@@ -193,7 +193,7 @@ impl Allocator {
             let space = pool.space(f);
             FamilyStats {
                 capacity: space.capacity(),
-                assigned: space.capacity() - space.available(),
+                assigned: space.capacity().saturating_sub(space.available()),
                 available: space.available(),
             }
         };
