@@ -306,8 +306,22 @@ proptest! {
         let mut m = Model::default();
         let mut outcomes = Vec::new();
         for op in &ops {
+            let before = addrs_of(&a);
             outcomes.push(apply(&mut a, &mut m, op));
             check(&a, &m)?;
+            // Only the Service an operation is about may change addresses: pool edits
+            // never yank one, and nobody is moved to make room for someone else.
+            let after = addrs_of(&a);
+            let target = match op {
+                Op::Upsert(r) => Some(r.key.clone()),
+                Op::Delete(s) => Some(ServiceKey::new(if s.is_multiple_of(2) { "a" } else { "b" }, format!("s{s}"))),
+                Op::SetPool(_) | Op::RemovePool(_) | Op::Restart => None,
+            };
+            for key in before.keys().chain(after.keys()) {
+                if Some(key) != target.as_ref() {
+                    prop_assert_eq!(before.get(key), after.get(key), "{:?} moved {}", op, key);
+                }
+            }
         }
 
         // Determinism: the same history gives the same state and the same answers.
