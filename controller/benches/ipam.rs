@@ -188,6 +188,69 @@ fn one_shot(n: usize, w: Workload) {
     );
 }
 
+/// Same work from a /112 and from a /64, and from a pool fragmented into 32k free holes:
+/// the cost per allocation must not follow the pool size.
+fn pool_size_independence() {
+    let v6 = |n: usize| -> Vec<ServiceRequest> {
+        requests(n, Workload::SingleStack)
+            .into_iter()
+            .map(|mut r| {
+                r.families = FamilyPolicy::SingleStack(Family::V6);
+                r
+            })
+            .collect()
+    };
+    for cidr in ["fd00::/112", "fd00::/64", "fd00::/16"] {
+        let mut a = Allocator::new();
+        a.set_pool(PoolSpec::new("v6", vec![cidr.parse().unwrap()]));
+        let cpu = thread_cpu_ns();
+        allocate_all(&mut a, v6(50_000));
+        let cpu = thread_cpu_ns() - cpu;
+        let s = a.pool_stats("v6").unwrap().v6;
+        println!(
+            "{:>6} services from {cidr:<14} {:>28}{:>8.1} ms CPU, {:>6.0} ns/alloc; available {}",
+            50_000,
+            "",
+            cpu as f64 / 1e6,
+            cpu as f64 / 50_000.0,
+            s.available
+        );
+    }
+    // Fill a /16, free every other address, then allocate into the 32,768 holes.
+    let mut a = Allocator::new();
+    a.set_pool(PoolSpec::new("v4", vec!["10.0.0.0/16".parse().unwrap()]));
+    let reqs = requests(65_536, Workload::SingleStack)
+        .into_iter()
+        .map(|mut r| {
+            r.families = FamilyPolicy::SingleStack(Family::V4);
+            r
+        })
+        .collect::<Vec<_>>();
+    allocate_all(&mut a, reqs.clone());
+    for r in reqs.iter().step_by(2) {
+        a.release(&r.key);
+    }
+    let refill: Vec<ServiceRequest> = reqs
+        .iter()
+        .step_by(2)
+        .map(|r| {
+            let mut r = r.clone();
+            r.key.name.push_str("-again");
+            r
+        })
+        .collect();
+    let n = refill.len();
+    let cpu = thread_cpu_ns();
+    allocate_all(&mut a, refill);
+    let cpu = thread_cpu_ns() - cpu;
+    println!(
+        "{n:>6} services into a /16 with {n} one-address holes {:>9}{:>8.1} ms CPU, {:>6.0} ns/alloc",
+        "",
+        cpu as f64 / 1e6,
+        cpu as f64 / n as f64
+    );
+}
+
 fn main() {
     println!(
         "one-shot (thread CPU time from /proc/thread-self/schedstat, heap from a counting allocator):"
@@ -201,6 +264,7 @@ fn main() {
     ] {
         one_shot(n, w);
     }
+    pool_size_independence();
     println!("process VmHWM after one-shot runs: {}", vm_hwm());
 
     let mut c = Criterion::default()

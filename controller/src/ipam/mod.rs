@@ -5,6 +5,8 @@
 //! [`Allocator::assign_existing`], then calls [`Allocator::allocate`] /
 //! [`Allocator::release`] and the pool methods. Rules and choices: `docs/ipam.md`.
 
+#![warn(missing_docs)]
+
 mod allocator;
 mod error;
 mod intervals;
