@@ -640,3 +640,43 @@ fn auto_assign_toggled_off_keeps_existing_and_stops_new() {
     ));
     assert_eq!(a.pool_stats("lan").unwrap().v4.assigned, 1);
 }
+
+#[test]
+fn replay_eviction_frees_all_of_the_losers_addresses_and_orphans_unknown_ones() {
+    let mut a = Allocator::new();
+    a.set_pool(pool("lan", &["192.0.2.0/30", "2001:db8::/126"]));
+    let dual = FamilyPolicy::RequireDualStack(Family::V4);
+    a.assign_existing(
+        svc("ns", "young").fam(dual).created(9),
+        &[ip("2001:db8::1"), ip("192.0.2.1")],
+    )
+    .unwrap();
+    let r = a
+        .assign_existing(svc("ns", "old").created(1), &[ip("192.0.2.1")])
+        .unwrap();
+    assert_eq!(r.evicted.len(), 1);
+    assert_eq!(
+        a.pool_stats("lan").unwrap().v6.assigned,
+        0,
+        "the loser's IPv6 address is free again"
+    );
+    // The loser is re-allocated by the next reconcile, around the winner.
+    let got = a.allocate(svc("ns", "young").fam(dual).created(9)).unwrap();
+    assert_eq!(addrs(&got), vec![ip("192.0.2.0"), ip("2001:db8::")]);
+    // Status naming an address outside every pool is kept, flagged.
+    let r = a
+        .assign_existing(svc("ns", "lost"), &[ip("198.51.100.7")])
+        .unwrap();
+    assert_eq!(
+        r.addrs[0].placement,
+        Placement::Orphaned(OrphanReason::NotInAnyPool)
+    );
+    assert_eq!(
+        OrphanReason::NotInAnyPool.to_string(),
+        "the address is not in any pool; the service keeps it until its request changes"
+    );
+    assert_eq!(
+        addrs(&a.allocate(svc("ns", "lost")).unwrap()),
+        vec![ip("198.51.100.7")]
+    );
+}
