@@ -680,3 +680,26 @@ fn replay_eviction_frees_all_of_the_losers_addresses_and_orphans_unknown_ones() 
         vec![ip("198.51.100.7")]
     );
 }
+
+#[test]
+fn reallocation_keeps_old_addresses_that_still_qualify() {
+    let mut a = Allocator::new();
+    a.set_pool(pool("lan", &["192.0.2.0/29", "2001:db8::/126"]));
+    a.allocate(svc("ns", "first")).unwrap();
+    a.allocate(svc("ns", "web")).unwrap();
+    a.release(&key("ns", "first"));
+    // SingleStack -> RequireDualStack: 192.0.2.1 stays although 192.0.2.0 is free.
+    let got = a
+        .allocate(svc("ns", "web").fam(FamilyPolicy::RequireDualStack(Family::V4)))
+        .unwrap();
+    assert_eq!(addrs(&got), vec![ip("192.0.2.1"), ip("2001:db8::")]);
+    // Status replayed with one family of a RequireDualStack Service: complete it, keep the other.
+    let mut b = Allocator::new();
+    b.set_pool(pool("lan", &["192.0.2.0/29", "2001:db8::/126"]));
+    let dual = svc("ns", "web").fam(FamilyPolicy::RequireDualStack(Family::V4));
+    b.assign_existing(dual.clone(), &[ip("192.0.2.5")]).unwrap();
+    assert_eq!(
+        addrs(&b.allocate(dual).unwrap()),
+        vec![ip("192.0.2.5"), ip("2001:db8::")]
+    );
+}

@@ -293,7 +293,13 @@ impl Allocator {
             return Ok(addrs);
         }
         let old = self.detach(&req.key);
-        match self.plan(&req) {
+        // Keep whichever old addresses still qualify (e.g. SingleStack -> DualStack keeps
+        // the IPv4 address and adds IPv6) rather than jumping to the lowest free one.
+        let keep: Vec<IpAddr> = old
+            .iter()
+            .flat_map(|h| h.addrs.iter().map(|a| a.addr))
+            .collect();
+        match self.plan(&req, &keep) {
             Ok(addrs) => {
                 self.attach(req, addrs.clone());
                 Ok(addrs)
@@ -471,7 +477,7 @@ impl Allocator {
     }
 
     /// Chooses addresses for a request without changing any state.
-    fn plan(&self, req: &ServiceRequest) -> Result<Vec<Assigned>, AllocError> {
+    fn plan(&self, req: &ServiceRequest, keep: &[IpAddr]) -> Result<Vec<Assigned>, AllocError> {
         if !req.requested.is_empty() {
             return self.plan_requested(req);
         }
@@ -485,7 +491,7 @@ impl Allocator {
         for name in &candidates {
             let picks: Option<Vec<Assigned>> = wanted
                 .iter()
-                .map(|&f| self.pick(name, f, req).map(|a| in_pool(a, name)))
+                .map(|&f| self.pick(name, f, req, keep).map(|a| in_pool(a, name)))
                 .collect();
             if let Some(picks) = picks {
                 return Ok(picks);
@@ -495,7 +501,7 @@ impl Allocator {
         for &family in &wanted {
             let found = candidates
                 .iter()
-                .find_map(|name| self.pick(name, family, req).map(|a| in_pool(a, name)));
+                .find_map(|name| self.pick(name, family, req, keep).map(|a| in_pool(a, name)));
             match (found, req.families) {
                 (Some(a), _) => out.push(a),
                 (None, FamilyPolicy::PreferDualStack(_)) => {}
@@ -509,11 +515,25 @@ impl Allocator {
         Ok(out)
     }
 
-    /// An address of `family` from pool `name`: an address already shared under the
-    /// Service's sharing key if it may join it, else the lowest free one. O(log n), plus
-    /// the addresses in use under the same sharing key.
-    fn pick(&self, name: &str, family: Family, req: &ServiceRequest) -> Option<IpAddr> {
+    /// An address of `family` from pool `name`: one the Service held before if still
+    /// usable, else an address already shared under its sharing key if it may join it,
+    /// else the lowest free one. O(log n), plus the addresses in use under the same key.
+    fn pick(
+        &self,
+        name: &str,
+        family: Family,
+        req: &ServiceRequest,
+        keep: &[IpAddr],
+    ) -> Option<IpAddr> {
         let pool = self.pools.get(name)?;
+        // The Service itself was detached, so an old address is either free or held only
+        // by others, whom `refusal` checks.
+        let kept = keep.iter().copied().find(|&a| {
+            Family::of(&a) == family && pool.contains(a) && self.refusal(a, req).is_none()
+        });
+        if kept.is_some() {
+            return kept;
+        }
         if let Some(shared) = req.sharing_key.as_ref().and_then(|k| self.sharing.get(k)) {
             let joinable = shared.iter().map(|&(a, _)| a).find(|&a| {
                 Family::of(&a) == family && pool.contains(a) && self.refusal(a, req).is_none()
