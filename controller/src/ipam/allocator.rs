@@ -165,6 +165,10 @@ impl Allocator {
     /// Adds or replaces a pool. Held addresses are never taken away: those that leave every
     /// pool become orphaned; the returned list says whose attribution changed.
     pub fn set_pool(&mut self, spec: PoolSpec) -> Vec<Moved> {
+        // Watches resend unchanged pools; rebuilding would cost O(k log n) for nothing.
+        if self.pools.get(&spec.name).is_some_and(|p| p.spec == spec) {
+            return Vec::new();
+        }
         let name = spec.name.clone();
         let mut pool = Pool::new(spec);
         let mut affected = self.in_use_within(&pool);
