@@ -703,3 +703,24 @@ fn reallocation_keeps_old_addresses_that_still_qualify() {
         vec![ip("192.0.2.5"), ip("2001:db8::")]
     );
 }
+
+#[test]
+fn addresses_are_listed_primary_family_first_even_after_ipfamilies_reorder() {
+    // Found by the property tests: replay and the keep-on-update path used address order.
+    let mut a = Allocator::new();
+    a.set_pool(pool("lan", &["192.0.2.0/30", "2001:db8::/126"]));
+    let v6_first = svc("ns", "web").fam(FamilyPolicy::PreferDualStack(Family::V6));
+    let got = a.allocate(v6_first.clone()).unwrap();
+    assert_eq!(addrs(&got), vec![ip("2001:db8::"), ip("192.0.2.0")]);
+    let v4_first = svc("ns", "web").fam(FamilyPolicy::PreferDualStack(Family::V4));
+    let got = a.allocate(v4_first).unwrap();
+    assert_eq!(
+        addrs(&got),
+        vec![ip("192.0.2.0"), ip("2001:db8::")],
+        "same addresses, reordered"
+    );
+    let r = a
+        .assign_existing(v6_first, &[ip("192.0.2.0"), ip("2001:db8::")])
+        .unwrap();
+    assert_eq!(addrs(&r.addrs), vec![ip("2001:db8::"), ip("192.0.2.0")]);
+}

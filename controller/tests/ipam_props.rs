@@ -298,7 +298,13 @@ fn addrs_of(a: &Allocator) -> BTreeMap<ServiceKey, Vec<IpAddr>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    // No regression file: this branch may only add tests/ipam_*.rs; the bugs these
+    // properties found are pinned by named tests in ipam_allocator.rs instead.
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn histories_keep_every_promise(ops in prop::collection::vec(op(), 1..60)) {
