@@ -134,8 +134,30 @@ fn apply(a: &mut Allocator, m: &mut Model, op: &Op) -> Option<Outcome> {
     match op {
         Op::Upsert(r) => {
             let out = a.allocate(r.clone());
-            if out.is_ok() {
+            if let Ok(got) = &out {
                 m.reqs.insert(r.key.clone(), r.clone());
+                // Every address granted lies in a pool that admits the Service (the annotated
+                // one if set), unless it is an orphan the Service was allowed to keep.
+                for x in got {
+                    if matches!(x.placement, Placement::Orphaned(_)) {
+                        continue;
+                    }
+                    let admits = |p: &PoolSpec| {
+                        usable(p).contains(&x.addr)
+                            && p.allocation.as_ref().is_none_or(|al| {
+                                al.namespaces.is_empty() || al.namespaces.contains(&r.key.namespace)
+                            })
+                    };
+                    let ok = match &r.pool {
+                        Some(q) => m.pools.get(q).is_some_and(admits),
+                        None => m.pools.values().any(admits),
+                    };
+                    assert!(
+                        ok,
+                        "{} got {} from a pool that does not admit it",
+                        r.key, x.addr
+                    );
+                }
             }
             return Some(out);
         }
