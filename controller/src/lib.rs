@@ -1,1 +1,2 @@
 //! ferrolb controller: assigns LoadBalancer Service addresses from pools.
+pub mod ipam;
