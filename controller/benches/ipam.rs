@@ -92,10 +92,7 @@ fn pools() -> Allocator {
     let mut a = Allocator::new();
     a.set_pool(PoolSpec::new(
         "bench",
-        vec![
-            "10.0.0.0/16".parse().unwrap(),
-            "fd00::/112".parse().unwrap(),
-        ],
+        vec!["198.18.0.0/16".parse().unwrap(), "2001:db8::/112".parse().unwrap()],
     ));
     a
 }
@@ -200,7 +197,7 @@ fn pool_size_independence() {
             })
             .collect()
     };
-    for cidr in ["fd00::/112", "fd00::/64", "fd00::/16"] {
+    for cidr in ["2001:db8::/112", "2001:db8::/64", "2001:db8::/32"] {
         let mut a = Allocator::new();
         a.set_pool(PoolSpec::new("v6", vec![cidr.parse().unwrap()]));
         let cpu = thread_cpu_ns();
@@ -218,7 +215,7 @@ fn pool_size_independence() {
     }
     // Fill a /16, free every other address, then allocate into the 32,768 holes.
     let mut a = Allocator::new();
-    a.set_pool(PoolSpec::new("v4", vec!["10.0.0.0/16".parse().unwrap()]));
+    a.set_pool(PoolSpec::new("v4", vec!["198.18.0.0/16".parse().unwrap()]));
     let reqs = requests(65_536, Workload::SingleStack)
         .into_iter()
         .map(|mut r| {
@@ -252,9 +249,7 @@ fn pool_size_independence() {
 }
 
 fn main() {
-    println!(
-        "one-shot (thread CPU time from /proc/thread-self/schedstat, heap from a counting allocator):"
-    );
+    println!("one-shot (thread CPU time from /proc/thread-self/schedstat, heap from a counting allocator):");
     for (n, w) in [
         (10_000, Workload::DualStack),
         (10_000, Workload::DualStackShared),

@@ -14,7 +14,7 @@ const SERVICES: usize = 8;
 
 /// A small address universe that crosses a /24 boundary, so avoidBuggyIPs matters.
 fn v4(n: u32) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::from(0x0a00_00f0 + n)) // 10.0.0.240 + n
+    IpAddr::V4(Ipv4Addr::from(0x0a00_00f0 + n)) // 198.18.0.240 + n
 }
 
 fn v6(n: u32) -> IpAddr {
@@ -39,25 +39,20 @@ fn pool_spec(slot: usize) -> impl Strategy<Value = PoolSpec> {
         any::<bool>(),
         prop::option::weighted(
             0.3,
-            (
-                prop::option::of(0i32..3),
-                prop::sample::subsequence(vec!["a", "b"], 0..=2),
-            ),
+            (prop::option::of(0i32..3), prop::sample::subsequence(vec!["a", "b"], 0..=2)),
         ),
     )
-        .prop_map(
-            move |(ranges, auto_assign, avoid_buggy_ips, allocation)| PoolSpec {
-                name: format!("p{slot}"),
-                ranges,
-                auto_assign,
-                avoid_buggy_ips,
-                allocation: allocation.map(|(priority, ns)| ServiceAllocation {
-                    priority,
-                    namespaces: ns.into_iter().map(str::to_owned).collect(),
-                    ..Default::default()
-                }),
-            },
-        )
+        .prop_map(move |(ranges, auto_assign, avoid_buggy_ips, allocation)| PoolSpec {
+            name: format!("p{slot}"),
+            ranges,
+            auto_assign,
+            avoid_buggy_ips,
+            allocation: allocation.map(|(priority, ns)| ServiceAllocation {
+                priority,
+                namespaces: ns.into_iter().map(str::to_owned).collect(),
+                ..Default::default()
+            }),
+        })
 }
 
 fn family_policy() -> impl Strategy<Value = FamilyPolicy> {
@@ -80,25 +75,21 @@ fn request(slot: usize) -> impl Strategy<Value = ServiceRequest> {
         0u8..2,
         0i64..3,
     )
-        .prop_map(
-            move |(families, requested, pool, key, ports, local, backend, created)| {
-                let mut r = ServiceRequest::new(
-                    if slot.is_multiple_of(2) { "a" } else { "b" },
-                    format!("s{slot}"),
-                );
-                r.families = families;
-                r.requested = requested.unwrap_or_default();
-                r.pool = pool.map(|p| format!("p{p}"));
-                r.sharing_key = key.map(|k| format!("k{k}"));
-                r.ports = ports.into_iter().map(|p| (Protocol::Tcp, p)).collect();
-                if local {
-                    r.traffic_policy = TrafficPolicy::Local;
-                }
-                r.backend_key = Some(format!("app{backend}"));
-                r.created = created;
-                r
-            },
-        )
+        .prop_map(move |(families, requested, pool, key, ports, local, backend, created)| {
+            let mut r =
+                ServiceRequest::new(if slot.is_multiple_of(2) { "a" } else { "b" }, format!("s{slot}"));
+            r.families = families;
+            r.requested = requested.unwrap_or_default();
+            r.pool = pool.map(|p| format!("p{p}"));
+            r.sharing_key = key.map(|k| format!("k{k}"));
+            r.ports = ports.into_iter().map(|p| (Protocol::Tcp, p)).collect();
+            if local {
+                r.traffic_policy = TrafficPolicy::Local;
+            }
+            r.backend_key = Some(format!("app{backend}"));
+            r.created = created;
+            r
+        })
 }
 
 #[derive(Debug, Clone)]
@@ -152,11 +143,7 @@ fn apply(a: &mut Allocator, m: &mut Model, op: &Op) -> Option<Outcome> {
                         Some(q) => m.pools.get(q).is_some_and(admits),
                         None => m.pools.values().any(admits),
                     };
-                    assert!(
-                        ok,
-                        "{} got {} from a pool that does not admit it",
-                        r.key, x.addr
-                    );
+                    assert!(ok, "{} got {} from a pool that does not admit it", r.key, x.addr);
                 }
             }
             return Some(out);
@@ -218,29 +205,20 @@ fn usable(p: &PoolSpec) -> BTreeSet<IpAddr> {
 fn may_share(x: &ServiceRequest, y: &ServiceRequest) -> bool {
     let same_key = x.sharing_key.is_some() && x.sharing_key == y.sharing_key;
     let ports_disjoint = x.ports.iter().all(|p| !y.ports.contains(p));
-    let any_local =
-        x.traffic_policy == TrafficPolicy::Local || y.traffic_policy == TrafficPolicy::Local;
+    let any_local = x.traffic_policy == TrafficPolicy::Local || y.traffic_policy == TrafficPolicy::Local;
     let same_backends = x.backend_key.is_some() && x.backend_key == y.backend_key;
     same_key && ports_disjoint && (!any_local || same_backends)
 }
 
 fn check(a: &Allocator, m: &Model) -> Result<(), TestCaseError> {
     let held: BTreeMap<&ServiceKey, &[Assigned]> = a.services().collect();
-    prop_assert_eq!(
-        held.keys().copied().collect::<Vec<_>>(),
-        m.reqs.keys().collect::<Vec<_>>()
-    );
+    prop_assert_eq!(held.keys().copied().collect::<Vec<_>>(), m.reqs.keys().collect::<Vec<_>>());
     let mut by_addr: BTreeMap<IpAddr, Vec<&ServiceKey>> = BTreeMap::new();
     for (key, addrs) in &held {
         let req = &m.reqs[*key];
         let fams: Vec<Family> = addrs.iter().map(|x| Family::of(&x.addr)).collect();
         let distinct: BTreeSet<Family> = fams.iter().copied().collect();
-        prop_assert_eq!(
-            distinct.len(),
-            fams.len(),
-            "{} holds two of one family",
-            key
-        );
+        prop_assert_eq!(distinct.len(), fams.len(), "{} holds two of one family", key);
         match req.families {
             FamilyPolicy::SingleStack(f) => prop_assert_eq!(&fams, &vec![f]),
             FamilyPolicy::PreferDualStack(_) => prop_assert!(!fams.is_empty()),
@@ -277,13 +255,7 @@ fn check(a: &Allocator, m: &Model) -> Result<(), TestCaseError> {
         prop_assert_eq!(a.holders(*addr).collect::<Vec<_>>(), keys.clone());
         for (i, x) in keys.iter().enumerate() {
             for y in &keys[i + 1..] {
-                prop_assert!(
-                    may_share(&m.reqs[*x], &m.reqs[*y]),
-                    "{} and {} may not share {}",
-                    x,
-                    y,
-                    addr
-                );
+                prop_assert!(may_share(&m.reqs[*x], &m.reqs[*y]), "{} and {} may not share {}", x, y, addr);
             }
         }
     }
@@ -291,10 +263,7 @@ fn check(a: &Allocator, m: &Model) -> Result<(), TestCaseError> {
     for (name, spec) in &m.pools {
         let stats = a.pool_stats(name).unwrap();
         for family in [Family::V4, Family::V6] {
-            let mine: Vec<IpAddr> = usable(spec)
-                .into_iter()
-                .filter(|x| Family::of(x) == family)
-                .collect();
+            let mine: Vec<IpAddr> = usable(spec).into_iter().filter(|x| Family::of(x) == family).collect();
             let used = mine.iter().filter(|x| by_addr.contains_key(x)).count() as u128;
             let s = stats.family(family);
             prop_assert_eq!(
@@ -314,9 +283,7 @@ fn check(a: &Allocator, m: &Model) -> Result<(), TestCaseError> {
 }
 
 fn addrs_of(a: &Allocator) -> BTreeMap<ServiceKey, Vec<IpAddr>> {
-    a.services()
-        .map(|(k, v)| (k.clone(), v.iter().map(|x| x.addr).collect()))
-        .collect()
+    a.services().map(|(k, v)| (k.clone(), v.iter().map(|x| x.addr).collect())).collect()
 }
 
 proptest! {

@@ -201,10 +201,7 @@ impl Allocator {
                 available: space.available(),
             }
         };
-        Some(PoolStats {
-            v4: stats(Family::V4),
-            v6: stats(Family::V6),
-        })
+        Some(PoolStats { v4: stats(Family::V4), v6: stats(Family::V6) })
     }
 
     /// The pool names, in order.
@@ -218,18 +215,9 @@ impl Allocator {
     /// Call for every Service before any [`Allocator::allocate`]. If an older Service holds
     /// one of the addresses and they may not share, this one gets [`AllocError::Conflict`]
     /// and holds nothing; younger holders are evicted instead and listed in the result.
-    pub fn assign_existing(
-        &mut self,
-        req: ServiceRequest,
-        addrs: &[IpAddr],
-    ) -> Result<Replayed, AllocError> {
+    pub fn assign_existing(&mut self, req: ServiceRequest, addrs: &[IpAddr]) -> Result<Replayed, AllocError> {
         self.detach(&req.key);
-        let addrs: Vec<IpAddr> = addrs
-            .iter()
-            .copied()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let addrs: Vec<IpAddr> = addrs.iter().copied().collect::<BTreeSet<_>>().into_iter().collect();
         let mut evicted = Vec::new();
         for &addr in &addrs {
             for user in self.users.get(&addr).into_iter().flatten() {
@@ -240,28 +228,16 @@ impl Allocator {
                     continue;
                 };
                 if other.req.seniority() < req.seniority() {
-                    return Err(AllocError::Conflict {
-                        addr,
-                        holder: user.clone(),
-                        reason,
-                    });
+                    return Err(AllocError::Conflict { addr, holder: user.clone(), reason });
                 }
-                evicted.push(Evicted {
-                    service: user.clone(),
-                    addr,
-                    kept_by: req.key.clone(),
-                    reason,
-                });
+                evicted.push(Evicted { service: user.clone(), addr, kept_by: req.key.clone(), reason });
             }
         }
         for e in &evicted {
             self.detach(&e.service);
         }
         if addrs.is_empty() {
-            return Ok(Replayed {
-                addrs: Vec::new(),
-                evicted,
-            });
+            return Ok(Replayed { addrs: Vec::new(), evicted });
         }
         let mut assigned: Vec<Assigned> = addrs
             .into_iter()
@@ -275,10 +251,7 @@ impl Allocator {
             .collect();
         primary_first(&req, &mut assigned);
         self.attach(req, assigned.clone());
-        Ok(Replayed {
-            addrs: assigned,
-            evicted,
-        })
+        Ok(Replayed { addrs: assigned, evicted })
     }
 
     /// Gives a Service addresses for its request, or confirms the ones it holds. Held
@@ -299,10 +272,7 @@ impl Allocator {
         let old = self.detach(&req.key);
         // Keep whichever old addresses still qualify (e.g. SingleStack -> DualStack keeps
         // the IPv4 address and adds IPv6) rather than jumping to the lowest free one.
-        let keep: Vec<IpAddr> = old
-            .iter()
-            .flat_map(|h| h.addrs.iter().map(|a| a.addr))
-            .collect();
+        let keep: Vec<IpAddr> = old.iter().flat_map(|h| h.addrs.iter().map(|a| a.addr)).collect();
         match self.plan(&req, &keep) {
             Ok(addrs) => {
                 self.attach(req, addrs.clone());
@@ -331,10 +301,7 @@ impl Allocator {
     /// Every Service holding an address that is in no pool, with that address.
     pub fn orphans(&self) -> impl Iterator<Item = (&ServiceKey, &Assigned)> {
         self.services.iter().flat_map(|(k, h)| {
-            h.addrs
-                .iter()
-                .filter(|a| matches!(a.placement, Placement::Orphaned(_)))
-                .map(move |a| (k, a))
+            h.addrs.iter().filter(|a| matches!(a.placement, Placement::Orphaned(_))).map(move |a| (k, a))
         })
     }
 
@@ -360,12 +327,7 @@ impl Allocator {
     }
 
     /// Recomputes the pool attribution of held addresses after pool `changed` changed.
-    fn reattribute(
-        &mut self,
-        addrs: &BTreeSet<IpAddr>,
-        changed: &str,
-        removed: bool,
-    ) -> Vec<Moved> {
+    fn reattribute(&mut self, addrs: &BTreeSet<IpAddr>, changed: &str, removed: bool) -> Vec<Moved> {
         let mut moves = Vec::new();
         for &addr in addrs {
             for key in self.users.get(&addr).into_iter().flatten() {
@@ -382,21 +344,15 @@ impl Allocator {
                         None => match &a.placement {
                             Placement::Orphaned(reason) => Placement::Orphaned(reason.clone()),
                             Placement::Pool(_) if removed => {
-                                Placement::Orphaned(OrphanReason::PoolDeleted {
-                                    pool: changed.to_owned(),
-                                })
+                                Placement::Orphaned(OrphanReason::PoolDeleted { pool: changed.to_owned() })
                             }
-                            Placement::Pool(_) => Placement::Orphaned(OrphanReason::PoolShrunk {
-                                pool: changed.to_owned(),
-                            }),
+                            Placement::Pool(_) => {
+                                Placement::Orphaned(OrphanReason::PoolShrunk { pool: changed.to_owned() })
+                            }
                         },
                     };
                     if placement != a.placement {
-                        moves.push(Moved {
-                            service: key.clone(),
-                            addr,
-                            placement,
-                        });
+                        moves.push(Moved { service: key.clone(), addr, placement });
                     }
                 }
             }
@@ -414,12 +370,7 @@ impl Allocator {
     /// The pool an address is attributed to: the current one if it still holds it, else
     /// the annotated pool, else the first pool (by name) that allows the Service, else
     /// the first pool that holds it at all.
-    fn attribute(
-        &self,
-        addr: IpAddr,
-        req: &ServiceRequest,
-        current: Option<&str>,
-    ) -> Option<String> {
+    fn attribute(&self, addr: IpAddr, req: &ServiceRequest, current: Option<&str>) -> Option<String> {
         let holds = |name: &str| self.pools.get(name).is_some_and(|p| p.contains(addr));
         if let Some(c) = current.filter(|c| holds(c)) {
             return Some(c.to_owned());
@@ -429,10 +380,7 @@ impl Allocator {
         }
         let mut containing = self.pools.iter().filter(|(_, p)| p.contains(addr));
         let first = containing.clone().next().map(|(n, _)| n.clone());
-        containing
-            .find(|(_, p)| p.allows(req))
-            .map(|(n, _)| n.clone())
-            .or(first)
+        containing.find(|(_, p)| p.allows(req)).map(|(n, _)| n.clone()).or(first)
     }
 
     /// Whether held addresses still satisfy a (possibly changed) request.
@@ -454,14 +402,10 @@ impl Allocator {
                     // Never yank an orphaned address while the user asks for the same thing.
                     Placement::Orphaned(_) => held.req.placement_fields() == req.placement_fields(),
                     Placement::Pool(_) => match &req.pool {
-                        Some(name) => self
-                            .pools
-                            .get(name)
-                            .is_some_and(|p| p.contains(a.addr) && p.allows(req)),
-                        None => self
-                            .pools
-                            .values()
-                            .any(|p| p.contains(a.addr) && p.allows(req)),
+                        Some(name) => {
+                            self.pools.get(name).is_some_and(|p| p.contains(a.addr) && p.allows(req))
+                        }
+                        None => self.pools.values().any(|p| p.contains(a.addr) && p.allows(req)),
                     },
                 }
         })
@@ -469,15 +413,10 @@ impl Allocator {
 
     /// The first holder of `addr` (other than the Service itself) it may not share with.
     fn refusal(&self, addr: IpAddr, req: &ServiceRequest) -> Option<(ServiceKey, ShareRefusal)> {
-        self.users
-            .get(&addr)
-            .into_iter()
-            .flatten()
-            .filter(|k| **k != req.key)
-            .find_map(|k| {
-                let other = &self.services.get(k)?.req;
-                req.share_refusal(other).map(|r| (k.clone(), r))
-            })
+        self.users.get(&addr).into_iter().flatten().filter(|k| **k != req.key).find_map(|k| {
+            let other = &self.services.get(k)?.req;
+            req.share_refusal(other).map(|r| (k.clone(), r))
+        })
     }
 
     /// Chooses addresses for a request without changing any state.
@@ -487,16 +426,12 @@ impl Allocator {
         }
         let candidates = self.candidates(req)?;
         let wanted = req.families.families();
-        let in_pool = |addr: IpAddr, pool: &str| Assigned {
-            addr,
-            placement: Placement::Pool(pool.to_owned()),
-        };
+        let in_pool =
+            |addr: IpAddr, pool: &str| Assigned { addr, placement: Placement::Pool(pool.to_owned()) };
         // One pool for every family when possible, so the Service's addresses share a pool.
         for name in &candidates {
-            let picks: Option<Vec<Assigned>> = wanted
-                .iter()
-                .map(|&f| self.pick(name, f, req, keep).map(|a| in_pool(a, name)))
-                .collect();
+            let picks: Option<Vec<Assigned>> =
+                wanted.iter().map(|&f| self.pick(name, f, req, keep).map(|a| in_pool(a, name))).collect();
             if let Some(picks) = picks {
                 return Ok(picks);
             }
@@ -522,26 +457,22 @@ impl Allocator {
     /// An address of `family` from pool `name`: one the Service held before if still
     /// usable, else an address already shared under its sharing key if it may join it,
     /// else the lowest free one. O(log n), plus the addresses in use under the same key.
-    fn pick(
-        &self,
-        name: &str,
-        family: Family,
-        req: &ServiceRequest,
-        keep: &[IpAddr],
-    ) -> Option<IpAddr> {
+    fn pick(&self, name: &str, family: Family, req: &ServiceRequest, keep: &[IpAddr]) -> Option<IpAddr> {
         let pool = self.pools.get(name)?;
         // The Service itself was detached, so an old address is either free or held only
         // by others, whom `refusal` checks.
-        let kept = keep.iter().copied().find(|&a| {
-            Family::of(&a) == family && pool.contains(a) && self.refusal(a, req).is_none()
-        });
+        let kept = keep
+            .iter()
+            .copied()
+            .find(|&a| Family::of(&a) == family && pool.contains(a) && self.refusal(a, req).is_none());
         if kept.is_some() {
             return kept;
         }
         if let Some(shared) = req.sharing_key.as_ref().and_then(|k| self.sharing.get(k)) {
-            let joinable = shared.iter().map(|&(a, _)| a).find(|&a| {
-                Family::of(&a) == family && pool.contains(a) && self.refusal(a, req).is_none()
-            });
+            let joinable = shared
+                .iter()
+                .map(|&(a, _)| a)
+                .find(|&a| Family::of(&a) == family && pool.contains(a) && self.refusal(a, req).is_none());
             if joinable.is_some() {
                 return joinable;
             }
@@ -554,15 +485,9 @@ impl Allocator {
     /// then the autoAssign pools without serviceAllocation (by name).
     fn candidates(&self, req: &ServiceRequest) -> Result<Vec<String>, AllocError> {
         if let Some(name) = &req.pool {
-            let pool = self
-                .pools
-                .get(name)
-                .ok_or_else(|| AllocError::UnknownPool { pool: name.clone() })?;
+            let pool = self.pools.get(name).ok_or_else(|| AllocError::UnknownPool { pool: name.clone() })?;
             if !pool.allows(req) {
-                return Err(AllocError::PoolNotAllowed {
-                    pool: name.clone(),
-                    service: req.key.clone(),
-                });
+                return Err(AllocError::PoolNotAllowed { pool: name.clone(), service: req.key.clone() });
             }
             return Ok(vec![name.clone()]);
         }
@@ -581,11 +506,7 @@ impl Allocator {
             }
         }
         matching.sort();
-        let list: Vec<String> = matching
-            .into_iter()
-            .map(|(_, _, n)| n)
-            .chain(open)
-            .collect();
+        let list: Vec<String> = matching.into_iter().map(|(_, _, n)| n).chain(open).collect();
         if list.is_empty() {
             return Err(AllocError::NoPoolAllows {
                 namespace: req.key.namespace.clone(),
@@ -598,18 +519,11 @@ impl Allocator {
     fn exhausted(&self, req: &ServiceRequest, candidates: &[String], family: Family) -> AllocError {
         let pools: Vec<String> = candidates
             .iter()
-            .filter(|n| {
-                self.pools
-                    .get(*n)
-                    .is_some_and(|p| p.space(family).capacity() > 0)
-            })
+            .filter(|n| self.pools.get(*n).is_some_and(|p| p.space(family).capacity() > 0))
             .cloned()
             .collect();
         if pools.is_empty() {
-            AllocError::NoPoolForFamily {
-                service: req.key.clone(),
-                family,
-            }
+            AllocError::NoPoolForFamily { service: req.key.clone(), family }
         } else {
             AllocError::Exhausted { pools, family }
         }
@@ -629,21 +543,13 @@ impl Allocator {
         for &addr in &req.requested {
             let pool = match &req.pool {
                 Some(name) => {
-                    let pool = self
-                        .pools
-                        .get(name)
-                        .ok_or_else(|| AllocError::UnknownPool { pool: name.clone() })?;
+                    let pool =
+                        self.pools.get(name).ok_or_else(|| AllocError::UnknownPool { pool: name.clone() })?;
                     if !pool.contains(addr) {
                         return Err(if pool.covers(addr) {
-                            AllocError::BuggyAddress {
-                                addr,
-                                pool: name.clone(),
-                            }
+                            AllocError::BuggyAddress { addr, pool: name.clone() }
                         } else {
-                            AllocError::NotInPool {
-                                addr,
-                                pool: name.clone(),
-                            }
+                            AllocError::NotInPool { addr, pool: name.clone() }
                         });
                     }
                     if !pool.allows(req) {
@@ -655,17 +561,10 @@ impl Allocator {
                     name.clone()
                 }
                 None => {
-                    let mut containing = self
-                        .pools
-                        .iter()
-                        .filter(|(_, p)| p.contains(addr))
-                        .peekable();
+                    let mut containing = self.pools.iter().filter(|(_, p)| p.contains(addr)).peekable();
                     let Some((first, _)) = containing.peek() else {
                         return Err(match self.pools.iter().find(|(_, p)| p.covers(addr)) {
-                            Some((name, _)) => AllocError::BuggyAddress {
-                                addr,
-                                pool: name.clone(),
-                            },
+                            Some((name, _)) => AllocError::BuggyAddress { addr, pool: name.clone() },
                             None => AllocError::NotInAnyPool { addr },
                         });
                     };
@@ -673,23 +572,13 @@ impl Allocator {
                     containing
                         .find(|(_, p)| p.allows(req))
                         .map(|(n, _)| n.clone())
-                        .ok_or(AllocError::PoolNotAllowed {
-                            pool: first,
-                            service: req.key.clone(),
-                        })?
+                        .ok_or(AllocError::PoolNotAllowed { pool: first, service: req.key.clone() })?
                 }
             };
             if let Some((holder, reason)) = self.refusal(addr, req) {
-                return Err(AllocError::InUse {
-                    addr,
-                    holder,
-                    reason,
-                });
+                return Err(AllocError::InUse { addr, holder, reason });
             }
-            out.push(Assigned {
-                addr,
-                placement: Placement::Pool(pool),
-            });
+            out.push(Assigned { addr, placement: Placement::Pool(pool) });
         }
         primary_first(req, &mut out);
         Ok(out)

@@ -38,10 +38,7 @@ impl IntervalSet {
             self.map.remove(&s);
         }
         self.map.insert(lo, hi);
-        self.len = self
-            .len
-            .saturating_sub(removed)
-            .saturating_add(span(lo, hi));
+        self.len = self.len.saturating_sub(removed).saturating_add(span(lo, hi));
     }
 
     /// Removes one value; returns whether it was held.
@@ -65,10 +62,7 @@ impl IntervalSet {
 
     /// Whether `x` is held.
     pub(crate) fn contains(&self, x: u128) -> bool {
-        self.map
-            .range(..=x)
-            .next_back()
-            .is_some_and(|(_, &e)| x <= e)
+        self.map.range(..=x).next_back().is_some_and(|(_, &e)| x <= e)
     }
 
     /// The lowest value held.
@@ -120,10 +114,7 @@ mod tests {
         assert_eq!(s.len(), 3);
         assert!(s.remove(u128::MAX));
         assert!(s.remove(0));
-        assert_eq!(
-            s.intervals().collect::<Vec<_>>(),
-            vec![(u128::MAX - 1, u128::MAX - 1)]
-        );
+        assert_eq!(s.intervals().collect::<Vec<_>>(), vec![(u128::MAX - 1, u128::MAX - 1)]);
         s.insert(0, u128::MAX);
         assert_eq!(s.len(), u128::MAX, "the full space saturates");
     }

@@ -136,35 +136,20 @@ impl AddrRange {
         let input = format!("{network}/{prefix}");
         let max = family.bits();
         if prefix > max {
-            return Err(RangeError::PrefixTooLong {
-                input,
-                prefix,
-                max,
-                family,
-            });
+            return Err(RangeError::PrefixTooLong { input, prefix, max, family });
         }
         let host_bits = u32::from(max - prefix);
         // checked_shr(128) is None: a full-length prefix has no host bits.
         let host_mask = u128::MAX.checked_shr(128 - host_bits).unwrap_or(0);
         if v & host_mask != 0 {
-            return Err(RangeError::HostBits {
-                input,
-                network: from_u128(family, v & !host_mask),
-                prefix,
-            });
+            return Err(RangeError::HostBits { input, network: from_u128(family, v & !host_mask), prefix });
         }
-        Ok(AddrRange {
-            first: network,
-            last: from_u128(family, v | host_mask),
-        })
+        Ok(AddrRange { first: network, last: from_u128(family, v | host_mask) })
     }
 
     /// A range holding one address.
     pub fn single(ip: IpAddr) -> Self {
-        AddrRange {
-            first: ip,
-            last: ip,
-        }
+        AddrRange { first: ip, last: ip }
     }
 
     /// The lowest address.
@@ -245,10 +230,7 @@ mod tests {
         let r: AddrRange = "192.0.2.0/24".parse().unwrap();
         assert_eq!((r.first(), r.last()), (ip("192.0.2.0"), ip("192.0.2.255")));
         let r: AddrRange = "198.51.100.10 - 198.51.100.20".parse().unwrap();
-        assert_eq!(
-            (r.first(), r.last()),
-            (ip("198.51.100.10"), ip("198.51.100.20"))
-        );
+        assert_eq!((r.first(), r.last()), (ip("198.51.100.10"), ip("198.51.100.20")));
         let r: AddrRange = "2001:db8::/64".parse().unwrap();
         assert_eq!(r.last(), ip("2001:db8::ffff:ffff:ffff:ffff"));
         let r: AddrRange = "::/0".parse().unwrap();
@@ -264,37 +246,19 @@ mod tests {
     #[test]
     fn rejects_bad_input_with_the_fix() {
         let e = "192.0.2.5/24".parse::<AddrRange>().unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "\"192.0.2.5/24\" has host bits set; write the network as 192.0.2.0/24"
-        );
-        assert!(matches!(
-            "192.0.2.0/33".parse::<AddrRange>(),
-            Err(RangeError::PrefixTooLong { .. })
-        ));
-        assert!(matches!(
-            "192.0.2.9-192.0.2.1".parse::<AddrRange>(),
-            Err(RangeError::Reversed { .. })
-        ));
+        assert_eq!(e.to_string(), "\"192.0.2.5/24\" has host bits set; write the network as 192.0.2.0/24");
+        assert!(matches!("192.0.2.0/33".parse::<AddrRange>(), Err(RangeError::PrefixTooLong { .. })));
+        assert!(matches!("192.0.2.9-192.0.2.1".parse::<AddrRange>(), Err(RangeError::Reversed { .. })));
         assert!(matches!(
             "192.0.2.1-2001:db8::1".parse::<AddrRange>(),
             Err(RangeError::MixedFamilies { .. })
         ));
-        assert!(matches!(
-            "lan".parse::<AddrRange>(),
-            Err(RangeError::Syntax(_))
-        ));
+        assert!(matches!("lan".parse::<AddrRange>(), Err(RangeError::Syntax(_))));
     }
 
     #[test]
     fn displays_as_written() {
-        for s in [
-            "192.0.2.0/24",
-            "2001:db8::/120",
-            "192.0.2.10-192.0.2.20",
-            "::/0",
-            "192.0.2.7/32",
-        ] {
+        for s in ["192.0.2.0/24", "2001:db8::/120", "192.0.2.10-192.0.2.20", "::/0", "192.0.2.7/32"] {
             assert_eq!(s.parse::<AddrRange>().unwrap().to_string(), s);
         }
     }

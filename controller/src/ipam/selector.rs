@@ -36,9 +36,7 @@ pub enum Operator {
 impl LabelSelector {
     /// Whether `labels` satisfy every label and expression of the selector.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.match_labels
-            .iter()
-            .all(|(k, v)| labels.get(k) == Some(v))
+        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
             && self.match_expressions.iter().all(|r| r.matches(labels))
     }
 }
@@ -61,10 +59,7 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     fn set(v: &[&str]) -> BTreeSet<String> {
@@ -81,39 +76,17 @@ mod tests {
         let sel = LabelSelector {
             match_labels: labels(&[("tier", "web")]),
             match_expressions: vec![
-                Requirement {
-                    key: "env".into(),
-                    op: Operator::In(set(&["prod", "staging"])),
-                },
-                Requirement {
-                    key: "zone".into(),
-                    op: Operator::NotIn(set(&["dmz"])),
-                },
-                Requirement {
-                    key: "owner".into(),
-                    op: Operator::Exists,
-                },
-                Requirement {
-                    key: "legacy".into(),
-                    op: Operator::DoesNotExist,
-                },
+                Requirement { key: "env".into(), op: Operator::In(set(&["prod", "staging"])) },
+                Requirement { key: "zone".into(), op: Operator::NotIn(set(&["dmz"])) },
+                Requirement { key: "owner".into(), op: Operator::Exists },
+                Requirement { key: "legacy".into(), op: Operator::DoesNotExist },
             ],
         };
         assert!(sel.matches(&labels(&[("tier", "web"), ("env", "prod"), ("owner", "a")])));
         assert!(!sel.matches(&labels(&[("tier", "db"), ("env", "prod"), ("owner", "a")])));
         assert!(!sel.matches(&labels(&[("tier", "web"), ("env", "dev"), ("owner", "a")])));
-        assert!(!sel.matches(&labels(&[
-            ("tier", "web"),
-            ("env", "prod"),
-            ("owner", "a"),
-            ("zone", "dmz")
-        ])));
+        assert!(!sel.matches(&labels(&[("tier", "web"), ("env", "prod"), ("owner", "a"), ("zone", "dmz")])));
         assert!(!sel.matches(&labels(&[("tier", "web"), ("env", "prod")])));
-        assert!(!sel.matches(&labels(&[
-            ("tier", "web"),
-            ("env", "prod"),
-            ("owner", "a"),
-            ("legacy", "")
-        ])));
+        assert!(!sel.matches(&labels(&[("tier", "web"), ("env", "prod"), ("owner", "a"), ("legacy", "")])));
     }
 }

@@ -19,10 +19,7 @@ pub struct ServiceKey {
 impl ServiceKey {
     /// The key `namespace/name`.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        ServiceKey {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
+        ServiceKey { namespace: namespace.into(), name: name.into() }
     }
 }
 
@@ -99,9 +96,7 @@ impl FamilyPolicy {
             && match self {
                 FamilyPolicy::SingleStack(f) => held == [f],
                 FamilyPolicy::PreferDualStack(_) => !held.is_empty() && held.len() <= 2,
-                FamilyPolicy::RequireDualStack(_) => {
-                    held.len() == 2 && has(Family::V4) && has(Family::V6)
-                }
+                FamilyPolicy::RequireDualStack(_) => held.len() == 2 && has(Family::V4) && has(Family::V6),
             }
     }
 }
@@ -136,10 +131,7 @@ pub struct ServiceRequest {
 impl ServiceRequest {
     /// A single-stack IPv4 request with no annotations, created at time 0.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        ServiceRequest {
-            key: ServiceKey::new(namespace, name),
-            ..ServiceRequest::default()
-        }
+        ServiceRequest { key: ServiceKey::new(namespace, name), ..ServiceRequest::default() }
     }
 
     /// Why `self` and `other` may not share one address, or `None` if they may.
@@ -152,8 +144,8 @@ impl ServiceRequest {
         if let Some(&(protocol, port)) = self.ports.iter().find(|p| other.ports.contains(p)) {
             return Some(ShareRefusal::PortClash { protocol, port });
         }
-        let local = self.traffic_policy == TrafficPolicy::Local
-            || other.traffic_policy == TrafficPolicy::Local;
+        let local =
+            self.traffic_policy == TrafficPolicy::Local || other.traffic_policy == TrafficPolicy::Local;
         if local && (self.backend_key.is_none() || self.backend_key != other.backend_key) {
             return Some(ShareRefusal::BackendsDiffer);
         }
@@ -186,36 +178,20 @@ mod tests {
 
     #[test]
     fn sharing_rules() {
-        assert_eq!(
-            svc(None, &[80]).share_refusal(&svc(None, &[443])),
-            Some(ShareRefusal::NotShareable)
-        );
-        assert_eq!(
-            svc(Some("k"), &[80]).share_refusal(&svc(None, &[443])),
-            Some(ShareRefusal::NotShareable)
-        );
+        assert_eq!(svc(None, &[80]).share_refusal(&svc(None, &[443])), Some(ShareRefusal::NotShareable));
+        assert_eq!(svc(Some("k"), &[80]).share_refusal(&svc(None, &[443])), Some(ShareRefusal::NotShareable));
         assert_eq!(
             svc(Some("k"), &[80]).share_refusal(&svc(Some("j"), &[443])),
             Some(ShareRefusal::KeysDiffer)
         );
         assert_eq!(
             svc(Some("k"), &[80]).share_refusal(&svc(Some("k"), &[80])),
-            Some(ShareRefusal::PortClash {
-                protocol: Protocol::Tcp,
-                port: 80
-            })
+            Some(ShareRefusal::PortClash { protocol: Protocol::Tcp, port: 80 })
         );
-        assert_eq!(
-            svc(Some("k"), &[80]).share_refusal(&svc(Some("k"), &[443])),
-            None
-        );
+        assert_eq!(svc(Some("k"), &[80]).share_refusal(&svc(Some("k"), &[443])), None);
         let mut udp = svc(Some("k"), &[]);
         udp.ports = vec![(Protocol::Udp, 80)];
-        assert_eq!(
-            svc(Some("k"), &[80]).share_refusal(&udp),
-            None,
-            "TCP/80 and UDP/80 do not clash"
-        );
+        assert_eq!(svc(Some("k"), &[80]).share_refusal(&udp), None, "TCP/80 and UDP/80 do not clash");
     }
 
     #[test]
