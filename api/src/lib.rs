@@ -1,2 +1,17 @@
 //! ferrolb's user contract: the CRD types of API.md, their one validator, and the
 //! YAML object-stream reader/writer used for static files and checkpoints.
+
+pub mod address;
+pub mod community;
+pub mod crd;
+pub mod duration;
+mod selector;
+pub mod validate;
+
+pub use address::{AddressError, AddressRange};
+pub use community::{Community, CommunityError};
+pub use crd::*;
+pub use duration::{Duration, DurationError};
+pub use validate::{
+    Config, ValidConfig, ValidationError, errors_for, set_condition, valid_condition, validate,
+};

@@ -1,0 +1,118 @@
+//! IPAddressPool: the addresses ferrolb may hand to Services.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::defaults;
+
+/// Spec of an IPAddressPool.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "ferrolb.io",
+    version = "v1alpha1",
+    kind = "IPAddressPool",
+    root = "IpAddressPool",
+    plural = "ipaddresspools",
+    shortname = "ippool",
+    category = "ferrolb",
+    status = "IpAddressPoolStatus",
+    derive = "PartialEq",
+    doc = "Addresses ferrolb may assign to LoadBalancer Services.",
+    printcolumn(
+        name = "Auto Assign",
+        type_ = "boolean",
+        json_path = ".spec.autoAssign"
+    ),
+    printcolumn(
+        name = "Avoid Buggy IPs",
+        type_ = "boolean",
+        json_path = ".spec.avoidBuggyIPs"
+    ),
+    printcolumn(
+        name = "Assigned IPv4",
+        type_ = "integer",
+        json_path = ".status.assignedIPv4"
+    ),
+    printcolumn(
+        name = "Available IPv4",
+        type_ = "integer",
+        json_path = ".status.availableIPv4"
+    ),
+    printcolumn(
+        name = "Assigned IPv6",
+        type_ = "integer",
+        json_path = ".status.assignedIPv6",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Available IPv6",
+        type_ = "integer",
+        json_path = ".status.availableIPv6",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Valid",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Valid\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct IpAddressPoolSpec {
+    /// CIDRs (`203.0.113.0/24`) or inclusive ranges (`198.51.100.10-198.51.100.20`).
+    pub addresses: Vec<String>,
+    /// When false, the pool is used only by Services that ask for it explicitly.
+    #[serde(default = "defaults::auto_assign")]
+    pub auto_assign: bool,
+    /// Skip addresses ending in .0 and .255 (some clients drop them).
+    #[serde(default, rename = "avoidBuggyIPs")]
+    pub avoid_buggy_ips: bool,
+    /// Which Services may use this pool, and its priority among matching pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_allocation: Option<ServiceAllocation>,
+}
+
+/// Restricts a pool to some Services and orders pools.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceAllocation {
+    /// Lower wins among pools that match a Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// Namespaces whose Services may use the pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// Namespaces (by label) whose Services may use the pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespace_selectors: Vec<LabelSelector>,
+    /// Services (by label) that may use the pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service_selectors: Vec<LabelSelector>,
+}
+
+/// Observed state of an IPAddressPool, written by the controller.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IpAddressPoolStatus {
+    /// `Valid` and other conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// IPv4 addresses assigned to Services.
+    #[serde(default, rename = "assignedIPv4")]
+    pub assigned_ipv4: i64,
+    /// IPv6 addresses assigned to Services.
+    #[serde(default, rename = "assignedIPv6")]
+    pub assigned_ipv6: i64,
+    /// IPv4 addresses still free.
+    #[serde(default, rename = "availableIPv4")]
+    pub available_ipv4: i64,
+    /// IPv6 addresses still free (saturates at 2^63-1).
+    #[serde(default, rename = "availableIPv6")]
+    pub available_ipv6: i64,
+}
