@@ -6,12 +6,17 @@ pub mod community;
 pub mod crd;
 pub mod duration;
 mod selector;
+pub mod stream;
 pub mod validate;
 
 pub use address::{AddressError, AddressRange};
 pub use community::{Community, CommunityError};
 pub use crd::*;
 pub use duration::{Duration, DurationError};
+pub use stream::{
+    Object, ObjectStream, Source, StreamError, parse_stream, read_stream, write_atomically,
+    write_stream,
+};
 pub use validate::{
     Config, ValidConfig, ValidationError, errors_for, set_condition, valid_condition, validate,
 };
