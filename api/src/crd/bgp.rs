@@ -45,14 +45,17 @@ use crate::duration::{Duration, DurationError};
 pub struct BgpPeerSpec {
     /// Our AS number (1..=4294967295).
     #[serde(rename = "myASN")]
+    #[schemars(schema_with = "defaults::asn_schema")]
     pub my_asn: u32,
     /// The router's AS number (1..=4294967295).
     #[serde(rename = "peerASN")]
+    #[schemars(schema_with = "defaults::asn_schema")]
     pub peer_asn: u32,
     /// The router's address, IPv4 or IPv6.
     pub peer_address: String,
     /// The router's TCP port.
     #[serde(default = "defaults::peer_port")]
+    #[schemars(schema_with = "defaults::port_schema")]
     pub peer_port: u16,
     /// Local address to connect from; default chosen by the kernel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -223,6 +226,7 @@ pub struct BgpAdvertisementSpec {
     pub aggregation_length_v6: i32,
     /// LOCAL_PREF attribute; sent to iBGP peers only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "defaults::u32_schema")]
     pub local_pref: Option<u32>,
     /// Communities: `64512:100`, `large:64512:1:2`, or a well-known name such as `no-export`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

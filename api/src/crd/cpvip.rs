@@ -46,6 +46,7 @@ pub struct ControlPlaneVipSpec {
     pub address: String,
     /// The apiserver port behind the VIP.
     #[serde(default = "defaults::apiserver_port")]
+    #[schemars(schema_with = "defaults::port_schema")]
     pub port: u16,
     /// How the VIP is announced.
     #[serde(default)]
@@ -58,6 +59,7 @@ pub struct ControlPlaneVipSpec {
     pub members: Vec<ControlPlaneVipMember>,
     /// UDP port of bootstrap membership (not the speakers' 7946).
     #[serde(default = "defaults::membership_port")]
+    #[schemars(schema_with = "defaults::port_schema")]
     pub membership_port: u16,
     /// File holding the bootstrap membership key.
     #[serde(default = "defaults::membership_key_file")]

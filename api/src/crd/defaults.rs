@@ -79,3 +79,18 @@ pub fn address_families() -> Vec<super::AddressFamily> {
 pub fn yes() -> bool {
     true
 }
+
+/// Schema of TCP/UDP port fields: Kubernetes knows no `uint16` format, so say int32 1..65535.
+pub fn port_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "integer", "format": "int32", "minimum": 1, "maximum": 65535})
+}
+
+/// Schema of AS numbers: 1..=4294967295 (0 is reserved, RFC 7607), as int64.
+pub fn asn_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "integer", "format": "int64", "minimum": 1, "maximum": 4294967295u64})
+}
+
+/// Schema of LOCAL_PREF: 0..=4294967295, as int64.
+pub fn u32_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "integer", "format": "int64", "minimum": 0, "maximum": 4294967295u64})
+}

@@ -9,6 +9,7 @@ mod bgp;
 mod cpvip;
 pub mod defaults;
 mod l2;
+mod manifests;
 mod pool;
 
 pub use announcement::{
@@ -25,6 +26,7 @@ pub use cpvip::{
     ControlPlaneVipStatus, HealthCheck, VipMode,
 };
 pub use l2::{L2Advertisement, L2AdvertisementSpec, L2AdvertisementStatus};
+pub use manifests::{ManifestError, REGENERATE, crd_files, crds};
 pub use pool::{IpAddressPool, IpAddressPoolSpec, IpAddressPoolStatus, ServiceAllocation};
 
 /// API group of every ferrolb kind.
