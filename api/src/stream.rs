@@ -184,20 +184,18 @@ pub fn read_stream(path: &Path) -> Result<ObjectStream, StreamError> {
 /// The whole stream is rejected on the first invalid document, so a half-read file never
 /// replaces the last good one.
 pub fn parse_stream(file: &str, text: &str) -> Result<ObjectStream, StreamError> {
-    let documents: Vec<Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| StreamError::Yaml {
-            file: file.to_owned(),
-            // Without the snippet: it could quote lines of the file, e.g. of a Secret.
-            message: e.without_snippet().to_string(),
-        })?;
     let mut out = ObjectStream::default();
-    for (i, doc) in documents.into_iter().enumerate() {
+    for (i, (first_line, chunk)) in split_documents(text).into_iter().enumerate() {
         let source = Source {
             document: i + 1,
             item: None,
         };
+        let doc: Value = serde_saphyr::from_str(chunk).map_err(|e| StreamError::Yaml {
+            file: file.to_owned(),
+            message: yaml_message(source, first_line, &e),
+        })?;
         if doc.is_null() {
-            continue; // an empty document, e.g. after a leading or trailing `---`
+            continue; // an empty document, e.g. `---` twice
         }
         if doc.get("kind").and_then(Value::as_str) == Some("List") {
             let Some(Value::Array(items)) = doc.get("items").cloned() else {
@@ -220,6 +218,65 @@ pub fn parse_stream(file: &str, text: &str) -> Result<ObjectStream, StreamError>
         }
     }
     Ok(out)
+}
+
+/// Splits at `---` lines into (first line number, text) per document, numbering documents
+/// the way users count them: empty ones between separators count, a leading `---` does
+/// not start an empty first document. Splitting here rather than in the YAML parser keeps
+/// document numbers right, since the parser drops empty documents.
+fn split_documents(text: &str) -> Vec<(usize, &str)> {
+    let mut docs = Vec::new();
+    let mut start = 0;
+    let mut start_line = 1;
+    let mut offset = 0;
+    let mut seen_separator = false;
+    for (n, line) in text.split_inclusive('\n').enumerate() {
+        let bare = line.trim_end_matches(['\n', '\r']);
+        let is_separator = bare
+            .strip_prefix("---")
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(' ') || rest.starts_with('\t'));
+        if is_separator {
+            let chunk = &text[start..offset];
+            if seen_separator || !is_blank(chunk) {
+                docs.push((start_line, chunk));
+            }
+            seen_separator = true;
+            // Content after `--- ` on the same line belongs to the next document.
+            start = offset + 3;
+            start_line = n + 1;
+        }
+        offset += line.len();
+    }
+    let chunk = &text[start..];
+    if !is_blank(chunk) {
+        docs.push((start_line, chunk));
+    }
+    docs
+}
+
+/// Only blank lines and comments.
+fn is_blank(chunk: &str) -> bool {
+    chunk
+        .lines()
+        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+}
+
+/// The parser's message with the line counted from the start of the file.
+fn yaml_message(source: Source, first_line: usize, e: &serde_saphyr::Error) -> String {
+    // Without the snippet: it could quote lines of the file, e.g. of a Secret.
+    let message = e.without_snippet().to_string();
+    match e.location() {
+        Some(loc) => {
+            let suffix = format!(" at line {}, column {}", loc.line(), loc.column());
+            let message = message.strip_suffix(&suffix).unwrap_or(&message);
+            let line = usize::try_from(loc.line())
+                .unwrap_or(0)
+                .saturating_add(first_line)
+                .saturating_sub(1);
+            format!("{source}: line {line}, column {}: {message}", loc.column())
+        }
+        None => format!("{source}: {message}"),
+    }
 }
 
 fn object_error(file: &str, source: Source, path: &str, message: &str) -> StreamError {

@@ -297,3 +297,33 @@ fn atomic_write_keeps_previous() {
     let missing = read_stream(&dir.path().join("nope.yaml")).unwrap_err();
     assert!(missing.to_string().contains("nope.yaml"));
 }
+
+#[test]
+fn empty_documents_keep_document_numbers() {
+    let s = parse_stream(
+        "e.yaml",
+        "---\n---\napiVersion: v1\nkind: Foo\n---\n\n---\napiVersion: v1\nkind: Bar\n",
+    )
+    .unwrap();
+    assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
+    assert!(s.warnings[0].contains("document 2"), "{:?}", s.warnings);
+    assert!(s.warnings[1].contains("document 4"), "{:?}", s.warnings);
+}
+
+#[test]
+fn yaml_errors_give_document_and_file_line() {
+    let text = "apiVersion: v1\nkind: Foo\n---\napiVersion: v1\nkind: [Bar\n";
+    let err = parse_stream("f.yaml", text).unwrap_err().to_string();
+    assert!(
+        err.starts_with("f.yaml: invalid YAML: document 2: line 5, column"),
+        "{err}"
+    );
+}
+
+#[test]
+fn separator_with_content_and_document_end_markers() {
+    let text = "--- {apiVersion: v1, kind: Foo}\n...\n--- \napiVersion: v1\nkind: Bar\n";
+    let s = parse_stream("f.yaml", text).unwrap();
+    assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
+    assert!(s.warnings[1].contains("document 2"), "{:?}", s.warnings);
+}
