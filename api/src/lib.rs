@@ -18,5 +18,6 @@ pub use stream::{
     write_stream,
 };
 pub use validate::{
-    Config, ValidConfig, ValidationError, errors_for, set_condition, valid_condition, validate,
+    Config, Origin, ValidConfig, ValidationError, errors_for, set_condition, valid_condition,
+    validate,
 };

@@ -17,7 +17,7 @@ use crate::crd::{
     API_VERSION, BfdProfile, BgpAdvertisement, BgpPeer, ControlPlaneVip, IpAddressPool,
     L2Advertisement, ServiceAnnouncement,
 };
-use crate::validate::{Config, ValidConfig, ValidationError};
+use crate::validate::{Config, Origin, ValidConfig, ValidationError};
 
 /// One object of a stream, typed.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -43,6 +43,43 @@ pub enum Object {
     Service(Box<Service>),
     /// discovery.k8s.io/v1 EndpointSlice.
     EndpointSlice(Box<EndpointSlice>),
+}
+
+macro_rules! object_from {
+    ($($variant:ident($ty:ty)),* $(,)?) => {$(
+        impl From<$ty> for Object {
+            fn from(o: $ty) -> Self {
+                Self::$variant(o.into())
+            }
+        }
+    )*};
+}
+
+object_from!(
+    IpAddressPool(IpAddressPool),
+    BgpPeer(BgpPeer),
+    BgpAdvertisement(BgpAdvertisement),
+    L2Advertisement(L2Advertisement),
+    BfdProfile(BfdProfile),
+    ControlPlaneVip(ControlPlaneVip),
+    ServiceAnnouncement(ServiceAnnouncement),
+    Node(Node),
+    Service(Service),
+    EndpointSlice(EndpointSlice),
+);
+
+impl Config {
+    /// The objects of this configuration, in a stable order, e.g. to write a checkpoint.
+    pub fn to_objects(&self) -> Vec<Object> {
+        let mut out: Vec<Object> = Vec::new();
+        out.extend(self.control_plane_vips.iter().cloned().map(Object::from));
+        out.extend(self.bfd_profiles.iter().cloned().map(Object::from));
+        out.extend(self.peers.iter().cloned().map(Object::from));
+        out.extend(self.pools.iter().cloned().map(Object::from));
+        out.extend(self.bgp_advertisements.iter().cloned().map(Object::from));
+        out.extend(self.l2_advertisements.iter().cloned().map(Object::from));
+        out
+    }
 }
 
 impl Object {
@@ -374,10 +411,10 @@ impl ObjectStream {
         c
     }
 
-    /// Validates [`Self::config`], naming the document of each object in errors.
+    /// Validates [`Self::config`] as file content, naming the document of each object in errors.
     pub fn validated_config(&self, file: &str) -> Result<ValidConfig, StreamError> {
         self.config()
-            .validate()
+            .validate(Origin::File)
             .map_err(|errors| StreamError::Invalid {
                 file: file.to_owned(),
                 errors: errors

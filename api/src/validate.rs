@@ -54,6 +54,15 @@ pub struct Config {
     pub control_plane_vips: Vec<ControlPlaneVip>,
 }
 
+/// Where a configuration comes from; a few rules differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Objects read from the Kubernetes API.
+    Cluster,
+    /// A static file or a bootstrap checkpoint: no apiserver to read Secrets from.
+    File,
+}
+
 /// A [`Config`] that passed [`validate`]; only this type should drive announcements.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ValidConfig(Config);
@@ -73,9 +82,46 @@ impl Deref for ValidConfig {
 }
 
 impl Config {
+    /// What a bootstrap checkpoint holds: the named ControlPlaneVIP and the BGPPeers and
+    /// BFDProfiles it refers to (unknown references are left for [`validate`] to report).
+    pub fn for_control_plane_vip(&self, name: &str) -> Option<Config> {
+        let vip = self
+            .control_plane_vips
+            .iter()
+            .find(|v| v.name_any() == name)?;
+        let peer_names: BTreeSet<&str> = vip
+            .spec
+            .bgp
+            .iter()
+            .flat_map(|b| b.peers.iter().map(String::as_str))
+            .collect();
+        let peers: Vec<BgpPeer> = self
+            .peers
+            .iter()
+            .filter(|p| peer_names.contains(p.name_any().as_str()))
+            .cloned()
+            .collect();
+        let bfd_names: BTreeSet<&str> = peers
+            .iter()
+            .filter_map(|p| p.spec.bfd_profile.as_deref())
+            .collect();
+        let bfd_profiles = self
+            .bfd_profiles
+            .iter()
+            .filter(|b| bfd_names.contains(b.name_any().as_str()))
+            .cloned()
+            .collect();
+        Some(Config {
+            control_plane_vips: vec![vip.clone()],
+            peers,
+            bfd_profiles,
+            ..Config::default()
+        })
+    }
+
     /// Validates the whole set; all errors at once, so users fix them in one go.
-    pub fn validate(self) -> Result<ValidConfig, Vec<ValidationError>> {
-        let errors = validate(&self);
+    pub fn validate(self, origin: Origin) -> Result<ValidConfig, Vec<ValidationError>> {
+        let errors = validate(&self, origin);
         if errors.is_empty() {
             Ok(ValidConfig(self))
         } else {
@@ -159,7 +205,7 @@ pub fn set_condition(conditions: &mut Vec<Condition>, mut new: Condition) {
 }
 
 /// Validates every object and every reference between them.
-pub fn validate(config: &Config) -> Vec<ValidationError> {
+pub fn validate(config: &Config, origin: Origin) -> Vec<ValidationError> {
     let mut errors = Vec::new();
     let pool_names = names(&config.pools, kind::IP_ADDRESS_POOL, &mut errors);
     let peer_names = names(&config.peers, kind::BGP_PEER, &mut errors);
@@ -188,7 +234,7 @@ pub fn validate(config: &Config) -> Vec<ValidationError> {
     check_overlaps(&ranges, &mut errors);
     for peer in &config.peers {
         let mut c = Check::new(kind::BGP_PEER, peer, &mut errors);
-        check_peer(&mut c, peer, &bfd_names);
+        check_peer(&mut c, peer, &bfd_names, origin);
     }
     for adv in &config.bgp_advertisements {
         let mut c = Check::new(kind::BGP_ADVERTISEMENT, adv, &mut errors);
@@ -420,7 +466,7 @@ fn check_overlaps(ranges: &[PoolRange], errors: &mut Vec<ValidationError>) {
     }
 }
 
-fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet<String>) {
+fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet<String>, origin: Origin) {
     let spec = &peer.spec;
     for (field, asn) in [("spec.myASN", spec.my_asn), ("spec.peerASN", spec.peer_asn)] {
         if asn == 0 {
@@ -529,6 +575,19 @@ fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet<String>) {
                 );
             }
         }
+    }
+    match origin {
+        Origin::Cluster if spec.password_file.is_some() && spec.password_secret.is_none() => c.err(
+            "spec.passwordFile",
+            "passwordFile is read only from static files and checkpoints",
+            "in a cluster, put the password in a Secret and set passwordSecret",
+        ),
+        Origin::File if spec.password_secret.is_some() && spec.password_file.is_none() => c.err(
+            "spec.passwordSecret",
+            "a static file or checkpoint has no apiserver to read the Secret from",
+            "write the password to a file readable only by ferrolb and set passwordFile",
+        ),
+        _ => {}
     }
     if let Some(file) = &spec.password_file
         && !file.starts_with('/')

@@ -327,3 +327,30 @@ fn separator_with_content_and_document_end_markers() {
     assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
     assert!(s.warnings[1].contains("document 2"), "{:?}", s.warnings);
 }
+
+#[test]
+fn checkpoint_write_and_read_back() {
+    let text = format!(
+        "{STATIC_FILE}---\n{}",
+        r#"apiVersion: ferrolb.io/v1alpha1
+kind: ControlPlaneVIP
+metadata: {name: apiserver}
+spec:
+  address: 192.0.2.100
+  mode: BGP
+  bgp: {peers: [router-a]}
+"#
+    );
+    let s = parse_stream("static.yaml", &text).unwrap();
+    let config = s.validated_config("static.yaml").unwrap();
+    let checkpoint = config.for_control_plane_vip("apiserver").unwrap();
+    let bytes = write_stream(&checkpoint.to_objects()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoint.yaml");
+    write_atomically(&path, bytes.as_bytes(), true).unwrap();
+    let back = read_stream(&path).unwrap();
+    let kinds: Vec<_> = back.objects.iter().map(|(_, o)| o.kind()).collect();
+    assert_eq!(kinds, ["ControlPlaneVIP", "BGPPeer"]);
+    let valid = back.validated_config("checkpoint.yaml").unwrap();
+    assert_eq!(valid.into_inner(), checkpoint);
+}

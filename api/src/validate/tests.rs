@@ -3,6 +3,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
+use kube::ResourceExt;
+
 use super::*;
 use crate::crd::*;
 
@@ -87,7 +89,7 @@ fn good() -> Config {
 /// Asserts the only errors are on `field` of `kind/name`, and returns them.
 #[track_caller]
 fn only_errors(config: Config, kind: &str, name: &str, field: &str) -> Vec<ValidationError> {
-    let errors = validate(&config);
+    let errors = validate(&config, Origin::Cluster);
     assert!(
         !errors.is_empty(),
         "expected an error on {kind}/{name} {field}"
@@ -116,9 +118,9 @@ fn selector(key: &str, op: &str, values: &[&str]) -> LabelSelector {
 
 #[test]
 fn good_config_is_valid() {
-    let errors = validate(&good());
+    let errors = validate(&good(), Origin::Cluster);
     assert!(errors.is_empty(), "{errors:#?}");
-    assert!(good().validate().is_ok());
+    assert!(good().validate(Origin::Cluster).is_ok());
 }
 
 #[test]
@@ -192,7 +194,7 @@ fn empty_pool() {
 fn overlapping_pools_reported_on_both() {
     let mut c = good();
     c.pools[1].spec.addresses.push("203.0.113.128/25".into());
-    let errors = validate(&c);
+    let errors = validate(&c, Origin::Cluster);
     assert_eq!(errors.len(), 2, "{errors:#?}");
     assert!(errors.iter().any(|e| e.name == "lan"
         && e.field == "spec.addresses[1]"
@@ -208,7 +210,7 @@ fn overlapping_pools_reported_on_both() {
 fn overlap_within_one_pool() {
     let mut c = good();
     c.pools[1].spec.addresses.push("198.51.100.15".into());
-    let errors = validate(&c);
+    let errors = validate(&c, Origin::Cluster);
     assert_eq!(errors.len(), 2, "{errors:#?}");
     assert!(
         errors
@@ -222,7 +224,7 @@ fn adjacent_pools_do_not_overlap() {
     let mut c = good();
     c.pools[1].spec.addresses.push("203.0.114.0/24".into());
     c.pools[1].spec.addresses.push("2001:db8:3::100/120".into());
-    assert!(validate(&c).is_empty());
+    assert!(validate(&c, Origin::Cluster).is_empty());
 }
 
 #[test]
@@ -372,7 +374,7 @@ fn hold_time_one_or_two_seconds() {
         let mut c = good();
         c.peers[0].spec.hold_time = ok.into();
         c.peers[0].spec.keepalive_time = Some("0s".into());
-        assert!(validate(&c).is_empty(), "{ok}");
+        assert!(validate(&c, Origin::Cluster).is_empty(), "{ok}");
     }
 }
 
@@ -392,7 +394,7 @@ fn keepalive_longer_than_hold() {
     c.peers[0].spec.keepalive_time = Some("91s".into());
     only_errors(c.clone(), "BGPPeer", "router-a", "spec.keepaliveTime");
     c.peers[0].spec.keepalive_time = Some("90s".into());
-    assert!(validate(&c).is_empty());
+    assert!(validate(&c, Origin::Cluster).is_empty());
 }
 
 #[test]
@@ -403,9 +405,40 @@ fn both_password_sources() {
         namespace: "ferrolb-system".into(),
         key: "password".into(),
     });
-    assert!(validate(&c).is_empty());
+    assert!(validate(&c, Origin::Cluster).is_empty());
     c.peers[0].spec.password_file = Some("/etc/ferrolb/bgp-password".into());
     only_errors(c, "BGPPeer", "router-a", "spec.passwordSecret");
+}
+
+#[test]
+fn password_source_must_fit_the_origin() {
+    let mut c = good();
+    c.peers[0].spec.password_file = Some("/etc/ferrolb/bgp-password".into());
+    only_errors(c.clone(), "BGPPeer", "router-a", "spec.passwordFile");
+    assert!(validate(&c, Origin::File).is_empty());
+    let mut c = good();
+    c.peers[0].spec.password_secret = Some(SecretKeyRef {
+        name: "bgp-auth".into(),
+        namespace: "ferrolb-system".into(),
+        key: "password".into(),
+    });
+    let e = validate(&c, Origin::File);
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert_eq!(e[0].field, "spec.passwordSecret");
+}
+
+#[test]
+fn checkpoint_subset_for_a_vip() {
+    let mut c = good();
+    c.peers.push(peer("router-b"));
+    let cp = c.for_control_plane_vip("apiserver").unwrap();
+    assert_eq!(cp.control_plane_vips.len(), 1);
+    assert_eq!(cp.peers.len(), 1);
+    assert_eq!(cp.peers[0].name_any(), "router-a");
+    assert_eq!(cp.bfd_profiles.len(), 1);
+    assert!(cp.pools.is_empty() && cp.bgp_advertisements.is_empty());
+    assert!(validate(&cp, Origin::File).is_empty());
+    assert!(c.for_control_plane_vip("other").is_none());
 }
 
 #[test]
@@ -419,7 +452,9 @@ fn password_secret_incomplete_and_relative_file() {
     only_errors(c, "BGPPeer", "router-a", "spec.passwordSecret.key");
     let mut c = good();
     c.peers[0].spec.password_file = Some("bgp-password".into());
-    only_errors(c, "BGPPeer", "router-a", "spec.passwordFile");
+    let e = validate(&c, Origin::File);
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert_eq!(e[0].field, "spec.passwordFile");
 }
 
 #[test]
@@ -532,10 +567,10 @@ fn insecure_skip_verify_only_for_loopback() {
         .spec
         .health_check
         .insecure_skip_verify = true;
-    assert!(validate(&c).is_empty());
+    assert!(validate(&c, Origin::Cluster).is_empty());
     for url in ["https://[::1]:6443/readyz", "https://localhost:6443/readyz"] {
         c.control_plane_vips[0].spec.health_check.url = url.into();
-        assert!(validate(&c).is_empty(), "{url}");
+        assert!(validate(&c, Origin::Cluster).is_empty(), "{url}");
     }
     c.control_plane_vips[0].spec.health_check.url = "https://192.0.2.11:6443/readyz".into();
     only_errors(
@@ -596,7 +631,7 @@ fn vip_members_and_modes() {
 fn errors_display_kind_name_field_and_fix() {
     let mut c = good();
     c.peers[0].spec.hold_time = "2s".into();
-    let e = c.validate().unwrap_err();
+    let e = c.validate(Origin::Cluster).unwrap_err();
     let text = e[0].to_string();
     assert!(
         text.starts_with("BGPPeer/router-a: spec.holdTime: "),
@@ -612,7 +647,7 @@ fn condition_from_errors() {
     let t1 = Time(Timestamp::from_second(2).unwrap());
     let mut c = good();
     c.peers[0].spec.hold_time = "2s".into();
-    let errors = validate(&c);
+    let errors = validate(&c, Origin::Cluster);
     let bad = valid_condition(
         errors_for(&errors, "BGPPeer", "router-a"),
         Some(4),
