@@ -2,6 +2,7 @@
 //! YAML object-stream reader/writer used for static files and checkpoints.
 
 pub mod address;
+pub mod annotations;
 pub mod community;
 pub mod crd;
 pub mod duration;
@@ -10,6 +11,9 @@ pub mod stream;
 pub mod validate;
 
 pub use address::{AddressError, AddressRange};
+pub use annotations::{
+    LoadBalancerIpsError, MembershipKey, MembershipKeyError, parse_load_balancer_ips,
+};
 pub use community::{Community, CommunityError};
 pub use crd::*;
 pub use duration::{Duration, DurationError};

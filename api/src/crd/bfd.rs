@@ -85,3 +85,15 @@ pub struct BfdProfileStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
+
+impl BfdProfileSpec {
+    /// Parsed `receiveInterval`.
+    pub fn receive_interval(&self) -> Result<crate::Duration, crate::DurationError> {
+        self.receive_interval.parse()
+    }
+
+    /// Parsed `transmitInterval`.
+    pub fn transmit_interval(&self) -> Result<crate::Duration, crate::DurationError> {
+        self.transmit_interval.parse()
+    }
+}

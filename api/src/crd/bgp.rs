@@ -141,6 +141,13 @@ pub struct GracefulRestart {
     pub restart_time: String,
 }
 
+impl GracefulRestart {
+    /// Parsed `restartTime`.
+    pub fn restart_time(&self) -> Result<Duration, DurationError> {
+        self.restart_time.parse()
+    }
+}
+
 impl Default for GracefulRestart {
     fn default() -> Self {
         Self {
@@ -231,6 +238,13 @@ pub struct BgpAdvertisementSpec {
     /// Communities: `64512:100`, `large:64512:1:2`, or a well-known name such as `no-export`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub communities: Vec<String>,
+}
+
+impl BgpAdvertisementSpec {
+    /// Parsed `communities`.
+    pub fn communities(&self) -> Result<Vec<crate::Community>, crate::CommunityError> {
+        self.communities.iter().map(|c| c.parse()).collect()
+    }
 }
 
 impl Default for BgpAdvertisementSpec {

@@ -154,3 +154,15 @@ pub struct ControlPlaneVipStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub announcing: Vec<String>,
 }
+
+impl HealthCheck {
+    /// Parsed `interval`.
+    pub fn interval(&self) -> Result<crate::Duration, crate::DurationError> {
+        self.interval.parse()
+    }
+
+    /// Parsed `timeout`.
+    pub fn timeout(&self) -> Result<crate::Duration, crate::DurationError> {
+        self.timeout.parse()
+    }
+}

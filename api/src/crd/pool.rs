@@ -116,3 +116,13 @@ pub struct IpAddressPoolStatus {
     #[serde(default, rename = "availableIPv6")]
     pub available_ipv6: i64,
 }
+
+impl IpAddressPoolSpec {
+    /// The parsed `addresses`, in order; fails on the first bad entry.
+    pub fn ranges(&self) -> Result<Vec<crate::AddressRange>, crate::AddressError> {
+        self.addresses
+            .iter()
+            .map(|a| crate::AddressRange::parse(a))
+            .collect()
+    }
+}
