@@ -232,6 +232,8 @@ pub fn validate(config: &Config, origin: Origin) -> Vec<ValidationError> {
         check_pool(&mut c, pool, &mut ranges);
     }
     check_overlaps(&ranges, &mut errors);
+    check_duplicate_sessions(&config.peers, &mut errors);
+    check_vip_addresses(&config.control_plane_vips, &ranges, &mut errors);
     for peer in &config.peers {
         let mut c = Check::new(kind::BGP_PEER, peer, &mut errors);
         check_peer(&mut c, peer, &bfd_names, origin);
@@ -462,6 +464,68 @@ fn check_overlaps(ranges: &[PoolRange], errors: &mut Vec<ValidationError>) {
                     fix: "make pools and their entries disjoint".into(),
                 });
             }
+        }
+    }
+}
+
+/// Two BGPPeers for the same router and the same nodes would open two sessions from one
+/// node to one router, which the router treats as a collision (RFC 4271 §6.8).
+fn check_duplicate_sessions(peers: &[BgpPeer], errors: &mut Vec<ValidationError>) {
+    for (i, a) in peers.iter().enumerate() {
+        for b in &peers[..i] {
+            let addr = |p: &BgpPeer| {
+                let t = p.spec.peer_address.trim();
+                t.parse::<IpAddr>()
+                    .map_or_else(|_| t.to_owned(), |ip| ip.to_string())
+            };
+            let same_router = addr(a) == addr(b) && a.spec.peer_port == b.spec.peer_port;
+            if same_router && a.spec.node_selectors == b.spec.node_selectors {
+                errors.push(ValidationError {
+                    kind: kind::BGP_PEER,
+                    name: a.name_any(),
+                    field: "spec.peerAddress".into(),
+                    problem: format!(
+                        "BGPPeer {:?} already peers with {} port {} from the same nodes",
+                        b.name_any(),
+                        a.spec.peer_address,
+                        a.spec.peer_port
+                    ),
+                    fix: "merge the two BGPPeers, or give them disjoint nodeSelectors".into(),
+                });
+            }
+        }
+    }
+}
+
+/// The apiserver VIP must be unique and must never be handed to a Service.
+fn check_vip_addresses(
+    vips: &[ControlPlaneVip],
+    ranges: &[PoolRange],
+    errors: &mut Vec<ValidationError>,
+) {
+    let mut seen: BTreeMap<IpAddr, String> = BTreeMap::new();
+    for vip in vips {
+        let Ok(ip) = vip.spec.address.trim().parse::<IpAddr>() else {
+            continue; // reported by check_vip
+        };
+        let name = vip.name_any();
+        let mut c = Check::new(kind::CONTROL_PLANE_VIP, vip, errors);
+        if let Some(other) = seen.insert(ip, name.clone()) {
+            c.err(
+                "spec.address",
+                format!("ControlPlaneVIP {other:?} has the same address {ip}"),
+                "use one ControlPlaneVIP per address",
+            );
+        }
+        for r in ranges.iter().filter(|r| r.range.contains(ip)) {
+            c.err(
+                "spec.address",
+                format!(
+                    "{ip} is in IPAddressPool {:?} (spec.addresses[{}]), so a Service could get it",
+                    r.pool, r.index
+                ),
+                "remove the VIP from the pool, or pick a VIP outside every pool",
+            );
         }
     }
 }

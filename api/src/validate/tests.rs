@@ -682,3 +682,31 @@ fn condition_from_errors() {
     assert_eq!(conditions[0].last_transition_time, t1);
     assert_eq!(conditions[0].status, "True");
 }
+
+#[test]
+fn duplicate_sessions() {
+    let mut c = good();
+    let mut twin = c.peers[0].clone();
+    twin.metadata.name = Some("router-a2".into());
+    c.peers.push(twin.clone());
+    let e = only_errors(c.clone(), "BGPPeer", "router-a2", "spec.peerAddress");
+    assert!(e[0].problem.contains("\"router-a\""));
+    c.peers[1].spec.node_selectors = vec![selector("rack", "In", &["r1"])];
+    assert!(validate(&c, Origin::Cluster).is_empty());
+    c.peers[1].spec.node_selectors.clear();
+    c.peers[1].spec.peer_port = 1179;
+    assert!(validate(&c, Origin::Cluster).is_empty());
+}
+
+#[test]
+fn vip_address_in_a_pool_or_repeated() {
+    let mut c = good();
+    c.control_plane_vips[0].spec.address = "203.0.113.5".into();
+    let e = only_errors(c, "ControlPlaneVIP", "apiserver", "spec.address");
+    assert!(e[0].problem.contains("\"public\""), "{}", e[0]);
+    let mut c = good();
+    let mut twin = c.control_plane_vips[0].clone();
+    twin.metadata.name = Some("apiserver2".into());
+    c.control_plane_vips.push(twin);
+    only_errors(c, "ControlPlaneVIP", "apiserver2", "spec.address");
+}
