@@ -75,5 +75,6 @@ pub enum AnnouncementProtocol {
 pub struct ServiceAnnouncementStatus {
     /// `Valid` and other conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::defaults::conditions_schema")]
     pub conditions: Vec<Condition>,
 }

@@ -83,6 +83,7 @@ impl Default for BfdProfileSpec {
 pub struct BfdProfileStatus {
     /// `Valid` and other conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::defaults::conditions_schema")]
     pub conditions: Vec<Condition>,
 }
 

@@ -176,6 +176,7 @@ pub enum AddressFamily {
 pub struct BgpPeerStatus {
     /// `Valid` and other conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::defaults::conditions_schema")]
     pub conditions: Vec<Condition>,
 }
 
@@ -269,5 +270,6 @@ impl Default for BgpAdvertisementSpec {
 pub struct BgpAdvertisementStatus {
     /// `Valid` and other conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::defaults::conditions_schema")]
     pub conditions: Vec<Condition>,
 }

@@ -146,6 +146,7 @@ pub struct ControlPlaneVipBgp {
 pub struct ControlPlaneVipStatus {
     /// `Valid` and other conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::defaults::conditions_schema")]
     pub conditions: Vec<Condition>,
     /// L2: the node holding the VIP.
     #[serde(default, skip_serializing_if = "Option::is_none")]

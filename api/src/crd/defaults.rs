@@ -94,3 +94,16 @@ pub fn asn_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 pub fn u32_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({"type": "integer", "format": "int64", "minimum": 0, "maximum": 4294967295u64})
 }
+
+/// Schema of `status.conditions`: a list map keyed by `type`, so server-side apply merges
+/// conditions written by different managers instead of replacing the whole list.
+pub fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema =
+        generator.subschema_for::<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>();
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["type"]),
+    );
+    schema
+}

@@ -55,5 +55,6 @@ pub struct L2AdvertisementSpec {
 pub struct L2AdvertisementStatus {
     /// `Valid` and other conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::defaults::conditions_schema")]
     pub conditions: Vec<Condition>,
 }

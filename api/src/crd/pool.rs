@@ -102,6 +102,7 @@ pub struct ServiceAllocation {
 pub struct IpAddressPoolStatus {
     /// `Valid` and other conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::defaults::conditions_schema")]
     pub conditions: Vec<Condition>,
     /// IPv4 addresses assigned to Services.
     #[serde(default, rename = "assignedIPv4")]
