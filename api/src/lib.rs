@@ -6,7 +6,7 @@ pub mod annotations;
 pub mod community;
 pub mod crd;
 pub mod duration;
-mod selector;
+pub mod selector;
 pub mod stream;
 pub mod validate;
 
@@ -17,6 +17,7 @@ pub use annotations::{
 pub use community::{Community, CommunityError};
 pub use crd::*;
 pub use duration::{Duration, DurationError};
+pub use selector::selectors_match;
 pub use stream::{
     Object, ObjectStream, Source, StreamError, parse_stream, read_stream, write_atomically,
     write_stream,

@@ -1,6 +1,19 @@
-//! Syntax checks for Kubernetes label selectors and names (apimachinery's rules).
+//! Label selectors: the API's matching rule for selector lists, and syntax checks (apimachinery's rules).
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
+
+/// The API's selector-list rule, in one place: an empty list matches everything, otherwise
+/// any one selector must match. An invalid selector (which the validator reports)
+/// matches nothing, so a typo never widens what a rule applies to.
+pub fn selectors_match(selectors: &[LabelSelector], labels: &BTreeMap<String, String>) -> bool {
+    selectors.is_empty()
+        || selectors
+            .iter()
+            .any(|s| Selector::try_from(s.clone()).is_ok_and(|sel| sel.matches(labels)))
+}
 
 /// A problem at a path relative to the checked value: (sub-path, problem, fix).
 pub(crate) type Problem = (String, String, String);
@@ -120,6 +133,40 @@ pub(crate) fn check_selector(sel: &LabelSelector) -> Vec<Problem> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn selector_lists() {
+        let rack1 = LabelSelector {
+            match_labels: Some(labels(&[("rack", "r1")])),
+            match_expressions: None,
+        };
+        let rack2 = LabelSelector {
+            match_labels: Some(labels(&[("rack", "r2")])),
+            match_expressions: None,
+        };
+        let node = labels(&[("rack", "r2")]);
+        assert!(selectors_match(&[], &node));
+        assert!(selectors_match(&[rack1.clone(), rack2], &node));
+        assert!(!selectors_match(&[rack1], &node));
+        let broken = LabelSelector {
+            match_expressions: Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                    key: "rack".into(),
+                    operator: "Bogus".into(),
+                    values: None,
+                },
+            ]),
+            match_labels: None,
+        };
+        assert!(!selectors_match(&[broken], &node));
+    }
 
     #[test]
     fn keys_and_values() {

@@ -118,6 +118,21 @@ pub struct IpAddressPoolStatus {
     pub available_ipv6: i64,
 }
 
+impl ServiceAllocation {
+    /// Whether a Service may use the pool: every non-empty list must match (namespaces by
+    /// name, namespaces by label, the Service by label).
+    pub fn allows(
+        &self,
+        namespace: &str,
+        namespace_labels: &std::collections::BTreeMap<String, String>,
+        service_labels: &std::collections::BTreeMap<String, String>,
+    ) -> bool {
+        (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace))
+            && crate::selectors_match(&self.namespace_selectors, namespace_labels)
+            && crate::selectors_match(&self.service_selectors, service_labels)
+    }
+}
+
 impl IpAddressPoolSpec {
     /// The parsed `addresses`, in order; fails on the first bad entry.
     pub fn ranges(&self) -> Result<Vec<crate::AddressRange>, crate::AddressError> {
@@ -125,5 +140,38 @@ impl IpAddressPoolSpec {
             .iter()
             .map(|a| crate::AddressRange::parse(a))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn service_allocation_allows() {
+        let none = BTreeMap::new();
+        let team_a: BTreeMap<String, String> = [("team".to_string(), "a".to_string())].into();
+        assert!(ServiceAllocation::default().allows("x", &none, &none));
+        let by_ns = ServiceAllocation {
+            namespaces: vec!["team-a".into()],
+            ..Default::default()
+        };
+        assert!(by_ns.allows("team-a", &none, &none));
+        assert!(!by_ns.allows("team-b", &none, &none));
+        let by_label = ServiceAllocation {
+            namespaces: vec!["team-a".into()],
+            service_selectors: vec![LabelSelector {
+                match_labels: Some(team_a.clone()),
+                match_expressions: None,
+            }],
+            ..Default::default()
+        };
+        assert!(by_label.allows("team-a", &none, &team_a));
+        assert!(
+            !by_label.allows("team-a", &none, &none),
+            "both lists must match"
+        );
     }
 }
