@@ -351,20 +351,24 @@ fn decode_into(
     let Some(kind) = field("kind") else {
         return Err(object_error(file, source, "kind", "missing kind"));
     };
+    let mut unknown = Vec::new();
+    let u = &mut unknown;
     let object = match (api_version.as_str(), kind.as_str()) {
-        (API_VERSION, "IPAddressPool") => Object::IpAddressPool(decode(file, source, doc)?),
-        (API_VERSION, "BGPPeer") => Object::BgpPeer(decode(file, source, doc)?),
-        (API_VERSION, "BGPAdvertisement") => Object::BgpAdvertisement(decode(file, source, doc)?),
-        (API_VERSION, "L2Advertisement") => Object::L2Advertisement(decode(file, source, doc)?),
-        (API_VERSION, "BFDProfile") => Object::BfdProfile(decode(file, source, doc)?),
-        (API_VERSION, "ControlPlaneVIP") => Object::ControlPlaneVip(decode(file, source, doc)?),
-        (API_VERSION, "ServiceAnnouncement") => {
-            Object::ServiceAnnouncement(decode(file, source, doc)?)
+        (API_VERSION, "IPAddressPool") => Object::IpAddressPool(decode(file, source, doc, u)?),
+        (API_VERSION, "BGPPeer") => Object::BgpPeer(decode(file, source, doc, u)?),
+        (API_VERSION, "BGPAdvertisement") => {
+            Object::BgpAdvertisement(decode(file, source, doc, u)?)
         }
-        ("v1", "Node") => Object::Node(decode(file, source, doc)?),
-        ("v1", "Service") => Object::Service(decode(file, source, doc)?),
+        (API_VERSION, "L2Advertisement") => Object::L2Advertisement(decode(file, source, doc, u)?),
+        (API_VERSION, "BFDProfile") => Object::BfdProfile(decode(file, source, doc, u)?),
+        (API_VERSION, "ControlPlaneVIP") => Object::ControlPlaneVip(decode(file, source, doc, u)?),
+        (API_VERSION, "ServiceAnnouncement") => {
+            Object::ServiceAnnouncement(decode(file, source, doc, u)?)
+        }
+        ("v1", "Node") => Object::Node(decode(file, source, doc, u)?),
+        ("v1", "Service") => Object::Service(decode(file, source, doc, u)?),
         ("discovery.k8s.io/v1", "EndpointSlice") => {
-            Object::EndpointSlice(decode(file, source, doc)?)
+            Object::EndpointSlice(decode(file, source, doc, u)?)
         }
         _ => {
             let name = doc
@@ -377,16 +381,71 @@ fn decode_into(
             return Ok(());
         }
     };
+    if let Some(path) = unknown.first() {
+        let name = object.name();
+        if matches!(
+            object,
+            Object::Node(_) | Object::Service(_) | Object::EndpointSlice(_)
+        ) {
+            // kubectl output from a newer Kubernetes may hold fields our types lack.
+            out.warnings.push(format!(
+                "{file}: {source}: {kind} {name:?}: ignoring unknown fields {}",
+                unknown.join(", ")
+            ));
+        } else {
+            // A misspelt ferrolb field would silently take its default: refuse, like
+            // `kubectl apply --validate=strict`.
+            return Err(StreamError::Object {
+                file: file.to_owned(),
+                at: source,
+                path: path.clone(),
+                message: format!(
+                    "unknown field in {kind} {name:?}; check the spelling against the API"
+                ),
+            });
+        }
+    }
     out.objects.push((source, object));
     Ok(())
 }
 
-fn decode<T: DeserializeOwned>(file: &str, source: Source, doc: Value) -> Result<T, StreamError> {
-    serde_path_to_error::deserialize(doc).map_err(|e| StreamError::Object {
+/// Rewrites serde_ignored's `status.?.addresses.?.0.typo` as `status.addresses[0].typo`.
+fn field_path(ignored: &str) -> String {
+    let mut out = String::new();
+    for seg in ignored.split('.').filter(|s| *s != "?") {
+        if !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) {
+            out.push_str(&format!("[{seg}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(seg);
+        }
+    }
+    out
+}
+
+/// Decodes one object, collecting the paths of fields the type does not have.
+fn decode<T: DeserializeOwned>(
+    file: &str,
+    source: Source,
+    doc: Value,
+    unknown: &mut Vec<String>,
+) -> Result<T, StreamError> {
+    let mut track = serde_path_to_error::Track::new();
+    let de = serde_path_to_error::Deserializer::new(doc, &mut track);
+    let result = serde_ignored::deserialize(de, |path| {
+        let path = field_path(&path.to_string());
+        // Some types read apiVersion and kind through their own means and skip the fields.
+        if path != "apiVersion" && path != "kind" {
+            unknown.push(path);
+        }
+    });
+    result.map_err(|e| StreamError::Object {
         file: file.to_owned(),
         at: source,
-        path: e.path().to_string(),
-        message: e.inner().to_string(),
+        path: track.path().to_string(),
+        message: e.to_string(),
     })
 }
 

@@ -354,3 +354,23 @@ spec:
     let valid = back.validated_config("checkpoint.yaml").unwrap();
     assert_eq!(valid.into_inner(), checkpoint);
 }
+
+#[test]
+fn misspelt_ferrolb_field_rejects_the_file() {
+    let text = STATIC_FILE.replace("holdTime: 9s", "holdtime: 9s");
+    let err = parse_stream("static.yaml", &text).unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "static.yaml: document 2: spec.holdtime: unknown field in BGPPeer \"router-a\""
+        ),
+        "{err}"
+    );
+    let text = STATIC_FILE.replace("  - {type: InternalIP", "  - {typo: 1, type: InternalIP");
+    let s = parse_stream("static.yaml", &text).unwrap();
+    assert!(
+        s.warnings.iter().any(|w| w.contains("document 4")
+            && w.contains("Node \"node1\": ignoring unknown fields status.addresses")),
+        "{:?}",
+        s.warnings
+    );
+}
