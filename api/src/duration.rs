@@ -132,6 +132,20 @@ impl fmt::Display for Duration {
     }
 }
 
+/// Serialized as the API writes durations (`"90s"`), for components' own config types.
+impl serde::Serialize for Duration {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Duration {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,6 +178,14 @@ mod tests {
             p("99999999999999999999999h"),
             Err(DurationError::Overflow(_))
         ));
+    }
+
+    #[test]
+    fn serde_as_string() {
+        let d: Duration = serde_json::from_str("\"1m30s\"").unwrap();
+        assert_eq!(d, Duration::from_secs(90));
+        assert_eq!(serde_json::to_string(&d).unwrap(), "\"90s\"");
+        assert!(serde_json::from_str::<Duration>("\"90\"").is_err());
     }
 
     #[test]
