@@ -99,6 +99,29 @@ pub struct BgpPeerSpec {
 }
 
 impl BgpPeerSpec {
+    /// A peer with every optional field at its default.
+    pub fn new(my_asn: u32, peer_asn: u32, peer_address: impl Into<String>) -> Self {
+        Self {
+            my_asn,
+            peer_asn,
+            peer_address: peer_address.into(),
+            peer_port: defaults::peer_port(),
+            source_address: None,
+            router_id: None,
+            hold_time: defaults::hold_time(),
+            keepalive_time: None,
+            connect_time: defaults::connect_time(),
+            passive: false,
+            ebgp_multi_hop: false,
+            password_secret: None,
+            password_file: None,
+            bfd_profile: None,
+            graceful_restart: None,
+            address_families: defaults::address_families(),
+            node_selectors: Vec::new(),
+        }
+    }
+
     /// Parsed `holdTime`.
     pub fn hold_time(&self) -> Result<Duration, DurationError> {
         self.hold_time.parse()

@@ -72,6 +72,23 @@ pub struct ControlPlaneVipSpec {
     pub bgp: Option<ControlPlaneVipBgp>,
 }
 
+impl ControlPlaneVipSpec {
+    /// An L2 VIP with no members yet and every other field at its default.
+    pub fn new(address: impl Into<String>) -> Self {
+        Self {
+            address: address.into(),
+            port: defaults::apiserver_port(),
+            mode: VipMode::L2,
+            interface: None,
+            members: Vec::new(),
+            membership_port: defaults::membership_port(),
+            membership_key_file: defaults::membership_key_file(),
+            health_check: HealthCheck::default(),
+            bgp: None,
+        }
+    }
+}
+
 /// How a ControlPlaneVIP is announced.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum VipMode {

@@ -134,6 +134,16 @@ impl ServiceAllocation {
 }
 
 impl IpAddressPoolSpec {
+    /// A pool of these entries with every other field at its default.
+    pub fn new<S: Into<String>>(addresses: impl IntoIterator<Item = S>) -> Self {
+        Self {
+            addresses: addresses.into_iter().map(Into::into).collect(),
+            auto_assign: defaults::auto_assign(),
+            avoid_buggy_ips: false,
+            service_allocation: None,
+        }
+    }
+
     /// The parsed `addresses`, in order; fails on the first bad entry.
     pub fn ranges(&self) -> Result<Vec<crate::AddressRange>, crate::AddressError> {
         self.addresses

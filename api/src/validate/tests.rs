@@ -9,23 +9,11 @@ use super::*;
 use crate::crd::*;
 
 fn pool(name: &str, addresses: &[&str]) -> IpAddressPool {
-    IpAddressPool::new(
-        name,
-        IpAddressPoolSpec {
-            addresses: addresses.iter().map(|s| s.to_string()).collect(),
-            auto_assign: true,
-            avoid_buggy_ips: false,
-            service_allocation: None,
-        },
-    )
+    IpAddressPool::new(name, IpAddressPoolSpec::new(addresses.iter().copied()))
 }
 
 fn peer(name: &str) -> BgpPeer {
-    let spec: BgpPeerSpec = serde_json::from_value(serde_json::json!({
-        "myASN": 64513, "peerASN": 64512, "peerAddress": "192.0.2.1"
-    }))
-    .unwrap();
-    BgpPeer::new(name, spec)
+    BgpPeer::new(name, BgpPeerSpec::new(64513, 64512, "192.0.2.1"))
 }
 
 fn bfd(name: &str) -> BfdProfile {
@@ -121,6 +109,25 @@ fn good_config_is_valid() {
     let errors = validate(&good(), Origin::Cluster);
     assert!(errors.is_empty(), "{errors:#?}");
     assert!(good().validate(Origin::Cluster).is_ok());
+}
+
+#[test]
+fn constructors_match_serde_defaults() {
+    let decoded: BgpPeerSpec = serde_json::from_value(serde_json::json!({
+        "myASN": 64513, "peerASN": 64512, "peerAddress": "192.0.2.1"
+    }))
+    .unwrap();
+    assert_eq!(decoded, BgpPeerSpec::new(64513, 64512, "192.0.2.1"));
+    let decoded: IpAddressPoolSpec =
+        serde_json::from_value(serde_json::json!({"addresses": ["192.0.2.0/24"]})).unwrap();
+    assert_eq!(decoded, IpAddressPoolSpec::new(["192.0.2.0/24"]));
+    let decoded: ControlPlaneVipSpec =
+        serde_json::from_value(serde_json::json!({"address": "192.0.2.100"})).unwrap();
+    assert_eq!(decoded, ControlPlaneVipSpec::new("192.0.2.100"));
+    let decoded: BfdProfileSpec = serde_json::from_value(serde_json::json!({})).unwrap();
+    assert_eq!(decoded, BfdProfileSpec::default());
+    let decoded: BgpAdvertisementSpec = serde_json::from_value(serde_json::json!({})).unwrap();
+    assert_eq!(decoded, BgpAdvertisementSpec::default());
 }
 
 #[test]
