@@ -104,6 +104,19 @@ impl AddressRange {
             .saturating_add(1)
     }
 
+    /// IPv4 addresses ending in .0 or .255 in the range (0 for IPv6), for `avoidBuggyIPs`.
+    pub fn buggy_count(&self) -> u128 {
+        if !self.is_ipv4() {
+            return 0;
+        }
+        let (first, last) = (to_u128(self.first), to_u128(self.last));
+        // Numbers in 0..=n with the given last octet.
+        let upto = |n: u128, octet: u128| if n >= octet { (n - octet) / 256 + 1 } else { 0 };
+        let count =
+            |octet: u128| upto(last, octet) - first.checked_sub(1).map_or(0, |f| upto(f, octet));
+        count(0) + count(255)
+    }
+
     /// Never true: a range holds at least one address.
     pub fn is_empty(&self) -> bool {
         false
@@ -163,6 +176,17 @@ mod tests {
             AddressRange::parse("bogus"),
             Err(AddressError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn buggy_addresses() {
+        let count = |s: &str| AddressRange::parse(s).unwrap().buggy_count();
+        assert_eq!(count("192.0.2.0/24"), 2);
+        assert_eq!(count("10.0.0.0/16"), 512);
+        assert_eq!(count("192.0.2.1-192.0.2.254"), 0);
+        assert_eq!(count("192.0.2.255-192.0.3.0"), 2);
+        assert_eq!(count("0.0.0.0/32"), 1);
+        assert_eq!(count("2001:db8::/120"), 0);
     }
 
     #[test]

@@ -144,6 +144,26 @@ impl IpAddressPoolSpec {
         }
     }
 
+    /// Usable (IPv4, IPv6) address counts, honouring `avoidBuggyIPs`, for the status
+    /// fields; saturating. Fails on the first bad entry.
+    pub fn capacity(&self) -> Result<(u128, u128), crate::AddressError> {
+        let (mut v4, mut v6) = (0u128, 0u128);
+        for r in self.ranges()? {
+            let skip = if self.avoid_buggy_ips {
+                r.buggy_count()
+            } else {
+                0
+            };
+            let n = r.len().saturating_sub(skip);
+            if r.is_ipv4() {
+                v4 = v4.saturating_add(n);
+            } else {
+                v6 = v6.saturating_add(n);
+            }
+        }
+        Ok((v4, v6))
+    }
+
     /// The parsed `addresses`, in order; fails on the first bad entry.
     pub fn ranges(&self) -> Result<Vec<crate::AddressRange>, crate::AddressError> {
         self.addresses
@@ -158,6 +178,15 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+
+    #[test]
+    fn capacity() {
+        let mut spec = IpAddressPoolSpec::new(["192.0.2.0/24", "2001:db8::/120", "::/0"]);
+        assert_eq!(spec.capacity().unwrap(), (256, u128::MAX));
+        spec.avoid_buggy_ips = true;
+        spec.addresses.truncate(2);
+        assert_eq!(spec.capacity().unwrap(), (254, 256));
+    }
 
     #[test]
     fn service_allocation_allows() {
