@@ -531,7 +531,10 @@ pub fn write_atomically(path: &Path, bytes: &[u8], keep_previous: bool) -> Resul
     })?;
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(file_name);
-    tmp_name.push(format!(".tmp.{}", std::process::id()));
+    // pid + counter: two writers in one process must not share a temp file either.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tmp_name.push(format!(".tmp.{}.{n}", std::process::id()));
     let tmp = dir.join(tmp_name);
     let result = (|| {
         let mut f = fs::File::create(&tmp)?;
