@@ -1,0 +1,62 @@
+//! The custom resources of API.md: group `ferrolb.io`, version `v1alpha1`.
+
+// Several `printcolumn(type_ = "string", ..)` in one `#[kube]` look like duplicates to clippy.
+#![allow(clippy::duplicated_attributes)]
+
+mod announcement;
+mod bfd;
+mod bgp;
+mod cpvip;
+pub mod defaults;
+mod l2;
+mod manifests;
+mod pool;
+
+pub use announcement::{
+    AnnouncementProtocol, ServiceAnnouncement, ServiceAnnouncementSpec, ServiceAnnouncementStatus,
+    ServiceRef,
+};
+pub use bfd::{BfdProfile, BfdProfileSpec, BfdProfileStatus};
+pub use bgp::{
+    AddressFamily, BgpAdvertisement, BgpAdvertisementSpec, BgpAdvertisementStatus, BgpPeer,
+    BgpPeerSpec, BgpPeerStatus, GracefulRestart, SecretKeyRef,
+};
+pub use cpvip::{
+    ControlPlaneVip, ControlPlaneVipBgp, ControlPlaneVipMember, ControlPlaneVipSpec,
+    ControlPlaneVipStatus, HealthCheck, VipMode,
+};
+pub use l2::{L2Advertisement, L2AdvertisementSpec, L2AdvertisementStatus};
+pub use manifests::{ManifestError, REGENERATE, crd_files, crds};
+pub use pool::{IpAddressPool, IpAddressPoolSpec, IpAddressPoolStatus, ServiceAllocation};
+
+/// API group of every ferrolb kind.
+pub const GROUP: &str = "ferrolb.io";
+/// API version of every ferrolb kind.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` as written in objects.
+pub const API_VERSION: &str = "ferrolb.io/v1alpha1";
+
+/// Requested addresses on a Service, comma-separated, one per family.
+pub const ANNOTATION_LOAD_BALANCER_IPS: &str = "ferrolb.io/loadBalancerIPs";
+/// Pool a Service wants its address from.
+pub const ANNOTATION_ADDRESS_POOL: &str = "ferrolb.io/address-pool";
+/// Sharing key: Services with the same key may share an address when ports do not clash.
+pub const ANNOTATION_ALLOW_SHARED_IP: &str = "ferrolb.io/allow-shared-ip";
+/// Written by the controller: the pool an address came from.
+pub const ANNOTATION_IP_ALLOCATED_FROM_POOL: &str = "ferrolb.io/ip-allocated-from-pool";
+/// Default `spec.loadBalancerClass` served (`--lb-class`).
+pub const DEFAULT_LOAD_BALANCER_CLASS: &str = "ferrolb.io/lb";
+/// Pod readiness gate condition type.
+pub const READINESS_GATE_CONDITION: &str = "ferrolb.io/load-balancer-ready";
+/// RFC 8326 GRACEFUL_SHUTDOWN community, sent while draining.
+pub const GRACEFUL_SHUTDOWN_COMMUNITY: &str = "65535:0";
+/// The same community as (ASN, value).
+pub const GRACEFUL_SHUTDOWN: (u16, u16) = (65535, 0);
+/// Condition type every ferrolb kind carries.
+pub const CONDITION_VALID: &str = "Valid";
+/// Name of the Secret holding the speakers' membership key.
+pub const MEMBERSHIP_SECRET_NAME: &str = "ferrolb-membership";
+/// Default speaker membership port.
+pub const SPEAKER_MEMBERSHIP_PORT: u16 = 7946;
+/// Minimum length of a membership key, in characters.
+pub const MEMBERSHIP_KEY_MIN_LEN: usize = 32;
