@@ -2,6 +2,7 @@
 pub mod attributes;
 pub mod capability;
 pub mod error;
+pub mod fsm;
 pub mod message;
 pub mod nlri;
 
