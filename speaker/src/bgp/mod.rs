@@ -5,6 +5,7 @@ pub mod error;
 pub mod fsm;
 pub mod message;
 pub mod nlri;
+pub mod rib_out;
 
 pub use attributes::{
     AsPath, AsSegment, Community, LargeCommunity, MpNextHop, Origin, PathAttributes,
