@@ -6,6 +6,8 @@ pub mod fsm;
 pub mod message;
 pub mod nlri;
 pub mod rib_out;
+pub mod session;
+pub mod socket;
 
 pub use attributes::{
     AsPath, AsSegment, Community, LargeCommunity, MpNextHop, Origin, PathAttributes,
