@@ -16,3 +16,6 @@ pub use capability::{Capability, GracefulRestart};
 pub use error::{DecodeError, ErrorAction};
 pub use message::{DecodeContext, EncodeContext, Message, Notification, Open, Update};
 pub use nlri::Family;
+
+#[cfg(test)]
+mod tests;
