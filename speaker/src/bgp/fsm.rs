@@ -660,10 +660,9 @@ impl Fsm {
         let keepalive_time = if hold_time == 0 {
             0
         } else {
-            self.config
-                .keepalive_time
-                .unwrap_or(hold_time / 3)
-                .clamp(1, hold_time / 3)
+            // Never above a third of the hold time (RFC 4271 §10), never 0, whatever the config says.
+            let cap = (hold_time / 3).max(1);
+            self.config.keepalive_time.unwrap_or(cap).clamp(1, cap)
         };
         let theirs = open.families();
         let families = self
@@ -723,6 +722,12 @@ impl Fsm {
         }
         self.negotiated = None;
         self.established_at = None;
+        if self.started && self.config.passive {
+            // A passive speaker never connects, so there is nothing to back off: listen
+            // again at once, or a peer reconnecting quickly would be refused.
+            self.set_state(State::Idle, reason.to_string());
+            return self.start(now, "automatic restart");
+        }
         let delay = self.backoff();
         self.failures = self.failures.saturating_add(1);
         if self.started {
