@@ -86,7 +86,8 @@ impl RibOut {
     /// UPDATEs taking the peer from what it was sent to `desired`; empty when not up.
     ///
     /// `desired` holds the local view (no MP attributes); export rewrites are applied here.
-    pub fn sync(&mut self, desired: &BTreeMap<IpNet, PathAttributes>) -> Vec<Update> {
+    /// Routes sharing one `Arc` cost one attribute set in memory and compare by pointer.
+    pub fn sync(&mut self, desired: &BTreeMap<IpNet, Arc<PathAttributes>>) -> Vec<Update> {
         if !self.up {
             return Vec::new();
         }
@@ -111,16 +112,20 @@ impl RibOut {
 
         // Group changed prefixes by attribute set, keeping first-seen order.
         let mut index: HashMap<(&PathAttributes, Family), usize> = HashMap::new();
-        let mut groups: Vec<(&PathAttributes, Family, Vec<IpNet>)> = Vec::new();
+        let mut groups: Vec<(&Arc<PathAttributes>, Family, Vec<IpNet>)> = Vec::new();
         for (prefix, attrs) in desired {
             let family = Family::of(prefix);
             if !self.families.contains(&family) || !self.can_announce(family, attrs) {
                 continue;
             }
-            if self.sent.get(prefix).is_some_and(|a| **a == *attrs) {
+            if self
+                .sent
+                .get(prefix)
+                .is_some_and(|a| Arc::ptr_eq(a, attrs) || **a == **attrs)
+            {
                 continue;
             }
-            let i = *index.entry((attrs, family)).or_insert_with(|| {
+            let i = *index.entry((&**attrs, family)).or_insert_with(|| {
                 groups.push((attrs, family, Vec::new()));
                 groups.len() - 1
             });
@@ -129,9 +134,8 @@ impl RibOut {
             }
         }
         for (attrs, family, prefixes) in groups {
-            let shared = Arc::new(attrs.clone());
             for p in &prefixes {
-                self.sent.insert(*p, shared.clone());
+                self.sent.insert(*p, attrs.clone());
             }
             let exported = self.exported(attrs, family);
             pack_announcements(exported, family, &prefixes, self.four_octet, &mut out);

@@ -20,8 +20,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// The routes to announce to a peer, with their attributes.
-pub type Routes = BTreeMap<IpNet, PathAttributes>;
+/// The routes to announce to a peer; share one `Arc` among routes with equal attributes.
+pub type Routes = BTreeMap<IpNet, Arc<PathAttributes>>;
 
 /// Everything needed to run a session with one peer.
 #[derive(Debug, Clone)]

@@ -5,6 +5,7 @@ use crate::bgp::*;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 fn negotiated(families: Vec<Family>, four_octet_as: bool) -> Negotiated {
     Negotiated {
@@ -39,7 +40,11 @@ fn up_rib(ebgp: bool) -> RibOut {
     r
 }
 
-fn attrs() -> PathAttributes {
+fn attrs() -> Arc<PathAttributes> {
+    Arc::new(base())
+}
+
+fn base() -> PathAttributes {
     PathAttributes {
         communities: vec![Community::new(64512, 100)],
         ..Default::default()
@@ -86,7 +91,8 @@ fn wire_check(updates: &[Update]) -> (BTreeSet<IpNet>, BTreeSet<IpNet>, Vec<Fami
 #[test]
 fn ten_thousand_v4_prefixes_pack_into_few_updates() {
     let mut r = up_rib(true);
-    let desired: BTreeMap<IpNet, PathAttributes> = v4_hosts(10_000).map(|p| (p, attrs())).collect();
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> =
+        v4_hosts(10_000).map(|p| (p, attrs())).collect();
     let updates = r.sync(&desired);
     let (ann, wd, eor) = wire_check(&updates);
     assert_eq!(ann.len(), 10_000);
@@ -107,7 +113,8 @@ fn ten_thousand_v4_prefixes_pack_into_few_updates() {
 #[test]
 fn ipv6_goes_in_mp_reach_with_the_v6_next_hop() {
     let mut r = up_rib(true);
-    let desired: BTreeMap<IpNet, PathAttributes> = v6_hosts(1000).map(|p| (p, attrs())).collect();
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> =
+        v6_hosts(1000).map(|p| (p, attrs())).collect();
     let updates = r.sync(&desired);
     let (ann, _, _) = wire_check(&updates);
     assert_eq!(ann.len(), 1000);
@@ -132,7 +139,7 @@ fn ipv6_goes_in_mp_reach_with_the_v6_next_hop() {
 #[test]
 fn withdrawals_and_changes_are_minimal() {
     let mut r = up_rib(true);
-    let mut desired: BTreeMap<IpNet, PathAttributes> = v4_hosts(5000)
+    let mut desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(5000)
         .chain(v6_hosts(500))
         .map(|p| (p, attrs()))
         .collect();
@@ -146,10 +153,10 @@ fn withdrawals_and_changes_are_minimal() {
     for p in &changed {
         desired.insert(
             *p,
-            PathAttributes {
+            Arc::new(PathAttributes {
                 med: Some(10),
-                ..attrs()
-            },
+                ..base()
+            }),
         );
     }
     let updates = r.sync(&desired);
@@ -176,7 +183,8 @@ fn withdrawals_and_changes_are_minimal() {
 #[test]
 fn session_restart_resends_the_full_table_and_eor() {
     let mut r = up_rib(true);
-    let desired: BTreeMap<IpNet, PathAttributes> = v4_hosts(100).map(|p| (p, attrs())).collect();
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> =
+        v4_hosts(100).map(|p| (p, attrs())).collect();
     r.sync(&desired);
     r.session_down();
     assert!(r.sync(&desired).is_empty(), "nothing while down");
@@ -190,7 +198,7 @@ fn session_restart_resends_the_full_table_and_eor() {
 fn unnegotiated_families_are_not_sent() {
     let mut r = RibOut::new(export(65001, true));
     r.session_up(&negotiated(vec![Family::IPV4_UNICAST], true));
-    let desired: BTreeMap<IpNet, PathAttributes> = v4_hosts(3)
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(3)
         .chain(v6_hosts(3))
         .map(|p| (p, attrs()))
         .collect();
@@ -200,14 +208,14 @@ fn unnegotiated_families_are_not_sent() {
 
 #[test]
 fn export_rewrites_for_ebgp_and_ibgp() {
-    let desired: BTreeMap<IpNet, PathAttributes> = v4_hosts(1)
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(1)
         .map(|p| {
             (
                 p,
-                PathAttributes {
+                Arc::new(PathAttributes {
                     local_pref: Some(200),
-                    ..attrs()
-                },
+                    ..base()
+                }),
             )
         })
         .collect();
@@ -235,7 +243,7 @@ fn export_rewrites_for_ebgp_and_ibgp() {
 fn four_octet_as_towards_two_octet_peer_adds_as4_path() {
     let mut r = RibOut::new(export(4_200_000_000, true));
     r.session_up(&negotiated(vec![Family::IPV4_UNICAST], false));
-    let desired: BTreeMap<IpNet, PathAttributes> = v4_hosts(1).map(|p| (p, attrs())).collect();
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(1).map(|p| (p, attrs())).collect();
     let u = &r.sync(&desired)[0];
     assert_eq!(
         u.attributes.as4_path,
@@ -262,7 +270,7 @@ fn four_octet_as_towards_two_octet_peer_adds_as4_path() {
 #[test]
 fn route_refresh_resends_one_family() {
     let mut r = up_rib(true);
-    let desired: BTreeMap<IpNet, PathAttributes> = v4_hosts(10)
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(10)
         .chain(v6_hosts(10))
         .map(|p| (p, attrs()))
         .collect();

@@ -6,6 +6,7 @@ use crate::bgp::*;
 use ipnet::IpNet;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 const A_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
@@ -56,11 +57,11 @@ async fn wait_for(
     h.status()
 }
 
-fn routes() -> BTreeMap<IpNet, PathAttributes> {
-    let attrs = PathAttributes {
+fn routes() -> BTreeMap<IpNet, Arc<PathAttributes>> {
+    let attrs = Arc::new(PathAttributes {
         communities: vec![Community::new(64512, 100)],
         ..Default::default()
-    };
+    });
     [
         "198.51.100.10/32",
         "198.51.100.11/32",
