@@ -505,15 +505,27 @@ impl Driver {
     }
 
     async fn send(&mut self, id: ConnId, msg: &Message) {
+        // A peer that stops reading must not wedge the task (and its hold timer):
+        // give up on a write after the hold time.
+        let hold = self
+            .fsm
+            .negotiated()
+            .map_or(240, |n| u64::from(n.hold_time));
+        let limit = std::time::Duration::from_secs(hold.max(10));
         let Some(conn) = self.conns.get_mut(&id) else {
             return;
         };
         let mut buf = BytesMut::with_capacity(128);
         msg.encode(&mut buf, &self.encode_ctx);
-        if let Err(e) = conn.writer.write_all(&buf).await {
+        let err = match tokio::time::timeout(limit, conn.writer.write_all(&buf)).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some("write blocked for longer than the hold time".to_string()),
+        };
+        if let Some(e) = err {
             tracing::debug!(error = %e, "write failed");
-            // Reported through the reader's close; make sure it happens.
-            let _ = self.ev_tx.try_send(ConnEvent::Closed(id, e.to_string()));
+            // The FSM learns of it as a connection failure.
+            let _ = self.ev_tx.try_send(ConnEvent::Closed(id, e));
             return;
         }
         if matches!(msg, Message::Update(_)) {

@@ -555,3 +555,28 @@ fn decode_error_sends_its_notification() {
     );
     assert_eq!(p.state(A), State::Idle);
 }
+
+#[test]
+fn inbound_connection_while_established_is_ceased_and_session_kept() {
+    let mut p = Pair::active_passive();
+    p.start();
+    let up = p.sides[B].ups[0].conn;
+    // A second connection arrives at B (e.g. A restarted its connect by mistake).
+    p.queue
+        .push_back((B, Event::TcpConnectionConfirmed(ConnId(999))));
+    p.drive();
+    assert_eq!(p.state(B), State::Established);
+    let last = p.sides[B]
+        .sent
+        .iter()
+        .rev()
+        .find(|(_, c, _)| *c == ConnId(999))
+        .map(|(_, _, m)| m.clone());
+    assert_eq!(
+        last,
+        Some(Message::Notification(Notification::cease(
+            subcode::CEASE_CONNECTION_COLLISION
+        )))
+    );
+    assert_eq!(p.sides[B].fsm.negotiated().map(|n| n.conn), Some(up));
+}
