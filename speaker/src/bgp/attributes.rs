@@ -270,7 +270,7 @@ pub struct MpUnreach {
 /// An attribute we do not interpret, preserved as raw bytes.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RawAttribute {
-    /// Flags as received (extended-length bit is recomputed on encode).
+    /// Optional, transitive and partial bits as received (extended length is recomputed on encode).
     pub flags: u8,
     /// Type code.
     pub type_code: u8,
@@ -664,7 +664,9 @@ impl PathAttributes {
             // Unknown optional non-transitive: quietly ignored (RFC 4271 §5).
             _ if flags & flag::TRANSITIVE == 0 => {}
             _ => self.unknown.push(RawAttribute {
-                flags,
+                // Keep only the meaningful bits: extended length is recomputed on encode
+                // and the low four bits are ignored on receipt (RFC 4271 §4.3).
+                flags: flags & (flag::OPTIONAL | flag::TRANSITIVE | flag::PARTIAL),
                 type_code,
                 value,
             }),

@@ -648,3 +648,15 @@ fn fuzz_seed_corpus_decodes() {
         .is_ok()
     );
 }
+
+#[test]
+fn unknown_attribute_flags_are_normalised() {
+    // Found by the fuzzer: extended-length and low bits made re-encoding differ.
+    let attrs = [&ORIGIN[..], &PATH, &[0xf6, 255, 0, 0]].concat();
+    let Ok(Message::Update(u)) = dec(&update_with_attrs(&attrs, &[])) else {
+        panic!()
+    };
+    assert_eq!(u.attributes.unknown[0].flags, 0xe0);
+    let again = dec(&enc(&Message::Update(u.clone())));
+    assert_eq!(again, Ok(Message::Update(u)));
+}
