@@ -644,7 +644,10 @@ impl Fsm {
             });
             self.negotiated = None;
             // Our OPEN already went out on it; we are in OpenSent there unless its OPEN arrived.
-            self.state = State::OpenSent;
+            self.set_state(
+                State::OpenSent,
+                "connection collision: kept the other connection",
+            );
             self.out
                 .push_back(Output::ArmTimer(Timer::Hold, now + OPEN_HOLD_TIME));
             self.out.push_back(Output::CancelTimer(Timer::Keepalive));
