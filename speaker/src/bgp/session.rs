@@ -186,7 +186,10 @@ impl SessionHandle {
     }
 }
 
-/// Starts the session task (it connects at once unless passive).
+/// Starts the session task (it connects at once unless passive); call within a tokio runtime.
+///
+/// The task stops on [`SessionHandle::shutdown`] or when every handle is dropped
+/// (a [`Listener`] holds one until [`Listener::remove_peer`]).
 pub fn spawn(config: SessionConfig) -> SessionHandle {
     let (cmd_tx, cmd_rx) = mpsc::channel(16);
     let (routes_tx, routes_rx) = watch::channel(Arc::new(Routes::new()));
@@ -579,7 +582,7 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// Binds (e.g. `0.0.0.0:179` or `[::]:179`) and starts accepting.
+    /// Binds (e.g. `0.0.0.0:179` or `[::]:179`) and starts accepting; call within a tokio runtime.
     pub fn bind(addr: SocketAddr) -> std::io::Result<Listener> {
         let listener = Arc::new(socket::listen(addr)?);
         let peers: Arc<Mutex<HashMap<IpAddr, SessionHandle>>> = Arc::default();
