@@ -1,2 +1,3 @@
 //! ferrolb speaker: decides which addresses this node announces and announces them
 //! by BGP and/or ARP/NDP. Its protocol modules are reused by `ferrolb-bootstrap`.
+pub mod bgp;

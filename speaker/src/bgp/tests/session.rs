@@ -1,0 +1,148 @@
+//! Two session drivers talking over loopback: active ↔ passive, routes, shutdown, TCP MD5.
+use crate::bgp::fsm::{PeerConfig, State};
+use crate::bgp::session::{self, Listener, SessionConfig, SessionHandle, SessionStatus};
+use crate::bgp::socket::Password;
+use crate::bgp::*;
+use ipnet::IpNet;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+const A_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+const B_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+
+/// B listens passively on 127.0.0.1; A connects to it from 127.0.0.2.
+fn setup(pw_a: Option<&str>, pw_b: Option<&str>) -> (SessionHandle, SessionHandle, Listener) {
+    let listener = Listener::bind(SocketAddr::new(IpAddr::V4(B_IP), 0)).expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+
+    let mut b_peer = PeerConfig::new(65002, 65001, B_IP);
+    b_peer.passive = true;
+    let mut b_cfg = SessionConfig::new(b_peer, SocketAddr::new(IpAddr::V4(A_IP), 179));
+    b_cfg.password = pw_b.map(Password::new);
+    let b = session::spawn(b_cfg.clone());
+    listener
+        .add_peer(&b, b_cfg.password.as_ref())
+        .expect("add peer");
+
+    let mut a_peer = PeerConfig::new(65001, 65002, A_IP);
+    a_peer.hold_time = 9;
+    let mut a_cfg = SessionConfig::new(a_peer, SocketAddr::new(IpAddr::V4(B_IP), port));
+    a_cfg.local_addr = Some(IpAddr::V4(A_IP));
+    a_cfg.password = pw_a.map(Password::new);
+    a_cfg.export.next_hop_v6 = Some("2001:db8::2".parse().expect("addr"));
+    let a = session::spawn(a_cfg);
+    (a, b, listener)
+}
+
+async fn wait_for(
+    h: &SessionHandle,
+    what: &str,
+    f: impl Fn(&SessionStatus) -> bool,
+) -> SessionStatus {
+    let mut rx = h.watch_status();
+    let r = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if f(&rx.borrow_and_update()) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(r.is_ok(), "timed out waiting for {what}: {:?}", h.status());
+    h.status()
+}
+
+fn routes() -> BTreeMap<IpNet, Arc<PathAttributes>> {
+    let attrs = Arc::new(PathAttributes {
+        communities: vec![Community::new(64512, 100)],
+        ..Default::default()
+    });
+    [
+        "198.51.100.10/32",
+        "198.51.100.11/32",
+        "203.0.113.0/24",
+        "2001:db8:1::10/128",
+    ]
+    .iter()
+    .map(|p| (p.parse().expect("prefix"), attrs.clone()))
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_and_passive_drivers_establish_and_exchange_routes() {
+    let (a, b, _l) = setup(None, None);
+    a.set_desired(routes());
+    let sa = wait_for(&a, "A established", |s| s.is_up()).await;
+    wait_for(&b, "B established", |s| s.is_up()).await;
+    let n = sa.negotiated.expect("negotiated");
+    assert_eq!((n.peer_as, n.hold_time, n.keepalive_time), (65002, 9, 3));
+    // 3 IPv4 prefixes and 1 IPv6 prefix reach B, which counts and drops them.
+    let sb = wait_for(&b, "B received routes", |s| s.prefixes_received == 4).await;
+    assert!(
+        sb.updates_received >= 2 + 2,
+        "routes plus two End-of-RIB markers"
+    );
+    assert_eq!(a.status().prefixes_advertised, 4);
+
+    // A withdrawal reaches the peer as well.
+    let mut fewer = routes();
+    fewer.remove(&"203.0.113.0/24".parse().expect("prefix"));
+    a.set_desired(fewer);
+    wait_for(&a, "A withdrew", |s| {
+        s.prefixes_withdrawn == 1 && s.prefixes_advertised == 3
+    })
+    .await;
+
+    // Keepalives (every 3 s) hold the session beyond the 9 s hold time.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(a.status().is_up() && b.status().is_up());
+    assert_eq!(a.status().established_count, 1);
+
+    a.shutdown(2).await;
+    let sb = wait_for(&b, "B saw the Cease", |s| s.last_down_reason.is_some()).await;
+    let why = sb.last_down_reason.expect("reason");
+    assert!(why.contains("cease (6/2)"), "{why}");
+    assert_ne!(sb.state, State::Established);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn md5_with_matching_passwords_comes_up() {
+    let (a, b, _l) = setup(Some("s3cret-key"), Some("s3cret-key"));
+    wait_for(&a, "A established with MD5", |s| s.is_up()).await;
+    wait_for(&b, "B established with MD5", |s| s.is_up()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn md5_with_wrong_password_never_comes_up() {
+    let (a, b, _l) = setup(Some("s3cret-key"), Some("other-key"));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_ne!(a.status().state, State::Established);
+    assert_ne!(b.status().state, State::Established);
+    assert_eq!(b.status().established_count, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn md5_on_one_side_only_never_comes_up() {
+    let (a, b, _l) = setup(None, Some("s3cret-key"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        a.status().established_count + b.status().established_count,
+        0
+    );
+}
+
+#[test]
+fn password_is_never_printed() {
+    let p = Password::new("hunter2");
+    let mut cfg = SessionConfig::new(
+        PeerConfig::new(1, 2, Ipv4Addr::LOCALHOST),
+        "127.0.0.1:179".parse().expect("addr"),
+    );
+    cfg.password = Some(p.clone());
+    assert!(!format!("{p:?} {cfg:?}").contains("hunter2"));
+}
