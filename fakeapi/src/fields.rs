@@ -62,7 +62,8 @@ pub(crate) fn leaves(obj: &Value, scope: Scope) -> BTreeSet<Path> {
 
 fn walk(v: &Value, path: Path, out: &mut BTreeSet<Path>) {
     match v {
-        Value::Object(m) if !m.is_empty() => {
+        // An empty map claims nothing: owning a parent map would make every later key a conflict.
+        Value::Object(m) => {
             for (k, child) in m {
                 let mut p = path.clone();
                 p.push(k.clone());

@@ -211,7 +211,15 @@ async fn handle(
     let fields_sel = FieldSelector::parse(q.get("fieldSelector").unwrap_or_default())?;
     let name = r.name.clone().unwrap_or_default();
 
-    let mut store = inner.lock();
+    let mut guard = inner.lock();
+    // dryRun=All runs the whole write path on a copy that is then dropped.
+    let mut dry_copy;
+    let store: &mut Store = if q.get("dryRun") == Some("All") {
+        dry_copy = guard.dry_run_copy();
+        &mut dry_copy
+    } else {
+        &mut guard
+    };
     let t = store.target(&r.group, &r.version, &r.plural, r.namespace.clone())?;
     if t.info.status_subresource || r.subresource.is_none() {
         scope_of(&t)?;
@@ -243,8 +251,8 @@ async fn handle(
                 timeout: q.get("timeoutSeconds").and_then(|s| s.parse().ok()).map(Duration::from_secs),
                 bookmark_interval: inner.bookmark_interval(),
             };
-            let stream = watch::open(&store, req)?;
-            drop(store);
+            let stream = watch::open(store, req)?;
+            drop(guard);
             let body = StreamBody::new(stream.map(|b| Ok::<_, Infallible>(Frame::data(b))));
             let mut resp = Response::new(body.boxed_unsync());
             resp.headers_mut()
@@ -272,7 +280,7 @@ async fn handle(
                     fields::merge_patch(&mut candidate, &patch);
                     Ok(json_response(StatusCode::OK, &store.update(&t, &name, candidate, scope, &manager, Managed::Update)?))
                 }
-                "application/apply-patch+yaml" => apply(&mut store, &t, &name, &patch, scope, &q),
+                "application/apply-patch+yaml" => apply(store, &t, &name, &patch, scope, &q),
                 _ => Err(ApiError::UnsupportedMediaType(
                     "application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
                         .into(),

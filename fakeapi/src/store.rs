@@ -141,6 +141,20 @@ impl Store {
         s
     }
 
+    /// A throwaway copy for `dryRun=All`: writes go through every check but reach no one.
+    pub(crate) fn dry_run_copy(&self) -> Store {
+        let (tx, _) = broadcast::channel(1);
+        Store {
+            rv: self.rv,
+            compacted: self.compacted,
+            registry: self.registry.clone(),
+            objects: self.objects.clone(),
+            log: Vec::new(),
+            counter: self.counter,
+            tx,
+        }
+    }
+
     /// Resolves `group/version/plural` to a served resource.
     pub(crate) fn target(
         &self,
