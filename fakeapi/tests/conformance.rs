@@ -231,6 +231,31 @@ async fn server_side_apply_tracks_managers_and_force_wins() {
 }
 
 #[tokio::test]
+async fn fields_changed_by_an_update_conflict_with_a_later_apply() {
+    let (client, _fake) = cluster();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let applied =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}});
+    cms.patch("c", &PatchParams::apply("alice"), &Patch::Apply(&applied)).await.unwrap();
+    // An ordinary (non-apply) write by another manager takes ownership of what it changed.
+    let pp = PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() };
+    cms.patch("c", &pp, &Patch::Merge(json!({"data": {"a": "edited"}}))).await.unwrap();
+    let err = cms.patch("c", &PatchParams::apply("alice"), &Patch::Apply(&applied)).await.unwrap_err();
+    assert_eq!(api_code(err), (409, "Conflict".into()));
+    let ops: Vec<_> = cms
+        .get("c")
+        .await
+        .unwrap()
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.manager.unwrap(), m.operation.unwrap()))
+        .collect();
+    assert!(ops.contains(&("kubectl-edit".into(), "Update".into())), "{ops:?}");
+}
+
+#[tokio::test]
 async fn apply_removes_fields_its_manager_stopped_setting() {
     let (client, _fake) = cluster();
     let cms: Api<ConfigMap> = Api::default_namespaced(client);
@@ -575,6 +600,15 @@ async fn custom_resources_are_served_after_crd_registration() {
         .await
         .unwrap();
     assert_eq!(st.status.unwrap().allocated, 3);
+    let mut main = pools.get("lan").await.unwrap();
+    main.status = Some(TestPoolStatus { allocated: 99 });
+    main.spec.addresses.push("198.51.100.0/24".into());
+    let replaced = pools.replace("lan", &PostParams::default(), &main).await.unwrap();
+    assert_eq!(
+        (replaced.spec.addresses.len(), replaced.status.unwrap().allocated),
+        (2, 3),
+        "main write ignores .status"
+    );
     assert_eq!(pools.list(&ListParams::default()).await.unwrap().items.len(), 1);
 
     // Deleting the CRD takes its objects with it.
