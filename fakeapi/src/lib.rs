@@ -149,7 +149,7 @@ impl FakeApiServer {
         }
     }
 
-    /// How many requests of this kind were served (counted before outage handling).
+    /// How many requests of this kind reached the API (requests refused by an outage are not counted).
     pub fn request_count(&self, verb: Verb) -> u64 {
         self.inner.counts.lock().unwrap_or_else(|e| e.into_inner()).get(&Some(verb)).copied().unwrap_or(0)
     }

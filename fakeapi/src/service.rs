@@ -230,13 +230,20 @@ async fn handle(
         Verb::Get => Ok(json_response(StatusCode::OK, &store.get(&t, &name)?)),
         Verb::List => {
             let (items, rv) = store.list(&t, &labels, &fields_sel);
+            let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
+            let (page, next, remaining) = paginate(items, q.get("continue"), limit);
+            let mut metadata = json!({"resourceVersion": rv.to_string()});
+            if let (Some(next), Some(m)) = (next, metadata.as_object_mut()) {
+                m.insert("continue".into(), json!(next));
+                m.insert("remainingItemCount".into(), json!(remaining));
+            }
             Ok(json_response(
                 StatusCode::OK,
                 &json!({
                     "kind": format!("{}List", t.info.kind),
                     "apiVersion": t.info.api_version(&t.version),
-                    "metadata": {"resourceVersion": rv.to_string()},
-                    "items": items,
+                    "metadata": metadata,
+                    "items": page,
                 }),
             ))
         }
@@ -320,6 +327,39 @@ async fn handle(
     }
 }
 
+/// The `namespace/name` key a continue token carries: the last item of the previous page.
+fn list_key(item: &Value) -> String {
+    let get = |f: &str| {
+        item.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).unwrap_or_default().to_string()
+    };
+    format!("{}/{}", get("namespace"), get("name"))
+}
+
+/// One page of a list: items after the continue token, at most `limit`, and the next token.
+/// Pages show the current state, not a snapshot at the first page's resourceVersion.
+fn paginate(
+    items: Vec<Value>,
+    token: Option<&str>,
+    limit: Option<usize>,
+) -> (Vec<Value>, Option<String>, usize) {
+    let mut rest: Vec<Value> = match token.filter(|t| !t.is_empty()) {
+        // Compare as (namespace, name) tuples, the store's order; names and namespaces hold no '/'.
+        Some(after) => {
+            let after = after.split_once('/').unwrap_or(("", after));
+            items.into_iter().filter(|i| list_key(i).split_once('/').is_some_and(|k| k > after)).collect()
+        }
+        None => items,
+    };
+    match limit {
+        Some(limit) if rest.len() > limit => {
+            let tail = rest.split_off(limit);
+            let next = rest.last().map(list_key);
+            (rest, next, tail.len())
+        }
+        _ => (rest, None, 0),
+    }
+}
+
 /// Server-side apply: create-or-update with field ownership.
 fn apply(
     store: &mut Store,
@@ -386,6 +426,19 @@ mod tests {
         let r = route("/apis/ferrolb.io/v1alpha1/addresspools/p").unwrap();
         assert_eq!((r.plural.as_str(), r.namespace, r.name.as_deref()), ("addresspools", None, Some("p")));
         assert!(route("/healthz").is_none());
+    }
+
+    #[test]
+    fn pages_follow_continue_tokens() {
+        // Store order: "a" sorts before "a-b" as a namespace, though "a/" > "a-" as text.
+        let items: Vec<Value> = [("a", "b"), ("a", "c"), ("a-b", "a")]
+            .iter()
+            .map(|(ns, n)| json!({"metadata": {"namespace": ns, "name": n}}))
+            .collect();
+        let (p1, t1, left) = paginate(items.clone(), None, Some(2));
+        assert_eq!((p1.len(), t1.as_deref(), left), (2, Some("a/c"), 1));
+        let (p2, t2, _) = paginate(items, t1.as_deref(), Some(2));
+        assert_eq!((p2.len(), p2[0]["metadata"]["namespace"].as_str(), t2), (1, Some("a-b"), None));
     }
 
     #[test]

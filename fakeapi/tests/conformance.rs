@@ -413,6 +413,14 @@ async fn label_and_field_selectors_filter_lists_and_watches() {
     let by_name = cms.list(&ListParams::default().fields("metadata.name=b")).await.unwrap();
     assert_eq!(by_name.items.iter().map(|o| o.name_any()).collect::<Vec<_>>(), vec!["b"]);
 
+    // Paging returns every item exactly once.
+    let first = cms.list(&ListParams::default().limit(2)).await.unwrap();
+    let token = first.metadata.continue_.clone().expect("a continue token");
+    let second = cms.list(&ListParams::default().limit(2).continue_token(&token)).await.unwrap();
+    let paged: Vec<_> = first.items.iter().chain(&second.items).map(|o| o.name_any()).collect();
+    assert_eq!(paged, vec!["a", "b", "c"]);
+    assert!(second.metadata.continue_.is_none_or(|c| c.is_empty()));
+
     // A watch with a selector sees an object leave the selection as DELETED.
     let start = cms.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
     let mut stream = cms.watch(&WatchParams::default().labels("app=web"), &start).await.unwrap().boxed();
@@ -420,6 +428,14 @@ async fn label_and_field_selectors_filter_lists_and_watches() {
         .await
         .unwrap();
     assert!(matches!(next_change(&mut stream).await, WatchEvent::Deleted(o) if o.name_any() == "a"));
+
+    // Collection delete honours the selector.
+    cms.delete_collection(&DeleteParams::default(), &ListParams::default().labels("tier=back"))
+        .await
+        .unwrap();
+    let left: Vec<_> =
+        cms.list(&ListParams::default()).await.unwrap().items.iter().map(|o| o.name_any()).collect();
+    assert_eq!(left, vec!["a"]);
 }
 
 fn owned_by(name: &str, owner: &Service) -> ConfigMap {
