@@ -40,6 +40,9 @@ pub enum ApiError {
     /// 400: the request body or parameters are malformed.
     #[error("{0}")]
     BadRequest(String),
+    /// 422: a JSON patch could not be applied (e.g. a failed `test` operation).
+    #[error("{0}")]
+    Unprocessable(String),
     /// 405: the verb is not supported on this path.
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
@@ -64,6 +67,7 @@ impl ApiError {
                 409
             }
             ApiError::BadRequest(_) => 400,
+            ApiError::Unprocessable(_) => 422,
             ApiError::MethodNotAllowed => 405,
             ApiError::UnsupportedMediaType(_) => 415,
             ApiError::Unavailable => 503,
@@ -77,6 +81,7 @@ impl ApiError {
             ApiError::AlreadyExists { .. } => "AlreadyExists",
             ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::BadRequest(_) => "BadRequest",
+            ApiError::Unprocessable(_) => "Invalid",
             ApiError::MethodNotAllowed => "MethodNotAllowed",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             ApiError::Unavailable => "ServiceUnavailable",

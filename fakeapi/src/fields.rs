@@ -1,4 +1,4 @@
-//! Field ownership (`metadata.managedFields`), server-side apply and JSON merge patch.
+//! Field ownership (`metadata.managedFields`) and server-side apply.
 //!
 //! Ownership is tracked per leaf path: objects are walked, while lists and scalars are atomic
 //! leaves (the real server merges lists by their `x-kubernetes-list-map-keys`; we do not).
@@ -340,27 +340,6 @@ fn deep_merge(target: &mut Value, src: &Value) {
     }
 }
 
-/// RFC 7386 JSON merge patch: objects merge, `null` deletes, everything else replaces.
-pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            if !target.is_object() {
-                *target = json!({});
-            }
-            if let Some(t) = target.as_object_mut() {
-                for (k, v) in p {
-                    if v.is_null() {
-                        t.remove(k);
-                    } else {
-                        merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-                    }
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,13 +351,6 @@ mod tests {
             now: "2026-01-01T00:00:00Z".into(),
             scope: Scope::Main { status_subresource: true },
         }
-    }
-
-    #[test]
-    fn merge_patch_follows_rfc7386() {
-        let mut t = json!({"a": "b", "c": {"d": "e", "f": "g"}});
-        merge_patch(&mut t, &json!({"a": "z", "c": {"f": null}}));
-        assert_eq!(t, json!({"a": "z", "c": {"d": "e"}}));
     }
 
     #[test]

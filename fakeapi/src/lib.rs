@@ -11,6 +11,7 @@
 
 mod error;
 mod fields;
+mod patch;
 mod resource;
 mod selector;
 mod service;

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::fields::{self, Scope, Writer};
+use crate::patch;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{Managed, Propagation, Store, Target, now};
 use crate::watch::{self, WatchRequest};
@@ -284,12 +285,18 @@ async fn handle(
                 // Strategic merge patch is served as a JSON merge patch: lists are replaced, not merged by key.
                 "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
                     let mut candidate = store.get(&t, &name)?;
-                    fields::merge_patch(&mut candidate, &patch);
+                    patch::merge_patch(&mut candidate, &patch);
+                    Ok(json_response(StatusCode::OK, &store.update(&t, &name, candidate, scope, &manager, Managed::Update)?))
+                }
+                // kube-runtime's finalizer() helper uses JSON patch with `test` operations.
+                "application/json-patch+json" => {
+                    let mut candidate = store.get(&t, &name)?;
+                    patch::json_patch(&mut candidate, &patch)?;
                     Ok(json_response(StatusCode::OK, &store.update(&t, &name, candidate, scope, &manager, Managed::Update)?))
                 }
                 "application/apply-patch+yaml" => apply(store, &t, &name, &patch, scope, &q),
                 _ => Err(ApiError::UnsupportedMediaType(
-                    "application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
+                    "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
                         .into(),
                 )),
             }

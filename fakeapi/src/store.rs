@@ -554,6 +554,9 @@ impl Store {
             let mut new = old.clone();
             set_meta(&mut new, "deletionTimestamp", json!(now()));
             set_meta(&mut new, "deletionGracePeriodSeconds", json!(0));
+            // As the real server does, marking for deletion bumps generation so generation-filtered watchers see it.
+            let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+            set_meta(&mut new, "generation", json!(g + 1));
             return Ok(Self::show(t, &self.commit(&t.info, "MODIFIED", new, Some(old))));
         }
         self.remove(t, old.clone(), Some(old), propagation)

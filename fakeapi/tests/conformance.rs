@@ -506,6 +506,53 @@ async fn finalizers_hold_deletion_until_removed() {
     assert!(cms.get_opt("held").await.unwrap().is_none());
 }
 
+#[derive(Debug, thiserror::Error)]
+#[error("never fails")]
+struct NeverFails;
+
+#[tokio::test]
+async fn kube_runtime_finalizer_helper_round_trip() {
+    use kube::runtime::controller::Action;
+    use kube::runtime::finalizer::{Event as Fin, finalizer};
+    let (client, _fake) = cluster();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    cms.create(&PostParams::default(), &cm("guarded", &[])).await.unwrap();
+    let run = |seen: std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>| {
+        let cms = cms.clone();
+        async move {
+            let obj = std::sync::Arc::new(cms.get("guarded").await.unwrap());
+            finalizer(&cms, "ferrolb.io/cleanup", obj, |ev| async move {
+                seen.lock().unwrap().push(match ev {
+                    Fin::Apply(_) => "apply",
+                    Fin::Cleanup(_) => "cleanup",
+                });
+                Ok::<_, NeverFails>(Action::await_change())
+            })
+            .await
+            .unwrap();
+        }
+    };
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    run(seen.clone()).await; // adds the finalizer (JSON patch with a `test` op)
+    assert_eq!(cms.get("guarded").await.unwrap().metadata.finalizers.unwrap(), vec!["ferrolb.io/cleanup"]);
+    run(seen.clone()).await; // reconciles
+    cms.delete("guarded", &DeleteParams::default()).await.unwrap();
+    assert!(cms.get_opt("guarded").await.unwrap().is_some(), "held by the finalizer");
+    run(seen.clone()).await; // cleans up and removes the finalizer
+    assert!(cms.get_opt("guarded").await.unwrap().is_none());
+    assert_eq!(*seen.lock().unwrap(), vec!["apply", "cleanup"]);
+
+    // A JSON patch whose `test` fails changes nothing.
+    cms.create(&PostParams::default(), &cm("other", &[])).await.unwrap();
+    let stale: json_patch::Patch = serde_json::from_value(
+        json!([{"op": "test", "path": "/data/k", "value": "stale"}, {"op": "remove", "path": "/data"}]),
+    )
+    .unwrap();
+    let err = cms.patch("other", &PatchParams::default(), &Patch::Json::<()>(stale)).await.unwrap_err();
+    assert_eq!(api_code(err).0, 422);
+    assert!(cms.get("other").await.unwrap().data.is_some());
+}
+
 fn lease(holder: &str) -> Lease {
     Lease {
         metadata: ObjectMeta { name: Some("ferrolb-controller".into()), ..Default::default() },
