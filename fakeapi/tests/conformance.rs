@@ -256,6 +256,33 @@ async fn fields_changed_by_an_update_conflict_with_a_later_apply() {
 }
 
 #[tokio::test]
+async fn apply_to_status_touches_only_status() {
+    let (client, _fake) = cluster();
+    let svcs: Api<Service> = Api::default_namespaced(client);
+    svcs.create(&PostParams::default(), &service("web")).await.unwrap();
+    let status = json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"ports": [{"port": 1}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}},
+    });
+    let pp = PatchParams::apply("ferrolb-controller").force();
+    let after = svcs.patch_status("web", &pp, &Patch::Apply(&status)).await.unwrap();
+    assert_eq!(
+        after.status.unwrap().load_balancer.unwrap().ingress.unwrap()[0].ip.as_deref(),
+        Some("192.0.2.10")
+    );
+    assert_eq!(after.spec.unwrap().ports.unwrap()[0].port, 80);
+    let entry = after
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .find(|m| m.manager.as_deref() == Some("ferrolb-controller"))
+        .expect("a managedFields entry for the status manager");
+    assert_eq!((entry.operation.as_deref(), entry.subresource.as_deref()), (Some("Apply"), Some("status")));
+}
+
+#[tokio::test]
 async fn apply_removes_fields_its_manager_stopped_setting() {
     let (client, _fake) = cluster();
     let cms: Api<ConfigMap> = Api::default_namespaced(client);
@@ -509,6 +536,36 @@ async fn finalizers_hold_deletion_until_removed() {
 #[derive(Debug, thiserror::Error)]
 #[error("never fails")]
 struct NeverFails;
+
+#[tokio::test]
+async fn kube_runtime_controller_reconciles() {
+    use kube::runtime::controller::{Action, Controller};
+    let (client, _fake) = cluster();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    cms.create(&PostParams::default(), &cm("a", &[])).await.unwrap();
+    let reconcile = |obj: std::sync::Arc<ConfigMap>, api: std::sync::Arc<Api<ConfigMap>>| async move {
+        let patch = json!({"metadata": {"annotations": {"ferrolb.io/seen": "yes"}}});
+        api.patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
+        Ok::<_, kube::Error>(Action::await_change())
+    };
+    let controller = Controller::new(cms.clone(), watcher::Config::default())
+        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(1)), std::sync::Arc::new(cms.clone()))
+        .for_each(|_| async {});
+    let task = tokio::spawn(controller);
+    cms.create(&PostParams::default(), &cm("b", &[])).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let list = cms.list(&ListParams::default()).await.unwrap();
+            if list.items.iter().all(|o| o.annotations().contains_key("ferrolb.io/seen")) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the controller annotated both objects");
+    task.abort();
+}
 
 #[tokio::test]
 async fn kube_runtime_finalizer_helper_round_trip() {
