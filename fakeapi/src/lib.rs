@@ -52,6 +52,7 @@ pub enum Verb {
     DeleteCollection,
 }
 
+/// State shared by the server handle and every `FakeService` clone.
 pub(crate) struct Inner {
     store: Mutex<Store>,
     tx: broadcast::Sender<WatchMsg>,

@@ -65,6 +65,7 @@ pub(crate) enum Propagation {
 type ObjKey = (String, String);
 type ResKey = (String, String);
 
+/// All objects, the change log watches replay from, and the served resource types.
 pub(crate) struct Store {
     pub(crate) rv: u64,
     pub(crate) compacted: u64,
@@ -195,13 +196,14 @@ impl Store {
 
     fn new_uid(&mut self) -> String {
         let a = self.next_id();
+        // The last group is the raw counter, so uids never repeat (GC matches owners by uid).
         format!(
             "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
             a >> 32,
             (a >> 16) & 0xffff,
             a & 0xfff,
-            self.counter & 0xfff,
-            a & 0xffff_ffff_ffff
+            (a >> 12) & 0xfff,
+            self.counter
         )
     }
 
