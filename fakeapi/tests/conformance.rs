@@ -106,6 +106,50 @@ async fn resource_version_increases_on_every_write() {
     assert_eq!(a.metadata.namespace.as_deref(), Some("default"));
 }
 
+async fn round_trip<K>(api: Api<K>, name: &str)
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + Serialize + std::fmt::Debug + Default,
+{
+    let mut obj = K::default();
+    obj.meta_mut().name = Some(name.into());
+    let made = api.create(&PostParams::default(), &obj).await.unwrap();
+    assert_eq!(api.get(name).await.unwrap().meta().uid, made.meta().uid);
+    assert_eq!(
+        api.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|o| o.meta().name.as_deref() == Some(name))
+            .count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn builtin_kinds_are_served_at_their_real_paths() {
+    use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let (client, _fake) = cluster();
+    round_trip(Api::<Namespace>::all(client.clone()), "ferrolb-system").await;
+    round_trip(Api::<Node>::all(client.clone()), "node-1").await;
+    round_trip(Api::<Pod>::namespaced(client.clone(), "ferrolb-system"), "speaker-x").await;
+    round_trip(Api::<Secret>::namespaced(client.clone(), "ferrolb-system"), "bgp-passwords").await;
+    round_trip(Api::<Service>::default_namespaced(client.clone()), "web").await;
+    round_trip(Api::<Lease>::namespaced(client.clone(), "kube-node-lease"), "node-1").await;
+    let slices: Api<EndpointSlice> = Api::default_namespaced(client);
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "web-abc", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.1.0.5"], "nodeName": "node-1", "conditions": {"ready": true}}],
+    }))
+    .unwrap();
+    slices.create(&PostParams::default(), &slice).await.unwrap();
+    let by_service =
+        slices.list(&ListParams::default().labels("kubernetes.io/service-name=web")).await.unwrap();
+    assert_eq!(by_service.items[0].endpoints[0].node_name.as_deref(), Some("node-1"));
+}
+
 #[tokio::test]
 async fn stale_update_conflicts_and_missing_update_is_not_found() {
     let (client, _fake) = cluster();
