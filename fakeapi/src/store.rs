@@ -1,0 +1,693 @@
+//! The object store: every write goes through here, under one lock, in resourceVersion order.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use crate::error::ApiError;
+use crate::fields::{self, Scope, Writer};
+use crate::resource::{Registry, ResourceInfo};
+use crate::selector::{FieldSelector, LabelSelector};
+
+/// A change, as watchers see it.
+#[derive(Debug)]
+pub(crate) struct LogEntry {
+    pub(crate) rv: u64,
+    pub(crate) group: String,
+    pub(crate) plural: String,
+    pub(crate) namespace: String,
+    pub(crate) etype: &'static str,
+    pub(crate) object: Value,
+    /// The object before a MODIFIED, so selector-filtered watches can turn it into ADDED/DELETED.
+    pub(crate) old: Option<Value>,
+}
+
+/// What the store broadcasts to open watches.
+#[derive(Debug, Clone)]
+pub(crate) enum WatchMsg {
+    Event(Arc<LogEntry>),
+    /// Send a bookmark now (test control).
+    Bookmark,
+    /// End every stream, as when the apiserver goes away.
+    Disconnect,
+}
+
+/// The resource a request addresses, resolved against the registry.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) info: ResourceInfo,
+    pub(crate) version: String,
+    /// Namespace from the path; None for cluster-scoped or all-namespaces requests.
+    pub(crate) namespace: Option<String>,
+}
+
+/// How a write touches managedFields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Managed {
+    /// An `Update` operation by this manager: it takes the fields it changed.
+    Update,
+    /// Server-side apply already computed managedFields on the candidate.
+    Applied,
+}
+
+/// Which dependents a delete takes with it (`DeleteOptions.propagationPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Propagation {
+    /// Delete dependents whose owners are all gone (Background and Foreground alike here).
+    Cascade,
+    /// Strip the owner reference and keep dependents.
+    Orphan,
+}
+
+type ObjKey = (String, String);
+type ResKey = (String, String);
+
+/// All objects, the change log watches replay from, and the served resource types.
+pub(crate) struct Store {
+    pub(crate) rv: u64,
+    pub(crate) compacted: u64,
+    pub(crate) registry: Registry,
+    objects: BTreeMap<ResKey, BTreeMap<ObjKey, Value>>,
+    log: Vec<Arc<LogEntry>>,
+    counter: u64,
+    pub(crate) tx: broadcast::Sender<WatchMsg>,
+}
+
+pub(crate) fn now() -> String {
+    Timestamp::now().round(k8s_openapi::jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_default()
+}
+
+fn meta(obj: &Value, field: &str) -> Option<String> {
+    obj.get("metadata")?.get(field)?.as_str().map(String::from)
+}
+
+fn set_meta(obj: &mut Value, field: &str, value: Value) {
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        if value.is_null() {
+            m.remove(field);
+        } else {
+            m.insert(field.to_string(), value);
+        }
+    }
+}
+
+/// The object without what changes on every write, to spot no-op updates.
+fn normalized(obj: &Value) -> Value {
+    let mut v = obj.clone();
+    set_meta(&mut v, "resourceVersion", Value::Null);
+    if let Some(mf) = v.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) {
+        for e in mf.iter_mut().filter_map(Value::as_object_mut) {
+            e.remove("time");
+        }
+    }
+    v
+}
+
+/// The object without metadata and status: what `generation` counts changes of.
+fn spec_part(obj: &Value) -> Value {
+    let mut v = obj.clone();
+    if let Some(m) = v.as_object_mut() {
+        for k in ["metadata", "status", "apiVersion", "kind"] {
+            m.remove(k);
+        }
+    }
+    v
+}
+
+fn res_key(info: &ResourceInfo) -> ResKey {
+    (info.group.clone(), info.plural.clone())
+}
+
+impl Store {
+    pub(crate) fn new(tx: broadcast::Sender<WatchMsg>) -> Self {
+        let mut s = Store {
+            rv: 0,
+            compacted: 0,
+            registry: Registry::builtins(),
+            objects: BTreeMap::new(),
+            log: Vec::new(),
+            counter: 0,
+            tx,
+        };
+        // A real cluster always has these namespaces.
+        if let Some(info) = s.registry.lookup("", "v1", "namespaces").cloned() {
+            let t = Target { info, version: "v1".into(), namespace: None };
+            for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+                let _ = s.create(&t, json!({"metadata": {"name": ns}}), "kube-apiserver", Managed::Update);
+            }
+        }
+        s
+    }
+
+    /// A throwaway copy for `dryRun=All`: writes go through every check but reach no one.
+    pub(crate) fn dry_run_copy(&self) -> Store {
+        let (tx, _) = broadcast::channel(1);
+        Store {
+            rv: self.rv,
+            compacted: self.compacted,
+            registry: self.registry.clone(),
+            objects: self.objects.clone(),
+            log: Vec::new(),
+            counter: self.counter,
+            tx,
+        }
+    }
+
+    /// Resolves `group/version/plural` to a served resource.
+    pub(crate) fn target(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+        namespace: Option<String>,
+    ) -> Result<Target, ApiError> {
+        let info = self
+            .registry
+            .lookup(group, version, plural)
+            .cloned()
+            .ok_or_else(|| ApiError::NotFound { kind: plural.to_string(), name: String::new() })?;
+        // Cluster-scoped resources have no namespaced path.
+        if !info.namespaced && namespace.is_some() {
+            return Err(ApiError::NotFound { kind: plural.into(), name: String::new() });
+        }
+        Ok(Target { info, version: version.into(), namespace })
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.counter += 1;
+        // A 64-bit mix so generated names and uids do not look sequential.
+        self.counter.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29) ^ self.counter
+    }
+
+    fn generated_suffix(&mut self) -> String {
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        let mut n = self.next_id();
+        (0..5)
+            .map(|_| {
+                let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
+                n /= ALPHABET.len() as u64;
+                c
+            })
+            .collect()
+    }
+
+    fn new_uid(&mut self) -> String {
+        let a = self.next_id();
+        // The last group is the raw counter, so uids never repeat (GC matches owners by uid).
+        format!(
+            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            a >> 32,
+            (a >> 16) & 0xffff,
+            a & 0xfff,
+            (a >> 12) & 0xfff,
+            self.counter
+        )
+    }
+
+    /// The object as served at the requested version.
+    pub(crate) fn show(t: &Target, obj: &Value) -> Value {
+        let mut v = obj.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.insert("apiVersion".into(), json!(t.info.api_version(&t.version)));
+            m.insert("kind".into(), json!(t.info.kind));
+        }
+        v
+    }
+
+    fn obj_key(&self, t: &Target, name: &str) -> Result<ObjKey, ApiError> {
+        match (&t.namespace, t.info.namespaced) {
+            (Some(ns), true) => Ok((ns.clone(), name.to_string())),
+            (None, false) => Ok((String::new(), name.to_string())),
+            _ => Err(ApiError::NotFound { kind: t.info.plural.clone(), name: name.into() }),
+        }
+    }
+
+    fn lookup(&self, t: &Target, name: &str) -> Result<&Value, ApiError> {
+        let key = self.obj_key(t, name)?;
+        self.objects
+            .get(&res_key(&t.info))
+            .and_then(|m| m.get(&key))
+            .ok_or_else(|| ApiError::NotFound { kind: t.info.plural.clone(), name: name.into() })
+    }
+
+    /// GET of one object.
+    pub(crate) fn get(&self, t: &Target, name: &str) -> Result<Value, ApiError> {
+        self.lookup(t, name).map(|o| Self::show(t, o))
+    }
+
+    /// Raw stored object, for the test helpers.
+    pub(crate) fn get_raw(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        self.objects
+            .get(&(group.to_string(), plural.to_string()))?
+            .get(&(namespace.unwrap_or_default().to_string(), name.to_string()))
+            .cloned()
+    }
+
+    fn in_scope(t: &Target, ns: &str, obj: &Value, labels: &LabelSelector, fields: &FieldSelector) -> bool {
+        t.namespace.as_deref().is_none_or(|want| want == ns) && labels.matches(obj) && fields.matches(obj)
+    }
+
+    /// LIST: matching objects in (namespace, name) order, and the list resourceVersion.
+    pub(crate) fn list(
+        &self,
+        t: &Target,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+    ) -> (Vec<Value>, u64) {
+        let items = self
+            .objects
+            .get(&res_key(&t.info))
+            .map(|m| {
+                m.iter()
+                    .filter(|((ns, _), o)| Self::in_scope(t, ns, o, labels, fields))
+                    .map(|(_, o)| Self::show(t, o))
+                    .collect()
+            })
+            .unwrap_or_default();
+        (items, self.rv)
+    }
+
+    /// Changes after `rv` for this resource, or None when `rv` was compacted away.
+    pub(crate) fn events_since(&self, rv: u64) -> Option<Vec<Arc<LogEntry>>> {
+        if rv < self.compacted {
+            return None;
+        }
+        let start = self.log.partition_point(|e| e.rv <= rv);
+        Some(self.log[start..].to_vec())
+    }
+
+    /// Forgets history up to now: watches from older resourceVersions get 410 Gone.
+    pub(crate) fn compact(&mut self) {
+        self.compacted = self.rv;
+        self.log.clear();
+    }
+
+    fn commit(
+        &mut self,
+        info: &ResourceInfo,
+        etype: &'static str,
+        mut obj: Value,
+        old: Option<Value>,
+    ) -> Value {
+        self.rv += 1;
+        set_meta(&mut obj, "resourceVersion", json!(self.rv.to_string()));
+        let ns = meta(&obj, "namespace").unwrap_or_default();
+        let name = meta(&obj, "name").unwrap_or_default();
+        let bucket = self.objects.entry(res_key(info)).or_default();
+        if etype == "DELETED" {
+            bucket.remove(&(ns.clone(), name));
+        } else {
+            bucket.insert((ns.clone(), name), obj.clone());
+        }
+        let entry = Arc::new(LogEntry {
+            rv: self.rv,
+            group: info.group.clone(),
+            plural: info.plural.clone(),
+            namespace: ns,
+            etype,
+            object: obj.clone(),
+            old,
+        });
+        self.log.push(entry.clone());
+        // No receivers is fine: nobody is watching.
+        let _ = self.tx.send(WatchMsg::Event(entry));
+        obj
+    }
+
+    /// POST: creates an object; `name` defaults from generateName.
+    pub(crate) fn create(
+        &mut self,
+        t: &Target,
+        mut obj: Value,
+        manager: &str,
+        managed: Managed,
+    ) -> Result<Value, ApiError> {
+        if !obj.get("metadata").is_some_and(Value::is_object) {
+            return Err(ApiError::BadRequest("metadata is required".into()));
+        }
+        let name = match (meta(&obj, "name").filter(|n| !n.is_empty()), meta(&obj, "generateName")) {
+            (Some(n), _) => n,
+            (None, Some(prefix)) => format!("{prefix}{}", self.generated_suffix()),
+            (None, None) => {
+                return Err(ApiError::BadRequest("name or generateName is required".into()));
+            }
+        };
+        set_meta(&mut obj, "name", json!(name));
+        self.check_namespace(t, &mut obj)?;
+        if self.lookup(t, &name).is_ok() {
+            return Err(ApiError::AlreadyExists { kind: t.info.plural.clone(), name });
+        }
+        obj = Self::show(t, &obj);
+        let uid = self.new_uid();
+        set_meta(&mut obj, "uid", json!(uid));
+        set_meta(&mut obj, "creationTimestamp", json!(now()));
+        set_meta(&mut obj, "generation", json!(1));
+        for f in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+            set_meta(&mut obj, f, Value::Null);
+        }
+        if t.info.status_subresource
+            && let Some(m) = obj.as_object_mut()
+        {
+            m.remove("status");
+        }
+        if managed == Managed::Update {
+            set_meta(&mut obj, "managedFields", Value::Null);
+            fields::record_update(
+                None,
+                &mut obj,
+                &Self::writer(t, manager, Scope::Main { status_subresource: t.info.status_subresource }),
+            );
+        }
+        self.controllers_on_write(t, &mut obj);
+        Ok(Self::show(t, &self.commit(&t.info, "ADDED", obj, None)))
+    }
+
+    fn writer(t: &Target, manager: &str, scope: Scope) -> Writer {
+        Writer {
+            manager: manager.to_string(),
+            api_version: t.info.api_version(&t.version),
+            now: now(),
+            scope,
+        }
+    }
+
+    /// Sets `metadata.namespace` from the path and checks the namespace exists.
+    fn check_namespace(&self, t: &Target, obj: &mut Value) -> Result<(), ApiError> {
+        if !t.info.namespaced {
+            set_meta(obj, "namespace", Value::Null);
+            return Ok(());
+        }
+        let Some(ns) = &t.namespace else {
+            return Err(ApiError::BadRequest("a namespace is required for a namespaced resource".into()));
+        };
+        if meta(obj, "namespace").is_some_and(|n| !n.is_empty() && n != *ns) {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request"
+                    .into(),
+            ));
+        }
+        set_meta(obj, "namespace", json!(ns));
+        if self.get_raw("", "namespaces", None, ns).is_none() {
+            return Err(ApiError::NotFound { kind: "namespaces".into(), name: ns.clone() });
+        }
+        Ok(())
+    }
+
+    /// What the real cluster's controllers would do right away: CRDs become Established, namespaces Active.
+    fn controllers_on_write(&mut self, t: &Target, obj: &mut Value) {
+        match (t.info.group.as_str(), t.info.plural.as_str()) {
+            ("apiextensions.k8s.io", "customresourcedefinitions") => {
+                if let Some(info) = ResourceInfo::from_crd(obj) {
+                    self.registry.insert(info);
+                }
+                let names = obj.pointer("/spec/names").cloned().unwrap_or(Value::Null);
+                let ts = now();
+                if let Some(m) = obj.as_object_mut() {
+                    m.insert(
+                        "status".into(),
+                        json!({
+                            "acceptedNames": names,
+                            "conditions": [
+                                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "lastTransitionTime": ts},
+                                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "lastTransitionTime": ts},
+                            ],
+                        }),
+                    );
+                }
+            }
+            ("", "namespaces") => {
+                if let Some(m) = obj.as_object_mut()
+                    && !m.contains_key("status")
+                {
+                    m.insert("status".into(), json!({"phase": "Active"}));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Writes `candidate` over the existing object within `scope` (PUT, PATCH, apply on an existing object).
+    pub(crate) fn update(
+        &mut self,
+        t: &Target,
+        name: &str,
+        candidate: Value,
+        scope: Scope,
+        manager: &str,
+        managed: Managed,
+    ) -> Result<Value, ApiError> {
+        let old = self.lookup(t, name)?.clone();
+        if let Some(want) = meta(&candidate, "resourceVersion").filter(|rv| !rv.is_empty())
+            && meta(&old, "resourceVersion").as_deref() != Some(want.as_str())
+        {
+            return Err(ApiError::Conflict { kind: t.info.plural.clone(), name: name.into() });
+        }
+        if meta(&candidate, "name").is_some_and(|n| n != name) {
+            return Err(ApiError::BadRequest(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                meta(&candidate, "name").unwrap_or_default()
+            )));
+        }
+        let mut new = match scope {
+            Scope::Status => {
+                let mut new = old.clone();
+                if let Some(m) = new.as_object_mut() {
+                    match candidate.get("status") {
+                        Some(s) => m.insert("status".into(), s.clone()),
+                        None => m.remove("status"),
+                    };
+                }
+                new
+            }
+            Scope::Main { status_subresource } => {
+                let mut new = candidate.clone();
+                if !new.get("metadata").is_some_and(Value::is_object)
+                    && let Some(m) = new.as_object_mut()
+                {
+                    m.insert("metadata".into(), json!({}));
+                }
+                if status_subresource && let Some(m) = new.as_object_mut() {
+                    match old.get("status") {
+                        Some(s) => m.insert("status".into(), s.clone()),
+                        None => m.remove("status"),
+                    };
+                }
+                self.check_namespace(t, &mut new)?;
+                // Server-owned metadata cannot be changed by a write.
+                for f in
+                    ["name", "uid", "creationTimestamp", "generation", "deletionTimestamp", "generateName"]
+                {
+                    set_meta(
+                        &mut new,
+                        f,
+                        old.pointer(&format!("/metadata/{f}")).cloned().unwrap_or(Value::Null),
+                    );
+                }
+                new
+            }
+        };
+        if managed == Managed::Update {
+            set_meta(
+                &mut new,
+                "managedFields",
+                old.pointer("/metadata/managedFields").cloned().unwrap_or(Value::Null),
+            );
+            fields::record_update(Some(&old), &mut new, &Self::writer(t, manager, scope));
+        } else {
+            set_meta(
+                &mut new,
+                "managedFields",
+                candidate.pointer("/metadata/managedFields").cloned().unwrap_or(Value::Null),
+            );
+        }
+        new = Self::show(t, &new);
+        set_meta(
+            &mut new,
+            "resourceVersion",
+            old.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null),
+        );
+        if normalized(&new) == normalized(&old) {
+            // The real server does not bump resourceVersion or notify watchers for a no-op write.
+            return Ok(Self::show(t, &old));
+        }
+        if spec_part(&new) != spec_part(&old) {
+            let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+            set_meta(&mut new, "generation", json!(g + 1));
+        }
+        let finalized = meta(&new, "deletionTimestamp").is_some()
+            && new.pointer("/metadata/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty);
+        if finalized {
+            return self.remove(t, new, Some(old), Propagation::Cascade);
+        }
+        self.controllers_on_write(t, &mut new);
+        Ok(Self::show(t, &self.commit(&t.info, "MODIFIED", new, Some(old))))
+    }
+
+    /// DELETE of one object, honouring finalizers and preconditions.
+    pub(crate) fn delete(
+        &mut self,
+        t: &Target,
+        name: &str,
+        propagation: Propagation,
+        precondition_rv: Option<&str>,
+        precondition_uid: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let old = self.lookup(t, name)?.clone();
+        if precondition_rv.is_some_and(|rv| meta(&old, "resourceVersion").as_deref() != Some(rv))
+            || precondition_uid.is_some_and(|uid| meta(&old, "uid").as_deref() != Some(uid))
+        {
+            return Err(ApiError::Conflict { kind: t.info.plural.clone(), name: name.into() });
+        }
+        let has_finalizers =
+            old.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+        if has_finalizers {
+            if meta(&old, "deletionTimestamp").is_some() {
+                return Ok(Self::show(t, &old));
+            }
+            let mut new = old.clone();
+            set_meta(&mut new, "deletionTimestamp", json!(now()));
+            set_meta(&mut new, "deletionGracePeriodSeconds", json!(0));
+            // As the real server does, marking for deletion bumps generation so generation-filtered watchers see it.
+            let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+            set_meta(&mut new, "generation", json!(g + 1));
+            return Ok(Self::show(t, &self.commit(&t.info, "MODIFIED", new, Some(old))));
+        }
+        self.remove(t, old.clone(), Some(old), propagation)
+    }
+
+    /// Removes an object for good, then collects what depended on it.
+    fn remove(
+        &mut self,
+        t: &Target,
+        obj: Value,
+        old: Option<Value>,
+        propagation: Propagation,
+    ) -> Result<Value, ApiError> {
+        let gone = self.commit(&t.info, "DELETED", obj, old);
+        let uid = meta(&gone, "uid").unwrap_or_default();
+        match (t.info.group.as_str(), t.info.plural.as_str()) {
+            ("apiextensions.k8s.io", "customresourcedefinitions") => {
+                if let Some(info) = ResourceInfo::from_crd(&gone) {
+                    self.drop_all(&info);
+                    self.registry.remove(&info.group, &info.plural);
+                }
+            }
+            ("", "namespaces") => {
+                let ns = meta(&gone, "name").unwrap_or_default();
+                self.drop_namespace(&ns);
+            }
+            _ => {}
+        }
+        self.collect_garbage(&uid, propagation);
+        Ok(Self::show(t, &gone))
+    }
+
+    fn all_infos(&self) -> Vec<ResourceInfo> {
+        self.objects.keys().filter_map(|(g, p)| self.registry.get(g, p).cloned()).collect()
+    }
+
+    fn target_for(info: &ResourceInfo, ns: &str) -> Target {
+        Target {
+            version: info.versions.first().cloned().unwrap_or_default(),
+            namespace: if info.namespaced { Some(ns.to_string()) } else { None },
+            info: info.clone(),
+        }
+    }
+
+    /// Deletes every object of a resource whose definition went away, as the real CRD finalizer does.
+    fn drop_all(&mut self, info: &ResourceInfo) {
+        let objs: Vec<Value> =
+            self.objects.get(&res_key(info)).map(|m| m.values().cloned().collect()).unwrap_or_default();
+        for o in objs {
+            self.commit(info, "DELETED", o.clone(), Some(o));
+        }
+    }
+
+    /// Deletes everything in a namespace (the real namespace controller does this asynchronously).
+    fn drop_namespace(&mut self, ns: &str) {
+        for info in self.all_infos().into_iter().filter(|i| i.namespaced) {
+            let objs: Vec<Value> = self
+                .objects
+                .get(&res_key(&info))
+                .map(|m| m.iter().filter(|((n, _), _)| n == ns).map(|(_, o)| o.clone()).collect())
+                .unwrap_or_default();
+            for o in objs {
+                self.commit(&info, "DELETED", o.clone(), Some(o));
+            }
+        }
+    }
+
+    fn uid_exists(&self, uid: &str) -> bool {
+        self.objects.values().flat_map(BTreeMap::values).any(|o| meta(o, "uid").as_deref() == Some(uid))
+    }
+
+    /// Owner-reference garbage collection; the real collector is asynchronous, this one runs inline.
+    fn collect_garbage(&mut self, first_uid: &str, propagation: Propagation) {
+        let mut pending = vec![first_uid.to_string()];
+        while let Some(owner_uid) = pending.pop() {
+            for info in self.all_infos() {
+                let dependents: Vec<Value> = self
+                    .objects
+                    .get(&res_key(&info))
+                    .map(|m| {
+                        m.values()
+                            .filter(|o| {
+                                o.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(
+                                    |refs| {
+                                        refs.iter().any(|r| {
+                                            r.get("uid").and_then(Value::as_str) == Some(owner_uid.as_str())
+                                        })
+                                    },
+                                )
+                            })
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for dep in dependents {
+                    let t = Self::target_for(&info, &meta(&dep, "namespace").unwrap_or_default());
+                    let name = meta(&dep, "name").unwrap_or_default();
+                    let refs = dep
+                        .pointer("/metadata/ownerReferences")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
+                    let remaining: Vec<Value> = refs
+                        .iter()
+                        .filter(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid.as_str()))
+                        .cloned()
+                        .collect();
+                    let alive = remaining
+                        .iter()
+                        .any(|r| r.get("uid").and_then(Value::as_str).is_some_and(|u| self.uid_exists(u)));
+                    if propagation == Propagation::Orphan || alive {
+                        let mut new = dep.clone();
+                        set_meta(
+                            &mut new,
+                            "ownerReferences",
+                            if remaining.is_empty() { Value::Null } else { json!(remaining) },
+                        );
+                        self.commit(&info, "MODIFIED", new, Some(dep));
+                    } else {
+                        // delete() honours the dependent's finalizers and collects its own dependents.
+                        let _ = self.delete(&t, &name, Propagation::Cascade, None, None);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Registers a resource type directly (no CRD object).
+    pub(crate) fn register(&mut self, info: ResourceInfo) {
+        self.registry.insert(info);
+    }
+}

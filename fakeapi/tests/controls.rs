@@ -1,0 +1,165 @@
+//! The fake's own test controls: outages, counters, direct store access, bookmarks on demand.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::watcher;
+use serde_json::json;
+
+use ferrolb_fakeapi::{FakeApiServer, Verb};
+
+fn cm(name: &str) -> ConfigMap {
+    ConfigMap { metadata: ObjectMeta { name: Some(name.into()), ..Default::default() }, ..Default::default() }
+}
+
+#[tokio::test]
+async fn unavailable_answers_503_and_ends_watches() {
+    let (client, fake) = FakeApiServer::new().client();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let rv = cms.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut stream = cms.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+
+    fake.set_unavailable(true);
+    match cms.get("x").await.unwrap_err() {
+        kube::Error::Api(s) => assert_eq!(s.code, 503),
+        other => panic!("expected 503, got {other:?}"),
+    }
+    let end = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(ev) = stream.next().await {
+            assert!(matches!(ev, Ok(WatchEvent::Bookmark(_))), "{ev:?}");
+        }
+    });
+    end.await.expect("watch stream ends during the outage");
+
+    fake.set_unavailable(false);
+    cms.create(&PostParams::default(), &cm("after")).await.unwrap();
+}
+
+#[tokio::test]
+async fn hanging_requests_wait_for_the_apiserver_to_return() {
+    let (client, fake) = FakeApiServer::new().client();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    fake.set_hanging(true);
+    let pending = tokio::spawn(async move { cms.create(&PostParams::default(), &cm("late")).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!pending.is_finished());
+    assert!(fake.get_json("v1", "configmaps", Some("default"), "late").is_none());
+    fake.set_hanging(false);
+    pending.await.unwrap().unwrap();
+    assert!(fake.get_json("v1", "configmaps", Some("default"), "late").is_some());
+}
+
+#[tokio::test]
+async fn counters_and_direct_store_access() {
+    let (client, fake) = FakeApiServer::new().client();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let before = fake.total_requests();
+    cms.create(&PostParams::default(), &cm("a")).await.unwrap();
+    cms.get("a").await.unwrap();
+    cms.list(&ListParams::default()).await.unwrap();
+    cms.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "v"}}))).await.unwrap();
+    assert_eq!(fake.total_requests() - before, 4);
+    assert_eq!(
+        [Verb::Create, Verb::Get, Verb::List, Verb::Patch, Verb::Watch].map(|v| fake.request_count(v)),
+        [1, 1, 1, 1, 0]
+    );
+    let stored = fake.get_json("v1", "configmaps", Some("default"), "a").unwrap();
+    assert_eq!(stored["data"]["k"], "v");
+    assert_eq!(stored["metadata"]["resourceVersion"], fake.resource_version().to_string());
+}
+
+#[tokio::test]
+async fn bookmarks_on_demand() {
+    let (client, fake) = FakeApiServer::new().with_bookmark_interval(Duration::from_secs(3600)).client();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let a = cms.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let mut stream = cms
+        .watch(&WatchParams::default(), a.metadata.resource_version.as_deref().unwrap())
+        .await
+        .unwrap()
+        .boxed();
+    let mut quiet = cms.watch(&WatchParams::default().disable_bookmarks(), "0").await.unwrap().boxed();
+    cms.create(&PostParams::default(), &cm("b")).await.unwrap();
+    fake.send_bookmarks();
+    assert!(matches!(stream.next().await, Some(Ok(WatchEvent::Added(_)))));
+    match tokio::time::timeout(Duration::from_secs(5), stream.next()).await.unwrap() {
+        Some(Ok(WatchEvent::Bookmark(b))) => {
+            assert_eq!(b.metadata.resource_version, fake.resource_version().to_string())
+        }
+        other => panic!("expected a bookmark, got {other:?}"),
+    }
+    // rv "0": a synthetic ADDED for "a" (there when the watch opened), the real one for "b", no bookmark.
+    for want in ["a", "b"] {
+        let ev = tokio::time::timeout(Duration::from_secs(5), quiet.next()).await.unwrap();
+        assert!(
+            matches!(ev, Some(Ok(WatchEvent::Added(ref o))) if o.metadata.name.as_deref() == Some(want)),
+            "{ev:?}"
+        );
+    }
+    assert!(tokio::time::timeout(Duration::from_millis(300), quiet.next()).await.is_err());
+}
+
+#[tokio::test]
+async fn streaming_list_watcher_gets_initial_events_end() {
+    let (client, _fake) = FakeApiServer::new().client();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    cms.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let mut events = watcher(cms.clone(), watcher::Config::default().streaming_lists()).boxed();
+    let mut next =
+        async || tokio::time::timeout(Duration::from_secs(10), events.next()).await.unwrap().unwrap();
+    assert!(matches!(next().await, Ok(watcher::Event::Init)));
+    assert!(
+        matches!(next().await, Ok(watcher::Event::InitApply(o)) if o.metadata.name.as_deref() == Some("a"))
+    );
+    assert!(matches!(next().await, Ok(watcher::Event::InitDone)));
+}
+
+#[tokio::test]
+async fn ferrolb_kinds_register_cluster_scoped_with_status() {
+    let (client, fake) = FakeApiServer::new().client();
+    fake.register_ferrolb_kind("ServiceAnnouncement", "serviceannouncements", true).unwrap();
+    let gvk = GroupVersionKind::gvk("ferrolb.io", "v1alpha1", "ServiceAnnouncement");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "serviceannouncements");
+    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "ferrolb.io/v1alpha1", "kind": "ServiceAnnouncement",
+        "metadata": {"name": "web"}, "spec": {"ip": "192.0.2.10"}, "status": {"ignored": true},
+    }))
+    .unwrap();
+    let created = api.create(&PostParams::default(), &obj).await.unwrap();
+    assert!(created.data.get("status").is_none(), "status subresource: create ignores .status");
+    let st = api
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"announcedBy": ["n1"]}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(st.data["status"]["announcedBy"][0], "n1");
+    assert!(
+        fake.get_json(
+            "apiextensions.k8s.io/v1",
+            "customresourcedefinitions",
+            None,
+            "serviceannouncements.ferrolb.io"
+        )
+        .is_some()
+    );
+}
+
+#[tokio::test]
+async fn dry_run_writes_nothing() {
+    let (client, fake) = FakeApiServer::new().client();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let rv = fake.resource_version();
+    let made = cms.create(&PostParams { dry_run: true, ..Default::default() }, &cm("ghost")).await.unwrap();
+    assert_eq!(made.metadata.name.as_deref(), Some("ghost"));
+    assert!(cms.get_opt("ghost").await.unwrap().is_none());
+    assert_eq!(fake.resource_version(), rv);
+}
