@@ -41,29 +41,15 @@ impl AddressRange {
     pub fn parse(entry: &str) -> Result<Self, AddressError> {
         let s = entry.trim();
         if s.contains('/') {
-            let net: IpNet = s
-                .parse()
-                .map_err(|_| AddressError::Malformed(entry.to_owned()))?;
+            let net: IpNet = s.parse().map_err(|_| AddressError::Malformed(entry.to_owned()))?;
             if net.trunc() != net {
-                return Err(AddressError::HostBits {
-                    given: entry.to_owned(),
-                    network: net.trunc(),
-                });
+                return Err(AddressError::HostBits { given: entry.to_owned(), network: net.trunc() });
             }
-            return Ok(Self {
-                first: net.network(),
-                last: net.broadcast(),
-            });
+            return Ok(Self { first: net.network(), last: net.broadcast() });
         }
         if let Some((a, b)) = s.split_once('-') {
-            let first: IpAddr = a
-                .trim()
-                .parse()
-                .map_err(|_| AddressError::Malformed(entry.to_owned()))?;
-            let last: IpAddr = b
-                .trim()
-                .parse()
-                .map_err(|_| AddressError::Malformed(entry.to_owned()))?;
+            let first: IpAddr = a.trim().parse().map_err(|_| AddressError::Malformed(entry.to_owned()))?;
+            let last: IpAddr = b.trim().parse().map_err(|_| AddressError::Malformed(entry.to_owned()))?;
             if first.is_ipv4() != last.is_ipv4() {
                 return Err(AddressError::MixedFamilies(entry.to_owned()));
             }
@@ -73,13 +59,8 @@ impl AddressRange {
             return Ok(Self { first, last });
         }
         // A bare address is a one-address pool; users write it for a single VIP.
-        let one: IpAddr = s
-            .parse()
-            .map_err(|_| AddressError::Malformed(entry.to_owned()))?;
-        Ok(Self {
-            first: one,
-            last: one,
-        })
+        let one: IpAddr = s.parse().map_err(|_| AddressError::Malformed(entry.to_owned()))?;
+        Ok(Self { first: one, last: one })
     }
 
     /// True for IPv4 ranges.
@@ -99,9 +80,7 @@ impl AddressRange {
 
     /// Number of addresses, saturating at `u128::MAX`.
     pub fn len(&self) -> u128 {
-        to_u128(self.last)
-            .saturating_sub(to_u128(self.first))
-            .saturating_add(1)
+        to_u128(self.last).saturating_sub(to_u128(self.first)).saturating_add(1)
     }
 
     /// IPv4 addresses ending in .0 or .255 in the range (0 for IPv6), for `avoidBuggyIPs`.
@@ -112,8 +91,7 @@ impl AddressRange {
         let (first, last) = (to_u128(self.first), to_u128(self.last));
         // Numbers in 0..=n with the given last octet.
         let upto = |n: u128, octet: u128| if n >= octet { (n - octet) / 256 + 1 } else { 0 };
-        let count =
-            |octet: u128| upto(last, octet) - first.checked_sub(1).map_or(0, |f| upto(f, octet));
+        let count = |octet: u128| upto(last, octet) - first.checked_sub(1).map_or(0, |f| upto(f, octet));
         count(0) + count(255)
     }
 
@@ -156,26 +134,11 @@ mod tests {
 
     #[test]
     fn rejects_bad_entries() {
-        assert!(matches!(
-            AddressRange::parse("198.51.100.20-198.51.100.10"),
-            Err(AddressError::Reversed(_))
-        ));
-        assert!(matches!(
-            AddressRange::parse("192.0.2.1-2001:db8::1"),
-            Err(AddressError::MixedFamilies(_))
-        ));
-        assert!(matches!(
-            AddressRange::parse("203.0.113.5/24"),
-            Err(AddressError::HostBits { .. })
-        ));
-        assert!(matches!(
-            AddressRange::parse("203.0.113.0/33"),
-            Err(AddressError::Malformed(_))
-        ));
-        assert!(matches!(
-            AddressRange::parse("bogus"),
-            Err(AddressError::Malformed(_))
-        ));
+        assert!(matches!(AddressRange::parse("198.51.100.20-198.51.100.10"), Err(AddressError::Reversed(_))));
+        assert!(matches!(AddressRange::parse("192.0.2.1-2001:db8::1"), Err(AddressError::MixedFamilies(_))));
+        assert!(matches!(AddressRange::parse("203.0.113.5/24"), Err(AddressError::HostBits { .. })));
+        assert!(matches!(AddressRange::parse("203.0.113.0/33"), Err(AddressError::Malformed(_))));
+        assert!(matches!(AddressRange::parse("bogus"), Err(AddressError::Malformed(_))));
     }
 
     #[test]

@@ -29,9 +29,7 @@ pub enum LoadBalancerIpsError {
 pub fn parse_load_balancer_ips(value: &str) -> Result<Vec<IpAddr>, LoadBalancerIpsError> {
     let mut out: Vec<IpAddr> = Vec::new();
     for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let ip: IpAddr = part
-            .parse()
-            .map_err(|_| LoadBalancerIpsError::NotAnAddress(part.to_owned()))?;
+        let ip: IpAddr = part.parse().map_err(|_| LoadBalancerIpsError::NotAnAddress(part.to_owned()))?;
         if let Some(first) = out.iter().find(|o| o.is_ipv4() == ip.is_ipv4()) {
             return Err(LoadBalancerIpsError::SameFamily {
                 family: if ip.is_ipv4() { "IPv4" } else { "IPv6" },
@@ -87,12 +85,7 @@ mod tests {
 
     #[test]
     fn load_balancer_ips() {
-        assert_eq!(
-            parse_load_balancer_ips("203.0.113.10, 2001:db8::10")
-                .unwrap()
-                .len(),
-            2
-        );
+        assert_eq!(parse_load_balancer_ips("203.0.113.10, 2001:db8::10").unwrap().len(), 2);
         assert!(parse_load_balancer_ips("").unwrap().is_empty());
         assert!(matches!(
             parse_load_balancer_ips("203.0.113.10,203.0.113.11"),
@@ -110,9 +103,7 @@ mod tests {
         let key = MembershipKey::parse(&format!("  {secret}\n")).unwrap();
         assert_eq!(key.expose(), secret.as_bytes());
         assert!(!format!("{key:?}").contains("s3cr3t"));
-        let err = MembershipKey::parse("short-secret")
-            .unwrap_err()
-            .to_string();
+        let err = MembershipKey::parse("short-secret").unwrap_err().to_string();
         assert!(!err.contains("short-secret"), "{err}");
         assert!(err.contains("12 characters"), "{err}");
     }

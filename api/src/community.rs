@@ -41,10 +41,7 @@ impl FromStr for Community {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let err = || CommunityError(s.to_owned());
         let t = s.trim();
-        if let Some(&(_, a, v)) = WELL_KNOWN
-            .iter()
-            .find(|(name, _, _)| name.eq_ignore_ascii_case(t))
-        {
+        if let Some(&(_, a, v)) = WELL_KNOWN.iter().find(|(name, _, _)| name.eq_ignore_ascii_case(t)) {
             return Ok(Self::Standard(a, v));
         }
         if let Some(rest) = t.strip_prefix("large:") {
@@ -80,10 +77,7 @@ mod tests {
         assert_eq!("large:64512:1:2".parse(), Ok(Community::Large(64512, 1, 2)));
         assert_eq!("no-export".parse(), Ok(Community::Standard(65535, 65281)));
         assert_eq!(
-            "graceful-shutdown"
-                .parse::<Community>()
-                .unwrap()
-                .to_string(),
+            "graceful-shutdown".parse::<Community>().unwrap().to_string(),
             crate::GRACEFUL_SHUTDOWN_COMMUNITY
         );
     }

@@ -14,9 +14,7 @@ pub enum DurationError {
     #[error("empty duration; write e.g. \"90s\", \"1m\" or \"300ms\"")]
     Empty,
     /// A number was not followed by a unit, or the unit is unknown.
-    #[error(
-        "{0:?} is not a duration; use a number followed by ns, us, ms, s, m or h, e.g. \"90s\""
-    )]
+    #[error("{0:?} is not a duration; use a number followed by ns, us, ms, s, m or h, e.g. \"90s\"")]
     Malformed(String),
     /// Negative durations mean nothing in this API.
     #[error("{0:?} is negative; durations must be zero or more")]
@@ -70,13 +68,9 @@ impl FromStr for Duration {
         let mut total: u128 = 0; // nanoseconds
         let mut rest = body;
         while !rest.is_empty() {
-            let num_len = rest
-                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .ok_or_else(malformed)?;
+            let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(malformed)?;
             let (num, tail) = rest.split_at(num_len);
-            let unit_len = tail
-                .find(|c: char| c.is_ascii_digit() || c == '.')
-                .unwrap_or(tail.len());
+            let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
             let (unit, next) = tail.split_at(unit_len);
             let unit_ns: u128 = match unit {
                 "ns" => 1,
@@ -94,11 +88,7 @@ impl FromStr for Duration {
             if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
                 return Err(malformed());
             }
-            let int: u128 = if int_part.is_empty() {
-                0
-            } else {
-                int_part.parse().map_err(|_| overflow())?
-            };
+            let int: u128 = if int_part.is_empty() { 0 } else { int_part.parse().map_err(|_| overflow())? };
             let mut value = int.checked_mul(unit_ns).ok_or_else(overflow)?;
             let mut scale = unit_ns;
             for d in frac_part.chars() {
@@ -174,10 +164,7 @@ mod tests {
         assert!(matches!(p("5 days"), Err(DurationError::Malformed(_))));
         assert!(matches!(p("1.2.3s"), Err(DurationError::Malformed(_))));
         assert!(matches!(p("-1s"), Err(DurationError::Negative(_))));
-        assert!(matches!(
-            p("99999999999999999999999h"),
-            Err(DurationError::Overflow(_))
-        ));
+        assert!(matches!(p("99999999999999999999999h"), Err(DurationError::Overflow(_))));
     }
 
     #[test]

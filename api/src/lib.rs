@@ -40,18 +40,14 @@ pub mod stream;
 pub mod validate;
 
 pub use address::{AddressError, AddressRange};
-pub use annotations::{
-    LoadBalancerIpsError, MembershipKey, MembershipKeyError, parse_load_balancer_ips,
-};
+pub use annotations::{LoadBalancerIpsError, MembershipKey, MembershipKeyError, parse_load_balancer_ips};
 pub use community::{Community, CommunityError};
 pub use crd::*;
 pub use duration::{Duration, DurationError};
 pub use selector::selectors_match;
 pub use stream::{
-    Object, ObjectStream, Source, StreamError, parse_stream, read_stream, write_atomically,
-    write_stream,
+    Object, ObjectStream, Source, StreamError, parse_stream, read_stream, write_atomically, write_stream,
 };
 pub use validate::{
-    Config, Origin, ValidConfig, ValidationError, errors_for, set_condition, valid_condition,
-    validate,
+    Config, Origin, ValidConfig, ValidationError, errors_for, set_condition, valid_condition, validate,
 };

@@ -10,9 +10,7 @@ use kube::core::{Selector, SelectorExt};
 /// matches nothing, so a typo never widens what a rule applies to.
 pub fn selectors_match(selectors: &[LabelSelector], labels: &BTreeMap<String, String>) -> bool {
     selectors.is_empty()
-        || selectors
-            .iter()
-            .any(|s| Selector::try_from(s.clone()).is_ok_and(|sel| sel.matches(labels)))
+        || selectors.iter().any(|s| Selector::try_from(s.clone()).is_ok_and(|sel| sel.matches(labels)))
 }
 
 /// A problem at a path relative to the checked value: (sub-path, problem, fix).
@@ -37,9 +35,7 @@ pub(crate) fn is_dns_subdomain(s: &str) -> bool {
         && s.len() <= 253
         && s.split('.').all(|label| {
             !label.is_empty()
-                && label
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })
@@ -135,22 +131,13 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
     fn selector_lists() {
-        let rack1 = LabelSelector {
-            match_labels: Some(labels(&[("rack", "r1")])),
-            match_expressions: None,
-        };
-        let rack2 = LabelSelector {
-            match_labels: Some(labels(&[("rack", "r2")])),
-            match_expressions: None,
-        };
+        let rack1 = LabelSelector { match_labels: Some(labels(&[("rack", "r1")])), match_expressions: None };
+        let rack2 = LabelSelector { match_labels: Some(labels(&[("rack", "r2")])), match_expressions: None };
         let node = labels(&[("rack", "r2")]);
         assert!(selectors_match(&[], &node));
         assert!(selectors_match(&[rack1.clone(), rack2], &node));

@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::crd::{
-    API_VERSION, BfdProfile, BgpAdvertisement, BgpPeer, ControlPlaneVip, IpAddressPool,
-    L2Advertisement, ServiceAnnouncement,
+    API_VERSION, BfdProfile, BgpAdvertisement, BgpPeer, ControlPlaneVip, IpAddressPool, L2Advertisement,
+    ServiceAnnouncement,
 };
 use crate::validate::{Config, Origin, ValidConfig, ValidationError};
 
@@ -209,10 +209,7 @@ fn list_errors(errors: &[(Option<Source>, ValidationError)]) -> String {
 /// Reads and parses a stream file; see [`parse_stream`].
 pub fn read_stream(path: &Path) -> Result<ObjectStream, StreamError> {
     let file = path.display().to_string();
-    let text = fs::read_to_string(path).map_err(|source| StreamError::Io {
-        file: file.clone(),
-        source,
-    })?;
+    let text = fs::read_to_string(path).map_err(|source| StreamError::Io { file: file.clone(), source })?;
     parse_stream(&file, &text)
 }
 
@@ -223,10 +220,7 @@ pub fn read_stream(path: &Path) -> Result<ObjectStream, StreamError> {
 pub fn parse_stream(file: &str, text: &str) -> Result<ObjectStream, StreamError> {
     let mut out = ObjectStream::default();
     for (i, (first_line, chunk)) in split_documents(text).into_iter().enumerate() {
-        let source = Source {
-            document: i + 1,
-            item: None,
-        };
+        let source = Source { document: i + 1, item: None };
         let doc: Value = serde_saphyr::from_str(chunk).map_err(|e| StreamError::Yaml {
             file: file.to_owned(),
             message: yaml_message(source, first_line, &e),
@@ -236,18 +230,10 @@ pub fn parse_stream(file: &str, text: &str) -> Result<ObjectStream, StreamError>
         }
         if doc.get("kind").and_then(Value::as_str) == Some("List") {
             let Some(Value::Array(items)) = doc.get("items").cloned() else {
-                return Err(object_error(
-                    file,
-                    source,
-                    "items",
-                    "a List needs an items array",
-                ));
+                return Err(object_error(file, source, "items", "a List needs an items array"));
             };
             for (j, item) in items.into_iter().enumerate() {
-                let source = Source {
-                    document: i + 1,
-                    item: Some(j),
-                };
+                let source = Source { document: i + 1, item: Some(j) };
                 decode_into(file, source, item, &mut out)?;
             }
         } else {
@@ -293,9 +279,7 @@ fn split_documents(text: &str) -> Vec<(usize, &str)> {
 
 /// Only blank lines and comments.
 fn is_blank(chunk: &str) -> bool {
-    chunk
-        .lines()
-        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+    chunk.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
 }
 
 /// The parser's message with the line counted from the start of the file.
@@ -306,10 +290,7 @@ fn yaml_message(source: Source, first_line: usize, e: &serde_saphyr::Error) -> S
         Some(loc) => {
             let suffix = format!(" at line {}, column {}", loc.line(), loc.column());
             let message = message.strip_suffix(&suffix).unwrap_or(&message);
-            let line = usize::try_from(loc.line())
-                .unwrap_or(0)
-                .saturating_add(first_line)
-                .saturating_sub(1);
+            let line = usize::try_from(loc.line()).unwrap_or(0).saturating_add(first_line).saturating_sub(1);
             format!("{source}: line {line}, column {}: {message}", loc.column())
         }
         None => format!("{source}: {message}"),
@@ -325,12 +306,7 @@ fn object_error(file: &str, source: Source, path: &str, message: &str) -> Stream
     }
 }
 
-fn decode_into(
-    file: &str,
-    source: Source,
-    doc: Value,
-    out: &mut ObjectStream,
-) -> Result<(), StreamError> {
+fn decode_into(file: &str, source: Source, doc: Value, out: &mut ObjectStream) -> Result<(), StreamError> {
     if !doc.is_object() {
         return Err(object_error(
             file,
@@ -341,12 +317,7 @@ fn decode_into(
     }
     let field = |name: &str| doc.get(name).and_then(Value::as_str).map(str::to_owned);
     let Some(api_version) = field("apiVersion") else {
-        return Err(object_error(
-            file,
-            source,
-            "apiVersion",
-            "missing apiVersion",
-        ));
+        return Err(object_error(file, source, "apiVersion", "missing apiVersion"));
     };
     let Some(kind) = field("kind") else {
         return Err(object_error(file, source, "kind", "missing kind"));
@@ -356,25 +327,16 @@ fn decode_into(
     let object = match (api_version.as_str(), kind.as_str()) {
         (API_VERSION, "IPAddressPool") => Object::IpAddressPool(decode(file, source, doc, u)?),
         (API_VERSION, "BGPPeer") => Object::BgpPeer(decode(file, source, doc, u)?),
-        (API_VERSION, "BGPAdvertisement") => {
-            Object::BgpAdvertisement(decode(file, source, doc, u)?)
-        }
+        (API_VERSION, "BGPAdvertisement") => Object::BgpAdvertisement(decode(file, source, doc, u)?),
         (API_VERSION, "L2Advertisement") => Object::L2Advertisement(decode(file, source, doc, u)?),
         (API_VERSION, "BFDProfile") => Object::BfdProfile(decode(file, source, doc, u)?),
         (API_VERSION, "ControlPlaneVIP") => Object::ControlPlaneVip(decode(file, source, doc, u)?),
-        (API_VERSION, "ServiceAnnouncement") => {
-            Object::ServiceAnnouncement(decode(file, source, doc, u)?)
-        }
+        (API_VERSION, "ServiceAnnouncement") => Object::ServiceAnnouncement(decode(file, source, doc, u)?),
         ("v1", "Node") => Object::Node(decode(file, source, doc, u)?),
         ("v1", "Service") => Object::Service(decode(file, source, doc, u)?),
-        ("discovery.k8s.io/v1", "EndpointSlice") => {
-            Object::EndpointSlice(decode(file, source, doc, u)?)
-        }
+        ("discovery.k8s.io/v1", "EndpointSlice") => Object::EndpointSlice(decode(file, source, doc, u)?),
         _ => {
-            let name = doc
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("");
+            let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
             out.warnings.push(format!(
                 "{file}: {source}: ignoring {api_version} {kind} {name:?}: not a kind ferrolb reads"
             ));
@@ -383,10 +345,7 @@ fn decode_into(
     };
     if let Some(path) = unknown.first() {
         let name = object.name();
-        if matches!(
-            object,
-            Object::Node(_) | Object::Service(_) | Object::EndpointSlice(_)
-        ) {
+        if matches!(object, Object::Node(_) | Object::Service(_) | Object::EndpointSlice(_)) {
             // kubectl output from a newer Kubernetes may hold fields our types lack.
             out.warnings.push(format!(
                 "{file}: {source}: {kind} {name:?}: ignoring unknown fields {}",
@@ -399,9 +358,7 @@ fn decode_into(
                 file: file.to_owned(),
                 at: source,
                 path: path.clone(),
-                message: format!(
-                    "unknown field in {kind} {name:?}; check the spelling against the API"
-                ),
+                message: format!("unknown field in {kind} {name:?}; check the spelling against the API"),
             });
         }
     }
@@ -472,29 +429,25 @@ impl ObjectStream {
 
     /// Validates [`Self::config`] as file content, naming the document of each object in errors.
     pub fn validated_config(&self, file: &str) -> Result<ValidConfig, StreamError> {
-        self.config()
-            .validate(Origin::File)
-            .map_err(|errors| StreamError::Invalid {
-                file: file.to_owned(),
-                errors: errors
-                    .into_iter()
-                    .map(|e| {
-                        let src = self
-                            .objects
-                            .iter()
-                            .find(|(_, o)| o.kind() == e.kind && o.name() == e.name)
-                            .map(|(s, _)| *s);
-                        (src, e)
-                    })
-                    .collect(),
-            })
+        self.config().validate(Origin::File).map_err(|errors| StreamError::Invalid {
+            file: file.to_owned(),
+            errors: errors
+                .into_iter()
+                .map(|e| {
+                    let src = self
+                        .objects
+                        .iter()
+                        .find(|(_, o)| o.kind() == e.kind && o.name() == e.name)
+                        .map(|(s, _)| *s);
+                    (src, e)
+                })
+                .collect(),
+        })
     }
 }
 
 /// Writes objects as a `---`-separated stream that [`parse_stream`] reads back.
-pub fn write_stream<'a>(
-    objects: impl IntoIterator<Item = &'a Object>,
-) -> Result<String, StreamError> {
+pub fn write_stream<'a>(objects: impl IntoIterator<Item = &'a Object>) -> Result<String, StreamError> {
     let mut out = String::new();
     for o in objects {
         let yaml = serde_saphyr::to_string(o).map_err(|e| StreamError::Serialize {
@@ -515,20 +468,14 @@ pub fn write_stream<'a>(
 /// across a crash: temp file in the same directory, fsync, rename, fsync the directory.
 /// With `keep_previous`, the replaced content stays available as `FILE.prev`.
 pub fn write_atomically(path: &Path, bytes: &[u8], keep_previous: bool) -> Result<(), StreamError> {
-    let io_err = |source| StreamError::Io {
-        file: path.display().to_string(),
-        source,
-    };
+    let io_err = |source| StreamError::Io { file: path.display().to_string(), source };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let file_name = path.file_name().ok_or_else(|| {
-        io_err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "the path has no file name",
-        ))
-    })?;
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| io_err(io::Error::new(io::ErrorKind::InvalidInput, "the path has no file name")))?;
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(file_name);
     // pid + counter: two writers in one process must not share a temp file either.

@@ -15,8 +15,8 @@ use kube::ResourceExt;
 use crate::address::AddressRange;
 use crate::community::Community;
 use crate::crd::{
-    BfdProfile, BgpAdvertisement, BgpPeer, CONDITION_VALID, ControlPlaneVip, IpAddressPool,
-    L2Advertisement, VipMode,
+    BfdProfile, BgpAdvertisement, BgpPeer, CONDITION_VALID, ControlPlaneVip, IpAddressPool, L2Advertisement,
+    VipMode,
 };
 use crate::duration::Duration;
 use crate::selector::{check_selector, is_dns_subdomain};
@@ -85,48 +85,21 @@ impl Config {
     /// What a bootstrap checkpoint holds: the named ControlPlaneVIP and the BGPPeers and
     /// BFDProfiles it refers to (unknown references are left for [`validate`] to report).
     pub fn for_control_plane_vip(&self, name: &str) -> Option<Config> {
-        let vip = self
-            .control_plane_vips
-            .iter()
-            .find(|v| v.name_any() == name)?;
-        let peer_names: BTreeSet<&str> = vip
-            .spec
-            .bgp
-            .iter()
-            .flat_map(|b| b.peers.iter().map(String::as_str))
-            .collect();
-        let peers: Vec<BgpPeer> = self
-            .peers
-            .iter()
-            .filter(|p| peer_names.contains(p.name_any().as_str()))
-            .cloned()
-            .collect();
-        let bfd_names: BTreeSet<&str> = peers
-            .iter()
-            .filter_map(|p| p.spec.bfd_profile.as_deref())
-            .collect();
-        let bfd_profiles = self
-            .bfd_profiles
-            .iter()
-            .filter(|b| bfd_names.contains(b.name_any().as_str()))
-            .cloned()
-            .collect();
-        Some(Config {
-            control_plane_vips: vec![vip.clone()],
-            peers,
-            bfd_profiles,
-            ..Config::default()
-        })
+        let vip = self.control_plane_vips.iter().find(|v| v.name_any() == name)?;
+        let peer_names: BTreeSet<&str> =
+            vip.spec.bgp.iter().flat_map(|b| b.peers.iter().map(String::as_str)).collect();
+        let peers: Vec<BgpPeer> =
+            self.peers.iter().filter(|p| peer_names.contains(p.name_any().as_str())).cloned().collect();
+        let bfd_names: BTreeSet<&str> = peers.iter().filter_map(|p| p.spec.bfd_profile.as_deref()).collect();
+        let bfd_profiles =
+            self.bfd_profiles.iter().filter(|b| bfd_names.contains(b.name_any().as_str())).cloned().collect();
+        Some(Config { control_plane_vips: vec![vip.clone()], peers, bfd_profiles, ..Config::default() })
     }
 
     /// Validates the whole set; all errors at once, so users fix them in one go.
     pub fn validate(self, origin: Origin) -> Result<ValidConfig, Vec<ValidationError>> {
         let errors = validate(&self, origin);
-        if errors.is_empty() {
-            Ok(ValidConfig(self))
-        } else {
-            Err(errors)
-        }
+        if errors.is_empty() { Ok(ValidConfig(self)) } else { Err(errors) }
     }
 }
 
@@ -147,11 +120,7 @@ pub struct ValidationError {
 
 impl fmt::Display for ValidationError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}/{}: {}: {}; fix: {}",
-            self.kind, self.name, self.field, self.problem, self.fix
-        )
+        write!(f, "{}/{}: {}: {}; fix: {}", self.kind, self.name, self.field, self.problem, self.fix)
     }
 }
 
@@ -161,9 +130,7 @@ pub fn errors_for<'a>(
     kind: &'a str,
     name: &'a str,
 ) -> impl Iterator<Item = &'a ValidationError> + 'a {
-    errors
-        .iter()
-        .filter(move |e| e.kind == kind && e.name == name)
+    errors.iter().filter(move |e| e.kind == kind && e.name == name)
 }
 
 /// The `Valid` condition for one object, from its errors (see [`errors_for`]).
@@ -172,10 +139,8 @@ pub fn valid_condition<'a>(
     observed_generation: Option<i64>,
     now: Time,
 ) -> Condition {
-    let messages: Vec<String> = errors
-        .into_iter()
-        .map(|e| format!("{}: {}; fix: {}", e.field, e.problem, e.fix))
-        .collect();
+    let messages: Vec<String> =
+        errors.into_iter().map(|e| format!("{}: {}; fix: {}", e.field, e.problem, e.fix)).collect();
     let (status, reason, message) = if messages.is_empty() {
         ("True", "Valid", "configuration is valid".to_owned())
     } else {
@@ -210,21 +175,9 @@ pub fn validate(config: &Config, origin: Origin) -> Vec<ValidationError> {
     let pool_names = names(&config.pools, kind::IP_ADDRESS_POOL, &mut errors);
     let peer_names = names(&config.peers, kind::BGP_PEER, &mut errors);
     let bfd_names = names(&config.bfd_profiles, kind::BFD_PROFILE, &mut errors);
-    names(
-        &config.bgp_advertisements,
-        kind::BGP_ADVERTISEMENT,
-        &mut errors,
-    );
-    names(
-        &config.l2_advertisements,
-        kind::L2_ADVERTISEMENT,
-        &mut errors,
-    );
-    names(
-        &config.control_plane_vips,
-        kind::CONTROL_PLANE_VIP,
-        &mut errors,
-    );
+    names(&config.bgp_advertisements, kind::BGP_ADVERTISEMENT, &mut errors);
+    names(&config.l2_advertisements, kind::L2_ADVERTISEMENT, &mut errors);
+    names(&config.control_plane_vips, kind::CONTROL_PLANE_VIP, &mut errors);
 
     let mut ranges = Vec::new();
     for pool in &config.pools {
@@ -268,11 +221,7 @@ fn names<K: ResourceExt>(
         let name = o.name_any();
         let mut c = Check::new(kind, o, errors);
         if name.is_empty() {
-            c.err(
-                "metadata.name",
-                "the object has no name",
-                "set metadata.name",
-            );
+            c.err("metadata.name", "the object has no name", "set metadata.name");
         } else if !is_dns_subdomain(&name) {
             c.err(
                 "metadata.name",
@@ -299,24 +248,11 @@ struct Check<'a> {
 }
 
 impl<'a> Check<'a> {
-    fn new<K: ResourceExt>(
-        kind: &'static str,
-        obj: &K,
-        errors: &'a mut Vec<ValidationError>,
-    ) -> Self {
-        Self {
-            kind,
-            name: obj.name_any(),
-            errors,
-        }
+    fn new<K: ResourceExt>(kind: &'static str, obj: &K, errors: &'a mut Vec<ValidationError>) -> Self {
+        Self { kind, name: obj.name_any(), errors }
     }
 
-    fn err(
-        &mut self,
-        field: impl Into<String>,
-        problem: impl Into<String>,
-        fix: impl Into<String>,
-    ) {
+    fn err(&mut self, field: impl Into<String>, problem: impl Into<String>, fix: impl Into<String>) {
         self.errors.push(ValidationError {
             kind: self.kind,
             name: self.name.clone(),
@@ -330,11 +266,7 @@ impl<'a> Check<'a> {
         match value.parse::<Duration>() {
             Ok(d) => Some(d),
             Err(e) => {
-                self.err(
-                    field,
-                    e.to_string(),
-                    "write a duration such as \"90s\", \"1m\" or \"300ms\"",
-                );
+                self.err(field, e.to_string(), "write a duration such as \"90s\", \"1m\" or \"300ms\"");
                 None
             }
         }
@@ -397,19 +329,11 @@ struct PoolRange {
 fn check_pool(c: &mut Check<'_>, pool: &IpAddressPool, ranges: &mut Vec<PoolRange>) {
     let spec = &pool.spec;
     if spec.addresses.is_empty() {
-        c.err(
-            "spec.addresses",
-            "the pool has no addresses",
-            "list at least one CIDR or range",
-        );
+        c.err("spec.addresses", "the pool has no addresses", "list at least one CIDR or range");
     }
     for (i, entry) in spec.addresses.iter().enumerate() {
         match AddressRange::parse(entry) {
-            Ok(range) => ranges.push(PoolRange {
-                pool: c.name.clone(),
-                index: i,
-                range,
-            }),
+            Ok(range) => ranges.push(PoolRange { pool: c.name.clone(), index: i, range }),
             Err(e) => c.err(
                 format!("spec.addresses[{i}]"),
                 e.to_string(),
@@ -427,14 +351,8 @@ fn check_pool(c: &mut Check<'_>, pool: &IpAddressPool, ranges: &mut Vec<PoolRang
                 );
             }
         }
-        c.selectors(
-            "spec.serviceAllocation.namespaceSelectors",
-            &alloc.namespace_selectors,
-        );
-        c.selectors(
-            "spec.serviceAllocation.serviceSelectors",
-            &alloc.service_selectors,
-        );
+        c.selectors("spec.serviceAllocation.namespaceSelectors", &alloc.namespace_selectors);
+        c.selectors("spec.serviceAllocation.serviceSelectors", &alloc.service_selectors);
     }
 }
 
@@ -451,10 +369,7 @@ fn check_overlaps(ranges: &[PoolRange], errors: &mut Vec<ValidationError>) {
                 let where_other = if me.pool == other.pool {
                     format!("spec.addresses[{}] of the same pool", other.index)
                 } else {
-                    format!(
-                        "IPAddressPool {:?} (spec.addresses[{}])",
-                        other.pool, other.index
-                    )
+                    format!("IPAddressPool {:?} (spec.addresses[{}])", other.pool, other.index)
                 };
                 errors.push(ValidationError {
                     kind: kind::IP_ADDRESS_POOL,
@@ -475,8 +390,7 @@ fn check_duplicate_sessions(peers: &[BgpPeer], errors: &mut Vec<ValidationError>
         for b in &peers[..i] {
             let addr = |p: &BgpPeer| {
                 let t = p.spec.peer_address.trim();
-                t.parse::<IpAddr>()
-                    .map_or_else(|_| t.to_owned(), |ip| ip.to_string())
+                t.parse::<IpAddr>().map_or_else(|_| t.to_owned(), |ip| ip.to_string())
             };
             let same_router = addr(a) == addr(b) && a.spec.peer_port == b.spec.peer_port;
             if same_router && a.spec.node_selectors == b.spec.node_selectors {
@@ -498,11 +412,7 @@ fn check_duplicate_sessions(peers: &[BgpPeer], errors: &mut Vec<ValidationError>
 }
 
 /// The apiserver VIP must be unique and must never be handed to a Service.
-fn check_vip_addresses(
-    vips: &[ControlPlaneVip],
-    ranges: &[PoolRange],
-    errors: &mut Vec<ValidationError>,
-) {
+fn check_vip_addresses(vips: &[ControlPlaneVip], ranges: &[PoolRange], errors: &mut Vec<ValidationError>) {
     let mut seen: BTreeMap<IpAddr, String> = BTreeMap::new();
     for vip in vips {
         let Ok(ip) = vip.spec.address.trim().parse::<IpAddr>() else {
@@ -534,19 +444,11 @@ fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet<String>, o
     let spec = &peer.spec;
     for (field, asn) in [("spec.myASN", spec.my_asn), ("spec.peerASN", spec.peer_asn)] {
         if asn == 0 {
-            c.err(
-                field,
-                "AS number 0 is reserved (RFC 7607)",
-                "use 1..4294967295",
-            );
+            c.err(field, "AS number 0 is reserved (RFC 7607)", "use 1..4294967295");
         }
     }
     if spec.peer_port == 0 {
-        c.err(
-            "spec.peerPort",
-            "port 0 is not a port",
-            "use 1..65535, usually 179",
-        );
+        c.err("spec.peerPort", "port 0 is not a port", "use 1..65535, usually 179");
     }
     let peer_ip = c.ip("spec.peerAddress", &spec.peer_address);
     if let Some(src) = &spec.source_address
@@ -575,10 +477,7 @@ fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet<String>, o
         if secs != 0.0 && secs < 3.0 {
             c.err(
                 "spec.holdTime",
-                format!(
-                    "{:?} is not allowed: RFC 4271 hold time is 0 or at least 3s",
-                    spec.hold_time
-                ),
+                format!("{:?} is not allowed: RFC 4271 hold time is 0 or at least 3s", spec.hold_time),
                 "set holdTime to 0s (no keepalives) or 3s..65535s",
             );
         } else if secs > 65535.0 {
@@ -590,10 +489,7 @@ fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet<String>, o
         } else if hold.std().subsec_nanos() != 0 {
             c.err(
                 "spec.holdTime",
-                format!(
-                    "{:?} is not whole seconds, which BGP carries",
-                    spec.hold_time
-                ),
+                format!("{:?} is not whole seconds, which BGP carries", spec.hold_time),
                 "round holdTime to whole seconds",
             );
         }
@@ -612,11 +508,7 @@ fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet<String>, o
     if let Some(d) = c.duration("spec.connectTime", &spec.connect_time)
         && d.std().is_zero()
     {
-        c.err(
-            "spec.connectTime",
-            "0 would retry in a busy loop",
-            "use e.g. 5s",
-        );
+        c.err("spec.connectTime", "0 would retry in a busy loop", "use e.g. 5s");
     }
     if let Some(secret) = &spec.password_secret {
         if spec.password_file.is_some() {
@@ -626,11 +518,7 @@ fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet<String>, o
                 "keep one: passwordSecret in a cluster, passwordFile in static files and checkpoints",
             );
         }
-        for (f, v) in [
-            ("name", &secret.name),
-            ("namespace", &secret.namespace),
-            ("key", &secret.key),
-        ] {
+        for (f, v) in [("name", &secret.name), ("namespace", &secret.namespace), ("key", &secret.key)] {
             if v.is_empty() {
                 c.err(
                     format!("spec.passwordSecret.{f}"),
@@ -708,17 +596,9 @@ fn check_bgp_advertisement(
     peers: &BTreeSet<String>,
 ) {
     let spec = &adv.spec;
-    c.references(
-        "spec.ipAddressPools",
-        &spec.ip_address_pools,
-        pools,
-        "IPAddressPool",
-    );
+    c.references("spec.ipAddressPools", &spec.ip_address_pools, pools, "IPAddressPool");
     c.references("spec.peers", &spec.peers, peers, "BGPPeer");
-    c.selectors(
-        "spec.ipAddressPoolSelectors",
-        &spec.ip_address_pool_selectors,
-    );
+    c.selectors("spec.ipAddressPoolSelectors", &spec.ip_address_pool_selectors);
     c.selectors("spec.serviceSelectors", &spec.service_selectors);
     c.selectors("spec.nodeSelectors", &spec.node_selectors);
     if !(0..=32).contains(&spec.aggregation_length) {
@@ -731,10 +611,7 @@ fn check_bgp_advertisement(
     if !(0..=128).contains(&spec.aggregation_length_v6) {
         c.err(
             "spec.aggregationLengthV6",
-            format!(
-                "{} is not an IPv6 prefix length",
-                spec.aggregation_length_v6
-            ),
+            format!("{} is not an IPv6 prefix length", spec.aggregation_length_v6),
             "use 0..128 (128 announces each address alone)",
         );
     }
@@ -743,16 +620,8 @@ fn check_bgp_advertisement(
 
 fn check_l2_advertisement(c: &mut Check<'_>, adv: &L2Advertisement, pools: &BTreeSet<String>) {
     let spec = &adv.spec;
-    c.references(
-        "spec.ipAddressPools",
-        &spec.ip_address_pools,
-        pools,
-        "IPAddressPool",
-    );
-    c.selectors(
-        "spec.ipAddressPoolSelectors",
-        &spec.ip_address_pool_selectors,
-    );
+    c.references("spec.ipAddressPools", &spec.ip_address_pools, pools, "IPAddressPool");
+    c.selectors("spec.ipAddressPoolSelectors", &spec.ip_address_pool_selectors);
     c.selectors("spec.serviceSelectors", &spec.service_selectors);
     c.selectors("spec.nodeSelectors", &spec.node_selectors);
     for (i, ifname) in spec.interfaces.iter().enumerate() {
@@ -766,9 +635,7 @@ fn check_interface(c: &mut Check<'_>, field: &str, name: &str) {
         && name.len() <= 15
         && name != "."
         && name != ".."
-        && !name
-            .chars()
-            .any(|ch| ch == '/' || ch == ':' || ch.is_whitespace());
+        && !name.chars().any(|ch| ch == '/' || ch == ':' || ch.is_whitespace());
     if !ok {
         c.err(
             field,
@@ -780,26 +647,17 @@ fn check_interface(c: &mut Check<'_>, field: &str, name: &str) {
 
 fn check_bfd(c: &mut Check<'_>, bfd: &BfdProfile) {
     let spec = &bfd.spec;
-    for (field, value) in [
-        ("spec.receiveInterval", &spec.receive_interval),
-        ("spec.transmitInterval", &spec.transmit_interval),
-    ] {
+    for (field, value) in
+        [("spec.receiveInterval", &spec.receive_interval), ("spec.transmitInterval", &spec.transmit_interval)]
+    {
         if let Some(d) = c.duration(field, value)
             && !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&d)
         {
-            c.err(
-                field,
-                format!("{value:?} is outside 10ms..60s"),
-                "use e.g. 300ms",
-            );
+            c.err(field, format!("{value:?} is outside 10ms..60s"), "use e.g. 300ms");
         }
     }
     if !(2..=255).contains(&spec.detect_multiplier) {
-        c.err(
-            "spec.detectMultiplier",
-            format!("{} is outside 2..255", spec.detect_multiplier),
-            "use e.g. 3",
-        );
+        c.err("spec.detectMultiplier", format!("{} is outside 2..255", spec.detect_multiplier), "use e.g. 3");
     }
     if !(1..=254).contains(&spec.minimum_ttl) {
         c.err(
@@ -814,11 +672,7 @@ fn check_vip(c: &mut Check<'_>, vip: &ControlPlaneVip, peers: &BTreeSet<String>)
     let spec = &vip.spec;
     let vip_ip = c.ip("spec.address", &spec.address);
     if spec.port == 0 {
-        c.err(
-            "spec.port",
-            "port 0 is not a port",
-            "use the apiserver port, usually 6443",
-        );
+        c.err("spec.port", "port 0 is not a port", "use the apiserver port, usually 6443");
     }
     if spec.membership_port == 0 {
         c.err("spec.membershipPort", "port 0 is not a port", "use 7947");
@@ -900,10 +754,7 @@ fn check_vip(c: &mut Check<'_>, vip: &ControlPlaneVip, peers: &BTreeSet<String>)
     }
     let interval = c.duration("spec.healthCheck.interval", &hc.interval);
     let timeout = c.duration("spec.healthCheck.timeout", &hc.timeout);
-    for (field, d) in [
-        ("spec.healthCheck.interval", interval),
-        ("spec.healthCheck.timeout", timeout),
-    ] {
+    for (field, d) in [("spec.healthCheck.interval", interval), ("spec.healthCheck.timeout", timeout)] {
         if d.is_some_and(|d| d.std().is_zero()) {
             c.err(field, "must be more than 0", "use e.g. 1s");
         }
@@ -923,10 +774,7 @@ fn check_vip(c: &mut Check<'_>, vip: &ControlPlaneVip, peers: &BTreeSet<String>)
         );
     }
     if let Some(ip) = vip_ip
-        && let Some(m) = spec
-            .members
-            .iter()
-            .position(|m| m.address.trim().parse() == Ok(ip))
+        && let Some(m) = spec.members.iter().position(|m| m.address.trim().parse() == Ok(ip))
     {
         c.err(
             "spec.address",
@@ -938,9 +786,7 @@ fn check_vip(c: &mut Check<'_>, vip: &ControlPlaneVip, peers: &BTreeSet<String>)
 
 /// Host part of an http(s) URL, without brackets or port.
 fn url_host(url: &str) -> Option<&str> {
-    let rest = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))?;
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"))?;
     let authority = rest.split(['/', '?', '#']).next()?;
     let host = match authority.strip_prefix('[') {
         Some(v6) => v6.split(']').next()?,
@@ -950,8 +796,7 @@ fn url_host(url: &str) -> Option<&str> {
 }
 
 fn is_loopback_host(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost")
-        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]

@@ -57,12 +57,7 @@ fn check_structural(path: &str, schema: &Value, problems: &mut Vec<String>) {
     match obj.get("type").and_then(Value::as_str) {
         None => problems.push(format!("{path}: no type")),
         Some("object") => {
-            for (k, v) in obj
-                .get("properties")
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-            {
+            for (k, v) in obj.get("properties").and_then(Value::as_object).into_iter().flatten() {
                 check_structural(&format!("{path}.{k}"), v, problems);
             }
             if let Some(ap) = obj.get("additionalProperties") {
@@ -90,10 +85,7 @@ fn every_schema_is_structural_cluster_scoped_with_status() {
         assert_eq!(v.name, "v1alpha1");
         assert!(v.served && v.storage);
         assert!(
-            v.subresources
-                .as_ref()
-                .and_then(|s| s.status.as_ref())
-                .is_some(),
+            v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
             "{name}: status subresource"
         );
         let expected_scope = if crd.spec.names.kind == "ServiceAnnouncement" {
@@ -102,21 +94,14 @@ fn every_schema_is_structural_cluster_scoped_with_status() {
             "Cluster"
         };
         assert_eq!(crd.spec.scope, expected_scope, "{name}");
-        let schema = serde_json::to_value(
-            v.schema
-                .as_ref()
-                .and_then(|s| s.open_api_v3_schema.as_ref())
-                .unwrap(),
-        )
-        .unwrap();
+        let schema =
+            serde_json::to_value(v.schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref()).unwrap())
+                .unwrap();
         let mut problems = Vec::new();
         check_structural(&name, &schema, &mut problems);
         assert!(problems.is_empty(), "{problems:#?}");
         let props = &schema["properties"];
-        assert!(
-            props["status"]["properties"]["conditions"].is_object(),
-            "{name}"
-        );
+        assert!(props["status"]["properties"]["conditions"].is_object(), "{name}");
     }
 }
 
@@ -126,32 +111,13 @@ fn api_field_names_are_as_documented() {
     let spec_of = |kind: &str| {
         let crd = crds.iter().find(|c| c.spec.names.kind == kind).unwrap();
         let schema = serde_json::to_value(
-            crd.spec.versions[0]
-                .schema
-                .as_ref()
-                .unwrap()
-                .open_api_v3_schema
-                .as_ref()
-                .unwrap(),
+            crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap(),
         )
         .unwrap();
-        schema["properties"]["spec"]["properties"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .cloned()
-            .collect::<Vec<_>>()
+        schema["properties"]["spec"]["properties"].as_object().unwrap().keys().cloned().collect::<Vec<_>>()
     };
     for (kind, fields) in [
-        (
-            "IPAddressPool",
-            &[
-                "addresses",
-                "autoAssign",
-                "avoidBuggyIPs",
-                "serviceAllocation",
-            ][..],
-        ),
+        ("IPAddressPool", &["addresses", "autoAssign", "avoidBuggyIPs", "serviceAllocation"][..]),
         (
             "BGPPeer",
             &[
@@ -190,23 +156,12 @@ fn api_field_names_are_as_documented() {
         ),
         (
             "L2Advertisement",
-            &[
-                "ipAddressPools",
-                "ipAddressPoolSelectors",
-                "serviceSelectors",
-                "nodeSelectors",
-                "interfaces",
-            ][..],
+            &["ipAddressPools", "ipAddressPoolSelectors", "serviceSelectors", "nodeSelectors", "interfaces"]
+                [..],
         ),
         (
             "BFDProfile",
-            &[
-                "receiveInterval",
-                "transmitInterval",
-                "detectMultiplier",
-                "passiveMode",
-                "minimumTtl",
-            ][..],
+            &["receiveInterval", "transmitInterval", "detectMultiplier", "passiveMode", "minimumTtl"][..],
         ),
         (
             "ControlPlaneVIP",
@@ -222,17 +177,7 @@ fn api_field_names_are_as_documented() {
                 "bgp",
             ][..],
         ),
-        (
-            "ServiceAnnouncement",
-            &[
-                "node",
-                "service",
-                "protocol",
-                "addresses",
-                "interfaces",
-                "peers",
-            ][..],
-        ),
+        ("ServiceAnnouncement", &["node", "service", "protocol", "addresses", "interfaces", "peers"][..]),
     ] {
         let mut have = spec_of(kind);
         have.sort();

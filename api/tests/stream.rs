@@ -1,8 +1,7 @@
 //! Object streams as users and checkpoints write them.
 
 use ferrolb_api::{
-    BgpPeer, Object, StreamError, VipMode, parse_stream, read_stream, write_atomically,
-    write_stream,
+    BgpPeer, Object, StreamError, VipMode, parse_stream, read_stream, write_atomically, write_stream,
 };
 
 const STATIC_FILE: &str = r#"---
@@ -76,31 +75,14 @@ metadata:
 fn reads_multi_document_stream_of_every_kind() {
     let s = parse_stream("static.yaml", STATIC_FILE).unwrap();
     let kinds: Vec<_> = s.objects.iter().map(|(_, o)| o.kind()).collect();
-    assert_eq!(
-        kinds,
-        [
-            "IPAddressPool",
-            "BGPPeer",
-            "BGPAdvertisement",
-            "Node",
-            "Service",
-            "EndpointSlice"
-        ]
-    );
+    assert_eq!(kinds, ["IPAddressPool", "BGPPeer", "BGPAdvertisement", "Node", "Service", "EndpointSlice"]);
     assert_eq!(s.objects[3].0.document, 4);
-    let Object::BgpAdvertisement(adv) = &s.objects[2].1 else {
-        panic!("not an advertisement")
-    };
+    let Object::BgpAdvertisement(adv) = &s.objects[2].1 else { panic!("not an advertisement") };
     // YAML 1.1 would read 64512:100 as a base-60 integer; it must stay a string.
     assert_eq!(adv.spec.communities[0], "64512:100");
-    let Object::Service(svc) = &s.objects[4].1 else {
-        panic!("not a service")
-    };
+    let Object::Service(svc) = &s.objects[4].1 else { panic!("not a service") };
     let ingress = svc.status.as_ref().unwrap().load_balancer.as_ref().unwrap();
-    assert_eq!(
-        ingress.ingress.as_ref().unwrap()[0].ip.as_deref(),
-        Some("203.0.113.1")
-    );
+    assert_eq!(ingress.ingress.as_ref().unwrap()[0].ip.as_deref(), Some("203.0.113.1"));
     assert!(s.validated_config("static.yaml").is_ok());
 }
 
@@ -150,15 +132,11 @@ metadata:
     let s = parse_stream("list.yaml", text).unwrap();
     assert_eq!(s.objects.len(), 2);
     assert_eq!(s.objects[1].0.item, Some(1));
-    let Object::BfdProfile(b) = &s.objects[0].1 else {
-        panic!()
-    };
+    let Object::BfdProfile(b) = &s.objects[0].1 else { panic!() };
     assert_eq!(b.spec.detect_multiplier, 5);
     assert_eq!(b.spec.transmit_interval, "300ms", "default applied");
     assert_eq!(b.status.as_ref().unwrap().conditions[0].type_, "Valid");
-    let Object::ControlPlaneVip(v) = &s.objects[1].1 else {
-        panic!()
-    };
+    let Object::ControlPlaneVip(v) = &s.objects[1].1 else { panic!() };
     assert_eq!(v.spec.mode, VipMode::Bgp);
 }
 
@@ -188,21 +166,13 @@ items:
   spec: {addresses: "192.0.2.16/28"}
 "#;
     let msg = parse_stream("list.yaml", text).unwrap_err().to_string();
-    assert!(
-        msg.contains("list.yaml: document 1, items[1]: spec.addresses:"),
-        "{msg}"
-    );
+    assert!(msg.contains("list.yaml: document 1, items[1]: spec.addresses:"), "{msg}");
 }
 
 #[test]
 fn missing_kind_and_yaml_errors() {
-    let msg = parse_stream("f.yaml", "apiVersion: v1\nmetadata: {name: x}\n")
-        .unwrap_err()
-        .to_string();
-    assert!(
-        msg.contains("f.yaml: document 1: kind: missing kind"),
-        "{msg}"
-    );
+    let msg = parse_stream("f.yaml", "apiVersion: v1\nmetadata: {name: x}\n").unwrap_err().to_string();
+    assert!(msg.contains("f.yaml: document 1: kind: missing kind"), "{msg}");
     let err = parse_stream("f.yaml", "a: [1, 2\nb: c\n").unwrap_err();
     assert!(matches!(err, StreamError::Yaml { .. }), "{err}");
     assert!(err.to_string().starts_with("f.yaml: invalid YAML"), "{err}");
@@ -230,10 +200,7 @@ fn validation_errors_name_the_document() {
     let text = STATIC_FILE.replace("holdTime: 9s", "holdTime: 2s");
     let s = parse_stream("static.yaml", &text).unwrap();
     let err = s.validated_config("static.yaml").unwrap_err().to_string();
-    assert!(
-        err.contains("document 2: BGPPeer/router-a: spec.holdTime:"),
-        "{err}"
-    );
+    assert!(err.contains("document 2: BGPPeer/router-a: spec.holdTime:"), "{err}");
 }
 
 #[test]
@@ -253,9 +220,7 @@ fn strings_that_look_like_other_yaml_types_survive() {
         Object::BgpPeer(p) => p.clone(),
         _ => panic!(),
     };
-    for tricky in [
-        "no", "yes", "on", "1:30", "0x10", "1e3", "null", "~", "012", "3.10",
-    ] {
+    for tricky in ["no", "yes", "on", "1:30", "0x10", "1e3", "null", "~", "012", "3.10"] {
         peer.spec.password_file = Some(tricky.into());
         peer.spec.router_id = Some(tricky.into());
         let text = write_stream([&Object::BgpPeer(peer.clone())]).unwrap();
@@ -274,26 +239,17 @@ fn atomic_write_keeps_previous() {
     write_atomically(&path, b"two", true).unwrap();
     write_atomically(&path, b"three", true).unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), b"three");
-    assert_eq!(
-        std::fs::read(dir.path().join("checkpoint.yaml.prev")).unwrap(),
-        b"two"
-    );
+    assert_eq!(std::fs::read(dir.path().join("checkpoint.yaml.prev")).unwrap(), b"two");
     write_atomically(&path, b"four", false).unwrap();
     assert_eq!(
         std::fs::read(dir.path().join("checkpoint.yaml.prev")).unwrap(),
         b"two",
         "without keep_previous the .prev file is left alone"
     );
-    let names: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 2, "no temp files left: {names:?}");
     let s = read_stream(&path);
-    assert!(matches!(
-        s,
-        Err(StreamError::Yaml { .. }) | Err(StreamError::Object { .. })
-    ));
+    assert!(matches!(s, Err(StreamError::Yaml { .. }) | Err(StreamError::Object { .. })));
     let missing = read_stream(&dir.path().join("nope.yaml")).unwrap_err();
     assert!(missing.to_string().contains("nope.yaml"));
 }
@@ -314,10 +270,7 @@ fn empty_documents_keep_document_numbers() {
 fn yaml_errors_give_document_and_file_line() {
     let text = "apiVersion: v1\nkind: Foo\n---\napiVersion: v1\nkind: [Bar\n";
     let err = parse_stream("f.yaml", text).unwrap_err().to_string();
-    assert!(
-        err.starts_with("f.yaml: invalid YAML: document 2: line 5, column"),
-        "{err}"
-    );
+    assert!(err.starts_with("f.yaml: invalid YAML: document 2: line 5, column"), "{err}");
 }
 
 #[test]
@@ -360,9 +313,7 @@ fn misspelt_ferrolb_field_rejects_the_file() {
     let text = STATIC_FILE.replace("holdTime: 9s", "holdtime: 9s");
     let err = parse_stream("static.yaml", &text).unwrap_err().to_string();
     assert!(
-        err.contains(
-            "static.yaml: document 2: spec.holdtime: unknown field in BGPPeer \"router-a\""
-        ),
+        err.contains("static.yaml: document 2: spec.holdtime: unknown field in BGPPeer \"router-a\""),
         "{err}"
     );
     let text = STATIC_FILE.replace("  - {type: InternalIP", "  - {typo: 1, type: InternalIP");

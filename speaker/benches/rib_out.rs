@@ -3,9 +3,7 @@
 use bytes::BytesMut;
 use ferrolb_speaker::bgp::fsm::{ConnId, Negotiated};
 use ferrolb_speaker::bgp::rib_out::{ExportConfig, RibOut};
-use ferrolb_speaker::bgp::{
-    Community, DecodeContext, EncodeContext, Family, Message, PathAttributes,
-};
+use ferrolb_speaker::bgp::{Community, DecodeContext, EncodeContext, Family, Message, PathAttributes};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -15,31 +13,19 @@ use std::time::Instant;
 fn main() {
     let n = 100_000u32;
     // One shared attribute set, as the announcer hands it over.
-    let attrs = Arc::new(PathAttributes {
-        communities: vec![Community::new(64512, 100)],
-        ..Default::default()
-    });
+    let attrs =
+        Arc::new(PathAttributes { communities: vec![Community::new(64512, 100)], ..Default::default() });
     let build = Instant::now();
     let mut desired: BTreeMap<IpNet, Arc<PathAttributes>> = (0..n)
         .map(|i| {
-            (
-                IpNet::V4(Ipv4Net::new(Ipv4Addr::from(0xc612_0000 + i), 32).unwrap_or_default()),
-                attrs.clone(),
-            )
+            (IpNet::V4(Ipv4Net::new(Ipv4Addr::from(0xc612_0000 + i), 32).unwrap_or_default()), attrs.clone())
         })
         .collect();
     desired.extend((0..n).map(|i| {
         let a = Ipv6Addr::from(0x2001_0db8_u128 << 96 | u128::from(i));
-        (
-            IpNet::V6(Ipv6Net::new(a, 128).unwrap_or_default()),
-            attrs.clone(),
-        )
+        (IpNet::V6(Ipv6Net::new(a, 128).unwrap_or_default()), attrs.clone())
     }));
-    println!(
-        "build desired map of {} prefixes: {:?}",
-        desired.len(),
-        build.elapsed()
-    );
+    println!("build desired map of {} prefixes: {:?}", desired.len(), build.elapsed());
 
     let mut rib = RibOut::new(ExportConfig {
         local_as: 65001,
@@ -88,29 +74,15 @@ fn main() {
 
     let t = Instant::now();
     let none = rib.sync(&desired);
-    println!(
-        "re-sync unchanged 200k: {:?} ({} UPDATEs)",
-        t.elapsed(),
-        none.len()
-    );
+    println!("re-sync unchanged 200k: {:?} ({} UPDATEs)", t.elapsed(), none.len());
 
-    let half: BTreeMap<IpNet, Arc<PathAttributes>> = desired
-        .iter()
-        .step_by(2)
-        .map(|(p, a)| (*p, a.clone()))
-        .collect();
+    let half: BTreeMap<IpNet, Arc<PathAttributes>> =
+        desired.iter().step_by(2).map(|(p, a)| (*p, a.clone())).collect();
     let t = Instant::now();
     let w = rib.sync(&half);
-    println!(
-        "withdraw 100k of 200k: {:?} ({} UPDATEs)",
-        t.elapsed(),
-        w.len()
-    );
+    println!("withdraw 100k of 200k: {:?} ({} UPDATEs)", t.elapsed(), w.len());
     if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
-        for line in status
-            .lines()
-            .filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS"))
-        {
+        for line in status.lines().filter(|l| l.starts_with("VmHWM") || l.starts_with("VmRSS")) {
             println!("{line} (whole process, including the desired map)");
         }
     }

@@ -24,11 +24,7 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Node", type_ = "string", json_path = ".spec.node"),
     printcolumn(name = "Protocol", type_ = "string", json_path = ".spec.protocol"),
     printcolumn(name = "Addresses", type_ = "string", json_path = ".spec.addresses"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceAnnouncementSpec {

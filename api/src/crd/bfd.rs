@@ -20,31 +20,15 @@ use super::defaults;
     status = "BfdProfileStatus",
     derive = "PartialEq",
     doc = "BFD timers that BGPPeers refer to by name.",
-    printcolumn(
-        name = "Receive",
-        type_ = "string",
-        json_path = ".spec.receiveInterval"
-    ),
-    printcolumn(
-        name = "Transmit",
-        type_ = "string",
-        json_path = ".spec.transmitInterval"
-    ),
-    printcolumn(
-        name = "Multiplier",
-        type_ = "integer",
-        json_path = ".spec.detectMultiplier"
-    ),
+    printcolumn(name = "Receive", type_ = "string", json_path = ".spec.receiveInterval"),
+    printcolumn(name = "Transmit", type_ = "string", json_path = ".spec.transmitInterval"),
+    printcolumn(name = "Multiplier", type_ = "integer", json_path = ".spec.detectMultiplier"),
     printcolumn(
         name = "Valid",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Valid\")].status"
     ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BfdProfileSpec {

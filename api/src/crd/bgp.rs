@@ -24,22 +24,13 @@ use crate::duration::{Duration, DurationError};
     printcolumn(name = "Address", type_ = "string", json_path = ".spec.peerAddress"),
     printcolumn(name = "ASN", type_ = "integer", json_path = ".spec.peerASN"),
     printcolumn(name = "My ASN", type_ = "integer", json_path = ".spec.myASN"),
-    printcolumn(
-        name = "BFD",
-        type_ = "string",
-        json_path = ".spec.bfdProfile",
-        priority = 1
-    ),
+    printcolumn(name = "BFD", type_ = "string", json_path = ".spec.bfdProfile", priority = 1),
     printcolumn(
         name = "Valid",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Valid\")].status"
     ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BgpPeerSpec {
@@ -173,17 +164,12 @@ impl GracefulRestart {
 
 impl Default for GracefulRestart {
     fn default() -> Self {
-        Self {
-            enabled: true,
-            restart_time: defaults::restart_time(),
-        }
+        Self { enabled: true, restart_time: defaults::restart_time() }
     }
 }
 
 /// A BGP address family (AFI/SAFI).
-#[derive(
-    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
-)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
 pub enum AddressFamily {
     /// AFI 1, SAFI 1.
     #[serde(rename = "ipv4-unicast")]
@@ -223,11 +209,7 @@ pub struct BgpPeerStatus {
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Valid\")].status"
     ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BgpAdvertisementSpec {
@@ -250,10 +232,7 @@ pub struct BgpAdvertisementSpec {
     #[serde(default = "defaults::aggregation_length")]
     pub aggregation_length: i32,
     /// Prefix length announced for IPv6 addresses (0..=128).
-    #[serde(
-        default = "defaults::aggregation_length_v6",
-        rename = "aggregationLengthV6"
-    )]
+    #[serde(default = "defaults::aggregation_length_v6", rename = "aggregationLengthV6")]
     pub aggregation_length_v6: i32,
     /// LOCAL_PREF attribute; sent to iBGP peers only.
     #[serde(default, skip_serializing_if = "Option::is_none")]

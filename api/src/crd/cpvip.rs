@@ -23,22 +23,13 @@ use super::defaults;
     printcolumn(name = "Address", type_ = "string", json_path = ".spec.address"),
     printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode"),
     printcolumn(name = "Owner", type_ = "string", json_path = ".status.owner"),
-    printcolumn(
-        name = "Announcing",
-        type_ = "string",
-        json_path = ".status.announcing",
-        priority = 1
-    ),
+    printcolumn(name = "Announcing", type_ = "string", json_path = ".status.announcing", priority = 1),
     printcolumn(
         name = "Valid",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Valid\")].status"
     ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ControlPlaneVipSpec {

@@ -70,10 +70,7 @@ pub fn ca_file() -> String {
 }
 /// `BGPPeer.spec.addressFamilies`.
 pub fn address_families() -> Vec<super::AddressFamily> {
-    vec![
-        super::AddressFamily::Ipv4Unicast,
-        super::AddressFamily::Ipv6Unicast,
-    ]
+    vec![super::AddressFamily::Ipv4Unicast, super::AddressFamily::Ipv6Unicast]
 }
 /// `true`, for flags whose default is on.
 pub fn yes() -> bool {
@@ -101,9 +98,6 @@ pub fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars:
     let mut schema =
         generator.subschema_for::<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>();
     schema.insert("x-kubernetes-list-type".into(), "map".into());
-    schema.insert(
-        "x-kubernetes-list-map-keys".into(),
-        serde_json::json!(["type"]),
-    );
+    schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
     schema
 }

@@ -40,16 +40,13 @@ pub fn crd_files() -> Result<Vec<(String, String)>, ManifestError> {
     let mut files = Vec::new();
     for crd in crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        let yaml = serde_saphyr::to_string(&crd).map_err(|e| ManifestError {
-            name: name.clone(),
-            message: e.to_string(),
-        })?;
+        let yaml = serde_saphyr::to_string(&crd)
+            .map_err(|e| ManifestError { name: name.clone(), message: e.to_string() })?;
         let file = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
         files.push((file, format!("{header}{yaml}")));
     }
-    let mut kustomization = format!(
-        "{header}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n"
-    );
+    let mut kustomization =
+        format!("{header}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n");
     for (file, _) in &files {
         kustomization.push_str(&format!("- {file}\n"));
     }

@@ -13,17 +13,16 @@ mod manifests;
 mod pool;
 
 pub use announcement::{
-    AnnouncementProtocol, ServiceAnnouncement, ServiceAnnouncementSpec, ServiceAnnouncementStatus,
-    ServiceRef,
+    AnnouncementProtocol, ServiceAnnouncement, ServiceAnnouncementSpec, ServiceAnnouncementStatus, ServiceRef,
 };
 pub use bfd::{BfdProfile, BfdProfileSpec, BfdProfileStatus};
 pub use bgp::{
-    AddressFamily, BgpAdvertisement, BgpAdvertisementSpec, BgpAdvertisementStatus, BgpPeer,
-    BgpPeerSpec, BgpPeerStatus, GracefulRestart, SecretKeyRef,
+    AddressFamily, BgpAdvertisement, BgpAdvertisementSpec, BgpAdvertisementStatus, BgpPeer, BgpPeerSpec,
+    BgpPeerStatus, GracefulRestart, SecretKeyRef,
 };
 pub use cpvip::{
-    ControlPlaneVip, ControlPlaneVipBgp, ControlPlaneVipMember, ControlPlaneVipSpec,
-    ControlPlaneVipStatus, HealthCheck, VipMode,
+    ControlPlaneVip, ControlPlaneVipBgp, ControlPlaneVipMember, ControlPlaneVipSpec, ControlPlaneVipStatus,
+    HealthCheck, VipMode,
 };
 pub use l2::{L2Advertisement, L2AdvertisementSpec, L2AdvertisementStatus};
 pub use manifests::{ManifestError, REGENERATE, crd_files, crds};

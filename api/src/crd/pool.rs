@@ -20,32 +20,11 @@ use super::defaults;
     status = "IpAddressPoolStatus",
     derive = "PartialEq",
     doc = "Addresses ferrolb may assign to LoadBalancer Services.",
-    printcolumn(
-        name = "Auto Assign",
-        type_ = "boolean",
-        json_path = ".spec.autoAssign"
-    ),
-    printcolumn(
-        name = "Avoid Buggy IPs",
-        type_ = "boolean",
-        json_path = ".spec.avoidBuggyIPs"
-    ),
-    printcolumn(
-        name = "Assigned IPv4",
-        type_ = "integer",
-        json_path = ".status.assignedIPv4"
-    ),
-    printcolumn(
-        name = "Available IPv4",
-        type_ = "integer",
-        json_path = ".status.availableIPv4"
-    ),
-    printcolumn(
-        name = "Assigned IPv6",
-        type_ = "integer",
-        json_path = ".status.assignedIPv6",
-        priority = 1
-    ),
+    printcolumn(name = "Auto Assign", type_ = "boolean", json_path = ".spec.autoAssign"),
+    printcolumn(name = "Avoid Buggy IPs", type_ = "boolean", json_path = ".spec.avoidBuggyIPs"),
+    printcolumn(name = "Assigned IPv4", type_ = "integer", json_path = ".status.assignedIPv4"),
+    printcolumn(name = "Available IPv4", type_ = "integer", json_path = ".status.availableIPv4"),
+    printcolumn(name = "Assigned IPv6", type_ = "integer", json_path = ".status.assignedIPv6", priority = 1),
     printcolumn(
         name = "Available IPv6",
         type_ = "integer",
@@ -57,11 +36,7 @@ use super::defaults;
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Valid\")].status"
     ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct IpAddressPoolSpec {
@@ -149,11 +124,7 @@ impl IpAddressPoolSpec {
     pub fn capacity(&self) -> Result<(u128, u128), crate::AddressError> {
         let (mut v4, mut v6) = (0u128, 0u128);
         for r in self.ranges()? {
-            let skip = if self.avoid_buggy_ips {
-                r.buggy_count()
-            } else {
-                0
-            };
+            let skip = if self.avoid_buggy_ips { r.buggy_count() } else { 0 };
             let n = r.len().saturating_sub(skip);
             if r.is_ipv4() {
                 v4 = v4.saturating_add(n);
@@ -166,10 +137,7 @@ impl IpAddressPoolSpec {
 
     /// The parsed `addresses`, in order; fails on the first bad entry.
     pub fn ranges(&self) -> Result<Vec<crate::AddressRange>, crate::AddressError> {
-        self.addresses
-            .iter()
-            .map(|a| crate::AddressRange::parse(a))
-            .collect()
+        self.addresses.iter().map(|a| crate::AddressRange::parse(a)).collect()
     }
 }
 
@@ -193,10 +161,7 @@ mod tests {
         let none = BTreeMap::new();
         let team_a: BTreeMap<String, String> = [("team".to_string(), "a".to_string())].into();
         assert!(ServiceAllocation::default().allows("x", &none, &none));
-        let by_ns = ServiceAllocation {
-            namespaces: vec!["team-a".into()],
-            ..Default::default()
-        };
+        let by_ns = ServiceAllocation { namespaces: vec!["team-a".into()], ..Default::default() };
         assert!(by_ns.allows("team-a", &none, &none));
         assert!(!by_ns.allows("team-b", &none, &none));
         let by_label = ServiceAllocation {
@@ -208,9 +173,6 @@ mod tests {
             ..Default::default()
         };
         assert!(by_label.allows("team-a", &none, &team_a));
-        assert!(
-            !by_label.allows("team-a", &none, &none),
-            "both lists must match"
-        );
+        assert!(!by_label.allows("team-a", &none, &none), "both lists must match");
     }
 }

@@ -26,11 +26,7 @@ fn bgp_adv(name: &str) -> BgpAdvertisement {
         BgpAdvertisementSpec {
             ip_address_pools: vec!["public".into()],
             peers: vec!["router-a".into()],
-            communities: vec![
-                "64512:100".into(),
-                "large:64512:1:2".into(),
-                "no-export".into(),
-            ],
+            communities: vec!["64512:100".into(), "large:64512:1:2".into(), "no-export".into()],
             ..Default::default()
         },
     )
@@ -78,16 +74,9 @@ fn good() -> Config {
 #[track_caller]
 fn only_errors(config: Config, kind: &str, name: &str, field: &str) -> Vec<ValidationError> {
     let errors = validate(&config, Origin::Cluster);
-    assert!(
-        !errors.is_empty(),
-        "expected an error on {kind}/{name} {field}"
-    );
+    assert!(!errors.is_empty(), "expected an error on {kind}/{name} {field}");
     for e in &errors {
-        assert_eq!(
-            (e.kind, e.name.as_str(), e.field.as_str()),
-            (kind, name, field),
-            "unexpected error: {e}"
-        );
+        assert_eq!((e.kind, e.name.as_str(), e.field.as_str()), (kind, name, field), "unexpected error: {e}");
         assert!(!e.fix.is_empty());
     }
     errors
@@ -139,24 +128,17 @@ fn defaults_apply() {
     assert_eq!(p.spec.connect_time().unwrap(), Duration::from_secs(5));
     assert_eq!(p.spec.address_families.len(), 2);
     let b = BfdProfileSpec::default();
-    assert_eq!(
-        (b.transmit_interval.as_str(), b.detect_multiplier),
-        ("300ms", 3)
-    );
+    assert_eq!((b.transmit_interval.as_str(), b.detect_multiplier), ("300ms", 3));
     let v = vip("v");
     assert_eq!(v.spec.membership_port, 7947);
     assert_eq!(v.spec.port, 6443);
     assert_eq!(v.spec.mode, VipMode::L2);
     assert_eq!(v.spec.health_check, HealthCheck::default());
     assert_eq!(v.spec.health_check.failure_threshold, 3);
-    let pool: IpAddressPoolSpec =
-        serde_json::from_value(serde_json::json!({"addresses": []})).unwrap();
+    let pool: IpAddressPoolSpec = serde_json::from_value(serde_json::json!({"addresses": []})).unwrap();
     assert!(pool.auto_assign);
     let adv: BgpAdvertisementSpec = serde_json::from_value(serde_json::json!({})).unwrap();
-    assert_eq!(
-        (adv.aggregation_length, adv.aggregation_length_v6),
-        (32, 128)
-    );
+    assert_eq!((adv.aggregation_length, adv.aggregation_length_v6), (32, 128));
 }
 
 #[test]
@@ -203,14 +185,12 @@ fn overlapping_pools_reported_on_both() {
     c.pools[1].spec.addresses.push("203.0.113.128/25".into());
     let errors = validate(&c, Origin::Cluster);
     assert_eq!(errors.len(), 2, "{errors:#?}");
-    assert!(errors.iter().any(|e| e.name == "lan"
-        && e.field == "spec.addresses[1]"
-        && e.problem.contains("\"public\"")));
     assert!(
         errors
             .iter()
-            .any(|e| e.name == "public" && e.field == "spec.addresses[0]")
+            .any(|e| e.name == "lan" && e.field == "spec.addresses[1]" && e.problem.contains("\"public\""))
     );
+    assert!(errors.iter().any(|e| e.name == "public" && e.field == "spec.addresses[0]"));
 }
 
 #[test]
@@ -219,11 +199,7 @@ fn overlap_within_one_pool() {
     c.pools[1].spec.addresses.push("198.51.100.15".into());
     let errors = validate(&c, Origin::Cluster);
     assert_eq!(errors.len(), 2, "{errors:#?}");
-    assert!(
-        errors
-            .iter()
-            .all(|e| e.name == "lan" && e.problem.contains("same pool"))
-    );
+    assert!(errors.iter().all(|e| e.name == "lan" && e.problem.contains("same pool")));
 }
 
 #[test]
@@ -237,25 +213,15 @@ fn adjacent_pools_do_not_overlap() {
 #[test]
 fn bad_namespace_in_service_allocation() {
     let mut c = good();
-    c.pools[0].spec.service_allocation = Some(ServiceAllocation {
-        namespaces: vec!["Team_A".into()],
-        ..Default::default()
-    });
-    only_errors(
-        c,
-        "IPAddressPool",
-        "public",
-        "spec.serviceAllocation.namespaces[0]",
-    );
+    c.pools[0].spec.service_allocation =
+        Some(ServiceAllocation { namespaces: vec!["Team_A".into()], ..Default::default() });
+    only_errors(c, "IPAddressPool", "public", "spec.serviceAllocation.namespaces[0]");
 }
 
 #[test]
 fn unknown_pool_in_bgp_advertisement() {
     let mut c = good();
-    c.bgp_advertisements[0]
-        .spec
-        .ip_address_pools
-        .push("nope".into());
+    c.bgp_advertisements[0].spec.ip_address_pools.push("nope".into());
     let e = only_errors(c, "BGPAdvertisement", "public", "spec.ipAddressPools[1]");
     assert!(e[0].problem.contains("\"nope\""));
 }
@@ -284,10 +250,8 @@ fn unknown_bfd_profile() {
 #[test]
 fn unknown_peer_in_control_plane_vip() {
     let mut c = good();
-    c.control_plane_vips[0].spec.bgp = Some(ControlPlaneVipBgp {
-        peers: vec!["router-z".into()],
-        communities: vec![],
-    });
+    c.control_plane_vips[0].spec.bgp =
+        Some(ControlPlaneVipBgp { peers: vec!["router-z".into()], communities: vec![] });
     only_errors(c, "ControlPlaneVIP", "apiserver", "spec.bgp.peers[0]");
 }
 
@@ -300,10 +264,8 @@ fn bad_communities() {
         assert!(e[0].problem.contains(bad));
     }
     let mut c = good();
-    c.control_plane_vips[0].spec.bgp = Some(ControlPlaneVipBgp {
-        peers: vec!["router-a".into()],
-        communities: vec!["x:y".into()],
-    });
+    c.control_plane_vips[0].spec.bgp =
+        Some(ControlPlaneVipBgp { peers: vec!["router-a".into()], communities: vec!["x:y".into()] });
     only_errors(c, "ControlPlaneVIP", "apiserver", "spec.bgp.communities[0]");
 }
 
@@ -467,10 +429,7 @@ fn password_secret_incomplete_and_relative_file() {
 #[test]
 fn graceful_restart_time_limit() {
     let mut c = good();
-    c.peers[0].spec.graceful_restart = Some(GracefulRestart {
-        enabled: true,
-        restart_time: "4096s".into(),
-    });
+    c.peers[0].spec.graceful_restart = Some(GracefulRestart { enabled: true, restart_time: "4096s".into() });
     only_errors(c, "BGPPeer", "router-a", "spec.gracefulRestart.restartTime");
 }
 
@@ -498,48 +457,25 @@ fn aggregation_length_out_of_range() {
 fn label_selector_syntax() {
     let mut c = good();
     c.peers[0].spec.node_selectors = vec![selector("bad key!", "Exists", &[])];
-    only_errors(
-        c,
-        "BGPPeer",
-        "router-a",
-        "spec.nodeSelectors[0].matchExpressions[0].key",
-    );
+    only_errors(c, "BGPPeer", "router-a", "spec.nodeSelectors[0].matchExpressions[0].key");
     let mut c = good();
     c.bgp_advertisements[0].spec.service_selectors = vec![selector("app", "Equals", &["x"])];
-    only_errors(
-        c,
-        "BGPAdvertisement",
-        "public",
-        "spec.serviceSelectors[0].matchExpressions[0].operator",
-    );
+    only_errors(c, "BGPAdvertisement", "public", "spec.serviceSelectors[0].matchExpressions[0].operator");
     let mut c = good();
     c.l2_advertisements[0].spec.node_selectors = vec![selector("app", "In", &[])];
-    only_errors(
-        c,
-        "L2Advertisement",
-        "lan",
-        "spec.nodeSelectors[0].matchExpressions[0].values",
-    );
+    only_errors(c, "L2Advertisement", "lan", "spec.nodeSelectors[0].matchExpressions[0].values");
     let mut c = good();
     c.l2_advertisements[0].spec.ip_address_pool_selectors = vec![LabelSelector {
         match_labels: Some([("tier".to_string(), "not ok".to_string())].into()),
         match_expressions: None,
     }];
-    only_errors(
-        c,
-        "L2Advertisement",
-        "lan",
-        "spec.ipAddressPoolSelectors[0].matchLabels[\"tier\"]",
-    );
+    only_errors(c, "L2Advertisement", "lan", "spec.ipAddressPoolSelectors[0].matchLabels[\"tier\"]");
 }
 
 #[test]
 fn bad_interface_name() {
     let mut c = good();
-    c.l2_advertisements[0]
-        .spec
-        .interfaces
-        .push("a-very-long-interface".into());
+    c.l2_advertisements[0].spec.interfaces.push("a-very-long-interface".into());
     only_errors(c, "L2Advertisement", "lan", "spec.interfaces[1]");
 }
 
@@ -570,22 +506,14 @@ fn duplicate_and_missing_names() {
 #[test]
 fn insecure_skip_verify_only_for_loopback() {
     let mut c = good();
-    c.control_plane_vips[0]
-        .spec
-        .health_check
-        .insecure_skip_verify = true;
+    c.control_plane_vips[0].spec.health_check.insecure_skip_verify = true;
     assert!(validate(&c, Origin::Cluster).is_empty());
     for url in ["https://[::1]:6443/readyz", "https://localhost:6443/readyz"] {
         c.control_plane_vips[0].spec.health_check.url = url.into();
         assert!(validate(&c, Origin::Cluster).is_empty(), "{url}");
     }
     c.control_plane_vips[0].spec.health_check.url = "https://192.0.2.11:6443/readyz".into();
-    only_errors(
-        c,
-        "ControlPlaneVIP",
-        "apiserver",
-        "spec.healthCheck.insecureSkipVerify",
-    );
+    only_errors(c, "ControlPlaneVIP", "apiserver", "spec.healthCheck.insecureSkipVerify");
 }
 
 #[test]
@@ -595,20 +523,10 @@ fn health_check_fields() {
     only_errors(c, "ControlPlaneVIP", "apiserver", "spec.healthCheck.url");
     let mut c = good();
     c.control_plane_vips[0].spec.health_check.interval = "0s".into();
-    only_errors(
-        c,
-        "ControlPlaneVIP",
-        "apiserver",
-        "spec.healthCheck.interval",
-    );
+    only_errors(c, "ControlPlaneVIP", "apiserver", "spec.healthCheck.interval");
     let mut c = good();
     c.control_plane_vips[0].spec.health_check.failure_threshold = 0;
-    only_errors(
-        c,
-        "ControlPlaneVIP",
-        "apiserver",
-        "spec.healthCheck.failureThreshold",
-    );
+    only_errors(c, "ControlPlaneVIP", "apiserver", "spec.healthCheck.failureThreshold");
 }
 
 #[test]
@@ -640,10 +558,7 @@ fn errors_display_kind_name_field_and_fix() {
     c.peers[0].spec.hold_time = "2s".into();
     let e = c.validate(Origin::Cluster).unwrap_err();
     let text = e[0].to_string();
-    assert!(
-        text.starts_with("BGPPeer/router-a: spec.holdTime: "),
-        "{text}"
-    );
+    assert!(text.starts_with("BGPPeer/router-a: spec.holdTime: "), "{text}");
     assert!(text.contains("fix: set holdTime to 0s"), "{text}");
 }
 
@@ -655,22 +570,11 @@ fn condition_from_errors() {
     let mut c = good();
     c.peers[0].spec.hold_time = "2s".into();
     let errors = validate(&c, Origin::Cluster);
-    let bad = valid_condition(
-        errors_for(&errors, "BGPPeer", "router-a"),
-        Some(4),
-        t0.clone(),
-    );
-    assert_eq!(
-        (bad.status.as_str(), bad.reason.as_str()),
-        ("False", "Invalid")
-    );
+    let bad = valid_condition(errors_for(&errors, "BGPPeer", "router-a"), Some(4), t0.clone());
+    assert_eq!((bad.status.as_str(), bad.reason.as_str()), ("False", "Invalid"));
     assert!(bad.message.contains("spec.holdTime"));
     assert_eq!(bad.observed_generation, Some(4));
-    let ok = valid_condition(
-        errors_for(&errors, "IPAddressPool", "lan"),
-        Some(1),
-        t0.clone(),
-    );
+    let ok = valid_condition(errors_for(&errors, "IPAddressPool", "lan"), Some(1), t0.clone());
     assert_eq!(ok.status, "True");
 
     let mut conditions = vec![];
@@ -679,10 +583,7 @@ fn condition_from_errors() {
     again.last_transition_time = t1.clone();
     set_condition(&mut conditions, again);
     assert_eq!(conditions.len(), 1);
-    assert_eq!(
-        conditions[0].last_transition_time, t0,
-        "same status keeps the time"
-    );
+    assert_eq!(conditions[0].last_transition_time, t0, "same status keeps the time");
     let mut flipped = ok;
     flipped.last_transition_time = t1.clone();
     set_condition(&mut conditions, flipped);

@@ -80,9 +80,7 @@ pub struct AsPath {
 impl AsPath {
     /// A path made of one AS_SEQUENCE.
     pub fn sequence(asns: impl Into<Vec<u32>>) -> Self {
-        Self {
-            segments: vec![AsSegment::Sequence(asns.into())],
-        }
+        Self { segments: vec![AsSegment::Sequence(asns.into())] }
     }
 
     /// Prepends `asn` to the first AS_SEQUENCE, creating one if needed (RFC 4271 §5.1.2).
@@ -130,9 +128,7 @@ impl AsPath {
             match s {
                 AsSegment::Sequence(v) => {
                     let take = v.len().min(keep);
-                    segments.push(AsSegment::Sequence(
-                        v.get(..take).unwrap_or_default().to_vec(),
-                    ));
+                    segments.push(AsSegment::Sequence(v.get(..take).unwrap_or_default().to_vec()));
                     keep -= take;
                 }
                 AsSegment::Set(v) => {
@@ -159,11 +155,7 @@ impl AsPath {
                     if four_octet {
                         out.put_u32(*a);
                     } else {
-                        out.put_u16(if *a > 0xffff {
-                            AS_TRANS as u16
-                        } else {
-                            *a as u16
-                        });
+                        out.put_u16(if *a > 0xffff { AS_TRANS as u16 } else { *a as u16 });
                     }
                 }
             }
@@ -181,11 +173,7 @@ impl AsPath {
             }
             let mut v = Vec::with_capacity(usize::from(n));
             for _ in 0..n {
-                v.push(if four_octet {
-                    r.u32()?
-                } else {
-                    u32::from(r.u16()?)
-                });
+                v.push(if four_octet { r.u32()? } else { u32::from(r.u16()?) });
             }
             segments.push(match t {
                 1 => AsSegment::Set(v),
@@ -349,12 +337,7 @@ impl PathAttributes {
             put_attr(out, flag::OPTIONAL, attr_type::MED, &m.to_be_bytes());
         }
         if let Some(l) = self.local_pref {
-            put_attr(
-                out,
-                flag::TRANSITIVE,
-                attr_type::LOCAL_PREF,
-                &l.to_be_bytes(),
-            );
+            put_attr(out, flag::TRANSITIVE, attr_type::LOCAL_PREF, &l.to_be_bytes());
         }
         if self.atomic_aggregate {
             put_attr(out, flag::TRANSITIVE, attr_type::ATOMIC_AGGREGATE, &[]);
@@ -363,31 +346,17 @@ impl PathAttributes {
             if four_octet {
                 v.put_u32(a.asn);
             } else {
-                v.put_u16(if a.asn > 0xffff {
-                    AS_TRANS as u16
-                } else {
-                    a.asn as u16
-                });
+                v.put_u16(if a.asn > 0xffff { AS_TRANS as u16 } else { a.asn as u16 });
             }
             v.put_slice(&a.address.octets());
-            put_attr(
-                out,
-                flag::OPTIONAL | flag::TRANSITIVE,
-                attr_type::AGGREGATOR,
-                &v,
-            );
+            put_attr(out, flag::OPTIONAL | flag::TRANSITIVE, attr_type::AGGREGATOR, &v);
             v.clear();
         }
         if !self.communities.is_empty() {
             for c in &self.communities {
                 v.put_u32(c.0);
             }
-            put_attr(
-                out,
-                flag::OPTIONAL | flag::TRANSITIVE,
-                attr_type::COMMUNITIES,
-                &v,
-            );
+            put_attr(out, flag::OPTIONAL | flag::TRANSITIVE, attr_type::COMMUNITIES, &v);
             v.clear();
         }
         if let Some(mp) = &self.mp_reach {
@@ -398,17 +367,11 @@ impl PathAttributes {
                     v.put_u8(4);
                     v.put_slice(&a.octets());
                 }
-                MpNextHop::V6 {
-                    global,
-                    link_local: None,
-                } => {
+                MpNextHop::V6 { global, link_local: None } => {
                     v.put_u8(16);
                     v.put_slice(&global.octets());
                 }
-                MpNextHop::V6 {
-                    global,
-                    link_local: Some(ll),
-                } => {
+                MpNextHop::V6 { global, link_local: Some(ll) } => {
                     v.put_u8(32);
                     v.put_slice(&global.octets());
                     v.put_slice(&ll.octets());
@@ -432,12 +395,7 @@ impl PathAttributes {
         }
         if let Some(p) = &self.as4_path {
             p.encode_value(true, &mut v);
-            put_attr(
-                out,
-                flag::OPTIONAL | flag::TRANSITIVE,
-                attr_type::AS4_PATH,
-                &v,
-            );
+            put_attr(out, flag::OPTIONAL | flag::TRANSITIVE, attr_type::AS4_PATH, &v);
             v.clear();
         }
         if !self.large_communities.is_empty() {
@@ -446,12 +404,7 @@ impl PathAttributes {
                 v.put_u32(c.local1);
                 v.put_u32(c.local2);
             }
-            put_attr(
-                out,
-                flag::OPTIONAL | flag::TRANSITIVE,
-                attr_type::LARGE_COMMUNITIES,
-                &v,
-            );
+            put_attr(out, flag::OPTIONAL | flag::TRANSITIVE, attr_type::LARGE_COMMUNITIES, &v);
             v.clear();
         }
         for u in &self.unknown {
@@ -471,12 +424,9 @@ impl PathAttributes {
             let start = r.clone();
             let flags = r.u8().ok_or_else(malformed_list)?;
             let type_code = r.u8().ok_or_else(malformed_list)?;
-            let len = if flags & flag::EXTENDED != 0 {
-                r.u16().map(usize::from)
-            } else {
-                r.u8().map(usize::from)
-            }
-            .ok_or_else(malformed_list)?;
+            let len =
+                if flags & flag::EXTENDED != 0 { r.u16().map(usize::from) } else { r.u8().map(usize::from) }
+                    .ok_or_else(malformed_list)?;
             let Some(value) = r.take(len) else {
                 // RFC 7606 §4: the attribute overruns the list; NLRI is still delimited
                 // by the total path attribute length, so treat-as-withdraw works unless an
@@ -510,10 +460,7 @@ impl PathAttributes {
             if let Some(s) = seen.get_mut(idx) {
                 *s = true;
             }
-            if let Err(e) = out
-                .attrs
-                .decode_one(flags, type_code, value, raw, four_octet)
-            {
+            if let Err(e) = out.attrs.decode_one(flags, type_code, value, raw, four_octet) {
                 if e.action == ErrorAction::SessionReset {
                     return Err(e);
                 }
@@ -535,11 +482,7 @@ impl PathAttributes {
         let len = value.len();
         let mut v = Reader::new(value.clone());
         let len_err = |raw: &Bytes| {
-            DecodeError::withdraw(
-                subcode::ATTRIBUTE_LENGTH_ERROR,
-                raw.clone(),
-                "bad attribute length",
-            )
+            DecodeError::withdraw(subcode::ATTRIBUTE_LENGTH_ERROR, raw.clone(), "bad attribute length")
         };
         match type_code {
             attr_type::ORIGIN => {
@@ -551,21 +494,13 @@ impl PathAttributes {
                     Some(1) => Origin::Egp,
                     Some(2) => Origin::Incomplete,
                     _ => {
-                        return Err(DecodeError::withdraw(
-                            subcode::INVALID_ORIGIN,
-                            raw,
-                            "invalid ORIGIN",
-                        ));
+                        return Err(DecodeError::withdraw(subcode::INVALID_ORIGIN, raw, "invalid ORIGIN"));
                     }
                 });
             }
             attr_type::AS_PATH => {
                 let p = AsPath::decode_value(value, four_octet).ok_or_else(|| {
-                    DecodeError::withdraw(
-                        subcode::MALFORMED_AS_PATH,
-                        Bytes::new(),
-                        "malformed AS_PATH",
-                    )
+                    DecodeError::withdraw(subcode::MALFORMED_AS_PATH, Bytes::new(), "malformed AS_PATH")
                 })?;
                 self.as_path = Some(p);
             }
@@ -600,16 +535,9 @@ impl PathAttributes {
                         "bad AGGREGATOR length",
                     ));
                 }
-                let asn = if four_octet {
-                    v.u32()
-                } else {
-                    v.u16().map(u32::from)
-                };
+                let asn = if four_octet { v.u32() } else { v.u16().map(u32::from) };
                 if let (Some(asn), Some(a)) = (asn, v.u32()) {
-                    self.aggregator = Some(Aggregator {
-                        asn,
-                        address: Ipv4Addr::from(a),
-                    });
+                    self.aggregator = Some(Aggregator { asn, address: Ipv4Addr::from(a) });
                 }
             }
             attr_type::COMMUNITIES => {
@@ -633,11 +561,7 @@ impl PathAttributes {
                     ));
                 }
                 while let (Some(global), Some(local1), Some(local2)) = (v.u32(), v.u32(), v.u32()) {
-                    self.large_communities.push(LargeCommunity {
-                        global,
-                        local1,
-                        local2,
-                    });
+                    self.large_communities.push(LargeCommunity { global, local1, local2 });
                 }
             }
             attr_type::AS4_PATH => match AsPath::decode_value(value, true) {
@@ -674,12 +598,7 @@ impl PathAttributes {
         Ok(())
     }
 
-    fn decode_mp_reach(
-        &mut self,
-        value: Bytes,
-        flags: u8,
-        type_code: u8,
-    ) -> Result<(), DecodeError> {
+    fn decode_mp_reach(&mut self, value: Bytes, flags: u8, type_code: u8) -> Result<(), DecodeError> {
         // RFC 7606 §7.11: a malformed MP_REACH resets the session (we do not do AFI/SAFI disable).
         let bad = || {
             DecodeError::reset(
@@ -694,19 +613,13 @@ impl PathAttributes {
         let safi = r.u8().ok_or_else(bad)?;
         let family = Family { afi, safi };
         if family != Family::IPV4_UNICAST && family != Family::IPV6_UNICAST {
-            self.unknown.push(RawAttribute {
-                flags,
-                type_code,
-                value,
-            });
+            self.unknown.push(RawAttribute { flags, type_code, value });
             return Ok(());
         }
         let nh_len = r.u8().ok_or_else(bad)?;
         let nh = r.take(usize::from(nh_len)).ok_or_else(bad)?;
         let next_hop = match (family.afi, nh.len()) {
-            (1, 4) => MpNextHop::V4(Ipv4Addr::from(
-                <[u8; 4]>::try_from(&nh[..]).map_err(|_| bad())?,
-            )),
+            (1, 4) => MpNextHop::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&nh[..]).map_err(|_| bad())?)),
             (2, 16) => MpNextHop::V6 {
                 global: Ipv6Addr::from(<[u8; 16]>::try_from(&nh[..]).map_err(|_| bad())?),
                 link_local: None,
@@ -723,20 +636,11 @@ impl PathAttributes {
         };
         let _reserved = r.u8().ok_or_else(bad)?;
         let nlri = decode_prefixes(&mut r, family.afi == 2).map_err(|_| bad())?;
-        self.mp_reach = Some(MpReach {
-            family,
-            next_hop,
-            nlri,
-        });
+        self.mp_reach = Some(MpReach { family, next_hop, nlri });
         Ok(())
     }
 
-    fn decode_mp_unreach(
-        &mut self,
-        value: Bytes,
-        flags: u8,
-        type_code: u8,
-    ) -> Result<(), DecodeError> {
+    fn decode_mp_unreach(&mut self, value: Bytes, flags: u8, type_code: u8) -> Result<(), DecodeError> {
         let bad = || {
             DecodeError::reset(
                 super::error::code::UPDATE_MESSAGE,
@@ -750,11 +654,7 @@ impl PathAttributes {
         let safi = r.u8().ok_or_else(bad)?;
         let family = Family { afi, safi };
         if family != Family::IPV4_UNICAST && family != Family::IPV6_UNICAST {
-            self.unknown.push(RawAttribute {
-                flags,
-                type_code,
-                value,
-            });
+            self.unknown.push(RawAttribute { flags, type_code, value });
             return Ok(());
         }
         let withdrawn = decode_prefixes(&mut r, family.afi == 2).map_err(|_| bad())?;

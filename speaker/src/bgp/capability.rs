@@ -73,10 +73,7 @@ impl Capability {
             }
             Capability::GracefulRestart(gr) => {
                 // A capability value is at most 255 bytes: at most 63 families fit.
-                let fams = gr
-                    .families
-                    .get(..gr.families.len().min(63))
-                    .unwrap_or_default();
+                let fams = gr.families.get(..gr.families.len().min(63)).unwrap_or_default();
                 out.put_u8(cap_code::GRACEFUL_RESTART);
                 out.put_u8((2 + 4 * fams.len()) as u8);
                 let r = if gr.restarting { 0x8000 } else { 0 };

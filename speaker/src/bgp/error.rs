@@ -106,13 +106,7 @@ pub struct DecodeError {
 impl DecodeError {
     /// An error that resets the session.
     pub fn reset(code: u8, subcode: u8, data: impl Into<Bytes>, reason: &'static str) -> Self {
-        Self {
-            code,
-            subcode,
-            data: data.into(),
-            action: ErrorAction::SessionReset,
-            reason,
-        }
+        Self { code, subcode, data: data.into(), action: ErrorAction::SessionReset, reason }
     }
 
     /// An UPDATE error handled as treat-as-withdraw (RFC 7606 §2).
@@ -139,11 +133,7 @@ impl DecodeError {
 
     /// The NOTIFICATION to send for this error.
     pub fn notification(&self) -> super::message::Notification {
-        super::message::Notification {
-            code: self.code,
-            subcode: self.subcode,
-            data: self.data.clone(),
-        }
+        super::message::Notification { code: self.code, subcode: self.subcode, data: self.data.clone() }
     }
 }
 

@@ -280,9 +280,7 @@ impl Fsm {
     pub fn backoff(&self) -> Duration {
         let base = self.config.connect_retry;
         let factor = 1u32.checked_shl(self.failures.min(16)).unwrap_or(u32::MAX);
-        base.checked_mul(factor)
-            .unwrap_or(self.config.connect_retry_max)
-            .min(self.config.connect_retry_max)
+        base.checked_mul(factor).unwrap_or(self.config.connect_retry_max).min(self.config.connect_retry_max)
     }
 
     /// Feeds one event.
@@ -293,16 +291,9 @@ impl Fsm {
             Event::ConnectRetryTimerExpires => self.connect_retry_expired(now),
             Event::HoldTimerExpires => {
                 if self.primary.is_some()
-                    && matches!(
-                        self.state,
-                        State::OpenSent | State::OpenConfirm | State::Established
-                    )
+                    && matches!(self.state, State::OpenSent | State::OpenConfirm | State::Established)
                 {
-                    let n = Notification {
-                        code: code::HOLD_TIMER_EXPIRED,
-                        subcode: 0,
-                        data: Bytes::new(),
-                    };
+                    let n = Notification { code: code::HOLD_TIMER_EXPIRED, subcode: 0, data: Bytes::new() };
                     self.send_primary(Message::Notification(n));
                     self.fail(now, DownReason::HoldTimerExpired);
                 }
@@ -325,11 +316,7 @@ impl Fsm {
         if self.state != to {
             let from = self.state;
             self.state = to;
-            self.out.push_back(Output::StateChanged {
-                from,
-                to,
-                reason: reason.into(),
-            });
+            self.out.push_back(Output::StateChanged { from, to, reason: reason.into() });
         }
     }
 
@@ -347,20 +334,14 @@ impl Fsm {
             self.set_state(State::Active, format!("{reason}, passive"));
         } else {
             self.out.push_back(Output::Connect);
-            self.out.push_back(Output::ArmTimer(
-                Timer::ConnectRetry,
-                now + self.config.connect_retry,
-            ));
+            self.out.push_back(Output::ArmTimer(Timer::ConnectRetry, now + self.config.connect_retry));
             self.set_state(State::Connect, reason);
         }
     }
 
     fn manual_stop(&mut self, sub: u8) {
         let n = Notification::cease(sub);
-        if matches!(
-            self.state,
-            State::OpenSent | State::OpenConfirm | State::Established
-        ) {
+        if matches!(self.state, State::OpenSent | State::OpenConfirm | State::Established) {
             self.send_primary(Message::Notification(n.clone()));
         }
         if let Some(c) = self.secondary.take() {
@@ -372,8 +353,7 @@ impl Fsm {
         self.started = false;
         self.failures = 0;
         if was_up {
-            self.out
-                .push_back(Output::SessionDown(DownReason::ManualStop(n.clone())));
+            self.out.push_back(Output::SessionDown(DownReason::ManualStop(n.clone())));
         }
         self.negotiated = None;
         self.established_at = None;
@@ -386,13 +366,11 @@ impl Fsm {
             State::Connect => {
                 // RFC 4271 §8.2.2 Connect state, event 9: drop the attempt and retry.
                 self.out.push_back(Output::Connect);
-                self.out
-                    .push_back(Output::ArmTimer(Timer::ConnectRetry, now + self.backoff()));
+                self.out.push_back(Output::ArmTimer(Timer::ConnectRetry, now + self.backoff()));
             }
             State::Active if !self.config.passive => {
                 self.out.push_back(Output::Connect);
-                self.out
-                    .push_back(Output::ArmTimer(Timer::ConnectRetry, now + self.backoff()));
+                self.out.push_back(Output::ArmTimer(Timer::ConnectRetry, now + self.backoff()));
                 self.set_state(State::Connect, "connect retry timer expired");
             }
             _ => {}
@@ -400,24 +378,15 @@ impl Fsm {
     }
 
     fn connection_up(&mut self, now: Instant, id: ConnId, dir: Direction) {
-        let conn = Conn {
-            id,
-            dir,
-            open: None,
-        };
+        let conn = Conn { id, dir, open: None };
         match self.state {
             State::Connect | State::Active => {
                 self.primary = Some(conn);
                 self.out.push_back(Output::CancelTimer(Timer::ConnectRetry));
                 let open = self.our_open();
                 self.out.push_back(Output::Send(id, Message::Open(open)));
-                self.out
-                    .push_back(Output::ArmTimer(Timer::Hold, now + OPEN_HOLD_TIME));
-                let how = if dir == Direction::Outbound {
-                    "connected to peer"
-                } else {
-                    "peer connected"
-                };
+                self.out.push_back(Output::ArmTimer(Timer::Hold, now + OPEN_HOLD_TIME));
+                let how = if dir == Direction::Outbound { "connected to peer" } else { "peer connected" };
                 self.set_state(State::OpenSent, format!("{how}, OPEN sent"));
             }
             State::OpenSent | State::OpenConfirm if self.secondary.is_none() => {
@@ -429,8 +398,7 @@ impl Fsm {
             State::Established => {
                 // RFC 4271 §6.8: a collision with an Established session closes the new one.
                 let n = Notification::cease(subcode::CEASE_CONNECTION_COLLISION);
-                self.out
-                    .push_back(Output::Send(id, Message::Notification(n)));
+                self.out.push_back(Output::Send(id, Message::Notification(n)));
                 self.out.push_back(Output::Close(id));
             }
             _ => self.out.push_back(Output::Close(id)),
@@ -445,8 +413,7 @@ impl Fsm {
         if self.primary.as_ref().is_none_or(|c| c.id != id) {
             if self.state == State::Connect {
                 // Event 18 in Connect: the outgoing attempt failed (RFC 4271 §8.2.2).
-                self.out
-                    .push_back(Output::ArmTimer(Timer::ConnectRetry, now + self.backoff()));
+                self.out.push_back(Output::ArmTimer(Timer::ConnectRetry, now + self.backoff()));
                 self.failures = self.failures.saturating_add(1);
                 self.set_state(State::Active, "connect failed");
             }
@@ -468,10 +435,7 @@ impl Fsm {
             (_, Message::Notification(n)) => self.fail(now, DownReason::NotificationReceived(n)),
             (State::OpenSent, Message::Open(open)) => self.open_received(now, open),
             (State::OpenConfirm, Message::Keepalive) => self.established(now),
-            (
-                State::Established,
-                Message::Keepalive | Message::Update(_) | Message::RouteRefresh(_),
-            ) => {
+            (State::Established, Message::Keepalive | Message::Update(_) | Message::RouteRefresh(_)) => {
                 self.arm_hold(now);
             }
             (State::OpenConfirm, Message::Open(open)) if self.secondary.is_none() => {
@@ -491,11 +455,7 @@ impl Fsm {
     }
 
     fn fsm_error(&mut self, now: Instant, sub: u8) {
-        let n = Notification {
-            code: code::FSM,
-            subcode: sub,
-            data: Bytes::new(),
-        };
+        let n = Notification { code: code::FSM, subcode: sub, data: Bytes::new() };
         self.send_primary(Message::Notification(n.clone()));
         self.fail(now, DownReason::NotificationSent(n, "unexpected message"));
     }
@@ -503,10 +463,7 @@ impl Fsm {
     fn message_error(&mut self, now: Instant, id: ConnId, err: DecodeError) {
         if self.secondary.as_ref().is_some_and(|c| c.id == id) {
             if let Some(c) = self.secondary.take() {
-                self.out.push_back(Output::Send(
-                    c.id,
-                    Message::Notification(err.notification()),
-                ));
+                self.out.push_back(Output::Send(c.id, Message::Notification(err.notification())));
                 self.out.push_back(Output::Close(c.id));
             }
             return;
@@ -526,33 +483,20 @@ impl Fsm {
 
     /// Checks the peer's OPEN (RFC 4271 §6.2); returns the NOTIFICATION to send if it is bad.
     fn check_open(&self, open: &Open) -> Result<(), (Notification, &'static str)> {
-        let notif = |sub: u8, data: Bytes| Notification {
-            code: code::OPEN_MESSAGE,
-            subcode: sub,
-            data,
-        };
+        let notif = |sub: u8, data: Bytes| Notification { code: code::OPEN_MESSAGE, subcode: sub, data };
         if open.asn() != self.config.peer_as {
             return Err((
-                notif(
-                    subcode::BAD_PEER_AS,
-                    Bytes::copy_from_slice(&open.my_as.to_be_bytes()),
-                ),
+                notif(subcode::BAD_PEER_AS, Bytes::copy_from_slice(&open.my_as.to_be_bytes())),
                 "bad peer AS",
             ));
         }
         let id = open.bgp_id;
         if id.is_unspecified() || (!self.config.is_ebgp() && id == self.config.router_id) {
-            return Err((
-                notif(subcode::BAD_BGP_IDENTIFIER, Bytes::new()),
-                "bad BGP identifier",
-            ));
+            return Err((notif(subcode::BAD_BGP_IDENTIFIER, Bytes::new()), "bad BGP identifier"));
         }
         // RFC 4271 §6.2: hold time 1 or 2 seconds MUST be rejected.
         if open.hold_time == 1 || open.hold_time == 2 {
-            return Err((
-                notif(subcode::UNACCEPTABLE_HOLD_TIME, Bytes::new()),
-                "unacceptable hold time",
-            ));
+            return Err((notif(subcode::UNACCEPTABLE_HOLD_TIME, Bytes::new()), "unacceptable hold time"));
         }
         Ok(())
     }
@@ -614,8 +558,7 @@ impl Fsm {
     /// identifier. Returns true when the OPEN just received on the primary was consumed
     /// (its connection lost).
     fn resolve_collision(&mut self, now: Instant, open: &Open, on_primary: bool) -> bool {
-        let (Some(primary), Some(secondary)) = (self.primary.clone(), self.secondary.clone())
-        else {
+        let (Some(primary), Some(secondary)) = (self.primary.clone(), self.secondary.clone()) else {
             return false;
         };
         let keep_dir = if u32::from(self.config.router_id) > u32::from(open.bgp_id) {
@@ -627,29 +570,20 @@ impl Fsm {
         if primary.dir == keep_dir || secondary.dir != keep_dir {
             // The primary wins: close the secondary.
             self.secondary = None;
-            self.out
-                .push_back(Output::Send(secondary.id, Message::Notification(n)));
+            self.out.push_back(Output::Send(secondary.id, Message::Notification(n)));
             self.out.push_back(Output::Close(secondary.id));
             false
         } else {
             // The secondary wins: it becomes the primary.
-            self.out
-                .push_back(Output::Send(primary.id, Message::Notification(n)));
+            self.out.push_back(Output::Send(primary.id, Message::Notification(n)));
             self.out.push_back(Output::Close(primary.id));
             self.secondary = None;
             let sec_open = secondary.open.clone();
-            self.primary = Some(Conn {
-                open: None,
-                ..secondary
-            });
+            self.primary = Some(Conn { open: None, ..secondary });
             self.negotiated = None;
             // Our OPEN already went out on it; we are in OpenSent there unless its OPEN arrived.
-            self.set_state(
-                State::OpenSent,
-                "connection collision: kept the other connection",
-            );
-            self.out
-                .push_back(Output::ArmTimer(Timer::Hold, now + OPEN_HOLD_TIME));
+            self.set_state(State::OpenSent, "connection collision: kept the other connection");
+            self.out.push_back(Output::ArmTimer(Timer::Hold, now + OPEN_HOLD_TIME));
             self.out.push_back(Output::CancelTimer(Timer::Keepalive));
             if let Some(o) = sec_open {
                 self.accept_open(now, o);
@@ -668,13 +602,7 @@ impl Fsm {
             self.config.keepalive_time.unwrap_or(cap).clamp(1, cap)
         };
         let theirs = open.families();
-        let families = self
-            .config
-            .families
-            .iter()
-            .filter(|f| theirs.contains(f))
-            .copied()
-            .collect();
+        let families = self.config.families.iter().filter(|f| theirs.contains(f)).copied().collect();
         Negotiated {
             peer_as: open.asn(),
             peer_id: open.bgp_id,
@@ -734,13 +662,9 @@ impl Fsm {
         let delay = self.backoff();
         self.failures = self.failures.saturating_add(1);
         if self.started {
-            self.out
-                .push_back(Output::ArmTimer(Timer::ConnectRetry, now + delay));
+            self.out.push_back(Output::ArmTimer(Timer::ConnectRetry, now + delay));
         }
-        self.set_state(
-            State::Idle,
-            format!("{reason}; retry in {}s", delay.as_secs()),
-        );
+        self.set_state(State::Idle, format!("{reason}; retry in {}s", delay.as_secs()));
     }
 
     fn drop_primary(&mut self) {
@@ -765,10 +689,8 @@ impl Fsm {
         if let Some(n) = &self.negotiated
             && n.hold_time > 0
         {
-            self.out.push_back(Output::ArmTimer(
-                Timer::Hold,
-                now + Duration::from_secs(u64::from(n.hold_time)),
-            ));
+            self.out
+                .push_back(Output::ArmTimer(Timer::Hold, now + Duration::from_secs(u64::from(n.hold_time))));
         }
     }
 
@@ -777,19 +699,14 @@ impl Fsm {
             && n.keepalive_time > 0
         {
             let d = Duration::from_secs(u64::from(n.keepalive_time));
-            self.out
-                .push_back(Output::ArmTimer(Timer::Keepalive, now + d));
+            self.out.push_back(Output::ArmTimer(Timer::Keepalive, now + d));
         }
     }
 
     /// The OPEN we send: multiprotocol per family, route refresh, 4-octet AS, and GR.
     pub fn our_open(&self) -> Open {
-        let mut caps: Vec<Capability> = self
-            .config
-            .families
-            .iter()
-            .map(|f| Capability::Multiprotocol(*f))
-            .collect();
+        let mut caps: Vec<Capability> =
+            self.config.families.iter().map(|f| Capability::Multiprotocol(*f)).collect();
         caps.push(Capability::RouteRefresh);
         if let Some(gr) = &self.config.graceful_restart {
             caps.push(Capability::GracefulRestart(GracefulRestart {
@@ -799,18 +716,10 @@ impl Fsm {
                     .config
                     .families
                     .iter()
-                    .map(|f| GrFamily {
-                        family: *f,
-                        forwarding_preserved: gr.forwarding_preserved,
-                    })
+                    .map(|f| GrFamily { family: *f, forwarding_preserved: gr.forwarding_preserved })
                     .collect(),
             }));
         }
-        Open::new(
-            self.config.local_as,
-            self.config.hold_time,
-            self.config.router_id,
-            caps,
-        )
+        Open::new(self.config.local_as, self.config.hold_time, self.config.router_id, caps)
     }
 }

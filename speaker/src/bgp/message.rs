@@ -36,9 +36,7 @@ pub struct DecodeContext {
 
 impl Default for DecodeContext {
     fn default() -> Self {
-        Self {
-            four_octet_as: true,
-        }
+        Self { four_octet_as: true }
     }
 }
 
@@ -51,9 +49,7 @@ pub struct EncodeContext {
 
 impl Default for EncodeContext {
     fn default() -> Self {
-        Self {
-            four_octet_as: true,
-        }
+        Self { four_octet_as: true }
     }
 }
 
@@ -74,22 +70,11 @@ pub struct Open {
 
 impl Open {
     /// Builds an OPEN for `asn`, adding the 4-octet AS capability (RFC 6793 §3).
-    pub fn new(
-        asn: u32,
-        hold_time: u16,
-        bgp_id: Ipv4Addr,
-        mut capabilities: Vec<Capability>,
-    ) -> Self {
+    pub fn new(asn: u32, hold_time: u16, bgp_id: Ipv4Addr, mut capabilities: Vec<Capability>) -> Self {
         capabilities.retain(|c| !matches!(c, Capability::FourOctetAs(_)));
         capabilities.push(Capability::FourOctetAs(asn));
         let my_as = u16::try_from(asn).unwrap_or(AS_TRANS as u16);
-        Self {
-            version: 4,
-            my_as,
-            hold_time,
-            bgp_id,
-            capabilities,
-        }
+        Self { version: 4, my_as, hold_time, bgp_id, capabilities }
     }
 
     /// The sender's AS: from the 4-octet AS capability when present.
@@ -115,11 +100,7 @@ impl Open {
                 _ => None,
             })
             .collect();
-        if v.is_empty() {
-            vec![Family::IPV4_UNICAST]
-        } else {
-            v
-        }
+        if v.is_empty() { vec![Family::IPV4_UNICAST] } else { v }
     }
 
     fn encode_body(&self, out: &mut BytesMut) {
@@ -167,14 +148,8 @@ impl Open {
         let hold_time = r.u16().ok_or_else(short)?;
         let bgp_id = Ipv4Addr::from(r.u32().ok_or_else(short)?);
         let opt_len = r.u8().ok_or_else(short)?;
-        let bad_params = || {
-            DecodeError::reset(
-                code::OPEN_MESSAGE,
-                0,
-                Bytes::new(),
-                "malformed optional parameters",
-            )
-        };
+        let bad_params =
+            || DecodeError::reset(code::OPEN_MESSAGE, 0, Bytes::new(), "malformed optional parameters");
         if usize::from(opt_len) != r.remaining() {
             return Err(bad_params());
         }
@@ -199,13 +174,7 @@ impl Open {
                 })?);
             }
         }
-        Ok(Open {
-            version,
-            my_as,
-            hold_time,
-            bgp_id,
-            capabilities,
-        })
+        Ok(Open { version, my_as, hold_time, bgp_id, capabilities })
     }
 }
 
@@ -229,10 +198,7 @@ impl Update {
     pub fn end_of_rib(family: Family) -> Update {
         let mut u = Update::default();
         if family != Family::IPV4_UNICAST {
-            u.attributes.mp_unreach = Some(MpUnreach {
-                family,
-                withdrawn: Vec::new(),
-            });
+            u.attributes.mp_unreach = Some(MpUnreach { family, withdrawn: Vec::new() });
         }
         u
     }
@@ -249,10 +215,7 @@ impl Update {
         match &a.mp_unreach {
             Some(u)
                 if u.withdrawn.is_empty()
-                    && PathAttributes {
-                        mp_unreach: None,
-                        ..a.clone()
-                    } == PathAttributes::default() =>
+                    && PathAttributes { mp_unreach: None, ..a.clone() } == PathAttributes::default() =>
             {
                 Some(u.family)
             }
@@ -262,22 +225,18 @@ impl Update {
 
     /// Every prefix announced, IPv4 NLRI and MP_REACH.
     pub fn announced(&self) -> impl Iterator<Item = IpNet> + '_ {
-        self.nlri.iter().map(|p| IpNet::V4(*p)).chain(
-            self.attributes
-                .mp_reach
-                .iter()
-                .flat_map(|m| m.nlri.iter().copied()),
-        )
+        self.nlri
+            .iter()
+            .map(|p| IpNet::V4(*p))
+            .chain(self.attributes.mp_reach.iter().flat_map(|m| m.nlri.iter().copied()))
     }
 
     /// Every prefix withdrawn, IPv4 field and MP_UNREACH.
     pub fn withdrawn_prefixes(&self) -> impl Iterator<Item = IpNet> + '_ {
-        self.withdrawn.iter().map(|p| IpNet::V4(*p)).chain(
-            self.attributes
-                .mp_unreach
-                .iter()
-                .flat_map(|m| m.withdrawn.iter().copied()),
-        )
+        self.withdrawn
+            .iter()
+            .map(|p| IpNet::V4(*p))
+            .chain(self.attributes.mp_unreach.iter().flat_map(|m| m.withdrawn.iter().copied()))
     }
 
     fn encode_body(&self, ctx: &EncodeContext, out: &mut BytesMut) {
@@ -348,10 +307,7 @@ impl Update {
             }
         }
         if let Some(t) = missing
-            && !u
-                .errors
-                .iter()
-                .any(|e| e.action == ErrorAction::TreatAsWithdraw)
+            && !u.errors.iter().any(|e| e.action == ErrorAction::TreatAsWithdraw)
         {
             u.errors.push(DecodeError::withdraw(
                 subcode::MISSING_WELL_KNOWN_ATTRIBUTE,
@@ -359,10 +315,7 @@ impl Update {
                 "missing well-known attribute",
             ));
         }
-        u.treat_as_withdraw = u
-            .errors
-            .iter()
-            .any(|e| e.action == ErrorAction::TreatAsWithdraw);
+        u.treat_as_withdraw = u.errors.iter().any(|e| e.action == ErrorAction::TreatAsWithdraw);
         Ok(u)
     }
 }
@@ -381,11 +334,7 @@ pub struct Notification {
 impl Notification {
     /// A Cease NOTIFICATION with the given subcode (RFC 4486).
     pub fn cease(subcode: u8) -> Self {
-        Self {
-            code: code::CEASE,
-            subcode,
-            data: Bytes::new(),
-        }
+        Self { code: code::CEASE, subcode, data: Bytes::new() }
     }
 }
 
@@ -516,21 +465,14 @@ impl Message {
             msg_type::NOTIFICATION => {
                 let code = r.u8().unwrap_or(0);
                 let subcode = r.u8().unwrap_or(0);
-                Ok(Message::Notification(Notification {
-                    code,
-                    subcode,
-                    data: r.rest(),
-                }))
+                Ok(Message::Notification(Notification { code, subcode, data: r.rest() }))
             }
             msg_type::KEEPALIVE => Ok(Message::Keepalive),
             _ => {
                 let afi = r.u16().unwrap_or(0);
                 let subtype = r.u8().unwrap_or(0);
                 let safi = r.u8().unwrap_or(0);
-                Ok(Message::RouteRefresh(RouteRefresh {
-                    family: Family { afi, safi },
-                    subtype,
-                }))
+                Ok(Message::RouteRefresh(RouteRefresh { family: Family { afi, safi }, subtype }))
             }
         }
     }
@@ -554,11 +496,7 @@ impl Message {
                 out.put_u8(n.code);
                 out.put_u8(n.subcode);
                 // Keep the message within 4096 bytes whatever the data.
-                out.put_slice(
-                    n.data
-                        .get(..n.data.len().min(MAX_MESSAGE_LEN - 21))
-                        .unwrap_or_default(),
-                );
+                out.put_slice(n.data.get(..n.data.len().min(MAX_MESSAGE_LEN - 21)).unwrap_or_default());
             }
             Message::Keepalive => out.put_u8(msg_type::KEEPALIVE),
             Message::RouteRefresh(rr) => {

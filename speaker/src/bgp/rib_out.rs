@@ -118,11 +118,7 @@ impl RibOut {
             if !self.families.contains(&family) || !self.can_announce(family, attrs) {
                 continue;
             }
-            if self
-                .sent
-                .get(prefix)
-                .is_some_and(|a| Arc::ptr_eq(a, attrs) || **a == **attrs)
-            {
+            if self.sent.get(prefix).is_some_and(|a| Arc::ptr_eq(a, attrs) || **a == **attrs) {
                 continue;
             }
             let i = *index.entry((&**attrs, family)).or_insert_with(|| {
@@ -193,25 +189,14 @@ impl RibOut {
 
 fn pack_withdrawals(prefixes: &[IpNet], family: Family, out: &mut Vec<Update>) {
     // MP_UNREACH costs an extended attribute header plus AFI/SAFI.
-    let budget = MAX_MESSAGE_LEN
-        - UPDATE_FIXED
-        - if family == Family::IPV4_UNICAST {
-            0
-        } else {
-            4 + 3
-        };
+    let budget = MAX_MESSAGE_LEN - UPDATE_FIXED - if family == Family::IPV4_UNICAST { 0 } else { 4 + 3 };
     for chunk in chunks_by_size(prefixes, budget) {
         let mut u = Update::default();
         if family == Family::IPV4_UNICAST {
-            u.withdrawn = chunk
-                .iter()
-                .filter_map(|p| if let IpNet::V4(p) = p { Some(*p) } else { None })
-                .collect();
+            u.withdrawn =
+                chunk.iter().filter_map(|p| if let IpNet::V4(p) = p { Some(*p) } else { None }).collect();
         } else {
-            u.attributes.mp_unreach = Some(MpUnreach {
-                family,
-                withdrawn: chunk.to_vec(),
-            });
+            u.attributes.mp_unreach = Some(MpUnreach { family, withdrawn: chunk.to_vec() });
         }
         out.push(u);
     }
@@ -230,17 +215,7 @@ fn pack_announcements(
         Some(mp) => {
             4 + 3
                 + 1
-                + if matches!(
-                    mp.next_hop,
-                    MpNextHop::V6 {
-                        link_local: Some(_),
-                        ..
-                    }
-                ) {
-                    32
-                } else {
-                    16
-                }
+                + if matches!(mp.next_hop, MpNextHop::V6 { link_local: Some(_), .. }) { 32 } else { 16 }
                 + 1
         }
         None => 0,
@@ -249,15 +224,10 @@ fn pack_announcements(
     base.encode(four_octet, &mut buf);
     let budget = MAX_MESSAGE_LEN.saturating_sub(UPDATE_FIXED + buf.len() + mp_overhead);
     for chunk in chunks_by_size(prefixes, budget) {
-        let mut u = Update {
-            attributes: attrs.clone(),
-            ..Update::default()
-        };
+        let mut u = Update { attributes: attrs.clone(), ..Update::default() };
         if family == Family::IPV4_UNICAST {
-            u.nlri = chunk
-                .iter()
-                .filter_map(|p| if let IpNet::V4(p) = p { Some(*p) } else { None })
-                .collect();
+            u.nlri =
+                chunk.iter().filter_map(|p| if let IpNet::V4(p) = p { Some(*p) } else { None }).collect();
         } else if let Some(mp) = u.attributes.mp_reach.as_mut() {
             mp.nlri = chunk.to_vec();
         }

@@ -198,12 +198,7 @@ pub fn spawn(config: SessionConfig) -> SessionHandle {
     let driver = Driver::new(config, cmd_rx, routes_rx, status_tx);
     let span = tracing::info_span!("bgp", peer = %peer);
     tokio::spawn(tracing::Instrument::instrument(driver.run(), span));
-    SessionHandle {
-        cmd: cmd_tx,
-        routes: Arc::new(routes_tx),
-        status: status_rx,
-        peer,
-    }
+    SessionHandle { cmd: cmd_tx, routes: Arc::new(routes_tx), status: status_rx, peer }
 }
 
 struct Conn {
@@ -289,12 +284,7 @@ impl Driver {
 
     async fn fire_timers(&mut self) {
         let now = Instant::now();
-        let due: Vec<Timer> = self
-            .timers
-            .iter()
-            .filter(|(_, d)| **d <= now)
-            .map(|(t, _)| *t)
-            .collect();
+        let due: Vec<Timer> = self.timers.iter().filter(|(_, d)| **d <= now).map(|(t, _)| *t).collect();
         for t in due {
             self.timers.remove(&t);
             let ev = match t {
@@ -346,9 +336,7 @@ impl Driver {
                 }
                 match rd.read_buf(&mut buf).await {
                     Ok(0) => {
-                        let _ = tx
-                            .send(ConnEvent::Closed(id, "closed by peer".into()))
-                            .await;
+                        let _ = tx.send(ConnEvent::Closed(id, "closed by peer".into())).await;
                         return;
                     }
                     Ok(_) => {}
@@ -359,14 +347,7 @@ impl Driver {
                 }
             }
         });
-        self.conns.insert(
-            id,
-            Conn {
-                writer,
-                reader,
-                local,
-            },
-        );
+        self.conns.insert(id, Conn { writer, reader, local });
         id
     }
 
@@ -446,12 +427,8 @@ impl Driver {
                     self.publish();
                 }
                 Output::SessionUp(n) => {
-                    self.decode_ctx = DecodeContext {
-                        four_octet_as: n.four_octet_as,
-                    };
-                    self.encode_ctx = EncodeContext {
-                        four_octet_as: n.four_octet_as,
-                    };
+                    self.decode_ctx = DecodeContext { four_octet_as: n.four_octet_as };
+                    self.encode_ctx = EncodeContext { four_octet_as: n.four_octet_as };
                     let local = self.conns.get(&n.conn).and_then(|c| c.local);
                     self.rib.set_export(self.export_for(local));
                     self.rib.session_up(&n);
@@ -510,10 +487,7 @@ impl Driver {
     async fn send(&mut self, id: ConnId, msg: &Message) {
         // A peer that stops reading must not wedge the task (and its hold timer):
         // give up on a write after the hold time.
-        let hold = self
-            .fsm
-            .negotiated()
-            .map_or(240, |n| u64::from(n.hold_time));
+        let hold = self.fsm.negotiated().map_or(240, |n| u64::from(n.hold_time));
         let limit = std::time::Duration::from_secs(hold.max(10));
         let Some(conn) = self.conns.get_mut(&id) else {
             return;
@@ -593,28 +567,17 @@ impl Listener {
                     continue;
                 };
                 let ip = match from.ip() {
-                    IpAddr::V6(v6) => v6
-                        .to_ipv4_mapped()
-                        .map(IpAddr::V4)
-                        .unwrap_or(IpAddr::V6(v6)),
+                    IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
                     v4 => v4,
                 };
-                let handle = p
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&ip)
-                    .cloned();
+                let handle = p.lock().unwrap_or_else(|e| e.into_inner()).get(&ip).cloned();
                 match handle {
                     Some(h) => h.accept(stream).await,
                     None => tracing::debug!(%from, "refused BGP connection from unknown peer"),
                 }
             }
         });
-        Ok(Listener {
-            listener,
-            peers,
-            task,
-        })
+        Ok(Listener { listener, peers, task })
     }
 
     /// The bound address.
@@ -623,27 +586,17 @@ impl Listener {
     }
 
     /// Routes connections from the handle's peer to it, installing its MD5 key first.
-    pub fn add_peer(
-        &self,
-        handle: &SessionHandle,
-        password: Option<&Password>,
-    ) -> std::io::Result<()> {
+    pub fn add_peer(&self, handle: &SessionHandle, password: Option<&Password>) -> std::io::Result<()> {
         if password.is_some() {
             socket::set_tcp_md5(&*self.listener, handle.peer(), password)?;
         }
-        self.peers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(handle.peer(), handle.clone());
+        self.peers.lock().unwrap_or_else(|e| e.into_inner()).insert(handle.peer(), handle.clone());
         Ok(())
     }
 
     /// Stops routing connections from `peer` and removes its MD5 key.
     pub fn remove_peer(&self, peer: IpAddr) -> std::io::Result<()> {
-        self.peers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&peer);
+        self.peers.lock().unwrap_or_else(|e| e.into_inner()).remove(&peer);
         socket::set_tcp_md5(&*self.listener, peer, None)
     }
 }

@@ -41,10 +41,7 @@ struct TcpMd5Sig {
 pub fn set_tcp_md5(sock: &impl AsFd, peer: IpAddr, password: Option<&Password>) -> io::Result<()> {
     let key = password.map(|p| p.0.as_bytes()).unwrap_or_default();
     if key.len() > TCP_MD5SIG_MAXKEYLEN {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "TCP MD5 password longer than 80 bytes",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "TCP MD5 password longer than 80 bytes"));
     }
     let sref = SockRef::from(sock);
     // A dual-stack IPv6 socket sees IPv4 peers as v4-mapped addresses.
@@ -103,11 +100,7 @@ fn setsockopt_md5(sock: &SockRef<'_>, sig: &TcpMd5Sig) -> io::Result<()> {
             std::mem::size_of::<TcpMd5Sig>() as libc::socklen_t,
         )
     };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// How to open an outgoing BGP connection.
@@ -155,9 +148,7 @@ pub async fn connect(opts: &ConnectOptions) -> io::Result<TcpStream> {
         sock.bind(&SocketAddr::new(ip, opts.local_port.unwrap_or(0)).into())?;
     }
     let std_stream: std::net::TcpStream = sock.into();
-    TcpSocket::from_std_stream(std_stream)
-        .connect(opts.peer)
-        .await
+    TcpSocket::from_std_stream(std_stream).connect(opts.peer).await
 }
 
 /// Binds a listening socket (with SO_REUSEADDR, so restarts can rebind at once).

@@ -34,21 +34,12 @@ impl Side {
     fn notifications(&self) -> Vec<Notification> {
         self.sent
             .iter()
-            .filter_map(|(_, _, m)| {
-                if let Message::Notification(n) = m {
-                    Some(n.clone())
-                } else {
-                    None
-                }
-            })
+            .filter_map(|(_, _, m)| if let Message::Notification(n) = m { Some(n.clone()) } else { None })
             .collect()
     }
 
     fn keepalives_since(&self, t: Instant) -> usize {
-        self.sent
-            .iter()
-            .filter(|(at, _, m)| *at > t && *m == Message::Keepalive)
-            .count()
+        self.sent.iter().filter(|(at, _, m)| *at > t && *m == Message::Keepalive).count()
     }
 }
 
@@ -131,11 +122,9 @@ impl Pair {
                     self.sides[s].links.insert(mine, theirs);
                     self.sides[o].links.insert(theirs, mine);
                     self.queue.push_back((s, Event::TcpCrAcked(mine)));
-                    self.queue
-                        .push_back((o, Event::TcpConnectionConfirmed(theirs)));
+                    self.queue.push_back((o, Event::TcpConnectionConfirmed(theirs)));
                 } else {
-                    self.queue
-                        .push_back((s, Event::TcpConnectionFails(ConnId(0))));
+                    self.queue.push_back((s, Event::TcpConnectionFails(ConnId(0))));
                 }
             }
             Output::Send(id, msg) => {
@@ -155,8 +144,7 @@ impl Pair {
             Output::Close(id) => {
                 if let Some(peer_id) = self.sides[s].links.remove(&id) {
                     self.sides[o].links.remove(&peer_id);
-                    self.queue
-                        .push_back((o, Event::TcpConnectionFails(peer_id)));
+                    self.queue.push_back((o, Event::TcpConnectionFails(peer_id)));
                 }
             }
             Output::ArmTimer(t, at) => {
@@ -208,10 +196,7 @@ fn session_comes_up_and_negotiates() {
     assert!(n.four_octet_as && n.route_refresh);
     assert_eq!(n.families, vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST]);
     assert_eq!(p.sides[B].ups[0].peer_id, Ipv4Addr::new(192, 0, 2, 1));
-    assert!(
-        p.sides[B].connects.is_empty(),
-        "passive side never connects"
-    );
+    assert!(p.sides[B].connects.is_empty(), "passive side never connects");
 }
 
 #[test]
@@ -263,17 +248,11 @@ fn hold_timer_expiry_sends_code_4_and_reconnects_with_backoff() {
     assert_eq!(p.sides[A].downs, vec![DownReason::HoldTimerExpired]);
     assert_eq!(p.state(A), State::Idle);
     // B got the NOTIFICATION too and went down.
-    assert!(
-        matches!(p.sides[B].downs.first(), Some(DownReason::NotificationReceived(n)) if n.code == 4)
-    );
+    assert!(matches!(p.sides[B].downs.first(), Some(DownReason::NotificationReceived(n)) if n.code == 4));
     p.blackhole = None;
     let connects = p.sides[A].connects.len();
     p.advance(Duration::from_millis(4900));
-    assert_eq!(
-        p.sides[A].connects.len(),
-        connects,
-        "no reconnect before the 5 s backoff"
-    );
+    assert_eq!(p.sides[A].connects.len(), connects, "no reconnect before the 5 s backoff");
     p.advance(Duration::from_millis(200));
     assert_eq!(p.state(A), State::Established);
     assert_eq!(p.sides[A].ups.len(), 2);
@@ -292,10 +271,7 @@ fn zero_hold_time_means_no_keepalives() {
     p.advance(Duration::from_secs(3600));
     assert_eq!(p.state(A), State::Established);
     assert_eq!(p.state(B), State::Established);
-    assert_eq!(
-        p.sides[A].keepalives_since(t0) + p.sides[B].keepalives_since(t0),
-        0
-    );
+    assert_eq!(p.sides[A].keepalives_since(t0) + p.sides[B].keepalives_since(t0), 0);
 }
 
 #[test]
@@ -307,10 +283,7 @@ fn hold_time_of_two_seconds_is_rejected() {
     let mut p = Pair::new(a, b);
     p.start();
     let n = p.sides[A].notifications();
-    assert_eq!(
-        (n[0].code, n[0].subcode),
-        (2, subcode::UNACCEPTABLE_HOLD_TIME)
-    );
+    assert_eq!((n[0].code, n[0].subcode), (2, subcode::UNACCEPTABLE_HOLD_TIME));
     assert_ne!(p.state(A), State::Established);
 }
 
@@ -322,10 +295,7 @@ fn wrong_peer_as_is_rejected() {
     let mut p = Pair::new(a, b);
     p.start();
     let n = p.sides[A].notifications();
-    assert_eq!(
-        (n[0].code, n[0].subcode, &n[0].data[..]),
-        (2, subcode::BAD_PEER_AS, &[0xfd, 0xea][..])
-    );
+    assert_eq!((n[0].code, n[0].subcode, &n[0].data[..]), (2, subcode::BAD_PEER_AS, &[0xfd, 0xea][..]));
     assert!(p.sides[A].ups.is_empty());
 }
 
@@ -357,10 +327,7 @@ fn collision_keeps_the_connection_of_the_higher_identifier() {
     };
     let (ca, cb) = (cease(A, a_conn), cease(B, b_conn));
     assert!(!ca.is_empty() || !cb.is_empty(), "a Cease/7 was sent");
-    assert!(
-        ca.iter().chain(cb.iter()).all(|on_survivor| !on_survivor),
-        "survivor never ceased"
-    );
+    assert!(ca.iter().chain(cb.iter()).all(|on_survivor| !on_survivor), "survivor never ceased");
     assert_eq!(p.sides[B].links.len(), 1);
     p.advance(Duration::from_secs(300));
     assert_eq!(p.state(A), State::Established);
@@ -372,12 +339,7 @@ fn notification_from_peer_goes_idle_then_reconnects_after_backoff() {
     let mut p = Pair::active_passive();
     p.start();
     // B is shut down administratively and restarted at once.
-    p.queue.push_back((
-        B,
-        Event::ManualStop {
-            subcode: subcode::CEASE_ADMIN_SHUTDOWN,
-        },
-    ));
+    p.queue.push_back((B, Event::ManualStop { subcode: subcode::CEASE_ADMIN_SHUTDOWN }));
     p.queue.push_back((B, Event::ManualStart));
     p.drive();
     assert_eq!(p.state(A), State::Idle);
@@ -387,13 +349,7 @@ fn notification_from_peer_goes_idle_then_reconnects_after_backoff() {
     let down_at = p.now;
     p.advance(Duration::from_secs(10));
     assert_eq!(p.state(A), State::Established);
-    assert_eq!(
-        p.sides[A]
-            .connects
-            .last()
-            .map(|t| t.duration_since(down_at)),
-        Some(Duration::from_secs(5))
-    );
+    assert_eq!(p.sides[A].connects.last().map(|t| t.duration_since(down_at)), Some(Duration::from_secs(5)));
 }
 
 #[test]
@@ -403,15 +359,8 @@ fn reconnect_backoff_doubles_and_is_capped() {
     p.start();
     p.advance(Duration::from_secs(1000));
     let c = &p.sides[A].connects;
-    let gaps: Vec<u64> = c
-        .windows(2)
-        .map(|w| w[1].duration_since(w[0]).as_secs())
-        .collect();
-    assert_eq!(
-        gaps.get(..7),
-        Some(&[5, 10, 20, 40, 80, 120, 120][..]),
-        "gaps {gaps:?}"
-    );
+    let gaps: Vec<u64> = c.windows(2).map(|w| w[1].duration_since(w[0]).as_secs()).collect();
+    assert_eq!(gaps.get(..7), Some(&[5, 10, 20, 40, 80, 120, 120][..]), "gaps {gaps:?}");
     // Once the network is back the session comes up within the capped delay.
     p.network_up = true;
     p.advance(Duration::from_secs(121));
@@ -428,63 +377,34 @@ fn stable_session_resets_backoff() {
     p.advance(Duration::from_secs(130));
     assert_eq!(p.state(A), State::Established);
     p.advance(Duration::from_secs(120)); // longer than stable_time (60 s)
-    p.queue.push_back((
-        B,
-        Event::ManualStop {
-            subcode: subcode::CEASE_ADMIN_RESET,
-        },
-    ));
+    p.queue.push_back((B, Event::ManualStop { subcode: subcode::CEASE_ADMIN_RESET }));
     p.queue.push_back((B, Event::ManualStart));
     p.drive();
     let down_at = p.now;
     p.advance(Duration::from_secs(6));
-    assert_eq!(
-        p.state(A),
-        State::Established,
-        "reconnected after the base delay"
-    );
-    assert_eq!(
-        p.sides[A]
-            .connects
-            .last()
-            .map(|t| t.duration_since(down_at)),
-        Some(Duration::from_secs(5))
-    );
+    assert_eq!(p.state(A), State::Established, "reconnected after the base delay");
+    assert_eq!(p.sides[A].connects.last().map(|t| t.duration_since(down_at)), Some(Duration::from_secs(5)));
 }
 
 #[test]
 fn graceful_restart_r_bit_only_on_first_open() {
     let mut a = config(65001, 65002, [192, 0, 2, 1]);
-    a.graceful_restart = Some(GracefulRestartConfig {
-        restart_time: 120,
-        restarting: true,
-        forwarding_preserved: true,
-    });
+    a.graceful_restart =
+        Some(GracefulRestartConfig { restart_time: 120, restarting: true, forwarding_preserved: true });
     let mut b = config(65002, 65001, [192, 0, 2, 2]);
     b.passive = true;
     let mut p = Pair::new(a, b);
     p.start();
-    let gr = p.sides[B].ups[0]
-        .peer_graceful_restart
-        .clone()
-        .expect("GR advertised");
+    let gr = p.sides[B].ups[0].peer_graceful_restart.clone().expect("GR advertised");
     assert!(gr.restarting);
     assert_eq!(gr.restart_time, 120);
     assert!(gr.families.iter().all(|f| f.forwarding_preserved));
     assert_eq!(gr.families.len(), 2);
-    p.queue.push_back((
-        B,
-        Event::ManualStop {
-            subcode: subcode::CEASE_ADMIN_RESET,
-        },
-    ));
+    p.queue.push_back((B, Event::ManualStop { subcode: subcode::CEASE_ADMIN_RESET }));
     p.queue.push_back((B, Event::ManualStart));
     p.drive();
     p.advance(Duration::from_secs(10));
-    let gr = p.sides[B].ups[1]
-        .peer_graceful_restart
-        .clone()
-        .expect("GR advertised");
+    let gr = p.sides[B].ups[1].peer_graceful_restart.clone().expect("GR advertised");
     assert!(!gr.restarting, "R-bit cleared after the first session");
 }
 
@@ -492,28 +412,13 @@ fn graceful_restart_r_bit_only_on_first_open() {
 fn manual_stop_sends_cease_and_stays_idle() {
     let mut p = Pair::active_passive();
     p.start();
-    p.queue.push_back((
-        A,
-        Event::ManualStop {
-            subcode: subcode::CEASE_ADMIN_SHUTDOWN,
-        },
-    ));
+    p.queue.push_back((A, Event::ManualStop { subcode: subcode::CEASE_ADMIN_SHUTDOWN }));
     p.drive();
-    assert_eq!(
-        p.sides[A]
-            .notifications()
-            .last()
-            .map(|n| (n.code, n.subcode)),
-        Some((6, 2))
-    );
+    assert_eq!(p.sides[A].notifications().last().map(|n| (n.code, n.subcode)), Some((6, 2)));
     let connects = p.sides[A].connects.len();
     p.advance(Duration::from_secs(600));
     assert_eq!(p.state(A), State::Idle);
-    assert_eq!(
-        p.sides[A].connects.len(),
-        connects,
-        "no automatic restart after ManualStop"
-    );
+    assert_eq!(p.sides[A].connects.len(), connects, "no automatic restart after ManualStop");
 }
 
 #[test]
@@ -523,14 +428,12 @@ fn unexpected_update_in_opensent_is_an_fsm_error() {
     fsm.handle(now, Event::ManualStart);
     fsm.handle(now, Event::TcpCrAcked(ConnId(7)));
     assert_eq!(fsm.state(), State::OpenSent);
-    fsm.handle(
-        now,
-        Event::Message(ConnId(7), Message::Update(Update::default())),
-    );
+    fsm.handle(now, Event::Message(ConnId(7), Message::Update(Update::default())));
     let outs: Vec<Output> = std::iter::from_fn(|| fsm.poll_output()).collect();
-    assert!(outs.iter().any(
-        |o| matches!(o, Output::Send(_, Message::Notification(n)) if n.code == 5 && n.subcode == 1)
-    ));
+    assert!(
+        outs.iter()
+            .any(|o| matches!(o, Output::Send(_, Message::Notification(n)) if n.code == 5 && n.subcode == 1))
+    );
     assert_eq!(fsm.state(), State::Idle);
 }
 
@@ -539,20 +442,11 @@ fn decode_error_sends_its_notification() {
     let mut p = Pair::active_passive();
     p.start();
     let conn = p.sides[A].ups[0].conn;
-    let err = Message::decode(
-        &mut bytes::Bytes::from_static(&[0; 19]),
-        &DecodeContext::default(),
-    )
-    .expect_err("bad marker");
+    let err = Message::decode(&mut bytes::Bytes::from_static(&[0; 19]), &DecodeContext::default())
+        .expect_err("bad marker");
     p.queue.push_back((A, Event::MessageError(conn, err)));
     p.drive();
-    assert_eq!(
-        p.sides[A]
-            .notifications()
-            .last()
-            .map(|n| (n.code, n.subcode)),
-        Some((1, 1))
-    );
+    assert_eq!(p.sides[A].notifications().last().map(|n| (n.code, n.subcode)), Some((1, 1)));
     assert_eq!(p.state(A), State::Idle);
 }
 
@@ -562,21 +456,10 @@ fn inbound_connection_while_established_is_ceased_and_session_kept() {
     p.start();
     let up = p.sides[B].ups[0].conn;
     // A second connection arrives at B (e.g. A restarted its connect by mistake).
-    p.queue
-        .push_back((B, Event::TcpConnectionConfirmed(ConnId(999))));
+    p.queue.push_back((B, Event::TcpConnectionConfirmed(ConnId(999))));
     p.drive();
     assert_eq!(p.state(B), State::Established);
-    let last = p.sides[B]
-        .sent
-        .iter()
-        .rev()
-        .find(|(_, c, _)| *c == ConnId(999))
-        .map(|(_, _, m)| m.clone());
-    assert_eq!(
-        last,
-        Some(Message::Notification(Notification::cease(
-            subcode::CEASE_CONNECTION_COLLISION
-        )))
-    );
+    let last = p.sides[B].sent.iter().rev().find(|(_, c, _)| *c == ConnId(999)).map(|(_, _, m)| m.clone());
+    assert_eq!(last, Some(Message::Notification(Notification::cease(subcode::CEASE_CONNECTION_COLLISION))));
     assert_eq!(p.sides[B].fsm.negotiated().map(|n| n.conn), Some(up));
 }

@@ -33,10 +33,7 @@ fn export(local_as: u32, ebgp: bool) -> ExportConfig {
 
 fn up_rib(ebgp: bool) -> RibOut {
     let mut r = RibOut::new(export(65001, ebgp));
-    r.session_up(&negotiated(
-        vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST],
-        true,
-    ));
+    r.session_up(&negotiated(vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST], true));
     r
 }
 
@@ -45,10 +42,7 @@ fn attrs() -> Arc<PathAttributes> {
 }
 
 fn base() -> PathAttributes {
-    PathAttributes {
-        communities: vec![Community::new(64512, 100)],
-        ..Default::default()
-    }
+    PathAttributes { communities: vec![Community::new(64512, 100)], ..Default::default() }
 }
 
 fn v4_hosts(n: u32) -> impl Iterator<Item = IpNet> {
@@ -58,9 +52,7 @@ fn v4_hosts(n: u32) -> impl Iterator<Item = IpNet> {
 
 fn v6_hosts(n: u32) -> impl Iterator<Item = IpNet> {
     (0..n).map(|i| {
-        IpNet::V6(
-            Ipv6Net::new(Ipv6Addr::from(0x2001_0db8_u128 << 96 | u128::from(i)), 128).expect("len"),
-        )
+        IpNet::V6(Ipv6Net::new(Ipv6Addr::from(0x2001_0db8_u128 << 96 | u128::from(i)), 128).expect("len"))
     })
 }
 
@@ -71,10 +63,7 @@ fn wire_check(updates: &[Update]) -> (BTreeSet<IpNet>, BTreeSet<IpNet>, Vec<Fami
         let m = Message::Update(u.clone());
         let b = m.to_bytes(&EncodeContext::default());
         assert!(b.len() <= 4096, "UPDATE of {} bytes", b.len());
-        assert_eq!(
-            Message::decode(&mut b.clone(), &DecodeContext::default()),
-            Ok(m)
-        );
+        assert_eq!(Message::decode(&mut b.clone(), &DecodeContext::default()), Ok(m));
         if let Some(f) = u.end_of_rib_family() {
             eor.push(f);
         }
@@ -91,17 +80,12 @@ fn wire_check(updates: &[Update]) -> (BTreeSet<IpNet>, BTreeSet<IpNet>, Vec<Fami
 #[test]
 fn ten_thousand_v4_prefixes_pack_into_few_updates() {
     let mut r = up_rib(true);
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> =
-        v4_hosts(10_000).map(|p| (p, attrs())).collect();
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(10_000).map(|p| (p, attrs())).collect();
     let updates = r.sync(&desired);
     let (ann, wd, eor) = wire_check(&updates);
     assert_eq!(ann.len(), 10_000);
     assert!(wd.is_empty());
-    assert_eq!(
-        eor,
-        vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST],
-        "EoR per family, last"
-    );
+    assert_eq!(eor, vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST], "EoR per family, last");
     // Attributes: ORIGIN 4 + AS_PATH 9 + NEXT_HOP 7 + COMMUNITIES 7 = 27 bytes, so
     // (4096 - 23 - 27) / 5 = 809 prefixes per UPDATE: 13 UPDATEs.
     assert_eq!(updates.len() - eor.len(), 13);
@@ -113,24 +97,17 @@ fn ten_thousand_v4_prefixes_pack_into_few_updates() {
 #[test]
 fn ipv6_goes_in_mp_reach_with_the_v6_next_hop() {
     let mut r = up_rib(true);
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> =
-        v6_hosts(1000).map(|p| (p, attrs())).collect();
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v6_hosts(1000).map(|p| (p, attrs())).collect();
     let updates = r.sync(&desired);
     let (ann, _, _) = wire_check(&updates);
     assert_eq!(ann.len(), 1000);
     let first = &updates[0];
     assert!(first.nlri.is_empty());
-    assert_eq!(
-        first.attributes.next_hop, None,
-        "no IPv4 NEXT_HOP on IPv6 routes"
-    );
+    assert_eq!(first.attributes.next_hop, None, "no IPv4 NEXT_HOP on IPv6 routes");
     let mp = first.attributes.mp_reach.as_ref().expect("MP_REACH");
     assert_eq!(
         mp.next_hop,
-        MpNextHop::V6 {
-            global: "2001:db8::11".parse().expect("addr"),
-            link_local: None
-        }
+        MpNextHop::V6 { global: "2001:db8::11".parse().expect("addr"), link_local: None }
     );
     // (4096 - 23 - 20 - 25) / 17 = 236 per UPDATE.
     assert_eq!(updates.len() - 2, 1000usize.div_ceil(236));
@@ -139,10 +116,8 @@ fn ipv6_goes_in_mp_reach_with_the_v6_next_hop() {
 #[test]
 fn withdrawals_and_changes_are_minimal() {
     let mut r = up_rib(true);
-    let mut desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(5000)
-        .chain(v6_hosts(500))
-        .map(|p| (p, attrs()))
-        .collect();
+    let mut desired: BTreeMap<IpNet, Arc<PathAttributes>> =
+        v4_hosts(5000).chain(v6_hosts(500)).map(|p| (p, attrs())).collect();
     r.sync(&desired);
     // Withdraw 3000 v4 and 200 v6; change the attributes of 10 v4 prefixes.
     let gone: Vec<IpNet> = v4_hosts(3000).chain(v6_hosts(200)).collect();
@@ -151,13 +126,7 @@ fn withdrawals_and_changes_are_minimal() {
     }
     let changed: Vec<IpNet> = v4_hosts(3010).skip(3000).collect();
     for p in &changed {
-        desired.insert(
-            *p,
-            Arc::new(PathAttributes {
-                med: Some(10),
-                ..base()
-            }),
-        );
+        desired.insert(*p, Arc::new(PathAttributes { med: Some(10), ..base() }));
     }
     let updates = r.sync(&desired);
     let (ann, wd, eor) = wire_check(&updates);
@@ -166,25 +135,15 @@ fn withdrawals_and_changes_are_minimal() {
     assert_eq!(ann, changed.iter().copied().collect());
     assert_eq!(updates.iter().filter(|u| !u.nlri.is_empty()).count(), 1);
     // 3000 × 5 bytes over (4096 - 23) per UPDATE = 4 UPDATEs; 200 × 17 in MP_UNREACH = 1.
-    assert_eq!(
-        updates.iter().filter(|u| !u.withdrawn.is_empty()).count(),
-        4
-    );
-    assert_eq!(
-        updates
-            .iter()
-            .filter(|u| u.attributes.mp_unreach.is_some())
-            .count(),
-        1
-    );
+    assert_eq!(updates.iter().filter(|u| !u.withdrawn.is_empty()).count(), 4);
+    assert_eq!(updates.iter().filter(|u| u.attributes.mp_unreach.is_some()).count(), 1);
     assert_eq!(r.advertised(), 2000 + 300);
 }
 
 #[test]
 fn session_restart_resends_the_full_table_and_eor() {
     let mut r = up_rib(true);
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> =
-        v4_hosts(100).map(|p| (p, attrs())).collect();
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(100).map(|p| (p, attrs())).collect();
     r.sync(&desired);
     r.session_down();
     assert!(r.sync(&desired).is_empty(), "nothing while down");
@@ -198,44 +157,26 @@ fn session_restart_resends_the_full_table_and_eor() {
 fn unnegotiated_families_are_not_sent() {
     let mut r = RibOut::new(export(65001, true));
     r.session_up(&negotiated(vec![Family::IPV4_UNICAST], true));
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(3)
-        .chain(v6_hosts(3))
-        .map(|p| (p, attrs()))
-        .collect();
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> =
+        v4_hosts(3).chain(v6_hosts(3)).map(|p| (p, attrs())).collect();
     let (ann, _, _) = wire_check(&r.sync(&desired));
     assert_eq!(ann, v4_hosts(3).collect());
 }
 
 #[test]
 fn export_rewrites_for_ebgp_and_ibgp() {
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(1)
-        .map(|p| {
-            (
-                p,
-                Arc::new(PathAttributes {
-                    local_pref: Some(200),
-                    ..base()
-                }),
-            )
-        })
-        .collect();
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> =
+        v4_hosts(1).map(|p| (p, Arc::new(PathAttributes { local_pref: Some(200), ..base() }))).collect();
     let mut e = up_rib(true);
     let u = &e.sync(&desired)[0];
     assert_eq!(u.attributes.as_path, Some(AsPath::sequence(vec![65001])));
-    assert_eq!(
-        u.attributes.local_pref, None,
-        "LOCAL_PREF is not sent to eBGP peers"
-    );
+    assert_eq!(u.attributes.local_pref, None, "LOCAL_PREF is not sent to eBGP peers");
     assert_eq!(u.attributes.origin, Some(Origin::Igp));
     assert_eq!(u.attributes.next_hop, Some(Ipv4Addr::new(192, 0, 2, 11)));
 
     let mut i = up_rib(false);
     let u = &i.sync(&desired)[0];
-    assert_eq!(
-        u.attributes.as_path,
-        Some(AsPath::default()),
-        "iBGP: empty AS_PATH"
-    );
+    assert_eq!(u.attributes.as_path, Some(AsPath::default()), "iBGP: empty AS_PATH");
     assert_eq!(u.attributes.local_pref, Some(200));
 }
 
@@ -245,35 +186,21 @@ fn four_octet_as_towards_two_octet_peer_adds_as4_path() {
     r.session_up(&negotiated(vec![Family::IPV4_UNICAST], false));
     let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(1).map(|p| (p, attrs())).collect();
     let u = &r.sync(&desired)[0];
-    assert_eq!(
-        u.attributes.as4_path,
-        Some(AsPath::sequence(vec![4_200_000_000]))
-    );
-    let b = Message::Update(u.clone()).to_bytes(&EncodeContext {
-        four_octet_as: false,
-    });
+    assert_eq!(u.attributes.as4_path, Some(AsPath::sequence(vec![4_200_000_000])));
+    let b = Message::Update(u.clone()).to_bytes(&EncodeContext { four_octet_as: false });
     assert!(b.len() <= 4096);
-    let Ok(Message::Update(d)) = Message::decode(
-        &mut b.clone(),
-        &DecodeContext {
-            four_octet_as: false,
-        },
-    ) else {
+    let Ok(Message::Update(d)) = Message::decode(&mut b.clone(), &DecodeContext { four_octet_as: false })
+    else {
         panic!("decode")
     };
-    assert_eq!(
-        d.attributes.effective_as_path(),
-        Some(AsPath::sequence(vec![4_200_000_000]))
-    );
+    assert_eq!(d.attributes.effective_as_path(), Some(AsPath::sequence(vec![4_200_000_000])));
 }
 
 #[test]
 fn route_refresh_resends_one_family() {
     let mut r = up_rib(true);
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(10)
-        .chain(v6_hosts(10))
-        .map(|p| (p, attrs()))
-        .collect();
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> =
+        v4_hosts(10).chain(v6_hosts(10)).map(|p| (p, attrs())).collect();
     r.sync(&desired);
     r.refresh(Family::IPV6_UNICAST);
     let (ann, _, _) = wire_check(&r.sync(&desired));

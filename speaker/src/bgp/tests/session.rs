@@ -22,9 +22,7 @@ fn setup(pw_a: Option<&str>, pw_b: Option<&str>) -> (SessionHandle, SessionHandl
     let mut b_cfg = SessionConfig::new(b_peer, SocketAddr::new(IpAddr::V4(A_IP), 179));
     b_cfg.password = pw_b.map(Password::new);
     let b = session::spawn(b_cfg.clone());
-    listener
-        .add_peer(&b, b_cfg.password.as_ref())
-        .expect("add peer");
+    listener.add_peer(&b, b_cfg.password.as_ref()).expect("add peer");
 
     let mut a_peer = PeerConfig::new(65001, 65002, A_IP);
     a_peer.hold_time = 9;
@@ -36,11 +34,7 @@ fn setup(pw_a: Option<&str>, pw_b: Option<&str>) -> (SessionHandle, SessionHandl
     (a, b, listener)
 }
 
-async fn wait_for(
-    h: &SessionHandle,
-    what: &str,
-    f: impl Fn(&SessionStatus) -> bool,
-) -> SessionStatus {
+async fn wait_for(h: &SessionHandle, what: &str, f: impl Fn(&SessionStatus) -> bool) -> SessionStatus {
     let mut rx = h.watch_status();
     let r = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
@@ -58,19 +52,12 @@ async fn wait_for(
 }
 
 fn routes() -> BTreeMap<IpNet, Arc<PathAttributes>> {
-    let attrs = Arc::new(PathAttributes {
-        communities: vec![Community::new(64512, 100)],
-        ..Default::default()
-    });
-    [
-        "198.51.100.10/32",
-        "198.51.100.11/32",
-        "203.0.113.0/24",
-        "2001:db8:1::10/128",
-    ]
-    .iter()
-    .map(|p| (p.parse().expect("prefix"), attrs.clone()))
-    .collect()
+    let attrs =
+        Arc::new(PathAttributes { communities: vec![Community::new(64512, 100)], ..Default::default() });
+    ["198.51.100.10/32", "198.51.100.11/32", "203.0.113.0/24", "2001:db8:1::10/128"]
+        .iter()
+        .map(|p| (p.parse().expect("prefix"), attrs.clone()))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,20 +70,14 @@ async fn active_and_passive_drivers_establish_and_exchange_routes() {
     assert_eq!((n.peer_as, n.hold_time, n.keepalive_time), (65002, 9, 3));
     // 3 IPv4 prefixes and 1 IPv6 prefix reach B, which counts and drops them.
     let sb = wait_for(&b, "B received routes", |s| s.prefixes_received == 4).await;
-    assert!(
-        sb.updates_received >= 2 + 2,
-        "routes plus two End-of-RIB markers"
-    );
+    assert!(sb.updates_received >= 2 + 2, "routes plus two End-of-RIB markers");
     assert_eq!(a.status().prefixes_advertised, 4);
 
     // A withdrawal reaches the peer as well.
     let mut fewer = routes();
     fewer.remove(&"203.0.113.0/24".parse().expect("prefix"));
     a.set_desired(fewer);
-    wait_for(&a, "A withdrew", |s| {
-        s.prefixes_withdrawn == 1 && s.prefixes_advertised == 3
-    })
-    .await;
+    wait_for(&a, "A withdrew", |s| s.prefixes_withdrawn == 1 && s.prefixes_advertised == 3).await;
 
     // Keepalives (every 3 s) hold the session beyond the 9 s hold time.
     tokio::time::sleep(Duration::from_secs(10)).await;
@@ -130,10 +111,7 @@ async fn md5_with_wrong_password_never_comes_up() {
 async fn md5_on_one_side_only_never_comes_up() {
     let (a, b, _l) = setup(None, Some("s3cret-key"));
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        a.status().established_count + b.status().established_count,
-        0
-    );
+    assert_eq!(a.status().established_count + b.status().established_count, 0);
 }
 
 #[test]
