@@ -1,3 +1,4 @@
 //! ferrolb speaker: decides which addresses this node announces and announces them
 //! by BGP and/or ARP/NDP. Its protocol modules are reused by `ferrolb-bootstrap`.
 pub mod bgp;
+pub mod election;
