@@ -589,3 +589,21 @@ fn image_and_manifests_agree_with_the_workspace() {
         }
     }
 }
+
+/// The README's install, example and recipe commands name files that exist.
+#[test]
+fn readme_names_only_existing_manifests() {
+    let readme = read(&repo().join("README.md"));
+    let mut named = 0;
+    for word in readme.split(|c: char| c.is_whitespace() || "`()[],;'\"|".contains(c)) {
+        if let Some(rest) = word.strip_prefix("manifests/") {
+            let rest = rest.trim_end_matches(['.', ':', '/']);
+            assert!(
+                manifests().join(rest).exists(),
+                "README.md names manifests/{rest}, which does not exist"
+            );
+            named += 1;
+        }
+    }
+    assert!(named >= 10, "README.md should document the manifests ({named} paths found)");
+}
