@@ -39,12 +39,16 @@ fn run(cmd: &mut Command, what: &str) -> std::process::Output {
 /// `kubectl kustomize DIR`, failing with kubectl's message.
 fn render(dir: &Path) -> String {
     let out = run(Command::new("kubectl").arg("kustomize").arg(dir), "kubectl");
-    assert!(
-        out.status.success(),
-        "`kubectl kustomize {}` failed:\n{}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if !out.status.success() {
+        // Old kubectl builds (Debian's 1.20) embed kustomize v2, which lacks components.
+        let version = run(Command::new("kubectl").args(["version", "--client"]), "kubectl");
+        panic!(
+            "`kubectl kustomize {}` failed (the overlays need kubectl 1.27+ with kustomize v5; this is {}):\n{}",
+            dir.display(),
+            String::from_utf8_lossy(&version.stdout).replace('\n', " "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -572,6 +576,27 @@ fn image_and_manifests_agree_with_the_workspace() {
         dockerfile.contains(&format!("rust:{rust_version}-")),
         "the builder image should use the workspace rust-version {rust_version}"
     );
+    // The image builds with `cargo build --locked` on that Rust: the lock file is
+    // current and no dependency needs a newer compiler.
+    let out = run(
+        Command::new(env!("CARGO"))
+            .args(["metadata", "--locked", "--offline", "--format-version", "1", "--manifest-path"])
+            .arg(repo().join("Cargo.toml")),
+        "cargo metadata",
+    );
+    assert!(out.status.success(), "Cargo.lock is not current: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let version = |v: &str| {
+        v.split('.').map(|n| n.parse::<u32>().unwrap_or(0)).chain([0, 0]).take(3).collect::<Vec<_>>()
+    };
+    let too_new: Vec<String> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["rust_version"].as_str().is_some_and(|v| version(v) > version(&rust_version)))
+        .map(|p| format!("{} {} needs Rust {}", p["name"], p["version"], p["rust_version"]))
+        .collect();
+    assert!(too_new.is_empty(), "the Dockerfile's rust:{rust_version} cannot build: {too_new:?}");
 
     let image = format!("example.invalid/ferrolb:{}", env!("CARGO_PKG_VERSION"));
     let mut pods: Vec<(String, Value)> = vec![("bootstrap".into(), bootstrap_pod()["spec"].clone())];
