@@ -276,3 +276,18 @@ fn cli_prints_a_ferrolb_stream_and_one_stderr_line_per_unconverted_field() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to convert"));
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Whatever a user feeds it, the converter answers instead of panicking.
+    #[test]
+    fn never_panics_on_damaged_input(at in 0usize..4000, len in 0usize..40, junk in "[ -~\n]{0,24}") {
+        let (_, text) = fixture("config.yaml");
+        let start = text.char_indices().map(|(i, _)| i).find(|&i| i >= at % text.len()).unwrap_or(0);
+        let end = text.char_indices().map(|(i, _)| i).find(|&i| i >= start + len).unwrap_or(text.len());
+        let damaged = format!("{}{junk}{}", &text[..start], &text[end..]);
+        if let Ok(c) = convert(&damaged, "damaged.yaml") {
+            c.to_yaml().unwrap();
+        }
+    }
+}
