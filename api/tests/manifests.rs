@@ -343,16 +343,10 @@ fn rbac_is_exactly_the_least_privilege_of_each_component() {
         ("cluster", "", "services/status", "patch,update", "*"),
         ("cluster", "", "namespaces", "get,list,watch", "*"),
         ("cluster", ",events.k8s.io", "events", "create,patch", "*"),
-        ("cluster", "ferrolb.io", &format!("{config},controlplanevips"), "get,list,watch", "*"),
-        (
-            "cluster",
-            "ferrolb.io",
-            "ipaddresspools/status,bgppeers/status,bgpadvertisements/status,l2advertisements/status,\
-             bfdprofiles/status,controlplanevips/status",
-            "patch,update",
-            "*",
-        ),
-        (NAMESPACE, "coordination.k8s.io", "leases", "get,create,update,patch", "*"),
+        ("cluster", "ferrolb.io", "ipaddresspools", "get,list,watch", "*"),
+        ("cluster", "ferrolb.io", "ipaddresspools/status", "patch,update", "*"),
+        (NAMESPACE, "coordination.k8s.io", "leases", "create", "*"),
+        (NAMESPACE, "coordination.k8s.io", "leases", "get,update", "ferrolb-controller"),
         (NAMESPACE, "", "secrets", "create", "*"),
         (NAMESPACE, "", "secrets", "get", "ferrolb-membership"),
     ]);
@@ -380,7 +374,7 @@ fn rbac_is_exactly_the_least_privilege_of_each_component() {
         let want: BTreeMap<String, BTreeSet<Permission>> = [
             (format!("sa:{NAMESPACE}/ferrolb-controller"), controller.clone()),
             (format!("sa:{NAMESPACE}/ferrolb-speaker"), expand(&speaker_rows)),
-            ("user:ferrolb-bootstrap".to_owned(), bootstrap.clone()),
+            ("group:ferrolb.io:bootstrap".to_owned(), bootstrap.clone()),
         ]
         .into();
         let have = permissions(&r.objects);
@@ -430,10 +424,20 @@ fn assert_probes(what: &str, c: &Value) {
                 .unwrap(),
             p => p.as_u64().unwrap(),
         };
+        let served = args.iter().any(|a| {
+            (a.starts_with("--metrics-addr=") || a.starts_with("--health-addr="))
+                && a.ends_with(&format!(":{port}"))
+        });
         assert!(
-            args.iter().any(|a| a.starts_with("--metrics-addr=") && a.ends_with(&format!(":{port}"))),
-            "{what}: {probe} probes port {port}, which --metrics-addr does not bind: {args:?}"
+            served,
+            "{what}: {probe} probes port {port}, which no --metrics-addr/--health-addr binds: {args:?}"
         );
+        if let Some(host) = get["host"].as_str() {
+            assert!(
+                args.iter().any(|a| a.contains(&format!("={host}:{port}"))),
+                "{what}: {probe} host {host}"
+            );
+        }
     }
 }
 
