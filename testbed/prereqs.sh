@@ -34,5 +34,20 @@ if ((${#missing[@]})); then
   ((policy_added)) && rm -f /usr/sbin/policy-rc.d
 fi
 
+# Strict Kubernetes schema validation of manifests/ (api/tests/manifests.rs).
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+  command -v python3 >/dev/null 2>&1 || die "no python3 to install kubernetes-validate with"
+  echo "ferrolb: installing kubernetes-validate (pip)" >&2
+  if ! python3 -m pip --version >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/tmp/ferrolb-pip.log 2>&1
+  fi
+  # Debian's own python3 refuses system-wide installs (PEP 668) unless told otherwise.
+  pip_install() { python3 -m pip install -q --disable-pip-version-check "$@" kubernetes-validate >>/tmp/ferrolb-pip.log 2>&1; }
+  { pip_install || pip_install --break-system-packages; } && hash -r \
+    && { command -v kubernetes-validate >/dev/null 2>&1 || { command -v pyenv >/dev/null 2>&1 && pyenv rehash; }; } \
+    && command -v kubernetes-validate >/dev/null 2>&1 \
+    || die "could not install kubernetes-validate with pip (see /tmp/ferrolb-pip.log)"
+fi
+
 ip netns add "flb-probe-$$" 2>/dev/null && ip netns del "flb-probe-$$" \
   || die "network namespaces do not work here (ip netns add failed): a container needs CAP_SYS_ADMIN"

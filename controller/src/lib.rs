@@ -1,2 +1,3 @@
 //! ferrolb controller: assigns LoadBalancer Service addresses from pools.
 pub mod ipam;
+pub mod migrate;

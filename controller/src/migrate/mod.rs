@@ -1,0 +1,181 @@
+//! `ferrolb-controller migrate-from-metallb FILE`: converts MetalLB's configuration
+//! (metallb.io IPAddressPool, L2Advertisement, BGPAdvertisement, BGPPeer v1beta1 and
+//! v1beta2, BFDProfile, Community) and its Service annotations into ferrolb's objects.
+//!
+//! Nothing is dropped silently: every field that has no ferrolb equivalent comes back
+//! as an [`Unconverted`] line naming the object, the field and why. The converted set is
+//! run through ferrolb's validator, so problems show before anything is applied.
+//!
+//! ```
+//! let metallb = r#"
+//! apiVersion: metallb.io/v1beta1
+//! kind: IPAddressPool
+//! metadata: {name: lan, namespace: metallb-system}
+//! spec: {addresses: [192.0.2.200-192.0.2.250]}
+//! "#;
+//! let conversion = ferrolb_controller::migrate::convert(metallb, "metallb.yaml").unwrap();
+//! assert_eq!(conversion.objects[0].kind(), "IPAddressPool");
+//! assert!(conversion.unconverted.is_empty() && conversion.invalid.is_empty());
+//! ```
+
+mod fields;
+mod kinds;
+mod service;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use ferrolb_api::{Config, Object, Origin, StreamError, ValidationError, validate, write_stream};
+use serde_json::Value;
+
+use fields::Report;
+
+/// One field of one input object that has no ferrolb equivalent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unconverted {
+    /// The MetalLB object, e.g. `BGPPeer metallb-system/router-a`.
+    pub object: String,
+    /// Field path inside it, e.g. `spec.vrf`.
+    pub field: String,
+    /// Why it was not converted, and what to do instead.
+    pub why: String,
+}
+
+impl fmt::Display for Unconverted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.object, self.field, self.why)
+    }
+}
+
+/// The result of a conversion.
+#[derive(Clone, Debug, Default)]
+pub struct Conversion {
+    /// ferrolb objects, in input order (Communities are folded into advertisements).
+    pub objects: Vec<Object>,
+    /// Fields that could not be converted, in input order.
+    pub unconverted: Vec<Unconverted>,
+    /// What ferrolb's validator says about the converted configuration.
+    pub invalid: Vec<ValidationError>,
+}
+
+impl Conversion {
+    /// The objects as a YAML stream (`---`-separated documents).
+    pub fn to_yaml(&self) -> Result<String, Error> {
+        Ok(write_stream(&self.objects)?)
+    }
+}
+
+/// Why the input could not be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A document is not YAML.
+    #[error("{file}: document {document}: invalid YAML: {message}")]
+    Yaml {
+        /// Input file name.
+        file: String,
+        /// Document number, from 1.
+        document: usize,
+        /// Parser message.
+        message: String,
+    },
+    /// Writing the result failed.
+    #[error(transparent)]
+    Write(#[from] StreamError),
+}
+
+/// Converts a YAML stream of MetalLB objects (documents separated by `---`, or a
+/// `kind: List` as `kubectl get -o yaml` prints). `file` names the input in errors.
+pub fn convert(input: &str, file: &str) -> Result<Conversion, Error> {
+    let docs = documents(input, file)?;
+    let mut report = Report::default();
+
+    // Community aliases first: advertisements anywhere in the file may use them.
+    let mut aliases: BTreeMap<String, String> = BTreeMap::new();
+    for doc in docs.iter().filter(|d| is_metallb(d) && d["kind"] == "Community") {
+        kinds::community_aliases(doc, &mut aliases, &mut report);
+    }
+
+    let mut objects = Vec::new();
+    for doc in &docs {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        let converted = if is_metallb(doc) {
+            match kind {
+                "IPAddressPool" => kinds::pool(doc, &mut report).map(Object::from),
+                "L2Advertisement" => kinds::l2_advertisement(doc, &mut report).map(Object::from),
+                "BGPAdvertisement" => kinds::bgp_advertisement(doc, &aliases, &mut report).map(Object::from),
+                "BGPPeer" => kinds::bgp_peer(doc, &mut report).map(Object::from),
+                "BFDProfile" => kinds::bfd_profile(doc, &mut report).map(Object::from),
+                "Community" => None, // folded into BGPAdvertisement.spec.communities
+                _ => {
+                    report.push(
+                        &fields::describe(doc),
+                        "kind",
+                        "not a MetalLB configuration kind (status objects are written by MetalLB); ignored",
+                    );
+                    None
+                }
+            }
+        } else if kind == "Service" && doc["apiVersion"] == "v1" {
+            service::convert(doc, &mut report).map(Object::from)
+        } else if kind == "ConfigMap" && doc["data"].get("config").is_some() {
+            report.push(
+                &fields::describe(doc),
+                "data.config",
+                "MetalLB's pre-0.13 ConfigMap format; convert it to metallb.io resources with MetalLB's \
+                 configmaptocrs tool first, then run this on the result",
+            );
+            None
+        } else {
+            report.push(&fields::describe(doc), "kind", "not a MetalLB object or Service; ignored");
+            None
+        };
+        objects.extend(converted);
+    }
+
+    let mut config = Config::default();
+    for o in &objects {
+        match o {
+            Object::IpAddressPool(x) => config.pools.push(x.clone()),
+            Object::BgpPeer(x) => config.peers.push(x.clone()),
+            Object::BgpAdvertisement(x) => config.bgp_advertisements.push(x.clone()),
+            Object::L2Advertisement(x) => config.l2_advertisements.push(x.clone()),
+            Object::BfdProfile(x) => config.bfd_profiles.push(x.clone()),
+            _ => {}
+        }
+    }
+    let invalid = validate(&config, Origin::Cluster);
+    Ok(Conversion { objects, unconverted: report.into_lines(), invalid })
+}
+
+fn is_metallb(doc: &Value) -> bool {
+    doc["apiVersion"].as_str().is_some_and(|v| v.starts_with("metallb.io/"))
+}
+
+/// The objects of the stream, with `kind: List` items flattened.
+fn documents(input: &str, file: &str) -> Result<Vec<Value>, Error> {
+    let mut out = Vec::new();
+    let mut chunks = vec![String::new()];
+    for line in input.lines() {
+        if line.trim_end() == "---" || line.starts_with("--- ") {
+            chunks.push(String::new());
+        } else if let Some(chunk) = chunks.last_mut() {
+            chunk.push_str(line);
+            chunk.push('\n');
+        }
+    }
+    for (i, chunk) in chunks.iter().enumerate() {
+        let doc: Value = serde_saphyr::from_str(chunk).map_err(|e| Error::Yaml {
+            file: file.to_owned(),
+            document: i + 1,
+            message: e.to_string(),
+        })?;
+        match doc {
+            Value::Null => {}
+            Value::Object(ref m) if m.get("kind").and_then(Value::as_str) == Some("List") => {
+                out.extend(m.get("items").and_then(Value::as_array).into_iter().flatten().cloned());
+            }
+            other => out.push(other),
+        }
+    }
+    Ok(out)
+}
