@@ -336,30 +336,52 @@ async fn shutdown_signal() {
     }
 }
 
+/// Why an announcing loop ended.
+#[derive(Debug)]
+enum Stop {
+    /// SIGTERM / SIGINT: drain and exit 0.
+    Signal,
+    /// The checkpoint was refreshed with a different configuration: drain, restart with it.
+    Reload(Box<checkpoint::Checkpoint>),
+}
+
+/// Resolves on a signal, or when the refresh rewrote the checkpoint into something
+/// different from `current` (an unreadable rewrite is logged and ignored).
+async fn wait_stop(
+    shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    written: &mut watch::Receiver<u64>,
+    path: &Path,
+    current: &checkpoint::Checkpoint,
+) -> Stop {
+    loop {
+        tokio::select! {
+            _ = shutdown.as_mut() => return Stop::Signal,
+            r = written.changed() => {
+                if r.is_err() {
+                    shutdown.as_mut().await;
+                    return Stop::Signal;
+                }
+                match checkpoint::load_one(path) {
+                    Ok(new) if new.config != current.config => return Stop::Reload(Box::new(new)),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "refreshed checkpoint unusable; keeping the running one"),
+                }
+            }
+        }
+    }
+}
+
 async fn run(a: RunArgs) -> anyhow::Result<()> {
-    let cp = checkpoint::load(&a.checkpoint).map_err(|e| anyhow!(e))?;
+    let mut cp = checkpoint::load(&a.checkpoint).map_err(|e| anyhow!(e))?;
     for w in &cp.warnings {
         tracing::warn!("{w}");
     }
-    let vip = cp.vip().clone();
-    let vip_name = kube::ResourceExt::name_any(&vip);
-    let ip: IpAddr = vip.spec.address.trim().parse().map_err(|_| anyhow!("spec.address is not an IP"))?;
-    if !vip.spec.members.iter().any(|m| m.name == a.node_name) {
-        bail!(
-            "{}: ControlPlaneVIP/{vip_name}: spec.members: node {:?} is not a member; add it or fix --node-name",
-            cp.path.display(),
-            a.node_name
-        );
-    }
-    tracing::info!(file = %cp.path.display(), vip = %ip, mode = ?vip.spec.mode, node = %a.node_name, "checkpoint loaded");
-    let prober = health::Prober::new(&vip.spec.health_check, &a.apiserver_tls_name)
-        .map_err(|e| anyhow!("{}: ControlPlaneVIP/{vip_name}: spec.healthCheck: {e}", cp.path.display()))?;
-    let interval = vip.spec.health_check.interval().map(|d| d.std()).unwrap_or(Duration::from_secs(1));
-    let threshold = u32::try_from(vip.spec.health_check.failure_threshold).unwrap_or(3);
+    let vip_name = kube::ResourceExt::name_any(cp.vip());
     let ready = Arc::new(AtomicBool::new(false));
     serve_health(a.health_addr, ready.clone()).await?;
 
     // Refresh the checkpoint from the local apiserver when credentials exist.
+    let (written_tx, mut written_rx) = watch::channel(0u64);
     let kubeconfig = a
         .kubeconfig
         .clone()
@@ -367,32 +389,54 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     if kubeconfig.exists() {
         match local_client(&kubeconfig).await {
             Ok(client) => {
-                tokio::spawn(refresh::run(
-                    client,
-                    vip_name.clone(),
-                    a.checkpoint.clone(),
-                    Duration::from_secs(60),
-                ));
+                let path = a.checkpoint.clone();
+                let resync = Duration::from_secs(60);
+                tokio::spawn(refresh::run(client, vip_name.clone(), path, resync, Some(written_tx)));
             }
             Err(e) => tracing::warn!(error = %format!("{e:#}"), "checkpoint refresh disabled"),
         }
     } else {
         tracing::info!(kubeconfig = %kubeconfig.display(), "no refresh credentials; the checkpoint is not refreshed");
     }
-
-    let (health_tx, health_rx) = watch::channel(false);
-    tokio::spawn(health::run(
-        prober,
-        health::Gate::new(interval, threshold, health::SUCCESS_THRESHOLD),
-        health_tx,
-    ));
     let addrs = addr::Addresses::connect()?;
-    let result = match vip.spec.mode {
-        VipMode::Bgp => run_bgp(&a, &cp, &vip, ip, &addrs, health_rx, ready).await,
-        VipMode::L2 => run_l2(&a, &vip, ip, &addrs, health_rx, ready).await,
-    };
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let vip = cp.vip().clone();
+        let ip: IpAddr = vip.spec.address.trim().parse().map_err(|_| anyhow!("spec.address is not an IP"))?;
+        if !vip.spec.members.iter().any(|m| m.name == a.node_name) {
+            bail!(
+                "{}: ControlPlaneVIP/{vip_name}: spec.members: node {:?} is not a member; add it or fix --node-name",
+                cp.path.display(),
+                a.node_name
+            );
+        }
+        tracing::info!(file = %cp.path.display(), vip = %ip, mode = ?vip.spec.mode, node = %a.node_name, "checkpoint loaded");
+        let prober = health::Prober::new(&vip.spec.health_check, &a.apiserver_tls_name).map_err(|e| {
+            anyhow!("{}: ControlPlaneVIP/{vip_name}: spec.healthCheck: {e}", cp.path.display())
+        })?;
+        let interval = vip.spec.health_check.interval().map(|d| d.std()).unwrap_or(Duration::from_secs(1));
+        let threshold = u32::try_from(vip.spec.health_check.failure_threshold).unwrap_or(3);
+        let (health_tx, health_rx) = watch::channel(false);
+        let gate = health::Gate::new(interval, threshold, health::SUCCESS_THRESHOLD);
+        let health_task = tokio::spawn(health::run(prober, gate, health_tx));
+        let stop = wait_stop(&mut shutdown, &mut written_rx, &a.checkpoint, &cp);
+        let result = match vip.spec.mode {
+            VipMode::Bgp => run_bgp(&a, &cp, ip, &addrs, health_rx, ready.clone(), stop).await,
+            VipMode::L2 => run_l2(&a, &vip, ip, &addrs, health_rx, ready.clone(), stop).await,
+        };
+        health_task.abort();
+        ready.store(false, Ordering::Relaxed);
+        match result? {
+            Stop::Signal => break,
+            Stop::Reload(new) => {
+                tracing::info!(file = %new.path.display(), "checkpoint changed; restarting the announcement with it");
+                cp = *new;
+            }
+        }
+    }
     tracing::info!("stopped");
-    result
+    Ok(())
 }
 
 async fn local_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
@@ -413,12 +457,13 @@ async fn local_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
 async fn run_bgp(
     a: &RunArgs,
     cp: &checkpoint::Checkpoint,
-    vip: &ControlPlaneVip,
     ip: IpAddr,
     addrs: &addr::Addresses,
     mut health: watch::Receiver<bool>,
     ready: Arc<AtomicBool>,
-) -> anyhow::Result<()> {
+    stop: impl std::future::Future<Output = Stop>,
+) -> anyhow::Result<Stop> {
+    let vip = cp.vip();
     let configs = bgp::session_configs(&cp.config, vip, &a.node_name)
         .map_err(|e| anyhow!("{}: {e}", cp.path.display()))?;
     if let Err(e) = addr::set_arp_sysctls() {
@@ -434,15 +479,15 @@ async fn run_bgp(
     let announcer = bgp::Announcer::start(configs, vip, ip);
     let mut drain = bgp::Drain::new(a.drain_delay);
     ready.store(true, Ordering::Relaxed);
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
+    tokio::pin!(stop);
     let mut phase = drain.phase();
+    let reason;
     loop {
         let deadline = drain.poll_timeout();
         tokio::select! {
-            _ = &mut shutdown => break,
+            s = &mut stop => { reason = s; break }
             r = health.changed() => {
-                if r.is_err() { break }
+                if r.is_err() { bail!("the health checker stopped") }
                 let h = *health.borrow_and_update();
                 drain.set_healthy(tokio::time::Instant::now(), h);
             }
@@ -473,7 +518,7 @@ async fn run_bgp(
     if addrs.release("lo", ip).await? {
         tracing::info!(%ip, "VIP removed from lo");
     }
-    Ok(())
+    Ok(reason)
 }
 
 async fn run_l2(
@@ -483,7 +528,8 @@ async fn run_l2(
     addrs: &addr::Addresses,
     mut health: watch::Receiver<bool>,
     ready: Arc<AtomicBool>,
-) -> anyhow::Result<()> {
+    stop: impl std::future::Future<Output = Stop>,
+) -> anyhow::Result<Stop> {
     let ifname = match &vip.spec.interface {
         Some(i) => i.clone(),
         None => addrs.interface_for(ip).await?.ok_or_else(|| {
@@ -504,17 +550,17 @@ async fn run_l2(
     let mut holding = false;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     ready.store(true, Ordering::Relaxed);
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
+    tokio::pin!(stop);
+    let reason;
     loop {
         tokio::select! {
-            _ = &mut shutdown => break,
+            s = &mut stop => { reason = s; break }
             r = health.changed() => {
-                if r.is_err() { break }
+                if r.is_err() { bail!("the health checker stopped") }
                 membership.set_local_health(*health.borrow_and_update());
                 continue;
             }
-            r = live.changed() => if r.is_err() { break },
+            r = live.changed() => if r.is_err() { bail!("membership stopped") },
             _ = tick.tick() => {}
         }
         let set: BTreeSet<String> = live.borrow_and_update().clone();
@@ -551,5 +597,5 @@ async fn run_l2(
     if addrs.release(&ifname, ip).await? {
         tracing::info!(%ip, interface = %ifname, "VIP released on shutdown");
     }
-    Ok(())
+    Ok(reason)
 }

@@ -89,8 +89,15 @@ pub async fn refresh_once(client: &kube::Client, name: &str, path: &Path) -> Res
 }
 
 /// Watches the VIP `name` and refreshes on every change, and every `resync` (BGPPeer
-/// and BFDProfile changes are not watched). Runs until the task is dropped.
-pub async fn run(client: kube::Client, name: String, path: PathBuf, resync: Duration) {
+/// and BFDProfile changes are not watched); bumps `written` after each rewrite. Runs
+/// until the task is dropped.
+pub async fn run(
+    client: kube::Client,
+    name: String,
+    path: PathBuf,
+    resync: Duration,
+    written: Option<tokio::sync::watch::Sender<u64>>,
+) {
     let vips: Api<ControlPlaneVip> = Api::all(client.clone());
     let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut events = watcher(vips, cfg).boxed();
@@ -112,7 +119,10 @@ pub async fn run(client: kube::Client, name: String, path: PathBuf, resync: Dura
         let outcome = refresh_once(&client, &name, &path).await;
         match &outcome {
             Ok(Outcome::Written) => {
-                tracing::info!(file = %path.display(), "checkpoint refreshed from the local apiserver")
+                tracing::info!(file = %path.display(), "checkpoint refreshed from the local apiserver");
+                if let Some(w) = &written {
+                    w.send_modify(|n| *n += 1);
+                }
             }
             Ok(o) if last.as_ref() != Some(o) => match o {
                 Outcome::Invalid(e) => tracing::warn!(error = %e, "not refreshing the checkpoint"),

@@ -62,11 +62,13 @@ async fn a_changed_vip_rewrites_the_checkpoint_and_keeps_prev() {
     let vips: Api<ControlPlaneVip> = Api::all(client.clone());
     vips.create(&PostParams::default(), &vip("203.0.113.100")).await.unwrap();
 
+    let (written_tx, written) = tokio::sync::watch::channel(0u64);
     let task = tokio::spawn(refresh::run(
         client.clone(),
         "apiserver".into(),
         path.clone(),
         Duration::from_secs(3600),
+        Some(written_tx),
     ));
     wait_for("the first checkpoint", || path.exists()).await;
     let first = checkpoint::load(&path).unwrap();
@@ -90,6 +92,8 @@ async fn a_changed_vip_rewrites_the_checkpoint_and_keeps_prev() {
     .await;
     assert_eq!(std::fs::read_to_string(checkpoint::prev_path(&path)).unwrap(), first_text);
     assert_eq!(checkpoint::load(&path).unwrap().vip().spec.address, "203.0.113.101");
+    // The running announcer is told about each rewrite.
+    wait_for("two rewrites signalled", || *written.borrow() == 2).await;
     // No temp files left behind.
     let names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
