@@ -173,12 +173,19 @@ pub fn server_name(host: &str, loopback_name: &str) -> Result<ServerName<'static
     ServerName::try_from(name.clone()).map_err(|_| ProbeError::Url(format!("bad TLS name {name:?}")))
 }
 
+/// TLS settings of a prober; the CA is (re)read until it loads, so a node whose
+/// cluster CA does not exist yet (before `kubeadm init`) just counts as unhealthy.
+enum Tls {
+    Plain,
+    Ready(Arc<rustls::ClientConfig>, ServerName<'static>),
+    PendingCa(String, ServerName<'static>),
+}
+
 /// One configured prober.
-#[derive(Clone)]
 pub struct Prober {
     target: Target,
     timeout: Duration,
-    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    tls: std::sync::Mutex<Tls>,
 }
 
 impl std::fmt::Debug for Prober {
@@ -188,29 +195,53 @@ impl std::fmt::Debug for Prober {
 }
 
 impl Prober {
-    /// A prober for `hc`; reads the CA file now.
+    /// A prober for `hc`; a bad URL fails now, a CA file that cannot be read yet fails
+    /// each probe (naming the file) until it can.
     pub fn new(hc: &HealthCheck, loopback_name: &str) -> Result<Self, ProbeError> {
         let target = parse_url(&hc.url)?;
         let timeout = hc.timeout().map(|d| d.std()).unwrap_or(Duration::from_secs(1));
-        let tls = if target.tls {
-            let config =
-                if hc.insecure_skip_verify { insecure_config(&target)? } else { ca_config(&hc.ca_file)? };
-            Some((Arc::new(config), server_name(&target.host, loopback_name)?))
+        let tls = if !target.tls {
+            Tls::Plain
         } else {
-            None
+            let name = server_name(&target.host, loopback_name)?;
+            if hc.insecure_skip_verify {
+                Tls::Ready(Arc::new(insecure_config(&target)?), name)
+            } else {
+                match ca_config(&hc.ca_file) {
+                    Ok(c) => Tls::Ready(Arc::new(c), name),
+                    Err(_) => Tls::PendingCa(hc.ca_file.clone(), name),
+                }
+            }
         };
-        Ok(Self { target, timeout, tls })
+        Ok(Self { target, timeout, tls: std::sync::Mutex::new(tls) })
+    }
+
+    /// The TLS config to use now, loading a pending CA; `None` for plain HTTP.
+    fn tls(&self) -> Result<Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>, ProbeError> {
+        let mut tls = self.tls.lock().map_err(|_| ProbeError::Io("prober lock poisoned".into()))?;
+        if let Tls::PendingCa(file, name) = &*tls {
+            let config = ca_config(file)?;
+            *tls = Tls::Ready(Arc::new(config), name.clone());
+        }
+        Ok(match &*tls {
+            Tls::Ready(c, n) => Some((c.clone(), n.clone())),
+            _ => None,
+        })
     }
 
     /// One GET; Ok only for status 200.
     pub async fn probe(&self) -> Result<(), ProbeError> {
-        match tokio::time::timeout(self.timeout, self.get()).await {
+        let tls = self.tls()?;
+        match tokio::time::timeout(self.timeout, self.get(tls)).await {
             Ok(r) => r,
             Err(_) => Err(ProbeError::Timeout(self.timeout)),
         }
     }
 
-    async fn get(&self) -> Result<(), ProbeError> {
+    async fn get(
+        &self,
+        tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    ) -> Result<(), ProbeError> {
         let io = |e: std::io::Error| ProbeError::Io(e.to_string());
         let addr = match self.target.host.parse::<IpAddr>() {
             Ok(ip) => std::net::SocketAddr::new(ip, self.target.port),
@@ -230,10 +261,10 @@ impl Prober {
             "GET {} HTTP/1.1\r\nHost: {host}:{}\r\nUser-Agent: ferrolb-bootstrap\r\nAccept: */*\r\nConnection: close\r\n\r\n",
             self.target.path, self.target.port
         );
-        let head = match &self.tls {
+        let head = match tls {
             Some((config, name)) => {
-                let connector = tokio_rustls::TlsConnector::from(config.clone());
-                let mut s = connector.connect(name.clone(), tcp).await.map_err(io)?;
+                let connector = tokio_rustls::TlsConnector::from(config);
+                let mut s = connector.connect(name, tcp).await.map_err(io)?;
                 s.write_all(request.as_bytes()).await.map_err(io)?;
                 read_head(&mut s).await.map_err(io)?
             }

@@ -66,6 +66,23 @@ fn verifies_the_apiserver_against_the_cluster_ca() {
     // A missing CA file is named.
     let e = probe_in(&ns.0, hc("missing.crt", false)).unwrap_err();
     assert!(e.contains("missing.crt"), "{e}");
+    // A CA that appears later (kubeadm init writes it after the static pod started) is
+    // picked up by the same prober.
+    let late = hc("late.crt", false);
+    let (ca_src, ca_dst) = (dir.path().join("ca.crt"), dir.path().join("late.crt"));
+    let (before, after) =
+        ns.0.run(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                let p = Prober::new(&late, "kubernetes").unwrap();
+                let before = p.probe().await.map_err(|e| e.to_string());
+                std::fs::copy(ca_src, ca_dst).unwrap();
+                (before, p.probe().await.map_err(|e| e.to_string()))
+            })
+        })
+        .unwrap();
+    assert!(before.as_ref().is_err_and(|e| e.contains("late.crt")), "{before:?}");
+    assert_eq!(after, Ok(()));
     // Nothing listening: a clear failure, not a hang.
     let mut closed = hc("ca.crt", false);
     closed.url = "https://127.0.0.1:6444/readyz".into();
