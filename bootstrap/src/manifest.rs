@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EnvVar, EnvVarSource, HTTPGetAction, HostPathVolumeSource, ObjectFieldSelector,
-    Pod, PodSpec, Probe, ResourceRequirements, SecurityContext, Volume, VolumeMount,
+    Pod, PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -44,7 +45,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
-            image: format!("ghcr.io/ferrolb/ferrolb-bootstrap:v{}", env!("CARGO_PKG_VERSION")),
+            image: format!("example.invalid/ferrolb:{}", env!("CARGO_PKG_VERSION")),
             checkpoint: defaults::CHECKPOINT.into(),
             config_dir: defaults::CONFIG_DIR.into(),
             ca_file: defaults::CA_FILE.into(),
@@ -85,13 +86,14 @@ pub fn pod(o: &Options) -> Pod {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let port: i32 = port.parse().unwrap_or(7949);
     let labels = BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), "ferrolb-bootstrap".to_string()),
-        ("app.kubernetes.io/part-of".to_string(), "ferrolb".to_string()),
+        ("app.kubernetes.io/name".to_string(), "ferrolb".to_string()),
+        ("app.kubernetes.io/component".to_string(), "bootstrap".to_string()),
     ]);
     let container = Container {
         name: "ferrolb-bootstrap".into(),
         image: Some(o.image.clone()),
         image_pull_policy: Some("IfNotPresent".into()),
+        command: Some(vec!["/usr/local/bin/ferrolb-bootstrap".into()]),
         args: Some(vec![
             "run".into(),
             "--checkpoint".into(),
@@ -122,23 +124,29 @@ pub fn pod(o: &Options) -> Pod {
                 add: Some(vec!["NET_ADMIN".into(), "NET_RAW".into()]),
                 drop: Some(vec!["ALL".into()]),
             }),
+            // Root for the two capabilities only: Kubernetes grants added capabilities to
+            // root, and the image's default user is not root.
+            run_as_user: Some(0),
+            run_as_non_root: Some(false),
+            privileged: Some(false),
             allow_privilege_escalation: Some(false),
             read_only_root_filesystem: Some(true),
             ..Default::default()
         }),
         liveness_probe: Some(probe(host, port, "/healthz", 10, 3)),
-        readiness_probe: Some(probe(host, port, "/readyz", 5, 1)),
+        readiness_probe: Some(probe(host, port, "/readyz", 5, 3)),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
                 ("cpu".to_string(), Quantity("20m".into())),
                 ("memory".to_string(), Quantity("32Mi".into())),
             ])),
+            limits: Some(BTreeMap::from([("memory".to_string(), Quantity("128Mi".into()))])),
             ..Default::default()
         }),
         volume_mounts: Some(vec![
-            VolumeMount { name: "config".into(), mount_path: o.config_dir.clone(), ..Default::default() },
+            VolumeMount { name: "ferrolb".into(), mount_path: o.config_dir.clone(), ..Default::default() },
             VolumeMount {
-                name: "ca".into(),
+                name: "kubernetes-ca".into(),
                 mount_path: o.ca_file.clone(),
                 read_only: Some(true),
                 ..Default::default()
@@ -156,12 +164,18 @@ pub fn pod(o: &Options) -> Pod {
         spec: Some(PodSpec {
             host_network: Some(true),
             priority_class_name: Some("system-node-critical".into()),
-            priority: Some(2_000_001_000),
-            dns_policy: Some("ClusterFirstWithHostNet".into()),
+            termination_grace_period_seconds: Some(30),
+            security_context: Some(PodSecurityContext {
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
+                ..Default::default()
+            }),
             containers: vec![container],
             volumes: Some(vec![
-                host_path("config", &o.config_dir, "DirectoryOrCreate"),
-                host_path("ca", &o.ca_file, "File"),
+                host_path("ferrolb", &o.config_dir, "DirectoryOrCreate"),
+                host_path("kubernetes-ca", &o.ca_file, "File"),
             ]),
             ..Default::default()
         }),
@@ -213,11 +227,11 @@ mod tests {
         }
         // The checkpoint directory is a hostPath mounted where --checkpoint points.
         let vols = spec.volumes.unwrap();
-        let config = vols.iter().find(|v| v.name == "config").unwrap();
+        let config = vols.iter().find(|v| v.name == "ferrolb").unwrap();
         assert_eq!(config.host_path.as_ref().unwrap().path, "/etc/ferrolb");
         let cp = &args[args.iter().position(|a| a == "--checkpoint").unwrap() + 1];
         assert!(cp.starts_with("/etc/ferrolb/"));
         let mounts = c.volume_mounts.as_ref().unwrap();
-        assert!(mounts.iter().any(|m| m.name == "config" && m.mount_path == "/etc/ferrolb"));
+        assert!(mounts.iter().any(|m| m.name == "ferrolb" && m.mount_path == "/etc/ferrolb"));
     }
 }
