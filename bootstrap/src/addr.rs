@@ -5,7 +5,9 @@
 use std::net::IpAddr;
 
 use futures::TryStreamExt;
-use netlink_packet_route::address::{AddressAttribute, AddressMessage, AddressProtocol};
+use netlink_packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressProtocol,
+};
 
 /// IFA_PROTO value marking ferrolb's addresses (0–3 are the kernel's; any other value is
 /// free for user space). The speaker's L2 module must use the same value.
@@ -102,9 +104,14 @@ impl Addresses {
             return Ok(if is_ours(m) { Ensured::AlreadyOurs } else { Ensured::Foreign });
         }
         let mut req = self.handle.address().add(index, ip, prefix_len);
-        req.message_mut()
-            .attributes
-            .push(AddressAttribute::Protocol(AddressProtocol::Other(FERROLB_ADDR_PROTO)));
+        let msg = req.message_mut();
+        msg.attributes.push(AddressAttribute::Protocol(AddressProtocol::Other(FERROLB_ADDR_PROTO)));
+        if ip.is_ipv6() {
+            // No duplicate address detection: a VIP moving between nodes must work at once
+            // (and DAD would fail it while the old owner still answers).
+            msg.header.flags |= AddressHeaderFlags::Nodad;
+            msg.attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
+        }
         match req.execute().await {
             Ok(()) => Ok(Ensured::Added),
             // Added by someone else between our look and our add.

@@ -74,6 +74,12 @@ fn our_address_is_marked_added_once_and_removed() {
     });
     assert_eq!((first, second, v6_added), (Ensured::Added, Ensured::AlreadyOurs, Ensured::Added));
     assert!(has(&ns.0, "192.0.2.201") && has(&ns.0, "2001:db8::201"));
+    // The IPv6 VIP is usable at once: no duplicate address detection, never tentative.
+    let shown = ns.0.ip(&["-o", "-6", "addr", "show", "dev", "d0"]).unwrap();
+    assert!(
+        shown.contains("2001:db8::201/128") && shown.contains("nodad") && !shown.contains("tentative"),
+        "{shown}"
+    );
     // An address someone else adds later on the same interface stays.
     ns.0.ip(&["addr", "add", "192.0.2.202/32", "dev", "d0"]).unwrap();
     let other: IpAddr = "192.0.2.202".parse().unwrap();
