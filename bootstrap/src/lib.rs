@@ -1,1 +1,19 @@
-//! ferrolb bootstrap: announces the apiserver VIP from a checkpointed config.
+//! ferrolb bootstrap: announces the apiserver VIP from a checkpointed config, gated on
+//! the local apiserver's health, with no apiserver needed to start.
+//!
+//! * [`checkpoint`]: read with fallback to `FILE.prev`, render, one-line errors.
+//! * [`health`]: the health gate (pure) and the HTTPS prober of the local apiserver.
+//! * [`bgp`]: BGP mode (every healthy member announces; drain with GRACEFUL_SHUTDOWN).
+//! * [`l2`]: L2 mode election and the membership / ARP-NDP trait boundary.
+//! * [`addr`]: interface addresses marked as ferrolb's (IFA_PROTO).
+//! * [`refresh`]: rewriting the checkpoint from the local apiserver.
+//! * [`credentials`]: the least-privilege client certificate and kubeconfig.
+//! * [`manifest`]: the static pod.
+pub mod addr;
+pub mod bgp;
+pub mod checkpoint;
+pub mod credentials;
+pub mod health;
+pub mod l2;
+pub mod manifest;
+pub mod refresh;

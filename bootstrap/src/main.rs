@@ -1,11 +1,601 @@
-use clap::Parser;
+//! ferrolb-bootstrap: the apiserver VIP as a static pod (see bootstrap/README.md).
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-/// ferrolb-bootstrap (see API.md for the full flag set).
+use anyhow::{Context, anyhow, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ferrolb_api::{
+    BgpPeer, BgpPeerSpec, Config, ControlPlaneVip, ControlPlaneVipBgp, ControlPlaneVipMember,
+    ControlPlaneVipSpec, VipMode,
+};
+use ferrolb_bootstrap::{addr, bgp, checkpoint, credentials, health, l2, manifest, refresh};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+/// Announces the kube-apiserver VIP from a checkpoint, gated on the local apiserver's health.
 #[derive(Parser, Debug)]
 #[command(version, about)]
-struct Args {}
+struct Cli {
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() -> anyhow::Result<()> {
-    let _args = Args::parse();
-    anyhow::bail!("ferrolb-bootstrap is not implemented yet in this build")
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Announce the VIP of a checkpoint (the static pod's command).
+    Run(RunArgs),
+    /// Print the static pod manifest.
+    Manifest(ManifestArgs),
+    /// Checkpoint tools.
+    #[command(subcommand)]
+    Checkpoint(CheckpointCommand),
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// The checkpoint file; FILE.prev is the fallback.
+    #[arg(long, default_value = manifest::defaults::CHECKPOINT)]
+    checkpoint: PathBuf,
+    /// This node's name (as in spec.members).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// Liveness (/healthz) and readiness (/readyz) endpoint.
+    #[arg(long, default_value = manifest::defaults::HEALTH_ADDR)]
+    health_addr: SocketAddr,
+    /// Kubeconfig for the checkpoint refresh; default `bootstrap.kubeconfig` next to the checkpoint.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Name verified in the apiserver certificate when probing a loopback URL.
+    #[arg(long, default_value = "kubernetes")]
+    apiserver_tls_name: String,
+    /// BGP: how long a draining route (GRACEFUL_SHUTDOWN) stays before its withdrawal.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    drain_delay: Duration,
+    /// BGP: keep announcing this long after SIGTERM before withdrawing (GRACEFUL_SHUTDOWN meanwhile).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    shutdown_drain: Duration,
+    /// Test only: live+healthy members from this file (one name per line) instead of membership.
+    #[arg(long, hide = true)]
+    test_membership_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct ManifestArgs {
+    /// Container image.
+    #[arg(long)]
+    image: Option<String>,
+    /// Checkpoint path (inside --config-dir).
+    #[arg(long, default_value = manifest::defaults::CHECKPOINT)]
+    checkpoint: String,
+    /// Host directory mounted into the pod.
+    #[arg(long, default_value = manifest::defaults::CONFIG_DIR)]
+    config_dir: String,
+    /// Cluster CA mounted read-only.
+    #[arg(long, default_value = manifest::defaults::CA_FILE)]
+    ca_file: String,
+    /// Health endpoint of the pod (loopback).
+    #[arg(long, default_value = manifest::defaults::HEALTH_ADDR)]
+    health_addr: String,
+    /// RUST_LOG of the container.
+    #[arg(long, default_value = "info")]
+    log_level: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum CheckpointCommand {
+    /// Write a first checkpoint (and refresh credentials); needs no apiserver.
+    Init(Box<InitArgs>),
+    /// Print the read-only RBAC the refresh credentials need.
+    Rbac,
+}
+
+#[derive(Args, Debug)]
+struct InitArgs {
+    /// Checkpoint to write (FILE.prev keeps the previous one).
+    #[arg(long, default_value = manifest::defaults::CHECKPOINT)]
+    checkpoint: PathBuf,
+    /// Take the ControlPlaneVIP (and its BGPPeers/BFDProfiles) from this YAML file of objects.
+    #[arg(long, conflicts_with_all = ["address"])]
+    from: Option<PathBuf>,
+    /// ControlPlaneVIP name.
+    #[arg(long, default_value = "apiserver")]
+    name: String,
+    /// The VIP.
+    #[arg(long, required_unless_present = "from")]
+    address: Option<String>,
+    /// Apiserver port behind the VIP.
+    #[arg(long, default_value_t = 6443)]
+    port: u16,
+    /// L2 or BGP.
+    #[arg(long, default_value = "L2", value_parser = ["L2", "BGP"])]
+    mode: String,
+    /// L2 interface (default: the one whose subnet holds the VIP).
+    #[arg(long)]
+    interface: Option<String>,
+    /// A member as NAME=ADDRESS; repeat per control-plane node.
+    #[arg(long = "member")]
+    members: Vec<String>,
+    /// A BGP peer as NAME=ADDRESS; repeat.
+    #[arg(long = "bgp-peer")]
+    peers: Vec<String>,
+    /// Our ASN towards the BGP peers.
+    #[arg(long, default_value_t = 64513)]
+    my_asn: u32,
+    /// The peers' ASN.
+    #[arg(long, default_value_t = 64512)]
+    peer_asn: u32,
+    /// Community on the VIP route; repeat.
+    #[arg(long = "community")]
+    communities: Vec<String>,
+    /// Health check URL.
+    #[arg(long)]
+    health_url: Option<String>,
+    /// CA verifying the local apiserver (health check and refresh).
+    #[arg(long, default_value = manifest::defaults::CA_FILE)]
+    ca_file: PathBuf,
+    /// CA key signing the refresh client certificate.
+    #[arg(long, default_value = "/etc/kubernetes/pki/ca.key")]
+    ca_key: PathBuf,
+    /// Node name for the refresh certificate (CN system:ferrolb-bootstrap:NODE).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: Option<String>,
+    /// Local apiserver URL for the refresh kubeconfig.
+    #[arg(long, default_value = "https://127.0.0.1:6443")]
+    server: String,
+    /// Name verified in the apiserver's certificate.
+    #[arg(long, default_value = "kubernetes")]
+    apiserver_tls_name: String,
+    /// Do not make refresh credentials (the checkpoint then never refreshes).
+    #[arg(long)]
+    no_credentials: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    s.parse::<ferrolb_api::Duration>().map(|d| d.std()).map_err(|e| e.to_string())
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => b.init(),
+        LogFormat::Json => b.json().init(),
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let result = match cli.command {
+        Command::Manifest(a) => print_manifest(a),
+        Command::Checkpoint(CheckpointCommand::Rbac) => {
+            print!("{}", credentials::RBAC_YAML);
+            Ok(())
+        }
+        Command::Checkpoint(CheckpointCommand::Init(a)) => init(*a),
+        Command::Run(a) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(run(a))),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the chain joined, never a backtrace.
+            eprintln!("ferrolb-bootstrap: {}", format!("{e:#}").replace('\n', " "));
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn print_manifest(a: ManifestArgs) -> anyhow::Result<()> {
+    let mut o = manifest::Options {
+        checkpoint: a.checkpoint,
+        config_dir: a.config_dir,
+        ca_file: a.ca_file,
+        health_addr: a.health_addr,
+        log_level: a.log_level,
+        ..Default::default()
+    };
+    if let Some(i) = a.image {
+        o.image = i;
+    }
+    print!("{}", manifest::render(&o).map_err(|e| anyhow!(e))?);
+    Ok(())
+}
+
+fn split_pair<'a>(flag: &str, s: &'a str) -> anyhow::Result<(&'a str, &'a str)> {
+    s.split_once('=').ok_or_else(|| anyhow!("--{flag} {s:?}: write NAME=ADDRESS"))
+}
+
+fn init(a: InitArgs) -> anyhow::Result<()> {
+    let file = a.checkpoint.display().to_string();
+    let config = match &a.from {
+        Some(from) => {
+            let stream = ferrolb_api::read_stream(from).map_err(|e| anyhow!(checkpoint::one_line(&e)))?;
+            let config = stream.config();
+            let name = if config.control_plane_vips.len() == 1 {
+                kube::ResourceExt::name_any(&config.control_plane_vips[0])
+            } else {
+                a.name.clone()
+            };
+            config
+                .for_control_plane_vip(&name)
+                .ok_or_else(|| anyhow!("{}: no ControlPlaneVIP {name:?}; pass --name", from.display()))?
+        }
+        None => {
+            let address = a.address.clone().unwrap_or_default();
+            let mut spec = ControlPlaneVipSpec::new(address);
+            spec.port = a.port;
+            spec.mode = if a.mode == "BGP" { VipMode::Bgp } else { VipMode::L2 };
+            spec.interface = a.interface.clone();
+            for m in &a.members {
+                let (name, address) = split_pair("member", m)?;
+                spec.members.push(ControlPlaneVipMember { name: name.into(), address: address.into() });
+            }
+            if let Some(u) = &a.health_url {
+                spec.health_check.url = u.clone();
+            }
+            spec.health_check.ca_file = a.ca_file.display().to_string();
+            let mut config = Config::default();
+            if !a.peers.is_empty() || spec.mode == VipMode::Bgp {
+                let mut names = Vec::new();
+                for p in &a.peers {
+                    let (name, address) = split_pair("bgp-peer", p)?;
+                    names.push(name.to_string());
+                    config.peers.push(BgpPeer::new(name, BgpPeerSpec::new(a.my_asn, a.peer_asn, address)));
+                }
+                spec.bgp = Some(ControlPlaneVipBgp { peers: names, communities: a.communities.clone() });
+            }
+            config.control_plane_vips.push(ControlPlaneVip::new(&a.name, spec));
+            config
+        }
+    };
+    let name = kube::ResourceExt::name_any(&config.control_plane_vips[0]);
+    let text = checkpoint::render(&config, &name).map_err(|e| anyhow!("{file}: {e}"))?;
+    let stream = ferrolb_api::parse_stream(&file, &text).map_err(|e| anyhow!(checkpoint::one_line(&e)))?;
+    checkpoint::from_stream(&file, stream).map_err(|e| anyhow!(e))?;
+    if let Some(dir) = a.checkpoint.parent() {
+        std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+    }
+    ferrolb_api::write_atomically(&a.checkpoint, text.as_bytes(), true)?;
+    eprintln!("wrote {file}");
+    if !a.no_credentials {
+        let node = a.node_name.clone().ok_or_else(|| {
+            anyhow!("--node-name is needed for the refresh credentials (or pass --no-credentials)")
+        })?;
+        let req = credentials::Request {
+            node,
+            ca_cert: a.ca_file.clone(),
+            ca_key: a.ca_key.clone(),
+            dir: a.checkpoint.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(".")),
+            server: a.server.clone(),
+            tls_server_name: a.apiserver_tls_name.clone(),
+            days: 365,
+        };
+        let w = credentials::write(&req)?;
+        eprintln!(
+            "wrote {} (apply `ferrolb-bootstrap checkpoint rbac` once per cluster)",
+            w.kubeconfig.display()
+        );
+    }
+    Ok(())
+}
+
+/// Serves /healthz (alive) and /readyz (announcing machinery running) on loopback.
+async fn serve_health(addr: SocketAddr, ready: Arc<AtomicBool>) -> anyhow::Result<()> {
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("--health-addr {addr}"))?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { continue };
+            let ready = ready.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let req = String::from_utf8_lossy(&buf[..n]);
+                let ok = if req.starts_with("GET /readyz") { ready.load(Ordering::Relaxed) } else { true };
+                let answer = if ok {
+                    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                } else {
+                    "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot ready"
+                };
+                let _ = s.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! {
+                _ = t.recv() => {}
+                _ = i.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+/// Why an announcing loop ended.
+#[derive(Debug)]
+enum Stop {
+    /// SIGTERM / SIGINT: drain and exit 0.
+    Signal,
+    /// The checkpoint was refreshed with a different configuration: drain, restart with it.
+    Reload(Box<checkpoint::Checkpoint>),
+}
+
+/// Resolves on a signal, or when the refresh rewrote the checkpoint into something
+/// different from `current` (an unreadable rewrite is logged and ignored).
+async fn wait_stop(
+    shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    written: &mut watch::Receiver<u64>,
+    path: &Path,
+    current: &checkpoint::Checkpoint,
+) -> Stop {
+    loop {
+        tokio::select! {
+            _ = shutdown.as_mut() => return Stop::Signal,
+            r = written.changed() => {
+                if r.is_err() {
+                    shutdown.as_mut().await;
+                    return Stop::Signal;
+                }
+                match checkpoint::load_one(path) {
+                    Ok(new) if new.config != current.config => return Stop::Reload(Box::new(new)),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "refreshed checkpoint unusable; keeping the running one"),
+                }
+            }
+        }
+    }
+}
+
+async fn run(a: RunArgs) -> anyhow::Result<()> {
+    let mut cp = checkpoint::load(&a.checkpoint).map_err(|e| anyhow!(e))?;
+    for w in &cp.warnings {
+        tracing::warn!("{w}");
+    }
+    let vip_name = kube::ResourceExt::name_any(cp.vip());
+    let ready = Arc::new(AtomicBool::new(false));
+    serve_health(a.health_addr, ready.clone()).await?;
+
+    // Refresh the checkpoint from the local apiserver when credentials exist.
+    let (written_tx, mut written_rx) = watch::channel(0u64);
+    let kubeconfig = a
+        .kubeconfig
+        .clone()
+        .unwrap_or_else(|| a.checkpoint.parent().unwrap_or(Path::new(".")).join("bootstrap.kubeconfig"));
+    if kubeconfig.exists() {
+        match local_client(&kubeconfig).await {
+            Ok(client) => {
+                let path = a.checkpoint.clone();
+                let resync = Duration::from_secs(60);
+                tokio::spawn(refresh::run(client, vip_name.clone(), path, resync, Some(written_tx)));
+            }
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "checkpoint refresh disabled"),
+        }
+    } else {
+        tracing::info!(kubeconfig = %kubeconfig.display(), "no refresh credentials; the checkpoint is not refreshed");
+    }
+    let addrs = addr::Addresses::connect()?;
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let vip = cp.vip().clone();
+        let ip: IpAddr = vip.spec.address.trim().parse().map_err(|_| anyhow!("spec.address is not an IP"))?;
+        if !vip.spec.members.iter().any(|m| m.name == a.node_name) {
+            bail!(
+                "{}: ControlPlaneVIP/{vip_name}: spec.members: node {:?} is not a member; add it or fix --node-name",
+                cp.path.display(),
+                a.node_name
+            );
+        }
+        tracing::info!(file = %cp.path.display(), vip = %ip, mode = ?vip.spec.mode, node = %a.node_name, "checkpoint loaded");
+        let prober = health::Prober::new(&vip.spec.health_check, &a.apiserver_tls_name).map_err(|e| {
+            anyhow!("{}: ControlPlaneVIP/{vip_name}: spec.healthCheck: {e}", cp.path.display())
+        })?;
+        let interval = vip.spec.health_check.interval().map(|d| d.std()).unwrap_or(Duration::from_secs(1));
+        let threshold = u32::try_from(vip.spec.health_check.failure_threshold).unwrap_or(3);
+        let (health_tx, health_rx) = watch::channel(false);
+        let gate = health::Gate::new(interval, threshold, health::SUCCESS_THRESHOLD);
+        let health_task = tokio::spawn(health::run(prober, gate, health_tx));
+        let stop = wait_stop(&mut shutdown, &mut written_rx, &a.checkpoint, &cp);
+        let result = match vip.spec.mode {
+            VipMode::Bgp => run_bgp(&a, &cp, ip, &addrs, health_rx, ready.clone(), stop).await,
+            VipMode::L2 => run_l2(&a, &vip, ip, &addrs, health_rx, ready.clone(), stop).await,
+        };
+        health_task.abort();
+        ready.store(false, Ordering::Relaxed);
+        match result? {
+            Stop::Signal => break,
+            Stop::Reload(new) => {
+                tracing::info!(file = %new.path.display(), "checkpoint changed; restarting the announcement with it");
+                cp = *new;
+            }
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn local_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    let host = config.cluster_url.host().unwrap_or_default().trim_matches(['[', ']']).to_string();
+    let loopback = host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if !loopback {
+        bail!(
+            "{}: server {} is not the local apiserver (loopback only, never the VIP)",
+            kubeconfig.display(),
+            config.cluster_url
+        );
+    }
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn run_bgp(
+    a: &RunArgs,
+    cp: &checkpoint::Checkpoint,
+    ip: IpAddr,
+    addrs: &addr::Addresses,
+    mut health: watch::Receiver<bool>,
+    ready: Arc<AtomicBool>,
+    stop: impl std::future::Future<Output = Stop>,
+) -> anyhow::Result<Stop> {
+    let vip = cp.vip();
+    let configs = bgp::session_configs(&cp.config, vip, &a.node_name)
+        .map_err(|e| anyhow!("{}: {e}", cp.path.display()))?;
+    if let Err(e) = addr::set_arp_sysctls() {
+        tracing::warn!(error = %e, "cannot set arp_ignore=1/arp_announce=2; set them on the node (see README) or every node answers ARP for the VIP");
+    }
+    match addrs.ensure("lo", ip, addr::host_len(ip)).await {
+        Ok(addr::Ensured::Foreign) => {
+            tracing::warn!(%ip, "the VIP is already on lo, not added by ferrolb; leaving it")
+        }
+        Ok(_) => {}
+        Err(e) => bail!("adding the VIP {ip} to lo: {e}"),
+    }
+    let announcer = bgp::Announcer::start(configs, vip, ip);
+    let mut drain = bgp::Drain::new(a.drain_delay);
+    ready.store(true, Ordering::Relaxed);
+    tokio::pin!(stop);
+    let mut phase = drain.phase();
+    let reason;
+    loop {
+        let deadline = drain.poll_timeout();
+        tokio::select! {
+            s = &mut stop => { reason = s; break }
+            r = health.changed() => {
+                if r.is_err() { bail!("the health checker stopped") }
+                let h = *health.borrow_and_update();
+                drain.set_healthy(tokio::time::Instant::now(), h);
+            }
+            _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
+                drain.handle_timeout(tokio::time::Instant::now());
+            }
+        }
+        if drain.phase() != phase {
+            phase = drain.phase();
+            tracing::info!(?phase, "BGP announcement of the VIP");
+            announcer.apply(phase);
+        }
+    }
+    // SIGTERM: GRACEFUL_SHUTDOWN first, withdraw after the shutdown drain.
+    let mut drain = bgp::Drain::new(a.shutdown_drain);
+    if phase != bgp::Phase::Withdrawn {
+        drain.set_healthy(tokio::time::Instant::now(), true);
+        drain.shutdown(tokio::time::Instant::now());
+        tracing::info!("draining: GRACEFUL_SHUTDOWN, then withdraw");
+        announcer.apply(drain.phase());
+        if let Some(d) = drain.poll_timeout() {
+            tokio::time::sleep_until(d).await;
+        }
+        announcer.apply(bgp::Phase::Withdrawn);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    announcer.shutdown().await;
+    if addrs.release("lo", ip).await? {
+        tracing::info!(%ip, "VIP removed from lo");
+    }
+    Ok(reason)
+}
+
+async fn run_l2(
+    a: &RunArgs,
+    vip: &ControlPlaneVip,
+    ip: IpAddr,
+    addrs: &addr::Addresses,
+    mut health: watch::Receiver<bool>,
+    ready: Arc<AtomicBool>,
+    stop: impl std::future::Future<Output = Stop>,
+) -> anyhow::Result<Stop> {
+    let ifname = match &vip.spec.interface {
+        Some(i) => i.clone(),
+        None => addrs.interface_for(ip).await?.ok_or_else(|| {
+            anyhow!(
+                "ControlPlaneVIP: spec.interface: no interface has a subnet holding {ip}; set spec.interface"
+            )
+        })?,
+    };
+    let membership: Box<dyn l2::Membership> = match &a.test_membership_file {
+        Some(f) => Box::new(l2::FileMembership::start(a.node_name.clone(), f.clone())),
+        None => bail!(
+            "ControlPlaneVIP: spec.mode: L2 needs bootstrap membership, which is not wired into this build yet; use mode BGP"
+        ),
+    };
+    let announce: Box<dyn l2::Announce> = Box::new(l2::NotWired);
+    let members: Vec<String> = vip.spec.members.iter().map(|m| m.name.clone()).collect();
+    let mut live = membership.live_healthy();
+    let mut holding = false;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    ready.store(true, Ordering::Relaxed);
+    tokio::pin!(stop);
+    let reason;
+    loop {
+        tokio::select! {
+            s = &mut stop => { reason = s; break }
+            r = health.changed() => {
+                if r.is_err() { bail!("the health checker stopped") }
+                membership.set_local_health(*health.borrow_and_update());
+                continue;
+            }
+            r = live.changed() => if r.is_err() { bail!("membership stopped") },
+            _ = tick.tick() => {}
+        }
+        let set: BTreeSet<String> = live.borrow_and_update().clone();
+        let hold = l2::should_hold(&a.node_name, ip, &members, &set, holding);
+        if hold {
+            match addrs.ensure(&ifname, ip, addr::host_len(ip)).await {
+                Ok(addr::Ensured::Added) => {
+                    tracing::info!(%ip, interface = %ifname, live_healthy = ?set, "took the VIP");
+                    if let Err(e) = announce.announce(&ifname, ip) {
+                        tracing::warn!(error = %e, "gratuitous ARP/NA");
+                    }
+                }
+                Ok(addr::Ensured::Foreign) if !holding => {
+                    tracing::warn!(%ip, interface = %ifname, "the VIP is on the interface but not ferrolb's; leaving it")
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "adding the VIP");
+                    continue;
+                }
+            }
+            holding = true;
+        } else if holding {
+            match addrs.release(&ifname, ip).await {
+                Ok(_) => {
+                    tracing::info!(%ip, interface = %ifname, live_healthy = ?set, "released the VIP");
+                    holding = false;
+                }
+                Err(e) => tracing::warn!(error = %e, "removing the VIP"),
+            }
+        }
+    }
+    // SIGTERM: release only what is ours (release() checks the mark).
+    if addrs.release(&ifname, ip).await? {
+        tracing::info!(%ip, interface = %ifname, "VIP released on shutdown");
+    }
+    Ok(reason)
 }

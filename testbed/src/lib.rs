@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod client;
 pub mod demo;
+pub mod https;
 pub mod keepalived;
 pub mod lab;
 pub mod mrt;

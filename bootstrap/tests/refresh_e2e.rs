@@ -1,0 +1,206 @@
+//! End to end: the binary refreshes its checkpoint from a "local apiserver" (the fake
+//! apiserver served over HTTPS on 127.0.0.1:6443 in a network namespace, certificate for
+//! `kubernetes` only, like kubeadm's) with the credentials `checkpoint init` made, and
+//! restarts its announcement when the ControlPlaneVIP changes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrolb_api::{ControlPlaneVip, Object};
+use ferrolb_fakeapi::FakeApiServer;
+use ferrolb_testbed::https::{HealthServer, TestCa};
+use ferrolb_testbed::netns::{self, Netns};
+use ferrolb_testbed::process::{Proc, Spawn};
+use http_body_util::BodyExt;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use nix::sys::signal::Signal;
+
+struct Ns(Netns);
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = self.0.delete();
+    }
+}
+
+fn wait(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < Duration::from_secs(30), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Serves `server` over HTTPS on 127.0.0.1:6443 inside `ns`; creates the checkpoint's
+/// objects first, then patches the VIP address when told.
+fn serve_fake_apiserver(
+    ns: &Netns,
+    ca: &TestCa,
+    checkpoint: &Path,
+) -> tokio::sync::mpsc::UnboundedSender<String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (cert, key) = ca.serving_cert(&["kubernetes", "10.96.0.1"]).unwrap();
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<_, _>>().unwrap();
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let objects = ferrolb_api::read_stream(checkpoint).unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let path = ns.path();
+    std::thread::spawn(move || {
+        netns::enter(&path).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        rt.block_on(async move {
+            let (client, server) = FakeApiServer::new().client();
+            for (kind, plural) in [
+                ("ControlPlaneVIP", "controlplanevips"),
+                ("BGPPeer", "bgppeers"),
+                ("BFDProfile", "bfdprofiles"),
+            ] {
+                server.register_ferrolb_kind(kind, plural, true).unwrap();
+            }
+            let vips: Api<ControlPlaneVip> = Api::all(client.clone());
+            for (_, o) in objects.objects {
+                if let Object::ControlPlaneVip(v) = o {
+                    vips.create(&PostParams::default(), &v).await.unwrap();
+                }
+            }
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:6443").await.unwrap();
+            ready_tx.send(()).unwrap();
+            let svc = server.service();
+            tokio::spawn(async move {
+                while let Some(address) = rx.recv().await {
+                    vips.patch(
+                        "apiserver",
+                        &PatchParams::default(),
+                        &Patch::Merge(serde_json::json!({"spec": {"address": address}})),
+                    )
+                    .await
+                    .unwrap();
+                }
+            });
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { continue };
+                let acceptor = acceptor.clone();
+                let svc = svc.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let service =
+                        hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                            let svc = svc.clone();
+                            async move {
+                                let (parts, body) = req.into_parts();
+                                let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                                let req = http::Request::from_parts(parts, kube::client::Body::from(bytes));
+                                tower::ServiceExt::oneshot(svc, req).await
+                            }
+                        });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+    });
+    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    tx
+}
+
+fn on_d0(ns: &Netns, ip: &str) -> bool {
+    ns.ip(&["-o", "addr", "show", "dev", "d0"]).unwrap().contains(&format!(" {ip}/32"))
+}
+
+#[test]
+fn the_binary_refreshes_its_checkpoint_and_moves_to_the_new_vip() {
+    ferrolb_testbed::lab::check_prerequisites().unwrap();
+    let ns = Ns(Netns::create(&format!("flb{}x96-e2e", std::process::id())).unwrap());
+    ns.0.ip(&["link", "add", "d0", "type", "veth", "peer", "name", "d1"]).unwrap();
+    ns.0.ip(&["link", "set", "d0", "up"]).unwrap();
+    ns.0.ip(&["addr", "add", "192.0.2.11/24", "dev", "d0"]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new().unwrap();
+    ca.write(dir.path()).unwrap();
+    let _health =
+        HealthServer::start(&ns.0, "127.0.0.1:6444".parse().unwrap(), &ca, &["kubernetes"]).unwrap();
+    let cp = dir.path().join("bootstrap/checkpoint.yaml");
+    let bin = env!("CARGO_BIN_EXE_ferrolb-bootstrap");
+    let (cps, ca_crt, ca_key) = (
+        cp.display().to_string(),
+        dir.path().join("ca.crt").display().to_string(),
+        dir.path().join("ca.key").display().to_string(),
+    );
+    let init = std::process::Command::new(bin)
+        .args([
+            "checkpoint",
+            "init",
+            "--checkpoint",
+            &cps,
+            "--address",
+            "192.0.2.200",
+            "--interface",
+            "d0",
+            "--member",
+            "node1=192.0.2.11",
+            "--health-url",
+            "https://127.0.0.1:6444/readyz",
+            "--ca-file",
+            &ca_crt,
+            "--ca-key",
+            &ca_key,
+            "--node-name",
+            "node1",
+        ])
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let set_address = serve_fake_apiserver(&ns.0, &ca, &cp);
+
+    let members = dir.path().join("members");
+    std::fs::write(&members, "node1\n").unwrap();
+    let spec = Spawn::new(
+        "bootstrap",
+        &[
+            bin,
+            "run",
+            "--checkpoint",
+            &cps,
+            "--node-name",
+            "node1",
+            "--test-membership-file",
+            members.to_str().unwrap(),
+        ],
+    )
+    .env("RUST_LOG", "info,ferrolb_bootstrap=debug");
+    let mut p = Proc::start(&ns.0, dir.path(), &spec).unwrap();
+    wait("the VIP on d0", || on_d0(&ns.0, "192.0.2.200"));
+
+    let first = std::fs::read_to_string(&cp).unwrap();
+    set_address.send("192.0.2.201".into()).unwrap();
+    wait("the refreshed checkpoint", || {
+        std::fs::read_to_string(&cp).is_ok_and(|t| t.contains("192.0.2.201"))
+    });
+    assert_eq!(std::fs::read_to_string(ferrolb_bootstrap::checkpoint::prev_path(&cp)).unwrap(), first);
+    wait("the new VIP on d0 and the old one gone", || {
+        on_d0(&ns.0, "192.0.2.201") && !on_d0(&ns.0, "192.0.2.200")
+    });
+    assert!(p.logs().contains("checkpoint changed"), "{}", p.logs());
+
+    p.signal(Signal::SIGTERM);
+    let status = p.wait_exit(Duration::from_secs(20)).expect("no exit on SIGTERM");
+    assert!(status.success(), "{status:?}\n{}", p.logs());
+    assert!(!on_d0(&ns.0, "192.0.2.201"), "the VIP stayed after SIGTERM");
+}
