@@ -234,4 +234,15 @@ mod tests {
         let mounts = c.volume_mounts.as_ref().unwrap();
         assert!(mounts.iter().any(|m| m.name == "ferrolb" && m.mount_path == "/etc/ferrolb"));
     }
+
+    #[test]
+    fn the_shipped_static_pod_file_is_what_manifest_prints() {
+        // manifests/bootstrap/ holds the same pod with comments for readers; this keeps
+        // the two from drifting apart.
+        let shipped: serde_json::Value =
+            serde_saphyr::from_str(include_str!("../../manifests/bootstrap/ferrolb-bootstrap.yaml")).unwrap();
+        let printed: serde_json::Value =
+            serde_saphyr::from_str(&render(&Options::default()).unwrap()).unwrap();
+        assert_eq!(shipped, printed);
+    }
 }
