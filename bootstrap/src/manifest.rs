@@ -96,14 +96,10 @@ pub fn pod(o: &Options) -> Pod {
         command: Some(vec!["/usr/local/bin/ferrolb-bootstrap".into()]),
         args: Some(vec![
             "run".into(),
-            "--checkpoint".into(),
-            o.checkpoint.clone(),
-            "--node-name".into(),
-            "$(NODE_NAME)".into(),
-            "--health-addr".into(),
-            o.health_addr.clone(),
-            "--log-format".into(),
-            o.log_format.clone(),
+            format!("--checkpoint={}", o.checkpoint),
+            "--node-name=$(NODE_NAME)".into(),
+            format!("--health-addr={}", o.health_addr),
+            format!("--log-format={}", o.log_format),
         ]),
         env: Some(vec![
             EnvVar {
@@ -219,8 +215,7 @@ mod tests {
         assert_ne!(c.security_context.as_ref().unwrap().privileged, Some(true));
         // Probes hit the local health port the container is told to serve.
         let args = c.args.clone().unwrap();
-        let at = args.iter().position(|a| a == "--health-addr").unwrap();
-        assert_eq!(args[at + 1], "127.0.0.1:7949");
+        assert!(args.contains(&"--health-addr=127.0.0.1:7949".to_string()), "{args:?}");
         for p in [c.liveness_probe.as_ref().unwrap(), c.readiness_probe.as_ref().unwrap()] {
             let g = p.http_get.as_ref().unwrap();
             assert_eq!((g.host.as_deref(), &g.port), (Some("127.0.0.1"), &IntOrString::Int(7949)));
@@ -229,7 +224,7 @@ mod tests {
         let vols = spec.volumes.unwrap();
         let config = vols.iter().find(|v| v.name == "ferrolb").unwrap();
         assert_eq!(config.host_path.as_ref().unwrap().path, "/etc/ferrolb");
-        let cp = &args[args.iter().position(|a| a == "--checkpoint").unwrap() + 1];
+        let cp = args.iter().find_map(|a| a.strip_prefix("--checkpoint=")).unwrap();
         assert!(cp.starts_with("/etc/ferrolb/"));
         let mounts = c.volume_mounts.as_ref().unwrap();
         assert!(mounts.iter().any(|m| m.name == "ferrolb" && m.mount_path == "/etc/ferrolb"));
