@@ -117,6 +117,10 @@ pub struct BfdState {
     pub remote_state: State,
     /// State changes so far.
     pub transitions: u64,
+    /// Times the session left Up. A `watch` receiver may skip intermediate values (a
+    /// quick Up → Down → Init shows as Init), so clients compare this counter to notice
+    /// every loss: `if now.downs > seen.downs { tear the BGP session down }`.
+    pub downs: u64,
 }
 
 impl BfdState {
@@ -125,16 +129,22 @@ impl BfdState {
         self.state == State::Up
     }
 
-    /// Down because the path failed, as opposed to the peer going AdminDown on purpose
-    /// (which RFC 5882 §3.2 says must not tear down the client protocol).
+    /// Down after having been Up, for a reason other than the peer going AdminDown on
+    /// purpose (which RFC 5882 §3.2 says must not tear down the client protocol).
     pub fn is_failure(&self) -> bool {
-        self.state == State::Down && self.remote_state != State::AdminDown && self.transitions > 0
+        self.downs > 0 && self.state != State::Up && self.remote_state != State::AdminDown
     }
 }
 
 impl Default for BfdState {
     fn default() -> Self {
-        BfdState { state: State::Down, diag: Diagnostic::None, remote_state: State::Down, transitions: 0 }
+        BfdState {
+            state: State::Down,
+            diag: Diagnostic::None,
+            remote_state: State::Down,
+            transitions: 0,
+            downs: 0,
+        }
     }
 }
 
@@ -285,8 +295,9 @@ impl Drop for Endpoint {
 impl Endpoint {
     /// Binds `local`:3784 for receiving and a port of 49152–65535 for sending.
     pub fn bind(local: IpAddr) -> io::Result<Self> {
+        // No SO_REUSEADDR: a second BFD process on this address must fail loudly rather
+        // than receive an arbitrary share of the packets.
         let rx = udp_socket(local)?;
-        rx.set_reuse_address(true)?;
         match local {
             IpAddr::V4(_) => nix::sys::socket::setsockopt(&rx, nix::sys::socket::sockopt::Ipv4RecvTtl, &true),
             IpAddr::V6(_) => {
@@ -510,10 +521,76 @@ impl SessionTask {
                 s.diag = diag;
                 s.remote_state = remote_state;
                 s.transitions += 1;
+                if from == State::Up {
+                    s.downs += 1;
+                }
             });
             if let Some(m) = &self.metrics {
                 m.transition(self.peer.ip(), from, to);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use ferrolb_api::BfdProfileSpec;
+
+    fn profile(f: impl FnOnce(&mut BfdProfileSpec)) -> BfdProfile {
+        let mut spec = BfdProfileSpec::default();
+        f(&mut spec);
+        BfdProfile::new("fast", spec)
+    }
+
+    #[test]
+    fn profile_defaults_map_to_300ms_times_3_active() {
+        let c = session_config(&profile(|_| {})).unwrap();
+        assert_eq!(c, SessionConfig::default());
+        assert_eq!(c.timers.desired_min_tx, Duration::from_millis(300));
+        assert!(!c.passive);
+    }
+
+    #[test]
+    fn profile_fields_map_to_rfc_variables() {
+        let c = session_config(&profile(|s| {
+            s.transmit_interval = "50ms".into();
+            s.receive_interval = "1s".into();
+            s.detect_multiplier = 5;
+            s.passive_mode = true;
+            s.minimum_ttl = 10; // multi-hop only: ignored
+        }))
+        .unwrap();
+        let t = Timers {
+            desired_min_tx: Duration::from_millis(50),
+            required_min_rx: Duration::from_secs(1),
+            detect_mult: 5,
+        };
+        assert_eq!(c, SessionConfig { timers: t, passive: true });
+    }
+
+    #[test]
+    fn bad_profiles_name_object_field_and_fix() {
+        let e = session_config(&profile(|s| s.transmit_interval = "fast".into())).unwrap_err();
+        assert_eq!((e.profile.as_str(), e.field), ("fast", "spec.transmitInterval"));
+        assert!(e.to_string().starts_with("BFDProfile/fast: spec.transmitInterval:"), "{e}");
+        let e = session_config(&profile(|s| s.receive_interval = "5ms".into())).unwrap_err();
+        assert_eq!(e.field, "spec.receiveInterval");
+        let e = session_config(&profile(|s| s.detect_multiplier = 256)).unwrap_err();
+        assert_eq!(e.field, "spec.detectMultiplier");
+        let e = session_config(&profile(|s| s.detect_multiplier = 1)).unwrap_err();
+        assert_eq!(e.field, "spec.detectMultiplier");
+    }
+
+    #[test]
+    fn failure_is_a_loss_of_up_not_a_peer_admin_down() {
+        let up = BfdState { state: State::Up, transitions: 2, ..BfdState::default() };
+        assert!(!up.is_failure() && !BfdState::default().is_failure());
+        let lost =
+            BfdState { state: State::Down, diag: Diagnostic::ControlDetectionTimeExpired, downs: 1, ..up };
+        assert!(lost.is_failure());
+        let admin = BfdState { remote_state: State::AdminDown, ..lost };
+        assert!(!admin.is_failure());
     }
 }
