@@ -3,8 +3,8 @@
 //! ```text
 //! bfd-peer --local 192.0.2.11 --peer 192.0.2.1 --interval-ms 100 --multiplier 3
 //! started local_discr=123456 source_port=50123
-//! state=Init diag="no diagnostic" remote=Down
-//! state=Up diag="no diagnostic" remote=Init
+//! state=Init diag="no diagnostic" remote=Down downs=0
+//! state=Up diag="no diagnostic" remote=Init downs=0
 //! ```
 //!
 //! The testbed starts it inside a node's network namespace to test against real routers.
@@ -50,7 +50,7 @@ async fn main() -> anyhow::Result<()> {
     let mut state = handle.state();
     while state.changed().await.is_ok() {
         let s = *state.borrow_and_update();
-        writeln!(out, "state={} diag=\"{}\" remote={}", s.state, s.diag, s.remote_state)?;
+        writeln!(out, "state={} diag=\"{}\" remote={} downs={}", s.state, s.diag, s.remote_state, s.downs)?;
         out.flush()?;
     }
     Ok(())

@@ -40,7 +40,7 @@ fn comes_up_detects_a_cut_and_recovers(lab: &Lab, router: &dyn Router) {
     lab.switch().ip(&["link", "set", "n1", "down"]).unwrap();
     for (p, n) in [(&p4, nodes[0]), (&p6, nodes[1])] {
         let down = p.wait_state("Down", T).unwrap();
-        assert_eq!(down.diag, "control detection time expired");
+        assert_eq!((down.diag.as_str(), down.downs), ("control detection time expired", 1));
         routers::wait_bfd(router, n, "down", T).unwrap();
     }
     lab.switch().ip(&["link", "set", "n1", "up"]).unwrap();

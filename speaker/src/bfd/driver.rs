@@ -117,9 +117,11 @@ pub struct BfdState {
     pub remote_state: State,
     /// State changes so far.
     pub transitions: u64,
-    /// Times the session left Up. A `watch` receiver may skip intermediate values (a
-    /// quick Up → Down → Init shows as Init), so clients compare this counter to notice
-    /// every loss: `if now.downs > seen.downs { tear the BGP session down }`.
+    /// Times the session left Up because the path failed: not counting the peer going
+    /// AdminDown on purpose (RFC 5882 §3.2 says clients must not react to that) nor our
+    /// own AdminDown. A `watch` receiver may skip intermediate values (Up → Down → Up
+    /// shows as Up), so clients compare this counter to notice every failure:
+    /// `if now.downs > seen.downs { tear the BGP session down }`.
     pub downs: u64,
 }
 
@@ -521,7 +523,7 @@ impl SessionTask {
                 s.diag = diag;
                 s.remote_state = remote_state;
                 s.transitions += 1;
-                if from == State::Up {
+                if from == State::Up && to == State::Down && remote_state != State::AdminDown {
                     s.downs += 1;
                 }
             });
