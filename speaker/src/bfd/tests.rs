@@ -313,6 +313,9 @@ fn timer_change_is_verified_by_poll_and_final() {
     p.run_for(Duration::from_secs(10));
     assert!(p.both_up());
     p.handle(Side::A, Input::SetTimers(timers(50, 50, 3)));
+    // A's lower RequiredMinRxInterval counts for its Detection Time only once B has
+    // acknowledged it: until then B may still send at the old, slower rate (§6.8.3).
+    assert_eq!(p.a().detection_time(), Some(Duration::from_secs(3)));
     p.handle(Side::B, Input::SetTimers(timers(50, 50, 3)));
     p.run_until(Duration::from_secs(5), Pair::settled);
     assert_eq!(p.a().tx_interval(), Some(50 * MS));
