@@ -55,6 +55,18 @@ enum Bench {
         #[arg(long, default_value_t = 10)]
         trials: usize,
     },
+    /// BFD: time for ferrolb and for BIRD / FRR to declare a session down after a link cut.
+    Bfd {
+        /// Number of trials per router.
+        #[arg(long, default_value_t = 10)]
+        trials: usize,
+        /// Desired Min TX / Required Min RX interval, milliseconds.
+        #[arg(long, default_value_t = 100)]
+        interval_ms: u64,
+        /// Detect Mult.
+        #[arg(long, default_value_t = 3)]
+        multiplier: u8,
+    },
     /// BGP scale: time to announce and withdraw N /32 prefixes, bytes, peak RSS.
     BgpScale {
         /// Table sizes to measure.
@@ -90,6 +102,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Status => status(),
         Cmd::Demo => ferrolb_testbed::demo::run().context("demo failed"),
         Cmd::Bench { bench: Bench::Failover { trials } } => Ok(bench::failover::run(trials)?),
+        Cmd::Bench { bench: Bench::Bfd { trials, interval_ms, multiplier } } => {
+            Ok(bench::bfd::run(trials, std::time::Duration::from_millis(interval_ms), multiplier)?)
+        }
         Cmd::Bench { bench: Bench::BgpScale { sizes } } => Ok(bench::bgp_scale::run(&sizes)?),
     }
 }

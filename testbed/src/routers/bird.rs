@@ -1,6 +1,6 @@
 //! BIRD 2: passive dynamic BGP over a neighbour range, ECMP into the kernel.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -85,6 +85,10 @@ impl Router for Bird {
     fn rib(&self) -> Result<Vec<RibPath>, Error> {
         Ok(parse_routes(&self.birdc("show route all")?))
     }
+
+    fn bfd_sessions(&self) -> Result<BTreeMap<IpAddr, String>, Error> {
+        Ok(parse_bfd_sessions(&self.birdc("show bfd sessions")?))
+    }
 }
 
 /// The generated bird.conf.
@@ -98,6 +102,18 @@ pub fn config(spec: &RouterSpec) -> String {
             c,
             "protocol kernel kernel_{fam} {{ {fam} {{ import none; export where source = RTS_BGP; }}; merge paths on; }}"
         );
+    }
+    if let Some(bfd) = &spec.bfd {
+        let ms = bfd.interval.as_millis();
+        let _ = writeln!(
+            c,
+            "protocol bfd ferrolb_bfd {{\n  interface \"{}\" {{ min rx interval {ms} ms; min tx interval {ms} ms; multiplier {}; }};",
+            bfd.interface, bfd.multiplier
+        );
+        for n in &bfd.neighbors {
+            let _ = writeln!(c, "  neighbor {n} dev \"{}\";", bfd.interface);
+        }
+        c.push_str("}\n");
     }
     let peer = match spec.peer_as {
         PeerAs::Asn(a) => format!("as {a}"),
@@ -156,6 +172,18 @@ pub fn parse_protocols(text: &str) -> BTreeSet<IpAddr> {
     }
     flush(&mut neighbor, &mut established);
     up
+}
+
+/// Session states of `show bfd sessions`, lower-case ("up", "down", "init", "admindown").
+pub fn parse_bfd_sessions(text: &str) -> BTreeMap<IpAddr, String> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let addr: IpAddr = f.next()?.parse().ok()?;
+            let _interface = f.next()?;
+            Some((addr, f.next()?.to_lowercase()))
+        })
+        .collect()
 }
 
 /// Paths of `show route all` (both tables).
@@ -262,6 +290,29 @@ Table master6:
         assert_eq!(r[1].next_hop, Some("192.0.2.12".parse().unwrap()));
         assert_eq!(r[2].prefix, "2001:db8:3::10/128");
         assert_eq!(r[2].next_hop, Some("2001:db8::11".parse().unwrap()));
+    }
+
+    #[test]
+    fn bfd_sessions_are_parsed() {
+        let text = "BIRD 2.0.12 ready.
+ferrolb_bfd:
+IP address                Interface  State      Since         Interval  Timeout
+192.0.2.11                eth0       Up         10:47:12.345    0.300    0.900
+2001:db8::12              eth0       Down       10:47:10.000    1.000    0.000
+";
+        let s = parse_bfd_sessions(text);
+        assert_eq!(s.get(&"192.0.2.11".parse().unwrap()).map(String::as_str), Some("up"));
+        assert_eq!(s.get(&"2001:db8::12".parse().unwrap()).map(String::as_str), Some("down"));
+        assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn config_has_bfd_neighbours_only_when_asked() {
+        assert!(!config(&RouterSpec::default()).contains("protocol bfd"));
+        let spec = RouterSpec::default().bfd(super::super::BfdSpec::lan(&["192.0.2.11".parse().unwrap()]));
+        let c = config(&spec);
+        assert!(c.contains("min rx interval 300 ms; min tx interval 300 ms; multiplier 3;"), "{c}");
+        assert!(c.contains("neighbor 192.0.2.11 dev \"eth0\";"), "{c}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! FRR (zebra + bgpd) with `bgp listen range`, private run directories per namespace.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -20,6 +20,7 @@ pub struct Frr {
     dir: PathBuf,
     zebra: Proc,
     bgpd: Proc,
+    bfdd: Option<Proc>,
 }
 
 /// FRR writes here whatever its flags say; each namespace gets its own copy.
@@ -39,6 +40,7 @@ impl Frr {
         }
         std::fs::write(dir.join("zebra.conf"), "hostname r1\nlog stdout debugging\n")?;
         std::fs::write(dir.join("bgpd.conf"), config(spec))?;
+        std::fs::write(dir.join("bfdd.conf"), bfdd_config(spec))?;
         // FRR refuses to run as root: its files belong to frr:frr.
         crate::netns::run(std::process::Command::new("chown").args([
             "-R",
@@ -50,10 +52,22 @@ impl Frr {
             Ok(dir.join("run/zserv.api").exists().then_some(()))
         })?;
         let bgpd = lab.spawn(&ns, daemon(&dir, "bgpd", &["-p", "179"]))?;
-        let frr = Frr { ns, dir, zebra, bgpd };
+        let bfdd = match &spec.bfd {
+            Some(_) => {
+                let ctl = format!("{}/run/bfdd.sock", dir.to_string_lossy());
+                Some(lab.spawn(&ns, daemon(&dir, "bfdd", &["--bfdctl", &ctl]))?)
+            }
+            None => None,
+        };
+        let frr = Frr { ns, dir, zebra, bgpd, bfdd };
         wait::until("bgpd vty", Duration::from_secs(10), || {
             Ok(frr.vtysh("show bgp summary json").ok().map(|_| ()))
         })?;
+        if frr.bfdd.is_some() {
+            wait::until("bfdd vty", Duration::from_secs(10), || {
+                Ok(frr.json("show bfd peers json").ok().map(|_| ()))
+            })?;
+        }
         Ok(frr)
     }
 
@@ -71,6 +85,11 @@ impl Frr {
     /// The bgpd process.
     pub fn bgpd(&mut self) -> &mut Proc {
         &mut self.bgpd
+    }
+
+    /// The bfdd process, when the spec asked for BFD.
+    pub fn bfdd(&mut self) -> Option<&mut Proc> {
+        self.bfdd.as_mut()
     }
 
     /// The zebra process.
@@ -124,6 +143,40 @@ impl Router for Frr {
         }
         Ok(out)
     }
+
+    fn bfd_sessions(&self) -> Result<BTreeMap<IpAddr, String>, Error> {
+        if self.bfdd.is_none() {
+            return Err(Error::Missing("this FRR runs no bfdd: set RouterSpec::bfd".into()));
+        }
+        Ok(parse_bfd_peers(&self.json("show bfd peers json")?))
+    }
+}
+
+/// The generated bfdd.conf (single-hop peers over the spec's interface).
+pub fn bfdd_config(spec: &RouterSpec) -> String {
+    let mut c = String::from("hostname r1\nlog stdout informational\n!\n");
+    if let Some(bfd) = &spec.bfd {
+        c.push_str("bfd\n");
+        for n in &bfd.neighbors {
+            let ms = bfd.interval.as_millis();
+            let _ = writeln!(
+                c,
+                " peer {n} interface {}\n  receive-interval {ms}\n  transmit-interval {ms}\n  detect-multiplier {}\n exit\n !",
+                bfd.interface, bfd.multiplier
+            );
+        }
+        c.push_str("exit\n!\n");
+    }
+    c
+}
+
+/// Session states of `show bfd peers json` by peer ("up", "down", "init", "shutdown").
+pub fn parse_bfd_peers(v: &Value) -> BTreeMap<IpAddr, String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p["peer"].as_str()?.parse().ok()?, p["status"].as_str()?.to_lowercase())))
+        .collect()
 }
 
 /// The generated bgpd.conf.
@@ -260,6 +313,22 @@ mod tests {
         assert_eq!(p[0].local_pref, Some(100));
         assert_eq!(p[0].med, Some(5));
         assert_eq!(p[1].as_path, vec![64513]);
+    }
+
+    #[test]
+    fn bfd_peers_and_config() {
+        let v: Value = serde_json::from_str(
+            r#"[{"multihop":false,"peer":"192.0.2.11","interface":"eth0","status":"up","diagnostic":"ok"},
+                {"multihop":false,"peer":"2001:db8::12","status":"down"}]"#,
+        )
+        .unwrap();
+        let s = parse_bfd_peers(&v);
+        assert_eq!(s.get(&"192.0.2.11".parse().unwrap()).map(String::as_str), Some("up"));
+        assert_eq!(s.get(&"2001:db8::12".parse().unwrap()).map(String::as_str), Some("down"));
+        let spec = RouterSpec::default().bfd(super::super::BfdSpec::lan(&["192.0.2.11".parse().unwrap()]));
+        let c = bfdd_config(&spec);
+        assert!(c.contains(" peer 192.0.2.11 interface eth0\n  receive-interval 300\n"), "{c}");
+        assert!(!bfdd_config(&RouterSpec::default()).contains("peer"));
     }
 
     #[test]

@@ -5,7 +5,7 @@ pub mod exabgp;
 pub mod frr;
 pub mod gobgp;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -47,6 +47,33 @@ pub struct RouterSpec {
     pub graceful_restart: Option<Duration>,
     /// Hold time offered.
     pub hold_time: Option<u16>,
+    /// Single-hop BFD sessions (RFC 5881) with these neighbours; None: no BFD.
+    pub bfd: Option<BfdSpec>,
+}
+
+/// BFD sessions a router runs (BIRD `protocol bfd`, FRR bfdd `peer`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BfdSpec {
+    /// Neighbour addresses, each reached through `interface`.
+    pub neighbors: Vec<IpAddr>,
+    /// The router's interface towards them.
+    pub interface: String,
+    /// Desired Min TX and Required Min RX interval.
+    pub interval: Duration,
+    /// Detect Mult.
+    pub multiplier: u8,
+}
+
+impl BfdSpec {
+    /// Sessions with `neighbors` over the LAN (`eth0`), 300 ms × 3 as BFDProfile's defaults.
+    pub fn lan(neighbors: &[IpAddr]) -> Self {
+        BfdSpec {
+            neighbors: neighbors.to_vec(),
+            interface: "eth0".into(),
+            interval: Duration::from_millis(300),
+            multiplier: 3,
+        }
+    }
 }
 
 impl Default for RouterSpec {
@@ -60,6 +87,7 @@ impl Default for RouterSpec {
             password: None,
             graceful_restart: None,
             hold_time: None,
+            bfd: None,
         }
     }
 }
@@ -80,6 +108,12 @@ impl RouterSpec {
     /// Enables graceful restart with this restart time.
     pub fn graceful_restart(mut self, restart: Duration) -> Self {
         self.graceful_restart = Some(restart);
+        self
+    }
+
+    /// Runs BFD sessions as described.
+    pub fn bfd(mut self, bfd: BfdSpec) -> Self {
+        self.bfd = Some(bfd);
         self
     }
 
@@ -123,6 +157,10 @@ pub trait Router {
     fn established(&self) -> Result<BTreeSet<IpAddr>, Error>;
     /// Every path in the RIB (IPv4 and IPv6 unicast).
     fn rib(&self) -> Result<Vec<RibPath>, Error>;
+    /// State of each BFD session by neighbour ("up", "down", "init", "admindown").
+    fn bfd_sessions(&self) -> Result<BTreeMap<IpAddr, String>, Error> {
+        Err(Error::Missing(format!("the {} driver runs no BFD", self.kind())))
+    }
     /// The router's kernel routing table (both families).
     fn kernel_routes(&self) -> Result<Vec<KernelRoute>, Error> {
         kernel_routes(self.netns())
@@ -233,6 +271,17 @@ pub fn wait_kernel_route(ns: &Netns, prefix: &str, via: &[IpAddr], timeout: Dura
             Some(r) => r.via == want,
             None => want.is_empty(),
         },
+    )?;
+    Ok(())
+}
+
+/// Waits until the router's BFD session with `peer` is in `state` ("up", "down", …).
+pub fn wait_bfd(r: &dyn Router, peer: IpAddr, state: &str, timeout: Duration) -> Result<(), Error> {
+    wait::until_value(
+        &format!("{} BFD session with {peer} {state}", r.kind()),
+        timeout,
+        || Ok(r.bfd_sessions()?.get(&peer).cloned()),
+        |s| s.as_deref() == Some(state),
     )?;
     Ok(())
 }
