@@ -2,3 +2,5 @@
 //! by BGP and/or ARP/NDP. Its protocol modules are reused by `ferrolb-bootstrap`.
 pub mod bgp;
 pub mod election;
+pub mod l2;
+pub mod membership;
