@@ -1,5 +1,7 @@
 //! Membership instances on loopback in one process: join, crash, leave, wrong key.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
