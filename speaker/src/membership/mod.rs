@@ -92,9 +92,9 @@ pub struct Timings {
 impl Default for Timings {
     fn default() -> Self {
         Timings {
-            probe_period: Duration::from_millis(200),
-            probe_rtt: Duration::from_millis(80),
-            suspect_to_down_after: Duration::from_millis(400),
+            probe_period: Duration::from_millis(100),
+            probe_rtt: Duration::from_millis(50),
+            suspect_to_down_after: Duration::from_millis(250),
             gossip_interval: Duration::from_millis(100),
             rejoin_interval: Duration::from_secs(1),
         }
