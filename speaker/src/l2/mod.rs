@@ -197,6 +197,12 @@ impl L2Announcer {
             .socket_mut()
             .bind(&netlink_sys::SocketAddr::new(0, groups))
             .map_err(L2Error::Netlink)?;
+        if let Some(problem) = strict_arp_problem(
+            &std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/arp_ignore").unwrap_or_default(),
+            &std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/arp_announce").unwrap_or_default(),
+        ) {
+            tracing::warn!("{problem}");
+        }
         let conn_task = tokio::spawn(conn);
         let (desired_tx, desired_rx) = watch::channel(Owned::new());
         let (status_tx, status_rx) = watch::channel(L2Status::default());
@@ -212,6 +218,20 @@ impl L2Announcer {
         let task = tokio::spawn(announcer.run(handle, messages, desired_rx, conn_task));
         Ok(L2Handle { desired: desired_tx, status: status_rx, task })
     }
+}
+
+/// Why the node's kernel may answer ARP for service addresses itself, given the
+/// `net.ipv4.conf.all.arp_ignore` / `arp_announce` sysctl texts; None when strict.
+pub fn strict_arp_problem(arp_ignore: &str, arp_announce: &str) -> Option<String> {
+    let ignore: u8 = arp_ignore.trim().parse().unwrap_or(0);
+    let announce: u8 = arp_announce.trim().parse().unwrap_or(0);
+    (ignore < 1 || announce < 2).then(|| {
+        format!(
+            "node sysctl net.ipv4.conf.all.arp_ignore={ignore} arp_announce={announce}: the kernel may answer ARP \
+             for service addresses kube-proxy put on kube-ipvs0; set kube-proxy `ipvs.strictARP: true` \
+             (arp_ignore=1, arp_announce=2)"
+        )
+    })
 }
 
 /// Drives a running announcer; dropping it stops the announcer.
@@ -390,5 +410,41 @@ impl Announcer {
                 false
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn strict_arp_is_detected() {
+        assert_eq!(strict_arp_problem("1\n", "2\n"), None);
+        let p = strict_arp_problem("0\n", "0\n").unwrap();
+        assert!(p.contains("arp_ignore=0") && p.contains("strictARP"), "{p}");
+        assert!(strict_arp_problem("1", "1").is_some());
+    }
+
+    #[test]
+    fn metrics_are_exported_with_the_ferrolb_prefix() {
+        let mut registry = Registry::default();
+        let m = L2Metrics::new(&mut registry);
+        let a = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 200));
+        m.count_request(a);
+        m.count_reply(a);
+        m.count_gratuitous(a);
+        m.count_malformed("arp");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "ferrolb_l2_requests_received_total{address=\"192.0.2.200\"} 1",
+            "ferrolb_l2_replies_sent_total{address=\"192.0.2.200\"} 1",
+            "ferrolb_l2_gratuitous_sent_total{address=\"192.0.2.200\"} 1",
+            "ferrolb_l2_malformed_received_total{protocol=\"arp\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        assert_eq!((m.requests_received(a), m.replies_sent(a), m.gratuitous_sent(a)), (1, 1, 1));
     }
 }
