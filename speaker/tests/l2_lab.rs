@@ -251,3 +251,37 @@ fn malformed_arp_and_ndp_are_ignored() {
     .unwrap();
     assert_eq!(ndisc6_mac(&lab, vip6()).as_deref(), Some(plan::node_mac(1).as_str()));
 }
+
+#[test]
+fn interfaces_are_followed_through_netlink_events() {
+    let lab = Lab::up(LabConfig::nodes(1)).unwrap();
+    let ns = lab.node(1);
+    ns.ip(&["link", "set", "eth0", "down"]).unwrap();
+    let node = announcer(ns);
+    node.handle.set_owned(both());
+    let status = node.handle.status();
+    let interfaces = |want: &'static [&'static str]| {
+        let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
+        wait::until_value(
+            &format!("owned addresses answered on {want:?}"),
+            T,
+            || Ok(status.borrow().clone()),
+            move |s: &L2Status| s.addresses.len() == 2 && s.addresses.values().all(|a| a.interfaces == want),
+        )
+        .unwrap()
+    };
+    // Owned, but nothing may answer while eth0 is down.
+    let s = interfaces(&[]);
+    assert!(s.addresses.values().all(|a| !a.gratuitous_sent));
+    ns.ip(&["link", "set", "eth0", "up"]).unwrap();
+    interfaces(&["eth0"]);
+    wait_announced(&node, &[vip4(), vip6()]);
+    // eth0 becomes a bridge port: the bridge answers, the port no longer does.
+    ns.ip(&["link", "add", "br9", "type", "bridge"]).unwrap();
+    ns.ip(&["link", "set", "br9", "up"]).unwrap();
+    ns.ip(&["link", "set", "eth0", "master", "br9"]).unwrap();
+    interfaces(&["br9"]);
+    ns.ip(&["link", "set", "eth0", "nomaster"]).unwrap();
+    ns.ip(&["link", "del", "br9"]).unwrap();
+    interfaces(&["eth0"]);
+}
