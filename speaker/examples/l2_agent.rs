@@ -86,6 +86,10 @@ async fn main() -> anyhow::Result<()> {
         None => None,
     };
     let mut live = membership.as_ref().map(|m| m.live());
+    if let Some(m) = &membership {
+        // Elect only from a settled view: before joining, a node sees only itself.
+        let _ = m.settled().wait_for(|s| *s).await;
+    }
 
     let all: Owned = args.vips.iter().map(|v| (*v, InterfaceChoice::Auto)).collect();
     let mut static_own = args.own;

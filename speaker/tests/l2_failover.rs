@@ -45,8 +45,11 @@ fn speaker(lab: &Lab, i: usize, n: usize) -> (watch::Receiver<L2Status>, NsRunti
         let membership = Membership::spawn(cfg, MembershipMetrics::default()).unwrap();
         let status = l2.status();
         let mut live = membership.live();
+        let mut settled = membership.settled();
         tokio::spawn(async move {
             let _keep = membership;
+            // A starting node sees only itself until it joined: elect from a settled view.
+            let _ = settled.wait_for(|s| *s).await;
             loop {
                 let members: BTreeSet<String> = live.borrow_and_update().clone();
                 let owned: Owned = (election::owner(vip(), members.iter().map(String::as_str))

@@ -41,8 +41,13 @@ async fn members_join_crash_leave_and_ignore_a_wrong_key() {
     let (b, _) = start("b", addrs[1], &seeds, KEY);
     let (c, _) = start("c", addrs[2], &seeds, KEY);
     let (mut la, mut lb) = (a.live(), b.live());
+    assert!(!*a.settled().borrow(), "not settled before joining");
     wait_live(&mut la, &["a", "b", "c"]).await;
     wait_live(&mut lb, &["a", "b", "c"]).await;
+    for h in [&a, &b, &c] {
+        let ok = tokio::time::timeout(Duration::from_secs(5), h.settled().wait_for(|s| *s)).await.is_ok();
+        assert!(ok, "joined members are settled");
+    }
 
     // An intruder with the wrong key, seeded with everyone: nothing changes, drops counted.
     let (x, _) = start("x", addrs[3], &seeds, "a-wrong-key-that-is-long-enough-000");
@@ -51,6 +56,7 @@ async fn members_join_crash_leave_and_ignore_a_wrong_key() {
     assert_eq!(*la.borrow(), BTreeSet::from(["a".into(), "b".into(), "c".into()]));
     assert_eq!(*lx.borrow_and_update(), BTreeSet::from(["x".to_string()]));
     assert!(ma.dropped(DropReason::Unauthenticated) > 0, "the intruder's packets must be counted");
+    assert!(*x.settled().borrow(), "a node nobody answers settles alone after join_timeout");
     x.abort();
 
     // Graceful leave: dropped at once (no suspicion timeout).

@@ -87,6 +87,9 @@ pub struct Timings {
     pub gossip_interval: Duration,
     /// How often seeds not seen live (and down members) are announced to.
     pub rejoin_interval: Duration,
+    /// How long a starting node waits to join before it takes its lone view as
+    /// settled (see [`MembershipHandle::settled`]).
+    pub join_timeout: Duration,
 }
 
 impl Default for Timings {
@@ -97,6 +100,7 @@ impl Default for Timings {
             suspect_to_down_after: Duration::from_millis(250),
             gossip_interval: Duration::from_millis(100),
             rejoin_interval: Duration::from_secs(1),
+            join_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -232,7 +236,9 @@ impl Membership {
         let foca = Foca::new(me, config, rng, PostcardCodec);
         let (live_tx, live_rx) = watch::channel(BTreeSet::from([cfg.name.clone()]));
         let (cmd_tx, cmd_rx) = mpsc::channel(4);
-        let seeds = cfg.seeds.into_iter().filter(|s| s.name != cfg.name).collect();
+        let seeds: Vec<Seed> = cfg.seeds.into_iter().filter(|s| s.name != cfg.name).collect();
+        let (settled_tx, settled_rx) = watch::channel(seeds.is_empty());
+        let join_deadline = Instant::now() + cfg.timings.join_timeout;
         let driver = Driver {
             foca,
             runtime: foca::AccumulatingRuntime::new(),
@@ -244,11 +250,13 @@ impl Membership {
             rejoin_interval: cfg.timings.rejoin_interval,
             name: cfg.name,
             live: live_tx,
+            settled: settled_tx,
+            join_deadline,
             metrics,
         };
         metrics_size(&driver);
         let task = tokio::spawn(driver.run(cmd_rx));
-        Ok(MembershipHandle { live: live_rx, cmd: cmd_tx, task })
+        Ok(MembershipHandle { live: live_rx, settled: settled_rx, cmd: cmd_tx, task })
     }
 }
 
@@ -260,6 +268,7 @@ fn metrics_size(d: &Driver) {
 #[derive(Debug)]
 pub struct MembershipHandle {
     live: watch::Receiver<BTreeSet<String>>,
+    settled: watch::Receiver<bool>,
     cmd: mpsc::Sender<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -268,6 +277,13 @@ impl MembershipHandle {
     /// Names of the live members, this node included; updated on every change.
     pub fn live(&self) -> watch::Receiver<BTreeSet<String>> {
         self.live.clone()
+    }
+
+    /// True once this node joined the cluster, or waited `join_timeout` with no seed
+    /// answering (the first node up). Elect owners only from a settled view: before it,
+    /// a starting node sees only itself and would claim every address for a moment.
+    pub fn settled(&self) -> watch::Receiver<bool> {
+        self.settled.clone()
     }
 
     /// Announces that this node leaves (peers drop it at once) and stops.
@@ -298,6 +314,8 @@ struct Driver {
     rejoin_interval: Duration,
     name: String,
     live: watch::Sender<BTreeSet<String>>,
+    settled: watch::Sender<bool>,
+    join_deadline: Instant,
     metrics: MembershipMetrics,
 }
 
@@ -309,6 +327,7 @@ impl Driver {
         rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next_timer = self.timers.keys().next().map(|(t, _)| *t);
+            let join_wait = (!*self.settled.borrow()).then_some(self.join_deadline);
             tokio::select! {
                 r = self.socket.recv_from(&mut buf) => match r {
                     Ok((n, _from)) => {
@@ -319,6 +338,10 @@ impl Driver {
                 },
                 _ = sleep_until(next_timer), if next_timer.is_some() => self.fire_timers().await,
                 _ = rejoin.tick() => self.announce_to_seeds().await,
+                _ = sleep_until(join_wait), if join_wait.is_some() => {
+                    tracing::info!(node = %self.name, "membership: no seed answered in time; settled alone");
+                    self.settled.send_replace(true);
+                }
                 cmd = cmds.recv() => {
                     let res = self.foca.leave_cluster(&mut self.runtime);
                     if let Err(e) = res {
@@ -403,8 +426,11 @@ impl Driver {
                 OwnedNotification::MemberUp(_)
                 | OwnedNotification::MemberDown(_)
                 | OwnedNotification::Rename(..)
-                | OwnedNotification::Idle
-                | OwnedNotification::Active => changed = true,
+                | OwnedNotification::Idle => changed = true,
+                OwnedNotification::Active => {
+                    changed = true;
+                    self.settled.send_replace(true);
+                }
                 OwnedNotification::Rejoin(id) => {
                     tracing::info!(node = %self.name, bump = id.bump, "membership: declared down, rejoined");
                     changed = true;
@@ -418,6 +444,8 @@ impl Driver {
         if changed {
             let mut live: BTreeSet<String> = self.foca.iter_members().map(|m| m.id().name.clone()).collect();
             live.insert(self.name.clone());
+            // The gauge first: whoever sees the new live set sees the matching size.
+            self.metrics.size.set(i64::try_from(live.len()).unwrap_or(i64::MAX));
             self.live.send_if_modified(|cur| {
                 if *cur != live {
                     tracing::info!(node = %self.name, live = ?live, "membership changed");
@@ -427,7 +455,6 @@ impl Driver {
                     false
                 }
             });
-            metrics_size(self);
         }
     }
 }
