@@ -299,7 +299,8 @@ impl Announcer {
         }
         let (report_tx, mut report_rx) = mpsc::unbounded_channel();
         loop {
-            self.reconcile(&desired.borrow_and_update(), &report_tx);
+            let want = desired.borrow_and_update().clone();
+            self.reconcile(&want, &report_tx);
             tokio::select! {
                 changed = desired.changed() => {
                     if changed.is_err() {
@@ -344,45 +345,48 @@ impl Announcer {
 
     fn reconcile(&mut self, desired: &Owned, report_tx: &mpsc::UnboundedSender<Report>) {
         let mut per_link: BTreeMap<u32, BTreeSet<IpAddr>> = BTreeMap::new();
-        let mut status = L2Status::default();
         for (addr, choice) in desired {
-            let st = status.addresses.entry(*addr).or_default();
             for l in self.table.interfaces_for(*addr, choice, self.allowed.as_ref()) {
                 per_link.entry(l.index).or_default().insert(*addr);
-                st.interfaces.insert(l.name.clone());
             }
         }
-        // Responders of links that are gone, changed or have nothing to answer for stop.
+        // Responders of links that are gone, renamed, re-addressed or idle stop.
+        let table = &self.table;
         self.workers.retain(|index, w| {
-            let same = self
-                .table
-                .get(*index)
-                .is_some_and(|l| Some(l.mac.unwrap_or_default()) == Some(w.mac) && l.name == w.name);
+            let same = table.get(*index).is_some_and(|l| l.mac == Some(w.mac) && l.name == w.name);
             same && per_link.contains_key(index)
         });
+        let mut status =
+            L2Status { addresses: desired.keys().map(|a| (*a, AddressStatus::default())).collect() };
         for (index, owned) in per_link {
-            if let Some(w) = self.workers.get(&index) {
-                w.owned.send_if_modified(|cur| {
-                    let changed = *cur != owned;
-                    *cur = owned.clone();
-                    changed
-                });
-                continue;
-            }
-            let Some(link) = self.table.get(index) else { continue };
-            match responder::Worker::spawn(
-                link,
-                owned,
-                self.takeover.clone(),
-                self.metrics.clone(),
-                report_tx.clone(),
-            ) {
-                Ok(w) => {
-                    tracing::info!(interface = %link.name, "L2 responder started");
-                    self.workers.insert(index, w);
+            if !self.workers.contains_key(&index) {
+                let Some(link) = self.table.get(index) else { continue };
+                match responder::Worker::spawn(
+                    link,
+                    owned.clone(),
+                    self.takeover.clone(),
+                    self.metrics.clone(),
+                    report_tx.clone(),
+                ) {
+                    Ok(w) => {
+                        tracing::info!(interface = %link.name, "L2 responder started");
+                        self.workers.insert(index, w);
+                    }
+                    Err(e) => {
+                        tracing::error!(interface = %link.name, error = %e, "L2 responder cannot open its sockets");
+                        continue;
+                    }
                 }
-                Err(e) => {
-                    tracing::error!(interface = %link.name, error = %e, "L2 responder cannot open its sockets")
+            }
+            let Some(w) = self.workers.get(&index) else { continue };
+            w.owned.send_if_modified(|cur| {
+                let changed = *cur != owned;
+                *cur = owned.clone();
+                changed
+            });
+            for a in &owned {
+                if let Some(st) = status.addresses.get_mut(a) {
+                    st.interfaces.insert(w.name.clone());
                 }
             }
         }
