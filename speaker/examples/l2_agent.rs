@@ -59,6 +59,9 @@ struct Args {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
     let mut registry = Registry::default();
     let l2_metrics = L2Metrics::new(&mut registry);
     let mem_metrics = MembershipMetrics::new(&mut registry);
