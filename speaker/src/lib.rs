@@ -3,3 +3,5 @@
 pub mod bfd;
 pub mod bgp;
 pub mod election;
+pub mod l2;
+pub mod membership;

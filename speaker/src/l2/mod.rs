@@ -1,0 +1,454 @@
+//! L2 announcements: this node answers ARP (IPv4) and NDP (IPv6) for the service
+//! addresses it owns, and announces a takeover with gratuitous ARP / unsolicited NA.
+//!
+//! * [`arp`] and [`ndp`] are sans-IO codecs; [`links`] is the interface table fed by
+//!   rtnetlink events with the allowed-interface policy; [`socket`] holds the two
+//!   sockets of an interface.
+//! * [`L2Announcer::spawn`] starts one task that owns the interface table and one
+//!   responder task per interface that currently answers for something. The speaker's
+//!   event loop drives it through [`L2Handle::set_owned`] with the whole desired set.
+//!
+//! Takeover burst: a newly owned address is announced at 0, 250 ms, 1 s, 2 s and 4 s
+//! after it became owned ([`DEFAULT_TAKEOVER`]): the first at once so clients switch
+//! within a millisecond of receiving it, the second soon after in case the first was
+//! lost, the later ones spread over the few seconds a client may spend re-resolving.
+//! Losing an address stops both answers and pending announcements at once.
+//!
+//! The kernel never answers for a service address: kube-proxy puts them on `lo` or
+//! `kube-ipvs0` with `arp_ignore`/`arp_announce` (strictARP) set, see `README-l2.md`.
+
+pub mod arp;
+pub mod links;
+pub mod ndp;
+mod responder;
+pub mod socket;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use netlink_packet_core::NetlinkPayload;
+use netlink_sys::AsyncSocket;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use rtnetlink::constants::{RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR, RTMGRP_LINK};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+pub use links::{InterfaceChoice, Link, LinkTable};
+
+/// When a newly owned address is announced, counted from the moment it became owned.
+pub const DEFAULT_TAKEOVER: [Duration; 5] = [
+    Duration::ZERO,
+    Duration::from_millis(250),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
+
+/// Configuration of the announcer.
+#[derive(Debug, Clone)]
+pub struct L2Config {
+    /// Interfaces allowed to answer; None: up, non-loopback, ARP-capable links that are
+    /// not a bridge or bond port.
+    pub allowed_interfaces: Option<BTreeSet<String>>,
+    /// Offsets of the takeover announcements (empty: none).
+    pub takeover: Vec<Duration>,
+}
+
+impl Default for L2Config {
+    fn default() -> Self {
+        L2Config { allowed_interfaces: None, takeover: DEFAULT_TAKEOVER.to_vec() }
+    }
+}
+
+/// What the announcer does for one owned address.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AddressStatus {
+    /// Interfaces answering for it (empty: owned, but no interface fits).
+    pub interfaces: BTreeSet<String>,
+    /// The first takeover announcement went out since it became owned.
+    pub gratuitous_sent: bool,
+}
+
+/// The announcer's state, published on every change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct L2Status {
+    /// Every owned address.
+    pub addresses: BTreeMap<IpAddr, AddressStatus>,
+}
+
+/// Errors starting the announcer.
+#[derive(Debug, thiserror::Error)]
+pub enum L2Error {
+    /// The rtnetlink socket could not be opened or subscribed.
+    #[error("L2 announcer: cannot follow interfaces through rtnetlink: {0}; the speaker needs CAP_NET_ADMIN")]
+    Netlink(std::io::Error),
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AddressLabels {
+    address: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProtocolLabels {
+    protocol: String,
+}
+
+/// Counters of the L2 announcer (`ferrolb_l2_*`).
+#[derive(Clone, Debug, Default)]
+pub struct L2Metrics {
+    requests: Family<AddressLabels, Counter>,
+    replies: Family<AddressLabels, Counter>,
+    gratuitous: Family<AddressLabels, Counter>,
+    malformed: Family<ProtocolLabels, Counter>,
+    owned: Gauge,
+}
+
+impl L2Metrics {
+    /// Metrics registered in `registry`.
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = L2Metrics::default();
+        registry.register(
+            "ferrolb_l2_requests_received",
+            "ARP requests and neighbor solicitations received for an owned address",
+            m.requests.clone(),
+        );
+        registry.register(
+            "ferrolb_l2_replies_sent",
+            "ARP replies and solicited neighbor advertisements sent",
+            m.replies.clone(),
+        );
+        registry.register(
+            "ferrolb_l2_gratuitous_sent",
+            "Gratuitous ARP requests and unsolicited neighbor advertisements sent",
+            m.gratuitous.clone(),
+        );
+        registry.register(
+            "ferrolb_l2_malformed_received",
+            "ARP or NDP messages dropped as malformed",
+            m.malformed.clone(),
+        );
+        registry.register("ferrolb_l2_owned_addresses", "Addresses this node answers for", m.owned.clone());
+        m
+    }
+
+    /// Requests received for `addr`.
+    pub fn requests_received(&self, addr: IpAddr) -> u64 {
+        self.requests.get_or_create(&label(addr)).get()
+    }
+
+    /// Replies sent for `addr`.
+    pub fn replies_sent(&self, addr: IpAddr) -> u64 {
+        self.replies.get_or_create(&label(addr)).get()
+    }
+
+    /// Gratuitous announcements sent for `addr`.
+    pub fn gratuitous_sent(&self, addr: IpAddr) -> u64 {
+        self.gratuitous.get_or_create(&label(addr)).get()
+    }
+
+    /// Malformed messages dropped, `protocol` "arp" or "ndp".
+    pub fn malformed(&self, protocol: &str) -> u64 {
+        self.malformed.get_or_create(&ProtocolLabels { protocol: protocol.into() }).get()
+    }
+
+    fn count_request(&self, addr: IpAddr) {
+        self.requests.get_or_create(&label(addr)).inc();
+    }
+
+    fn count_reply(&self, addr: IpAddr) {
+        self.replies.get_or_create(&label(addr)).inc();
+    }
+
+    fn count_gratuitous(&self, addr: IpAddr) {
+        self.gratuitous.get_or_create(&label(addr)).inc();
+    }
+
+    fn count_malformed(&self, protocol: &str) {
+        self.malformed.get_or_create(&ProtocolLabels { protocol: protocol.into() }).inc();
+    }
+}
+
+fn label(addr: IpAddr) -> AddressLabels {
+    AddressLabels { address: addr.to_string() }
+}
+
+/// The desired set: every address this node owns, with where to announce it.
+pub type Owned = BTreeMap<IpAddr, InterfaceChoice>;
+
+/// Starts the L2 announcer.
+#[derive(Debug)]
+pub struct L2Announcer;
+
+impl L2Announcer {
+    /// Opens the rtnetlink subscription and starts the announcer task on the current
+    /// tokio runtime. It answers for nothing until [`L2Handle::set_owned`].
+    pub fn spawn(cfg: L2Config, metrics: L2Metrics) -> Result<L2Handle, L2Error> {
+        let (mut conn, handle, messages) = rtnetlink::new_connection().map_err(L2Error::Netlink)?;
+        let groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR;
+        conn.socket_mut()
+            .socket_mut()
+            .bind(&netlink_sys::SocketAddr::new(0, groups))
+            .map_err(L2Error::Netlink)?;
+        if let Some(problem) = strict_arp_problem(
+            &std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/arp_ignore").unwrap_or_default(),
+            &std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/arp_announce").unwrap_or_default(),
+        ) {
+            tracing::warn!("{problem}");
+        }
+        let conn_task = tokio::spawn(conn);
+        let (desired_tx, desired_rx) = watch::channel(Owned::new());
+        let (status_tx, status_rx) = watch::channel(L2Status::default());
+        let announcer = Announcer {
+            allowed: cfg.allowed_interfaces,
+            takeover: cfg.takeover.into(),
+            metrics,
+            table: LinkTable::default(),
+            workers: BTreeMap::new(),
+            announced: BTreeSet::new(),
+            status: status_tx,
+        };
+        let task = tokio::spawn(announcer.run(handle, messages, desired_rx, conn_task));
+        Ok(L2Handle { desired: desired_tx, status: status_rx, task })
+    }
+}
+
+/// Why the node's kernel may answer ARP for service addresses itself, given the
+/// `net.ipv4.conf.all.arp_ignore` / `arp_announce` sysctl texts; None when strict.
+pub fn strict_arp_problem(arp_ignore: &str, arp_announce: &str) -> Option<String> {
+    let ignore: u8 = arp_ignore.trim().parse().unwrap_or(0);
+    let announce: u8 = arp_announce.trim().parse().unwrap_or(0);
+    (ignore < 1 || announce < 2).then(|| {
+        format!(
+            "node sysctl net.ipv4.conf.all.arp_ignore={ignore} arp_announce={announce}: the kernel may answer ARP \
+             for service addresses kube-proxy put on kube-ipvs0; set kube-proxy `ipvs.strictARP: true` \
+             (arp_ignore=1, arp_announce=2)"
+        )
+    })
+}
+
+/// Drives a running announcer; dropping it stops the announcer.
+#[derive(Debug)]
+pub struct L2Handle {
+    desired: watch::Sender<Owned>,
+    status: watch::Receiver<L2Status>,
+    task: JoinHandle<()>,
+}
+
+impl L2Handle {
+    /// Replaces the whole owned set. Addresses new to the set get the takeover burst;
+    /// addresses left out are no longer answered for, at once.
+    pub fn set_owned(&self, owned: Owned) {
+        self.desired.send_replace(owned);
+    }
+
+    /// The announcer's status, updated on every change.
+    pub fn status(&self) -> watch::Receiver<L2Status> {
+        self.status.clone()
+    }
+
+    /// Stops answering for everything and ends the announcer.
+    pub async fn shutdown(self) {
+        let L2Handle { desired, task, .. } = self;
+        drop(desired);
+        let _ = task.await;
+    }
+}
+
+/// Reports from responders to the announcer.
+#[derive(Debug)]
+enum Report {
+    /// The first takeover announcement of `addr` went out.
+    Announced(IpAddr),
+}
+
+struct Announcer {
+    allowed: Option<BTreeSet<String>>,
+    takeover: Arc<[Duration]>,
+    metrics: L2Metrics,
+    table: LinkTable,
+    workers: BTreeMap<u32, responder::Worker>,
+    /// Owned addresses whose first announcement went out.
+    announced: BTreeSet<IpAddr>,
+    status: watch::Sender<L2Status>,
+}
+
+type Messages = futures::channel::mpsc::UnboundedReceiver<(
+    netlink_packet_core::NetlinkMessage<netlink_packet_route::RouteNetlinkMessage>,
+    netlink_sys::SocketAddr,
+)>;
+
+impl Announcer {
+    async fn run(
+        mut self,
+        handle: rtnetlink::Handle,
+        mut messages: Messages,
+        mut desired: watch::Receiver<Owned>,
+        conn_task: JoinHandle<()>,
+    ) {
+        // Subscribed before dumping: an event racing the dump is applied after it.
+        if let Err(e) = self.dump(&handle).await {
+            tracing::error!(error = %e, "L2 announcer: cannot list interfaces; answering on none");
+        }
+        let (report_tx, mut report_rx) = mpsc::unbounded_channel();
+        loop {
+            let want = desired.borrow_and_update().clone();
+            self.reconcile(&want, &report_tx);
+            tokio::select! {
+                changed = desired.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+                msg = messages.next() => match msg {
+                    Some((msg, _)) => {
+                        if let NetlinkPayload::InnerMessage(inner) = msg.payload {
+                            self.table.apply(&inner);
+                        }
+                    }
+                    None => {
+                        tracing::error!("L2 announcer: rtnetlink subscription closed; interfaces no longer followed");
+                        // Keep serving the current interfaces; wait for owned-set changes only.
+                        messages = futures::channel::mpsc::unbounded().1;
+                    }
+                },
+                Some(Report::Announced(addr)) = report_rx.recv() => {
+                    if desired.borrow().contains_key(&addr) {
+                        self.announced.insert(addr);
+                    }
+                }
+            }
+        }
+        self.workers.clear();
+        self.metrics.owned.set(0);
+        conn_task.abort();
+    }
+
+    async fn dump(&mut self, handle: &rtnetlink::Handle) -> Result<(), rtnetlink::Error> {
+        let mut links = handle.link().get().execute();
+        while let Some(l) = links.try_next().await? {
+            self.table.upsert_link(&l);
+        }
+        let mut addrs = handle.address().get().execute();
+        while let Some(a) = addrs.try_next().await? {
+            self.table.apply(&netlink_packet_route::RouteNetlinkMessage::NewAddress(a));
+        }
+        Ok(())
+    }
+
+    fn reconcile(&mut self, desired: &Owned, report_tx: &mpsc::UnboundedSender<Report>) {
+        let mut per_link: BTreeMap<u32, BTreeSet<IpAddr>> = BTreeMap::new();
+        for (addr, choice) in desired {
+            for l in self.table.interfaces_for(*addr, choice, self.allowed.as_ref()) {
+                per_link.entry(l.index).or_default().insert(*addr);
+            }
+        }
+        // Responders of links that are gone, renamed, re-addressed or idle stop.
+        let table = &self.table;
+        self.workers.retain(|index, w| {
+            let same = table.get(*index).is_some_and(|l| l.mac == Some(w.mac) && l.name == w.name);
+            same && per_link.contains_key(index)
+        });
+        let mut status =
+            L2Status { addresses: desired.keys().map(|a| (*a, AddressStatus::default())).collect() };
+        for (index, owned) in per_link {
+            if !self.workers.contains_key(&index) {
+                let Some(link) = self.table.get(index) else { continue };
+                match responder::Worker::spawn(
+                    link,
+                    owned.clone(),
+                    self.takeover.clone(),
+                    self.metrics.clone(),
+                    report_tx.clone(),
+                ) {
+                    Ok(w) => {
+                        tracing::info!(interface = %link.name, "L2 responder started");
+                        self.workers.insert(index, w);
+                    }
+                    Err(e) => {
+                        tracing::error!(interface = %link.name, error = %e, "L2 responder cannot open its sockets");
+                        continue;
+                    }
+                }
+            }
+            let Some(w) = self.workers.get(&index) else { continue };
+            w.owned.send_if_modified(|cur| {
+                let changed = *cur != owned;
+                *cur = owned.clone();
+                changed
+            });
+            for a in &owned {
+                if let Some(st) = status.addresses.get_mut(a) {
+                    st.interfaces.insert(w.name.clone());
+                }
+            }
+        }
+        self.announced.retain(|a| desired.contains_key(a));
+        if self.takeover.is_empty() {
+            self.announced.extend(desired.keys().copied());
+        }
+        for (addr, st) in status.addresses.iter_mut() {
+            st.gratuitous_sent = self.announced.contains(addr);
+        }
+        self.metrics.owned.set(i64::try_from(desired.len()).unwrap_or(i64::MAX));
+        self.status.send_if_modified(|cur| {
+            if *cur != status {
+                for (addr, st) in &status.addresses {
+                    if cur.addresses.get(addr).map(|s| &s.interfaces) != Some(&st.interfaces) {
+                        tracing::info!(address = %addr, interfaces = ?st.interfaces, "L2: answering");
+                    }
+                }
+                for addr in cur.addresses.keys().filter(|a| !status.addresses.contains_key(a)) {
+                    tracing::info!(address = %addr, "L2: no longer owned, not answering");
+                }
+                *cur = status.clone();
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn strict_arp_is_detected() {
+        assert_eq!(strict_arp_problem("1\n", "2\n"), None);
+        let p = strict_arp_problem("0\n", "0\n").unwrap();
+        assert!(p.contains("arp_ignore=0") && p.contains("strictARP"), "{p}");
+        assert!(strict_arp_problem("1", "1").is_some());
+    }
+
+    #[test]
+    fn metrics_are_exported_with_the_ferrolb_prefix() {
+        let mut registry = Registry::default();
+        let m = L2Metrics::new(&mut registry);
+        let a = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 200));
+        m.count_request(a);
+        m.count_reply(a);
+        m.count_gratuitous(a);
+        m.count_malformed("arp");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "ferrolb_l2_requests_received_total{address=\"192.0.2.200\"} 1",
+            "ferrolb_l2_replies_sent_total{address=\"192.0.2.200\"} 1",
+            "ferrolb_l2_gratuitous_sent_total{address=\"192.0.2.200\"} 1",
+            "ferrolb_l2_malformed_received_total{protocol=\"arp\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        assert_eq!((m.requests_received(a), m.replies_sent(a), m.gratuitous_sent(a)), (1, 1, 1));
+    }
+}

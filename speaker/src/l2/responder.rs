@@ -1,0 +1,249 @@
+//! One interface's responder task: answers ARP and NS for the owned addresses and sends
+//! the takeover announcements. Its owned set arrives through a watch channel; the
+//! sockets live as long as the task.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::arp::{self, ArpPacket, BROADCAST_MAC, Mac, Operation};
+use super::links::Link;
+use super::ndp::{self, ALL_NODES, ND_HOP_LIMIT, NdMessage, TYPE_NA, TYPE_NS};
+use super::socket::{ArpSocket, NdpSocket};
+use super::{L2Metrics, Report};
+
+/// A running responder; dropping it stops the task and closes its sockets.
+pub(super) struct Worker {
+    pub(super) name: String,
+    pub(super) mac: Mac,
+    pub(super) owned: watch::Sender<BTreeSet<IpAddr>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Worker {
+    /// Opens the interface's sockets and starts answering for `owned`.
+    pub(super) fn spawn(
+        link: &Link,
+        owned: BTreeSet<IpAddr>,
+        takeover: Arc<[Duration]>,
+        metrics: L2Metrics,
+        reports: mpsc::UnboundedSender<Report>,
+    ) -> io::Result<Worker> {
+        let mac = link.mac.ok_or_else(|| io::Error::other("interface has no MAC address"))?;
+        let arp = ArpSocket::open(link.index)?;
+        let ndp = NdpSocket::open(&link.name, link.index)?;
+        let (tx, rx) = watch::channel(owned);
+        let r = Responder {
+            interface: link.name.clone(),
+            mac,
+            arp,
+            ndp,
+            takeover,
+            metrics,
+            reports,
+            owned: BTreeSet::new(),
+            groups: BTreeSet::new(),
+            bursts: BTreeMap::new(),
+        };
+        let task = tokio::spawn(r.run(rx));
+        Ok(Worker { name: link.name.clone(), mac, owned: tx, task })
+    }
+}
+
+struct Responder {
+    interface: String,
+    mac: Mac,
+    arp: ArpSocket,
+    ndp: NdpSocket,
+    takeover: Arc<[Duration]>,
+    metrics: L2Metrics,
+    reports: mpsc::UnboundedSender<Report>,
+    owned: BTreeSet<IpAddr>,
+    /// Solicited-node groups joined.
+    groups: BTreeSet<Ipv6Addr>,
+    /// Pending announcements: (due, address) → (burst start, step).
+    bursts: BTreeMap<(Instant, IpAddr), (Instant, usize)>,
+}
+
+impl Responder {
+    async fn run(mut self, mut owned: watch::Receiver<BTreeSet<IpAddr>>) {
+        let mut arp_buf = vec![0u8; 2048];
+        let mut ndp_buf = vec![0u8; 2048];
+        let initial = owned.borrow_and_update().clone();
+        self.set_owned(initial);
+        loop {
+            let next = self.bursts.keys().next().map(|(due, _)| *due);
+            tokio::select! {
+                biased;
+                changed = owned.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let new = owned.borrow_and_update().clone();
+                    self.set_owned(new);
+                }
+                _ = sleep_until(next), if next.is_some() => self.send_due().await,
+                r = self.arp.recv(&mut arp_buf) => match r {
+                    Ok(n) => self.on_arp(arp_buf.get(..n).unwrap_or_default()).await,
+                    Err(e) => tracing::debug!(interface = %self.interface, error = %e, "ARP receive failed"),
+                },
+                r = self.ndp.recv(&mut ndp_buf) => match r {
+                    Ok(rx) => {
+                        let msg = ndp_buf.get(..rx.len).unwrap_or_default().to_vec();
+                        self.on_ndp(&msg, rx.src, rx.hop_limit).await;
+                    }
+                    Err(e) => tracing::debug!(interface = %self.interface, error = %e, "ICMPv6 receive failed"),
+                },
+            }
+        }
+    }
+
+    fn set_owned(&mut self, new: BTreeSet<IpAddr>) {
+        let now = Instant::now();
+        if let Some(first) = self.takeover.first() {
+            for a in new.difference(&self.owned) {
+                self.bursts.insert((now + *first, *a), (now, 0));
+            }
+        }
+        self.bursts.retain(|(_, a), _| new.contains(a));
+        let groups: BTreeSet<Ipv6Addr> = new
+            .iter()
+            .filter_map(|a| match a {
+                IpAddr::V6(v6) => Some(ndp::solicited_node(*v6)),
+                IpAddr::V4(_) => None,
+            })
+            .collect();
+        for g in self.groups.difference(&groups) {
+            if let Err(e) = self.ndp.leave(*g) {
+                tracing::debug!(interface = %self.interface, group = %g, error = %e, "leaving group failed");
+            }
+        }
+        for g in groups.difference(&self.groups) {
+            if let Err(e) = self.ndp.join(*g) {
+                tracing::warn!(interface = %self.interface, group = %g, error = %e, "cannot join the solicited-node group; NS for it will not be seen");
+            }
+        }
+        self.groups = groups;
+        self.owned = new;
+    }
+
+    async fn send_due(&mut self) {
+        let now = Instant::now();
+        while let Some(entry) = self.bursts.first_entry() {
+            let (due, addr) = *entry.key();
+            if due > now {
+                break;
+            }
+            let (start, step) = entry.remove();
+            match self.announce(addr).await {
+                Ok(()) => {
+                    self.metrics.count_gratuitous(addr);
+                    if step == 0 {
+                        let _ = self.reports.send(Report::Announced(addr));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(interface = %self.interface, address = %addr, error = %e, "takeover announcement failed")
+                }
+            }
+            if let Some(off) = self.takeover.get(step + 1) {
+                self.bursts.insert((start + *off, addr), (start, step + 1));
+            }
+        }
+    }
+
+    async fn announce(&self, addr: IpAddr) -> io::Result<()> {
+        match addr {
+            IpAddr::V4(ip) => {
+                let frame = arp::encode_frame(BROADCAST_MAC, self.mac, &ArpPacket::gratuitous(self.mac, ip));
+                self.arp.send(&frame).await.map(|_| ())
+            }
+            IpAddr::V6(ip) => {
+                let na = ndp::advertisement(ip, self.mac, false).to_bytes();
+                self.ndp.send(ip, ALL_NODES, &na).await.map(|_| ())
+            }
+        }
+    }
+
+    async fn on_arp(&self, frame: &[u8]) {
+        let (eth, req) = match arp::decode_frame(frame) {
+            Ok(x) => x,
+            Err(e) => {
+                self.metrics.count_malformed("arp");
+                tracing::trace!(interface = %self.interface, error = %e, "dropped ARP frame");
+                return;
+            }
+        };
+        // Our own frames loop back to packet sockets; announcements need no answer.
+        if eth.src == self.mac || req.operation != Operation::Request || req.is_gratuitous() {
+            return;
+        }
+        let target = IpAddr::V4(req.target_ip);
+        if !self.owned.contains(&target) {
+            return;
+        }
+        self.metrics.count_request(target);
+        let reply = arp::encode_frame(eth.src, self.mac, &req.reply(self.mac));
+        match self.arp.send(&reply).await {
+            Ok(_) => self.metrics.count_reply(target),
+            Err(e) => tracing::debug!(interface = %self.interface, error = %e, "ARP reply failed"),
+        }
+    }
+
+    async fn on_ndp(&self, msg: &[u8], src: Ipv6Addr, hop_limit: Option<i32>) {
+        let kind = msg.first().copied();
+        if kind != Some(TYPE_NS) && kind != Some(TYPE_NA) {
+            return; // other ICMPv6 (echo, RA, MLD) reaches raw sockets too
+        }
+        // RFC 4861 §7.1.1: a hop limit other than 255 means it crossed a router.
+        if hop_limit != Some(i32::from(ND_HOP_LIMIT)) {
+            self.metrics.count_malformed("ndp");
+            return;
+        }
+        let ns = match NdMessage::decode(&mut &msg[..]) {
+            Ok(NdMessage::Solicitation(ns)) => ns,
+            Ok(NdMessage::Advertisement(_)) => return,
+            Err(e) => {
+                self.metrics.count_malformed("ndp");
+                tracing::trace!(interface = %self.interface, error = %e, "dropped NDP message");
+                return;
+            }
+        };
+        let target = IpAddr::V6(ns.target);
+        if !self.owned.contains(&target) {
+            return;
+        }
+        // RFC 4861 §7.1.1: DAD probes (from ::) carry no source link-layer option.
+        if src.is_unspecified() && ns.source_mac().is_some() {
+            self.metrics.count_malformed("ndp");
+            return;
+        }
+        self.metrics.count_request(target);
+        // §7.2.4: answer a DAD probe to all-nodes, unsolicited; otherwise unicast, solicited.
+        let (dst, solicited) = if src.is_unspecified() { (ALL_NODES, false) } else { (src, true) };
+        let na = ndp::advertisement(ns.target, self.mac, solicited).to_bytes();
+        match self.ndp.send(ns.target, dst, &na).await {
+            Ok(_) => self.metrics.count_reply(target),
+            Err(e) => tracing::debug!(interface = %self.interface, error = %e, "NA failed"),
+        }
+    }
+}
+
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}

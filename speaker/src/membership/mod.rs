@@ -1,0 +1,474 @@
+//! SWIM membership between speakers: who is alive, so every speaker elects the same
+//! L2 owner from the same live set.
+//!
+//! [`foca`] is the sans-IO SWIM core (with suspicion, indirect probes, periodic gossip
+//! and announce-to-down extensions); [`auth`] seals every datagram with HMAC-SHA256
+//! under the shared key and drops unauthenticated, replayed and stale ones. The task
+//! started by [`Membership::spawn`] owns the UDP socket and the timers and publishes
+//! the live set on a watch channel.
+//!
+//! Identities carry the node name, its address and a start-time incarnation; a member
+//! that was declared down (a partition) renews its identity and rejoins by itself, and
+//! every `rejoin_interval` each node announces itself to seeds it does not see live.
+
+pub mod auth;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::num::{NonZeroU8, NonZeroUsize};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ferrolb_api::MembershipKey;
+use foca::{Config, Foca, OwnedNotification, PeriodicParams, PostcardCodec, Timer};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use auth::{DropReason, Sealer};
+
+/// The speakers' membership port (API.md).
+pub const DEFAULT_PORT: u16 = 7946;
+
+/// A member's identity on the wire: node name, where it listens, and an incarnation
+/// that grows with every restart or rejoin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberId {
+    /// Node name (unique in the cluster).
+    pub name: String,
+    /// Where it receives membership datagrams.
+    pub addr: SocketAddr,
+    /// Start time in ms, bumped on every rejoin: the newest identity of a name wins.
+    pub bump: u64,
+}
+
+impl foca::Identity for MemberId {
+    type Addr = String;
+
+    fn renew(&self) -> Option<Self> {
+        Some(MemberId { bump: self.bump.wrapping_add(1), ..self.clone() })
+    }
+
+    fn addr(&self) -> String {
+        self.name.clone()
+    }
+
+    fn win_addr_conflict(&self, adversary: &Self) -> bool {
+        self.bump > adversary.bump
+    }
+}
+
+/// A member to contact at start: (name, address), from the Nodes' InternalIPs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seed {
+    /// Node name.
+    pub name: String,
+    /// Membership address (InternalIP:7946).
+    pub addr: SocketAddr,
+}
+
+/// SWIM timings; the defaults detect a dead member on a LAN in well under a second.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timings {
+    /// How often a member is probed.
+    pub probe_period: Duration,
+    /// How long to wait for a direct ack before asking others to probe.
+    pub probe_rtt: Duration,
+    /// How long a suspect stays suspect before it is declared down.
+    pub suspect_to_down_after: Duration,
+    /// How often updates are gossiped besides probes.
+    pub gossip_interval: Duration,
+    /// How often seeds not seen live (and down members) are announced to.
+    pub rejoin_interval: Duration,
+    /// How long a starting node waits to join before it takes its lone view as
+    /// settled (see [`MembershipHandle::settled`]).
+    pub join_timeout: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            probe_period: Duration::from_millis(100),
+            probe_rtt: Duration::from_millis(50),
+            suspect_to_down_after: Duration::from_millis(250),
+            gossip_interval: Duration::from_millis(100),
+            rejoin_interval: Duration::from_secs(1),
+            join_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Configuration of a membership instance.
+#[derive(Debug, Clone)]
+pub struct MembershipConfig {
+    /// This node's name.
+    pub name: String,
+    /// Where to bind the UDP socket (`--membership-bind`, default 0.0.0.0:7946).
+    pub bind: SocketAddr,
+    /// The address peers reach this node at (its InternalIP and the port).
+    pub advertise: SocketAddr,
+    /// Members to contact; this node's own entry is skipped.
+    pub seeds: Vec<Seed>,
+    /// The shared key.
+    pub key: MembershipKey,
+    /// SWIM timings.
+    pub timings: Timings,
+}
+
+impl MembershipConfig {
+    /// A configuration with default bind (0.0.0.0:7946) and timings.
+    pub fn new(name: &str, advertise: SocketAddr, seeds: Vec<Seed>, key: MembershipKey) -> Self {
+        MembershipConfig {
+            name: name.into(),
+            bind: SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), advertise.port()),
+            advertise,
+            seeds,
+            key,
+            timings: Timings::default(),
+        }
+    }
+
+    fn foca_config(&self) -> Result<Config, MembershipError> {
+        let t = &self.timings;
+        if t.probe_rtt.is_zero() || t.probe_rtt >= t.probe_period || t.suspect_to_down_after.is_zero() {
+            return Err(MembershipError::Timings(
+                "probe_rtt must be non-zero and shorter than probe_period; suspect_to_down_after non-zero"
+                    .into(),
+            ));
+        }
+        let n = |v: usize| NonZeroUsize::new(v).unwrap_or(NonZeroUsize::MIN);
+        Ok(Config {
+            probe_period: t.probe_period,
+            probe_rtt: t.probe_rtt,
+            num_indirect_probes: n(3),
+            max_transmissions: NonZeroU8::new(6).unwrap_or(NonZeroU8::MIN),
+            suspect_to_down_after: t.suspect_to_down_after,
+            remove_down_after: Some(Duration::from_secs(3600)),
+            max_packet_size: n(1400),
+            notify_down_members: true,
+            periodic_announce: Some(PeriodicParams { frequency: t.rejoin_interval * 10, num_members: n(1) }),
+            periodic_announce_to_down_members: Some(PeriodicParams {
+                frequency: t.rejoin_interval,
+                num_members: n(2),
+            }),
+            periodic_gossip: Some(PeriodicParams { frequency: t.gossip_interval, num_members: n(2) }),
+        })
+    }
+}
+
+/// Errors starting membership.
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    /// The UDP socket could not be bound.
+    #[error("membership: cannot bind UDP {addr}: {source}; pick a free --membership-bind address")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    /// Timings that SWIM cannot run with.
+    #[error("membership timings: {0}")]
+    Timings(String),
+    /// The key could not be used (never shows the key).
+    #[error("membership key unusable for HMAC-SHA256")]
+    Key,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+/// Membership metrics (`ferrolb_membership_*`).
+#[derive(Clone, Debug, Default)]
+pub struct MembershipMetrics {
+    size: Gauge,
+    dropped: Family<ReasonLabels, Counter>,
+}
+
+impl MembershipMetrics {
+    /// Metrics registered in `registry`.
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = MembershipMetrics::default();
+        registry.register("ferrolb_membership_members", "Live members, this node included", m.size.clone());
+        registry.register(
+            "ferrolb_membership_dropped_packets",
+            "Membership datagrams dropped, by reason",
+            m.dropped.clone(),
+        );
+        m
+    }
+
+    /// Datagrams dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.dropped.get_or_create(&ReasonLabels { reason: reason.as_str().into() }).get()
+    }
+
+    /// Current live-set size.
+    pub fn size(&self) -> i64 {
+        self.size.get()
+    }
+}
+
+/// Starts membership.
+#[derive(Debug)]
+pub struct Membership;
+
+impl Membership {
+    /// Binds the socket (in the calling thread's network namespace) and starts the
+    /// membership task on the current tokio runtime.
+    pub fn spawn(
+        cfg: MembershipConfig,
+        metrics: MembershipMetrics,
+    ) -> Result<MembershipHandle, MembershipError> {
+        let std_sock = std::net::UdpSocket::bind(cfg.bind)
+            .and_then(|s| s.set_nonblocking(true).map(|()| s))
+            .map_err(|source| MembershipError::Bind { addr: cfg.bind, source })?;
+        let socket = UdpSocket::from_std(std_sock)
+            .map_err(|source| MembershipError::Bind { addr: cfg.bind, source })?;
+        let config = cfg.foca_config()?;
+        let sealer = Sealer::new(cfg.key.expose(), rand::random()).map_err(|_| MembershipError::Key)?;
+        let me = MemberId { name: cfg.name.clone(), addr: cfg.advertise, bump: unix_ms() };
+        let rng: StdRng = rand::make_rng();
+        let foca = Foca::new(me, config, rng, PostcardCodec);
+        let (live_tx, live_rx) = watch::channel(BTreeSet::from([cfg.name.clone()]));
+        let (cmd_tx, cmd_rx) = mpsc::channel(4);
+        let seeds: Vec<Seed> = cfg.seeds.into_iter().filter(|s| s.name != cfg.name).collect();
+        let (settled_tx, settled_rx) = watch::channel(seeds.is_empty());
+        let join_deadline = Instant::now() + cfg.timings.join_timeout;
+        let driver = Driver {
+            foca,
+            runtime: foca::AccumulatingRuntime::new(),
+            timers: BTreeMap::new(),
+            timer_seq: 0,
+            sealer,
+            socket,
+            seeds,
+            rejoin_interval: cfg.timings.rejoin_interval,
+            name: cfg.name,
+            live: live_tx,
+            settled: settled_tx,
+            join_deadline,
+            metrics,
+        };
+        metrics_size(&driver);
+        let task = tokio::spawn(driver.run(cmd_rx));
+        Ok(MembershipHandle { live: live_rx, settled: settled_rx, cmd: cmd_tx, task })
+    }
+}
+
+fn metrics_size(d: &Driver) {
+    d.metrics.size.set(i64::try_from(d.live.borrow().len()).unwrap_or(i64::MAX));
+}
+
+/// Drives a running membership instance.
+#[derive(Debug)]
+pub struct MembershipHandle {
+    live: watch::Receiver<BTreeSet<String>>,
+    settled: watch::Receiver<bool>,
+    cmd: mpsc::Sender<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl MembershipHandle {
+    /// Names of the live members, this node included; updated on every change.
+    pub fn live(&self) -> watch::Receiver<BTreeSet<String>> {
+        self.live.clone()
+    }
+
+    /// True once this node joined the cluster, or waited `join_timeout` with no seed
+    /// answering (the first node up). Elect owners only from a settled view: before it,
+    /// a starting node sees only itself and would claim every address for a moment.
+    pub fn settled(&self) -> watch::Receiver<bool> {
+        self.settled.clone()
+    }
+
+    /// Announces that this node leaves (peers drop it at once) and stops.
+    pub async fn leave(self) {
+        let (tx, rx) = oneshot::channel();
+        if self.cmd.send(tx).await.is_ok() {
+            let _ = rx.await;
+        }
+        let _ = self.task.await;
+    }
+
+    /// Stops without a word, as a crash would (peers detect it by probing).
+    pub fn abort(self) {
+        self.task.abort();
+    }
+}
+
+type Swim = Foca<MemberId, PostcardCodec, StdRng, foca::NoCustomBroadcast>;
+
+struct Driver {
+    foca: Swim,
+    runtime: foca::AccumulatingRuntime<MemberId>,
+    timers: BTreeMap<(Instant, u64), Timer<MemberId>>,
+    timer_seq: u64,
+    sealer: Sealer,
+    socket: UdpSocket,
+    seeds: Vec<Seed>,
+    rejoin_interval: Duration,
+    name: String,
+    live: watch::Sender<BTreeSet<String>>,
+    settled: watch::Sender<bool>,
+    join_deadline: Instant,
+    metrics: MembershipMetrics,
+}
+
+impl Driver {
+    async fn run(mut self, mut cmds: mpsc::Receiver<oneshot::Sender<()>>) {
+        let mut buf = vec![0u8; 2048];
+        self.announce_to_seeds().await;
+        let mut rejoin = tokio::time::interval(self.rejoin_interval);
+        rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let next_timer = self.timers.keys().next().map(|(t, _)| *t);
+            let join_wait = (!*self.settled.borrow()).then_some(self.join_deadline);
+            tokio::select! {
+                r = self.socket.recv_from(&mut buf) => match r {
+                    Ok((n, _from)) => {
+                        let datagram = buf.get(..n).unwrap_or_default().to_vec();
+                        self.on_datagram(&datagram).await;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "membership receive failed"),
+                },
+                _ = sleep_until(next_timer), if next_timer.is_some() => self.fire_timers().await,
+                _ = rejoin.tick() => self.announce_to_seeds().await,
+                _ = sleep_until(join_wait), if join_wait.is_some() => {
+                    tracing::info!(node = %self.name, "membership: no seed answered in time; settled alone");
+                    self.settled.send_replace(true);
+                }
+                cmd = cmds.recv() => {
+                    let res = self.foca.leave_cluster(&mut self.runtime);
+                    if let Err(e) = res {
+                        tracing::warn!(error = %e, "membership: leave failed");
+                    }
+                    self.flush().await;
+                    tracing::info!(node = %self.name, "membership: left the cluster");
+                    if let Some(done) = cmd {
+                        let _ = done.send(());
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn on_datagram(&mut self, datagram: &[u8]) {
+        let payload = match self.sealer.open(unix_ms(), datagram) {
+            Ok(p) => p.to_vec(),
+            Err(reason) => {
+                self.drop_packet(reason);
+                return;
+            }
+        };
+        if let Err(e) = self.foca.handle_data(&payload, &mut self.runtime) {
+            tracing::trace!(error = %e, "membership: foca rejected a datagram");
+            self.drop_packet(DropReason::Protocol);
+        }
+        self.flush().await;
+    }
+
+    fn drop_packet(&self, reason: DropReason) {
+        self.metrics.dropped.get_or_create(&ReasonLabels { reason: reason.as_str().into() }).inc();
+    }
+
+    async fn fire_timers(&mut self) {
+        let now = Instant::now();
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let timer = entry.remove();
+            if let Err(e) = self.foca.handle_timer(timer, &mut self.runtime) {
+                tracing::debug!(error = %e, "membership: timer failed");
+            }
+        }
+        self.flush().await;
+    }
+
+    async fn announce_to_seeds(&mut self) {
+        let live = self.live.borrow().clone();
+        let targets: Vec<MemberId> = self
+            .seeds
+            .iter()
+            .filter(|s| !live.contains(&s.name))
+            .map(|s| MemberId { name: s.name.clone(), addr: s.addr, bump: 0 })
+            .collect();
+        for t in targets {
+            if let Err(e) = self.foca.announce(t, &mut self.runtime) {
+                tracing::debug!(error = %e, "membership: announce failed");
+            }
+        }
+        self.flush().await;
+    }
+
+    /// Sends what foca wants sent, arms its timers, publishes membership changes.
+    async fn flush(&mut self) {
+        while let Some((to, data)) = self.runtime.to_send() {
+            let sealed = self.sealer.seal(unix_ms(), &data);
+            if let Err(e) = self.socket.send_to(&sealed, to.addr).await {
+                tracing::debug!(to = %to.addr, error = %e, "membership send failed");
+            }
+        }
+        let now = Instant::now();
+        while let Some((after, timer)) = self.runtime.to_schedule() {
+            self.timer_seq += 1;
+            self.timers.insert((now + after, self.timer_seq), timer);
+        }
+        let mut changed = false;
+        while let Some(n) = self.runtime.to_notify() {
+            match &n {
+                OwnedNotification::MemberUp(_)
+                | OwnedNotification::MemberDown(_)
+                | OwnedNotification::Rename(..)
+                | OwnedNotification::Idle => changed = true,
+                OwnedNotification::Active => {
+                    changed = true;
+                    self.settled.send_replace(true);
+                }
+                OwnedNotification::Rejoin(id) => {
+                    tracing::info!(node = %self.name, bump = id.bump, "membership: declared down, rejoined");
+                    changed = true;
+                }
+                OwnedNotification::Defunct => {
+                    tracing::warn!(node = %self.name, "membership: declared down");
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            let mut live: BTreeSet<String> = self.foca.iter_members().map(|m| m.id().name.clone()).collect();
+            live.insert(self.name.clone());
+            // The gauge first: whoever sees the new live set sees the matching size.
+            self.metrics.size.set(i64::try_from(live.len()).unwrap_or(i64::MAX));
+            self.live.send_if_modified(|cur| {
+                if *cur != live {
+                    tracing::info!(node = %self.name, live = ?live, "membership changed");
+                    *cur = live.clone();
+                    true
+                } else {
+                    false
+                }
+            });
+        }
+    }
+}
+
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
