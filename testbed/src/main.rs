@@ -61,6 +61,12 @@ enum Bench {
         #[arg(long, value_delimiter = ',', default_values_t = [1_000u32, 10_000, 100_000])]
         sizes: Vec<u32>,
     },
+    /// Static-file edit → UPDATE at an ExaBGP recorder (receive timestamp).
+    FileLatency {
+        /// Number of edits.
+        #[arg(long, default_value_t = 20)]
+        trials: usize,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -91,6 +97,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Demo => ferrolb_testbed::demo::run().context("demo failed"),
         Cmd::Bench { bench: Bench::Failover { trials } } => Ok(bench::failover::run(trials)?),
         Cmd::Bench { bench: Bench::BgpScale { sizes } } => Ok(bench::bgp_scale::run(&sizes)?),
+        Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(bench::file_latency::run(trials)?),
     }
 }
 

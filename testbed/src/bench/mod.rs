@@ -3,6 +3,7 @@
 
 pub mod bgp_scale;
 pub mod failover;
+pub mod file_latency;
 
 use std::time::Duration;
 
