@@ -115,7 +115,14 @@ fn len_i64<T>(c: impl IntoIterator<Item = T>) -> i64 {
 
 /// Joins a multi-line error into one line, so every error is one log line.
 pub fn one_line(s: &str) -> String {
-    s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
+    let mut out = String::new();
+    for l in s.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if !out.is_empty() {
+            out.push_str(if out.ends_with(':') { " " } else { "; " });
+        }
+        out.push_str(l);
+    }
+    out
 }
 
 /// One line per address whose announcement or withdrawal reason changed.
@@ -198,4 +205,13 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
     state.bgp.shutdown().await;
     tracing::info!("speaker stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn errors_become_one_line() {
+        let e = "f.yaml: invalid configuration:\n  document 1: a\n  document 2: b";
+        assert_eq!(super::one_line(e), "f.yaml: invalid configuration: document 1: a; document 2: b");
+    }
 }

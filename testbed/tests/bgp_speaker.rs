@@ -260,3 +260,24 @@ fn md5_and_graceful_restart_with_bird() {
     assert!(report.sent > 50, "{report:?}");
     assert_eq!(report.lost(), 0, "probe stream across the restart: {report:?}\n{}", lab.logs(30));
 }
+
+/// A bad static file at start: non-zero exit, one line naming file, document and field.
+#[test]
+fn invalid_static_file_at_start_exits_with_one_clear_line() {
+    let dir = std::env::temp_dir().join(format!("ferrolb-bad-static-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("static.yaml");
+    std::fs::write(&file, yaml::peer("r", 64513, 64512, plan::ROUTER_V4.into(), &["holdTime: 2s"])).unwrap();
+    let bin = ferrolb_testbed::speaker::binary("debug").unwrap();
+    let out = std::process::Command::new(bin)
+        .args(["--node-name", "node1", "--static"])
+        .arg(&file)
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("document 1: BGPPeer/r: spec.holdTime"), "{err}");
+}
