@@ -130,7 +130,10 @@ fn speaker_follows_static_file_edits_with_bird_and_recorder() {
     // Edit 1, by rename: one address added, the IPv6 one removed, communities changed.
     let vip11 = plan::bgp_vip_v4(11);
     let ad2 = ["ipAddressPools: [public]", "localPref: 300", "communities: [\"64512:200\"]"];
-    speaker.replace_file(&static_file(&[("web", vec![vip4, vip11])], peers.clone(), &ad2)).unwrap();
+    // The routers' BGPPeers change too (holdTime): their sessions are re-made.
+    let mut peers2 = router_peers(plan::NODE_ASN, plan::ROUTER_ASN, &["holdTime: 30s"]);
+    peers2.push(recorder_peer());
+    speaker.replace_file(&static_file(&[("web", vec![vip4, vip11])], peers2.clone(), &ad2)).unwrap();
     routers::wait_rib(&bird, "203.0.113.11/32", &[v4(1)], T).unwrap();
     routers::wait_rib_gone(&bird, "2001:db8:3::10/128", T).unwrap();
     let changed = recorder
@@ -153,9 +156,12 @@ fn speaker_follows_static_file_edits_with_bird_and_recorder() {
         .unwrap();
     speaker.wait_log("static file rejected, the last good content stays in force", T).unwrap();
     assert!(bird.rib().unwrap().iter().any(|p| p.prefix == "203.0.113.11/32"));
+    let logs = speaker.logs();
+    assert_eq!(logs.matches("BGPPeer changed: restarting its session").count(), 2, "{logs}");
+    routers::wait_established(&bird, &[v4(1), v6(1)], T).unwrap();
 
     // Edit 2, in place: the recorder's BGPPeer removed → Cease / Peer De-configured.
-    speaker.rewrite_file(&static_file(&[("web", vec![vip4, vip11])], peers[..2].to_vec(), &ad2)).unwrap();
+    speaker.rewrite_file(&static_file(&[("web", vec![vip4, vip11])], peers2[..2].to_vec(), &ad2)).unwrap();
     recorder
         .wait_record("Cease NOTIFICATION at the recorder", T, |r| {
             matches!(r, Record::Notification { code: 6, subcode: 3, .. })
