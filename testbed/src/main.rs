@@ -60,6 +60,9 @@ enum Bench {
         /// Table sizes to measure.
         #[arg(long, value_delimiter = ',', default_values_t = [1_000u32, 10_000, 100_000])]
         sizes: Vec<u32>,
+        /// Skip the GoBGP baseline.
+        #[arg(long)]
+        ferrolb_only: bool,
     },
     /// Static-file edit → UPDATE at an ExaBGP recorder (receive timestamp).
     FileLatency {
@@ -96,7 +99,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Status => status(),
         Cmd::Demo => ferrolb_testbed::demo::run().context("demo failed"),
         Cmd::Bench { bench: Bench::Failover { trials } } => Ok(bench::failover::run(trials)?),
-        Cmd::Bench { bench: Bench::BgpScale { sizes } } => Ok(bench::bgp_scale::run(&sizes)?),
+        Cmd::Bench { bench: Bench::BgpScale { sizes, ferrolb_only } } => {
+            let systems = if ferrolb_only {
+                bench::bgp_scale::Systems::Ferrolb
+            } else {
+                bench::bgp_scale::Systems::Both
+            };
+            Ok(bench::bgp_scale::run(&sizes, systems)?)
+        }
         Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(bench::file_latency::run(trials)?),
     }
 }
