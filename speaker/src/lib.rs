@@ -1,7 +1,15 @@
 //! ferrolb speaker: decides which addresses this node announces and announces them
 //! by BGP and/or ARP/NDP. Its protocol modules are reused by `ferrolb-bootstrap`.
+//!
+//! Data flow: [`model`] (a plain snapshot, from a static file or the API) →
+//! [`plan::plan`] (pure) → announcers ([`announce::bgp`]).
+pub mod announce;
 pub mod bfd;
 pub mod bgp;
 pub mod election;
 pub mod l2;
 pub mod membership;
+pub mod metrics;
+pub mod model;
+pub mod plan;
+pub mod speaker;

@@ -1,11 +1,99 @@
-use clap::Parser;
+//! `ferrolb-speaker`: the node agent (see speaker/README.md and API.md).
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
 
-/// ferrolb-speaker (see API.md for the full flag set).
+use clap::{Parser, ValueEnum};
+use ferrolb_speaker::metrics::Metrics;
+use ferrolb_speaker::model::DEFAULT_LB_CLASS;
+use ferrolb_speaker::speaker::{self, StaticOptions};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// ferrolb speaker: announces this node's service addresses by BGP (and ARP/NDP).
 #[derive(Parser, Debug)]
 #[command(version, about)]
-struct Args {}
+struct Args {
+    /// This node's name, as in its Node object.
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// Read Nodes, Services, EndpointSlices and ferrolb objects from this YAML stream
+    /// instead of the API; re-read whenever it changes.
+    #[arg(long = "static", value_name = "FILE", conflicts_with = "kubeconfig")]
+    static_file: Option<PathBuf>,
+    /// Kubeconfig for Kubernetes mode (default: in-cluster).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Serve /metrics, /healthz and /readyz on this address.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics_addr: Option<SocketAddr>,
+    /// Membership (SWIM) bind address; used where L2 announcements are configured.
+    #[arg(long, value_name = "ADDR:PORT")]
+    membership_bind: Option<SocketAddr>,
+    /// File holding the membership key (static mode).
+    #[arg(long, value_name = "FILE")]
+    membership_key_file: Option<PathBuf>,
+    /// loadBalancerClass served besides Services without one.
+    #[arg(long, default_value = DEFAULT_LB_CLASS)]
+    lb_class: String,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
 
-fn main() -> anyhow::Result<()> {
-    let _args = Args::parse();
-    anyhow::bail!("ferrolb-speaker is not implemented yet in this build")
+fn init_logs(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn fail(msg: &str) -> ExitCode {
+    eprintln!("ferrolb-speaker: {}", speaker::one_line(msg));
+    ExitCode::FAILURE
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logs(args.log_format);
+    let Some(file) = args.static_file.clone() else {
+        return fail(
+            "Kubernetes mode (--kubeconfig or in-cluster) is not available in this build; \
+             run with --static FILE",
+        );
+    };
+    if args.membership_bind.is_some() || args.membership_key_file.is_some() {
+        tracing::warn!(
+            "--membership-bind/--membership-key-file: membership is not available in this build; \
+             static mode treats every Ready node of the file as live"
+        );
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(r) => r,
+        Err(e) => return fail(&format!("cannot start the runtime: {e}")),
+    };
+    let opts = StaticOptions { node_name: args.node_name, file, lb_class: args.lb_class };
+    let result = runtime.block_on(async {
+        let metrics = Arc::new(Metrics::new());
+        if let Some(addr) = args.metrics_addr {
+            metrics
+                .clone()
+                .serve(addr)
+                .await
+                .map_err(|e| format!("--metrics-addr {addr}: cannot listen: {e}; pick a free address"))?;
+        }
+        speaker::run_static(opts, metrics).await.map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
 }

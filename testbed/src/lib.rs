@@ -15,6 +15,7 @@ pub mod netns;
 pub mod plan;
 pub mod process;
 pub mod routers;
+pub mod speaker;
 pub mod wait;
 
 use std::time::Duration;

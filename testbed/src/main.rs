@@ -72,6 +72,15 @@ enum Bench {
         /// Table sizes to measure.
         #[arg(long, value_delimiter = ',', default_values_t = [1_000u32, 10_000, 100_000])]
         sizes: Vec<u32>,
+        /// Skip the GoBGP baseline.
+        #[arg(long)]
+        ferrolb_only: bool,
+    },
+    /// Static-file edit → UPDATE at an ExaBGP recorder (receive timestamp).
+    FileLatency {
+        /// Number of edits.
+        #[arg(long, default_value_t = 20)]
+        trials: usize,
     },
 }
 
@@ -105,7 +114,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench { bench: Bench::Bfd { trials, interval_ms, multiplier } } => {
             Ok(bench::bfd::run(trials, std::time::Duration::from_millis(interval_ms), multiplier)?)
         }
-        Cmd::Bench { bench: Bench::BgpScale { sizes } } => Ok(bench::bgp_scale::run(&sizes)?),
+        Cmd::Bench { bench: Bench::BgpScale { sizes, ferrolb_only } } => {
+            let systems = if ferrolb_only {
+                bench::bgp_scale::Systems::Ferrolb
+            } else {
+                bench::bgp_scale::Systems::Both
+            };
+            Ok(bench::bgp_scale::run(&sizes, systems)?)
+        }
+        Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(bench::file_latency::run(trials)?),
     }
 }
 

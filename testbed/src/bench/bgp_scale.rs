@@ -9,6 +9,7 @@ use super::{ms, peak_rss};
 use crate::netns::Netns;
 use crate::process::Spawn;
 use crate::routers::{self, Bird, RouterSpec};
+use crate::speaker::{self, Speaker, yaml};
 use crate::{Error, Lab, LabConfig, mrt, plan, wait};
 
 /// What one speaker achieved for one table size.
@@ -169,16 +170,110 @@ pub fn gobgp(n: u32) -> Result<ScaleResult, Error> {
     })
 }
 
-/// Runs every speaker for every size and prints a table.
-pub fn run(sizes: &[u32]) -> Result<(), Error> {
+/// The speaker's static file: node1, Services holding `n` bulk addresses (10 000 per
+/// Service: the stream reader caps one YAML document's size), a pool, BIRD on r1 as the peer.
+pub fn ferrolb_static_file(n: u32) -> String {
+    let ips: Vec<IpAddr> = mrt::bulk_prefixes(n).map(IpAddr::V4).collect();
+    let mut objs = vec![yaml::node(1), yaml::pool("bulk", &[plan::BULK_V4])];
+    objs.extend(ips.chunks(10_000).enumerate().map(|(i, c)| yaml::service(&format!("bulk-{i}"), c)));
+    objs.extend([
+        yaml::peer(
+            "r1",
+            plan::NODE_ASN,
+            plan::ROUTER_ASN,
+            plan::ROUTER_V4.into(),
+            &["addressFamilies: [ipv4-unicast]"],
+        ),
+        yaml::bgp_advertisement("bulk", &["ipAddressPools: [bulk]"]),
+    ]);
+    yaml::stream(&objs)
+}
+
+/// `ferrolb_bgp_updates_sent_total` summed over peers, scraped inside `ns`.
+pub fn scrape_updates_sent(ns: &Netns, addr: std::net::SocketAddr) -> Result<Option<u64>, Error> {
+    let text = ns.run(move || -> std::io::Result<String> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    })??;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("ferrolb_bgp_updates_sent_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .reduce(|a, b| a + b))
+}
+
+/// ferrolb-speaker (release build if present, else debug) as the speaker: the table
+/// comes from its static file; the clock starts at Established; withdrawal is a file edit.
+pub fn ferrolb(n: u32) -> Result<ScaleResult, Error> {
+    let bin = speaker::binary("release").or_else(|_| speaker::binary("debug"))?;
+    let lab = Lab::up(LabConfig::nodes(1))?;
+    let bird = Bird::start(&lab, &RouterSpec::default())?;
+    let metrics: std::net::SocketAddr = "127.0.0.1:9473".parse().map_err(|_| Error::Parse("addr".into()))?;
+    let mut sp = Speaker::start_with(
+        &lab,
+        1,
+        &ferrolb_static_file(n),
+        &bin,
+        &["--metrics-addr", &metrics.to_string()],
+    )?;
+    let peer: IpAddr = plan::node_v4(1).into();
+    routers::wait_established(&bird, &[peer], Duration::from_secs(120))?;
+    let t0 = Instant::now();
+    let long = Duration::from_secs(600);
+    wait::until("all prefixes in BIRD's RIB", long, || {
+        Ok((bird_route_count(&bird)? >= u64::from(n)).then_some(()))
+    })?;
+    let to_rib = t0.elapsed();
+    wait::until("all prefixes in the kernel", long, || {
+        Ok((kernel_count(lab.router())? >= u64::from(n)).then_some(()))
+    })?;
+    let to_kernel = t0.elapsed();
+    let bytes = bgp_bytes_received(lab.router())?;
+    // The metrics tick once a second.
+    std::thread::sleep(Duration::from_millis(1200));
+    let updates = scrape_updates_sent(lab.node(1), metrics).ok().flatten();
+    let t1 = Instant::now();
+    sp.replace_file(&ferrolb_static_file(0))?;
+    wait::until("all prefixes withdrawn from the kernel", long, || {
+        Ok((kernel_count(lab.router())? == 0).then_some(()))
+    })?;
+    let withdraw = t1.elapsed();
+    let rss = sp.pid().and_then(peak_rss);
+    sp.kill();
+    Ok(ScaleResult {
+        system: "ferrolb".into(),
+        prefixes: n,
+        to_rib,
+        to_kernel,
+        withdraw,
+        updates,
+        bytes,
+        rss,
+    })
+}
+
+/// Which speakers to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Systems {
+    /// GoBGP and ferrolb, side by side.
+    Both,
+    /// ferrolb only.
+    Ferrolb,
+}
+
+/// Runs the speakers for every size and prints a table.
+pub fn run(sizes: &[u32], systems: Systems) -> Result<(), Error> {
     println!("bench bgp-scale: N /32s from 198.18.0.0/15, speaker on node1 → BIRD 2 on r1 (eBGP)");
-    let mut results = Vec::new();
     for &n in sizes {
-        let r = gobgp(n)?;
-        print_row(&r);
-        results.push(r);
+        if systems == Systems::Both {
+            print_row(&gobgp(n)?);
+        }
+        print_row(&ferrolb(n)?);
     }
-    println!("ferrolb: not measured yet — its BGP speaker is not wired into ferrolb-speaker in this build");
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 pub mod bfd;
 pub mod bgp_scale;
 pub mod failover;
+pub mod file_latency;
 
 use std::time::Duration;
 

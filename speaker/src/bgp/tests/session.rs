@@ -124,3 +124,68 @@ fn password_is_never_printed() {
     cfg.password = Some(p.clone());
     assert!(!format!("{p:?} {cfg:?}").contains("hunter2"));
 }
+
+/// A TCP reset of an Established session (through a proxy the test controls) ends in
+/// a reconnect after the ConnectRetry backoff, and the session comes back with its routes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_reset_of_established_session_reconnects_after_backoff() {
+    use tokio::net::{TcpListener, TcpStream};
+
+    let listener = Listener::bind(SocketAddr::new(IpAddr::V4(B_IP), 0)).expect("bind");
+    let b_port = listener.local_addr().expect("addr").port();
+    let proxy = TcpListener::bind(SocketAddr::new(IpAddr::V4(B_IP), 0)).await.expect("proxy");
+    let proxy_port = proxy.local_addr().expect("addr").port();
+
+    let mut b_peer = PeerConfig::new(65002, 65001, B_IP);
+    b_peer.passive = true;
+    let b = session::spawn(SessionConfig::new(b_peer, SocketAddr::new(IpAddr::V4(A_IP), 179)));
+    listener.add_peer(&b, None).expect("add peer");
+    let mut a_peer = PeerConfig::new(65001, 65002, A_IP);
+    a_peer.connect_retry = Duration::from_millis(800);
+    let mut a_cfg = SessionConfig::new(a_peer, SocketAddr::new(IpAddr::V4(B_IP), proxy_port));
+    a_cfg.local_addr = Some(IpAddr::V4(A_IP));
+    a_cfg.export.next_hop_v6 = Some("2001:db8::2".parse().expect("addr"));
+    let a = session::spawn(a_cfg);
+    a.set_desired(routes());
+
+    // Proxy A → B; hands the test the A-side stream of each connection to reset it.
+    let (conn_tx, mut conn_rx) = tokio::sync::mpsc::channel::<std::net::TcpStream>(4);
+    tokio::spawn(async move {
+        while let Ok((from_a, _)) = proxy.accept().await {
+            // B accepts only its peer's address: connect from A's.
+            let Ok(sock) = tokio::net::TcpSocket::new_v4() else { continue };
+            if sock.bind(SocketAddr::new(IpAddr::V4(A_IP), 0)).is_err() {
+                continue;
+            }
+            let Ok(to_b) = sock.connect(SocketAddr::new(IpAddr::V4(B_IP), b_port)).await else {
+                continue;
+            };
+            let Ok(std_a) = from_a.into_std() else { continue };
+            let Ok(keep) = std_a.try_clone() else { continue };
+            let _ = conn_tx.send(keep).await;
+            let Ok(mut from_a) = TcpStream::from_std(std_a) else { continue };
+            let mut to_b = to_b;
+            tokio::spawn(async move {
+                let _ = tokio::io::copy_bidirectional(&mut from_a, &mut to_b).await;
+            });
+        }
+    });
+
+    wait_for(&b, "B received routes", |s| s.prefixes_received == 4).await;
+    let first = conn_rx.recv().await.expect("first connection");
+    // SO_LINGER 0 + close = RST.
+    socket2::SockRef::from(&first).set_linger(Some(Duration::ZERO)).expect("linger");
+    let _ = first.shutdown(std::net::Shutdown::Both);
+    drop(first);
+    let reset_at = tokio::time::Instant::now();
+    let down = wait_for(&a, "A saw the reset", |s| s.state != State::Established).await;
+    assert!(down.last_down_reason.is_some(), "{down:?}");
+    let second = tokio::time::timeout(Duration::from_secs(10), conn_rx.recv()).await;
+    assert!(matches!(second, Ok(Some(_))), "no reconnect");
+    // Backoff: no reconnect before (most of) the ConnectRetry time.
+    assert!(reset_at.elapsed() >= Duration::from_millis(600), "reconnected after {:?}", reset_at.elapsed());
+    let up = wait_for(&a, "A re-established", |s| s.is_up() && s.established_count == 2).await;
+    assert_eq!(up.established_count, 2);
+    wait_for(&a, "routes re-sent", |s| s.prefixes_advertised == 4).await;
+    a.shutdown(2).await;
+}

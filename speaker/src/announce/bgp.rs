@@ -1,0 +1,431 @@
+//! The BGP announcer: one session per BGPPeer this node peers with, each converged to
+//! the plan's routes for that peer.
+//!
+//! Owned by the speaker's event loop (not shared): `apply` after every plan, `tick`
+//! once a second for metrics and the MD5 hint, `shutdown` on SIGTERM.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrolb_api::{AddressFamily, BgpPeerSpec};
+use tokio::time::Instant;
+
+use crate::bgp::error::subcode;
+use crate::bgp::fsm::{GracefulRestartConfig, PeerConfig, State};
+use crate::bgp::session::{self, Listener, Routes, SessionConfig, SessionHandle, SessionStatus};
+use crate::bgp::socket::Password;
+use crate::bgp::{Community, Family, LargeCommunity, PathAttributes};
+use crate::metrics::{Metrics, PeerLabel};
+use crate::model::ClusterModel;
+use crate::plan::{Announcements, RouteAttrs};
+
+/// Why a BGPPeer cannot get a session on this node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("BGPPeer/{peer}: {field}: {problem}; {fix}")]
+pub struct PeerError {
+    /// The BGPPeer.
+    pub peer: String,
+    /// The field at fault.
+    pub field: &'static str,
+    /// What is wrong.
+    pub problem: String,
+    /// How to fix it.
+    pub fix: &'static str,
+}
+
+/// Everything a session is built from; a change means a new session.
+#[derive(Debug, Clone, PartialEq)]
+struct PeerSettings {
+    spec: BgpPeerSpec,
+    password: Option<Password>,
+    router_id: Ipv4Addr,
+    next_hop_v4: Option<Ipv4Addr>,
+    next_hop_v6: Option<std::net::Ipv6Addr>,
+}
+
+struct PeerSession {
+    settings: PeerSettings,
+    handle: SessionHandle,
+    started: Instant,
+    md5_hint_logged: bool,
+    last: SessionStatus,
+}
+
+/// Builds the session config of a BGPPeer for this node.
+fn session_config(name: &str, s: &PeerSettings, restarting: bool) -> Result<SessionConfig, PeerError> {
+    let spec = &s.spec;
+    let err = |field, problem: String, fix| PeerError { peer: name.to_owned(), field, problem, fix };
+    let peer_ip: IpAddr = spec.peer_address.parse().map_err(|_| {
+        err(
+            "spec.peerAddress",
+            format!("{:?} is not an IP address", spec.peer_address),
+            "write an IPv4 or IPv6 address",
+        )
+    })?;
+    let secs = |d: Result<ferrolb_api::Duration, ferrolb_api::DurationError>, field| {
+        d.map(|d| d.0).map_err(|e| err(field, e.to_string(), "write a duration such as 90s"))
+    };
+    let hold = secs(spec.hold_time(), "spec.holdTime")?;
+    let keepalive = secs(spec.keepalive_time(), "spec.keepaliveTime")?;
+    let connect = secs(spec.connect_time(), "spec.connectTime")?;
+    let mut peer = PeerConfig::new(spec.my_asn, spec.peer_asn, s.router_id);
+    peer.hold_time = u16::try_from(hold.as_secs()).unwrap_or(u16::MAX);
+    peer.keepalive_time = Some(u16::try_from(keepalive.as_secs()).unwrap_or(u16::MAX));
+    peer.connect_retry = connect.max(Duration::from_millis(100));
+    peer.connect_retry_max = peer.connect_retry.max(Duration::from_secs(120));
+    peer.passive = spec.passive;
+    peer.families = spec
+        .address_families
+        .iter()
+        .map(|f| match f {
+            AddressFamily::Ipv4Unicast => Family::IPV4_UNICAST,
+            AddressFamily::Ipv6Unicast => Family::IPV6_UNICAST,
+        })
+        .collect();
+    if let Some(gr) = spec.graceful_restart.as_ref().filter(|g| g.enabled) {
+        let t = secs(gr.restart_time(), "spec.gracefulRestart.restartTime")?;
+        peer.graceful_restart = Some(GracefulRestartConfig {
+            restart_time: u16::try_from(t.as_secs()).unwrap_or(4095).min(4095),
+            // RFC 4724 §4.1: the first OPEN of a new process announces the restart;
+            // the FSM clears the bit once the session is up. The node keeps forwarding
+            // (the addresses live on the node, not in this process).
+            restarting,
+            forwarding_preserved: true,
+        });
+    }
+    let mut cfg = SessionConfig::new(peer, SocketAddr::new(peer_ip, spec.peer_port));
+    if let Some(src) = &spec.source_address {
+        cfg.local_addr = Some(src.parse().map_err(|_| {
+            err(
+                "spec.sourceAddress",
+                format!("{src:?} is not an IP address"),
+                "write one of this node's addresses",
+            )
+        })?);
+    }
+    cfg.ebgp_multihop = spec.ebgp_multi_hop;
+    cfg.password = s.password.clone();
+    // The connection's local address is the next hop of its own family; the other
+    // family's next hop comes from the node's addresses.
+    if peer_ip.is_ipv4() {
+        cfg.export.next_hop_v6 = s.next_hop_v6;
+    } else {
+        cfg.export.next_hop_v4 = s.next_hop_v4;
+    }
+    Ok(cfg)
+}
+
+/// Converts plan attributes to path attributes, sharing one `Arc` per distinct set.
+fn to_routes(plan_routes: &BTreeMap<ipnet::IpNet, RouteAttrs>) -> Routes {
+    let mut shared: BTreeMap<&RouteAttrs, Arc<PathAttributes>> = BTreeMap::new();
+    let mut out = Routes::new();
+    for (prefix, a) in plan_routes {
+        let attrs = shared
+            .entry(a)
+            .or_insert_with(|| {
+                Arc::new(PathAttributes {
+                    local_pref: a.local_pref,
+                    communities: a.communities.iter().map(|c| Community(*c)).collect(),
+                    large_communities: a
+                        .large_communities
+                        .iter()
+                        .map(|(g, l1, l2)| LargeCommunity { global: *g, local1: *l1, local2: *l2 })
+                        .collect(),
+                    ..PathAttributes::default()
+                })
+            })
+            .clone();
+        out.insert(*prefix, attrs);
+    }
+    out
+}
+
+/// Owns the BGP sessions of this node.
+pub struct BgpAnnouncer {
+    node: String,
+    sessions: BTreeMap<String, PeerSession>,
+    listeners: BTreeMap<u16, Option<Listener>>,
+    metrics: Arc<Metrics>,
+    /// No session of this process has come up yet: announce a restart (RFC 4724).
+    fresh_process: bool,
+}
+
+impl BgpAnnouncer {
+    /// An announcer for node `node`.
+    pub fn new(node: &str, metrics: Arc<Metrics>) -> Self {
+        Self {
+            node: node.to_owned(),
+            sessions: BTreeMap::new(),
+            listeners: BTreeMap::new(),
+            metrics,
+            fresh_process: true,
+        }
+    }
+
+    /// Number of sessions currently Established.
+    pub fn established(&self) -> usize {
+        self.sessions.values().filter(|s| s.handle.status().is_up()).count()
+    }
+
+    /// Status of the session with `peer`, if there is one.
+    pub fn status(&self, peer: &str) -> Option<SessionStatus> {
+        self.sessions.get(peer).map(|s| s.handle.status())
+    }
+
+    fn settings(
+        &self,
+        model: &ClusterModel,
+        passwords: &BTreeMap<String, Password>,
+        name: &str,
+    ) -> Result<PeerSettings, PeerError> {
+        let peer = model.peers.get(name).ok_or_else(|| PeerError {
+            peer: name.to_owned(),
+            field: "metadata.name",
+            problem: "no such BGPPeer".into(),
+            fix: "internal: the plan named a peer the model lacks",
+        })?;
+        let spec = peer.spec.clone();
+        let node_addrs = model.nodes.get(&self.node).map(|n| n.addresses.clone()).unwrap_or_default();
+        let node_v4 = node_addrs.iter().find_map(|a| match a {
+            IpAddr::V4(v4) => Some(*v4),
+            IpAddr::V6(_) => None,
+        });
+        let node_v6 = node_addrs.iter().find_map(|a| match a {
+            IpAddr::V6(v6) => Some(*v6),
+            IpAddr::V4(_) => None,
+        });
+        let src_v4 = spec.source_address.as_deref().and_then(|s| s.parse::<Ipv4Addr>().ok());
+        let router_id = match &spec.router_id {
+            Some(r) => r.parse().map_err(|_| PeerError {
+                peer: name.to_owned(),
+                field: "spec.routerID",
+                problem: format!("{r:?} is not an IPv4 address"),
+                fix: "write an IPv4 address such as 192.0.2.11",
+            })?,
+            None => node_v4.or(src_v4).ok_or_else(|| PeerError {
+                peer: name.to_owned(),
+                field: "spec.routerID",
+                problem: format!("node {} has no IPv4 InternalIP to default to", self.node),
+                fix: "set spec.routerID to an IPv4 address",
+            })?,
+        };
+        let password = if spec.password_file.is_some() { passwords.get(name).cloned() } else { None };
+        Ok(PeerSettings { spec, password, router_id, next_hop_v4: node_v4, next_hop_v6: node_v6 })
+    }
+
+    /// Converges sessions and routes to `plan`: new peers get a session, changed peers
+    /// a new one (the old one ends with Cease / Other Configuration Change), removed
+    /// peers end with Cease / Peer De-configured. Returns the peers that could not be set up.
+    pub async fn apply(
+        &mut self,
+        model: &ClusterModel,
+        passwords: &BTreeMap<String, Password>,
+        plan: &Announcements,
+    ) -> Vec<PeerError> {
+        let mut errors = Vec::new();
+        let removed: Vec<String> =
+            self.sessions.keys().filter(|n| !plan.bgp.contains_key(*n)).cloned().collect();
+        for name in removed {
+            if let Some(s) = self.sessions.remove(&name) {
+                tracing::info!(peer = %name, "BGPPeer no longer applies to this node: closing its session (Cease, peer de-configured)");
+                self.stop(&name, s, subcode::CEASE_PEER_DECONFIGURED).await;
+            }
+        }
+        for (name, routes) in &plan.bgp {
+            let settings = match self.settings(model, passwords, name) {
+                Ok(s) => s,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            if self.sessions.get(name).is_some_and(|s| s.settings != settings)
+                && let Some(s) = self.sessions.remove(name)
+            {
+                tracing::info!(peer = %name, "BGPPeer changed: restarting its session (Cease, other configuration change)");
+                self.stop(name, s, subcode::CEASE_OTHER_CONFIG_CHANGE).await;
+            }
+            if !self.sessions.contains_key(name) {
+                let cfg = match session_config(name, &settings, self.fresh_process) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        errors.push(e);
+                        continue;
+                    }
+                };
+                let handle = self.start(name, cfg);
+                let s = PeerSession {
+                    settings,
+                    handle,
+                    started: Instant::now(),
+                    md5_hint_logged: false,
+                    last: SessionStatus::default(),
+                };
+                self.sessions.insert(name.clone(), s);
+            }
+            if let Some(s) = self.sessions.get(name) {
+                s.handle.set_desired(to_routes(routes));
+            }
+        }
+        errors
+    }
+
+    fn start(&mut self, name: &str, cfg: SessionConfig) -> SessionHandle {
+        tracing::info!(
+            peer = %name,
+            address = %cfg.peer_addr,
+            local_as = cfg.peer.local_as,
+            peer_as = cfg.peer.peer_as,
+            passive = cfg.peer.passive,
+            md5 = cfg.password.is_some(),
+            graceful_restart = cfg.peer.graceful_restart.is_some(),
+            "starting BGP session"
+        );
+        let port = cfg.peer_addr.port();
+        let password = cfg.password.clone();
+        let handle = session::spawn(cfg);
+        // Passive peers and connection collisions need a listener on the peer's port.
+        let listener = self.listeners.entry(port).or_insert_with(|| {
+            match Listener::bind(SocketAddr::new(IpAddr::from([0u16; 8]), port)) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    tracing::warn!(port, error = %e, "cannot listen for BGP connections: passive peers will not connect");
+                    None
+                }
+            }
+        });
+        if let Some(l) = listener
+            && let Err(e) = l.add_peer(&handle, password.as_ref())
+        {
+            tracing::warn!(peer = %name, error = %e, "cannot accept connections from this peer");
+        }
+        handle
+    }
+
+    async fn stop(&mut self, name: &str, s: PeerSession, cease: u8) {
+        let port = s.settings.spec.peer_port;
+        if let Some(Some(l)) = self.listeners.get(&port)
+            && let Err(e) = l.remove_peer(s.handle.peer())
+        {
+            tracing::debug!(peer = %name, error = %e, "removing the peer from the listener");
+        }
+        s.handle.shutdown(cease).await;
+        self.metrics.session_up.get_or_create(&PeerLabel { peer: name.to_owned() }).set(0);
+    }
+
+    /// Updates metrics from the sessions and logs the MD5 hint for sessions that never came up.
+    pub fn tick(&mut self) {
+        for (name, s) in &mut self.sessions {
+            let st = s.handle.status();
+            let label = PeerLabel { peer: name.clone() };
+            let m = &self.metrics;
+            m.session_up.get_or_create(&label).set(i64::from(st.is_up()));
+            m.updates_sent.get_or_create(&label).inc_by(st.updates_sent.saturating_sub(s.last.updates_sent));
+            m.prefixes_sent
+                .get_or_create(&label)
+                .inc_by(st.prefixes_announced.saturating_sub(s.last.prefixes_announced));
+            m.updates_received
+                .get_or_create(&label)
+                .inc_by(st.updates_received.saturating_sub(s.last.updates_received));
+            m.prefixes_received
+                .get_or_create(&label)
+                .inc_by(st.prefixes_received.saturating_sub(s.last.prefixes_received));
+            if st.established_count > 0 {
+                self.fresh_process = false;
+            }
+            let connect = s.settings.spec.connect_time().map(|d| d.0).unwrap_or(Duration::from_secs(5));
+            let patience = (connect * 3).max(Duration::from_secs(5));
+            if s.settings.password.is_some()
+                && !s.md5_hint_logged
+                && !s.settings.spec.passive
+                && st.established_count == 0
+                && st.state != State::Established
+                && s.started.elapsed() >= patience
+            {
+                tracing::warn!(
+                    peer = %name,
+                    address = %s.settings.spec.peer_address,
+                    "no answer from {}: check the TCP MD5 password on both sides",
+                    s.settings.spec.peer_address
+                );
+                s.md5_hint_logged = true;
+            }
+            s.last = st;
+        }
+    }
+
+    /// Closes every session with Cease / Administrative Shutdown, all at once.
+    pub async fn shutdown(&mut self) {
+        let mut set = tokio::task::JoinSet::new();
+        for (name, s) in std::mem::take(&mut self.sessions) {
+            tracing::info!(peer = %name, "closing BGP session (Cease, administrative shutdown)");
+            set.spawn(async move { s.handle.shutdown(subcode::CEASE_ADMIN_SHUTDOWN).await });
+        }
+        while set.join_next().await.is_some() {}
+        self.listeners.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn settings(spec: BgpPeerSpec) -> PeerSettings {
+        PeerSettings {
+            spec,
+            password: None,
+            router_id: Ipv4Addr::new(192, 0, 2, 11),
+            next_hop_v4: Some(Ipv4Addr::new(192, 0, 2, 11)),
+            next_hop_v6: Some("2001:db8::11".parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn peer_fields_reach_the_session_config() {
+        let mut spec = BgpPeerSpec::new(64513, 64512, "192.0.2.1");
+        spec.hold_time = "9s".into();
+        spec.keepalive_time = Some("2s".into());
+        spec.connect_time = "1s".into();
+        spec.passive = true;
+        spec.ebgp_multi_hop = true;
+        spec.source_address = Some("192.0.2.11".into());
+        spec.peer_port = 1179;
+        spec.address_families = vec![AddressFamily::Ipv6Unicast];
+        spec.graceful_restart =
+            Some(ferrolb_api::GracefulRestart { enabled: true, restart_time: "30s".into() });
+        let cfg = session_config("r", &settings(spec), true).unwrap();
+        assert_eq!(cfg.peer.hold_time, 9);
+        assert_eq!(cfg.peer.keepalive_time, Some(2));
+        assert_eq!(cfg.peer.connect_retry, Duration::from_secs(1));
+        assert!(cfg.peer.passive);
+        assert!(cfg.ebgp_multihop);
+        assert_eq!(cfg.local_addr, Some("192.0.2.11".parse().unwrap()));
+        assert_eq!(cfg.peer_addr, "192.0.2.1:1179".parse().unwrap());
+        assert_eq!(cfg.peer.families, vec![Family::IPV6_UNICAST]);
+        let gr = cfg.peer.graceful_restart.unwrap();
+        assert_eq!((gr.restart_time, gr.restarting, gr.forwarding_preserved), (30, true, true));
+        // IPv4 transport: the IPv6 next hop comes from the node's address.
+        assert_eq!(cfg.export.next_hop_v6, Some("2001:db8::11".parse().unwrap()));
+    }
+
+    #[test]
+    fn bad_peer_fields_name_object_and_field() {
+        let spec = BgpPeerSpec::new(64513, 64512, "not-an-ip");
+        let e = session_config("router-a", &settings(spec), false).unwrap_err().to_string();
+        assert!(e.starts_with("BGPPeer/router-a: spec.peerAddress:"), "{e}");
+    }
+
+    #[test]
+    fn equal_attributes_share_one_allocation() {
+        let a = RouteAttrs { local_pref: Some(5), ..Default::default() };
+        let plan: BTreeMap<ipnet::IpNet, RouteAttrs> =
+            [("203.0.113.1/32".parse().unwrap(), a.clone()), ("203.0.113.2/32".parse().unwrap(), a)].into();
+        let r = to_routes(&plan);
+        let v: Vec<_> = r.values().collect();
+        assert!(Arc::ptr_eq(v[0], v[1]));
+        assert_eq!(v[0].local_pref, Some(5));
+    }
+}

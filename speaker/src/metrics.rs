@@ -1,0 +1,194 @@
+//! Speaker metrics (OpenMetrics via prometheus-client) and the tiny HTTP endpoint that
+//! serves them with `/healthz` and `/readyz`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Label set `{peer}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabel {
+    /// BGPPeer name.
+    pub peer: String,
+}
+
+/// Label set `{protocol}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProtocolLabel {
+    /// `bgp` or `l2`.
+    pub protocol: String,
+}
+
+/// Label set `{reason}` for rejected static files.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// `ok` or `rejected`.
+    pub result: String,
+}
+
+/// Every metric the speaker exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// 1 while the session with the peer is Established.
+    pub session_up: Family<PeerLabel, Gauge>,
+    /// UPDATE messages sent per peer.
+    pub updates_sent: Family<PeerLabel, Counter>,
+    /// Prefixes announced (counted per UPDATE) per peer.
+    pub prefixes_sent: Family<PeerLabel, Counter>,
+    /// UPDATE messages received per peer (their routes are dropped).
+    pub updates_received: Family<PeerLabel, Counter>,
+    /// Prefixes received per peer.
+    pub prefixes_received: Family<PeerLabel, Counter>,
+    /// Addresses this node announces, per protocol.
+    pub announced: Family<ProtocolLabel, Gauge>,
+    /// Static file loads, by result.
+    pub config_loads: Family<ResultLabel, Counter>,
+    ready: AtomicBool,
+    scrapes: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("ferrolb");
+        let session_up = Family::<PeerLabel, Gauge>::default();
+        let updates_sent = Family::<PeerLabel, Counter>::default();
+        let prefixes_sent = Family::<PeerLabel, Counter>::default();
+        let updates_received = Family::<PeerLabel, Counter>::default();
+        let prefixes_received = Family::<PeerLabel, Counter>::default();
+        let announced = Family::<ProtocolLabel, Gauge>::default();
+        let config_loads = Family::<ResultLabel, Counter>::default();
+        registry.register("bgp_session_up", "1 while the BGP session is Established", session_up.clone());
+        registry.register("bgp_updates_sent", "BGP UPDATE messages sent", updates_sent.clone());
+        registry.register("bgp_prefixes_sent", "prefixes announced in BGP UPDATEs", prefixes_sent.clone());
+        registry.register("bgp_updates_received", "BGP UPDATE messages received", updates_received.clone());
+        registry.register("bgp_prefixes_received", "prefixes received (dropped)", prefixes_received.clone());
+        registry.register("speaker_announced", "addresses this node announces", announced.clone());
+        registry.register("speaker_config_loads", "static file loads by result", config_loads.clone());
+        Self {
+            registry,
+            session_up,
+            updates_sent,
+            prefixes_sent,
+            updates_received,
+            prefixes_received,
+            announced,
+            config_loads,
+            ready: AtomicBool::new(false),
+            scrapes: AtomicU64::new(0),
+        }
+    }
+
+    /// Marks the speaker ready (first configuration applied).
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Relaxed);
+    }
+
+    /// The OpenMetrics text.
+    pub fn encode(&self) -> String {
+        self.scrapes.fetch_add(1, Ordering::Relaxed);
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until the runtime stops.
+    pub async fn serve(self: Arc<Self>, addr: SocketAddr) -> std::io::Result<()> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else { continue };
+                let m = self.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    let n = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut buf))
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .unwrap_or(0);
+                    let req = String::from_utf8_lossy(&buf[..n]);
+                    let path = req.split_whitespace().nth(1).unwrap_or("/");
+                    let (status, ctype, body) = match path {
+                        "/metrics" => (
+                            "200 OK",
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            m.encode(),
+                        ),
+                        "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
+                        "/readyz" if m.ready.load(Ordering::Relaxed) => {
+                            ("200 OK", "text/plain", "ok\n".into())
+                        }
+                        "/readyz" => {
+                            ("503 Service Unavailable", "text/plain", "no configuration applied yet\n".into())
+                        }
+                        _ => ("404 Not Found", "text/plain", "not found\n".into()),
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(head.as_bytes()).await;
+                    let _ = stream.write_all(body.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn names_carry_the_prefix_and_labels() {
+        let m = Metrics::new();
+        m.session_up.get_or_create(&PeerLabel { peer: "router-a".into() }).set(1);
+        m.announced.get_or_create(&ProtocolLabel { protocol: "bgp".into() }).set(3);
+        m.updates_sent.get_or_create(&PeerLabel { peer: "router-a".into() }).inc_by(2);
+        let text = m.encode();
+        assert!(text.contains("ferrolb_bgp_session_up{peer=\"router-a\"} 1"), "{text}");
+        assert!(text.contains("ferrolb_speaker_announced{protocol=\"bgp\"} 3"), "{text}");
+        assert!(text.contains("ferrolb_bgp_updates_sent_total{peer=\"router-a\"} 2"), "{text}");
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[tokio::test]
+    async fn http_endpoint_serves_metrics_and_readiness() {
+        let m = Arc::new(Metrics::new());
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = probe.local_addr().unwrap();
+        drop(probe);
+        m.clone().serve(addr).await.unwrap();
+        let get = |path: &'static str| async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        };
+        assert!(get("/readyz").await.starts_with("HTTP/1.1 503"));
+        m.set_ready();
+        assert!(get("/readyz").await.starts_with("HTTP/1.1 200"));
+        assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get("/metrics").await.contains("# EOF"));
+    }
+}

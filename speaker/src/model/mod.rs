@@ -1,0 +1,302 @@
+//! The ClusterModel: a plain snapshot of everything the planner looks at.
+//!
+//! Built from Kubernetes objects by the `upsert_*` / `remove_*` calls: the static-file
+//! source ([`static_file`]) feeds the whole file through them, a Kubernetes reflector
+//! feeds watch events through the same calls, so there is one code path after that.
+//! ferrolb configuration arrives as a whole [`ValidConfig`] (it is validated as a set).
+
+pub mod static_file;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use ferrolb_api::{
+    BfdProfile, BgpAdvertisement, BgpPeer, IpAddressPool, L2Advertisement, ObjectStream, StreamError,
+    ValidConfig,
+};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+/// The label that keeps a node out of every announcement.
+pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+/// The EndpointSlice label naming its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The loadBalancerClass ferrolb serves by default (besides Services with none).
+pub const DEFAULT_LB_CLASS: &str = "ferrolb.io/lb";
+
+/// `namespace/name` of a Service.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceKey {
+    /// Namespace ("default" when absent).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// `spec.externalTrafficPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrafficPolicy {
+    /// Every node forwards (kube-proxy SNATs across nodes).
+    #[default]
+    Cluster,
+    /// Only nodes with a serving endpoint may attract traffic.
+    Local,
+}
+
+/// One Service port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicePort {
+    /// Port number.
+    pub port: i32,
+    /// TCP, UDP or SCTP.
+    pub protocol: String,
+}
+
+/// Endpoints of one Service on one node, by condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EndpointCounts {
+    /// `conditions.ready` (absent counts as ready).
+    pub ready: u32,
+    /// `conditions.serving` (absent: same as ready).
+    pub serving: u32,
+    /// `conditions.terminating`.
+    pub terminating: u32,
+}
+
+/// What the planner needs of a Service.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ServiceInfo {
+    /// Labels, for serviceSelectors.
+    pub labels: BTreeMap<String, String>,
+    /// `status.loadBalancer.ingress[].ip`.
+    pub ingress: Vec<IpAddr>,
+    /// `spec.externalTrafficPolicy`.
+    pub traffic_policy: TrafficPolicy,
+    /// `spec.ports`.
+    pub ports: Vec<ServicePort>,
+}
+
+/// What the planner needs of a Node.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodeInfo {
+    /// Labels, for nodeSelectors.
+    pub labels: BTreeMap<String, String>,
+    /// Condition Ready is True.
+    pub ready: bool,
+    /// Condition NetworkUnavailable is True.
+    pub network_unavailable: bool,
+    /// Carries [`EXCLUDE_LABEL`].
+    pub excluded: bool,
+    /// InternalIP addresses.
+    pub addresses: Vec<IpAddr>,
+}
+
+/// The snapshot the planner reads.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterModel {
+    /// Services ferrolb serves.
+    pub services: BTreeMap<ServiceKey, ServiceInfo>,
+    /// Endpoints per Service, per EndpointSlice name, per node.
+    pub endpoint_slices: BTreeMap<ServiceKey, BTreeMap<String, BTreeMap<String, EndpointCounts>>>,
+    /// Nodes by name.
+    pub nodes: BTreeMap<String, NodeInfo>,
+    /// IPAddressPools by name.
+    pub pools: BTreeMap<String, IpAddressPool>,
+    /// BGPPeers by name.
+    pub peers: BTreeMap<String, BgpPeer>,
+    /// BGPAdvertisements by name.
+    pub bgp_advertisements: BTreeMap<String, BgpAdvertisement>,
+    /// L2Advertisements by name.
+    pub l2_advertisements: BTreeMap<String, L2Advertisement>,
+    /// BFDProfiles by name.
+    pub bfd_profiles: BTreeMap<String, BfdProfile>,
+    /// loadBalancerClass served besides "none".
+    pub lb_class: String,
+}
+
+fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    meta.name.clone().unwrap_or_default()
+}
+
+fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ServiceKey {
+    ServiceKey { namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()), name: name_of(meta) }
+}
+
+impl ClusterModel {
+    /// An empty model serving `lb_class` (and Services without a class).
+    pub fn new(lb_class: &str) -> Self {
+        Self { lb_class: lb_class.to_owned(), ..Self::default() }
+    }
+
+    /// Builds a model from a parsed object stream; the ferrolb objects must validate.
+    pub fn from_stream(stream: &ObjectStream, file: &str, lb_class: &str) -> Result<Self, StreamError> {
+        let config = stream.validated_config(file)?;
+        let mut m = Self::new(lb_class);
+        m.set_config(config);
+        for (_, o) in &stream.objects {
+            match o {
+                ferrolb_api::Object::Node(n) => m.upsert_node(n),
+                ferrolb_api::Object::Service(s) => m.upsert_service(s),
+                ferrolb_api::Object::EndpointSlice(e) => m.upsert_endpoint_slice(e),
+                _ => {}
+            }
+        }
+        Ok(m)
+    }
+
+    /// Replaces the ferrolb configuration with a validated set.
+    pub fn set_config(&mut self, config: ValidConfig) {
+        let c = config.into_inner();
+        let by_name = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| name_of(m);
+        self.pools = c.pools.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        self.peers = c.peers.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        self.bgp_advertisements =
+            c.bgp_advertisements.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        self.l2_advertisements = c.l2_advertisements.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        self.bfd_profiles = c.bfd_profiles.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+    }
+
+    /// Adds or replaces a Node.
+    pub fn upsert_node(&mut self, node: &Node) {
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let status = node.status.as_ref();
+        let cond = |t: &str| {
+            status
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == t))
+                .is_some_and(|c| c.status == "True")
+        };
+        let addresses = status
+            .and_then(|s| s.addresses.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|a| a.type_ == "InternalIP")
+            .filter_map(|a| a.address.parse().ok())
+            .collect();
+        let info = NodeInfo {
+            excluded: labels.contains_key(EXCLUDE_LABEL),
+            labels,
+            ready: cond("Ready"),
+            network_unavailable: cond("NetworkUnavailable"),
+            addresses,
+        };
+        self.nodes.insert(name_of(&node.metadata), info);
+    }
+
+    /// Removes a Node.
+    pub fn remove_node(&mut self, name: &str) {
+        self.nodes.remove(name);
+    }
+
+    /// Adds or replaces a Service; Services of another class or type are dropped.
+    pub fn upsert_service(&mut self, svc: &Service) {
+        let key = key_of(&svc.metadata);
+        let spec = svc.spec.as_ref();
+        let class = spec.and_then(|s| s.load_balancer_class.as_deref());
+        let is_lb = spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
+        if !is_lb || class.is_some_and(|c| c != self.lb_class) {
+            self.services.remove(&key);
+            return;
+        }
+        let ingress = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i.ip.as_deref()?.parse().ok())
+            .collect();
+        let traffic_policy = match spec.and_then(|s| s.external_traffic_policy.as_deref()) {
+            Some("Local") => TrafficPolicy::Local,
+            _ => TrafficPolicy::Cluster,
+        };
+        let ports = spec
+            .and_then(|s| s.ports.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|p| ServicePort {
+                port: p.port,
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+            })
+            .collect();
+        let labels = svc.metadata.labels.clone().unwrap_or_default();
+        self.services.insert(key, ServiceInfo { labels, ingress, traffic_policy, ports });
+    }
+
+    /// Removes a Service.
+    pub fn remove_service(&mut self, key: &ServiceKey) {
+        self.services.remove(key);
+    }
+
+    /// Adds or replaces an EndpointSlice (attributed to the Service its label names).
+    pub fn upsert_endpoint_slice(&mut self, slice: &EndpointSlice) {
+        let slice_name = name_of(&slice.metadata);
+        let Some(svc) = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) else {
+            return;
+        };
+        let key = ServiceKey {
+            namespace: slice.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+            name: svc.clone(),
+        };
+        let mut per_node: BTreeMap<String, EndpointCounts> = BTreeMap::new();
+        for ep in &slice.endpoints {
+            let Some(node) = ep.node_name.clone() else { continue };
+            let c = ep.conditions.as_ref();
+            let ready = c.and_then(|c| c.ready).unwrap_or(true);
+            let serving = c.and_then(|c| c.serving).unwrap_or(ready);
+            let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+            let e = per_node.entry(node).or_default();
+            e.ready += u32::from(ready);
+            e.serving += u32::from(serving);
+            e.terminating += u32::from(terminating);
+        }
+        self.remove_endpoint_slice(&key.namespace, &slice_name);
+        self.endpoint_slices.entry(key).or_default().insert(slice_name, per_node);
+    }
+
+    /// Removes an EndpointSlice by namespace and name.
+    pub fn remove_endpoint_slice(&mut self, namespace: &str, name: &str) {
+        for (k, slices) in &mut self.endpoint_slices {
+            if k.namespace == namespace {
+                slices.remove(name);
+            }
+        }
+        self.endpoint_slices.retain(|_, s| !s.is_empty());
+    }
+
+    /// Endpoint counts of a Service on every node, summed over its slices.
+    pub fn endpoints(&self, key: &ServiceKey) -> BTreeMap<&str, EndpointCounts> {
+        let mut out: BTreeMap<&str, EndpointCounts> = BTreeMap::new();
+        for per_node in self.endpoint_slices.get(key).into_iter().flat_map(|s| s.values()) {
+            for (node, c) in per_node {
+                let e = out.entry(node.as_str()).or_default();
+                e.ready += c.ready;
+                e.serving += c.serving;
+                e.terminating += c.terminating;
+            }
+        }
+        out
+    }
+
+    /// Nodes with an endpoint that may take new traffic: ready ones, or, when the
+    /// Service has none ready anywhere, serving (terminating) ones, so a rollout's
+    /// last pods keep their traffic until they go.
+    pub fn serving_nodes(&self, key: &ServiceKey) -> BTreeSet<String> {
+        let eps = self.endpoints(key);
+        let any_ready = eps.values().any(|c| c.ready > 0);
+        eps.into_iter()
+            .filter(|(_, c)| if any_ready { c.ready > 0 } else { c.serving > 0 })
+            .map(|(n, _)| n.to_owned())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

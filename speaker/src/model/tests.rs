@@ -1,0 +1,223 @@
+//! Model tests and the YAML fixtures the planner tests share.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+use ferrolb_api::parse_stream;
+
+/// A static file with two nodes, one LoadBalancer Service per policy, endpoints, and
+/// a BGP and an L2 setup.
+pub(crate) const FIXTURE: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: node1, labels: {rack: a}}
+status:
+  conditions: [{type: Ready, status: "True"}]
+  addresses: [{type: InternalIP, address: 192.0.2.11}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node2, labels: {rack: b}}
+status:
+  conditions: [{type: Ready, status: "True"}, {type: NetworkUnavailable, status: "False"}]
+  addresses: [{type: InternalIP, address: 192.0.2.12}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default, labels: {app: web}}
+spec:
+  type: LoadBalancer
+  ports: [{port: 80, protocol: TCP}]
+status: {loadBalancer: {ingress: [{ip: 203.0.113.10}, {ip: "2001:db8:3::10"}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: local, namespace: default}
+spec:
+  type: LoadBalancer
+  externalTrafficPolicy: Local
+  ports: [{port: 53, protocol: UDP}]
+status: {loadBalancer: {ingress: [{ip: 203.0.113.20}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: other-class, namespace: default}
+spec: {type: LoadBalancer, loadBalancerClass: example.com/other}
+status: {loadBalancer: {ingress: [{ip: 203.0.113.30}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: local-abc, namespace: default, labels: {kubernetes.io/service-name: local}}
+addressType: IPv4
+endpoints:
+- {addresses: [10.0.0.1], nodeName: node2, conditions: {ready: true}}
+- {addresses: [10.0.0.2], nodeName: node1, conditions: {ready: false, serving: true, terminating: true}}
+---
+apiVersion: ferrolb.io/v1alpha1
+kind: IPAddressPool
+metadata: {name: public}
+spec: {addresses: [203.0.113.0/24, "2001:db8:3::/120"]}
+---
+apiVersion: ferrolb.io/v1alpha1
+kind: IPAddressPool
+metadata: {name: lan}
+spec: {addresses: [192.0.2.200-192.0.2.250]}
+---
+apiVersion: ferrolb.io/v1alpha1
+kind: BGPPeer
+metadata: {name: router-a}
+spec: {myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.1}
+---
+apiVersion: ferrolb.io/v1alpha1
+kind: BGPPeer
+metadata: {name: router-ibgp}
+spec: {myASN: 64512, peerASN: 64512, peerAddress: 192.0.2.2, nodeSelectors: [{matchLabels: {rack: a}}]}
+---
+apiVersion: ferrolb.io/v1alpha1
+kind: BGPAdvertisement
+metadata: {name: public}
+spec:
+  ipAddressPools: [public]
+  localPref: 150
+  communities: ["64512:100", "large:64512:1:2"]
+---
+apiVersion: ferrolb.io/v1alpha1
+kind: L2Advertisement
+metadata: {name: lan}
+spec: {ipAddressPools: [lan], interfaces: [eth0]}
+"#;
+
+pub(crate) fn fixture_model() -> ClusterModel {
+    model_of(FIXTURE)
+}
+
+pub(crate) fn model_of(text: &str) -> ClusterModel {
+    let s = parse_stream("static.yaml", text).unwrap();
+    ClusterModel::from_stream(&s, "static.yaml", DEFAULT_LB_CLASS).unwrap()
+}
+
+fn key(name: &str) -> ServiceKey {
+    ServiceKey { namespace: "default".into(), name: name.into() }
+}
+
+#[test]
+fn static_stream_fills_every_part_of_the_model() {
+    let m = fixture_model();
+    assert_eq!(m.nodes.len(), 2);
+    let n1 = &m.nodes["node1"];
+    assert!(n1.ready && !n1.network_unavailable && !n1.excluded);
+    assert_eq!(n1.addresses, vec!["192.0.2.11".parse::<IpAddr>().unwrap()]);
+    assert_eq!(n1.labels["rack"], "a");
+    let web = &m.services[&key("web")];
+    assert_eq!(web.ingress.len(), 2);
+    assert_eq!(web.traffic_policy, TrafficPolicy::Cluster);
+    assert_eq!(web.ports, vec![ServicePort { port: 80, protocol: "TCP".into() }]);
+    assert_eq!(m.services[&key("local")].traffic_policy, TrafficPolicy::Local);
+    assert!(!m.services.contains_key(&key("other-class")), "another loadBalancerClass is not ours");
+    assert_eq!(m.pools.len(), 2);
+    assert_eq!(m.peers.len(), 2);
+    assert_eq!(m.bgp_advertisements.len(), 1);
+    assert_eq!(m.l2_advertisements.len(), 1);
+}
+
+#[test]
+fn endpoints_are_counted_per_node_and_condition() {
+    let m = fixture_model();
+    let eps = m.endpoints(&key("local"));
+    assert_eq!(eps["node2"], EndpointCounts { ready: 1, serving: 1, terminating: 0 });
+    assert_eq!(eps["node1"], EndpointCounts { ready: 0, serving: 1, terminating: 1 });
+    // A ready endpoint exists, so the terminating one takes no new traffic.
+    assert_eq!(m.serving_nodes(&key("local")), BTreeSet::from(["node2".to_string()]));
+}
+
+#[test]
+fn serving_terminating_endpoints_count_when_none_is_ready() {
+    let text = FIXTURE
+        .replace("nodeName: node2, conditions: {ready: true}", "nodeName: node2, conditions: {ready: false}");
+    let m = model_of(&text);
+    assert_eq!(m.serving_nodes(&key("local")), BTreeSet::from(["node1".to_string()]));
+}
+
+#[test]
+fn exclusion_label_and_network_unavailable_are_seen() {
+    let text = FIXTURE
+        .replace(
+            "labels: {rack: a}}",
+            "labels: {rack: a, node.kubernetes.io/exclude-from-external-load-balancers: \"\"}}",
+        )
+        .replace(
+            "{type: NetworkUnavailable, status: \"False\"}",
+            "{type: NetworkUnavailable, status: \"True\"}",
+        );
+    let m = model_of(&text);
+    assert!(m.nodes["node1"].excluded);
+    assert!(m.nodes["node2"].network_unavailable);
+}
+
+#[test]
+fn replacing_an_endpoint_slice_replaces_its_counts() {
+    let mut m = fixture_model();
+    let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "local-abc", "namespace": "default", "labels": {"kubernetes.io/service-name": "local"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.0.3"], "nodeName": "node1"}]
+    }))
+    .unwrap();
+    m.upsert_endpoint_slice(&slice);
+    assert_eq!(m.serving_nodes(&key("local")), BTreeSet::from(["node1".to_string()]));
+    m.remove_endpoint_slice("default", "local-abc");
+    assert!(m.serving_nodes(&key("local")).is_empty());
+}
+
+#[test]
+fn invalid_ferrolb_objects_reject_the_whole_file() {
+    let bad = FIXTURE.replace("peerAddress: 192.0.2.1}", "peerAddress: 192.0.2.1, holdTime: 2s}");
+    let s = parse_stream("static.yaml", &bad).unwrap();
+    let e = ClusterModel::from_stream(&s, "static.yaml", DEFAULT_LB_CLASS).unwrap_err().to_string();
+    assert!(e.contains("BGPPeer/router-a: spec.holdTime"), "{e}");
+}
+
+#[test]
+fn load_reads_password_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let pw = dir.path().join("pw");
+    let with_pw = FIXTURE.replace(
+        "peerAddress: 192.0.2.1}",
+        &format!("peerAddress: 192.0.2.1, passwordFile: {}}}", pw.display()),
+    );
+    let path = dir.path().join("static.yaml");
+    std::fs::write(&path, &with_pw).unwrap();
+    let e = static_file::load(&path, DEFAULT_LB_CLASS).unwrap_err().to_string();
+    assert!(e.contains("BGPPeer/router-a: spec.passwordFile: cannot read"), "{e}");
+    assert!(e.contains("create the file or fix the path"), "{e}");
+    std::fs::write(&pw, "s3cret\n").unwrap();
+    let l = static_file::load(&path, DEFAULT_LB_CLASS).unwrap();
+    assert_eq!(l.passwords["router-a"], crate::bgp::socket::Password::new("s3cret"));
+    assert!(!format!("{:?}", l.passwords).contains("s3cret"));
+}
+
+#[tokio::test]
+async fn directory_watch_sees_in_place_writes_and_renames() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("static.yaml");
+    std::fs::write(&path, "a").unwrap();
+    let mut rx = static_file::watch(&path).unwrap();
+    std::fs::write(&path, "b").unwrap();
+    assert_eq!(
+        tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv()).await.unwrap(),
+        Some(()),
+        "in-place write"
+    );
+    while rx.try_recv().is_ok() {}
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    while rx.try_recv().is_ok() {}
+    let tmp = dir.path().join(".static.yaml.tmp");
+    std::fs::write(&tmp, "c").unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    while rx.try_recv().is_ok() {}
+    std::fs::rename(&tmp, &path).unwrap();
+    assert_eq!(
+        tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv()).await.unwrap(),
+        Some(()),
+        "rename over the file"
+    );
+}

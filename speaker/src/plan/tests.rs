@@ -1,0 +1,176 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::needless_range_loop)]
+
+use super::*;
+use crate::model::tests::{FIXTURE, fixture_model, model_of};
+use proptest::prelude::*;
+
+fn all_live(m: &ClusterModel) -> BTreeSet<String> {
+    m.nodes.keys().cloned().collect()
+}
+
+fn net(s: &str) -> IpNet {
+    s.parse().unwrap()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn cluster_policy_announces_every_address_to_every_selected_peer() {
+    let m = fixture_model();
+    let a = plan(&m, "node1", &all_live(&m));
+    // node1 (rack a) peers with both routers; node2 only with router-a.
+    assert_eq!(a.bgp.keys().collect::<Vec<_>>(), vec!["router-a", "router-ibgp"]);
+    let ebgp = &a.bgp["router-a"];
+    assert_eq!(
+        ebgp.keys().copied().collect::<Vec<_>>(),
+        vec![net("203.0.113.10/32"), net("2001:db8:3::10/128")]
+    );
+    let attrs = &ebgp[&net("203.0.113.10/32")];
+    assert_eq!(attrs.communities, BTreeSet::from([(64512 << 16) | 100]));
+    assert_eq!(attrs.large_communities, BTreeSet::from([(64512, 1, 2)]));
+    assert_eq!(attrs.local_pref, None, "LOCAL_PREF is iBGP only");
+    assert_eq!(a.bgp["router-ibgp"][&net("203.0.113.10/32")].local_pref, Some(150));
+
+    let b = plan(&m, "node2", &all_live(&m));
+    assert_eq!(b.bgp.keys().collect::<Vec<_>>(), vec!["router-a"]);
+}
+
+#[test]
+fn local_policy_announces_only_where_an_endpoint_serves() {
+    let m = fixture_model();
+    let n1 = plan(&m, "node1", &all_live(&m));
+    let n2 = plan(&m, "node2", &all_live(&m));
+    assert!(!n1.bgp_addresses().contains(&net("203.0.113.20/32")));
+    assert!(n2.bgp_addresses().contains(&net("203.0.113.20/32")));
+    let why = &n1.withdrawn[&ip("203.0.113.20")];
+    assert!(why.contains("no serving endpoint on node node1 (externalTrafficPolicy Local)"), "{why}");
+    assert!(!n2.withdrawn.contains_key(&ip("203.0.113.20")));
+}
+
+#[test]
+fn aggregation_length_and_advertisement_peers_apply() {
+    let text = FIXTURE.replace(
+        "  ipAddressPools: [public]\n  localPref: 150",
+        "  ipAddressPools: [public]\n  peers: [router-a]\n  aggregationLength: 24\n  aggregationLengthV6: 64\n  localPref: 150",
+    );
+    let m = model_of(&text);
+    let a = plan(&m, "node1", &all_live(&m));
+    assert_eq!(
+        a.bgp["router-a"].keys().copied().collect::<Vec<_>>(),
+        vec![net("203.0.113.0/24"), net("2001:db8:3::/64")]
+    );
+    assert!(a.bgp["router-ibgp"].is_empty(), "peers: [router-a] leaves the other peer out");
+}
+
+#[test]
+fn excluded_node_announces_nothing_and_says_why() {
+    let text = FIXTURE.replace(
+        "labels: {rack: a}}",
+        "labels: {rack: a, node.kubernetes.io/exclude-from-external-load-balancers: \"\"}}",
+    );
+    let m = model_of(&text);
+    let a = plan(&m, "node1", &all_live(&m));
+    assert!(a.bgp_addresses().is_empty());
+    assert!(a.withdrawn[&ip("203.0.113.10")].contains("exclude-from-external-load-balancers"));
+}
+
+#[test]
+fn unknown_node_announces_nothing() {
+    let m = fixture_model();
+    let a = plan(&m, "node9", &all_live(&m));
+    assert!(a.bgp_addresses().is_empty());
+    assert!(a.withdrawn[&ip("203.0.113.10")].contains("node node9 is not in the model"));
+}
+
+#[test]
+fn addresses_outside_every_pool_or_advertisement_are_withdrawn_with_a_reason() {
+    let text = FIXTURE.replace("{ip: 203.0.113.10}", "{ip: 198.51.100.7}").replace(
+        "kind: L2Advertisement\nmetadata: {name: lan}\nspec: {ipAddressPools: [lan], interfaces: [eth0]}",
+        "kind: L2Advertisement\nmetadata: {name: lan}\nspec: {ipAddressPoolSelectors: [{matchLabels: {no: match}}], interfaces: [eth0]}",
+    );
+    let text = text
+        + "---\napiVersion: v1\nkind: Service\nmetadata: {name: lan-svc, namespace: default}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 192.0.2.201}]}}\n";
+    let m = model_of(&text);
+    let a = plan(&m, "node1", &all_live(&m));
+    assert!(a.withdrawn[&ip("198.51.100.7")].contains("is in no IPAddressPool"));
+    let why = &a.withdrawn[&ip("192.0.2.201")];
+    assert!(why.contains("no BGPAdvertisement or L2Advertisement selects pool lan"), "{why}");
+}
+
+const L2_SVC: &str = "---\napiVersion: v1\nkind: Service\nmetadata: {name: lan-svc, namespace: default}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 192.0.2.201}]}}\n";
+
+#[test]
+fn l2_owner_is_the_elected_live_candidate() {
+    let m = model_of(&(FIXTURE.to_string() + L2_SVC));
+    let vip = ip("192.0.2.201");
+    let live = all_live(&m);
+    let owner = election::owner(vip, ["node1", "node2"]).unwrap().to_string();
+    let other = if owner == "node1" { "node2" } else { "node1" };
+    let a = plan(&m, &owner, &live);
+    assert_eq!(a.l2.get(&vip), Some(&vec!["eth0".to_string()]));
+    let b = plan(&m, other, &live);
+    assert!(!b.l2.contains_key(&vip));
+    assert!(b.withdrawn[&vip].contains(&format!("owned by node {owner}")), "{:?}", b.withdrawn);
+    // The owner leaves membership: the other node takes over.
+    let live2: BTreeSet<String> = [other.to_string()].into();
+    assert_eq!(plan(&m, other, &live2).l2.get(&vip), Some(&vec!["eth0".to_string()]));
+}
+
+#[test]
+fn l2_skips_nodes_that_are_not_ready() {
+    let m = model_of(&(FIXTURE.to_string() + L2_SVC));
+    let vip = ip("192.0.2.201");
+    let owner = election::owner(vip, ["node1", "node2"]).unwrap().to_string();
+    let other = if owner == "node1" { "node2" } else { "node1" };
+    let mut m2 = m.clone();
+    m2.nodes.get_mut(&owner).unwrap().ready = false;
+    assert!(plan(&m2, other, &all_live(&m2)).l2.contains_key(&vip));
+    assert!(!plan(&m2, &owner, &all_live(&m2)).l2.contains_key(&vip));
+}
+
+proptest! {
+    /// Whatever the node set, liveness and endpoints: at most one node owns each L2
+    /// address, exactly one when a candidate exists; every address is either announced
+    /// or carries a reason on every node; BGP with policy Local goes only where an
+    /// endpoint serves.
+    #[test]
+    fn every_address_is_announced_or_explained_and_l2_has_one_owner(
+        ready in prop::collection::vec(any::<bool>(), 4),
+        live in prop::collection::vec(any::<bool>(), 4),
+        eps in prop::collection::vec(any::<bool>(), 4),
+        local in any::<bool>(),
+        last in 200u8..=250,
+    ) {
+        let mut m = fixture_model();
+        m.nodes.clear();
+        for i in 0..4 {
+            m.nodes.insert(format!("n{i}"), crate::model::NodeInfo { ready: ready[i], ..Default::default() });
+        }
+        let vip = IpAddr::from([192, 0, 2, last]);
+        let key = ServiceKey { namespace: "default".into(), name: "p".into() };
+        m.services.insert(key.clone(), ServiceInfo {
+            ingress: vec![vip, ip("203.0.113.44")],
+            traffic_policy: if local { TrafficPolicy::Local } else { TrafficPolicy::Cluster },
+            ..Default::default()
+        });
+        let per_node = (0..4).filter(|i| eps[*i]).map(|i| (format!("n{i}"), crate::model::EndpointCounts { ready: 1, serving: 1, terminating: 0 })).collect();
+        m.endpoint_slices.insert(key, BTreeMap::from([("s".to_string(), per_node)]));
+        let live_set: BTreeSet<String> = (0..4).filter(|i| live[*i]).map(|i| format!("n{i}")).collect();
+        let mut owners = 0;
+        for i in 0..4 {
+            let me = format!("n{i}");
+            let a = plan(&m, &me, &live_set);
+            for addr in [vip, ip("203.0.113.44")] {
+                let announced = a.l2.contains_key(&addr) || a.bgp_addresses().contains(&IpNet::from(addr));
+                prop_assert!(announced != a.withdrawn.contains_key(&addr), "{me} {addr}: {a:?}");
+            }
+            owners += usize::from(a.l2.contains_key(&vip));
+            let bgp = a.bgp_addresses().contains(&net("203.0.113.44/32"));
+            prop_assert_eq!(bgp, !local || eps[i]);
+        }
+        let candidates = (0..4).filter(|i| ready[*i] && live[*i] && (!local || eps[*i])).count();
+        prop_assert_eq!(owners, usize::from(candidates > 0));
+    }
+}

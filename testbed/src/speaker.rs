@@ -1,0 +1,222 @@
+//! The built `ferrolb-speaker` run in a node namespace from a static file the test writes.
+//!
+//! The binary is `$FERROLB_SPEAKER_BIN`, else `target/<profile>/ferrolb-speaker` of this
+//! workspace (`testbed/test.sh` builds it before `cargo test`).
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::netns::Netns;
+use crate::process::{Proc, Spawn, read_lossy};
+use crate::{Error, Lab, plan, wait};
+
+/// Path of the speaker binary for `profile` ("debug" or "release").
+pub fn binary(profile: &str) -> Result<PathBuf, Error> {
+    if let Ok(p) = std::env::var("FERROLB_SPEAKER_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"));
+    let p = target.join(profile).join("ferrolb-speaker");
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(Error::Missing(format!(
+            "{} not found: build it first (cargo build -p ferrolb-speaker{})",
+            p.display(),
+            if profile == "release" { " --release" } else { "" }
+        )))
+    }
+}
+
+/// A running speaker on one lab node.
+#[derive(Debug)]
+pub struct Speaker {
+    ns: Netns,
+    name: String,
+    argv: Vec<String>,
+    file: PathBuf,
+    log: PathBuf,
+    lab_dir: PathBuf,
+    proc: Option<Proc>,
+    generation: u32,
+}
+
+impl Speaker {
+    /// Writes `yaml` as the static file and starts the debug build on node `i` as `nodeI`.
+    pub fn start(lab: &Lab, i: usize, yaml: &str) -> Result<Self, Error> {
+        Self::start_with(lab, i, yaml, &binary("debug")?, &[])
+    }
+
+    /// Like [`Speaker::start`] with a given binary and extra flags.
+    pub fn start_with(lab: &Lab, i: usize, yaml: &str, bin: &Path, extra: &[&str]) -> Result<Self, Error> {
+        let node = plan::node_name(i);
+        let dir = lab.subdir(&format!("speaker-{node}"))?;
+        let file = dir.join("static.yaml");
+        std::fs::write(&file, yaml)?;
+        let mut argv: Vec<String> = vec![
+            bin.display().to_string(),
+            "--node-name".into(),
+            node.clone(),
+            "--static".into(),
+            file.display().to_string(),
+        ];
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        let mut s = Speaker {
+            ns: lab.node(i).clone(),
+            name: format!("speaker-{node}"),
+            argv,
+            file,
+            log: PathBuf::new(),
+            lab_dir: lab.dir().to_path_buf(),
+            proc: None,
+            generation: 0,
+        };
+        s.spawn()?;
+        Ok(s)
+    }
+
+    fn spawn(&mut self) -> Result<(), Error> {
+        self.generation += 1;
+        let name = if self.generation == 1 {
+            self.name.clone()
+        } else {
+            format!("{}-{}", self.name, self.generation)
+        };
+        let argv: Vec<&str> = self.argv.iter().map(String::as_str).collect();
+        let spec = Spawn::new(name, &argv).env("RUST_LOG", "info,ferrolb_speaker=debug");
+        let proc = Proc::start(&self.ns, &self.lab_dir, &spec)?;
+        self.log = proc.log_path().to_path_buf();
+        self.proc = Some(proc);
+        Ok(())
+    }
+
+    /// The static file.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// Replaces the static file by rename (as editors and config management do).
+    pub fn replace_file(&self, yaml: &str) -> Result<(), Error> {
+        let tmp = self.file.with_extension("yaml.tmp");
+        std::fs::write(&tmp, yaml)?;
+        std::fs::rename(&tmp, &self.file)?;
+        Ok(())
+    }
+
+    /// Rewrites the static file in place (truncate and write).
+    pub fn rewrite_file(&self, yaml: &str) -> Result<(), Error> {
+        std::fs::write(&self.file, yaml)?;
+        Ok(())
+    }
+
+    /// The current process's log.
+    pub fn logs(&self) -> String {
+        read_lossy(&self.log)
+    }
+
+    /// Waits until the current log contains `needle`.
+    pub fn wait_log(&self, needle: &str, timeout: Duration) -> Result<(), Error> {
+        wait::until(&format!("speaker log line containing {needle:?}"), timeout, || {
+            Ok(self.logs().contains(needle).then_some(()))
+        })
+    }
+
+    /// The running process.
+    pub fn process(&mut self) -> Option<&mut Proc> {
+        self.proc.as_mut()
+    }
+
+    /// PID of the running process.
+    pub fn pid(&self) -> Option<i32> {
+        self.proc.as_ref().map(Proc::pid)
+    }
+
+    /// SIGKILL (no Cease, no withdrawal: the peer's hold timer or graceful restart decides).
+    pub fn kill(&mut self) {
+        if let Some(p) = self.proc.as_mut() {
+            p.kill();
+        }
+    }
+
+    /// SIGTERM; returns the exit code if it exited within `grace`.
+    pub fn terminate(&mut self, grace: Duration) -> Option<i32> {
+        self.proc.as_mut().and_then(|p| p.terminate(grace)).and_then(|s| s.code())
+    }
+
+    /// Starts the same binary with the same file again (after [`Speaker::kill`]).
+    pub fn restart(&mut self) -> Result<(), Error> {
+        if let Some(mut p) = self.proc.take() {
+            p.kill();
+        }
+        self.spawn()
+    }
+}
+
+/// Builders for the objects of a speaker's static file.
+pub mod yaml {
+    use super::*;
+
+    /// Node `i` of the lab: Ready, InternalIPs = its LAN addresses, label `rack: r<i>`.
+    pub fn node(i: usize) -> String {
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata: {{name: {}, labels: {{rack: r{i}}}}}\nstatus:\n  conditions: [{{type: Ready, status: \"True\"}}]\n  addresses: [{{type: InternalIP, address: {}}}, {{type: InternalIP, address: \"{}\"}}]\n",
+            plan::node_name(i),
+            plan::node_v4(i),
+            plan::node_v6(i)
+        )
+    }
+
+    /// A LoadBalancer Service (policy Cluster) with these ingress addresses.
+    pub fn service(name: &str, ips: &[IpAddr]) -> String {
+        let mut s = format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\nspec: {{type: LoadBalancer, ports: [{{port: 80, protocol: TCP}}]}}\nstatus: {{loadBalancer: {{ingress: ["
+        );
+        let ips: Vec<String> = ips.iter().map(|ip| format!("{{ip: \"{ip}\"}}")).collect();
+        s.push_str(&ips.join(", "));
+        s.push_str("]}}\n");
+        s
+    }
+
+    /// An IPAddressPool.
+    pub fn pool(name: &str, addresses: &[&str]) -> String {
+        let a: Vec<String> = addresses.iter().map(|a| format!("\"{a}\"")).collect();
+        format!(
+            "apiVersion: ferrolb.io/v1alpha1\nkind: IPAddressPool\nmetadata: {{name: {name}}}\nspec: {{addresses: [{}]}}\n",
+            a.join(", ")
+        )
+    }
+
+    /// A BGPPeer; `extra` holds further `spec` lines, each indented by two spaces.
+    pub fn peer(name: &str, my_asn: u32, peer_asn: u32, address: IpAddr, extra: &[&str]) -> String {
+        let mut s = format!(
+            "apiVersion: ferrolb.io/v1alpha1\nkind: BGPPeer\nmetadata: {{name: {name}}}\nspec:\n  myASN: {my_asn}\n  peerASN: {peer_asn}\n  peerAddress: \"{address}\"\n  connectTime: 1s\n"
+        );
+        for e in extra {
+            let _ = writeln!(s, "  {e}");
+        }
+        s
+    }
+
+    /// A BGPAdvertisement; `extra` holds `spec` lines.
+    pub fn bgp_advertisement(name: &str, extra: &[&str]) -> String {
+        let mut s = format!(
+            "apiVersion: ferrolb.io/v1alpha1\nkind: BGPAdvertisement\nmetadata: {{name: {name}}}\nspec:\n"
+        );
+        if extra.is_empty() {
+            s.push_str("  ipAddressPools: []\n");
+        }
+        for e in extra {
+            let _ = writeln!(s, "  {e}");
+        }
+        s
+    }
+
+    /// Joins objects into one `---`-separated stream.
+    pub fn stream(objects: &[String]) -> String {
+        objects.join("---\n")
+    }
+}
