@@ -69,8 +69,12 @@ async fn active_and_passive_drivers_establish_and_exchange_routes() {
     let n = sa.negotiated.expect("negotiated");
     assert_eq!((n.peer_as, n.hold_time, n.keepalive_time), (65002, 9, 3));
     // 3 IPv4 prefixes and 1 IPv6 prefix reach B, which counts and drops them.
-    let sb = wait_for(&b, "B received routes", |s| s.prefixes_received == 4).await;
-    assert!(sb.updates_received >= 2 + 2, "routes plus two End-of-RIB markers");
+    // End-of-RIB follows the routes: wait for both markers, not just the prefixes.
+    let sb = wait_for(&b, "B received routes and two End-of-RIB markers", |s| {
+        s.prefixes_received == 4 && s.updates_received >= 2 + 2
+    })
+    .await;
+    assert_eq!(sb.prefixes_received, 4);
     assert_eq!(a.status().prefixes_advertised, 4);
 
     // A withdrawal reaches the peer as well.
