@@ -72,7 +72,18 @@ pub struct Running {
     task: JoinHandle<Result<(), Error>>,
 }
 
+/// Logs to the test output when RUST_LOG is set.
+pub fn logs() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 pub fn start(server: &FakeApiServer, settings: Settings) -> Running {
+    logs();
     let (tx, rx) = oneshot::channel::<()>();
     let metrics = Metrics::new();
     let health = Health::default();
@@ -101,6 +112,10 @@ impl Running {
     pub async fn kill(self) {
         self.task.abort();
         let _ = self.task.await;
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
     }
 
     pub fn is_leader(&self) -> bool {
