@@ -114,19 +114,17 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("cannot build a Kubernetes client")
 }
 
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
+/// Registers the SIGTERM handler now (before "starting" is logged, so a SIGTERM right after
+/// start is never fatal) and resolves on SIGTERM or SIGINT.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot install the SIGTERM handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM received"),
+            _ = tokio::signal::ctrl_c() => info!("SIGINT received"),
         }
-    };
-    tokio::select! {
-        _ = term => info!("SIGTERM received"),
-        _ = tokio::signal::ctrl_c() => info!("SIGINT received"),
-    }
+    })
 }
 
 async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
@@ -150,16 +148,26 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
     let settings = Settings { lb_class: args.lb_class, namespace, identity, leader };
     let metrics = Metrics::new();
     let health = Health::default();
+    let shutdown = shutdown_signal()?;
     let server = tokio::spawn(http::serve(listener, metrics.clone(), health.clone()));
     info!(lb_class = %settings.lb_class, namespace = %settings.namespace, identity = %settings.identity,
           leader_elect = settings.leader.is_some(), version = env!("CARGO_PKG_VERSION"), "starting");
-    let result = run(client, settings, metrics, health, shutdown_signal()).await;
+    let result = run(client, settings, metrics, health, shutdown).await;
     server.abort();
     result.map_err(Into::into)
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            // One clear line on bad flags: clap's first line names the flag and the problem.
+            let text = e.render().to_string();
+            eprintln!("ferrolb-controller: {}", text.lines().next().unwrap_or("invalid arguments"));
+            std::process::exit(2);
+        }
+    };
     init_logging(cli.log_format);
     let result = match cli.command {
         None => tokio::runtime::Builder::new_multi_thread()
