@@ -54,3 +54,39 @@ async fn two_replicas_one_leader_and_takeover() {
     assert_eq!(addresses(&client, "default", "three").await.len(), 1);
     again.stop().await.unwrap();
 }
+
+/// Two candidates racing for an expired lease: the write carries the resourceVersion they
+/// read, so exactly one wins and the other sees a 409 and follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_candidates_cannot_both_acquire() {
+    use ferrolb_controller::leader::{Elector, Step};
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    use k8s_openapi::jiff::Timestamp;
+    use kube::api::PostParams;
+
+    let (client, server) = cluster().await;
+    for round in 0..20 {
+        let name = format!("race-{round}");
+        let stale = Lease {
+            metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
+            spec: Some(LeaseSpec {
+                holder_identity: Some("gone".into()),
+                lease_duration_seconds: Some(1),
+                renew_time: Some(MicroTime(Timestamp::from_second(1_000_000_000).unwrap())),
+                ..Default::default()
+            }),
+        };
+        Api::<Lease>::namespaced(client.clone(), NS).create(&PostParams::default(), &stale).await.unwrap();
+        let elector = |id: &str| {
+            let mut s = settings(id, Some(Duration::from_secs(5)));
+            let mut cfg = s.leader.take().unwrap();
+            cfg.name = name.clone();
+            Elector::new(server.new_client(), cfg)
+        };
+        let (a, b) = (elector("a"), elector("b"));
+        let (ra, rb) = tokio::join!(a.step(), b.step());
+        let leading = [ra.unwrap(), rb.unwrap()].iter().filter(|s| **s == Step::Leading).count();
+        assert_eq!(leading, 1, "round {round}: exactly one candidate acquires");
+    }
+}
