@@ -5,8 +5,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrolb_api::ANNOTATION_IP_ALLOCATED_FROM_POOL;
+use ferrolb_api::{ANNOTATION_IP_ALLOCATED_FROM_POOL, set_condition};
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -154,6 +156,17 @@ async fn write(svc: &Service, assigned: &[Assigned], ctx: &Context) -> Result<()
             Error::Write { what: "status.loadBalancer", object: format!("Service {key}"), source }
         })?;
     }
+    if let Some(conditions) = orphan_conditions(svc, assigned) {
+        // The whole list is written, so guard it with the resourceVersion we read: a
+        // concurrent writer's condition is never silently dropped (409, then retried).
+        let patch = json!({
+            "metadata": {"resourceVersion": svc.resource_version()},
+            "status": {"conditions": conditions},
+        });
+        ignore_gone(api.patch_status(&key.name, &pp, &Patch::Merge(&patch)).await).map_err(|source| {
+            Error::Write { what: "status.conditions", object: format!("Service {key}"), source }
+        })?;
+    }
     let pools = model::pool_annotation(assigned);
     if model::current_pool_annotation(svc) != pools.as_deref() {
         let patch = json!({"metadata": {"annotations": {ANNOTATION_IP_ALLOCATED_FROM_POOL: pools}}});
@@ -178,6 +191,45 @@ async fn write(svc: &Service, assigned: &[Assigned], ctx: &Context) -> Result<()
         debug!(service = %key, "status already up to date");
     }
     Ok(())
+}
+
+/// Condition type on a Service: False while one of its addresses is in no pool.
+pub const CONDITION_ADDRESS_IN_POOL: &str = "ferrolb.io/AddressInPool";
+
+/// The Service's conditions with ours updated, or `None` when nothing changes. The
+/// condition appears only once an address is orphaned, and turns True when none is.
+fn orphan_conditions(svc: &Service, assigned: &[Assigned]) -> Option<Vec<Condition>> {
+    let current: Vec<Condition> = svc.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let ours = current.iter().find(|c| c.type_ == CONDITION_ADDRESS_IN_POOL);
+    let orphans: Vec<String> = assigned
+        .iter()
+        .filter_map(|a| match &a.placement {
+            Placement::Orphaned(why) => Some(format!("address {}: {why}", a.addr)),
+            Placement::Pool(_) => None,
+        })
+        .collect();
+    let (status, reason, message) = if orphans.is_empty() {
+        ours?;
+        ("True", "InPool", "every address is in a pool".to_owned())
+    } else {
+        ("False", "Orphaned", orphans.join("; "))
+    };
+    if ours.is_some_and(|c| c.status == status && c.message == message) {
+        return None;
+    }
+    let mut conditions = current;
+    set_condition(
+        &mut conditions,
+        Condition {
+            type_: CONDITION_ADDRESS_IN_POOL.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            observed_generation: svc.metadata.generation,
+            last_transition_time: Time(Timestamp::now()),
+        },
+    );
+    Some(conditions)
 }
 
 /// A Service that stopped being a LoadBalancer: remove the ingress and annotation we wrote.

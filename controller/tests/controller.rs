@@ -186,6 +186,15 @@ async fn pool_shrink_delete_invalid_and_namespace_selection() {
     .await;
     assert_eq!(ingress(&get_svc(&client, "default", "kept").await), vec!["192.0.2.0"], "address kept");
     until("the orphan metric", || async { (ctl.metrics.orphaned.get() == 1).then_some(()) }).await;
+    let cond = until("the AddressInPool=False condition", || async {
+        let s = get_svc(&client, "default", "kept").await;
+        s.status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "ferrolb.io/AddressInPool" && c.status == "False")
+    })
+    .await;
+    assert!(cond.message.contains("192.0.2.0") && cond.reason == "Orphaned", "{cond:?}");
 
     // An invalid edit: Valid=False, an Event, and the last good config stays in force.
     pools
@@ -205,6 +214,27 @@ async fn pool_shrink_delete_invalid_and_namespace_selection() {
     assert!(cond.message.contains("host bits"), "{}", cond.message);
     svc("default", "next").create(&client).await;
     assert_eq!(addresses(&client, "default", "next").await, vec!["192.0.2.2"], "from the last good range");
+    // Changing the orphan's request moves it into a live pool; the condition turns True.
+    Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), "default")
+        .patch(
+            "kept",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {ferrolb_api::ANNOTATION_ADDRESS_POOL: "a"}}})),
+        )
+        .await
+        .unwrap();
+    until("the orphan moved into pool a", || async {
+        let s = get_svc(&client, "default", "kept").await;
+        let back = s
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "ferrolb.io/AddressInPool" && c.status == "True");
+        (back && ingress(&s) == ["192.0.2.3"]).then_some(())
+    })
+    .await;
 
     // Namespace selection: not allowed until the namespace gets the label; then only its Services move.
     svc("apps", "sel").annot(ferrolb_api::ANNOTATION_ADDRESS_POOL, "team").create(&client).await;
