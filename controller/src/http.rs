@@ -58,8 +58,14 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// Serves until the task is dropped.
 pub async fn serve(listener: TcpListener, metrics: Metrics, health: Health) {
     loop {
-        let Ok((stream, peer)) = listener.accept().await else {
-            continue;
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // E.g. out of file descriptors: back off instead of spinning.
+                debug!(error = %e, "metrics accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
         };
         let (metrics, health) = (metrics.clone(), health.clone());
         tokio::spawn(async move {
