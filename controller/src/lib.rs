@@ -1,3 +1,24 @@
 //! ferrolb controller: assigns LoadBalancer Service addresses from pools.
+//!
+//! * [`ipam`]: the pure allocator (no Kubernetes types).
+//! * [`model`]: Kubernetes objects → allocator inputs (the only place reading their fields).
+//! * [`reconcile`]: `reconcile(service, ctx)` / `error_policy`; [`pools`]: pool validation and status.
+//! * [`run`]: leader election, crash-consistent startup, watches; [`leader`]: the Lease decision.
+//! * [`migrate`]: `migrate-from-metallb`, MetalLB objects and annotations → ferrolb objects.
+//! * [`metrics`], [`http`]: `/metrics`, `/healthz`, `/readyz`; [`membership`]: the speakers' Secret.
+pub mod context;
+pub mod error;
+pub mod http;
 pub mod ipam;
+pub mod leader;
+pub mod membership;
+pub mod metrics;
 pub mod migrate;
+pub mod model;
+pub mod pools;
+pub mod reconcile;
+pub mod run;
+
+pub use context::Settings;
+pub use error::Error;
+pub use run::run;

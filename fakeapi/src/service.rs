@@ -230,9 +230,14 @@ async fn handle(
     match verb {
         Verb::Get => Ok(json_response(StatusCode::OK, &store.get(&t, &name)?)),
         Verb::List => {
-            let (items, rv) = store.list(&t, &labels, &fields_sel);
+            let (items, now) = store.list(&t, &labels, &fields_sel);
             let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
+            // Every page of one list reports the first page's resourceVersion, as a real
+            // apiserver does (its pages are one snapshot): a client that watches from it
+            // then sees every change made while it paged, even to items on earlier pages.
+            let rv = q.get("continue").and_then(token_rv).unwrap_or(now);
             let (page, next, remaining) = paginate(items, q.get("continue"), limit);
+            let next = next.map(|key| format!("{rv}:{key}"));
             let mut metadata = json!({"resourceVersion": rv.to_string()});
             if let (Some(next), Some(m)) = (next, metadata.as_object_mut()) {
                 m.insert("continue".into(), json!(next));
@@ -342,6 +347,11 @@ fn list_key(item: &Value) -> String {
     format!("{}/{}", get("namespace"), get("name"))
 }
 
+/// The resourceVersion of the first page, carried by a continue token `rv:namespace/name`.
+fn token_rv(token: &str) -> Option<u64> {
+    token.split_once(':').and_then(|(rv, _)| rv.parse().ok())
+}
+
 /// One page of a list: items after the continue token, at most `limit`, and the next token.
 /// Pages show the current state, not a snapshot at the first page's resourceVersion.
 fn paginate(
@@ -349,14 +359,15 @@ fn paginate(
     token: Option<&str>,
     limit: Option<usize>,
 ) -> (Vec<Value>, Option<String>, usize) {
-    let mut rest: Vec<Value> = match token.filter(|t| !t.is_empty()) {
-        // Compare as (namespace, name) tuples, the store's order; names and namespaces hold no '/'.
-        Some(after) => {
-            let after = after.split_once('/').unwrap_or(("", after));
-            items.into_iter().filter(|i| list_key(i).split_once('/').is_some_and(|k| k > after)).collect()
-        }
-        None => items,
-    };
+    let mut rest: Vec<Value> =
+        match token.filter(|t| !t.is_empty()).map(|t| t.split_once(':').map_or(t, |(_, k)| k)) {
+            // Compare as (namespace, name) tuples, the store's order; names and namespaces hold no '/'.
+            Some(after) => {
+                let after = after.split_once('/').unwrap_or(("", after));
+                items.into_iter().filter(|i| list_key(i).split_once('/').is_some_and(|k| k > after)).collect()
+            }
+            None => items,
+        };
     match limit {
         Some(limit) if rest.len() > limit => {
             let tail = rest.split_off(limit);

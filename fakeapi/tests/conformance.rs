@@ -492,6 +492,24 @@ async fn label_and_field_selectors_filter_lists_and_watches() {
     assert_eq!(paged, vec!["a", "b", "c"]);
     assert!(second.metadata.continue_.is_none_or(|c| c.is_empty()));
 
+    // Pages form one list: later pages report the first page's resourceVersion, so a watch
+    // from it sees changes made while paging — here an object sorting before the token,
+    // which no later page can show (kube's watcher pages by 500 and watches from the last
+    // page's resourceVersion; without this it lost such objects for good).
+    let first = cms.list(&ListParams::default().limit(2)).await.unwrap();
+    let first_rv = first.metadata.resource_version.clone().unwrap();
+    let token = first.metadata.continue_.clone().expect("a continue token");
+    cms.create(&PostParams::default(), &cm("aa", &[])).await.unwrap();
+    let second = cms.list(&ListParams::default().limit(2).continue_token(&token)).await.unwrap();
+    assert_eq!(second.metadata.resource_version.as_deref(), Some(first_rv.as_str()));
+    assert!(second.items.iter().all(|o| o.name_any() != "aa"), "sorts before the token");
+    let mut stream = cms.watch(&WatchParams::default(), &first_rv).await.unwrap().boxed();
+    match next_change(&mut stream).await {
+        WatchEvent::Added(o) => assert_eq!(o.name_any(), "aa"),
+        other => panic!("expected ADDED aa, got {other:?}"),
+    }
+    cms.delete("aa", &DeleteParams::default()).await.unwrap();
+
     // A watch with a selector sees an object leave the selection as DELETED.
     let start = cms.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
     let mut stream = cms.watch(&WatchParams::default().labels("app=web"), &start).await.unwrap().boxed();

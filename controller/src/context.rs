@@ -1,0 +1,152 @@
+//! What every reconciliation shares: the API client, the event recorder, the metrics, the
+//! watch caches and the one allocator.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard};
+
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Service};
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::{Notify, mpsc};
+use tracing::warn;
+
+use crate::ipam::{Allocator, ServiceKey};
+use crate::metrics::Metrics;
+
+/// Controller settings from the command line.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--lb-class`: the loadBalancerClass served besides "no class".
+    pub lb_class: String,
+    /// The controller's namespace (membership Secret, Lease).
+    pub namespace: String,
+    /// This replica's identity (Lease holder, event reporting instance).
+    pub identity: String,
+    /// Leader election; `None` runs as the only replica.
+    pub leader: Option<crate::leader::LeaseConfig>,
+}
+
+/// The allocator and what the controller remembers about allocation outcomes.
+///
+/// Allocation is global state — one address pool shared by every Service — so every
+/// decision must see the previous one. It lives behind one `Mutex` around just this
+/// state, taken for the microseconds a decision lasts and never across an `.await`: API
+/// writes, which take milliseconds, happen after the lock is released, so reconciliations
+/// of different Services still overlap their I/O. An owner task with a channel would
+/// serialise the same way with more plumbing.
+#[derive(Debug, Default)]
+pub struct Ipam {
+    /// The pure IPAM.
+    pub alloc: Allocator,
+    /// Services whose last allocation failed: retried when addresses free up or pools change.
+    pub pending: BTreeSet<ServiceKey>,
+    /// The last AllocationFailed message per Service, so a repeated failure is not re-announced.
+    pub reported: BTreeMap<ServiceKey, String>,
+}
+
+/// Shared by every reconciliation and watch task.
+pub struct Context {
+    /// The API client.
+    pub client: kube::Client,
+    /// Publishes Events.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Settings.
+    pub settings: Settings,
+    /// The allocator (see [`Ipam`] for why a Mutex).
+    pub ipam: Mutex<Ipam>,
+    /// Watch cache of Services.
+    pub services: Store<Service>,
+    /// Watch cache of Namespaces (labels for namespaceSelectors).
+    pub namespaces: Store<Namespace>,
+    /// Services to reconcile.
+    pub queue: mpsc::UnboundedSender<ObjectRef<Service>>,
+    /// Pool statistics changed: the pool task rewrites pool status.
+    pub pools_dirty: Notify,
+}
+
+impl Context {
+    /// Locks the allocator state (a poisoned lock only follows a panic in a test; keep going).
+    pub fn ipam(&self) -> MutexGuard<'_, Ipam> {
+        self.ipam.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues a Service for reconciliation.
+    pub fn enqueue(&self, key: &ServiceKey) {
+        let _ = self.queue.send(ObjectRef::new(&key.name).within(&key.namespace));
+    }
+
+    /// Queues every Service whose allocation failed, after addresses freed up or pools changed.
+    pub fn retry_pending(&self) {
+        let pending: Vec<ServiceKey> = self.ipam().pending.iter().cloned().collect();
+        for k in &pending {
+            self.enqueue(k);
+        }
+    }
+
+    /// Releases what a Service holds (deleted, or no longer ours). Returns whether it held anything.
+    pub fn release(&self, key: &ServiceKey) -> bool {
+        let released = {
+            let mut ipam = self.ipam();
+            ipam.pending.remove(key);
+            ipam.reported.remove(key);
+            ipam.alloc.release(key)
+        };
+        if released {
+            self.metrics.releases.inc();
+            self.pools_dirty.notify_one();
+            self.retry_pending();
+        }
+        released
+    }
+
+    /// The labels of a namespace from the watch cache.
+    pub fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
+        self.namespaces
+            .get(&ObjectRef::new(namespace))
+            .and_then(|ns| ns.metadata.labels.clone())
+            .unwrap_or_default()
+    }
+
+    /// A reference to a Service for Events, from the cache (with its uid) or from its key.
+    pub fn service_ref(&self, key: &ServiceKey) -> ObjectReference {
+        match self.services.get(&ObjectRef::new(&key.name).within(&key.namespace)) {
+            Some(s) => s.object_ref(&()),
+            None => ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Service".into()),
+                namespace: Some(key.namespace.clone()),
+                name: Some(key.name.clone()),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Publishes an Event; a failure is logged, never fatal (Events are best effort).
+    pub async fn event(&self, regarding: &ObjectReference, type_: EventType, reason: &str, note: String) {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(truncate(note, 1000)),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, regarding).await {
+            warn!(reason, object = ?regarding.name, error = %e, "cannot publish event");
+        }
+    }
+}
+
+/// Events notes are limited to 1 kB.
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}

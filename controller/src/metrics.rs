@@ -1,0 +1,157 @@
+//! The controller's Prometheus metrics (OpenMetrics text via prometheus-client).
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::ipam::PoolStats;
+
+type Labels = Vec<(String, String)>;
+
+/// Every metric the controller exports; cheap to clone (the metrics are shared handles).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: std::sync::Arc<Registry>,
+    /// Addresses in use per pool and family.
+    pub assigned: Family<Labels, Gauge>,
+    /// Free addresses per pool and family (a float: IPv6 pools exceed i64).
+    pub available: Family<Labels, Gauge<f64, AtomicU64>>,
+    /// Allocation attempts by result (`assigned`, `failed`).
+    pub allocations: Family<Labels, Counter>,
+    /// Services whose addresses were released.
+    pub releases: Counter,
+    /// Addresses held by Services that are in no pool.
+    pub orphaned: Gauge,
+    /// Addresses found held twice at startup and resolved (the older Service kept it).
+    pub conflicts: Counter,
+    /// Service reconciliations.
+    pub reconciles: Counter,
+    /// Failed reconciliations, by error kind.
+    pub reconcile_errors: Family<Labels, Counter>,
+    /// IPAddressPools rejected by the validator (their last good config stays in force).
+    pub invalid_pools: Gauge,
+    /// 1 while this replica leads.
+    pub leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut r = Registry::default();
+        let m = Metrics {
+            registry: std::sync::Arc::new(Registry::default()),
+            assigned: Family::default(),
+            available: Family::default(),
+            allocations: Family::default(),
+            releases: Counter::default(),
+            orphaned: Gauge::default(),
+            conflicts: Counter::default(),
+            reconciles: Counter::default(),
+            reconcile_errors: Family::default(),
+            invalid_pools: Gauge::default(),
+            leader: Gauge::default(),
+        };
+        r.register(
+            "ferrolb_allocator_assigned_addresses",
+            "Addresses in use per pool and family (a shared address counts once)",
+            m.assigned.clone(),
+        );
+        r.register(
+            "ferrolb_allocator_available_addresses",
+            "Free addresses per pool and family",
+            m.available.clone(),
+        );
+        r.register("ferrolb_allocator_allocations", "Allocation attempts by result", m.allocations.clone());
+        r.register(
+            "ferrolb_allocator_releases",
+            "Services whose addresses were released",
+            m.releases.clone(),
+        );
+        r.register(
+            "ferrolb_allocator_orphaned_addresses",
+            "Addresses held by Services that lie in no pool",
+            m.orphaned.clone(),
+        );
+        r.register(
+            "ferrolb_allocator_conflicts",
+            "Addresses found held twice on startup; the older Service kept each",
+            m.conflicts.clone(),
+        );
+        r.register("ferrolb_controller_reconciles", "Service reconciliations", m.reconciles.clone());
+        r.register(
+            "ferrolb_controller_reconcile_errors",
+            "Failed Service reconciliations by error kind",
+            m.reconcile_errors.clone(),
+        );
+        r.register(
+            "ferrolb_controller_invalid_pools",
+            "IPAddressPools rejected by the validator",
+            m.invalid_pools.clone(),
+        );
+        r.register("ferrolb_controller_leader", "1 while this replica is the leader", m.leader.clone());
+        Metrics { registry: std::sync::Arc::new(r), ..m }
+    }
+
+    /// Publishes one pool's statistics.
+    pub fn set_pool(&self, pool: &str, stats: &PoolStats) {
+        for (family, s) in [("ipv4", stats.v4), ("ipv6", stats.v6)] {
+            let labels = vec![("pool".to_owned(), pool.to_owned()), ("family".to_owned(), family.to_owned())];
+            self.assigned.get_or_create(&labels).set(i64::try_from(s.assigned).unwrap_or(i64::MAX));
+            self.available.get_or_create(&labels).set(s.available as f64);
+        }
+    }
+
+    /// Forgets a deleted pool.
+    pub fn remove_pool(&self, pool: &str) {
+        for family in ["ipv4", "ipv6"] {
+            let labels = vec![("pool".to_owned(), pool.to_owned()), ("family".to_owned(), family.to_owned())];
+            self.assigned.remove(&labels);
+            self.available.remove(&labels);
+        }
+    }
+
+    /// Counts one allocation attempt.
+    pub fn allocation(&self, result: &str) {
+        self.allocations.get_or_create(&vec![("result".to_owned(), result.to_owned())]).inc();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_uses_the_ferrolb_prefix() {
+        let m = Metrics::new();
+        m.allocation("assigned");
+        m.set_pool("lan", &PoolStats::default());
+        let text = m.encode();
+        assert!(text.contains("ferrolb_allocator_allocations_total{result=\"assigned\"} 1"), "{text}");
+        assert!(
+            text.contains("ferrolb_allocator_assigned_addresses{pool=\"lan\",family=\"ipv4\"} 0"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(line.starts_with("ferrolb_"), "{line}");
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! The edge between Kubernetes objects and the pure IPAM: every Service, Namespace and
+//! IPAddressPool field the allocator needs is read here and nowhere else.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use ferrolb_api::{
+    ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_IP_ALLOCATED_FROM_POOL,
+    ANNOTATION_LOAD_BALANCER_IPS, IpAddressPool, parse_load_balancer_ips,
+};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+use kube::ResourceExt;
+
+use crate::ipam::{
+    AddrRange, Assigned, Family, FamilyPolicy, LabelSelector, Operator, Placement, PoolSpec, Protocol,
+    Requirement, ServiceAllocation, ServiceKey, ServiceRequest, TrafficPolicy,
+};
+
+/// Whether a Service is ours, someone else's, or not a load balancer at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// `type: LoadBalancer` with no class or with our `--lb-class`.
+    Served,
+    /// `type: LoadBalancer` with another class: never touched.
+    Foreign,
+    /// Not `type: LoadBalancer`.
+    NotLoadBalancer,
+}
+
+/// How the controller classifies a Service for `--lb-class`.
+pub fn classify(svc: &Service, lb_class: &str) -> Class {
+    let Some(spec) = &svc.spec else {
+        return Class::NotLoadBalancer;
+    };
+    if spec.type_.as_deref() != Some("LoadBalancer") {
+        return Class::NotLoadBalancer;
+    }
+    match spec.load_balancer_class.as_deref() {
+        None => Class::Served,
+        Some(c) if c == lb_class => Class::Served,
+        Some(_) => Class::Foreign,
+    }
+}
+
+/// The Service's namespace/name.
+pub fn service_key(svc: &Service) -> ServiceKey {
+    ServiceKey::new(svc.namespace().unwrap_or_default(), svc.name_any())
+}
+
+/// A Service whose request cannot be built; the message names the field and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// `ferrolb.io/loadBalancerIPs` does not parse.
+    #[error("service {service}: annotation {ANNOTATION_LOAD_BALANCER_IPS}: {source}")]
+    LoadBalancerIps {
+        /// The Service.
+        service: ServiceKey,
+        /// Why.
+        source: ferrolb_api::LoadBalancerIpsError,
+    },
+    /// `spec.loadBalancerIP` is not an address.
+    #[error(
+        "service {service}: spec.loadBalancerIP {value:?} is not an IP address; write e.g. 203.0.113.10 or use the {ANNOTATION_LOAD_BALANCER_IPS} annotation"
+    )]
+    LoadBalancerIp {
+        /// The Service.
+        service: ServiceKey,
+        /// The value.
+        value: String,
+    },
+}
+
+/// Maps a Service and its namespace's labels onto what the allocator needs.
+pub fn service_request(
+    svc: &Service,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Result<ServiceRequest, RequestError> {
+    let key = service_key(svc);
+    let annotations = svc.annotations();
+    let spec = svc.spec.clone().unwrap_or_default();
+    let requested =
+        match annotations.get(ANNOTATION_LOAD_BALANCER_IPS) {
+            Some(v) => parse_load_balancer_ips(v)
+                .map_err(|source| RequestError::LoadBalancerIps { service: key.clone(), source })?,
+            None => match spec.load_balancer_ip.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+                Some(v) => vec![v.parse::<IpAddr>().map_err(|_| RequestError::LoadBalancerIp {
+                    service: key.clone(),
+                    value: v.to_owned(),
+                })?],
+                None => Vec::new(),
+            },
+        };
+    Ok(ServiceRequest {
+        namespace_labels: namespace_labels.clone(),
+        service_labels: svc.labels().clone(),
+        families: family_policy(&spec),
+        requested,
+        pool: annotations.get(ANNOTATION_ADDRESS_POOL).map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()),
+        sharing_key: annotations
+            .get(ANNOTATION_ALLOW_SHARED_IP)
+            .map(|k| k.trim().to_owned())
+            .filter(|k| !k.is_empty()),
+        ports: spec
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| (protocol(p.protocol.as_deref()), u16::try_from(p.port).unwrap_or(0)))
+            .collect(),
+        traffic_policy: match spec.external_traffic_policy.as_deref() {
+            Some("Local") => TrafficPolicy::Local,
+            _ => TrafficPolicy::Cluster,
+        },
+        backend_key: spec.selector.as_ref().filter(|s| !s.is_empty()).map(|s| {
+            // BTreeMap iterates sorted, so equal selectors give equal keys.
+            s.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+        }),
+        created: svc.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
+        key,
+    })
+}
+
+/// For crash recovery: the request as well as it can be read. A Service whose requested
+/// addresses no longer parse still holds what its status says.
+pub fn replay_request(svc: &Service, namespace_labels: &BTreeMap<String, String>) -> ServiceRequest {
+    match service_request(svc, namespace_labels) {
+        Ok(r) => r,
+        Err(_) => {
+            let mut lenient = svc.clone();
+            if let Some(a) = lenient.metadata.annotations.as_mut() {
+                a.remove(ANNOTATION_LOAD_BALANCER_IPS);
+            }
+            if let Some(s) = lenient.spec.as_mut() {
+                s.load_balancer_ip = None;
+            }
+            // Cannot fail: both fallible fields are gone.
+            service_request(&lenient, namespace_labels)
+                .unwrap_or_else(|_| ServiceRequest { key: service_key(svc), ..ServiceRequest::default() })
+        }
+    }
+}
+
+fn protocol(p: Option<&str>) -> Protocol {
+    match p {
+        Some("UDP") => Protocol::Udp,
+        Some("SCTP") => Protocol::Sctp,
+        _ => Protocol::Tcp,
+    }
+}
+
+fn family_policy(spec: &k8s_openapi::api::core::v1::ServiceSpec) -> FamilyPolicy {
+    let primary = match spec.ip_families.as_ref().and_then(|f| f.first()).map(String::as_str) {
+        Some("IPv6") => Family::V6,
+        _ => Family::V4,
+    };
+    match spec.ip_family_policy.as_deref() {
+        Some("PreferDualStack") => FamilyPolicy::PreferDualStack(primary),
+        Some("RequireDualStack") => FamilyPolicy::RequireDualStack(primary),
+        _ => FamilyPolicy::SingleStack(primary),
+    }
+}
+
+/// Addresses in `status.loadBalancer.ingress` (hostnames and junk ignored).
+pub fn ingress_ips(svc: &Service) -> Vec<IpAddr> {
+    svc.status
+        .iter()
+        .flat_map(|s| s.load_balancer.iter())
+        .flat_map(|lb| lb.ingress.iter().flatten())
+        .filter_map(|i| i.ip.as_deref().and_then(|ip| ip.parse().ok()))
+        .collect()
+}
+
+/// The `ferrolb.io/ip-allocated-from-pool` value for these addresses: the pools they are
+/// attributed to, comma-separated (one in the common case); `None` when every address is orphaned.
+pub fn pool_annotation(assigned: &[Assigned]) -> Option<String> {
+    let mut pools: Vec<&str> = Vec::new();
+    for a in assigned {
+        if let Placement::Pool(p) = &a.placement
+            && !pools.contains(&p.as_str())
+        {
+            pools.push(p);
+        }
+    }
+    (!pools.is_empty()).then(|| pools.join(","))
+}
+
+/// The annotation as the Service carries it now.
+pub fn current_pool_annotation(svc: &Service) -> Option<&str> {
+    svc.annotations().get(ANNOTATION_IP_ALLOCATED_FROM_POOL).map(String::as_str)
+}
+
+/// Maps a validated IPAddressPool onto the allocator's spec. Only called on pools that
+/// passed the validator, so a parse failure here is reported rather than expected.
+pub fn pool_spec(pool: &IpAddressPool) -> Result<PoolSpec, String> {
+    let name = pool.name_any();
+    let ranges = pool
+        .spec
+        .addresses
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            a.parse::<AddrRange>().map_err(|e| format!("IPAddressPool/{name}: spec.addresses[{i}]: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let allocation = pool.spec.service_allocation.as_ref().map(|sa| ServiceAllocation {
+        priority: sa.priority,
+        namespaces: sa.namespaces.iter().cloned().collect(),
+        namespace_selectors: sa.namespace_selectors.iter().map(selector).collect(),
+        service_selectors: sa.service_selectors.iter().map(selector).collect(),
+    });
+    Ok(PoolSpec {
+        name,
+        ranges,
+        auto_assign: pool.spec.auto_assign,
+        avoid_buggy_ips: pool.spec.avoid_buggy_ips,
+        allocation,
+    })
+}
+
+fn selector(s: &meta::LabelSelector) -> LabelSelector {
+    LabelSelector {
+        match_labels: s.match_labels.clone().unwrap_or_default(),
+        match_expressions: s
+            .match_expressions
+            .iter()
+            .flatten()
+            .map(|e| {
+                let values: BTreeSet<String> = e.values.iter().flatten().cloned().collect();
+                Requirement {
+                    key: e.key.clone(),
+                    op: match e.operator.as_str() {
+                        "In" => Operator::In(values),
+                        "NotIn" => Operator::NotIn(values),
+                        "Exists" => Operator::Exists,
+                        // The validator rejects other operators before we get here.
+                        _ => Operator::DoesNotExist,
+                    },
+                }
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    fn svc(annotations: &[(&str, &str)], spec: ServiceSpec) -> Service {
+        Service {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("team-a".into()),
+                annotations: Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec { type_: Some("LoadBalancer".into()), ..spec }),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn classes() {
+        let mut s = svc(&[], ServiceSpec::default());
+        assert_eq!(classify(&s, "ferrolb.io/lb"), Class::Served);
+        s.spec.as_mut().unwrap().load_balancer_class = Some("ferrolb.io/lb".into());
+        assert_eq!(classify(&s, "ferrolb.io/lb"), Class::Served);
+        s.spec.as_mut().unwrap().load_balancer_class = Some("other.io/lb".into());
+        assert_eq!(classify(&s, "ferrolb.io/lb"), Class::Foreign);
+        s.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
+        assert_eq!(classify(&s, "ferrolb.io/lb"), Class::NotLoadBalancer);
+    }
+
+    #[test]
+    fn request_fields() {
+        let s = svc(
+            &[(ANNOTATION_LOAD_BALANCER_IPS, "192.0.2.5, 2001:db8::5"), (ANNOTATION_ALLOW_SHARED_IP, "k")],
+            ServiceSpec {
+                ip_family_policy: Some("RequireDualStack".into()),
+                ip_families: Some(vec!["IPv6".into(), "IPv4".into()]),
+                load_balancer_ip: Some("192.0.2.99".into()),
+                ports: Some(vec![ServicePort {
+                    port: 53,
+                    protocol: Some("UDP".into()),
+                    ..Default::default()
+                }]),
+                selector: Some(
+                    [("b".to_string(), "2".to_string()), ("a".to_string(), "1".to_string())].into(),
+                ),
+                external_traffic_policy: Some("Local".into()),
+                ..Default::default()
+            },
+        );
+        let r = service_request(&s, &BTreeMap::new()).unwrap();
+        assert_eq!(r.key, ServiceKey::new("team-a", "web"));
+        assert_eq!(r.families, FamilyPolicy::RequireDualStack(Family::V6));
+        assert_eq!(r.requested.len(), 2, "the annotation wins over spec.loadBalancerIP");
+        assert_eq!(r.sharing_key.as_deref(), Some("k"));
+        assert_eq!(r.ports, vec![(Protocol::Udp, 53)]);
+        assert_eq!(r.backend_key.as_deref(), Some("a=1,b=2"));
+        assert_eq!(r.traffic_policy, TrafficPolicy::Local);
+
+        let s = svc(&[], ServiceSpec { load_balancer_ip: Some("192.0.2.99".into()), ..Default::default() });
+        let r = service_request(&s, &BTreeMap::new()).unwrap();
+        assert_eq!(r.requested, vec!["192.0.2.99".parse::<IpAddr>().unwrap()]);
+        assert_eq!(r.families, FamilyPolicy::SingleStack(Family::V4));
+    }
+
+    #[test]
+    fn bad_requests_name_the_field() {
+        let s = svc(&[(ANNOTATION_LOAD_BALANCER_IPS, "nope")], ServiceSpec::default());
+        let e = service_request(&s, &BTreeMap::new()).unwrap_err().to_string();
+        assert!(e.contains("team-a/web") && e.contains(ANNOTATION_LOAD_BALANCER_IPS), "{e}");
+        assert!(replay_request(&s, &BTreeMap::new()).requested.is_empty());
+        let s = svc(&[], ServiceSpec { load_balancer_ip: Some("x".into()), ..Default::default() });
+        let e = service_request(&s, &BTreeMap::new()).unwrap_err().to_string();
+        assert!(e.contains("spec.loadBalancerIP"), "{e}");
+    }
+
+    #[test]
+    fn annotation_lists_pools_once() {
+        let a = |ip: &str, p: Placement| Assigned { addr: ip.parse().unwrap(), placement: p };
+        let both =
+            [a("192.0.2.1", Placement::Pool("v4".into())), a("2001:db8::1", Placement::Pool("v6".into()))];
+        assert_eq!(pool_annotation(&both).as_deref(), Some("v4,v6"));
+        let orphan = [a("192.0.2.1", Placement::Orphaned(crate::ipam::OrphanReason::NotInAnyPool))];
+        assert_eq!(pool_annotation(&orphan), None);
+    }
+}

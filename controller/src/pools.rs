@@ -1,0 +1,165 @@
+//! IPAddressPools: validated with the one validator, fed to the allocator (an invalid pool
+//! keeps its last good config), and their status (counts, `Valid`) kept current.
+
+use std::collections::BTreeMap;
+
+use ferrolb_api::validate::kind::IP_ADDRESS_POOL;
+use ferrolb_api::{
+    Config, IpAddressPool, IpAddressPoolStatus, Origin, ValidationError, errors_for, set_condition,
+    valid_condition, validate,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::context::Context;
+use crate::ipam::{Moved, Placement, PoolSpec};
+use crate::model;
+
+/// The pool side of the controller; owned by the pool task.
+pub struct PoolSync {
+    pools: Store<IpAddressPool>,
+    /// What the allocator holds per pool: the last config that passed validation.
+    in_force: BTreeMap<String, PoolSpec>,
+    /// Current validation errors per pool (empty = valid).
+    errors: BTreeMap<String, Vec<ValidationError>>,
+}
+
+fn saturate(x: u128) -> i64 {
+    i64::try_from(x).unwrap_or(i64::MAX)
+}
+
+impl PoolSync {
+    /// A pool side reading from this watch cache.
+    pub fn new(pools: Store<IpAddressPool>) -> Self {
+        PoolSync { pools, in_force: BTreeMap::new(), errors: BTreeMap::new() }
+    }
+
+    /// Re-validates every pool and applies what changed to the allocator. Only the Services
+    /// the allocator reports as moved (plus any waiting for addresses) are reconciled again.
+    pub async fn resync(&mut self, ctx: &Context) {
+        let objects = self.pools.state();
+        let config = Config { pools: objects.iter().map(|p| (**p).clone()).collect(), ..Config::default() };
+        let all_errors = validate(&config, Origin::Cluster);
+        let mut moved: Vec<Moved> = Vec::new();
+        let mut newly_invalid = Vec::new();
+        let mut changed = false;
+        {
+            let mut ipam = ctx.ipam();
+            for pool in &objects {
+                let name = pool.name_any();
+                let mut errs: Vec<ValidationError> =
+                    errors_for(&all_errors, IP_ADDRESS_POOL, &name).cloned().collect();
+                if errs.is_empty() {
+                    match model::pool_spec(pool) {
+                        Ok(spec) if self.in_force.get(&name) != Some(&spec) => {
+                            moved.extend(ipam.alloc.set_pool(spec.clone()));
+                            self.in_force.insert(name.clone(), spec);
+                            changed = true;
+                        }
+                        Ok(_) => {}
+                        Err(problem) => errs.push(ValidationError {
+                            kind: IP_ADDRESS_POOL,
+                            name: name.clone(),
+                            field: "spec.addresses".into(),
+                            problem,
+                            fix: "write CIDRs or ranges of one family each".into(),
+                        }),
+                    }
+                }
+                let was = self.errors.insert(name.clone(), errs.clone()).unwrap_or_default();
+                if !errs.is_empty() && was != errs {
+                    newly_invalid.push((pool.clone(), errs));
+                }
+            }
+            let live: Vec<String> = objects.iter().map(|p| p.name_any()).collect();
+            let gone: Vec<String> = self.in_force.keys().filter(|n| !live.contains(n)).cloned().collect();
+            for name in gone {
+                moved.extend(ipam.alloc.remove_pool(&name));
+                self.in_force.remove(&name);
+                self.errors.remove(&name);
+                ctx.metrics.remove_pool(&name);
+                changed = true;
+                info!(pool = %name, "pool deleted");
+            }
+            self.errors.retain(|n, _| live.contains(n));
+        }
+        ctx.metrics.invalid_pools.set(self.errors.values().filter(|e| !e.is_empty()).count() as i64);
+        for (pool, errs) in newly_invalid {
+            let kept = if self.in_force.contains_key(&pool.name_any()) {
+                "the last valid configuration stays in force"
+            } else {
+                "the pool is not used until it is fixed"
+            };
+            let msg = errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+            warn!(pool = %pool.name_any(), "invalid IPAddressPool ({kept}): {msg}");
+            ctx.event(&pool.object_ref(&()), EventType::Warning, "InvalidConfig", format!("{msg}; {kept}"))
+                .await;
+        }
+        for m in &moved {
+            ctx.enqueue(&m.service);
+            if let Placement::Orphaned(why) = &m.placement {
+                warn!(service = %m.service, addr = %m.addr, "address orphaned: {why}");
+                ctx.event(
+                    &ctx.service_ref(&m.service),
+                    EventType::Warning,
+                    "AddressOrphaned",
+                    format!("address {}: {why}", m.addr),
+                )
+                .await;
+            }
+        }
+        if changed {
+            ctx.retry_pending();
+        }
+        self.write_statuses(ctx).await;
+    }
+
+    /// Writes every pool's status (counts and `Valid`) where it differs from what is stored.
+    pub async fn write_statuses(&mut self, ctx: &Context) {
+        let api: Api<IpAddressPool> = Api::all(ctx.client.clone());
+        let objects = self.pools.state();
+        let (stats, orphans) = {
+            let ipam = ctx.ipam();
+            let stats: BTreeMap<String, _> = objects
+                .iter()
+                .filter_map(|p| ipam.alloc.pool_stats(&p.name_any()).map(|s| (p.name_any(), s)))
+                .collect();
+            (stats, ipam.alloc.orphans().count())
+        };
+        ctx.metrics.orphaned.set(i64::try_from(orphans).unwrap_or(i64::MAX));
+        for pool in &objects {
+            let name = pool.name_any();
+            let current = pool.status.clone().unwrap_or_default();
+            let mut desired =
+                IpAddressPoolStatus { conditions: current.conditions.clone(), ..Default::default() };
+            let errs = self.errors.get(&name).cloned().unwrap_or_default();
+            set_condition(
+                &mut desired.conditions,
+                valid_condition(&errs, pool.metadata.generation, Time(Timestamp::now())),
+            );
+            if let Some(s) = stats.get(&name) {
+                ctx.metrics.set_pool(&name, s);
+                desired.assigned_ipv4 = saturate(s.v4.assigned);
+                desired.assigned_ipv6 = saturate(s.v6.assigned);
+                desired.available_ipv4 = saturate(s.v4.available);
+                desired.available_ipv6 = saturate(s.v6.available);
+            }
+            if desired == current {
+                continue;
+            }
+            let patch = json!({"status": desired});
+            match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                // The next change or watch event writes it again.
+                Err(e) => warn!(pool = %name, error = %e, "cannot write IPAddressPool status"),
+            }
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! Service reconciliation: decide under the allocator lock, then write status,
+//! annotation and Events without it.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrolb_api::{ANNOTATION_IP_ALLOCATED_FROM_POOL, set_condition};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{debug, info, warn};
+
+use crate::context::Context;
+use crate::error::Error;
+use crate::ipam::{Assigned, Placement};
+use crate::model::{self, Class};
+
+/// What the allocator decided for one Service.
+enum Decision {
+    /// The Service is gone; whatever it held was released.
+    Gone,
+    /// Another loadBalancerClass: never touched.
+    Foreign,
+    /// Not a LoadBalancer (any more): released; clear what we wrote.
+    NotServed(Arc<Service>),
+    /// Holds these addresses.
+    Assigned(Arc<Service>, Vec<Assigned>),
+    /// Could not allocate; `announce` when the message is new.
+    Failed(Arc<Service>, String, bool),
+}
+
+fn decide(svc: &Service, ctx: &Context) -> Decision {
+    let key = model::service_key(svc);
+    // The cached object, not the one the queue carried: the allocator must see the newest
+    // spec, and a Service deleted meanwhile must not get an address (a deletion releases
+    // after the cache forgets it, so checking the cache under the lock closes that race).
+    let mut ipam = ctx.ipam();
+    let Some(cur) = ctx.services.get(&ObjectRef::from_obj(svc)) else {
+        drop(ipam);
+        ctx.release(&key);
+        return Decision::Gone;
+    };
+    match model::classify(&cur, &ctx.settings.lb_class) {
+        Class::Foreign => Decision::Foreign,
+        Class::NotLoadBalancer => {
+            drop(ipam);
+            ctx.release(&key);
+            Decision::NotServed(cur)
+        }
+        Class::Served => {
+            let labels = ctx.namespace_labels(&key.namespace);
+            let result = model::service_request(&cur, &labels)
+                .map_err(|e| e.to_string())
+                .and_then(|req| ipam.alloc.allocate(req).map_err(|e| format!("service {key}: {e}")));
+            match result {
+                Ok(addrs) => {
+                    ipam.pending.remove(&key);
+                    ipam.reported.remove(&key);
+                    Decision::Assigned(cur, addrs)
+                }
+                Err(msg) => {
+                    ipam.pending.insert(key.clone());
+                    let announce = ipam.reported.get(&key) != Some(&msg);
+                    ipam.reported.insert(key, msg.clone());
+                    Decision::Failed(cur, msg, announce)
+                }
+            }
+        }
+    }
+}
+
+/// Reconciles one Service: allocate (idempotent) and make status, annotation and Events say so.
+pub async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.metrics.reconciles.inc();
+    match decide(&svc, &ctx) {
+        Decision::Gone | Decision::Foreign => Ok(Action::await_change()),
+        Decision::NotServed(cur) => {
+            clear(&cur, &ctx).await?;
+            Ok(Action::await_change())
+        }
+        Decision::Assigned(cur, addrs) => {
+            write(&cur, &addrs, &ctx).await?;
+            Ok(Action::await_change())
+        }
+        Decision::Failed(cur, msg, announce) => {
+            if announce {
+                warn!(service = %model::service_key(&cur), "{msg}");
+                ctx.metrics.allocation("failed");
+                ctx.event(&cur.object_ref(&()), EventType::Warning, "AllocationFailed", msg).await;
+            }
+            // Retried sooner when addresses free up or pools change (Context::retry_pending).
+            Ok(Action::requeue(Duration::from_secs(300)))
+        }
+    }
+}
+
+/// Requeues after a failed write; the allocator state is already right, only I/O is retried.
+pub fn error_policy(svc: Arc<Service>, err: &Error, ctx: Arc<Context>) -> Action {
+    warn!(service = %model::service_key(&svc), error = %err, "reconcile failed; retrying");
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&vec![("error".to_owned(), err.metric_label().to_owned())])
+        .inc();
+    Action::requeue(Duration::from_secs(2))
+}
+
+fn api(svc: &Service, ctx: &Context) -> Api<Service> {
+    Api::namespaced(ctx.client.clone(), &svc.namespace().unwrap_or_default())
+}
+
+fn ingress(addrs: &[IpAddr]) -> Value {
+    Value::Array(addrs.iter().map(|a| json!({"ip": a.to_string(), "ipMode": "VIP"})).collect())
+}
+
+/// Whether status already lists exactly these addresses, in order, with ipMode VIP.
+fn status_matches(svc: &Service, addrs: &[IpAddr]) -> bool {
+    let ingress: Vec<_> = svc
+        .status
+        .iter()
+        .flat_map(|s| s.load_balancer.iter())
+        .flat_map(|lb| lb.ingress.iter().flatten())
+        .collect();
+    ingress.len() == addrs.len()
+        && ingress.iter().zip(addrs).all(|(i, a)| {
+            i.ip.as_deref() == Some(a.to_string().as_str())
+                && i.ip_mode.as_deref() == Some("VIP")
+                && i.hostname.is_none()
+        })
+}
+
+/// 404 means the Service was deleted meanwhile: its deletion releases it, nothing to write.
+fn ignore_gone(r: Result<Service, kube::Error>) -> Result<(), kube::Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn write(svc: &Service, assigned: &[Assigned], ctx: &Context) -> Result<(), Error> {
+    let key = model::service_key(svc);
+    let addrs: Vec<IpAddr> = assigned.iter().map(|a| a.addr).collect();
+    let api = api(svc, ctx);
+    let pp = PatchParams::default();
+    let changed = !status_matches(svc, &addrs);
+    if changed {
+        let patch = json!({"status": {"loadBalancer": {"ingress": ingress(&addrs)}}});
+        ignore_gone(api.patch_status(&key.name, &pp, &Patch::Merge(&patch)).await).map_err(|source| {
+            Error::Write { what: "status.loadBalancer", object: format!("Service {key}"), source }
+        })?;
+    }
+    if let Some(conditions) = orphan_conditions(svc, assigned) {
+        // The whole list is written, so guard it with the resourceVersion we read: a
+        // concurrent writer's condition is never silently dropped (409, then retried).
+        let patch = json!({
+            "metadata": {"resourceVersion": svc.resource_version()},
+            "status": {"conditions": conditions},
+        });
+        ignore_gone(api.patch_status(&key.name, &pp, &Patch::Merge(&patch)).await).map_err(|source| {
+            Error::Write { what: "status.conditions", object: format!("Service {key}"), source }
+        })?;
+    }
+    let pools = model::pool_annotation(assigned);
+    if model::current_pool_annotation(svc) != pools.as_deref() {
+        let patch = json!({"metadata": {"annotations": {ANNOTATION_IP_ALLOCATED_FROM_POOL: pools}}});
+        ignore_gone(api.patch(&key.name, &pp, &Patch::Merge(&patch)).await).map_err(|source| {
+            Error::Write { what: "metadata.annotations", object: format!("Service {key}"), source }
+        })?;
+    }
+    if changed {
+        ctx.metrics.allocation("assigned");
+        ctx.pools_dirty.notify_one();
+        let list: Vec<String> = assigned
+            .iter()
+            .map(|a| match &a.placement {
+                Placement::Pool(p) => format!("{} from pool {p}", a.addr),
+                Placement::Orphaned(why) => format!("{} ({why})", a.addr),
+            })
+            .collect();
+        let note = format!("assigned {}", list.join(", "));
+        info!(service = %key, "{note}");
+        ctx.event(&svc.object_ref(&()), EventType::Normal, "IPAllocated", note).await;
+    } else {
+        debug!(service = %key, "status already up to date");
+    }
+    Ok(())
+}
+
+/// Condition type on a Service: False while one of its addresses is in no pool.
+pub const CONDITION_ADDRESS_IN_POOL: &str = "ferrolb.io/AddressInPool";
+
+/// The Service's conditions with ours updated, or `None` when nothing changes. The
+/// condition appears only once an address is orphaned, and turns True when none is.
+fn orphan_conditions(svc: &Service, assigned: &[Assigned]) -> Option<Vec<Condition>> {
+    let current: Vec<Condition> = svc.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let ours = current.iter().find(|c| c.type_ == CONDITION_ADDRESS_IN_POOL);
+    let orphans: Vec<String> = assigned
+        .iter()
+        .filter_map(|a| match &a.placement {
+            Placement::Orphaned(why) => Some(format!("address {}: {why}", a.addr)),
+            Placement::Pool(_) => None,
+        })
+        .collect();
+    let (status, reason, message) = if orphans.is_empty() {
+        ours?;
+        ("True", "InPool", "every address is in a pool".to_owned())
+    } else {
+        ("False", "Orphaned", orphans.join("; "))
+    };
+    if ours.is_some_and(|c| c.status == status && c.message == message) {
+        return None;
+    }
+    let mut conditions = current;
+    set_condition(
+        &mut conditions,
+        Condition {
+            type_: CONDITION_ADDRESS_IN_POOL.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            observed_generation: svc.metadata.generation,
+            last_transition_time: Time(Timestamp::now()),
+        },
+    );
+    Some(conditions)
+}
+
+/// A Service that stopped being a LoadBalancer: remove the ingress and annotation we wrote.
+async fn clear(svc: &Service, ctx: &Context) -> Result<(), Error> {
+    let key = model::service_key(svc);
+    let ours = model::current_pool_annotation(svc).is_some();
+    let has_ingress = !model::ingress_ips(svc).is_empty();
+    if !ours && !has_ingress {
+        return Ok(());
+    }
+    let api = api(svc, ctx);
+    let pp = PatchParams::default();
+    if has_ingress {
+        let patch = json!({"status": {"loadBalancer": {"ingress": null}}});
+        ignore_gone(api.patch_status(&key.name, &pp, &Patch::Merge(&patch)).await).map_err(|source| {
+            Error::Write { what: "status.loadBalancer", object: format!("Service {key}"), source }
+        })?;
+    }
+    if ours {
+        let patch = json!({"metadata": {"annotations": {ANNOTATION_IP_ALLOCATED_FROM_POOL: null}}});
+        ignore_gone(api.patch(&key.name, &pp, &Patch::Merge(&patch)).await).map_err(|source| {
+            Error::Write { what: "metadata.annotations", object: format!("Service {key}"), source }
+        })?;
+    }
+    info!(service = %key, "released its load-balancer address: no longer type LoadBalancer");
+    ctx.event(
+        &svc.object_ref(&()),
+        EventType::Normal,
+        "IPReleased",
+        "released the load-balancer address: the service is no longer type LoadBalancer".into(),
+    )
+    .await;
+    Ok(())
+}

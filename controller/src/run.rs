@@ -1,0 +1,369 @@
+//! The controller's life: wait for the leader lease, rebuild allocations from Service
+//! status, then watch and reconcile until shutdown or lost leadership.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferrolb_api::IpAddressPool;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::{Config as ApplierConfig, applier};
+use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, reflector::store::Writer};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use crate::context::{Context, Ipam, Settings};
+use crate::error::Error;
+use crate::http::Health;
+use crate::ipam::{AllocError, Placement, ServiceKey};
+use crate::leader::Elector;
+use crate::metrics::Metrics;
+use crate::model::{self, Class};
+use crate::pools::PoolSync;
+use crate::{membership, reconcile};
+
+/// Runs the controller until `shutdown` resolves (then returns `Ok` after releasing the
+/// lease) or leadership is lost (an error: the process should exit and restart as standby).
+pub async fn run(
+    client: kube::Client,
+    settings: Settings,
+    metrics: Metrics,
+    health: Health,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    tokio::pin!(shutdown);
+    let elector = settings.leader.clone().map(|cfg| Elector::new(client.clone(), cfg));
+    if let Some(e) = &elector {
+        // A standby is healthy and ready: it is doing its job, waiting.
+        health.set_ready(true);
+        tokio::select! {
+            _ = e.acquire() => {}
+            _ = &mut shutdown => return Ok(()),
+        }
+        health.set_ready(false);
+    }
+    metrics.leader.set(1);
+    let result = tokio::select! {
+        r = serve(client, settings, metrics.clone(), health.clone()) => r,
+        _ = hold(elector.as_ref()) => Err(Error::LostLeadership),
+        _ = &mut shutdown => {
+            info!("shutting down");
+            Ok(())
+        }
+    };
+    // `serve` is dropped (its tasks aborted) before the lease goes: never two leaders at work.
+    metrics.leader.set(0);
+    health.set_ready(false);
+    if let Some(e) = &elector {
+        e.release().await;
+    }
+    result
+}
+
+async fn hold(elector: Option<&Elector>) {
+    match elector {
+        Some(e) => e.hold().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Starts a watch driving a reflector; returns the stream of events after the cache applied them.
+fn watch<K>(api: Api<K>, writer: Writer<K>) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    watcher::watcher(api, watcher::Config::default()).default_backoff().reflect(writer)
+}
+
+/// The leader's work: every task lives in one JoinSet, so dropping this future (shutdown,
+/// lost lease, or a test aborting it to simulate a crash) stops all of it.
+async fn serve(
+    client: kube::Client,
+    settings: Settings,
+    metrics: Metrics,
+    health: Health,
+) -> Result<(), Error> {
+    let (svc_reader, svc_writer) = reflector::store::<Service>();
+    let (ns_reader, ns_writer) = reflector::store::<Namespace>();
+    let (pool_reader, pool_writer) = reflector::store::<IpAddressPool>();
+    let (queue_tx, mut queue_rx) = mpsc::unbounded_channel::<ObjectRef<Service>>();
+    let reporter =
+        Reporter { controller: "ferrolb-controller".into(), instance: Some(settings.identity.clone()) };
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client: client.clone(),
+        metrics,
+        settings,
+        ipam: Mutex::new(Ipam::default()),
+        services: svc_reader.clone(),
+        namespaces: ns_reader.clone(),
+        queue: queue_tx,
+        pools_dirty: Notify::new(),
+    });
+    let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
+
+    tasks.spawn(services_task(ctx.clone(), watch(Api::all(client.clone()), svc_writer)));
+    tasks.spawn(namespaces_task(ctx.clone(), watch(Api::all(client.clone()), ns_writer)));
+    let (synced_tx, synced_rx) = oneshot::channel();
+    tasks.spawn(pools_task(
+        ctx.clone(),
+        pool_reader.clone(),
+        watch(Api::all(client.clone()), pool_writer),
+        synced_tx,
+    ));
+    tasks.spawn(membership_task(ctx.clone()));
+
+    // Crash consistency: every pool, namespace and Service is known, and every address in
+    // Service status replayed, before the first allocation.
+    let ready = async {
+        let _ = svc_reader.wait_until_ready().await;
+        let _ = ns_reader.wait_until_ready().await;
+        let _ = synced_rx.await;
+    };
+    tokio::select! {
+        _ = ready => {}
+        r = tasks.join_next() => return task_ended(r),
+    }
+    replay(&ctx).await;
+    health.set_ready(true);
+    info!("state rebuilt from the API; allocating");
+
+    let queue =
+        futures::stream::poll_fn(move |cx| queue_rx.poll_recv(cx)).map(Ok::<_, std::convert::Infallible>);
+    let mut applier = Box::pin(applier(
+        |svc, ctx| Box::pin(reconcile::reconcile(svc, ctx)),
+        reconcile::error_policy,
+        ctx.clone(),
+        svc_reader,
+        queue,
+        ApplierConfig::default().concurrency(16),
+    ));
+    loop {
+        tokio::select! {
+            r = tasks.join_next() => return task_ended(r),
+            item = applier.next() => match item {
+                Some(Ok(_)) => {}
+                Some(Err(kube::runtime::controller::Error::ObjectNotFound(r))) => debug!(object = %r, "gone before reconcile"),
+                Some(Err(e)) => debug!(error = %e, "reconcile"),
+                None => return Err(Error::WatchStopped("reconcile queue")),
+            },
+        }
+    }
+}
+
+fn task_ended(r: Option<Result<Result<(), Error>, tokio::task::JoinError>>) -> Result<(), Error> {
+    match r {
+        Some(Ok(Err(e))) => Err(e),
+        _ => Err(Error::WatchStopped("controller")),
+    }
+}
+
+/// Replays every served Service's `status.loadBalancer.ingress` into the allocator. Two
+/// Services holding one address they may not share: the older keeps it (the IPAM decides),
+/// the other is re-allocated by its reconcile, and both get an Event.
+async fn replay(ctx: &Context) {
+    let mut services = ctx.services.state();
+    services.sort_by_key(|s| model::service_key(s));
+    let mut conflicts: Vec<(ServiceKey, ServiceKey, std::net::IpAddr, String)> = Vec::new();
+    let mut orphans = Vec::new();
+    let mut replayed = 0usize;
+    {
+        let mut ipam = ctx.ipam();
+        for svc in &services {
+            if model::classify(svc, &ctx.settings.lb_class) != Class::Served {
+                continue;
+            }
+            let ips = model::ingress_ips(svc);
+            if ips.is_empty() {
+                continue;
+            }
+            let key = model::service_key(svc);
+            let req = model::replay_request(svc, &ctx.namespace_labels(&key.namespace));
+            match ipam.alloc.assign_existing(req, &ips) {
+                Ok(r) => {
+                    replayed += 1;
+                    for e in r.evicted {
+                        conflicts.push((e.service, e.kept_by, e.addr, e.reason.to_string()));
+                    }
+                    for a in r.addrs {
+                        if let Placement::Orphaned(why) = a.placement {
+                            orphans.push((key.clone(), a.addr, why.to_string()));
+                        }
+                    }
+                }
+                Err(AllocError::Conflict { addr, holder, reason }) => {
+                    conflicts.push((key, holder, addr, reason.to_string()));
+                }
+                Err(e) => warn!(service = %key, error = %e, "cannot replay status"),
+            }
+        }
+    }
+    info!(
+        services = replayed,
+        conflicts = conflicts.len(),
+        orphans = orphans.len(),
+        "replayed Service status"
+    );
+    ctx.metrics.conflicts.inc_by(conflicts.len() as u64);
+    for (loser, winner, addr, reason) in conflicts {
+        let note = format!(
+            "address {addr} was held by both {loser} and the older {winner} ({reason}); {winner} keeps it and {loser} gets a new address"
+        );
+        warn!("{note}");
+        ctx.event(&ctx.service_ref(&loser), EventType::Warning, "AddressConflict", note.clone()).await;
+        ctx.event(&ctx.service_ref(&winner), EventType::Warning, "AddressConflict", note).await;
+    }
+    for (key, addr, why) in orphans {
+        ctx.event(
+            &ctx.service_ref(&key),
+            EventType::Warning,
+            "AddressOrphaned",
+            format!("address {addr}: {why}"),
+        )
+        .await;
+    }
+    ctx.pools_dirty.notify_one();
+}
+
+/// Service events: changes queue a reconcile; deletions release at once.
+async fn services_task(
+    ctx: Arc<Context>,
+    events: impl Stream<Item = Result<Event<Service>, watcher::Error>>,
+) -> Result<(), Error> {
+    let mut events = std::pin::pin!(events);
+    while let Some(ev) = events.next().await {
+        match ev {
+            Ok(Event::Apply(s)) => {
+                let _ = ctx.queue.send(ObjectRef::from_obj(&s));
+            }
+            Ok(Event::Delete(s)) => {
+                ctx.release(&model::service_key(&s));
+            }
+            Ok(Event::InitDone) => {
+                // A (re)list: the cache now holds the full set. Release Services deleted while
+                // the watch was down, and reconcile everything (allocate is idempotent).
+                let all = ctx.services.state();
+                let live: BTreeSet<ServiceKey> = all.iter().map(|s| model::service_key(s)).collect();
+                let gone: Vec<ServiceKey> = {
+                    let ipam = ctx.ipam();
+                    ipam.alloc.services().map(|(k, _)| k.clone()).filter(|k| !live.contains(k)).collect()
+                };
+                for k in &gone {
+                    ctx.release(k);
+                }
+                for s in &all {
+                    let _ = ctx.queue.send(ObjectRef::from_obj(&**s));
+                }
+            }
+            Ok(Event::Init | Event::InitApply(_)) => {}
+            Err(e) => warn!(error = %e, "Service watch failed; retrying"),
+        }
+    }
+    Err(Error::WatchStopped("Service"))
+}
+
+/// Namespace label changes re-reconcile only the Services of that namespace.
+async fn namespaces_task(
+    ctx: Arc<Context>,
+    events: impl Stream<Item = Result<Event<Namespace>, watcher::Error>>,
+) -> Result<(), Error> {
+    let mut events = std::pin::pin!(events);
+    let mut labels: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut changed_during_init: Vec<String> = Vec::new();
+    let touch = |ns: &str| {
+        for s in ctx.services.state().iter().filter(|s| s.namespace().as_deref() == Some(ns)) {
+            let _ = ctx.queue.send(ObjectRef::from_obj(&**s));
+        }
+    };
+    while let Some(ev) = events.next().await {
+        match ev {
+            Ok(Event::Apply(ns)) | Ok(Event::InitApply(ns)) => {
+                let name = ns.name_any();
+                let new = ns.labels().clone();
+                let before = labels.insert(name.clone(), new.clone());
+                if before.is_some_and(|b| b != new) {
+                    debug!(namespace = %name, "namespace labels changed");
+                    if ctx.namespaces.get(&ObjectRef::from_obj(&ns)).is_some_and(|c| c.labels() == &new) {
+                        touch(&name);
+                    } else {
+                        // During a relist the cache is swapped at InitDone.
+                        changed_during_init.push(name);
+                    }
+                }
+            }
+            Ok(Event::Delete(ns)) => {
+                labels.remove(&ns.name_any());
+            }
+            Ok(Event::InitDone) => {
+                for ns in std::mem::take(&mut changed_during_init) {
+                    touch(&ns);
+                }
+            }
+            Ok(Event::Init) => {}
+            Err(e) => warn!(error = %e, "Namespace watch failed; retrying"),
+        }
+    }
+    Err(Error::WatchStopped("Namespace"))
+}
+
+/// Pool events and pool-status refreshes.
+async fn pools_task(
+    ctx: Arc<Context>,
+    store: Store<IpAddressPool>,
+    events: impl Stream<Item = Result<Event<IpAddressPool>, watcher::Error>>,
+    synced: oneshot::Sender<()>,
+) -> Result<(), Error> {
+    let mut events = std::pin::pin!(events);
+    let mut sync = PoolSync::new(store.clone());
+    let mut synced = Some(synced);
+    loop {
+        tokio::select! {
+            ev = events.next() => match ev {
+                None => return Err(Error::WatchStopped("IPAddressPool")),
+                Some(Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone)) => {
+                    sync.resync(&ctx).await;
+                    if let Some(tx) = synced.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => warn!(error = %e, "IPAddressPool watch failed (is the CRD installed?); retrying"),
+            },
+            _ = ctx.pools_dirty.notified(), if synced.is_none() => {
+                sync.write_statuses(&ctx).await;
+            }
+        }
+    }
+}
+
+/// Creates the membership Secret when absent, retrying until it exists.
+async fn membership_task(ctx: Arc<Context>) -> Result<(), Error> {
+    loop {
+        match membership::ensure_secret(&ctx.client, &ctx.settings.namespace).await {
+            Ok(true) => {
+                info!(namespace = %ctx.settings.namespace, "created the membership Secret");
+                break;
+            }
+            Ok(false) => break,
+            Err(e) => warn!(error = %e, "membership Secret; retrying"),
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    // Done; stay in the JoinSet so that a finished task is not mistaken for a failure.
+    std::future::pending::<()>().await;
+    Ok(())
+}
