@@ -569,6 +569,51 @@ mod tests {
         assert!(e.starts_with("BGPPeer/router-a: spec.peerAddress:"), "{e}");
     }
 
+    /// A BFD failure holds the BGP session down, BFD Up releases it; the peer going
+    /// AdminDown (no failure counted) and a failure hidden by a skipped watch value
+    /// (Up → Down → Up seen as Up with `downs` grown) are handled as RFC 5882 says.
+    #[tokio::test]
+    async fn bfd_state_drives_the_bgp_session() {
+        use crate::bfd::State as Bfd;
+        let mut peer = PeerConfig::new(64513, 64512, Ipv4Addr::new(192, 0, 2, 11));
+        peer.passive = true; // never connects: only the held-down flag matters here
+        let session = session::spawn(SessionConfig::new(peer, "192.0.2.1:179".parse().unwrap()));
+        let mut status = session.watch_status();
+        let (tx, rx) = tokio::sync::watch::channel(BfdState::default());
+        let task = tokio::spawn(watch_bfd("r".into(), rx, session.clone()));
+        let held = |status: &mut tokio::sync::watch::Receiver<SessionStatus>, want: bool| {
+            let mut status = status.clone();
+            async move {
+                let wait = status.wait_for(|s| s.bfd_held_down == want);
+                tokio::time::timeout(Duration::from_secs(5), wait).await.unwrap().unwrap();
+            }
+        };
+        let set = |state, downs| tx.send_replace(BfdState { state, downs, ..BfdState::default() });
+
+        set(Bfd::Up, 0);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!session.status().bfd_held_down);
+        set(Bfd::Down, 1);
+        held(&mut status, true).await;
+        set(Bfd::Init, 1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(session.status().bfd_held_down, "held until Up");
+        set(Bfd::Up, 1);
+        held(&mut status, false).await;
+        // The peer going AdminDown is not a failure: the BGP session is left alone.
+        set(Bfd::Down, 1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!session.status().bfd_held_down);
+        // Up → Down → Up seen only as Up with one more failure: reset, then released.
+        assert_eq!(session.status().bfd_resets, 1);
+        set(Bfd::Up, 2);
+        let mut st = status.clone();
+        let reset = st.wait_for(|s| s.bfd_resets == 2 && !s.bfd_held_down);
+        tokio::time::timeout(Duration::from_secs(5), reset).await.unwrap().unwrap();
+        task.abort();
+        session.shutdown(subcode::CEASE_ADMIN_SHUTDOWN).await;
+    }
+
     #[test]
     fn equal_attributes_share_one_allocation() {
         let a = RouteAttrs { local_pref: Some(5), ..Default::default() };

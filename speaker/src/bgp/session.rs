@@ -97,6 +97,8 @@ pub struct SessionStatus {
     pub prefixes_received: u64,
     /// Held down by [`SessionHandle::set_bfd_up`]`(false)`: no connecting, no accepting.
     pub bfd_held_down: bool,
+    /// Times BFD reset the session (`set_bfd_up(false)` while not held down).
+    pub bfd_resets: u64,
 }
 
 impl Default for SessionStatus {
@@ -113,6 +115,7 @@ impl Default for SessionStatus {
             updates_received: 0,
             prefixes_received: 0,
             bfd_held_down: false,
+            bfd_resets: 0,
         }
     }
 }
@@ -316,6 +319,7 @@ impl Driver {
             tracing::info!("BFD up: starting the BGP session again");
             self.handle(Event::ManualStart).await;
         } else {
+            self.status.bfd_resets += 1;
             tracing::warn!(state = ?self.fsm.state(), "BFD down: resetting the BGP session now (Cease, BFD down) and holding it down until BFD is up");
             if let Some((_, h)) = self.connecting.take() {
                 h.abort();

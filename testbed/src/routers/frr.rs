@@ -203,6 +203,10 @@ pub fn config(spec: &RouterSpec) -> String {
         let _ = writeln!(c, " neighbor SPEAKERS timers {} {h}", (h / 3).max(1));
     }
     c.push_str(" neighbor SPEAKERS passive\n");
+    if spec.bfd.is_some() {
+        // RFC 5882: BFD Down takes the BGP session down (bfdd's peers, registered by bgpd).
+        c.push_str(" neighbor SPEAKERS bfd\n");
+    }
     for r in &spec.ranges {
         let _ = writeln!(c, " bgp listen range {r} peer-group SPEAKERS");
     }
@@ -338,5 +342,8 @@ mod tests {
         assert!(c.contains("bgp listen range 192.0.2.0/24 peer-group SPEAKERS"));
         assert!(c.contains("maximum-paths 16"));
         assert!(c.contains("neighbor SPEAKERS password pw"));
+        assert!(!c.contains("neighbor SPEAKERS bfd"));
+        let spec = RouterSpec::default().bfd(super::super::BfdSpec::lan(&["192.0.2.11".parse().unwrap()]));
+        assert!(config(&spec).contains("neighbor SPEAKERS bfd\n"));
     }
 }

@@ -238,6 +238,7 @@ async fn bfd_down_resets_established_session_and_holds_it_down_until_bfd_up() {
     a.set_bfd_up(true).await;
     let up = wait_for(&a, "A re-established", |s| s.is_up() && s.established_count == 2).await;
     assert!(!up.bfd_held_down);
+    assert_eq!(up.bfd_resets, 1);
     wait_for(&a, "routes re-sent", |s| s.prefixes_advertised == 4).await;
     wait_for(&b, "B has the routes again", |s| s.is_up() && s.prefixes_received >= 8).await;
     a.shutdown(2).await;
