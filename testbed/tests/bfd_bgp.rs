@@ -13,9 +13,9 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use ferrolb_testbed::routers::{self, BfdSpec, Bird, Router, RouterSpec};
+use ferrolb_testbed::routers::{self, BfdSpec, Bird, Frr, Router, RouterSpec};
 use ferrolb_testbed::speaker::{Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan};
+use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
 const HOLD: u16 = 90;
@@ -53,7 +53,7 @@ fn static_file(vip: IpAddr) -> String {
     ])
 }
 
-fn cut_link_drops_the_path_before_the_hold_time(lab: &Lab, router: &dyn Router) {
+fn cut_link_drops_the_path_before_the_hold_time(lab: &Lab, router: &dyn Router, bfd: &str) {
     let vip = plan::bgp_vip_v4(20);
     let prefix = format!("{vip}/32");
     let file = static_file(vip);
@@ -74,11 +74,15 @@ fn cut_link_drops_the_path_before_the_hold_time(lab: &Lab, router: &dyn Router) 
     let took = cut.elapsed();
     assert!(r.is_ok(), "{r:?}\n{}\n{}", s1.logs(), lab.logs(40));
     println!(
-        "{}: link cut -> kernel route {prefix} via node2 only after {} ms (BFD 100 ms x 3; BGP hold time {HOLD} s)",
+        "{}: link cut -> kernel route {prefix} via node2 only after {} ms (BFD {bfd}; BGP hold time {HOLD} s)",
         router.kind(),
         took.as_millis()
     );
-    routers::wait_bfd(router, v4(1), "down", T).unwrap();
+    // Down, or gone with the dynamic neighbour that registered it (FRR).
+    wait::until("router's BFD session with node1 no longer up", T, || {
+        Ok((router.bfd_sessions()?.get(&v4(1)).map(String::as_str) != Some("up")).then_some(()))
+    })
+    .unwrap();
     // node1's speaker saw BFD fail and reset its BGP session (Cease / BFD Down).
     s1.wait_log("BFD session down: tearing the BGP session down now", T).unwrap();
     s1.wait_log("BFD down: resetting the BGP session now", T).unwrap();
@@ -98,5 +102,23 @@ fn cut_link_drops_the_path_before_the_hold_time(lab: &Lab, router: &dyn Router) 
 fn bfd_down_withdraws_node_path_from_bird_before_hold_time() {
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let bird = Bird::start(&lab, &router_spec()).unwrap();
-    cut_link_drops_the_path_before_the_hold_time(&lab, &bird);
+    cut_link_drops_the_path_before_the_hold_time(&lab, &bird, "100 ms x 3");
+}
+
+#[test]
+fn bfd_down_withdraws_node_path_from_frr_before_hold_time() {
+    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
+    // No static bfdd peers: bgpd's `neighbor SPEAKERS bfd` makes the sessions (FRR's
+    // defaults, 300 ms x 3); a static peer as well would be a second session.
+    let mut spec = router_spec();
+    if let Some(b) = spec.bfd.as_mut() {
+        b.neighbors.clear();
+    }
+    // Configured neighbours: their BFD sessions outlive the BGP sessions (those of a
+    // listen range come and go with the TCP connection, so a held-down BGP session
+    // would never see BFD Up again).
+    spec.ranges.clear();
+    spec.neighbors = vec![v4(1), v4(2)];
+    let frr = Frr::start(&lab, &spec).unwrap();
+    cut_link_drops_the_path_before_the_hold_time(&lab, &frr, "FRR's default 300 ms x 3 on its side");
 }
