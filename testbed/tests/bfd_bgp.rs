@@ -108,8 +108,8 @@ fn bfd_down_withdraws_node_path_from_bird_before_hold_time() {
 #[test]
 fn bfd_down_withdraws_node_path_from_frr_before_hold_time() {
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
-    // No static bfdd peers: bgpd's `neighbor SPEAKERS bfd` makes the sessions (FRR's
-    // defaults, 300 ms x 3); a static peer as well would be a second session.
+    // No static bfdd peers: bgpd's `neighbor SPEAKERS bfd profile ferrolb` makes the
+    // sessions (100 ms x 3); a static peer as well would be a second, conflicting one.
     let mut spec = router_spec();
     if let Some(b) = spec.bfd.as_mut() {
         b.neighbors.clear();
@@ -120,5 +120,5 @@ fn bfd_down_withdraws_node_path_from_frr_before_hold_time() {
     spec.ranges.clear();
     spec.neighbors = vec![v4(1), v4(2)];
     let frr = Frr::start(&lab, &spec).unwrap();
-    cut_link_drops_the_path_before_the_hold_time(&lab, &frr, "FRR's default 300 ms x 3 on its side");
+    cut_link_drops_the_path_before_the_hold_time(&lab, &frr, "100 ms x 3");
 }

@@ -157,6 +157,13 @@ pub fn bfdd_config(spec: &RouterSpec) -> String {
     let mut c = String::from("hostname r1\nlog stdout informational\n!\n");
     if let Some(bfd) = &spec.bfd {
         c.push_str("bfd\n");
+        // The timers of the sessions bgpd makes (`neighbor SPEAKERS bfd profile ferrolb`).
+        let ms = bfd.interval.as_millis();
+        let _ = writeln!(
+            c,
+            " profile ferrolb\n  receive-interval {ms}\n  transmit-interval {ms}\n  detect-multiplier {}\n exit\n !",
+            bfd.multiplier
+        );
         for n in &bfd.neighbors {
             let ms = bfd.interval.as_millis();
             let _ = writeln!(
@@ -205,7 +212,7 @@ pub fn config(spec: &RouterSpec) -> String {
     c.push_str(" neighbor SPEAKERS passive\n");
     if spec.bfd.is_some() {
         // RFC 5882: BFD Down takes the BGP session down (bfdd's peers, registered by bgpd).
-        c.push_str(" neighbor SPEAKERS bfd\n");
+        c.push_str(" neighbor SPEAKERS bfd\n neighbor SPEAKERS bfd profile ferrolb\n");
     }
     for r in &spec.ranges {
         let _ = writeln!(c, " bgp listen range {r} peer-group SPEAKERS");
