@@ -9,6 +9,10 @@
 //! towards the peer); a task watches it and, when BFD fails, resets the BGP session at
 //! once and holds it down until BFD is Up again (RFC 5882 §4.3,
 //! [`SessionHandle::set_bfd_up`]). The peer going AdminDown does not count as a failure.
+//! The BGP session starts without waiting for BFD. A router must run its BFD session
+//! independently of the BGP session (BIRD `bfd on`; FRR with configured neighbours):
+//! one that makes it only for a live BGP connection (FRR `bgp listen range`) never
+//! brings BFD Up again after a failure, so the session stays held down.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
