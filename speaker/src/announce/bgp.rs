@@ -3,6 +3,16 @@
 //!
 //! Owned by the speaker's event loop (not shared): `apply` after every plan, `tick`
 //! once a second for metrics and the MD5 hint, `shutdown` on SIGTERM.
+//!
+//! A BGPPeer with `bfdProfile` also gets a BFD session (RFC 5880/5881) from the BGP
+//! session's source address (`spec.sourceAddress`, else the address the kernel picks
+//! towards the peer); a task watches it and, when BFD fails, resets the BGP session at
+//! once and holds it down until BFD is Up again (RFC 5882 §4.3,
+//! [`SessionHandle::set_bfd_up`]). The peer going AdminDown does not count as a failure.
+//! The BGP session starts without waiting for BFD. A router must run its BFD session
+//! independently of the BGP session (BIRD `bfd on`; FRR with configured neighbours):
+//! one that makes it only for a live BGP connection (FRR `bgp listen range`) never
+//! brings BFD Up again after a failure, so the session stays held down.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -12,6 +22,7 @@ use std::time::Duration;
 use ferrolb_api::{AddressFamily, BgpPeerSpec};
 use tokio::time::Instant;
 
+use crate::bfd::{self, Bfd, BfdConfig, BfdHandle, BfdMetrics, BfdState};
 use crate::bgp::error::subcode;
 use crate::bgp::fsm::{GracefulRestartConfig, PeerConfig, State};
 use crate::bgp::session::{self, Listener, Routes, SessionConfig, SessionHandle, SessionStatus};
@@ -43,11 +54,27 @@ struct PeerSettings {
     router_id: Ipv4Addr,
     next_hop_v4: Option<Ipv4Addr>,
     next_hop_v6: Option<std::net::Ipv6Addr>,
+    /// The BFD parameters of `spec.bfdProfile`.
+    bfd: Option<bfd::SessionConfig>,
+}
+
+/// A BGP peer's BFD session and the task that drives the BGP session from it.
+struct BfdLink {
+    /// Dropping the last handle ends the BFD session (telling the peer AdminDown).
+    handle: BfdHandle,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for BfdLink {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
 }
 
 struct PeerSession {
     settings: PeerSettings,
     handle: SessionHandle,
+    bfd: Option<BfdLink>,
     started: Instant,
     md5_hint_logged: bool,
     last: SessionStatus,
@@ -150,6 +177,10 @@ pub struct BgpAnnouncer {
     metrics: Arc<Metrics>,
     /// No session of this process has come up yet: announce a restart (RFC 4724).
     fresh_process: bool,
+    /// Starts the BFD sessions of peers with a `bfdProfile`.
+    bfd: Bfd,
+    /// Registry of the BFD metrics when none was given (see [`BgpAnnouncer::set_bfd_metrics`]).
+    bfd_registry: prometheus_client::registry::Registry,
 }
 
 impl BgpAnnouncer {
@@ -161,7 +192,39 @@ impl BgpAnnouncer {
             listeners: BTreeMap::new(),
             metrics,
             fresh_process: true,
+            bfd: Bfd::new(None),
+            bfd_registry: prometheus_client::registry::Registry::default(),
         }
+        .with_own_bfd_metrics()
+    }
+
+    fn with_own_bfd_metrics(mut self) -> Self {
+        let m = BfdMetrics::register(&mut self.bfd_registry);
+        self.bfd = Bfd::new(Some(m));
+        self
+    }
+
+    /// Updates `ferrolb_bfd_*` in `metrics` (registered with
+    /// `BfdMetrics::register(&mut speaker_registry)`) instead of the announcer's own
+    /// registry; call before the first [`apply`](Self::apply).
+    pub fn set_bfd_metrics(&mut self, metrics: BfdMetrics) {
+        self.bfd = Bfd::new(Some(metrics));
+        self.bfd_registry = prometheus_client::registry::Registry::default();
+    }
+
+    /// The OpenMetrics text of the BFD metrics in the announcer's own registry (empty
+    /// families after [`set_bfd_metrics`](Self::set_bfd_metrics)).
+    pub fn encode_bfd_metrics(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.bfd_registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// The BFD state of the session with `peer`, if it has a `bfdProfile`.
+    pub fn bfd_status(&self, peer: &str) -> Option<BfdState> {
+        self.sessions.get(peer).and_then(|s| s.bfd.as_ref()).map(|b| b.handle.current())
     }
 
     /// Number of sessions currently Established.
@@ -212,7 +275,24 @@ impl BgpAnnouncer {
             })?,
         };
         let password = if spec.password_file.is_some() { passwords.get(name).cloned() } else { None };
-        Ok(PeerSettings { spec, password, router_id, next_hop_v4: node_v4, next_hop_v6: node_v6 })
+        let bfd = match &spec.bfd_profile {
+            None => None,
+            Some(profile) => {
+                let p = model.bfd_profiles.get(profile).ok_or_else(|| PeerError {
+                    peer: name.to_owned(),
+                    field: "spec.bfdProfile",
+                    problem: format!("no BFDProfile is named {profile:?}"),
+                    fix: "create the BFDProfile or remove spec.bfdProfile",
+                })?;
+                Some(bfd::driver::session_config(p).map_err(|e| PeerError {
+                    peer: name.to_owned(),
+                    field: "spec.bfdProfile",
+                    problem: e.to_string(),
+                    fix: "fix the BFDProfile",
+                })?)
+            }
+        };
+        Ok(PeerSettings { spec, password, router_id, next_hop_v4: node_v4, next_hop_v6: node_v6, bfd })
     }
 
     /// Converges sessions and routes to `plan`: new peers get a session, changed peers
@@ -255,10 +335,13 @@ impl BgpAnnouncer {
                         continue;
                     }
                 };
+                let local = cfg.local_addr;
                 let handle = self.start(name, cfg);
+                let bfd = settings.bfd.and_then(|b| self.start_bfd(name, &settings, local, b, &handle));
                 let s = PeerSession {
                     settings,
                     handle,
+                    bfd,
                     started: Instant::now(),
                     md5_hint_logged: false,
                     last: SessionStatus::default(),
@@ -304,6 +387,37 @@ impl BgpAnnouncer {
         handle
     }
 
+    /// Starts the BFD session of a peer and the task that drives its BGP session.
+    fn start_bfd(
+        &self,
+        name: &str,
+        settings: &PeerSettings,
+        source: Option<IpAddr>,
+        cfg: bfd::SessionConfig,
+        session: &SessionHandle,
+    ) -> Option<BfdLink> {
+        let peer = session.peer();
+        let node_addr = if peer.is_ipv4() {
+            settings.next_hop_v4.map(IpAddr::V4)
+        } else {
+            settings.next_hop_v6.map(IpAddr::V6)
+        };
+        let Some(local) = source.or_else(|| route_source(peer)).or(node_addr) else {
+            tracing::warn!(peer = %name, address = %peer, "BGPPeer/{name}: spec.bfdProfile: no local address towards {peer} for BFD; set spec.sourceAddress");
+            return None;
+        };
+        let handle = match self.bfd.spawn(BfdConfig::new(local, peer, cfg)) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(peer = %name, %local, error = %e, "BGPPeer/{name}: spec.bfdProfile: cannot start BFD from {local}; the BGP session runs without it");
+                return None;
+            }
+        };
+        tracing::info!(peer = %name, %local, address = %peer, "starting BFD session");
+        let watcher = tokio::spawn(watch_bfd(name.to_owned(), handle.state(), session.clone()));
+        Some(BfdLink { handle, watcher })
+    }
+
     async fn stop(&mut self, name: &str, s: PeerSession, cease: u8) {
         let port = s.settings.spec.peer_port;
         if let Some(Some(l)) = self.listeners.get(&port)
@@ -311,6 +425,7 @@ impl BgpAnnouncer {
         {
             tracing::debug!(peer = %name, error = %e, "removing the peer from the listener");
         }
+        drop(s.bfd);
         s.handle.shutdown(cease).await;
         self.metrics.session_up.get_or_create(&PeerLabel { peer: name.to_owned() }).set(0);
     }
@@ -361,10 +476,49 @@ impl BgpAnnouncer {
         let mut set = tokio::task::JoinSet::new();
         for (name, s) in std::mem::take(&mut self.sessions) {
             tracing::info!(peer = %name, "closing BGP session (Cease, administrative shutdown)");
-            set.spawn(async move { s.handle.shutdown(subcode::CEASE_ADMIN_SHUTDOWN).await });
+            set.spawn(async move {
+                // BGP goes first: BFD AdminDown would make the peer drop the session anyway.
+                s.handle.shutdown(subcode::CEASE_ADMIN_SHUTDOWN).await;
+                drop(s.bfd);
+            });
         }
         while set.join_next().await.is_some() {}
         self.listeners.clear();
+    }
+}
+
+/// The source address the kernel picks towards `peer` (no packet is sent).
+fn route_source(peer: IpAddr) -> Option<IpAddr> {
+    let any: IpAddr =
+        if peer.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
+    let sock = std::net::UdpSocket::bind(SocketAddr::new(any, 0)).ok()?;
+    sock.connect(SocketAddr::new(peer, 3784)).ok()?;
+    sock.local_addr().ok().map(|a| a.ip()).filter(|ip| !ip.is_unspecified())
+}
+
+/// Drives `session` from the BFD state: a failure (`downs` grew, RFC 5882 §3.2: not the
+/// peer's AdminDown) resets it and holds it down; BFD Up releases it.
+async fn watch_bfd(name: String, mut state: tokio::sync::watch::Receiver<BfdState>, session: SessionHandle) {
+    let mut seen = *state.borrow_and_update();
+    let mut held = false;
+    while state.changed().await.is_ok() {
+        let now = *state.borrow_and_update();
+        if now.downs > seen.downs && !held {
+            tracing::warn!(
+                peer = %name,
+                address = %session.peer(),
+                diag = ?now.diag,
+                "BFD session down: tearing the BGP session down now"
+            );
+            held = true;
+            session.set_bfd_up(false).await;
+        }
+        if held && now.is_up() {
+            tracing::info!(peer = %name, address = %session.peer(), "BFD session up: BGP may reconnect");
+            held = false;
+            session.set_bfd_up(true).await;
+        }
+        seen = now;
     }
 }
 
@@ -380,6 +534,7 @@ mod tests {
             router_id: Ipv4Addr::new(192, 0, 2, 11),
             next_hop_v4: Some(Ipv4Addr::new(192, 0, 2, 11)),
             next_hop_v6: Some("2001:db8::11".parse().unwrap()),
+            bfd: None,
         }
     }
 
@@ -416,6 +571,51 @@ mod tests {
         let spec = BgpPeerSpec::new(64513, 64512, "not-an-ip");
         let e = session_config("router-a", &settings(spec), false).unwrap_err().to_string();
         assert!(e.starts_with("BGPPeer/router-a: spec.peerAddress:"), "{e}");
+    }
+
+    /// A BFD failure holds the BGP session down, BFD Up releases it; the peer going
+    /// AdminDown (no failure counted) and a failure hidden by a skipped watch value
+    /// (Up → Down → Up seen as Up with `downs` grown) are handled as RFC 5882 says.
+    #[tokio::test]
+    async fn bfd_state_drives_the_bgp_session() {
+        use crate::bfd::State as Bfd;
+        let mut peer = PeerConfig::new(64513, 64512, Ipv4Addr::new(192, 0, 2, 11));
+        peer.passive = true; // never connects: only the held-down flag matters here
+        let session = session::spawn(SessionConfig::new(peer, "192.0.2.1:179".parse().unwrap()));
+        let mut status = session.watch_status();
+        let (tx, rx) = tokio::sync::watch::channel(BfdState::default());
+        let task = tokio::spawn(watch_bfd("r".into(), rx, session.clone()));
+        let held = |status: &mut tokio::sync::watch::Receiver<SessionStatus>, want: bool| {
+            let mut status = status.clone();
+            async move {
+                let wait = status.wait_for(|s| s.bfd_held_down == want);
+                tokio::time::timeout(Duration::from_secs(5), wait).await.unwrap().unwrap();
+            }
+        };
+        let set = |state, downs| tx.send_replace(BfdState { state, downs, ..BfdState::default() });
+
+        set(Bfd::Up, 0);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!session.status().bfd_held_down);
+        set(Bfd::Down, 1);
+        held(&mut status, true).await;
+        set(Bfd::Init, 1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(session.status().bfd_held_down, "held until Up");
+        set(Bfd::Up, 1);
+        held(&mut status, false).await;
+        // The peer going AdminDown is not a failure: the BGP session is left alone.
+        set(Bfd::Down, 1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!session.status().bfd_held_down);
+        // Up → Down → Up seen only as Up with one more failure: reset, then released.
+        assert_eq!(session.status().bfd_resets, 1);
+        set(Bfd::Up, 2);
+        let mut st = status.clone();
+        let reset = st.wait_for(|s| s.bfd_resets == 2 && !s.bfd_held_down);
+        tokio::time::timeout(Duration::from_secs(5), reset).await.unwrap().unwrap();
+        task.abort();
+        session.shutdown(subcode::CEASE_ADMIN_SHUTDOWN).await;
     }
 
     #[test]

@@ -95,6 +95,10 @@ pub struct SessionStatus {
     pub updates_received: u64,
     /// Prefixes received in those UPDATEs.
     pub prefixes_received: u64,
+    /// Held down by [`SessionHandle::set_bfd_up`]`(false)`: no connecting, no accepting.
+    pub bfd_held_down: bool,
+    /// Times BFD reset the session (`set_bfd_up(false)` while not held down).
+    pub bfd_resets: u64,
 }
 
 impl Default for SessionStatus {
@@ -110,6 +114,8 @@ impl Default for SessionStatus {
             prefixes_advertised: 0,
             updates_received: 0,
             prefixes_received: 0,
+            bfd_held_down: false,
+            bfd_resets: 0,
         }
     }
 }
@@ -124,7 +130,11 @@ impl SessionStatus {
 enum Command {
     Accept(TcpStream),
     Shutdown(u8),
+    BfdUp(bool),
 }
+
+/// Cease subcode "BFD Down" (RFC 9384), sent when BFD tears an Established session down.
+pub const CEASE_BFD_DOWN: u8 = 10;
 
 enum ConnEvent {
     Connected(u64, TcpStream),
@@ -147,6 +157,7 @@ impl std::fmt::Debug for Command {
         match self {
             Command::Accept(_) => f.write_str("Accept"),
             Command::Shutdown(s) => write!(f, "Shutdown({s})"),
+            Command::BfdUp(up) => write!(f, "BfdUp({up})"),
         }
     }
 }
@@ -175,6 +186,16 @@ impl SessionHandle {
     /// Hands an inbound connection from the peer to the session (used by [`Listener`]).
     pub async fn accept(&self, stream: TcpStream) {
         let _ = self.cmd.send(Command::Accept(stream)).await;
+    }
+
+    /// Tells the session whether BFD sees the path to the peer (RFC 5882 §4.3).
+    ///
+    /// `false` resets the connection at once (Cease / BFD Down, RFC 9384, then close;
+    /// no waiting for the hold timer) and keeps the session in Idle, neither connecting
+    /// nor accepting, until `true`, which starts it again like a ManualStart. Repeating
+    /// the current value does nothing. A session starts with BFD considered up.
+    pub async fn set_bfd_up(&self, up: bool) {
+        let _ = self.cmd.send(Command::BfdUp(up)).await;
     }
 
     /// Sends Cease with `cease_subcode` (e.g. 2, administrative shutdown) and stops the task.
@@ -259,6 +280,7 @@ impl Driver {
             tokio::select! {
                 cmd = self.cmd_rx.recv() => match cmd {
                     Some(Command::Accept(stream)) => self.accept(stream).await,
+                    Some(Command::BfdUp(up)) => self.bfd(up).await,
                     Some(Command::Shutdown(sub)) => {
                         self.handle(Event::ManualStop { subcode: sub }).await;
                         break;
@@ -280,6 +302,31 @@ impl Driver {
         for (_, c) in self.conns.drain() {
             c.reader.abort();
         }
+    }
+
+    /// BFD went down (hold the session in Idle) or came back up (start it again).
+    ///
+    /// The sans-IO FSM needs nothing new: BFD Down is a ManualStop with Cease subcode
+    /// "BFD Down" (it sends the NOTIFICATION if a session exists, closes every
+    /// connection, cancels the timers and stays in Idle, refusing inbound connections);
+    /// BFD Up is a ManualStart.
+    async fn bfd(&mut self, up: bool) {
+        if up != self.status.bfd_held_down {
+            return;
+        }
+        self.status.bfd_held_down = !up;
+        if up {
+            tracing::info!("BFD up: starting the BGP session again");
+            self.handle(Event::ManualStart).await;
+        } else {
+            self.status.bfd_resets += 1;
+            tracing::warn!(state = ?self.fsm.state(), "BFD down: resetting the BGP session now (Cease, BFD down) and holding it down until BFD is up");
+            if let Some((_, h)) = self.connecting.take() {
+                h.abort();
+            }
+            self.handle(Event::ManualStop { subcode: CEASE_BFD_DOWN }).await;
+        }
+        self.publish();
     }
 
     async fn fire_timers(&mut self) {

@@ -139,6 +139,12 @@ pub fn config(spec: &RouterSpec) -> String {
         if let Some(h) = spec.hold_time {
             let _ = writeln!(c, "  hold time {h};");
         }
+        if spec.bfd.is_some() {
+            // RFC 5882: BFD Down takes the BGP session down (BIRD's `bfd on`).
+            // A BFD Down is an error for BIRD, which then refuses the peer for `error
+            // wait time` (default 60 s); keep that short so the path returns quickly.
+            c.push_str("  bfd on;\n  error wait time 1, 5;\n");
+        }
         for fam in ["ipv4", "ipv6"] {
             let _ = writeln!(c, "  {fam} {{ import all; export none; gateway direct; }};");
         }
@@ -313,6 +319,8 @@ IP address                Interface  State      Since         Interval  Timeout
         let c = config(&spec);
         assert!(c.contains("min rx interval 300 ms; min tx interval 300 ms; multiplier 3;"), "{c}");
         assert!(c.contains("neighbor 192.0.2.11 dev \"eth0\";"), "{c}");
+        assert!(c.contains("  bfd on;"), "{c}");
+        assert!(!config(&RouterSpec::default()).contains("bfd on"));
     }
 
     #[test]

@@ -157,6 +157,13 @@ pub fn bfdd_config(spec: &RouterSpec) -> String {
     let mut c = String::from("hostname r1\nlog stdout informational\n!\n");
     if let Some(bfd) = &spec.bfd {
         c.push_str("bfd\n");
+        // The timers of the sessions bgpd makes (`neighbor SPEAKERS bfd profile ferrolb`).
+        let ms = bfd.interval.as_millis();
+        let _ = writeln!(
+            c,
+            " profile ferrolb\n  receive-interval {ms}\n  transmit-interval {ms}\n  detect-multiplier {}\n exit\n !",
+            bfd.multiplier
+        );
         for n in &bfd.neighbors {
             let ms = bfd.interval.as_millis();
             let _ = writeln!(
@@ -203,6 +210,10 @@ pub fn config(spec: &RouterSpec) -> String {
         let _ = writeln!(c, " neighbor SPEAKERS timers {} {h}", (h / 3).max(1));
     }
     c.push_str(" neighbor SPEAKERS passive\n");
+    if spec.bfd.is_some() {
+        // RFC 5882: BFD Down takes the BGP session down (bfdd's peers, registered by bgpd).
+        c.push_str(" neighbor SPEAKERS bfd\n neighbor SPEAKERS bfd profile ferrolb\n");
+    }
     for r in &spec.ranges {
         let _ = writeln!(c, " bgp listen range {r} peer-group SPEAKERS");
     }
@@ -338,5 +349,8 @@ mod tests {
         assert!(c.contains("bgp listen range 192.0.2.0/24 peer-group SPEAKERS"));
         assert!(c.contains("maximum-paths 16"));
         assert!(c.contains("neighbor SPEAKERS password pw"));
+        assert!(!c.contains("neighbor SPEAKERS bfd"));
+        let spec = RouterSpec::default().bfd(super::super::BfdSpec::lan(&["192.0.2.11".parse().unwrap()]));
+        assert!(config(&spec).contains("neighbor SPEAKERS bfd\n"));
     }
 }

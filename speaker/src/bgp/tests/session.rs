@@ -193,3 +193,79 @@ async fn tcp_reset_of_established_session_reconnects_after_backoff() {
     wait_for(&a, "routes re-sent", |s| s.prefixes_advertised == 4).await;
     a.shutdown(2).await;
 }
+
+/// Like [`setup`] but A retries quickly, so a held-down session that reconnected would show.
+fn setup_fast_retry() -> (SessionHandle, SessionHandle, Listener) {
+    let listener = Listener::bind(SocketAddr::new(IpAddr::V4(B_IP), 0)).expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let mut b_peer = PeerConfig::new(65002, 65001, B_IP);
+    b_peer.passive = true;
+    let b = session::spawn(SessionConfig::new(b_peer, SocketAddr::new(IpAddr::V4(A_IP), 179)));
+    listener.add_peer(&b, None).expect("add peer");
+    let mut a_peer = PeerConfig::new(65001, 65002, A_IP);
+    a_peer.hold_time = 90;
+    a_peer.connect_retry = Duration::from_millis(200);
+    a_peer.connect_retry_max = Duration::from_millis(400);
+    let mut a_cfg = SessionConfig::new(a_peer, SocketAddr::new(IpAddr::V4(B_IP), port));
+    a_cfg.local_addr = Some(IpAddr::V4(A_IP));
+    a_cfg.export.next_hop_v6 = Some("2001:db8::2".parse().expect("addr"));
+    (session::spawn(a_cfg), b, listener)
+}
+
+/// BFD down on the active side: the Established session is reset at once (the peer
+/// sees Cease / BFD Down, long before the 90 s hold time), stays down while BFD is
+/// down although the active side retries every 200 ms, and comes back with its routes
+/// when BFD is up again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bfd_down_resets_established_session_and_holds_it_down_until_bfd_up() {
+    let (a, b, _l) = setup_fast_retry();
+    a.set_desired(routes());
+    wait_for(&b, "B received routes", |s| s.is_up() && s.prefixes_received == 4).await;
+
+    a.set_bfd_up(false).await;
+    let sa = wait_for(&a, "A reset by BFD", |s| s.state == State::Idle && s.bfd_held_down).await;
+    let why = sa.last_down_reason.expect("A down reason");
+    assert!(why.contains("cease (6/10)"), "{why}");
+    let sb = wait_for(&b, "B saw Cease / BFD down", |s| s.last_down_reason.is_some()).await;
+    let why = sb.last_down_reason.expect("B down reason");
+    assert!(why.contains("cease (6/10)"), "{why}");
+    assert_ne!(sb.state, State::Established);
+
+    // Held down: several ConnectRetry periods pass without a new session.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(a.status().state, State::Idle);
+    assert_eq!((a.status().established_count, b.status().established_count), (1, 1));
+    // Repeating "down" changes nothing.
+    a.set_bfd_up(false).await;
+    assert_eq!(a.status().established_count, 1);
+
+    a.set_bfd_up(true).await;
+    let up = wait_for(&a, "A re-established", |s| s.is_up() && s.established_count == 2).await;
+    assert!(!up.bfd_held_down);
+    assert_eq!(up.bfd_resets, 1);
+    wait_for(&a, "routes re-sent", |s| s.prefixes_advertised == 4).await;
+    wait_for(&b, "B has the routes again", |s| s.is_up() && s.prefixes_received >= 8).await;
+    a.shutdown(2).await;
+}
+
+/// BFD down on the passive side: it resets the session and refuses the active peer's
+/// reconnects until BFD is up again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bfd_down_on_passive_side_refuses_connections_until_bfd_up() {
+    let (a, b, _l) = setup_fast_retry();
+    wait_for(&b, "B established", |s| s.is_up()).await;
+
+    b.set_bfd_up(false).await;
+    wait_for(&b, "B reset by BFD", |s| s.state == State::Idle && s.bfd_held_down).await;
+    let sa = wait_for(&a, "A saw Cease / BFD down", |s| s.last_down_reason.is_some()).await;
+    assert!(sa.last_down_reason.expect("reason").contains("cease (6/10)"));
+    // A keeps connecting every 200-400 ms; B closes every connection in Idle.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!((a.status().established_count, b.status().established_count), (1, 1));
+    assert_eq!(b.status().state, State::Idle);
+
+    b.set_bfd_up(true).await;
+    wait_for(&b, "B re-established", |s| s.is_up() && s.established_count == 2).await;
+    wait_for(&a, "A re-established", |s| s.is_up() && s.established_count == 2).await;
+    a.shutdown(2).await;
+}
