@@ -9,10 +9,11 @@
 //! towards the peer); a task watches it and, when BFD fails, resets the BGP session at
 //! once and holds it down until BFD is Up again (RFC 5882 §4.3,
 //! [`SessionHandle::set_bfd_up`]). The peer going AdminDown does not count as a failure.
-//! The BGP session starts without waiting for BFD. A router must run its BFD session
-//! independently of the BGP session (BIRD `bfd on`; FRR with configured neighbours):
-//! one that makes it only for a live BGP connection (FRR `bgp listen range`) never
-//! brings BFD Up again after a failure, so the session stays held down.
+//! The BGP session starts without waiting for BFD. The hold-down ends when BFD is Up
+//! again or after [`BFD_HOLD_DOWN_MAX`], whichever comes first: a router that runs BFD
+//! only for a live BGP connection (FRR `bgp listen range`) never brings BFD Up while
+//! the session is held down, so without the limit the session would stay down for
+//! good. If the path is still broken the reconnect fails or BFD fails again.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -414,7 +415,8 @@ impl BgpAnnouncer {
             }
         };
         tracing::info!(peer = %name, %local, address = %peer, "starting BFD session");
-        let watcher = tokio::spawn(watch_bfd(name.to_owned(), handle.state(), session.clone()));
+        let watcher =
+            tokio::spawn(watch_bfd(name.to_owned(), handle.state(), session.clone(), BFD_HOLD_DOWN_MAX));
         Some(BfdLink { handle, watcher })
     }
 
@@ -496,12 +498,36 @@ fn route_source(peer: IpAddr) -> Option<IpAddr> {
     sock.local_addr().ok().map(|a| a.ip()).filter(|ip| !ip.is_unspecified())
 }
 
+/// The longest a BFD failure holds a BGP session down while BFD stays down.
+pub const BFD_HOLD_DOWN_MAX: Duration = Duration::from_secs(10);
+
 /// Drives `session` from the BFD state: a failure (`downs` grew, RFC 5882 §3.2: not the
-/// peer's AdminDown) resets it and holds it down; BFD Up releases it.
-async fn watch_bfd(name: String, mut state: tokio::sync::watch::Receiver<BfdState>, session: SessionHandle) {
+/// peer's AdminDown) resets it and holds it down; BFD Up, or `max_hold` passing,
+/// releases it.
+async fn watch_bfd(
+    name: String,
+    mut state: tokio::sync::watch::Receiver<BfdState>,
+    session: SessionHandle,
+    max_hold: Duration,
+) {
     let mut seen = *state.borrow_and_update();
     let mut held = false;
-    while state.changed().await.is_ok() {
+    let release = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(release);
+    loop {
+        tokio::select! {
+            changed = state.changed() => if changed.is_err() { break },
+            () = &mut release, if held => {
+                tracing::info!(
+                    peer = %name,
+                    address = %session.peer(),
+                    "BFD still down after {max_hold:?}: letting BGP reconnect (the router may run BFD only with a BGP session)"
+                );
+                held = false;
+                session.set_bfd_up(true).await;
+                continue;
+            }
+        }
         let now = *state.borrow_and_update();
         if now.downs > seen.downs && !held {
             tracing::warn!(
@@ -511,6 +537,7 @@ async fn watch_bfd(name: String, mut state: tokio::sync::watch::Receiver<BfdStat
                 "BFD session down: tearing the BGP session down now"
             );
             held = true;
+            release.as_mut().reset(Instant::now() + max_hold);
             session.set_bfd_up(false).await;
         }
         if held && now.is_up() {
@@ -584,7 +611,7 @@ mod tests {
         let session = session::spawn(SessionConfig::new(peer, "192.0.2.1:179".parse().unwrap()));
         let mut status = session.watch_status();
         let (tx, rx) = tokio::sync::watch::channel(BfdState::default());
-        let task = tokio::spawn(watch_bfd("r".into(), rx, session.clone()));
+        let task = tokio::spawn(watch_bfd("r".into(), rx, session.clone(), Duration::from_secs(3600)));
         let held = |status: &mut tokio::sync::watch::Receiver<SessionStatus>, want: bool| {
             let mut status = status.clone();
             async move {
@@ -614,6 +641,29 @@ mod tests {
         let mut st = status.clone();
         let reset = st.wait_for(|s| s.bfd_resets == 2 && !s.bfd_held_down);
         tokio::time::timeout(Duration::from_secs(5), reset).await.unwrap().unwrap();
+        task.abort();
+        session.shutdown(subcode::CEASE_ADMIN_SHUTDOWN).await;
+    }
+
+    /// A router that runs BFD only with a live BGP session never brings BFD Up while we
+    /// hold the session down: the hold-down ends after its limit all the same.
+    #[tokio::test]
+    async fn bfd_hold_down_ends_after_its_limit_when_bfd_stays_down() {
+        use crate::bfd::State as Bfd;
+        let mut peer = PeerConfig::new(64513, 64512, Ipv4Addr::new(192, 0, 2, 11));
+        peer.passive = true;
+        let session = session::spawn(SessionConfig::new(peer, "192.0.2.1:179".parse().unwrap()));
+        let (tx, rx) = tokio::sync::watch::channel(BfdState { state: Bfd::Up, ..BfdState::default() });
+        let task = tokio::spawn(watch_bfd("r".into(), rx, session.clone(), Duration::from_millis(300)));
+        let mut status = session.watch_status();
+        // Let the watcher read the Up state first, as it would in a running speaker.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tx.send_replace(BfdState { state: Bfd::Down, downs: 1, ..BfdState::default() });
+        // bfd_resets counts hold-downs, so this sees the hold and its end even if both
+        // happened before the first look.
+        let released = status.wait_for(|s| s.bfd_resets == 1 && !s.bfd_held_down);
+        tokio::time::timeout(Duration::from_secs(5), released).await.unwrap().unwrap();
+        assert_eq!(tx.borrow().state, Bfd::Down, "released with BFD still down");
         task.abort();
         session.shutdown(subcode::CEASE_ADMIN_SHUTDOWN).await;
     }
