@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrolb_api::MembershipKey;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -318,11 +317,7 @@ fn start_l2(opts: &StaticOptions, model: &ClusterModel, metrics: &Metrics) -> Re
             ads.join(", ")
         ));
     };
-    let text = std::fs::read_to_string(key_file)
-        .map_err(|e| format!("--membership-key-file {}: cannot read: {e}", key_file.display()))?;
-    let key = MembershipKey::parse(&text).map_err(|e| {
-        format!("--membership-key-file {}: {e}; write a key of at least 32 characters", key_file.display())
-    })?;
+    let key = membership::read_key_file(key_file)?;
     let port = opts.membership_bind.map_or(membership::DEFAULT_PORT, |b| b.port());
     let me = &opts.node_name;
     let advertise_ip = match opts.membership_bind.map(|b| b.ip()).filter(|ip| !ip.is_unspecified()) {
@@ -497,6 +492,54 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const L2_FILE: &str = "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\nstatus:\n  conditions: [{type: Ready, status: \"True\"}]\n  addresses: [{type: InternalIP, address: 192.0.2.11}]\n---\napiVersion: ferrolb.io/v1alpha1\nkind: IPAddressPool\nmetadata: {name: lan}\nspec: {addresses: [192.0.2.200-192.0.2.250]}\n---\napiVersion: ferrolb.io/v1alpha1\nkind: L2Advertisement\nmetadata: {name: lan-l2}\nspec: {ipAddressPools: [lan]}\n";
+
+    fn opts(dir: &std::path::Path, key: Option<PathBuf>) -> StaticOptions {
+        let file = dir.join("static.yaml");
+        std::fs::write(&file, L2_FILE).unwrap();
+        StaticOptions {
+            node_name: "node1".into(),
+            file,
+            lb_class: crate::model::DEFAULT_LB_CLASS.into(),
+            membership_bind: None,
+            membership_key_file: key,
+        }
+    }
+
+    #[tokio::test]
+    async fn l2_advertisements_without_a_key_file_stop_the_speaker_with_one_clear_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = run_static(opts(dir.path(), None), Arc::new(Metrics::new())).await.unwrap_err().to_string();
+        assert!(e.contains("L2Advertisement lan-l2") && e.contains("--membership-key-file"), "{e}");
+        assert_eq!(one_line(&e), e);
+    }
+
+    #[tokio::test]
+    async fn a_short_key_is_rejected_naming_the_file_and_never_showing_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key");
+        std::fs::write(&key, "short-secret\n").unwrap();
+        let e = run_static(opts(dir.path(), Some(key.clone())), Arc::new(Metrics::new()))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&key.display().to_string()) && e.contains("32"), "{e}");
+        assert!(!e.contains("short-secret"), "{e}");
+    }
+
+    #[test]
+    fn plan_interfaces_become_the_announcer_choice() {
+        let a: IpAddr = "192.0.2.200".parse().unwrap();
+        let b: IpAddr = "2001:db8::200".parse().unwrap();
+        let l2 = BTreeMap::from([(a, vec![]), (b, vec!["eth1".to_string()])]);
+        let owned = owned_set(&l2);
+        assert_eq!(owned[&a], InterfaceChoice::Auto);
+        assert_eq!(owned[&b], InterfaceChoice::Named(BTreeSet::from(["eth1".to_string()])));
+    }
+
     #[test]
     fn errors_become_one_line() {
         let e = "f.yaml: invalid configuration:\n  document 1: a\n  document 2: b";
