@@ -152,8 +152,8 @@ struct State {
 
 impl State {
     /// The members L2 owners are elected from: membership's live set once settled
-    /// (nobody before: a starting node would otherwise claim everything). Without L2
-    /// the set only matters to nothing; every Ready node of the file then counts.
+    /// (nobody before: a starting node would otherwise claim everything). Without
+    /// L2Advertisements the set is unused; every Ready node of the file then counts.
     fn live_members(&mut self) -> BTreeSet<String> {
         let now = Instant::now();
         match self.l2.as_mut() {
@@ -162,6 +162,8 @@ impl State {
                 p.used.clone_from(&live);
                 live.unwrap_or_default()
             }
+            // L2Advertisements but no membership (it could not start): own nothing.
+            None if !self.model.l2_advertisements.is_empty() => BTreeSet::new(),
             None => self.model.nodes.iter().filter(|(_, n)| n.ready).map(|(name, _)| name.clone()).collect(),
         }
     }
