@@ -101,6 +101,9 @@ struct L2Part {
     /// The live set last used for planning (None: not claiming).
     used: Option<BTreeSet<String>>,
     mismatch_logged: bool,
+    /// Some other member was live once: this node's key is the cluster's, and
+    /// unauthenticated datagrams (an intruder, a misconfigured node) cannot silence it.
+    ever_joined: bool,
 }
 
 impl L2Part {
@@ -111,6 +114,7 @@ impl L2Part {
         if !settled {
             return None;
         }
+        self.ever_joined |= live.len() > 1;
         let alone = live.len() <= 1 && self.others > 0;
         let claim_after = *self.claim_after.get_or_insert(if alone { now + ALONE_WAIT } else { now });
         let dropped = metrics.membership.dropped(DropReason::Unauthenticated);
@@ -361,6 +365,7 @@ fn start_l2(opts: &StaticOptions, model: &ClusterModel, metrics: &Metrics) -> Re
         unauthenticated_at: None,
         used: None,
         mismatch_logged: false,
+        ever_joined: false,
     })
 }
 
