@@ -18,10 +18,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use ferrolb_api::MembershipKey;
 use ferrolb_speaker::election;
 use ferrolb_speaker::l2::{InterfaceChoice, L2Announcer, L2Config, L2Metrics, L2Status, Owned};
-use ferrolb_speaker::membership::{Membership, MembershipConfig, MembershipMetrics, Seed};
+use ferrolb_speaker::membership::{self, Membership, MembershipConfig, MembershipMetrics, Seed};
 use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -74,9 +73,7 @@ async fn main() -> anyhow::Result<()> {
     let membership = match args.membership {
         Some(addr) => {
             let key_path = args.key_file.as_ref().context("--membership needs --key-file")?;
-            let text = std::fs::read_to_string(key_path)
-                .with_context(|| format!("reading {}", key_path.display()))?;
-            let key = MembershipKey::parse(&text)?;
+            let key = membership::read_key_file(key_path).map_err(anyhow::Error::msg)?;
             let mut seeds = Vec::new();
             for s in &args.seeds {
                 let (name, a) = s.split_once('=').context("--seed is NAME=ADDR:PORT")?;

@@ -33,10 +33,12 @@ struct Args {
     /// Serve /metrics, /healthz and /readyz on this address.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics_addr: Option<SocketAddr>,
-    /// Membership (SWIM) bind address; used where L2 announcements are configured.
+    /// Membership (SWIM) bind address, default 0.0.0.0:7946; its port is also the
+    /// port of the other nodes. Used only where L2 announcements are configured.
     #[arg(long, value_name = "ADDR:PORT")]
     membership_bind: Option<SocketAddr>,
-    /// File holding the membership key (static mode).
+    /// File holding the membership key (static mode; at least 32 characters, the same on
+    /// every node). Needed only where L2Advertisements exist.
     #[arg(long, value_name = "FILE")]
     membership_key_file: Option<PathBuf>,
     /// loadBalancerClass served besides Services without one.
@@ -70,17 +72,17 @@ fn main() -> ExitCode {
              run with --static FILE",
         );
     };
-    if args.membership_bind.is_some() || args.membership_key_file.is_some() {
-        tracing::warn!(
-            "--membership-bind/--membership-key-file: membership is not available in this build; \
-             static mode treats every Ready node of the file as live"
-        );
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(r) => r,
         Err(e) => return fail(&format!("cannot start the runtime: {e}")),
     };
-    let opts = StaticOptions { node_name: args.node_name, file, lb_class: args.lb_class };
+    let opts = StaticOptions {
+        node_name: args.node_name,
+        file,
+        lb_class: args.lb_class,
+        membership_bind: args.membership_bind,
+        membership_key_file: args.membership_key_file,
+    };
     let result = runtime.block_on(async {
         let metrics = Arc::new(Metrics::new());
         if let Some(addr) = args.metrics_addr {

@@ -12,6 +12,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::l2::L2Metrics;
+use crate::membership::MembershipMetrics;
+
 /// Label set `{peer}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PeerLabel {
@@ -33,6 +36,15 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// Label set `{change, reason}` of L2 ownership changes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OwnershipLabel {
+    /// `acquired` or `released`.
+    pub change: String,
+    /// `member_joined`, `member_left`, `membership_settled`, `config` or `shutdown`.
+    pub reason: String,
+}
+
 /// Every metric the speaker exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -51,6 +63,12 @@ pub struct Metrics {
     pub announced: Family<ProtocolLabel, Gauge>,
     /// Static file loads, by result.
     pub config_loads: Family<ResultLabel, Counter>,
+    /// L2 addresses this node started or stopped owning, by reason.
+    pub l2_ownership_changes: Family<OwnershipLabel, Counter>,
+    /// The L2 announcer's metrics (`ferrolb_l2_*`).
+    pub l2: L2Metrics,
+    /// Membership metrics (`ferrolb_membership_*`).
+    pub membership: MembershipMetrics,
     ready: AtomicBool,
     scrapes: AtomicU64,
 }
@@ -64,7 +82,12 @@ impl Default for Metrics {
 impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("ferrolb");
+        let mut root = Registry::default();
+        // These two register their own `ferrolb_`-prefixed names.
+        let l2 = L2Metrics::new(&mut root);
+        let membership = MembershipMetrics::new(&mut root);
+        let l2_ownership_changes = Family::<OwnershipLabel, Counter>::default();
+        let registry = root.sub_registry_with_prefix("ferrolb");
         let session_up = Family::<PeerLabel, Gauge>::default();
         let updates_sent = Family::<PeerLabel, Counter>::default();
         let prefixes_sent = Family::<PeerLabel, Counter>::default();
@@ -79,8 +102,16 @@ impl Metrics {
         registry.register("bgp_prefixes_received", "prefixes received (dropped)", prefixes_received.clone());
         registry.register("speaker_announced", "addresses this node announces", announced.clone());
         registry.register("speaker_config_loads", "static file loads by result", config_loads.clone());
+        registry.register(
+            "l2_ownership_changes",
+            "L2 addresses this node started (acquired) or stopped (released) owning, by reason",
+            l2_ownership_changes.clone(),
+        );
         Self {
-            registry,
+            registry: root,
+            l2_ownership_changes,
+            l2,
+            membership,
             session_up,
             updates_sent,
             prefixes_sent,
@@ -168,6 +199,16 @@ mod tests {
         assert!(text.contains("ferrolb_bgp_session_up{peer=\"router-a\"} 1"), "{text}");
         assert!(text.contains("ferrolb_speaker_announced{protocol=\"bgp\"} 3"), "{text}");
         assert!(text.contains("ferrolb_bgp_updates_sent_total{peer=\"router-a\"} 2"), "{text}");
+        m.l2_ownership_changes
+            .get_or_create(&OwnershipLabel { change: "acquired".into(), reason: "member_left".into() })
+            .inc();
+        let text = m.encode();
+        assert!(
+            text.contains("ferrolb_l2_ownership_changes_total{change=\"acquired\",reason=\"member_left\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("ferrolb_l2_owned_addresses 0"), "{text}");
+        assert!(text.contains("ferrolb_membership_members 0"), "{text}");
         assert!(text.ends_with("# EOF\n"));
     }
 

@@ -2,22 +2,40 @@
 //! announcers; the file watcher, the clock and signals feed it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::announce::bgp::BgpAnnouncer;
 use crate::bgp::socket::Password;
-use crate::metrics::{Metrics, ProtocolLabel, ResultLabel};
+use crate::l2::{InterfaceChoice, L2Announcer, L2Config, L2Handle, Owned};
+use crate::membership::auth::DropReason;
+use crate::membership::{self, Membership, MembershipConfig, MembershipHandle, Seed};
+use crate::metrics::{Metrics, OwnershipLabel, ProtocolLabel, ResultLabel};
 use crate::model::ClusterModel;
 use crate::model::static_file::{self, LoadError};
 use crate::plan::{self, Announcements};
 
 /// How long the watcher waits for a burst of file events to settle.
 const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// On SIGTERM this node leaves membership first, then keeps answering ARP/NDP this
+/// long, so the successors (which see the departure at once) announce the addresses
+/// before this node stops answering: make before break.
+pub const HANDOVER_GRACE: Duration = Duration::from_secs(1);
+
+/// A node that settled alone although other Nodes are listed waits this long before
+/// claiming, listening for datagrams that fail authentication (a key mismatch).
+const ALONE_WAIT: Duration = Duration::from_secs(2);
+
+/// How recent a datagram that failed authentication must be for a lone node to
+/// suspect a key mismatch and claim nothing.
+const MISMATCH_MEMORY: Duration = Duration::from_secs(5);
 
 /// Errors that stop the speaker.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +52,9 @@ pub enum SpeakerError {
         #[source]
         source: std::io::Error,
     },
+    /// L2 announcements cannot start (membership key, addresses, sockets).
+    #[error("{0}")]
+    L2(String),
 }
 
 /// Options of static mode.
@@ -45,6 +66,78 @@ pub struct StaticOptions {
     pub file: PathBuf,
     /// loadBalancerClass served besides "none".
     pub lb_class: String,
+    /// Membership bind address (`--membership-bind`); default 0.0.0.0:7946 (or [::]:7946
+    /// when this node has IPv6 InternalIPs only).
+    pub membership_bind: Option<SocketAddr>,
+    /// Membership key file (`--membership-key-file`); needed where L2Advertisements exist.
+    pub membership_key_file: Option<PathBuf>,
+}
+
+/// Why the L2 owned set changed (log text and metric label).
+struct Cause {
+    label: &'static str,
+    text: String,
+}
+
+impl Cause {
+    fn new(label: &'static str, text: impl Into<String>) -> Self {
+        Cause { label, text: text.into() }
+    }
+}
+
+/// Membership and the L2 announcer, running while L2Advertisements exist.
+struct L2Part {
+    announcer: L2Handle,
+    membership: MembershipHandle,
+    live: watch::Receiver<BTreeSet<String>>,
+    settled: watch::Receiver<bool>,
+    /// Other Nodes membership was seeded with.
+    others: usize,
+    /// When the view became settled and claiming may begin.
+    claim_after: Option<Instant>,
+    /// Unauthenticated datagrams counted so far, and when the count last grew.
+    unauthenticated: u64,
+    unauthenticated_at: Option<Instant>,
+    /// The live set last used for planning (None: not claiming).
+    used: Option<BTreeSet<String>>,
+    mismatch_logged: bool,
+    /// Some other member was live once: this node's key is the cluster's, and
+    /// unauthenticated datagrams (an intruder, a misconfigured node) cannot silence it.
+    ever_joined: bool,
+}
+
+impl L2Part {
+    /// The live set to elect from, or None while this node may not claim.
+    fn usable_live(&mut self, metrics: &Metrics, now: Instant) -> Option<BTreeSet<String>> {
+        let settled = *self.settled.borrow_and_update();
+        let live = self.live.borrow_and_update().clone();
+        if !settled {
+            return None;
+        }
+        self.ever_joined |= live.len() > 1;
+        let alone = live.len() <= 1 && self.others > 0;
+        let claim_after = *self.claim_after.get_or_insert(if alone { now + ALONE_WAIT } else { now });
+        let dropped = metrics.membership.dropped(DropReason::Unauthenticated);
+        if dropped > self.unauthenticated {
+            self.unauthenticated = dropped;
+            self.unauthenticated_at = Some(now);
+        }
+        let mismatch =
+            alone && self.unauthenticated_at.is_some_and(|t| now.duration_since(t) < MISMATCH_MEMORY);
+        if mismatch {
+            if !self.mismatch_logged {
+                tracing::error!(
+                    "membership: datagrams from other nodes fail authentication and no node answers this one: \
+                     the membership key differs between nodes; not answering ARP/NDP until --membership-key-file \
+                     holds the cluster's key"
+                );
+                self.mismatch_logged = true;
+            }
+            return None;
+        }
+        self.mismatch_logged = false;
+        (now >= claim_after).then_some(live)
+    }
 }
 
 struct State {
@@ -56,17 +149,97 @@ struct State {
     plan: Announcements,
     metrics: Arc<Metrics>,
     peer_errors: Vec<String>,
+    l2: Option<L2Part>,
+    /// The last L2 start error, logged once.
+    l2_error: Option<String>,
 }
 
 impl State {
-    /// Static mode has no membership: every Ready node of the file counts as live.
-    fn live_members(&self) -> BTreeSet<String> {
-        self.model.nodes.iter().filter(|(_, n)| n.ready).map(|(name, _)| name.clone()).collect()
+    /// The members L2 owners are elected from: membership's live set once settled
+    /// (nobody before: a starting node would otherwise claim everything). Without
+    /// L2Advertisements the set is unused; every Ready node of the file then counts.
+    fn live_members(&mut self) -> BTreeSet<String> {
+        let now = Instant::now();
+        match self.l2.as_mut() {
+            Some(p) => {
+                let live = p.usable_live(&self.metrics, now);
+                p.used.clone_from(&live);
+                live.unwrap_or_default()
+            }
+            // L2Advertisements but no membership (it could not start): own nothing.
+            None if !self.model.l2_advertisements.is_empty() => BTreeSet::new(),
+            None => self.model.nodes.iter().filter(|(_, n)| n.ready).map(|(name, _)| name.clone()).collect(),
+        }
     }
 
-    async fn replan(&mut self) {
-        let new = plan::plan(&self.model, &self.opts.node_name, &self.live_members());
+    /// Starts or stops membership and the L2 announcer as L2Advertisements appear or go.
+    async fn ensure_l2(&mut self) -> Result<(), String> {
+        let wanted = !self.model.l2_advertisements.is_empty();
+        match (wanted, self.l2.is_some()) {
+            (true, false) => {
+                let part = start_l2(&self.opts, &self.model, &self.metrics)?;
+                self.l2 = Some(part);
+            }
+            (false, true) => {
+                if let Some(p) = self.l2.take() {
+                    tracing::info!("no L2Advertisement left: leaving membership, stopping ARP/NDP answers");
+                    p.membership.leave().await;
+                    p.announcer.shutdown().await;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Re-elects when the live set, settledness or key-mismatch state changed.
+    async fn on_l2_change(&mut self) {
+        let now = Instant::now();
+        let Some(p) = self.l2.as_mut() else { return };
+        let before = p.used.clone();
+        let after = p.usable_live(&self.metrics, now);
+        if before == after {
+            return;
+        }
+        let cause = match (&before, &after) {
+            (Some(b), Some(a)) => {
+                let mut parts: Vec<String> = Vec::new();
+                parts.extend(a.difference(b).map(|n| format!("{n} joined membership")));
+                parts.extend(b.difference(a).map(|n| format!("{n} left membership")));
+                let label = if b.difference(a).next().is_some() { "member_left" } else { "member_joined" };
+                Cause::new(label, parts.join(", "))
+            }
+            (None, Some(a)) => Cause::new(
+                "membership_settled",
+                format!("membership settled with {}", a.iter().cloned().collect::<Vec<_>>().join(", ")),
+            ),
+            (_, None) => Cause::new("membership_unsettled", "membership view not usable (key mismatch?)"),
+        };
+        self.replan(&cause).await;
+    }
+
+    async fn replan(&mut self, cause: &Cause) {
+        let live = self.live_members();
+        let new = plan::plan(&self.model, &self.opts.node_name, &live);
         log_changes(&self.plan, &new);
+        if let Some(p) = &self.l2 {
+            for ip in new.l2.keys().filter(|ip| !self.plan.l2.contains_key(ip)) {
+                tracing::info!(address = %ip, reason = %cause.text, "L2: this node now owns the address");
+                self.metrics
+                    .l2_ownership_changes
+                    .get_or_create(&OwnershipLabel { change: "acquired".into(), reason: cause.label.into() })
+                    .inc();
+            }
+            for ip in self.plan.l2.keys().filter(|ip| !new.l2.contains_key(ip)) {
+                let owner = new.withdrawn.get(ip).cloned().unwrap_or_default();
+                tracing::info!(address = %ip, reason = %cause.text, why = %owner, "L2: this node no longer owns the address");
+                self.metrics
+                    .l2_ownership_changes
+                    .get_or_create(&OwnershipLabel { change: "released".into(), reason: cause.label.into() })
+                    .inc();
+            }
+            p.announcer.set_owned(owned_set(&new.l2));
+        }
         let errors = self.bgp.apply(&self.model, &self.passwords, &new).await;
         let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
         if errors != self.peer_errors {
@@ -96,7 +269,16 @@ impl State {
                 self.model = l.model;
                 self.passwords = l.passwords;
                 self.fingerprint = l.fingerprint;
-                self.replan().await;
+                match self.ensure_l2().await {
+                    Ok(()) => self.l2_error = None,
+                    Err(e) => {
+                        if self.l2_error.as_ref() != Some(&e) {
+                            tracing::error!("{e}");
+                        }
+                        self.l2_error = Some(e);
+                    }
+                }
+                self.replan(&Cause::new("config", "static file changed")).await;
             }
             Err(e) => {
                 self.metrics.config_loads.get_or_create(&ResultLabel { result: "rejected".into() }).inc();
@@ -106,6 +288,98 @@ impl State {
                 );
             }
         }
+    }
+}
+
+/// The announcer's desired set from the plan (no interface listed: automatic choice).
+fn owned_set(l2: &BTreeMap<IpAddr, Vec<String>>) -> Owned {
+    l2.iter()
+        .map(|(ip, ifs)| {
+            let choice = if ifs.is_empty() {
+                InterfaceChoice::Auto
+            } else {
+                InterfaceChoice::Named(ifs.iter().cloned().collect())
+            };
+            (*ip, choice)
+        })
+        .collect()
+}
+
+/// The address membership uses for a node: its first IPv4 InternalIP, else its first.
+fn membership_ip(model: &ClusterModel, node: &str) -> Option<IpAddr> {
+    let addrs = &model.nodes.get(node)?.addresses;
+    addrs.iter().find(|a| a.is_ipv4()).or_else(|| addrs.first()).copied()
+}
+
+/// Reads the key and starts membership (seeded with the Nodes' InternalIPs) and the
+/// L2 announcer.
+fn start_l2(opts: &StaticOptions, model: &ClusterModel, metrics: &Metrics) -> Result<L2Part, String> {
+    let ads: Vec<&str> = model.l2_advertisements.keys().map(String::as_str).collect();
+    let Some(key_file) = &opts.membership_key_file else {
+        return Err(format!(
+            "L2Advertisement {} is configured but no --membership-key-file was given: L2 announcements need \
+             membership; pass --membership-key-file FILE holding the cluster's key (at least 32 characters, the \
+             same on every node)",
+            ads.join(", ")
+        ));
+    };
+    let key = membership::read_key_file(key_file)?;
+    let port = opts.membership_bind.map_or(membership::DEFAULT_PORT, |b| b.port());
+    let me = &opts.node_name;
+    let advertise_ip = match opts.membership_bind.map(|b| b.ip()).filter(|ip| !ip.is_unspecified()) {
+        Some(ip) => ip,
+        None => membership_ip(model, me).ok_or_else(|| {
+            format!(
+                "node {me}: no InternalIP in status.addresses of its Node in the static file; membership needs it \
+                 (or give --membership-bind ADDR:PORT)"
+            )
+        })?,
+    };
+    let bind = opts.membership_bind.unwrap_or_else(|| {
+        let any: IpAddr =
+            if advertise_ip.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { Ipv6Addr::UNSPECIFIED.into() };
+        SocketAddr::new(any, port)
+    });
+    let seeds: Vec<Seed> = model
+        .nodes
+        .keys()
+        .filter(|n| *n != me)
+        .filter_map(|n| {
+            membership_ip(model, n).map(|ip| Seed { name: n.clone(), addr: SocketAddr::new(ip, port) })
+        })
+        .collect();
+    let others = seeds.len();
+    let mut cfg = MembershipConfig::new(me, SocketAddr::new(advertise_ip, port), seeds, key);
+    cfg.bind = bind;
+    let announcer = L2Announcer::spawn(L2Config::default(), metrics.l2.clone()).map_err(|e| e.to_string())?;
+    let membership = Membership::spawn(cfg, metrics.membership.clone()).map_err(|e| e.to_string())?;
+    tracing::info!(bind = %bind, advertise = %SocketAddr::new(advertise_ip, port), seeds = others, "membership started for L2 announcements");
+    Ok(L2Part {
+        live: membership.live(),
+        settled: membership.settled(),
+        announcer,
+        membership,
+        others,
+        claim_after: None,
+        unauthenticated: 0,
+        unauthenticated_at: None,
+        used: None,
+        mismatch_logged: false,
+        ever_joined: false,
+    })
+}
+
+/// Resolves when membership's live set or settledness changes (never without L2).
+async fn l2_changed(part: Option<(watch::Receiver<BTreeSet<String>>, watch::Receiver<bool>)>) {
+    let Some((mut live, mut settled)) = part else {
+        return std::future::pending().await;
+    };
+    let ok = tokio::select! {
+        r = live.changed() => r.is_ok(),
+        r = settled.changed() => r.is_ok(),
+    };
+    if !ok {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -171,6 +445,8 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
         plan: Announcements::default(),
         metrics: metrics.clone(),
         peer_errors: Vec::new(),
+        l2: None,
+        l2_error: None,
         opts,
     };
     tracing::info!(node = %state.opts.node_name, file = %state.opts.file.display(), "speaker started in static mode");
@@ -180,11 +456,16 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
             "the static file has no Node of this name: nothing will be announced until it does"
         );
     }
-    state.replan().await;
+    state.ensure_l2().await.map_err(SpeakerError::L2)?;
+    state.replan(&Cause::new("config", "speaker started")).await;
     metrics.set_ready();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut l2_tick = tokio::time::interval(Duration::from_millis(200));
     loop {
+        let watched = state.l2.as_ref().map(|p| (p.live.clone(), p.settled.clone()));
         tokio::select! {
+            () = l2_changed(watched) => state.on_l2_change().await,
+            _ = l2_tick.tick(), if state.l2.is_some() => state.on_l2_change().await,
             Some(()) = changes.recv() => {
                 // Debounce: an editor's save is several events; read once they settle.
                 tokio::time::sleep(DEBOUNCE).await;
@@ -202,6 +483,15 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
             }
         }
     }
+    if let Some(p) = state.l2.take() {
+        // Make before break: peers drop this node at once and their takeover
+        // announcements go out while this node still answers.
+        p.membership.leave().await;
+        tracing::info!(grace = ?HANDOVER_GRACE, "left membership; still answering ARP/NDP during the handover grace");
+        tokio::time::sleep(HANDOVER_GRACE).await;
+        p.announcer.shutdown().await;
+        tracing::info!("L2 announcer stopped");
+    }
     state.bgp.shutdown().await;
     tracing::info!("speaker stopped");
     Ok(())
@@ -209,6 +499,54 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const L2_FILE: &str = "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\nstatus:\n  conditions: [{type: Ready, status: \"True\"}]\n  addresses: [{type: InternalIP, address: 192.0.2.11}]\n---\napiVersion: ferrolb.io/v1alpha1\nkind: IPAddressPool\nmetadata: {name: lan}\nspec: {addresses: [192.0.2.200-192.0.2.250]}\n---\napiVersion: ferrolb.io/v1alpha1\nkind: L2Advertisement\nmetadata: {name: lan-l2}\nspec: {ipAddressPools: [lan]}\n";
+
+    fn opts(dir: &std::path::Path, key: Option<PathBuf>) -> StaticOptions {
+        let file = dir.join("static.yaml");
+        std::fs::write(&file, L2_FILE).unwrap();
+        StaticOptions {
+            node_name: "node1".into(),
+            file,
+            lb_class: crate::model::DEFAULT_LB_CLASS.into(),
+            membership_bind: None,
+            membership_key_file: key,
+        }
+    }
+
+    #[tokio::test]
+    async fn l2_advertisements_without_a_key_file_stop_the_speaker_with_one_clear_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = run_static(opts(dir.path(), None), Arc::new(Metrics::new())).await.unwrap_err().to_string();
+        assert!(e.contains("L2Advertisement lan-l2") && e.contains("--membership-key-file"), "{e}");
+        assert_eq!(one_line(&e), e);
+    }
+
+    #[tokio::test]
+    async fn a_short_key_is_rejected_naming_the_file_and_never_showing_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key");
+        std::fs::write(&key, "short-secret\n").unwrap();
+        let e = run_static(opts(dir.path(), Some(key.clone())), Arc::new(Metrics::new()))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&key.display().to_string()) && e.contains("32"), "{e}");
+        assert!(!e.contains("short-secret"), "{e}");
+    }
+
+    #[test]
+    fn plan_interfaces_become_the_announcer_choice() {
+        let a: IpAddr = "192.0.2.200".parse().unwrap();
+        let b: IpAddr = "2001:db8::200".parse().unwrap();
+        let l2 = BTreeMap::from([(a, vec![]), (b, vec!["eth1".to_string()])]);
+        let owned = owned_set(&l2);
+        assert_eq!(owned[&a], InterfaceChoice::Auto);
+        assert_eq!(owned[&b], InterfaceChoice::Named(BTreeSet::from(["eth1".to_string()])));
+    }
+
     #[test]
     fn errors_become_one_line() {
         let e = "f.yaml: invalid configuration:\n  document 1: a\n  document 2: b";

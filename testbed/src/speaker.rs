@@ -94,6 +94,12 @@ impl Speaker {
         Ok(())
     }
 
+    /// Like [`Speaker::start`] with L2 announcements: `--membership-key-file key_file`.
+    pub fn start_l2(lab: &Lab, i: usize, yaml: &str, key_file: &Path) -> Result<Self, Error> {
+        let key = key_file.display().to_string();
+        Self::start_with(lab, i, yaml, &binary("debug")?, &["--membership-key-file", &key])
+    }
+
     /// The static file.
     pub fn file(&self) -> &Path {
         &self.file
@@ -156,6 +162,19 @@ impl Speaker {
     }
 }
 
+/// Writes a membership key file of 40 characters derived from `seed` in the lab
+/// directory; the same seed gives the same key.
+pub fn write_membership_key(lab: &Lab, seed: &str) -> Result<PathBuf, Error> {
+    let dir = lab.subdir("membership-keys")?;
+    let path = dir.join(format!("{seed}.key"));
+    let mut key: String = std::iter::repeat(seed).flat_map(str::chars).take(40).collect();
+    while key.chars().count() < 40 {
+        key.push('k');
+    }
+    std::fs::write(&path, format!("{key}\n"))?;
+    Ok(path)
+}
+
 /// Builders for the objects of a speaker's static file.
 pub mod yaml {
     use super::*;
@@ -205,6 +224,20 @@ pub mod yaml {
     pub fn bgp_advertisement(name: &str, extra: &[&str]) -> String {
         let mut s = format!(
             "apiVersion: ferrolb.io/v1alpha1\nkind: BGPAdvertisement\nmetadata: {{name: {name}}}\nspec:\n"
+        );
+        if extra.is_empty() {
+            s.push_str("  ipAddressPools: []\n");
+        }
+        for e in extra {
+            let _ = writeln!(s, "  {e}");
+        }
+        s
+    }
+
+    /// An L2Advertisement; `extra` holds `spec` lines (none: every pool).
+    pub fn l2_advertisement(name: &str, extra: &[&str]) -> String {
+        let mut s = format!(
+            "apiVersion: ferrolb.io/v1alpha1\nkind: L2Advertisement\nmetadata: {{name: {name}}}\nspec:\n"
         );
         if extra.is_empty() {
             s.push_str("  ipAddressPools: []\n");

@@ -37,6 +37,19 @@ use auth::{DropReason, Sealer};
 /// The speakers' membership port (API.md).
 pub const DEFAULT_PORT: u16 = 7946;
 
+/// Reads a membership key file (`--membership-key-file`). The error names the file
+/// and the fix, never the key.
+pub fn read_key_file(path: &std::path::Path) -> Result<MembershipKey, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--membership-key-file {}: cannot read: {e}", path.display()))?;
+    MembershipKey::parse(&text).map_err(|e| {
+        format!(
+            "--membership-key-file {}: {e}; write the cluster's key (at least 32 characters) into it",
+            path.display()
+        )
+    })
+}
+
 /// A member's identity on the wire: node name, where it listens, and an incarnation
 /// that grows with every restart or rejoin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,282 @@
+//! The real `ferrolb-speaker --static` with L2 announcements: membership between the
+//! nodes' speakers, one owner per address answering ARP and NDP, failover when the
+//! owner dies, make-before-break handover on SIGTERM, a joining node taking only the
+//! addresses it wins, and a wrong membership key changing nothing.
+//!
+//! Needs `target/debug/ferrolb-speaker` (testbed/test.sh builds it first).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use ferrolb_speaker::election;
+use ferrolb_testbed::client::{self, ProbeStream};
+use ferrolb_testbed::netns::Netns;
+use ferrolb_testbed::speaker::{Speaker, write_membership_key, yaml};
+use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+
+const T: Duration = Duration::from_secs(30);
+
+fn v4(last: u8) -> IpAddr {
+    IpAddr::from([192, 0, 2, last])
+}
+
+fn v6(last: u16) -> IpAddr {
+    IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, last])
+}
+
+/// Nodes 1..=n, the L2 pool, one L2Advertisement and a Service holding `vips`.
+fn static_file(n: usize, vips: &[IpAddr]) -> String {
+    let mut objs: Vec<String> = (1..=n).map(yaml::node).collect();
+    objs.push(yaml::pool("lan", &["192.0.2.200-192.0.2.250", "2001:db8::200-2001:db8::250"]));
+    objs.push(yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]));
+    objs.push(yaml::service("web", vips));
+    yaml::stream(&objs)
+}
+
+/// The node index election picks for `vip` among nodes `members`.
+fn owner(vip: IpAddr, members: &[usize]) -> usize {
+    let names: Vec<String> = members.iter().map(|i| plan::node_name(*i)).collect();
+    let o = election::owner(vip, names.iter().map(String::as_str)).unwrap();
+    members.iter().copied().find(|i| plan::node_name(*i) == o).unwrap()
+}
+
+/// MACs that answered `arping` for `addr` from the client (Habets arping).
+fn arping_macs(lab: &Lab, addr: IpAddr, count: u32) -> BTreeSet<String> {
+    let out = lab
+        .client()
+        .exec_output(&["arping", "-c", &count.to_string(), "-w", "300000", "-i", "eth0", &addr.to_string()])
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter_map(|l| l.split("bytes from ").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(|m| m.to_lowercase())
+        .collect()
+}
+
+/// Every link-layer address that answers `ndisc6` for `addr` from the client.
+fn ndisc6_macs(lab: &Lab, addr: IpAddr) -> BTreeSet<String> {
+    let out = lab
+        .client()
+        .exec_output(&["ndisc6", "-m", "-r", "2", "-w", "500", &addr.to_string(), "eth0"])
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter_map(|l| l.strip_prefix("Target link-layer address:"))
+        .map(|m| m.trim().to_lowercase())
+        .collect()
+}
+
+/// Pings `vip` until the client's neighbour entry holds node `i`'s MAC.
+fn wait_resolved(lab: &Lab, vip: IpAddr, i: usize) {
+    let want = plan::node_mac(i);
+    let r = wait::until(&format!("client resolves {vip} to node{i} ({want})"), T, || {
+        let _ = lab.client().exec_output(&["ping", "-c", "1", "-W", "1", &vip.to_string()]);
+        let n = client::neighbour(lab.client(), "eth0", vip)?;
+        Ok((n.and_then(|n| n.mac).as_deref() == Some(want.as_str())).then_some(()))
+    });
+    assert!(r.is_ok(), "{r:?}\n{}", lab.logs(30));
+}
+
+fn neighbour_mac(lab: &Lab, vip: IpAddr) -> Option<String> {
+    client::neighbour(lab.client(), "eth0", vip).unwrap().and_then(|n| n.mac)
+}
+
+fn prefix(vip: IpAddr) -> String {
+    format!("{vip}/{}", if vip.is_ipv4() { 32 } else { 128 })
+}
+
+fn del_vip_on_lo(ns: &Netns, vip: IpAddr) {
+    ns.ip(&["addr", "del", &prefix(vip), "dev", "lo"]).unwrap();
+}
+
+/// An IPv4 and an IPv6 VIP that the same node owns among node1 and node2.
+fn vip_pair() -> (IpAddr, IpAddr) {
+    let a = v4(200);
+    let o = owner(a, &[1, 2]);
+    let b = (0x200..=0x250).map(v6).find(|b| owner(*b, &[1, 2]) == o).unwrap();
+    (a, b)
+}
+
+/// Two nodes with both VIPs on `lo` and a speaker each; both VIPs resolved to the owner.
+fn two_speakers(lab: &Lab, vips: &[IpAddr], key: &Path) -> Vec<Speaker> {
+    for n in lab.nodes() {
+        for v in vips {
+            lab.add_vip_on_lo(n, *v).unwrap();
+        }
+    }
+    let file = static_file(2, vips);
+    let speakers =
+        vec![Speaker::start_l2(lab, 1, &file, key).unwrap(), Speaker::start_l2(lab, 2, &file, key).unwrap()];
+    for v in vips {
+        wait_resolved(lab, *v, owner(*v, &[1, 2]));
+    }
+    speakers
+}
+
+/// Exactly one MAC, the owner's, answers ARP and NDP; SIGTERM of the owner (three
+/// times) hands both addresses over without losing a single 10 ms probe, even though
+/// the old owner stops accepting the addresses right after it exits.
+#[test]
+fn one_owner_answers_and_sigterm_hands_over_without_loss() {
+    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
+    let key = write_membership_key(&lab, "cluster-key").unwrap();
+    let (a, b) = vip_pair();
+    let mut speakers = two_speakers(&lab, &[a, b], &key);
+    let o = owner(a, &[1, 2]);
+    let other = 3 - o;
+    assert_eq!(arping_macs(&lab, a, 3), BTreeSet::from([plan::node_mac(o)]), "{}", lab.logs(30));
+    assert_eq!(ndisc6_macs(&lab, b), BTreeSet::from([plan::node_mac(o)]), "{}", lab.logs(30));
+
+    for trial in 1..=3 {
+        let p4 = ProbeStream::start(lab.client(), a, Duration::from_millis(10)).unwrap();
+        let p6 = ProbeStream::start(lab.client(), b, Duration::from_millis(10)).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let code = speakers[o - 1].terminate(Duration::from_secs(15));
+        assert_eq!(code, Some(0), "SIGTERM exits 0\n{}", speakers[o - 1].logs());
+        // The node stops serving the addresses at once: a client still sending to it
+        // would lose probes from here on.
+        del_vip_on_lo(lab.node(o), a);
+        del_vip_on_lo(lab.node(o), b);
+        std::thread::sleep(Duration::from_millis(300));
+        for (name, p) in [("IPv4", p4), ("IPv6", p6)] {
+            let r = p.stop(Duration::from_millis(100));
+            println!("SIGTERM trial {trial} {name}: {} probes, {} lost, gaps {:?}", r.sent, r.lost(), r.gaps);
+            assert_eq!(r.lost(), 0, "trial {trial} {name}: make before break\n{}", lab.logs(40));
+        }
+        for v in [a, b] {
+            assert_eq!(neighbour_mac(&lab, v), Some(plan::node_mac(other)), "{v} moved to node{other}");
+        }
+        assert!(speakers[o - 1].logs().contains("left membership"), "{}", speakers[o - 1].logs());
+        // Back to two nodes: the owner returns and takes its addresses back.
+        lab.add_vip_on_lo(lab.node(o), a).unwrap();
+        lab.add_vip_on_lo(lab.node(o), b).unwrap();
+        speakers[o - 1].restart().unwrap();
+        for v in [a, b] {
+            client::wait_neighbour_mac(lab.client(), "eth0", v, &plan::node_mac(o), T).unwrap();
+        }
+    }
+    assert_eq!(arping_macs(&lab, a, 2), BTreeSet::from([plan::node_mac(o)]));
+    assert_eq!(ndisc6_macs(&lab, b), BTreeSet::from([plan::node_mac(o)]));
+}
+
+/// Probes the VIPs while `fail` runs; waits until the survivor answers both again.
+fn failover(lab: &Lab, what: &str, vips: [IpAddr; 2], survivor: usize, fail: impl FnOnce()) {
+    let probes: Vec<ProbeStream> = vips
+        .iter()
+        .map(|v| ProbeStream::start(lab.client(), *v, Duration::from_millis(10)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let before: Vec<u64> = probes.iter().map(|p| p.counts().1).collect();
+    fail();
+    for (p, b) in probes.iter().zip(&before) {
+        let r = wait::until("probes to resume", T, || Ok((p.counts().1 >= b + 20).then_some(())));
+        assert!(r.is_ok(), "{what}: {r:?}\n{}", lab.logs(40));
+    }
+    for (v, p) in vips.iter().zip(probes) {
+        let r = p.stop(Duration::from_millis(100));
+        println!("{what} {v}: {} probes, {} lost, outage {:?}", r.sent, r.lost(), r.max_outage());
+        assert_eq!(
+            neighbour_mac(lab, *v),
+            Some(plan::node_mac(survivor)),
+            "{what}: {v} moved to node{survivor}"
+        );
+    }
+}
+
+/// The owner SIGKILLed with its link cut, then (restored) its link cut alone: the
+/// client's probes resume through the other node each time.
+#[test]
+fn owner_failure_moves_the_addresses_to_the_survivor() {
+    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
+    let key = write_membership_key(&lab, "cluster-key").unwrap();
+    let (a, b) = vip_pair();
+    let mut speakers = two_speakers(&lab, &[a, b], &key);
+    let o = owner(a, &[1, 2]);
+    let other = 3 - o;
+    let node = lab.node(o).clone();
+
+    let victim = &mut speakers[o - 1];
+    failover(&lab, "SIGKILL + link down", [a, b], other, || {
+        victim.kill();
+        node.ip(&["link", "set", "eth0", "down"]).unwrap();
+    });
+    node.ip(&["link", "set", "eth0", "up"]).unwrap();
+    speakers[o - 1].restart().unwrap();
+    for v in [a, b] {
+        client::wait_neighbour_mac(lab.client(), "eth0", v, &plan::node_mac(o), T).unwrap();
+    }
+
+    failover(&lab, "link down", [a, b], other, || {
+        node.ip(&["link", "set", "eth0", "down"]).unwrap();
+    });
+    node.ip(&["link", "set", "eth0", "up"]).unwrap();
+    assert!(speakers[other - 1].logs().contains("left membership"), "{}", speakers[other - 1].logs());
+}
+
+/// Which node answers ARP for `vip` (exactly one must).
+fn answering(lab: &Lab, vip: IpAddr) -> BTreeSet<String> {
+    arping_macs(lab, vip, 1)
+}
+
+fn wait_owners(lab: &Lab, vips: &[IpAddr], members: &[usize]) {
+    for v in vips {
+        let want = BTreeSet::from([plan::node_mac(owner(*v, members))]);
+        let r = wait::until_value(
+            &format!("{v} answered by its owner only"),
+            T,
+            || Ok(answering(lab, *v)),
+            |m| *m == want,
+        );
+        assert!(r.is_ok(), "{r:?}\n{}", lab.logs(40));
+    }
+}
+
+/// A third speaker with the wrong key changes nothing; with the right key it takes
+/// exactly the addresses election gives it, and the others release only those.
+#[test]
+fn joining_speaker_takes_only_what_it_wins_and_a_wrong_key_changes_nothing() {
+    let lab = Lab::up(LabConfig::nodes(3)).unwrap();
+    let key = write_membership_key(&lab, "cluster-key").unwrap();
+    let vips: Vec<IpAddr> = (201..=208).map(v4).collect();
+    let file = static_file(3, &vips);
+    let mut s = vec![
+        Speaker::start_l2(&lab, 1, &file, &key).unwrap(),
+        Speaker::start_l2(&lab, 2, &file, &key).unwrap(),
+    ];
+    wait_owners(&lab, &vips, &[1, 2]);
+
+    // node3 with another key: the others never see it, it claims nothing.
+    let key3 = lab.subdir("node3-key").unwrap().join("membership.key");
+    std::fs::write(&key3, "a-different-key-of-at-least-32-characters\n").unwrap();
+    let mut s3 = Speaker::start_l2(&lab, 3, &file, &key3).unwrap();
+    s3.wait_log("the membership key differs", T).unwrap();
+    wait_owners(&lab, &vips, &[1, 2]);
+    for sp in &s {
+        assert!(!sp.logs().contains("node3 joined membership"), "{}", sp.logs());
+        assert!(!sp.logs().contains("no longer owns"), "{}", sp.logs());
+    }
+    assert!(!s3.logs().contains("this node now owns"), "{}", s3.logs());
+
+    // The right key: node3 joins and wins its share.
+    std::fs::write(&key3, std::fs::read_to_string(&key).unwrap()).unwrap();
+    let marks: Vec<usize> = s.iter().map(|sp| sp.logs().len()).collect();
+    s3.restart().unwrap();
+    let won: Vec<IpAddr> = vips.iter().copied().filter(|v| owner(*v, &[1, 2, 3]) == 3).collect();
+    assert!(!won.is_empty(), "the VIP set must give node3 something to win");
+    wait_owners(&lab, &vips, &[1, 2, 3]);
+    for (i, sp) in s.iter_mut().enumerate() {
+        let lost =
+            vips.iter().filter(|v| owner(**v, &[1, 2]) == i + 1 && owner(**v, &[1, 2, 3]) == 3).count();
+        let logs = sp.logs();
+        let since = logs.get(marks[i]..).unwrap_or_default();
+        assert_eq!(since.matches("no longer owns the address").count(), lost, "node{}:\n{since}", i + 1);
+        assert_eq!(since.matches("now owns the address").count(), 0, "node{}:\n{since}", i + 1);
+        assert!(since.contains("node3 joined membership"), "{since}");
+    }
+    assert_eq!(s3.logs().matches("this node now owns the address").count(), won.len(), "{}", s3.logs());
+}
