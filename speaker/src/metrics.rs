@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::bfd::BfdMetrics;
 use crate::l2::L2Metrics;
 use crate::membership::MembershipMetrics;
 
@@ -69,6 +70,8 @@ pub struct Metrics {
     pub l2: L2Metrics,
     /// Membership metrics (`ferrolb_membership_*`).
     pub membership: MembershipMetrics,
+    /// BFD session metrics (`ferrolb_bfd_*`).
+    pub bfd: BfdMetrics,
     ready: AtomicBool,
     scrapes: AtomicU64,
 }
@@ -83,9 +86,10 @@ impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
         let mut root = Registry::default();
-        // These two register their own `ferrolb_`-prefixed names.
+        // These three register their own `ferrolb_`-prefixed names.
         let l2 = L2Metrics::new(&mut root);
         let membership = MembershipMetrics::new(&mut root);
+        let bfd = BfdMetrics::register(&mut root);
         let l2_ownership_changes = Family::<OwnershipLabel, Counter>::default();
         let registry = root.sub_registry_with_prefix("ferrolb");
         let session_up = Family::<PeerLabel, Gauge>::default();
@@ -112,6 +116,7 @@ impl Metrics {
             l2_ownership_changes,
             l2,
             membership,
+            bfd,
             session_up,
             updates_sent,
             prefixes_sent,
@@ -209,6 +214,11 @@ mod tests {
         );
         assert!(text.contains("ferrolb_l2_owned_addresses 0"), "{text}");
         assert!(text.contains("ferrolb_membership_members 0"), "{text}");
+        // BFD sessions report into this registry, without a doubled prefix.
+        m.bfd.transition("192.0.2.1".parse().unwrap(), crate::bfd::State::Init, crate::bfd::State::Up);
+        let text = m.encode();
+        assert!(text.contains("ferrolb_bfd_session_up{peer=\"192.0.2.1\"} 1"), "{text}");
+        assert!(!text.contains("ferrolb_ferrolb"), "{text}");
         assert!(text.ends_with("# EOF\n"));
     }
 

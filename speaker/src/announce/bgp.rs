@@ -23,7 +23,7 @@ use std::time::Duration;
 use ferrolb_api::{AddressFamily, BgpPeerSpec};
 use tokio::time::Instant;
 
-use crate::bfd::{self, Bfd, BfdConfig, BfdHandle, BfdMetrics, BfdState};
+use crate::bfd::{self, Bfd, BfdConfig, BfdHandle, BfdState};
 use crate::bgp::error::subcode;
 use crate::bgp::fsm::{GracefulRestartConfig, PeerConfig, State};
 use crate::bgp::session::{self, Listener, Routes, SessionConfig, SessionHandle, SessionStatus};
@@ -180,8 +180,6 @@ pub struct BgpAnnouncer {
     fresh_process: bool,
     /// Starts the BFD sessions of peers with a `bfdProfile`.
     bfd: Bfd,
-    /// Registry of the BFD metrics when none was given (see [`BgpAnnouncer::set_bfd_metrics`]).
-    bfd_registry: prometheus_client::registry::Registry,
 }
 
 impl BgpAnnouncer {
@@ -191,36 +189,11 @@ impl BgpAnnouncer {
             node: node.to_owned(),
             sessions: BTreeMap::new(),
             listeners: BTreeMap::new(),
-            metrics,
             fresh_process: true,
-            bfd: Bfd::new(None),
-            bfd_registry: prometheus_client::registry::Registry::default(),
+            // BFD sessions report into the speaker's registry (`ferrolb_bfd_*`).
+            bfd: Bfd::new(Some(metrics.bfd.clone())),
+            metrics,
         }
-        .with_own_bfd_metrics()
-    }
-
-    fn with_own_bfd_metrics(mut self) -> Self {
-        let m = BfdMetrics::register(&mut self.bfd_registry);
-        self.bfd = Bfd::new(Some(m));
-        self
-    }
-
-    /// Updates `ferrolb_bfd_*` in `metrics` (registered with
-    /// `BfdMetrics::register(&mut speaker_registry)`) instead of the announcer's own
-    /// registry; call before the first [`apply`](Self::apply).
-    pub fn set_bfd_metrics(&mut self, metrics: BfdMetrics) {
-        self.bfd = Bfd::new(Some(metrics));
-        self.bfd_registry = prometheus_client::registry::Registry::default();
-    }
-
-    /// The OpenMetrics text of the BFD metrics in the announcer's own registry (empty
-    /// families after [`set_bfd_metrics`](Self::set_bfd_metrics)).
-    pub fn encode_bfd_metrics(&self) -> String {
-        let mut out = String::new();
-        if prometheus_client::encoding::text::encode(&mut out, &self.bfd_registry).is_err() {
-            out.clear();
-        }
-        out
     }
 
     /// The BFD state of the session with `peer`, if it has a `bfdProfile`.
