@@ -130,6 +130,11 @@ pub fn config(spec: &RouterSpec) -> String {
         } else {
             c.push_str("  passive on;\n");
         }
+        if spec.peer_asn() == Some(spec.asn) {
+            // iBGP is multihop by default in BIRD, which refuses `gateway direct`
+            // there; the speakers share the router's LAN, so the session is direct.
+            c.push_str("  direct;\n");
+        }
         if let Some(pw) = &spec.password {
             let _ = writeln!(c, "  password \"{pw}\";");
         }
@@ -310,6 +315,12 @@ IP address                Interface  State      Since         Interval  Timeout
         assert_eq!(s.get(&"192.0.2.11".parse().unwrap()).map(String::as_str), Some("up"));
         assert_eq!(s.get(&"2001:db8::12".parse().unwrap()).map(String::as_str), Some("down"));
         assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn ibgp_sessions_are_direct_so_gateway_direct_is_accepted() {
+        assert!(!config(&RouterSpec::default()).contains("  direct;"));
+        assert!(config(&RouterSpec::default().ibgp()).contains("  direct;"));
     }
 
     #[test]
