@@ -123,3 +123,20 @@ fn main() -> ExitCode {
         Err(e) => fail(&e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units_and_bad_ones_say_how_to_write_them() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        for bad in ["", "s", "1h", "-1s", "1.5s"] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.contains("30s, 500ms or 2m"), "{e}");
+        }
+    }
+}

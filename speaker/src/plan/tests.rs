@@ -260,4 +260,50 @@ proptest! {
         let candidates = (0..4).filter(|i| ready[*i] && live[*i] && (!local || eps[*i])).count();
         prop_assert_eq!(owners, usize::from(candidates > 0));
     }
+
+    #[test]
+    fn draining_is_announced_with_graceful_shutdown_and_never_also_withdrawn(
+        // Per endpoint on node1: (ready, serving, terminating).
+        conds in prop::collection::vec((any::<bool>(), any::<bool>(), any::<bool>()), 0..4),
+        other_ready in any::<bool>(),
+        cordoned in any::<bool>(),
+    ) {
+        let mut m = fixture_model();
+        if let Some(n) = m.nodes.get_mut("node1") {
+            n.draining = cordoned.then(|| "node node1 is cordoned".to_string());
+        }
+        let key = ServiceKey { namespace: "default".into(), name: "local".into() };
+        let mut c = crate::model::EndpointCounts::default();
+        for (r, s, t) in &conds {
+            c.ready += u32::from(*r);
+            c.serving += u32::from(*s);
+            c.terminating += u32::from(*t);
+            c.serving_terminating += u32::from(*s && *t);
+        }
+        let other = crate::model::EndpointCounts { ready: u32::from(other_ready), serving: u32::from(other_ready), ..Default::default() };
+        let per_node = BTreeMap::from([("node1".to_string(), c), ("node2".to_string(), other)]);
+        m.endpoint_slices.insert(key, BTreeMap::from([("s".to_string(), per_node)]));
+        let a = plan(&m, "node1", &all_live(&m));
+        let vip = ip("203.0.113.20");
+        let p = net("203.0.113.20/32");
+        let announced = a.bgp_addresses().contains(&p);
+        prop_assert!(announced != a.withdrawn.contains_key(&vip), "{a:?}");
+        prop_assert!(!a.draining.contains_key(&vip) || announced);
+        let all_terminating = c.serving_terminating > 0 && c.serving <= c.serving_terminating;
+        let serving_normally = !all_terminating && m.serving_nodes(&ServiceKey { namespace: "default".into(), name: "local".into() }).contains("node1");
+        prop_assert_eq!(announced, all_terminating || serving_normally);
+        prop_assert_eq!(a.draining.contains_key(&vip), announced && (all_terminating || cordoned));
+        for (peer, routes) in &a.bgp {
+            if let Some(attrs) = routes.get(&p) {
+                let drains = a.draining.contains_key(&vip);
+                prop_assert_eq!(attrs.draining, drains);
+                prop_assert_eq!(attrs.communities.contains(&GRACEFUL_SHUTDOWN), drains);
+                if a.ibgp.contains(peer) {
+                    prop_assert_eq!(attrs.local_pref, Some(if drains { 0 } else { 150 }));
+                } else {
+                    prop_assert_eq!(attrs.local_pref, None);
+                }
+            }
+        }
+    }
 }
