@@ -466,6 +466,11 @@ fn log_changes(old: &Announcements, new: &Announcements) {
             tracing::info!(address = %ip, interfaces = ?ifs, "this node owns the address for ARP/NDP");
         }
     }
+    for (ip, why) in &new.draining {
+        if old.draining.get(ip) != Some(why) {
+            tracing::info!(address = %ip, reason = %why, "draining: announced with GRACEFUL_SHUTDOWN (65535:0) until withdrawn");
+        }
+    }
     for (ip, why) in &new.withdrawn {
         if old.withdrawn.get(ip) != Some(why) {
             tracing::info!(address = %ip, reason = %why, "not announced");

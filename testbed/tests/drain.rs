@@ -99,6 +99,7 @@ fn draining_announces_graceful_shutdown_before_every_withdrawal() {
     };
     assert_eq!(u.attrs.local_pref, Some(0), "iBGP: LOCAL_PREF 0 while draining");
     assert!(!recorder.records().iter().any(|r| withdraws(r, "203.0.113.20/32")), "drained, not withdrawn");
+    sp.wait_log("every serving endpoint on node", T).unwrap();
     // The endpoint of `local` goes: withdrawn (the lingering one stays until the max delay).
     sp.replace_file(&file(None, Some(TERMINATING))).unwrap();
     recorder.wait_record("203.0.113.20/32 withdrawn", T, |r| withdraws(r, "203.0.113.20/32")).unwrap();
