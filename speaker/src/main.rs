@@ -3,6 +3,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use ferrolb_speaker::metrics::Metrics;
@@ -41,12 +42,33 @@ struct Args {
     /// every node). Needed only where L2Advertisements exist.
     #[arg(long, value_name = "FILE")]
     membership_key_file: Option<PathBuf>,
+    /// Longest time a prefix stays announced as draining (GRACEFUL_SHUTDOWN 65535:0,
+    /// LOCAL_PREF 0 on iBGP) before it is withdrawn, e.g. 30s, 500ms.
+    #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_duration)]
+    drain_max_delay: Duration,
+    /// On SIGTERM, how long every prefix stays announced as draining before the BGP
+    /// sessions close with Cease (capped by --drain-max-delay).
+    #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
+    drain_on_shutdown: Duration,
     /// loadBalancerClass served besides Services without one.
     #[arg(long, default_value = DEFAULT_LB_CLASS)]
     lb_class: String,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+}
+
+/// "30s", "500ms", "2m" or plain seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("{s:?} is not a duration; write e.g. 30s, 500ms or 2m");
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, ""), |i| s.split_at(i));
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        _ => Err(bad()),
+    }
 }
 
 fn init_logs(format: LogFormat) {
@@ -82,6 +104,8 @@ fn main() -> ExitCode {
         lb_class: args.lb_class,
         membership_bind: args.membership_bind,
         membership_key_file: args.membership_key_file,
+        drain_max_delay: args.drain_max_delay,
+        drain_on_shutdown: args.drain_on_shutdown,
     };
     let result = runtime.block_on(async {
         let metrics = Arc::new(Metrics::new());
@@ -97,5 +121,22 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units_and_bad_ones_say_how_to_write_them() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        for bad in ["", "s", "1h", "-1s", "1.5s"] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.contains("30s, 500ms or 2m"), "{e}");
+        }
     }
 }

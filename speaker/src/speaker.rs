@@ -71,6 +71,46 @@ pub struct StaticOptions {
     pub membership_bind: Option<SocketAddr>,
     /// Membership key file (`--membership-key-file`); needed where L2Advertisements exist.
     pub membership_key_file: Option<PathBuf>,
+    /// `--drain-max-delay`: the longest a prefix stays announced as draining
+    /// (GRACEFUL_SHUTDOWN) before it is withdrawn even though its cause lingers.
+    pub drain_max_delay: Duration,
+    /// `--drain-on-shutdown`: on SIGTERM, how long every prefix stays announced as
+    /// draining before the sessions close (at most `drain_max_delay`).
+    pub drain_on_shutdown: Duration,
+}
+
+/// Default of `--drain-max-delay`.
+pub const DEFAULT_DRAIN_MAX_DELAY: Duration = Duration::from_secs(30);
+/// Default of `--drain-on-shutdown`.
+pub const DEFAULT_DRAIN_ON_SHUTDOWN: Duration = Duration::from_secs(5);
+
+/// Tracks when each address started draining; pure apart from the `now` passed in.
+#[derive(Debug, Default)]
+pub struct DrainTimers {
+    started: BTreeMap<IpAddr, Instant>,
+}
+
+impl DrainTimers {
+    /// Starts timers for newly draining addresses, forgets those no longer draining,
+    /// and withdraws from `plan` those draining for `max` or longer.
+    pub fn apply(&mut self, plan: &mut Announcements, now: Instant, max: Duration) {
+        self.started.retain(|ip, _| plan.draining.contains_key(ip));
+        for ip in plan.draining.keys() {
+            self.started.entry(*ip).or_insert(now);
+        }
+        let expired: BTreeSet<IpAddr> = self
+            .started
+            .iter()
+            .filter(|(_, t)| now.saturating_duration_since(**t) >= max)
+            .map(|(ip, _)| *ip)
+            .collect();
+        plan.expire_drains(&expired, max);
+    }
+
+    /// When the next drain expires (None: nothing drains or everything expired).
+    pub fn next_expiry(&self, plan: &Announcements, max: Duration) -> Option<Instant> {
+        self.started.iter().filter(|(ip, _)| plan.draining.contains_key(ip)).map(|(_, t)| *t + max).min()
+    }
 }
 
 /// Why the L2 owned set changed (log text and metric label).
@@ -152,6 +192,8 @@ struct State {
     l2: Option<L2Part>,
     /// The last L2 start error, logged once.
     l2_error: Option<String>,
+    /// When each draining address started draining.
+    drains: DrainTimers,
 }
 
 impl State {
@@ -220,7 +262,8 @@ impl State {
 
     async fn replan(&mut self, cause: &Cause) {
         let live = self.live_members();
-        let new = plan::plan(&self.model, &self.opts.node_name, &live);
+        let mut new = plan::plan(&self.model, &self.opts.node_name, &live);
+        self.drains.apply(&mut new, Instant::now(), self.opts.drain_max_delay);
         log_changes(&self.plan, &new);
         if let Some(p) = &self.l2 {
             for ip in new.l2.keys().filter(|ip| !self.plan.l2.contains_key(ip)) {
@@ -370,6 +413,14 @@ fn start_l2(opts: &StaticOptions, model: &ClusterModel, metrics: &Metrics) -> Re
 }
 
 /// Resolves when membership's live set or settledness changes (never without L2).
+/// Sleeps until `t`, or forever without one.
+async fn sleep_until_opt(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn l2_changed(part: Option<(watch::Receiver<BTreeSet<String>>, watch::Receiver<bool>)>) {
     let Some((mut live, mut settled)) = part else {
         return std::future::pending().await;
@@ -415,6 +466,11 @@ fn log_changes(old: &Announcements, new: &Announcements) {
             tracing::info!(address = %ip, interfaces = ?ifs, "this node owns the address for ARP/NDP");
         }
     }
+    for (ip, why) in &new.draining {
+        if old.draining.get(ip) != Some(why) {
+            tracing::info!(address = %ip, reason = %why, "draining: announced with GRACEFUL_SHUTDOWN (65535:0) until withdrawn");
+        }
+    }
     for (ip, why) in &new.withdrawn {
         if old.withdrawn.get(ip) != Some(why) {
             tracing::info!(address = %ip, reason = %why, "not announced");
@@ -447,6 +503,7 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
         peer_errors: Vec::new(),
         l2: None,
         l2_error: None,
+        drains: DrainTimers::default(),
         opts,
     };
     tracing::info!(node = %state.opts.node_name, file = %state.opts.file.display(), "speaker started in static mode");
@@ -463,7 +520,11 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
     let mut l2_tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         let watched = state.l2.as_ref().map(|p| (p.live.clone(), p.settled.clone()));
+        let next_drain = state.drains.next_expiry(&state.plan, state.opts.drain_max_delay);
         tokio::select! {
+            () = sleep_until_opt(next_drain) => {
+                state.replan(&Cause::new("drain", "--drain-max-delay passed")).await;
+            }
             () = l2_changed(watched) => state.on_l2_change().await,
             _ = l2_tick.tick(), if state.l2.is_some() => state.on_l2_change().await,
             Some(()) = changes.recv() => {
@@ -483,6 +544,19 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
             }
         }
     }
+    // Make before break, BGP: every prefix is re-announced with GRACEFUL_SHUTDOWN (and
+    // LOCAL_PREF 0 on iBGP) so routers move traffic to other nodes; the L2 handover runs
+    // during that window; the sessions close once it has passed.
+    let drain_until = Instant::now() + state.opts.drain_on_shutdown.min(state.opts.drain_max_delay);
+    let mut drained = state.plan.clone();
+    drained.drain_all("speaker shutting down (SIGTERM)");
+    if !drained.bgp_addresses().is_empty() {
+        tracing::info!(
+            delay = ?state.opts.drain_on_shutdown.min(state.opts.drain_max_delay),
+            "draining: re-announcing every prefix with GRACEFUL_SHUTDOWN (65535:0) before closing sessions"
+        );
+        let _ = state.bgp.apply(&state.model, &state.passwords, &drained).await;
+    }
     if let Some(p) = state.l2.take() {
         // Make before break: peers drop this node at once and their takeover
         // announcements go out while this node still answers.
@@ -491,6 +565,9 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
         tokio::time::sleep(HANDOVER_GRACE).await;
         p.announcer.shutdown().await;
         tracing::info!("L2 announcer stopped");
+    }
+    if !drained.bgp_addresses().is_empty() {
+        tokio::time::sleep_until(drain_until).await;
     }
     state.bgp.shutdown().await;
     tracing::info!("speaker stopped");
@@ -513,6 +590,8 @@ mod tests {
             lb_class: crate::model::DEFAULT_LB_CLASS.into(),
             membership_bind: None,
             membership_key_file: key,
+            drain_max_delay: DEFAULT_DRAIN_MAX_DELAY,
+            drain_on_shutdown: DEFAULT_DRAIN_ON_SHUTDOWN,
         }
     }
 
@@ -545,6 +624,41 @@ mod tests {
         let owned = owned_set(&l2);
         assert_eq!(owned[&a], InterfaceChoice::Auto);
         assert_eq!(owned[&b], InterfaceChoice::Named(BTreeSet::from(["eth1".to_string()])));
+    }
+
+    #[test]
+    fn a_drain_is_withdrawn_once_it_outlives_the_max_delay() {
+        let ip: IpAddr = "203.0.113.20".parse().unwrap();
+        let prefix: ipnet::IpNet = "203.0.113.20/32".parse().unwrap();
+        let draining = || {
+            let mut a = Announcements::default();
+            let attrs = plan::RouteAttrs { draining: true, ..Default::default() };
+            a.bgp.insert("r".into(), BTreeMap::from([(prefix, attrs)]));
+            a.draining.insert(ip, "terminating".into());
+            a
+        };
+        let max = Duration::from_secs(30);
+        let t0 = Instant::now();
+        let mut timers = DrainTimers::default();
+        let mut p = draining();
+        timers.apply(&mut p, t0, max);
+        assert!(p.bgp_addresses().contains(&prefix), "announced while the delay runs");
+        assert_eq!(timers.next_expiry(&p, max), Some(t0 + max));
+        // Later replans keep the first start time.
+        let mut p = draining();
+        timers.apply(&mut p, t0 + Duration::from_secs(29), max);
+        assert!(p.bgp_addresses().contains(&prefix));
+        let mut p = draining();
+        timers.apply(&mut p, t0 + max, max);
+        assert!(p.bgp_addresses().is_empty(), "withdrawn after --drain-max-delay");
+        assert!(p.withdrawn[&ip].contains("--drain-max-delay"));
+        assert_eq!(timers.next_expiry(&p, max), None, "no timer loop after expiry");
+        // The cause ends: the timer is forgotten; a new drain starts afresh.
+        let mut p = Announcements::default();
+        timers.apply(&mut p, t0 + Duration::from_secs(40), max);
+        let mut p = draining();
+        timers.apply(&mut p, t0 + Duration::from_secs(41), max);
+        assert!(p.bgp_addresses().contains(&prefix));
     }
 
     #[test]

@@ -19,6 +19,9 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 /// The label that keeps a node out of every announcement.
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+/// Node taints that start a BGP drain (besides `spec.unschedulable`, a cordon): ferrolb's
+/// own, for operators, and the one the cluster autoscaler sets before deleting a node.
+pub const DRAIN_TAINTS: [&str; 2] = ["ferrolb.io/drain", "ToBeDeletedByClusterAutoscaler"];
 /// The EndpointSlice label naming its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// The loadBalancerClass ferrolb serves by default (besides Services with none).
@@ -67,6 +70,8 @@ pub struct EndpointCounts {
     pub serving: u32,
     /// `conditions.terminating`.
     pub terminating: u32,
+    /// Both `serving` and `terminating`: still answering, but going away.
+    pub serving_terminating: u32,
 }
 
 /// What the planner needs of a Service.
@@ -95,6 +100,9 @@ pub struct NodeInfo {
     pub excluded: bool,
     /// InternalIP addresses.
     pub addresses: Vec<IpAddr>,
+    /// Why this node drains (cordoned by `spec.unschedulable`, or a [`DRAIN_TAINTS`]
+    /// taint), if it does.
+    pub draining: Option<String>,
 }
 
 /// The snapshot the planner reads.
@@ -179,14 +187,27 @@ impl ClusterModel {
             .filter(|a| a.type_ == "InternalIP")
             .filter_map(|a| a.address.parse().ok())
             .collect();
+        let name = name_of(&node.metadata);
+        let spec = node.spec.as_ref();
+        let taint = spec
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .find(|t| DRAIN_TAINTS.contains(&t.key.as_str()));
+        let draining = if spec.and_then(|s| s.unschedulable) == Some(true) {
+            Some(format!("node {name} is cordoned (spec.unschedulable)"))
+        } else {
+            taint.map(|t| format!("node {name} carries the taint {}", t.key))
+        };
         let info = NodeInfo {
+            draining,
             excluded: labels.contains_key(EXCLUDE_LABEL),
             labels,
             ready: cond("Ready"),
             network_unavailable: cond("NetworkUnavailable"),
             addresses,
         };
-        self.nodes.insert(name_of(&node.metadata), info);
+        self.nodes.insert(name, info);
     }
 
     /// Removes a Node.
@@ -256,6 +277,7 @@ impl ClusterModel {
             e.ready += u32::from(ready);
             e.serving += u32::from(serving);
             e.terminating += u32::from(terminating);
+            e.serving_terminating += u32::from(serving && terminating);
         }
         self.remove_endpoint_slice(&key.namespace, &slice_name);
         self.endpoint_slices.entry(key).or_default().insert(slice_name, per_node);
@@ -280,6 +302,7 @@ impl ClusterModel {
                 e.ready += c.ready;
                 e.serving += c.serving;
                 e.terminating += c.terminating;
+                e.serving_terminating += c.serving_terminating;
             }
         }
         out

@@ -123,8 +123,8 @@ fn static_stream_fills_every_part_of_the_model() {
 fn endpoints_are_counted_per_node_and_condition() {
     let m = fixture_model();
     let eps = m.endpoints(&key("local"));
-    assert_eq!(eps["node2"], EndpointCounts { ready: 1, serving: 1, terminating: 0 });
-    assert_eq!(eps["node1"], EndpointCounts { ready: 0, serving: 1, terminating: 1 });
+    assert_eq!(eps["node2"], EndpointCounts { ready: 1, serving: 1, terminating: 0, serving_terminating: 0 });
+    assert_eq!(eps["node1"], EndpointCounts { ready: 0, serving: 1, terminating: 1, serving_terminating: 1 });
     // A ready endpoint exists, so the terminating one takes no new traffic.
     assert_eq!(m.serving_nodes(&key("local")), BTreeSet::from(["node2".to_string()]));
 }

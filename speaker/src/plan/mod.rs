@@ -22,7 +22,13 @@ pub struct RouteAttrs {
     pub large_communities: BTreeSet<(u32, u32, u32)>,
     /// LOCAL_PREF (set for iBGP peers only).
     pub local_pref: Option<u32>,
+    /// Draining (make before break): sent with [`GRACEFUL_SHUTDOWN`] and, to iBGP
+    /// peers, LOCAL_PREF 0, until it is withdrawn.
+    pub draining: bool,
 }
+
+/// The RFC 8326 GRACEFUL_SHUTDOWN community, 65535:0.
+pub const GRACEFUL_SHUTDOWN: u32 = 0xFFFF_0000;
 
 impl RouteAttrs {
     fn merge(&mut self, other: &RouteAttrs) {
@@ -32,6 +38,8 @@ impl RouteAttrs {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
+        // A prefix drains only if every address behind it drains.
+        self.draining &= other.draining;
     }
 }
 
@@ -44,12 +52,59 @@ pub struct Announcements {
     pub l2: BTreeMap<IpAddr, Vec<String>>,
     /// Every service address this node does not announce, with the reason.
     pub withdrawn: BTreeMap<IpAddr, String>,
+    /// Addresses announced by BGP only as draining, with the reason.
+    pub draining: BTreeMap<IpAddr, String>,
+    /// The BGPPeers of `bgp` that are iBGP (myASN = peerASN).
+    pub ibgp: BTreeSet<String>,
 }
 
 impl Announcements {
     /// Addresses announced by BGP to at least one peer.
     pub fn bgp_addresses(&self) -> BTreeSet<IpNet> {
         self.bgp.values().flat_map(|r| r.keys().copied()).collect()
+    }
+
+    /// Turns the `draining` flag into attributes: GRACEFUL_SHUTDOWN on every peer,
+    /// LOCAL_PREF 0 on iBGP peers. Idempotent.
+    fn mark_draining(&mut self) {
+        for (peer, routes) in &mut self.bgp {
+            for a in routes.values_mut().filter(|a| a.draining) {
+                a.communities.insert(GRACEFUL_SHUTDOWN);
+                if self.ibgp.contains(peer) {
+                    a.local_pref = Some(0);
+                }
+            }
+        }
+    }
+
+    /// Drains every BGP announcement (SIGTERM): routers move traffic away before the
+    /// sessions close.
+    pub fn drain_all(&mut self, reason: &str) {
+        for routes in self.bgp.values_mut() {
+            for a in routes.values_mut() {
+                a.draining = true;
+            }
+        }
+        for p in self.bgp_addresses() {
+            self.draining.entry(p.addr()).or_insert_with(|| reason.to_owned());
+        }
+        self.mark_draining();
+    }
+
+    /// Withdraws the draining announcements of `expired` addresses (their drain
+    /// outlived `--drain-max-delay`): every draining route whose prefix holds one.
+    pub fn expire_drains(&mut self, expired: &BTreeSet<IpAddr>, max_delay: std::time::Duration) {
+        if expired.is_empty() {
+            return;
+        }
+        for routes in self.bgp.values_mut() {
+            routes.retain(|p, a| !(a.draining && expired.iter().any(|ip| p.contains(ip))));
+        }
+        for ip in expired {
+            if let Some(why) = self.draining.remove(ip) {
+                self.withdrawn.insert(*ip, format!("{why}; drained for --drain-max-delay {max_delay:?}"));
+            }
+        }
     }
 }
 
@@ -116,9 +171,13 @@ pub fn plan(model: &ClusterModel, me: &str, live_members: &BTreeSet<String>) -> 
     // Sessions: every BGPPeer whose nodeSelectors match this node.
     let my_peers: Vec<(&String, &ferrolb_api::BgpPeer)> =
         model.peers.iter().filter(|(_, p)| selectors_match(&p.spec.node_selectors, my_labels)).collect();
-    for (name, _) in &my_peers {
+    for (name, p) in &my_peers {
         out.bgp.insert((*name).clone(), BTreeMap::new());
+        if p.spec.my_asn == p.spec.peer_asn {
+            out.ibgp.insert((*name).clone());
+        }
     }
+    let node_drain = my_node.and_then(|n| n.draining.clone());
 
     let blocker = node_blocker(me, my_node);
     let mut announced: BTreeSet<IpAddr> = BTreeSet::new();
@@ -139,7 +198,7 @@ pub fn plan(model: &ClusterModel, me: &str, live_members: &BTreeSet<String>) -> 
                 why.push(b.clone());
             } else {
                 let ctx = Ctx { model, me, key, svc, ip, pools: &pools, serving: &serving };
-                let (bgp_ads, bgp_done) = ctx.bgp(&my_peers, &mut out, &mut why);
+                let (bgp_ads, bgp_done) = ctx.bgp(&my_peers, node_drain.as_deref(), &mut out, &mut why);
                 let (l2_ads, l2_done) = ctx.l2(live_members, &mut out, &mut why);
                 any_ad = bgp_ads || l2_ads;
                 done = bgp_done || l2_done;
@@ -158,6 +217,11 @@ pub fn plan(model: &ClusterModel, me: &str, live_members: &BTreeSet<String>) -> 
             }
         }
     }
+    // An address also announced normally (another Service, another advertisement) is not draining.
+    let normal: BTreeSet<IpNet> =
+        out.bgp.values().flat_map(|r| r.iter().filter(|(_, a)| !a.draining).map(|(p, _)| *p)).collect();
+    out.draining.retain(|ip, _| !normal.iter().any(|p| p.contains(ip)));
+    out.mark_draining();
     for (ip, why) in reasons {
         if !announced.contains(&ip) {
             let mut why = why;
@@ -191,6 +255,7 @@ impl Ctx<'_> {
     fn bgp(
         &self,
         my_peers: &[(&String, &ferrolb_api::BgpPeer)],
+        node_drain: Option<&str>,
         out: &mut Announcements,
         why: &mut Vec<String>,
     ) -> (bool, bool) {
@@ -210,14 +275,24 @@ impl Ctx<'_> {
                 why.push(format!("BGPAdvertisement {ad_name} does not select node {}", self.me));
                 continue;
             }
-            if self.local_without_endpoint(self.me) {
+            let mine = self.model.endpoints(key).get(self.me).copied().unwrap_or_default();
+            // Local: the node's serving endpoints are all terminating: drain, do not withdraw yet.
+            let endpoint_drain = self.svc.traffic_policy == TrafficPolicy::Local
+                && mine.serving_terminating > 0
+                && mine.serving <= mine.serving_terminating;
+            if !endpoint_drain && self.local_without_endpoint(self.me) {
                 why.push(format!(
                     "{key}: no serving endpoint on node {} (externalTrafficPolicy Local)",
                     self.me
                 ));
                 continue;
             }
-            let attrs = attrs_of(s);
+            let drain_reason = node_drain.map(str::to_owned).or_else(|| {
+                endpoint_drain
+                    .then(|| format!("{key}: every serving endpoint on node {} is terminating", self.me))
+            });
+            let mut attrs = attrs_of(s);
+            attrs.draining = drain_reason.is_some();
             let prefix = prefix_of(ip, s);
             let mut sent = false;
             for (peer_name, peer) in my_peers {
@@ -241,6 +316,9 @@ impl Ctx<'_> {
             }
             if sent {
                 done = true;
+                if let Some(r) = drain_reason {
+                    out.draining.entry(ip).or_insert(r);
+                }
             } else {
                 why.push(format!(
                     "BGPAdvertisement {ad_name}: no BGPPeer of node {} is selected (peers, nodeSelectors or addressFamilies)",

@@ -25,7 +25,8 @@ fn cluster_policy_announces_every_address_to_every_selected_peer() {
     let ebgp = &a.bgp["router-a"];
     assert_eq!(
         ebgp.keys().copied().collect::<Vec<_>>(),
-        vec![net("203.0.113.10/32"), net("2001:db8:3::10/128")]
+        vec![net("203.0.113.10/32"), net("203.0.113.20/32"), net("2001:db8:3::10/128")],
+        "203.0.113.20 (Local) is draining on node1"
     );
     let attrs = &ebgp[&net("203.0.113.10/32")];
     assert_eq!(attrs.communities, BTreeSet::from([(64512 << 16) | 100]));
@@ -42,11 +43,97 @@ fn local_policy_announces_only_where_an_endpoint_serves() {
     let m = fixture_model();
     let n1 = plan(&m, "node1", &all_live(&m));
     let n2 = plan(&m, "node2", &all_live(&m));
-    assert!(!n1.bgp_addresses().contains(&net("203.0.113.20/32")));
+    // node1's only endpoint is serving and terminating: it drains instead of withdrawing.
+    let drained = &n1.bgp["router-a"][&net("203.0.113.20/32")];
+    assert!(drained.draining && drained.communities.contains(&GRACEFUL_SHUTDOWN));
+    assert!(n1.draining[&ip("203.0.113.20")].contains("terminating"));
     assert!(n2.bgp_addresses().contains(&net("203.0.113.20/32")));
+    assert!(!n2.draining.contains_key(&ip("203.0.113.20")));
+    assert!(!n2.withdrawn.contains_key(&ip("203.0.113.20")));
+    // Once the endpoint is gone, node1 withdraws.
+    let gone = FIXTURE.replace(
+        "- {addresses: [10.0.0.2], nodeName: node1, conditions: {ready: false, serving: true, terminating: true}}\n",
+        "",
+    );
+    let m = model_of(&gone);
+    let n1 = plan(&m, "node1", &all_live(&m));
+    assert!(!n1.bgp_addresses().contains(&net("203.0.113.20/32")));
     let why = &n1.withdrawn[&ip("203.0.113.20")];
     assert!(why.contains("no serving endpoint on node node1 (externalTrafficPolicy Local)"), "{why}");
-    assert!(!n2.withdrawn.contains_key(&ip("203.0.113.20")));
+    // Terminating but no longer serving: withdrawn too.
+    let not_serving =
+        FIXTURE.replace("serving: true, terminating: true", "serving: false, terminating: true");
+    let m = model_of(&not_serving);
+    assert!(!plan(&m, "node1", &all_live(&m)).bgp_addresses().contains(&net("203.0.113.20/32")));
+}
+
+#[test]
+fn draining_adds_graceful_shutdown_and_local_pref_zero_on_ibgp_only() {
+    let m = fixture_model();
+    let a = plan(&m, "node1", &all_live(&m));
+    let p = net("203.0.113.20/32");
+    let ebgp = &a.bgp["router-a"][&p];
+    let ibgp = &a.bgp["router-ibgp"][&p];
+    assert_eq!(ebgp.local_pref, None, "LOCAL_PREF is iBGP only");
+    assert_eq!(ibgp.local_pref, Some(0));
+    assert!(
+        ibgp.communities.contains(&GRACEFUL_SHUTDOWN) && ibgp.communities.contains(&((64512 << 16) | 100))
+    );
+    // The non-draining service keeps its attributes.
+    let web = &a.bgp["router-ibgp"][&net("203.0.113.10/32")];
+    assert!(!web.draining && web.local_pref == Some(150) && !web.communities.contains(&GRACEFUL_SHUTDOWN));
+}
+
+#[test]
+fn a_cordoned_or_tainted_node_drains_every_address() {
+    for extra in
+        ["spec: {unschedulable: true}\n", "spec: {taints: [{key: ferrolb.io/drain, effect: NoSchedule}]}\n"]
+    {
+        let text = FIXTURE.replacen(
+            "metadata: {name: node1, labels: {rack: a}}\n",
+            &format!("metadata: {{name: node1, labels: {{rack: a}}}}\n{extra}"),
+            1,
+        );
+        let m = model_of(&text);
+        let a = plan(&m, "node1", &all_live(&m));
+        assert!(!a.bgp_addresses().is_empty());
+        for routes in a.bgp.values() {
+            for attrs in routes.values() {
+                assert!(attrs.draining && attrs.communities.contains(&GRACEFUL_SHUTDOWN), "{extra}");
+            }
+        }
+        assert!(a.draining.contains_key(&ip("203.0.113.10")), "{extra}");
+        assert!(a.draining[&ip("203.0.113.10")].contains("node node1"), "{extra}");
+        let b = plan(&m, "node2", &all_live(&m));
+        assert!(b.draining.is_empty(), "another node's cordon does not drain node2");
+    }
+}
+
+#[test]
+fn expired_drains_are_withdrawn_and_drain_all_marks_everything() {
+    let m = fixture_model();
+    let mut a = plan(&m, "node1", &all_live(&m));
+    a.expire_drains(&BTreeSet::from([ip("203.0.113.20")]), std::time::Duration::from_secs(3));
+    assert!(!a.bgp_addresses().contains(&net("203.0.113.20/32")));
+    assert!(a.withdrawn[&ip("203.0.113.20")].contains("--drain-max-delay"));
+    assert!(a.bgp_addresses().contains(&net("203.0.113.10/32")), "a non-draining address stays");
+    a.drain_all("SIGTERM");
+    assert!(a.draining.contains_key(&ip("203.0.113.10")));
+    assert_eq!(a.bgp["router-ibgp"][&net("203.0.113.10/32")].local_pref, Some(0));
+    assert!(a.bgp["router-a"][&net("203.0.113.10/32")].communities.contains(&GRACEFUL_SHUTDOWN));
+}
+
+#[test]
+fn an_aggregate_drains_only_when_every_address_behind_it_drains() {
+    let text = FIXTURE.replace(
+        "  ipAddressPools: [public]\n  localPref: 150",
+        "  ipAddressPools: [public]\n  aggregationLength: 24\n  localPref: 150",
+    );
+    let m = model_of(&text);
+    let a = plan(&m, "node1", &all_live(&m));
+    let agg = &a.bgp["router-a"][&net("203.0.113.0/24")];
+    assert!(!agg.draining && !agg.communities.contains(&GRACEFUL_SHUTDOWN));
+    assert!(a.draining.is_empty());
 }
 
 #[test]
@@ -155,7 +242,7 @@ proptest! {
             traffic_policy: if local { TrafficPolicy::Local } else { TrafficPolicy::Cluster },
             ..Default::default()
         });
-        let per_node = (0..4).filter(|i| eps[*i]).map(|i| (format!("n{i}"), crate::model::EndpointCounts { ready: 1, serving: 1, terminating: 0 })).collect();
+        let per_node = (0..4).filter(|i| eps[*i]).map(|i| (format!("n{i}"), crate::model::EndpointCounts { ready: 1, serving: 1, terminating: 0, serving_terminating: 0 })).collect();
         m.endpoint_slices.insert(key, BTreeMap::from([("s".to_string(), per_node)]));
         let live_set: BTreeSet<String> = (0..4).filter(|i| live[*i]).map(|i| format!("n{i}")).collect();
         let mut owners = 0;
@@ -172,5 +259,51 @@ proptest! {
         }
         let candidates = (0..4).filter(|i| ready[*i] && live[*i] && (!local || eps[*i])).count();
         prop_assert_eq!(owners, usize::from(candidates > 0));
+    }
+
+    #[test]
+    fn draining_is_announced_with_graceful_shutdown_and_never_also_withdrawn(
+        // Per endpoint on node1: (ready, serving, terminating).
+        conds in prop::collection::vec((any::<bool>(), any::<bool>(), any::<bool>()), 0..4),
+        other_ready in any::<bool>(),
+        cordoned in any::<bool>(),
+    ) {
+        let mut m = fixture_model();
+        if let Some(n) = m.nodes.get_mut("node1") {
+            n.draining = cordoned.then(|| "node node1 is cordoned".to_string());
+        }
+        let key = ServiceKey { namespace: "default".into(), name: "local".into() };
+        let mut c = crate::model::EndpointCounts::default();
+        for (r, s, t) in &conds {
+            c.ready += u32::from(*r);
+            c.serving += u32::from(*s);
+            c.terminating += u32::from(*t);
+            c.serving_terminating += u32::from(*s && *t);
+        }
+        let other = crate::model::EndpointCounts { ready: u32::from(other_ready), serving: u32::from(other_ready), ..Default::default() };
+        let per_node = BTreeMap::from([("node1".to_string(), c), ("node2".to_string(), other)]);
+        m.endpoint_slices.insert(key, BTreeMap::from([("s".to_string(), per_node)]));
+        let a = plan(&m, "node1", &all_live(&m));
+        let vip = ip("203.0.113.20");
+        let p = net("203.0.113.20/32");
+        let announced = a.bgp_addresses().contains(&p);
+        prop_assert!(announced != a.withdrawn.contains_key(&vip), "{a:?}");
+        prop_assert!(!a.draining.contains_key(&vip) || announced);
+        let all_terminating = c.serving_terminating > 0 && c.serving <= c.serving_terminating;
+        let serving_normally = !all_terminating && m.serving_nodes(&ServiceKey { namespace: "default".into(), name: "local".into() }).contains("node1");
+        prop_assert_eq!(announced, all_terminating || serving_normally);
+        prop_assert_eq!(a.draining.contains_key(&vip), announced && (all_terminating || cordoned));
+        for (peer, routes) in &a.bgp {
+            if let Some(attrs) = routes.get(&p) {
+                let drains = a.draining.contains_key(&vip);
+                prop_assert_eq!(attrs.draining, drains);
+                prop_assert_eq!(attrs.communities.contains(&GRACEFUL_SHUTDOWN), drains);
+                if a.ibgp.contains(peer) {
+                    prop_assert_eq!(attrs.local_pref, Some(if drains { 0 } else { 150 }));
+                } else {
+                    prop_assert_eq!(attrs.local_pref, None);
+                }
+            }
+        }
     }
 }
