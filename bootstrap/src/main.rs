@@ -16,7 +16,7 @@ use ferrolb_bootstrap::{addr, bgp, checkpoint, credentials, health, l2, manifest
 use ferrolb_speaker::l2::{
     DEFAULT_TAKEOVER, InterfaceChoice, L2Announcer, L2Config, L2Handle, L2Metrics, Owned,
 };
-use ferrolb_speaker::membership::{self, MembershipConfig, Seed};
+use ferrolb_speaker::membership::{MembershipConfig, Seed};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
@@ -620,8 +620,17 @@ fn owned(ip: IpAddr, ifname: &str) -> Owned {
 /// `spec.membershipPort`) and the ARP/NDP announcer for the VIP's interface.
 fn start_l2(a: &RunArgs, vip: &ControlPlaneVip) -> anyhow::Result<(l2::SwimMembership, L2Handle)> {
     let spec = &vip.spec;
-    let key = membership::read_key_file(Path::new(&spec.membership_key_file))
-        .map_err(|e| anyhow!("ControlPlaneVIP: spec.membershipKeyFile: {e}"))?;
+    let key_file = &spec.membership_key_file;
+    let text = std::fs::read_to_string(key_file).map_err(|e| {
+        anyhow!(
+            "ControlPlaneVIP: spec.membershipKeyFile: {key_file}: cannot read: {e}; fix: write the members' shared key (at least 32 characters) into it, the same file on every member"
+        )
+    })?;
+    let key = ferrolb_api::MembershipKey::parse(&text).map_err(|e| {
+        anyhow!(
+            "ControlPlaneVIP: spec.membershipKeyFile: {key_file}: {e}; fix: write the members' shared key (at least 32 characters) into it"
+        )
+    })?;
     let port = spec.membership_port;
     let mut seeds = Vec::new();
     let mut advertise = None;
