@@ -18,11 +18,16 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use ferrolb_speaker::election;
+use ferrolb_speaker::membership::auth::DropReason;
 use ferrolb_speaker::membership::{
     Membership, MembershipConfig, MembershipError, MembershipHandle, MembershipMetrics,
 };
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+
+/// A member that settled alone although others are listed waits this long before
+/// claiming, listening for datagrams that fail authentication (a key mismatch).
+pub const ALONE_WAIT: Duration = Duration::from_secs(2);
 
 /// Suffix of the membership name of a member whose local apiserver is unhealthy.
 pub const UNHEALTHY_SUFFIX: &str = "~unhealthy";
@@ -51,11 +56,12 @@ impl SwimMembership {
     /// error is returned here). Call within a tokio runtime.
     pub fn start(cfg: MembershipConfig) -> Result<Self, MembershipError> {
         let node = cfg.name.clone();
-        let first = spawn(&cfg, false)?;
+        let metrics = MembershipMetrics::new(&mut Default::default());
+        let first = spawn(&cfg, false, &metrics)?;
         let (local, local_rx) = watch::channel(false);
         let (tx, out) = watch::channel(BTreeSet::new());
         let (stop, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(drive(cfg, node, first, local_rx, tx, stop_rx));
+        let task = tokio::spawn(drive(cfg, node, first, metrics, local_rx, tx, stop_rx));
         Ok(Self { local, out, stop: Some(stop), task })
     }
 
@@ -79,37 +85,74 @@ impl SwimMembership {
     }
 }
 
-fn spawn(cfg: &MembershipConfig, healthy: bool) -> Result<MembershipHandle, MembershipError> {
+fn spawn(
+    cfg: &MembershipConfig,
+    healthy: bool,
+    metrics: &MembershipMetrics,
+) -> Result<MembershipHandle, MembershipError> {
     let mut c = cfg.clone();
     c.name = membership_name(&cfg.name, healthy);
     // Our own seed entry (if any) is skipped by name: keep it out under either name.
     c.seeds.retain(|s| s.name != cfg.name);
-    Membership::spawn(c, MembershipMetrics::new(&mut Default::default()))
+    Membership::spawn(c, metrics.clone())
 }
 
 async fn drive(
     cfg: MembershipConfig,
     node: String,
     mut handle: MembershipHandle,
+    metrics: MembershipMetrics,
     mut local: watch::Receiver<bool>,
     out: watch::Sender<BTreeSet<String>>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut healthy = false;
-    // Other healthy members as last seen in a settled view.
-    let mut others: BTreeSet<String> = BTreeSet::new();
+    // Key-mismatch guard (as the speaker's): a node that never saw another member
+    // while datagrams fail authentication has another key than the others; it must not
+    // claim the VIP from its lone view.
+    let has_seeds = cfg.seeds.iter().any(|s| s.name != node);
+    let mut ever_joined = false;
+    let mut mismatch_logged = false;
+    let mut alone_since: Option<tokio::time::Instant> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         let mut live = handle.live();
         let mut settled = handle.settled();
         loop {
-            if *settled.borrow_and_update() {
-                let view = live.borrow_and_update().clone();
-                others = healthy_of(&view);
-                others.remove(&node);
+            if !*settled.borrow_and_update() {
+                tokio::select! {
+                    _ = &mut stop => { handle.leave().await; return }
+                    r = local.changed() => {
+                        if r.is_err() { handle.leave().await; return }
+                        let h = *local.borrow_and_update();
+                        if h != healthy { healthy = h; break }
+                    }
+                    r = settled.changed() => if r.is_err() { tracing::warn!("membership stopped"); return },
+                }
+                continue;
             }
-            let mut set = others.clone();
+            // A settled view: the other healthy members.
+            let view = live.borrow_and_update().clone();
+            let mut set = healthy_of(&view);
+            set.remove(&node);
+            ever_joined |= view.len() > 1;
+            let alone = has_seeds && !ever_joined;
+            let waiting =
+                alone && alone_since.get_or_insert_with(tokio::time::Instant::now).elapsed() < ALONE_WAIT;
+            let mismatch = alone && metrics.dropped(DropReason::Unauthenticated) > 0;
+            if mismatch && !mismatch_logged {
+                tracing::error!(
+                    "membership: datagrams from other members fail authentication and no member answers this one: \
+                     the key in spec.membershipKeyFile differs between members; claiming nothing until it is fixed"
+                );
+            }
+            mismatch_logged = mismatch;
             if healthy {
                 set.insert(node.clone());
+            }
+            if mismatch || waiting {
+                // Claim nothing (keep what is held, see should_hold).
+                set.clear();
             }
             out.send_if_modified(|cur| {
                 if *cur != set {
@@ -128,18 +171,16 @@ async fn drive(
                 }
                 r = live.changed() => if r.is_err() { tracing::warn!("membership stopped"); return },
                 r = settled.changed() => if r.is_err() { tracing::warn!("membership stopped"); return },
+                _ = tick.tick() => {}
             }
         }
-        // Health changed: publish our own entry at once, then rejoin under the new name.
-        let mut set = others.clone();
-        if healthy {
-            set.insert(node.clone());
-        }
-        out.send_replace(set);
+        // Health changed: rejoin under the new name. Nothing is published until the new
+        // view settles: a view from before the change may be stale (members turning
+        // unhealthy at the same moment would each release the VIP to the other).
         handle.leave().await;
         tracing::info!(name = %membership_name(&node, healthy), "rejoining membership with the new health");
         handle = loop {
-            match spawn(&cfg, healthy) {
+            match spawn(&cfg, healthy, &metrics) {
                 Ok(h) => break h,
                 Err(e) => {
                     tracing::warn!(error = %e, "membership cannot restart; retrying");

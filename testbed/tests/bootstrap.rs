@@ -369,3 +369,43 @@ fn l2_owner_holds_the_vip_and_it_moves_when_the_owner_turns_unhealthy() {
     }
     assert!(holders(&lab).is_empty(), "SIGTERM releases the VIP");
 }
+
+/// L2 key mismatch: a member whose membership key differs from the others' never
+/// joins; it claims nothing (even as the election winner) and says why, while the
+/// member already holding the VIP keeps it.
+#[test]
+fn l2_member_with_another_membership_key_claims_nothing() {
+    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
+    let ca = TestCa::new().unwrap();
+    let _health: Vec<HealthServer> = (1..=2).map(|i| apiserver(&lab, i, &ca)).collect();
+    let vip: IpAddr = L2_VIP.parse().unwrap();
+    let names: Vec<String> = (1..=2).map(plan::node_name).collect();
+    let winner = ferrolb_speaker::election::owner(vip, names.iter().map(String::as_str)).unwrap();
+    let winner = (1..=2).find(|i| plan::node_name(*i) == winner).unwrap();
+    let first = 3 - winner;
+    let cp = |i: usize, key: &str| {
+        let dir = lab.subdir(&format!("bootstrap{i}")).unwrap();
+        let file = dir.join("membership.key");
+        std::fs::write(&file, key).unwrap();
+        let extra = format!(
+            "  address: {L2_VIP}\n  mode: L2\n  interface: eth0\n  membershipKeyFile: {}\n",
+            file.display()
+        );
+        checkpoint(&lab, i, &ca, &extra, "")
+    };
+    // The election loser starts alone and takes the VIP (no one else answers).
+    let mut p1 = start(&lab, first, &cp(first, "the-right-membership-key-0123456789"), &[], 1);
+    wait::until_value("the first member holds the VIP", T, || Ok(holders(&lab)), |h| h == &vec![first])
+        .unwrap();
+    // The winner comes with another key: it must not claim the VIP from its lone view.
+    let mut p2 = start(&lab, winner, &cp(winner, "a-different-membership-key-9876543210"), &[], 1);
+    wait::until("the mismatch reported", T, || {
+        Ok(p2.logs().contains("differs between members").then_some(()))
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(holders(&lab), vec![first], "a member with another key must claim nothing");
+    assert!(!p2.logs().contains("took the VIP"), "{}", p2.logs());
+    sigterm_exits_zero(&mut p2);
+    sigterm_exits_zero(&mut p1);
+}
