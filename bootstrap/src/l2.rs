@@ -1,35 +1,194 @@
 //! L2 mode: one owner among `spec.members`, elected with the speaker's rendezvous hash
 //! among members that are live AND healthy; the owner puts the VIP on the interface
 //! (marked as ferrolb's, see [`crate::addr`]) and announces it by gratuitous ARP /
-//! unsolicited NA. When no member is healthy the current owner keeps the VIP: an
-//! apiserver that answers badly beats no apiserver.
+//! unsolicited NA (the speaker's `L2Announcer`). When no member is healthy the current
+//! owner keeps the VIP: an apiserver that answers badly beats no apiserver.
 //!
-//! Health reaches the other members through membership metadata: every member stays
-//! in membership whatever its health (so liveness and health stay separate facts), and
-//! publishes its health with [`Membership::set_local_health`]; the election reads
-//! [`Membership::live_healthy`]. Membership itself (SWIM, `speaker::membership`) and the
-//! ARP/NDP sender (`speaker::l2`) are behind the two traits below.
+//! Health travels in the membership identity: [`SwimMembership`] runs the speaker's SWIM
+//! membership (`ferrolb_speaker::membership`) under the node's name while the local
+//! apiserver is healthy, and under `NAME~unhealthy` while it is not (`~` cannot occur in
+//! a Kubernetes node name). A health change leaves membership (peers drop the old name
+//! at once) and joins again under the other name. So an unhealthy member still sees the
+//! others (it must, to release the VIP when a healthy one appears), a dead member
+//! disappears under either name, and [`SwimMembership::live_healthy`] is the set of live
+//! members under their plain name.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use ferrolb_speaker::election;
-use tokio::sync::watch;
+use ferrolb_speaker::membership::auth::DropReason;
+use ferrolb_speaker::membership::{
+    Membership, MembershipConfig, MembershipError, MembershipHandle, MembershipMetrics,
+};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
 
-/// Membership as the L2 election needs it.
-pub trait Membership: Send + Sync {
-    /// Publishes this node's health in its membership metadata.
-    fn set_local_health(&self, healthy: bool);
-    /// Members that are live and report themselves healthy (this node included when it is).
-    fn live_healthy(&self) -> watch::Receiver<BTreeSet<String>>;
+/// A member that settled alone although others are listed waits this long before
+/// claiming, listening for datagrams that fail authentication (a key mismatch).
+pub const ALONE_WAIT: Duration = Duration::from_secs(2);
+
+/// Suffix of the membership name of a member whose local apiserver is unhealthy.
+pub const UNHEALTHY_SUFFIX: &str = "~unhealthy";
+
+/// The names this node runs membership under, by health.
+pub fn membership_name(node: &str, healthy: bool) -> String {
+    if healthy { node.to_string() } else { format!("{node}{UNHEALTHY_SUFFIX}") }
 }
 
-/// Sends gratuitous ARP (IPv4) or unsolicited NA (IPv6) for a newly owned address.
-pub trait Announce: Send + Sync {
-    /// Tells the segment on `ifname` that `ip` is now here.
-    fn announce(&self, ifname: &str, ip: IpAddr) -> std::io::Result<()>;
+/// Live and healthy members from membership's live set (names without the suffix).
+pub fn healthy_of(live: &BTreeSet<String>) -> BTreeSet<String> {
+    live.iter().filter(|n| !n.ends_with(UNHEALTHY_SUFFIX)).cloned().collect()
+}
+
+/// SWIM membership carrying this node's health in its membership name (see the module).
+#[derive(Debug)]
+pub struct SwimMembership {
+    local: watch::Sender<bool>,
+    out: watch::Receiver<BTreeSet<String>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl SwimMembership {
+    /// Starts membership as unhealthy (`cfg.name` is the node name; binds now, so a bind
+    /// error is returned here). Call within a tokio runtime.
+    pub fn start(cfg: MembershipConfig) -> Result<Self, MembershipError> {
+        let node = cfg.name.clone();
+        let metrics = MembershipMetrics::new(&mut Default::default());
+        let first = spawn(&cfg, false, &metrics)?;
+        let (local, local_rx) = watch::channel(false);
+        let (tx, out) = watch::channel(BTreeSet::new());
+        let (stop, stop_rx) = oneshot::channel();
+        let task = tokio::spawn(drive(cfg, node, first, metrics, local_rx, tx, stop_rx));
+        Ok(Self { local, out, stop: Some(stop), task })
+    }
+
+    /// Publishes this node's health (rejoins under the matching name when it changed).
+    pub fn set_local_health(&self, healthy: bool) {
+        self.local.send_replace(healthy);
+    }
+
+    /// Members that are live and healthy (this node included when it is healthy). The
+    /// others are taken from a settled view only; until the first one, none.
+    pub fn live_healthy(&self) -> watch::Receiver<BTreeSet<String>> {
+        self.out.clone()
+    }
+
+    /// Leaves membership (peers drop this node at once) and stops.
+    pub async fn leave(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+fn spawn(
+    cfg: &MembershipConfig,
+    healthy: bool,
+    metrics: &MembershipMetrics,
+) -> Result<MembershipHandle, MembershipError> {
+    let mut c = cfg.clone();
+    c.name = membership_name(&cfg.name, healthy);
+    // Our own seed entry (if any) is skipped by name: keep it out under either name.
+    c.seeds.retain(|s| s.name != cfg.name);
+    Membership::spawn(c, metrics.clone())
+}
+
+async fn drive(
+    cfg: MembershipConfig,
+    node: String,
+    mut handle: MembershipHandle,
+    metrics: MembershipMetrics,
+    mut local: watch::Receiver<bool>,
+    out: watch::Sender<BTreeSet<String>>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut healthy = false;
+    // Key-mismatch guard (as the speaker's): a node that never saw another member
+    // while datagrams fail authentication has another key than the others; it must not
+    // claim the VIP from its lone view.
+    let has_seeds = cfg.seeds.iter().any(|s| s.name != node);
+    let mut ever_joined = false;
+    let mut mismatch_logged = false;
+    let mut alone_since: Option<tokio::time::Instant> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        let mut live = handle.live();
+        let mut settled = handle.settled();
+        loop {
+            if !*settled.borrow_and_update() {
+                tokio::select! {
+                    _ = &mut stop => { handle.leave().await; return }
+                    r = local.changed() => {
+                        if r.is_err() { handle.leave().await; return }
+                        let h = *local.borrow_and_update();
+                        if h != healthy { healthy = h; break }
+                    }
+                    r = settled.changed() => if r.is_err() { tracing::warn!("membership stopped"); return },
+                }
+                continue;
+            }
+            // A settled view: the other healthy members.
+            let view = live.borrow_and_update().clone();
+            let mut set = healthy_of(&view);
+            set.remove(&node);
+            ever_joined |= view.len() > 1;
+            let alone = has_seeds && !ever_joined;
+            let waiting =
+                alone && alone_since.get_or_insert_with(tokio::time::Instant::now).elapsed() < ALONE_WAIT;
+            let mismatch = alone && metrics.dropped(DropReason::Unauthenticated) > 0;
+            if mismatch && !mismatch_logged {
+                tracing::error!(
+                    "membership: datagrams from other members fail authentication and no member answers this one: \
+                     the key in spec.membershipKeyFile differs between members; claiming nothing until it is fixed"
+                );
+            }
+            mismatch_logged = mismatch;
+            if healthy {
+                set.insert(node.clone());
+            }
+            if mismatch || waiting {
+                // Claim nothing (keep what is held, see should_hold).
+                set.clear();
+            }
+            out.send_if_modified(|cur| {
+                if *cur != set {
+                    *cur = set;
+                    true
+                } else {
+                    false
+                }
+            });
+            tokio::select! {
+                _ = &mut stop => { handle.leave().await; return }
+                r = local.changed() => {
+                    if r.is_err() { handle.leave().await; return }
+                    let h = *local.borrow_and_update();
+                    if h != healthy { healthy = h; break }
+                }
+                r = live.changed() => if r.is_err() { tracing::warn!("membership stopped"); return },
+                r = settled.changed() => if r.is_err() { tracing::warn!("membership stopped"); return },
+                _ = tick.tick() => {}
+            }
+        }
+        // Health changed: rejoin under the new name. Nothing is published until the new
+        // view settles: a view from before the change may be stale (members turning
+        // unhealthy at the same moment would each release the VIP to the other).
+        handle.leave().await;
+        tracing::info!(name = %membership_name(&node, healthy), "rejoining membership with the new health");
+        handle = loop {
+            match spawn(&cfg, healthy, &metrics) {
+                Ok(h) => break h,
+                Err(e) => {
+                    tracing::warn!(error = %e, "membership cannot restart; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+    }
 }
 
 /// Whether `me` should hold `ip` now.
@@ -47,74 +206,6 @@ pub fn should_hold(
     match election::owner(ip, candidates) {
         Some(owner) => owner == me,
         None => holding,
-    }
-}
-
-/// Test membership: the other members' live+healthy set comes from a file (one node
-/// name per line, re-read every 200 ms), this node's entry from its own health gate.
-/// It stands in for SWIM membership; everything downstream is the real code path.
-#[derive(Debug)]
-pub struct FileMembership {
-    local: watch::Sender<bool>,
-    out: watch::Receiver<BTreeSet<String>>,
-}
-
-impl FileMembership {
-    /// Starts the file poller (call within a tokio runtime).
-    pub fn start(me: String, file: PathBuf) -> Self {
-        let (local, mut local_rx) = watch::channel(false);
-        let (tx, out) = watch::channel(BTreeSet::new());
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(200));
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    r = local_rx.changed() => if r.is_err() { return },
-                }
-                let text = tokio::fs::read_to_string(&file).await.unwrap_or_default();
-                let mut set: BTreeSet<String> = text
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty() && *l != me)
-                    .map(String::from)
-                    .collect();
-                if *local_rx.borrow() {
-                    set.insert(me.clone());
-                }
-                tx.send_if_modified(|cur| {
-                    if *cur != set {
-                        *cur = set;
-                        true
-                    } else {
-                        false
-                    }
-                });
-            }
-        });
-        Self { local, out }
-    }
-}
-
-impl Membership for FileMembership {
-    fn set_local_health(&self, healthy: bool) {
-        self.local.send_replace(healthy);
-    }
-
-    fn live_healthy(&self) -> watch::Receiver<BTreeSet<String>> {
-        self.out.clone()
-    }
-}
-
-/// Placeholder announcer until `speaker::l2` is wired: logs that no gratuitous ARP/NA
-/// was sent, so clients that cached the old owner's MAC re-resolve only when their
-/// neighbour entry expires.
-#[derive(Debug, Default)]
-pub struct NotWired;
-
-impl Announce for NotWired {
-    fn announce(&self, ifname: &str, ip: IpAddr) -> std::io::Result<()> {
-        tracing::warn!(%ip, interface = ifname, "gratuitous ARP/NA not sent: the speaker's L2 sender is not wired into bootstrap yet");
-        Ok(())
     }
 }
 
@@ -152,6 +243,14 @@ mod tests {
         let none = BTreeSet::new();
         assert!(should_hold("node1", ip, &members, &none, true));
         assert!(!should_hold("node2", ip, &members, &none, false));
+    }
+
+    #[test]
+    fn health_travels_in_the_membership_name() {
+        assert_eq!(membership_name("node1", true), "node1");
+        assert_eq!(membership_name("node1", false), "node1~unhealthy");
+        let live = set(&["node1", "node2~unhealthy", "node3"]);
+        assert_eq!(healthy_of(&live), set(&["node1", "node3"]));
     }
 
     #[test]

@@ -13,6 +13,10 @@ use ferrolb_api::{
     ControlPlaneVipSpec, VipMode,
 };
 use ferrolb_bootstrap::{addr, bgp, checkpoint, credentials, health, l2, manifest, refresh};
+use ferrolb_speaker::l2::{
+    DEFAULT_TAKEOVER, InterfaceChoice, L2Announcer, L2Config, L2Handle, L2Metrics, Owned,
+};
+use ferrolb_speaker::membership::{MembershipConfig, Seed};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
@@ -67,9 +71,6 @@ struct RunArgs {
     /// BGP: keep announcing this long after SIGTERM before withdrawing (GRACEFUL_SHUTDOWN meanwhile).
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     shutdown_drain: Duration,
-    /// Test only: live+healthy members from this file (one name per line) instead of membership.
-    #[arg(long, hide = true)]
-    test_membership_file: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -128,6 +129,12 @@ struct InitArgs {
     /// A member as NAME=ADDRESS; repeat per control-plane node.
     #[arg(long = "member")]
     members: Vec<String>,
+    /// L2: the membership key file (spec.membershipKeyFile; default as in API.md).
+    #[arg(long)]
+    membership_key_file: Option<String>,
+    /// L2: the membership UDP port (spec.membershipPort; default 7947).
+    #[arg(long)]
+    membership_port: Option<u16>,
     /// A BGP peer as NAME=ADDRESS; repeat.
     #[arg(long = "bgp-peer")]
     peers: Vec<String>,
@@ -245,6 +252,12 @@ fn init(a: InitArgs) -> anyhow::Result<()> {
             spec.port = a.port;
             spec.mode = if a.mode == "BGP" { VipMode::Bgp } else { VipMode::L2 };
             spec.interface = a.interface.clone();
+            if let Some(f) = &a.membership_key_file {
+                spec.membership_key_file = f.clone();
+            }
+            if let Some(p) = a.membership_port {
+                spec.membership_port = p;
+            }
             for m in &a.members {
                 let (name, address) = split_pair("member", m)?;
                 spec.members.push(ControlPlaneVipMember { name: name.into(), address: address.into() });
@@ -538,13 +551,7 @@ async fn run_l2(
             )
         })?,
     };
-    let membership: Box<dyn l2::Membership> = match &a.test_membership_file {
-        Some(f) => Box::new(l2::FileMembership::start(a.node_name.clone(), f.clone())),
-        None => bail!(
-            "ControlPlaneVIP: spec.mode: L2 needs bootstrap membership, which is not wired into this build yet; use mode BGP"
-        ),
-    };
-    let announce: Box<dyn l2::Announce> = Box::new(l2::NotWired);
+    let (membership, announcer) = start_l2(a, vip)?;
     let members: Vec<String> = vip.spec.members.iter().map(|m| m.name.clone()).collect();
     let mut live = membership.live_healthy();
     let mut holding = false;
@@ -569,9 +576,6 @@ async fn run_l2(
             match addrs.ensure(&ifname, ip, addr::host_len(ip)).await {
                 Ok(addr::Ensured::Added) => {
                     tracing::info!(%ip, interface = %ifname, live_healthy = ?set, "took the VIP");
-                    if let Err(e) = announce.announce(&ifname, ip) {
-                        tracing::warn!(error = %e, "gratuitous ARP/NA");
-                    }
                 }
                 Ok(addr::Ensured::Foreign) if !holding => {
                     tracing::warn!(%ip, interface = %ifname, "the VIP is on the interface but not ferrolb's; leaving it")
@@ -582,8 +586,13 @@ async fn run_l2(
                     continue;
                 }
             }
+            if !holding {
+                // Gratuitous ARP / unsolicited NA burst now, answers while we own it.
+                announcer.set_owned(owned(ip, &ifname));
+            }
             holding = true;
         } else if holding {
+            announcer.set_owned(Owned::new());
             match addrs.release(&ifname, ip).await {
                 Ok(_) => {
                     tracing::info!(%ip, interface = %ifname, live_healthy = ?set, "released the VIP");
@@ -593,9 +602,62 @@ async fn run_l2(
             }
         }
     }
-    // SIGTERM: release only what is ours (release() checks the mark).
+    // SIGTERM: leave membership first (peers drop us at once and elect a new owner),
+    // stop answering, then release only what is ours (release() checks the mark).
+    membership.leave().await;
+    announcer.shutdown().await;
     if addrs.release(&ifname, ip).await? {
         tracing::info!(%ip, interface = %ifname, "VIP released on shutdown");
     }
     Ok(reason)
+}
+
+fn owned(ip: IpAddr, ifname: &str) -> Owned {
+    Owned::from([(ip, InterfaceChoice::Named(BTreeSet::from([ifname.to_string()])))])
+}
+
+/// Reads the membership key and starts membership (seeded with `spec.members` on
+/// `spec.membershipPort`) and the ARP/NDP announcer for the VIP's interface.
+fn start_l2(a: &RunArgs, vip: &ControlPlaneVip) -> anyhow::Result<(l2::SwimMembership, L2Handle)> {
+    let spec = &vip.spec;
+    let key_file = &spec.membership_key_file;
+    let text = std::fs::read_to_string(key_file).map_err(|e| {
+        anyhow!(
+            "ControlPlaneVIP: spec.membershipKeyFile: {key_file}: cannot read: {e}; fix: write the members' shared key (at least 32 characters) into it, the same file on every member"
+        )
+    })?;
+    let key = ferrolb_api::MembershipKey::parse(&text).map_err(|e| {
+        anyhow!(
+            "ControlPlaneVIP: spec.membershipKeyFile: {key_file}: {e}; fix: write the members' shared key (at least 32 characters) into it"
+        )
+    })?;
+    let port = spec.membership_port;
+    let mut seeds = Vec::new();
+    let mut advertise = None;
+    for m in &spec.members {
+        let ip: IpAddr = m.address.parse().map_err(|_| {
+            anyhow!("ControlPlaneVIP: spec.members: {}: address {:?} is not an IP address; fix: write the node's address", m.name, m.address)
+        })?;
+        let addr = SocketAddr::new(ip, port);
+        if m.name == a.node_name {
+            advertise = Some(addr);
+        } else {
+            seeds.push(Seed { name: m.name.clone(), addr });
+        }
+    }
+    let advertise = advertise.ok_or_else(|| {
+        anyhow!(
+            "ControlPlaneVIP: spec.members: node {} is not listed; add it or fix --node-name",
+            a.node_name
+        )
+    })?;
+    let mut cfg = MembershipConfig::new(&a.node_name, advertise, seeds, key);
+    cfg.bind = SocketAddr::new(advertise.ip(), port);
+    let membership = l2::SwimMembership::start(cfg)
+        .map_err(|e| anyhow!("ControlPlaneVIP: spec.membershipPort: membership cannot start: {e}"))?;
+    let l2cfg = L2Config { allowed_interfaces: None, takeover: DEFAULT_TAKEOVER.to_vec() };
+    let announcer = L2Announcer::spawn(l2cfg, L2Metrics::new(&mut Default::default()))
+        .map_err(|e| anyhow!("L2 announcer cannot start (needs NET_RAW): {e}"))?;
+    tracing::info!(advertise = %advertise, "membership started (health carried in the member name)");
+    Ok((membership, announcer))
 }

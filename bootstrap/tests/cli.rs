@@ -173,3 +173,55 @@ fn checkpoint_init_refuses_an_invalid_vip_with_one_line() {
     assert!(e.contains("spec.bgp.peers"), "{e}");
     assert!(!cp.exists());
 }
+
+/// `run` in L2 mode with a missing or short membership key stops with one line naming
+/// spec.membershipKeyFile and the file, never the key. Runs in its own network
+/// namespace (the health prober may start before the key is read).
+#[test]
+fn run_l2_without_a_usable_membership_key_stops_with_one_line() {
+    use ferrolb_testbed::netns::Netns;
+    ferrolb_testbed::lab::check_prerequisites().unwrap();
+    let ns = Netns::create(&format!("flb{}x96-key", std::process::id())).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cp = dir.path().join("cp.yaml");
+    let key = dir.path().join("membership.key");
+    let o = bin(&[
+        "checkpoint",
+        "init",
+        "--checkpoint",
+        cp.to_str().unwrap(),
+        "--address",
+        "192.0.2.200",
+        "--interface",
+        "lo",
+        "--member",
+        "cp1=192.0.2.11",
+        "--membership-key-file",
+        key.to_str().unwrap(),
+        "--no-credentials",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = || {
+        ns.command(env!("CARGO_BIN_EXE_ferrolb-bootstrap"))
+            .args(["run", "--checkpoint", cp.to_str().unwrap(), "--node-name", "cp1"])
+            .args(["--health-addr", "127.0.0.1:17949"])
+            .env_remove("NODE_NAME")
+            .output()
+            .unwrap()
+    };
+    let missing = run();
+    std::fs::write(&key, "too-short-secret\n").unwrap();
+    let short = run();
+    let _ = ns.delete();
+    for (o, what) in [(missing, "cannot read"), (short, "")] {
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let all = stderr(&o);
+        // Log lines (info) come first; the error is one line of its own.
+        let errors: Vec<&str> = all.lines().filter(|l| l.starts_with("ferrolb-bootstrap: ")).collect();
+        assert_eq!(errors.len(), 1, "{all}");
+        assert!(!all.contains("too-short-secret"), "the key leaked: {all}");
+        let e = errors[0];
+        assert!(e.contains("spec.membershipKeyFile") && e.contains(key.to_str().unwrap()), "{e}");
+        assert!(e.contains(what), "{e}");
+    }
+}

@@ -143,6 +143,9 @@ fn the_binary_refreshes_its_checkpoint_and_moves_to_the_new_vip() {
         dir.path().join("ca.crt").display().to_string(),
         dir.path().join("ca.key").display().to_string(),
     );
+    // L2 runs the real membership (alone here) and ARP/NDP announcer.
+    let key_file = dir.path().join("membership.key").display().to_string();
+    std::fs::write(&key_file, "0123456789abcdef0123456789abcdef-e2e\n").unwrap();
     let init = std::process::Command::new(bin)
         .args([
             "checkpoint",
@@ -155,6 +158,8 @@ fn the_binary_refreshes_its_checkpoint_and_moves_to_the_new_vip() {
             "d0",
             "--member",
             "node1=192.0.2.11",
+            "--membership-key-file",
+            &key_file,
             "--health-url",
             "https://127.0.0.1:6444/readyz",
             "--ca-file",
@@ -169,22 +174,8 @@ fn the_binary_refreshes_its_checkpoint_and_moves_to_the_new_vip() {
     assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
     let set_address = serve_fake_apiserver(&ns.0, &ca, &cp);
 
-    let members = dir.path().join("members");
-    std::fs::write(&members, "node1\n").unwrap();
-    let spec = Spawn::new(
-        "bootstrap",
-        &[
-            bin,
-            "run",
-            "--checkpoint",
-            &cps,
-            "--node-name",
-            "node1",
-            "--test-membership-file",
-            members.to_str().unwrap(),
-        ],
-    )
-    .env("RUST_LOG", "info,ferrolb_bootstrap=debug");
+    let spec = Spawn::new("bootstrap", &[bin, "run", "--checkpoint", &cps, "--node-name", "node1"])
+        .env("RUST_LOG", "info,ferrolb_bootstrap=debug");
     let mut p = Proc::start(&ns.0, dir.path(), &spec).unwrap();
     wait("the VIP on d0", || on_d0(&ns.0, "192.0.2.200"));
 
