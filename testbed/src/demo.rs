@@ -188,7 +188,20 @@ pub fn run() -> Result<(), Error> {
             return Err(Error::Parse(format!("client could not reach {v}")));
         }
     }
-    let body = client::http_get(lab.client(), SocketAddr::new(l2v4, 80), "/", Duration::from_secs(5))?;
+    // A connection opened while the client's neighbour entry is still moving can be
+    // reset; a real client retries, so the demo does too (and says so).
+    let mut attempt = 1;
+    let body = loop {
+        match client::http_get(lab.client(), SocketAddr::new(l2v4, 80), "/", Duration::from_secs(5)) {
+            Ok(body) => break body,
+            Err(e) if attempt < 3 => {
+                t.say(format!("client → http://{l2v4}/ attempt {attempt} failed ({e}); retrying"));
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(e),
+        }
+    };
     t.say(format!("client → http://{l2v4}/ after the failover: {}", body.trim()));
     reach(&t, &lab, l2v6)?;
     drop(speakers);
