@@ -1,5 +1,6 @@
 //! What a client sees: its neighbour table, a probe stream with loss gaps, HTTP.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -373,6 +374,31 @@ impl Drop for HttpServer {
             let _ = h.join();
         }
     }
+}
+
+/// The MACs that answer `arping` for `addr` from `dev` in `ns` (Habets arping,
+/// `count` requests): exactly one for an address with a single owner.
+pub fn arp_responders(ns: &Netns, dev: &str, addr: IpAddr, count: u32) -> Result<BTreeSet<String>, Error> {
+    let out =
+        ns.exec_output(&["arping", "-c", &count.to_string(), "-w", "300000", "-i", dev, &addr.to_string()])?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split("bytes from ").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(|m| m.to_lowercase())
+        .collect())
+}
+
+/// Every link-layer address that answers `ndisc6` for `addr` on `dev` in `ns`.
+pub fn ndp_responders(ns: &Netns, dev: &str, addr: IpAddr) -> Result<BTreeSet<String>, Error> {
+    let out = ns.exec_output(&["ndisc6", "-m", "-r", "2", "-w", "500", &addr.to_string(), dev])?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text
+        .lines()
+        .filter_map(|l| l.strip_prefix("Target link-layer address:"))
+        .map(|m| m.trim().to_lowercase())
+        .collect())
 }
 
 /// Sends a gratuitous ARP (as a request: sender IP = target IP) for `addr` from `dev`

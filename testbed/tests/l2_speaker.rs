@@ -44,31 +44,14 @@ fn owner(vip: IpAddr, members: &[usize]) -> usize {
     members.iter().copied().find(|i| plan::node_name(*i) == o).unwrap()
 }
 
-/// MACs that answered `arping` for `addr` from the client (Habets arping).
+/// MACs that answered `arping` for `addr` from the client.
 fn arping_macs(lab: &Lab, addr: IpAddr, count: u32) -> BTreeSet<String> {
-    let out = lab
-        .client()
-        .exec_output(&["arping", "-c", &count.to_string(), "-w", "300000", "-i", "eth0", &addr.to_string()])
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .filter_map(|l| l.split("bytes from ").nth(1))
-        .filter_map(|rest| rest.split_whitespace().next())
-        .map(|m| m.to_lowercase())
-        .collect()
+    client::arp_responders(lab.client(), "eth0", addr, count).unwrap()
 }
 
 /// Every link-layer address that answers `ndisc6` for `addr` from the client.
 fn ndisc6_macs(lab: &Lab, addr: IpAddr) -> BTreeSet<String> {
-    let out = lab
-        .client()
-        .exec_output(&["ndisc6", "-m", "-r", "2", "-w", "500", &addr.to_string(), "eth0"])
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .filter_map(|l| l.strip_prefix("Target link-layer address:"))
-        .map(|m| m.trim().to_lowercase())
-        .collect()
+    client::ndp_responders(lab.client(), "eth0", addr).unwrap()
 }
 
 /// Pings `vip` until the client's neighbour entry holds node `i`'s MAC.
