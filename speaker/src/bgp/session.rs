@@ -471,7 +471,12 @@ impl Driver {
                 Output::StateChanged { from, to, reason } => {
                     tracing::info!(?from, ?to, %reason, "BGP session state changed");
                     self.status.state = to;
-                    self.publish();
+                    // Established goes out with its negotiated parameters from SessionUp,
+                    // which the FSM emits right after: published here, a watcher could see
+                    // Established with `negotiated: None`.
+                    if to != State::Established {
+                        self.publish();
+                    }
                 }
                 Output::SessionUp(n) => {
                     self.decode_ctx = DecodeContext { four_octet_as: n.four_octet_as };
@@ -481,6 +486,7 @@ impl Driver {
                     self.rib.session_up(&n);
                     self.status.established_count += 1;
                     self.status.negotiated = Some(n);
+                    self.publish();
                     self.sync_routes().await;
                 }
                 Output::SessionDown(reason) => {

@@ -64,9 +64,10 @@ fn routes() -> BTreeMap<IpNet, Arc<PathAttributes>> {
 async fn active_and_passive_drivers_establish_and_exchange_routes() {
     let (a, b, _l) = setup(None, None);
     a.set_desired(routes());
+    // Whenever a status shows Established it carries the negotiated parameters.
     let sa = wait_for(&a, "A established", |s| s.is_up()).await;
     wait_for(&b, "B established", |s| s.is_up()).await;
-    let n = sa.negotiated.expect("negotiated");
+    let n = sa.negotiated.expect("an Established status carries the negotiated parameters");
     assert_eq!((n.peer_as, n.hold_time, n.keepalive_time), (65002, 9, 3));
     // 3 IPv4 prefixes and 1 IPv6 prefix reach B, which counts and drops them.
     // End-of-RIB follows the routes: wait for both markers, not just the prefixes.
