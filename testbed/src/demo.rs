@@ -147,7 +147,7 @@ pub fn run() -> Result<(), Error> {
         t.say(format!("client resolves {v} to node{o} ({}), the elected owner", plan::node_mac(o)));
         owners.push(o);
     }
-    let body = client::http_get(lab.client(), SocketAddr::new(l2v4, 80), "/", Duration::from_secs(5))?;
+    let body = fetch(&t, &lab, l2v4)?;
     t.say(format!("client → http://{l2v4}/ on the LAN: {}", body.trim()));
 
     let victim = owners[0];
@@ -188,20 +188,7 @@ pub fn run() -> Result<(), Error> {
             return Err(Error::Parse(format!("client could not reach {v}")));
         }
     }
-    // A connection opened while the client's neighbour entry is still moving can be
-    // reset; a real client retries, so the demo does too (and says so).
-    let mut attempt = 1;
-    let body = loop {
-        match client::http_get(lab.client(), SocketAddr::new(l2v4, 80), "/", Duration::from_secs(5)) {
-            Ok(body) => break body,
-            Err(e) if attempt < 3 => {
-                t.say(format!("client → http://{l2v4}/ attempt {attempt} failed ({e}); retrying"));
-                attempt += 1;
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => return Err(e),
-        }
-    };
+    let body = fetch(&t, &lab, l2v4)?;
     t.say(format!("client → http://{l2v4}/ after the failover: {}", body.trim()));
     reach(&t, &lab, l2v6)?;
     drop(speakers);
@@ -209,6 +196,28 @@ pub fn run() -> Result<(), Error> {
     drop(lab);
     t.say("lab torn down");
     Ok(())
+}
+
+/// Fetches `http://addr/` from the client, up to three attempts. A connection opened
+/// while the client's neighbour entry moves (a takeover, or a membership flap on a
+/// starved machine) can be reset; a real client retries, so the demo does too and says
+/// so. The last failure prints the speakers' logs, which name every ownership change.
+fn fetch(t: &Timeline, lab: &Lab, addr: IpAddr) -> Result<String, Error> {
+    let mut attempt = 1;
+    loop {
+        match client::http_get(lab.client(), SocketAddr::new(addr, 80), "/", Duration::from_secs(5)) {
+            Ok(body) => return Ok(body),
+            Err(e) if attempt < 3 => {
+                t.say(format!("client → http://{addr}/ attempt {attempt} failed ({e}); retrying"));
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => {
+                println!("--- lab logs ---\n{}", lab.logs(40));
+                return Err(e);
+            }
+        }
+    }
 }
 
 /// Pings `addr` every 10 ms for half a second; fails when nothing answers.
