@@ -186,6 +186,8 @@ struct State {
     passwords: BTreeMap<String, Password>,
     fingerprint: Vec<u8>,
     bgp: BgpAnnouncer,
+    /// Recomputes only the Services the model marks changed.
+    planner: plan::Planner,
     plan: Announcements,
     metrics: Arc<Metrics>,
     peer_errors: Vec<String>,
@@ -262,7 +264,7 @@ impl State {
 
     async fn replan(&mut self, cause: &Cause) {
         let live = self.live_members();
-        let mut new = plan::plan(&self.model, &self.opts.node_name, &live);
+        let mut new = self.planner.plan(&mut self.model, &self.opts.node_name, &live).clone();
         self.drains.apply(&mut new, Instant::now(), self.opts.drain_max_delay);
         log_changes(&self.plan, &new);
         if let Some(p) = &self.l2 {
@@ -498,6 +500,7 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
         model: loaded.model,
         passwords: loaded.passwords,
         fingerprint: loaded.fingerprint,
+        planner: plan::Planner::new(),
         plan: Announcements::default(),
         metrics: metrics.clone(),
         peer_errors: Vec::new(),

@@ -126,6 +126,41 @@ pub struct ClusterModel {
     pub bfd_profiles: BTreeMap<String, BfdProfile>,
     /// loadBalancerClass served besides "none".
     pub lb_class: String,
+    /// What changed since the planner last looked (see [`ClusterModel::take_changes`]).
+    changes: Changes,
+}
+
+/// What changed in a [`ClusterModel`] since the last [`ClusterModel::take_changes`].
+///
+/// Filled by the `upsert_*` / `remove_*` / `set_config` calls, which mark a Service only
+/// when what the planner reads of it really changed. Edits made directly through the
+/// public fields are not tracked: call [`ClusterModel::mark_all_changed`] after them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changes {
+    /// Something every Service depends on changed (nodes, configuration), or the model
+    /// is new: everything must be recomputed.
+    pub all: bool,
+    /// Services whose Service or EndpointSlices changed (or that went away).
+    pub services: BTreeSet<ServiceKey>,
+}
+
+impl Default for Changes {
+    /// A new model is all news.
+    fn default() -> Self {
+        Changes { all: true, services: BTreeSet::new() }
+    }
+}
+
+impl Changes {
+    /// Nothing changed.
+    pub fn none() -> Self {
+        Changes { all: false, services: BTreeSet::new() }
+    }
+
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.services.is_empty()
+    }
 }
 
 fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
@@ -134,6 +169,11 @@ fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) ->
 
 fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ServiceKey {
     ServiceKey { namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()), name: name_of(meta) }
+}
+
+/// Whether two name → object maps hold the same objects, as far as `eq` compares them.
+fn same_objects<T>(a: &BTreeMap<String, T>, b: &BTreeMap<String, T>, eq: impl Fn(&T, &T) -> bool) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|((ka, va), (kb, vb))| ka == kb && eq(va, vb))
 }
 
 impl ClusterModel {
@@ -158,16 +198,53 @@ impl ClusterModel {
         Ok(m)
     }
 
+    /// Hands over what changed since the last call and starts afresh.
+    pub fn take_changes(&mut self) -> Changes {
+        std::mem::replace(&mut self.changes, Changes::none())
+    }
+
+    /// Marks everything changed (after editing the public fields directly).
+    pub fn mark_all_changed(&mut self) {
+        self.changes.all = true;
+    }
+
+    fn mark(&mut self, key: &ServiceKey) {
+        if !self.changes.all && !self.changes.services.contains(key) {
+            self.changes.services.insert(key.clone());
+        }
+    }
+
     /// Replaces the ferrolb configuration with a validated set.
     pub fn set_config(&mut self, config: ValidConfig) {
         let c = config.into_inner();
         let by_name = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| name_of(m);
-        self.pools = c.pools.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
-        self.peers = c.peers.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
-        self.bgp_advertisements =
+        let pools: BTreeMap<_, _> = c.pools.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        let peers: BTreeMap<_, _> = c.peers.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        let bgp_advertisements: BTreeMap<_, _> =
             c.bgp_advertisements.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
-        self.l2_advertisements = c.l2_advertisements.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
-        self.bfd_profiles = c.bfd_profiles.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        let l2_advertisements: BTreeMap<_, _> =
+            c.l2_advertisements.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        let bfd_profiles: BTreeMap<_, _> =
+            c.bfd_profiles.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        // The planner reads pools, peers and advertisements (labels and spec); a resync
+        // that changes none of them recomputes nothing.
+        macro_rules! same {
+            ($old:expr, $new:expr) => {
+                same_objects($old, $new, |a, b| a.metadata.labels == b.metadata.labels && a.spec == b.spec)
+            };
+        }
+        let same = same!(&self.pools, &pools)
+            && same!(&self.peers, &peers)
+            && same!(&self.bgp_advertisements, &bgp_advertisements)
+            && same!(&self.l2_advertisements, &l2_advertisements);
+        if !same {
+            self.changes.all = true;
+        }
+        self.pools = pools;
+        self.peers = peers;
+        self.bgp_advertisements = bgp_advertisements;
+        self.l2_advertisements = l2_advertisements;
+        self.bfd_profiles = bfd_profiles;
     }
 
     /// Adds or replaces a Node.
@@ -207,12 +284,18 @@ impl ClusterModel {
             network_unavailable: cond("NetworkUnavailable"),
             addresses,
         };
-        self.nodes.insert(name, info);
+        // Kubelet heartbeats rewrite the Node often; only what the planner reads counts.
+        if self.nodes.get(&name) != Some(&info) {
+            self.changes.all = true;
+            self.nodes.insert(name, info);
+        }
     }
 
     /// Removes a Node.
     pub fn remove_node(&mut self, name: &str) {
-        self.nodes.remove(name);
+        if self.nodes.remove(name).is_some() {
+            self.changes.all = true;
+        }
     }
 
     /// Adds or replaces a Service; Services of another class or type are dropped.
@@ -222,7 +305,7 @@ impl ClusterModel {
         let class = spec.and_then(|s| s.load_balancer_class.as_deref());
         let is_lb = spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
         if !is_lb || class.is_some_and(|c| c != self.lb_class) {
-            self.services.remove(&key);
+            self.remove_service(&key);
             return;
         }
         let ingress = svc
@@ -248,12 +331,18 @@ impl ClusterModel {
             })
             .collect();
         let labels = svc.metadata.labels.clone().unwrap_or_default();
-        self.services.insert(key, ServiceInfo { labels, ingress, traffic_policy, ports });
+        let info = ServiceInfo { labels, ingress, traffic_policy, ports };
+        if self.services.get(&key) != Some(&info) {
+            self.mark(&key);
+            self.services.insert(key, info);
+        }
     }
 
     /// Removes a Service.
     pub fn remove_service(&mut self, key: &ServiceKey) {
-        self.services.remove(key);
+        if self.services.remove(key).is_some() {
+            self.mark(key);
+        }
     }
 
     /// Adds or replaces an EndpointSlice (attributed to the Service its label names).
@@ -279,18 +368,34 @@ impl ClusterModel {
             e.terminating += u32::from(terminating);
             e.serving_terminating += u32::from(serving && terminating);
         }
+        let unchanged = self.endpoint_slices.get(&key).and_then(|s| s.get(&slice_name)) == Some(&per_node);
+        if unchanged {
+            return;
+        }
+        // The slice may have moved to another Service (its label changed).
         self.remove_endpoint_slice(&key.namespace, &slice_name);
+        self.mark(&key);
         self.endpoint_slices.entry(key).or_default().insert(slice_name, per_node);
     }
 
     /// Removes an EndpointSlice by namespace and name.
     pub fn remove_endpoint_slice(&mut self, namespace: &str, name: &str) {
-        for (k, slices) in &mut self.endpoint_slices {
-            if k.namespace == namespace {
+        let from: Vec<ServiceKey> = self
+            .endpoint_slices
+            .range(ServiceKey { namespace: namespace.to_owned(), name: String::new() }..)
+            .take_while(|(k, _)| k.namespace == namespace)
+            .filter(|(_, slices)| slices.contains_key(name))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in from {
+            if let Some(slices) = self.endpoint_slices.get_mut(&k) {
                 slices.remove(name);
+                if slices.is_empty() {
+                    self.endpoint_slices.remove(&k);
+                }
             }
+            self.mark(&k);
         }
-        self.endpoint_slices.retain(|_, s| !s.is_empty());
     }
 
     /// Endpoint counts of a Service on every node, summed over its slices.
@@ -312,13 +417,17 @@ impl ClusterModel {
     /// Service has none ready anywhere, serving (terminating) ones, so a rollout's
     /// last pods keep their traffic until they go.
     pub fn serving_nodes(&self, key: &ServiceKey) -> BTreeSet<String> {
-        let eps = self.endpoints(key);
-        let any_ready = eps.values().any(|c| c.ready > 0);
-        eps.into_iter()
-            .filter(|(_, c)| if any_ready { c.ready > 0 } else { c.serving > 0 })
-            .map(|(n, _)| n.to_owned())
-            .collect()
+        serving_among(&self.endpoints(key))
     }
+}
+
+/// [`ClusterModel::serving_nodes`] from a Service's [`ClusterModel::endpoints`].
+pub(crate) fn serving_among(eps: &BTreeMap<&str, EndpointCounts>) -> BTreeSet<String> {
+    let any_ready = eps.values().any(|c| c.ready > 0);
+    eps.iter()
+        .filter(|(_, c)| if any_ready { c.ready > 0 } else { c.serving > 0 })
+        .map(|(n, _)| (*n).to_owned())
+        .collect()
 }
 
 #[cfg(test)]
