@@ -21,9 +21,6 @@ use crate::model::ClusterModel;
 use crate::model::static_file::{self, LoadError};
 use crate::plan::{self, Announcements};
 
-/// How long the watcher waits for a burst of file events to settle.
-const DEBOUNCE: Duration = Duration::from_millis(100);
-
 /// On SIGTERM this node leaves membership first, then keeps answering ARP/NDP this
 /// long, so the successors (which see the departure at once) announce the addresses
 /// before this node stops answering: make before break.
@@ -550,12 +547,8 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
             }
             () = l2_changed(watched) => state.on_l2_change().await,
             _ = l2_tick.tick(), if state.l2.is_some() => state.on_l2_change().await,
-            Some(()) = changes.recv() => {
-                // Debounce: an editor's save is several events; read once they settle.
-                tokio::time::sleep(DEBOUNCE).await;
-                while changes.try_recv().is_ok() {}
-                state.reload().await;
-            }
+            // The watcher reads a complete file at once and debounces the rest.
+            Some(()) = changes.recv() => state.reload().await,
             _ = tick.tick() => state.bgp.tick(),
             _ = sigterm.recv() => {
                 tracing::info!("SIGTERM: closing sessions");
