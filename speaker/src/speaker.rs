@@ -323,7 +323,8 @@ impl State {
                 }
                 tracing::info!(file = %self.opts.file.display(), "static file changed: applying");
                 self.metrics.config_loads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
-                self.model = l.model;
+                // Only what differs is marked changed: the planner recomputes just that.
+                self.model.replace_with(l.model);
                 self.passwords = l.passwords;
                 self.fingerprint = l.fingerprint;
                 match self.ensure_l2().await {

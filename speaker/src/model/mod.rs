@@ -176,6 +176,33 @@ fn same_objects<T>(a: &BTreeMap<String, T>, b: &BTreeMap<String, T>, eq: impl Fn
     a.len() == b.len() && a.iter().zip(b).all(|((ka, va), (kb, vb))| ka == kb && eq(va, vb))
 }
 
+/// Whether two models hold the same ferrolb configuration, as far as the planner reads
+/// it (labels and spec of pools, peers and advertisements).
+fn same_config(a: &ClusterModel, b: &ClusterModel) -> bool {
+    macro_rules! same {
+        ($field:ident) => {
+            same_objects(&a.$field, &b.$field, |x, y| {
+                x.metadata.labels == y.metadata.labels && x.spec == y.spec
+            })
+        };
+    }
+    same!(pools) && same!(peers) && same!(bgp_advertisements) && same!(l2_advertisements)
+}
+
+/// Adds to `changed` every key whose value differs between `old` and `new`.
+fn diff_keys<V: PartialEq>(
+    old: &BTreeMap<ServiceKey, V>,
+    new: &BTreeMap<ServiceKey, V>,
+    changed: &mut BTreeSet<ServiceKey>,
+) {
+    for (k, v) in old {
+        if new.get(k) != Some(v) {
+            changed.insert(k.clone());
+        }
+    }
+    changed.extend(new.keys().filter(|k| !old.contains_key(*k)).cloned());
+}
+
 impl ClusterModel {
     /// An empty model serving `lb_class` (and Services without a class).
     pub fn new(lb_class: &str) -> Self {
@@ -208,6 +235,22 @@ impl ClusterModel {
         self.changes.all = true;
     }
 
+    /// Takes over everything `new` holds, marking changed only what differs, so a
+    /// re-read static file recomputes only the Services it changed.
+    pub fn replace_with(&mut self, new: ClusterModel) {
+        let global = self.lb_class != new.lb_class || self.nodes != new.nodes || !same_config(self, &new);
+        if global {
+            self.changes.all = true;
+        } else if !self.changes.all {
+            let mut changed = BTreeSet::new();
+            diff_keys(&self.services, &new.services, &mut changed);
+            diff_keys(&self.endpoint_slices, &new.endpoint_slices, &mut changed);
+            self.changes.services.extend(changed);
+        }
+        let changes = std::mem::replace(&mut self.changes, Changes::none());
+        *self = ClusterModel { changes, ..new };
+    }
+
     fn mark(&mut self, key: &ServiceKey) {
         if !self.changes.all && !self.changes.services.contains(key) {
             self.changes.services.insert(key.clone());
@@ -228,23 +271,22 @@ impl ClusterModel {
             c.bfd_profiles.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
         // The planner reads pools, peers and advertisements (labels and spec); a resync
         // that changes none of them recomputes nothing.
-        macro_rules! same {
-            ($old:expr, $new:expr) => {
-                same_objects($old, $new, |a, b| a.metadata.labels == b.metadata.labels && a.spec == b.spec)
-            };
-        }
-        let same = same!(&self.pools, &pools)
-            && same!(&self.peers, &peers)
-            && same!(&self.bgp_advertisements, &bgp_advertisements)
-            && same!(&self.l2_advertisements, &l2_advertisements);
-        if !same {
+        let new = ClusterModel {
+            pools,
+            peers,
+            bgp_advertisements,
+            l2_advertisements,
+            bfd_profiles,
+            ..ClusterModel::default()
+        };
+        if !same_config(self, &new) {
             self.changes.all = true;
         }
-        self.pools = pools;
-        self.peers = peers;
-        self.bgp_advertisements = bgp_advertisements;
-        self.l2_advertisements = l2_advertisements;
-        self.bfd_profiles = bfd_profiles;
+        self.pools = new.pools;
+        self.peers = new.peers;
+        self.bgp_advertisements = new.bgp_advertisements;
+        self.l2_advertisements = new.l2_advertisements;
+        self.bfd_profiles = new.bfd_profiles;
     }
 
     /// Adds or replaces a Node.

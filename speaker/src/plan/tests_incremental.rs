@@ -230,11 +230,19 @@ proptest! {
         let (mut m, mut live) = start(&configs);
         let mut planner = Planner::new();
         planner.plan(&mut m, ME, &live);
+        // The same edits reaching a second model as whole new models (a re-read static file).
+        let mut replaced = m.clone();
+        let mut replaced_planner = Planner::new();
+        replaced_planner.plan(&mut replaced, ME, &live);
         for (i, e) in edits.iter().enumerate() {
             apply(&mut m, &mut live, &configs, e);
             let incremental = planner.plan(&mut m, ME, &live).clone();
             let scratch = plan(&m, ME, &live);
             prop_assert_eq!(&incremental, &scratch, "after edit {} {:?}", i, e);
+            let mut fresh = m.clone();
+            fresh.mark_all_changed();
+            replaced.replace_with(fresh);
+            prop_assert_eq!(replaced_planner.plan(&mut replaced, ME, &live), &scratch, "replaced, after edit {} {:?}", i, e);
         }
     }
 }
@@ -282,4 +290,13 @@ fn a_change_recomputes_only_the_services_it_touches() {
     live.remove("n3");
     planner.plan(&mut m, ME, &live);
     assert_eq!(planner.recomputed(), 6);
+
+    // A whole new model (a re-read static file) that differs in one Service.
+    let mut fresh = m.clone();
+    let e = Edit::Service { svc: 4, ips: vec![3], local: false, app_a: true, lb: true };
+    apply(&mut fresh, &mut live, &configs, &e);
+    fresh.mark_all_changed();
+    m.replace_with(fresh);
+    planner.plan(&mut m, ME, &live);
+    assert_eq!(planner.recomputed(), 1, "only the Service that differs");
 }
