@@ -128,6 +128,8 @@ pub struct ClusterModel {
     pub lb_class: String,
     /// What changed since the planner last looked (see [`ClusterModel::take_changes`]).
     changes: Changes,
+    /// The Service of each EndpointSlice (namespace, name) added by `upsert_endpoint_slice`.
+    slice_owners: BTreeMap<(String, String), ServiceKey>,
 }
 
 /// What changed in a [`ClusterModel`] since the last [`ClusterModel::take_changes`].
@@ -390,13 +392,13 @@ impl ClusterModel {
     /// Adds or replaces an EndpointSlice (attributed to the Service its label names).
     pub fn upsert_endpoint_slice(&mut self, slice: &EndpointSlice) {
         let slice_name = name_of(&slice.metadata);
+        let namespace = slice.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let Some(svc) = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) else {
+            // No longer attributed to a Service (its label went): forget it.
+            self.remove_endpoint_slice(&namespace, &slice_name);
             return;
         };
-        let key = ServiceKey {
-            namespace: slice.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
-            name: svc.clone(),
-        };
+        let key = ServiceKey { namespace, name: svc.clone() };
         let mut per_node: BTreeMap<String, EndpointCounts> = BTreeMap::new();
         for ep in &slice.endpoints {
             let Some(node) = ep.node_name.clone() else { continue };
@@ -417,27 +419,20 @@ impl ClusterModel {
         // The slice may have moved to another Service (its label changed).
         self.remove_endpoint_slice(&key.namespace, &slice_name);
         self.mark(&key);
+        self.slice_owners.insert((key.namespace.clone(), slice_name.clone()), key.clone());
         self.endpoint_slices.entry(key).or_default().insert(slice_name, per_node);
     }
 
     /// Removes an EndpointSlice by namespace and name.
     pub fn remove_endpoint_slice(&mut self, namespace: &str, name: &str) {
-        let from: Vec<ServiceKey> = self
-            .endpoint_slices
-            .range(ServiceKey { namespace: namespace.to_owned(), name: String::new() }..)
-            .take_while(|(k, _)| k.namespace == namespace)
-            .filter(|(_, slices)| slices.contains_key(name))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in from {
-            if let Some(slices) = self.endpoint_slices.get_mut(&k) {
-                slices.remove(name);
-                if slices.is_empty() {
-                    self.endpoint_slices.remove(&k);
-                }
+        let Some(k) = self.slice_owners.remove(&(namespace.to_owned(), name.to_owned())) else { return };
+        if let Some(slices) = self.endpoint_slices.get_mut(&k) {
+            slices.remove(name);
+            if slices.is_empty() {
+                self.endpoint_slices.remove(&k);
             }
-            self.mark(&k);
         }
+        self.mark(&k);
     }
 
     /// Endpoint counts of a Service on every node, summed over its slices.

@@ -89,6 +89,7 @@ enum Edit {
     },
     RemoveService(usize),
     /// Endpoints as (node, condition): 0 ready, 1 serving and terminating, 2 terminating, 3 not ready.
+    /// Service 4 stands for no `kubernetes.io/service-name` label.
     Slice {
         slice: usize,
         svc: usize,
@@ -112,7 +113,7 @@ fn edit() -> impl Strategy<Value = Edit> {
         4 => (0..4usize, prop::collection::vec(0..IPS.len(), 0..3), any::<bool>(), any::<bool>(), prop::bool::weighted(0.9))
             .prop_map(|(svc, ips, local, app_a, lb)| Edit::Service { svc, ips, local, app_a, lb }),
         1 => (0..4usize).prop_map(Edit::RemoveService),
-        6 => (0..6usize, 0..4usize, prop::collection::vec((0..NODES, 0..4u8), 0..4))
+        6 => (0..6usize, 0..5usize, prop::collection::vec((0..NODES, 0..4u8), 0..4))
             .prop_map(|(slice, svc, eps)| Edit::Slice { slice, svc, eps }),
         1 => (0..8usize).prop_map(Edit::RemoveSlice),
         2 => (0..NODES, prop::bool::weighted(0.8), prop::bool::weighted(0.1), prop::bool::weighted(0.1), any::<bool>())
@@ -167,7 +168,10 @@ fn apply(m: &mut ClusterModel, live: &mut BTreeSet<String>, configs: &[ValidConf
                     }
                 })
                 .collect();
-            let labels = BTreeMap::from([(SERVICE_NAME_LABEL.to_string(), format!("svc{svc}"))]);
+            let mut labels = BTreeMap::from([(SERVICE_NAME_LABEL.to_string(), format!("svc{svc}"))]);
+            if *svc == 4 {
+                labels.clear();
+            }
             m.upsert_endpoint_slice(&EndpointSlice {
                 metadata: meta(format!("slice{slice}"), labels),
                 address_type: "IPv4".into(),
