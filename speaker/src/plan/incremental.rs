@@ -184,7 +184,7 @@ impl Planner {
     /// Services holding it, in Service order.
     fn merge_ip(&mut self, ip: IpAddr) {
         let mut announced = false;
-        let mut reasons: Option<Vec<String>> = None;
+        let mut reasons: Option<Vec<&str>> = None;
         let mut draining: Option<&String> = None;
         let mut l2: Option<Vec<String>> = None;
         let mut handover: Option<(Vec<String>, &String)> = None;
@@ -193,7 +193,7 @@ impl Planner {
             for o in f.outcomes.iter().filter(|o| o.ip == ip) {
                 announced |= o.done;
                 if !o.done {
-                    reasons.get_or_insert_with(Vec::new).extend(o.why.iter().cloned());
+                    reasons.get_or_insert_with(Vec::new).extend(o.why.iter().map(String::as_str));
                 }
                 if draining.is_none() {
                     draining = o.draining.as_ref();

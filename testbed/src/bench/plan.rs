@@ -224,28 +224,36 @@ pub fn run(services: usize, node_counts: &[usize], changes: usize) -> Result<(),
         );
 
         // One EndpointSlice changes: an endpoint turns terminating (and back).
-        let mut one_slice = Vec::new();
+        let (mut one_slice, mut slice_model) = (Vec::new(), Vec::new());
         let mut terminating = BTreeSet::new();
         for k in 0..changes {
             let i = (k * 7919) % services.max(1);
             let now_terminating = terminating.insert(i) || !terminating.remove(&i);
-            m.upsert_endpoint_slice(&slice(i, nodes, now_terminating));
+            let s = slice(i, nodes, now_terminating);
+            let t = Instant::now();
+            m.upsert_endpoint_slice(&s);
+            slice_model.push(t.elapsed());
             let t = Instant::now();
             planner.plan(&mut m, &me, &live);
             one_slice.push(t.elapsed());
         }
-        println!("  one EndpointSlice changed         {}", micros(&mut one_slice));
+        println!("  one EndpointSlice changed: plan   {}", micros(&mut one_slice));
+        println!("    (its upsert into the model)     {}", micros(&mut slice_model));
 
-        let mut one_service = Vec::new();
+        let (mut one_service, mut service_model) = (Vec::new(), Vec::new());
         for k in 0..changes {
             let i = services + k;
-            m.upsert_service(&service(i));
-            m.upsert_endpoint_slice(&slice(i, nodes, false));
+            let (svc, s) = (service(i), slice(i, nodes, false));
+            let t = Instant::now();
+            m.upsert_service(&svc);
+            m.upsert_endpoint_slice(&s);
+            service_model.push(t.elapsed());
             let t = Instant::now();
             planner.plan(&mut m, &me, &live);
             one_service.push(t.elapsed());
         }
-        println!("  one Service added with its slice  {}", micros(&mut one_service));
+        println!("  one Service added: plan          {}", micros(&mut one_service));
+        println!("    (its upserts into the model)    {}", micros(&mut service_model));
 
         let mut one_node = Vec::new();
         for k in 0..5 {
