@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
@@ -21,10 +22,11 @@ pub struct Planner {
     /// The node and live set of the last plan (None: nothing planned yet).
     me: Option<String>,
     live: BTreeSet<String>,
-    fragments: BTreeMap<ServiceKey, Fragment>,
-    /// Which Services have an address, or a route for a prefix.
-    by_ip: BTreeMap<IpAddr, BTreeSet<ServiceKey>>,
-    by_prefix: BTreeMap<IpNet, BTreeSet<ServiceKey>>,
+    fragments: BTreeMap<ServiceKey, Arc<Fragment>>,
+    /// The Services having an address, or a route for a prefix (with their
+    /// contributions, so a merge needs no lookup).
+    by_ip: BTreeMap<IpAddr, BTreeMap<ServiceKey, Arc<Fragment>>>,
+    by_prefix: BTreeMap<IpNet, BTreeMap<ServiceKey, Arc<Fragment>>>,
     /// How many prefixes of each (IPv4?, length) exist, to find the routes covering an address.
     prefix_lengths: BTreeMap<(bool, u8), usize>,
     /// Addresses announced as draining by some Service, before the check that no
@@ -77,7 +79,7 @@ impl Planner {
         let mut ips = BTreeSet::new();
         let mut prefixes = BTreeSet::new();
         for key in keys {
-            let new = model.services.get(&key).map(|svc| fragment(model, &g, &key, svc));
+            let new = model.services.get(&key).map(|svc| Arc::new(fragment(model, &g, &key, svc)));
             let old = self.fragments.remove(&key);
             if old == new {
                 if let Some(f) = old {
@@ -106,12 +108,12 @@ impl Planner {
     fn index(
         &mut self,
         key: &ServiceKey,
-        f: &Fragment,
+        f: &Arc<Fragment>,
         ips: &mut BTreeSet<IpAddr>,
         prefixes: &mut BTreeSet<IpNet>,
     ) {
         for o in &f.outcomes {
-            self.by_ip.entry(o.ip).or_default().insert(key.clone());
+            self.by_ip.entry(o.ip).or_default().insert(key.clone(), f.clone());
             ips.insert(o.ip);
         }
         for (_, p, _) in &f.routes {
@@ -119,7 +121,7 @@ impl Planner {
             if holders.is_empty() {
                 *self.prefix_lengths.entry(length_of(p)).or_default() += 1;
             }
-            holders.insert(key.clone());
+            holders.insert(key.clone(), f.clone());
             prefixes.insert(*p);
         }
     }
@@ -161,8 +163,7 @@ impl Planner {
     /// Re-merges every route for `prefix` from the Services holding it.
     fn merge_prefix(&mut self, prefix: IpNet) {
         let mut merged: BTreeMap<&str, RouteAttrs> = BTreeMap::new();
-        for key in self.by_prefix.get(&prefix).into_iter().flatten() {
-            let Some(f) = self.fragments.get(key) else { continue };
+        for f in self.by_prefix.get(&prefix).into_iter().flat_map(BTreeMap::values) {
             for (peer, _, a) in f.routes.iter().filter(|(_, p, _)| *p == prefix) {
                 merged.entry(peer.as_str()).and_modify(|e| e.merge(a)).or_insert_with(|| a.clone());
             }
@@ -188,8 +189,7 @@ impl Planner {
         let mut draining: Option<&String> = None;
         let mut l2: Option<Vec<String>> = None;
         let mut handover: Option<(Vec<String>, &String)> = None;
-        for key in self.by_ip.get(&ip).into_iter().flatten() {
-            let Some(f) = self.fragments.get(key) else { continue };
+        for f in self.by_ip.get(&ip).into_iter().flat_map(BTreeMap::values) {
             for o in f.outcomes.iter().filter(|o| o.ip == ip) {
                 announced |= o.done;
                 if !o.done {
