@@ -442,15 +442,22 @@ impl Ctx<'_> {
             let was_owner = self.endpoints_terminating()
                 && self.model.nodes.get(me).is_some_and(|n| eligible(me, n))
                 && election::owner(ip, candidates.iter().copied().chain([me])) == Some(me);
-            if was_owner {
-                let to = owner.map_or_else(|| "no node".to_owned(), |o| format!("node {o}"));
-                let (ifs, _) = o.l2_handover.get_or_insert_with(|| {
-                    let why = format!(
-                        "{key}: every serving endpoint on node {me} is terminating: handing {ip} over to {to}"
-                    );
-                    (s.interfaces.clone(), why)
-                });
-                merge_interfaces(ifs, &s.interfaces);
+            match (was_owner, owner) {
+                // No live node can take over: keep serving rather than break.
+                (true, None) => {
+                    merge_interfaces(o.l2.get_or_insert_with(|| s.interfaces.clone()), &s.interfaces);
+                    continue;
+                }
+                (true, Some(to)) => {
+                    let (ifs, _) = o.l2_handover.get_or_insert_with(|| {
+                        let why = format!(
+                            "{key}: every serving endpoint on node {me} is terminating: handing {ip} over to node {to}"
+                        );
+                        (s.interfaces.clone(), why)
+                    });
+                    merge_interfaces(ifs, &s.interfaces);
+                }
+                (false, _) => {}
             }
             match owner {
                 Some(o2) => o.why.push(format!("{key}: L2Advertisement {ad_name}: {ip} is owned by node {o2}")),

@@ -366,4 +366,10 @@ fn a_node_that_did_not_own_the_address_has_nothing_to_hand_over() {
     let m = l2_local(c1, c2);
     let live: BTreeSet<String> = [other.to_string()].into();
     assert!(plan(&m, owner, &live).l2_draining.is_empty());
+    // The only other node with an endpoint is not live: nobody could take over, so the
+    // owner keeps the address (its endpoint still serves) instead of breaking.
+    let live: BTreeSet<String> = [owner.to_string()].into();
+    let a = plan(&m, owner, &live);
+    assert!(a.l2.contains_key(&vip) && a.l2_draining.is_empty(), "{a:?}");
+    assert!(!plan(&m, other, &live).l2.contains_key(&vip));
 }
