@@ -21,9 +21,6 @@ use crate::model::ClusterModel;
 use crate::model::static_file::{self, LoadError};
 use crate::plan::{self, Announcements};
 
-/// How long the watcher waits for a burst of file events to settle.
-const DEBOUNCE: Duration = Duration::from_millis(100);
-
 /// On SIGTERM this node leaves membership first, then keeps answering ARP/NDP this
 /// long, so the successors (which see the departure at once) announce the addresses
 /// before this node stops answering: make before break.
@@ -88,28 +85,43 @@ pub const DEFAULT_DRAIN_ON_SHUTDOWN: Duration = Duration::from_secs(5);
 #[derive(Debug, Default)]
 pub struct DrainTimers {
     started: BTreeMap<IpAddr, Instant>,
+    /// L2 handovers (make before break): answered for [`HANDOVER_GRACE`] more.
+    handovers: BTreeMap<IpAddr, Instant>,
 }
 
 impl DrainTimers {
     /// Starts timers for newly draining addresses, forgets those no longer draining,
-    /// and withdraws from `plan` those draining for `max` or longer.
+    /// and withdraws from `plan` those draining for `max` or longer, and those handed
+    /// over by L2 for [`HANDOVER_GRACE`] or longer.
     pub fn apply(&mut self, plan: &mut Announcements, now: Instant, max: Duration) {
-        self.started.retain(|ip, _| plan.draining.contains_key(ip));
-        for ip in plan.draining.keys() {
-            self.started.entry(*ip).or_insert(now);
-        }
-        let expired: BTreeSet<IpAddr> = self
-            .started
-            .iter()
-            .filter(|(_, t)| now.saturating_duration_since(**t) >= max)
-            .map(|(ip, _)| *ip)
-            .collect();
+        let expired = Self::track(&mut self.started, &plan.draining, now, max);
         plan.expire_drains(&expired, max);
+        let expired = Self::track(&mut self.handovers, &plan.l2_draining, now, HANDOVER_GRACE);
+        plan.expire_l2_handovers(&expired, HANDOVER_GRACE);
     }
 
-    /// When the next drain expires (None: nothing drains or everything expired).
+    fn track(
+        started: &mut BTreeMap<IpAddr, Instant>,
+        now_draining: &BTreeMap<IpAddr, String>,
+        now: Instant,
+        max: Duration,
+    ) -> BTreeSet<IpAddr> {
+        started.retain(|ip, _| now_draining.contains_key(ip));
+        for ip in now_draining.keys() {
+            started.entry(*ip).or_insert(now);
+        }
+        started.iter().filter(|(_, t)| now.saturating_duration_since(**t) >= max).map(|(ip, _)| *ip).collect()
+    }
+
+    /// When the next drain or handover expires (None: nothing drains or everything expired).
     pub fn next_expiry(&self, plan: &Announcements, max: Duration) -> Option<Instant> {
-        self.started.iter().filter(|(ip, _)| plan.draining.contains_key(ip)).map(|(_, t)| *t + max).min()
+        let bgp = self.started.iter().filter(|(ip, _)| plan.draining.contains_key(ip)).map(|(_, t)| *t + max);
+        let l2 = self
+            .handovers
+            .iter()
+            .filter(|(ip, _)| plan.l2_draining.contains_key(ip))
+            .map(|(_, t)| *t + HANDOVER_GRACE);
+        bgp.chain(l2).min()
     }
 }
 
@@ -186,6 +198,8 @@ struct State {
     passwords: BTreeMap<String, Password>,
     fingerprint: Vec<u8>,
     bgp: BgpAnnouncer,
+    /// Recomputes only the Services the model marks changed.
+    planner: plan::Planner,
     plan: Announcements,
     metrics: Arc<Metrics>,
     peer_errors: Vec<String>,
@@ -262,7 +276,7 @@ impl State {
 
     async fn replan(&mut self, cause: &Cause) {
         let live = self.live_members();
-        let mut new = plan::plan(&self.model, &self.opts.node_name, &live);
+        let mut new = self.planner.plan(&mut self.model, &self.opts.node_name, &live).clone();
         self.drains.apply(&mut new, Instant::now(), self.opts.drain_max_delay);
         log_changes(&self.plan, &new);
         if let Some(p) = &self.l2 {
@@ -309,7 +323,8 @@ impl State {
                 }
                 tracing::info!(file = %self.opts.file.display(), "static file changed: applying");
                 self.metrics.config_loads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
-                self.model = l.model;
+                // Only what differs is marked changed: the planner recomputes just that.
+                self.model.replace_with(l.model);
                 self.passwords = l.passwords;
                 self.fingerprint = l.fingerprint;
                 match self.ensure_l2().await {
@@ -471,6 +486,11 @@ fn log_changes(old: &Announcements, new: &Announcements) {
             tracing::info!(address = %ip, reason = %why, "draining: announced with GRACEFUL_SHUTDOWN (65535:0) until withdrawn");
         }
     }
+    for (ip, why) in &new.l2_draining {
+        if old.l2_draining.get(ip) != Some(why) {
+            tracing::info!(address = %ip, reason = %why, grace = ?HANDOVER_GRACE, "L2 handover: still answering ARP/NDP while the successor announces");
+        }
+    }
     for (ip, why) in &new.withdrawn {
         if old.withdrawn.get(ip) != Some(why) {
             tracing::info!(address = %ip, reason = %why, "not announced");
@@ -498,6 +518,7 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
         model: loaded.model,
         passwords: loaded.passwords,
         fingerprint: loaded.fingerprint,
+        planner: plan::Planner::new(),
         plan: Announcements::default(),
         metrics: metrics.clone(),
         peer_errors: Vec::new(),
@@ -523,16 +544,12 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
         let next_drain = state.drains.next_expiry(&state.plan, state.opts.drain_max_delay);
         tokio::select! {
             () = sleep_until_opt(next_drain) => {
-                state.replan(&Cause::new("drain", "--drain-max-delay passed")).await;
+                state.replan(&Cause::new("drain", "--drain-max-delay or the L2 handover grace passed")).await;
             }
             () = l2_changed(watched) => state.on_l2_change().await,
             _ = l2_tick.tick(), if state.l2.is_some() => state.on_l2_change().await,
-            Some(()) = changes.recv() => {
-                // Debounce: an editor's save is several events; read once they settle.
-                tokio::time::sleep(DEBOUNCE).await;
-                while changes.try_recv().is_ok() {}
-                state.reload().await;
-            }
+            // The watcher reads a complete file at once and debounces the rest.
+            Some(()) = changes.recv() => state.reload().await,
             _ = tick.tick() => state.bgp.tick(),
             _ = sigterm.recv() => {
                 tracing::info!("SIGTERM: closing sessions");
@@ -659,6 +676,39 @@ mod tests {
         let mut p = draining();
         timers.apply(&mut p, t0 + Duration::from_secs(41), max);
         assert!(p.bgp_addresses().contains(&prefix));
+    }
+
+    #[test]
+    fn an_l2_handover_is_answered_for_the_grace_then_released() {
+        let ip: IpAddr = "192.0.2.201".parse().unwrap();
+        let handing_over = || {
+            let mut a = Announcements::default();
+            a.l2.insert(ip, vec![]);
+            a.l2_draining
+                .insert(ip, "default/lan: every serving endpoint on node node1 is terminating".into());
+            a
+        };
+        let max = Duration::from_secs(30);
+        let t0 = Instant::now();
+        let mut timers = DrainTimers::default();
+        let mut p = handing_over();
+        timers.apply(&mut p, t0, max);
+        assert!(p.l2.contains_key(&ip), "still answered during the grace");
+        assert_eq!(timers.next_expiry(&p, max), Some(t0 + HANDOVER_GRACE));
+        let mut p = handing_over();
+        timers.apply(&mut p, t0 + HANDOVER_GRACE / 2, max);
+        assert!(p.l2.contains_key(&ip));
+        let mut p = handing_over();
+        timers.apply(&mut p, t0 + HANDOVER_GRACE, max);
+        assert!(!p.l2.contains_key(&ip) && !p.l2_draining.contains_key(&ip), "released after the grace");
+        assert!(p.withdrawn[&ip].contains("handover grace"), "{:?}", p.withdrawn);
+        assert_eq!(timers.next_expiry(&p, max), None, "no timer loop after expiry");
+        // Owned normally again (an endpoint came back): nothing to expire.
+        let mut p = Announcements::default();
+        p.l2.insert(ip, vec![]);
+        timers.apply(&mut p, t0 + HANDOVER_GRACE * 2, max);
+        assert!(p.l2.contains_key(&ip));
+        assert_eq!(timers.next_expiry(&p, max), None);
     }
 
     #[test]

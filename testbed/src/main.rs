@@ -76,6 +76,18 @@ enum Bench {
         #[arg(long)]
         ferrolb_only: bool,
     },
+    /// Planner: full and incremental plan times and peak RSS with N Services (no lab).
+    Plan {
+        /// Services in the model.
+        #[arg(long, default_value_t = 10_000)]
+        services: usize,
+        /// Cluster sizes to measure.
+        #[arg(long, value_delimiter = ',', default_values_t = [3usize, 50])]
+        nodes: Vec<usize>,
+        /// Single changes measured per kind.
+        #[arg(long, default_value_t = 200)]
+        changes: usize,
+    },
     /// Static-file edit → UPDATE at an ExaBGP recorder (receive timestamp).
     FileLatency {
         /// Number of edits.
@@ -123,6 +135,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(bench::bgp_scale::run(&sizes, systems)?)
         }
         Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(bench::file_latency::run(trials)?),
+        Cmd::Bench { bench: Bench::Plan { services, nodes, changes } } => {
+            Ok(bench::plan::run(services, &nodes, changes)?)
+        }
     }
 }
 

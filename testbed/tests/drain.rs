@@ -3,6 +3,8 @@
 //! is re-announced with GRACEFUL_SHUTDOWN (65535:0) and LOCAL_PREF 0, then withdrawn
 //! once the endpoint is gone; a terminating endpoint that lingers is withdrawn after
 //! --drain-max-delay; SIGTERM re-announces everything with 65535:0 before the Cease.
+//! L2: the owner of a Local Service whose endpoints on it turn terminating hands the
+//! address over (the successor announces) and keeps answering for the handover grace.
 //!
 //! Needs `target/debug/ferrolb-speaker` (testbed/test.sh builds it first).
 
@@ -11,10 +13,12 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use ferrolb_speaker::election;
+use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{ExaBgp, ExaNeighbor};
-use ferrolb_testbed::speaker::{self, Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan};
+use ferrolb_testbed::speaker::{self, Speaker, write_membership_key, yaml};
+use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
 const GSHUT: &str = "65535:0";
@@ -135,5 +139,102 @@ fn draining_announces_graceful_shutdown_before_every_withdrawal() {
     assert!(drained < closed, "65535:0 (record {drained}) before the close (record {closed}): {tail:?}");
     if let Record::Update(u) = &tail[drained] {
         assert_eq!(u.attrs.local_pref, Some(0));
+    }
+}
+
+/// Two nodes, L2 for a Local Service with one endpoint per node in the given conditions.
+fn l2_file(vips: &[IpAddr], conds: [&str; 2]) -> String {
+    let ips: Vec<String> = vips.iter().map(|ip| format!("{{ip: \"{ip}\"}}")).collect();
+    let mut svc = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: lan, namespace: default}}\nspec: {{type: LoadBalancer, externalTrafficPolicy: Local, ports: [{{port: 80, protocol: TCP}}]}}\nstatus: {{loadBalancer: {{ingress: [{}]}}}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: lan-1, namespace: default, labels: {{kubernetes.io/service-name: lan}}}}\naddressType: IPv4\nendpoints:\n",
+        ips.join(", ")
+    );
+    for (i, cond) in conds.iter().enumerate() {
+        svc.push_str(&format!(
+            "- {{addresses: [10.0.0.{}], nodeName: {}, conditions: {cond}}}\n",
+            i + 1,
+            plan::node_name(i + 1)
+        ));
+    }
+    yaml::stream(&[
+        yaml::node(1),
+        yaml::node(2),
+        yaml::pool("lan", &["192.0.2.200-192.0.2.250", "2001:db8::200-2001:db8::250"]),
+        yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]),
+        svc,
+    ])
+}
+
+/// An IPv4 and an IPv6 VIP owned by the same node among node1 and node2, and that node.
+fn l2_vips() -> ([IpAddr; 2], usize) {
+    let owner = |ip: IpAddr| {
+        election::owner(ip, [plan::node_name(1), plan::node_name(2)].iter().map(String::as_str))
+            .unwrap()
+            .to_owned()
+    };
+    let a = IpAddr::from([192, 0, 2, 200]);
+    let o = owner(a);
+    let b = (0x200..=0x250u16)
+        .map(|l| IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, l]))
+        .find(|b| owner(*b) == o)
+        .unwrap();
+    let i = if o == plan::node_name(1) { 1 } else { 2 };
+    ([a, b], i)
+}
+
+#[test]
+fn an_l2_owner_whose_local_endpoints_terminate_hands_over_before_it_stops() {
+    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
+    let key = write_membership_key(&lab, "cluster-key").unwrap();
+    let (vips, o) = l2_vips();
+    let other = 3 - o;
+    for n in lab.nodes() {
+        for v in vips {
+            lab.add_vip_on_lo(n, v).unwrap();
+        }
+    }
+    let ready = l2_file(&vips, [READY, READY]);
+    let speakers = [1, 2].map(|i| Speaker::start_l2(&lab, i, &ready, &key).unwrap());
+    for v in vips {
+        // Pinging makes the client resolve the address (a first gratuitous ARP creates no entry).
+        let want = plan::node_mac(o);
+        let r = wait::until(&format!("client resolves {v} to node{o}"), T, || {
+            let _ = lab.client().exec_output(&["ping", "-c", "1", "-W", "1", &v.to_string()]);
+            let n = client::neighbour(lab.client(), "eth0", v)?;
+            Ok((n.and_then(|n| n.mac).as_deref() == Some(want.as_str())).then_some(()))
+        });
+        assert!(r.is_ok(), "{r:?}\n{}", lab.logs(30));
+    }
+    let probes = vips.map(|v| ProbeStream::start(lab.client(), v, Duration::from_millis(10)).unwrap());
+
+    // The owner's endpoint turns terminating, on both nodes' files.
+    let mut conds = [READY, READY];
+    conds[o - 1] = TERMINATING;
+    let terminating = l2_file(&vips, conds);
+    for sp in &speakers {
+        sp.replace_file(&terminating).unwrap();
+    }
+    let (old, new) = (&speakers[o - 1], &speakers[other - 1]);
+    // The successor announces (gratuitous ARP / unsolicited NA move the client)...
+    for v in vips {
+        let r = client::wait_neighbour_mac(lab.client(), "eth0", v, &plan::node_mac(other), T);
+        assert!(r.is_ok(), "{v}: {r:?}\n{}", lab.logs(40));
+    }
+    // ...while the old owner still answers, then stops once the grace has passed.
+    let r = old.wait_log("L2 handover: still answering ARP/NDP while the successor announces", T);
+    assert!(r.is_ok(), "{r:?}\n{}", old.logs());
+    let r = old.wait_log("handover grace of", T);
+    assert!(r.is_ok(), "{r:?}\n{}", old.logs());
+    assert!(old.logs().contains(&format!("to node {}", plan::node_name(other))), "{}", old.logs());
+    assert!(!new.logs().contains("L2 handover"), "the successor owns normally\n{}", new.logs());
+    for (v, p) in vips.iter().zip(probes) {
+        let r = p.stop(Duration::from_millis(100));
+        println!("L2 handover {v}: {} probes, {} lost", r.sent, r.lost());
+    }
+    for v in vips {
+        assert_eq!(
+            client::neighbour(lab.client(), "eth0", v).unwrap().and_then(|n| n.mac),
+            Some(plan::node_mac(other))
+        );
     }
 }

@@ -126,6 +126,43 @@ pub struct ClusterModel {
     pub bfd_profiles: BTreeMap<String, BfdProfile>,
     /// loadBalancerClass served besides "none".
     pub lb_class: String,
+    /// What changed since the planner last looked (see [`ClusterModel::take_changes`]).
+    changes: Changes,
+    /// The Service of each EndpointSlice (namespace, name) added by `upsert_endpoint_slice`.
+    slice_owners: BTreeMap<(String, String), ServiceKey>,
+}
+
+/// What changed in a [`ClusterModel`] since the last [`ClusterModel::take_changes`].
+///
+/// Filled by the `upsert_*` / `remove_*` / `set_config` calls, which mark a Service only
+/// when what the planner reads of it really changed. Edits made directly through the
+/// public fields are not tracked: call [`ClusterModel::mark_all_changed`] after them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changes {
+    /// Something every Service depends on changed (nodes, configuration), or the model
+    /// is new: everything must be recomputed.
+    pub all: bool,
+    /// Services whose Service or EndpointSlices changed (or that went away).
+    pub services: BTreeSet<ServiceKey>,
+}
+
+impl Default for Changes {
+    /// A new model is all news.
+    fn default() -> Self {
+        Changes { all: true, services: BTreeSet::new() }
+    }
+}
+
+impl Changes {
+    /// Nothing changed.
+    pub fn none() -> Self {
+        Changes { all: false, services: BTreeSet::new() }
+    }
+
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.services.is_empty()
+    }
 }
 
 fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
@@ -134,6 +171,38 @@ fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) ->
 
 fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ServiceKey {
     ServiceKey { namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()), name: name_of(meta) }
+}
+
+/// Whether two name → object maps hold the same objects, as far as `eq` compares them.
+fn same_objects<T>(a: &BTreeMap<String, T>, b: &BTreeMap<String, T>, eq: impl Fn(&T, &T) -> bool) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|((ka, va), (kb, vb))| ka == kb && eq(va, vb))
+}
+
+/// Whether two models hold the same ferrolb configuration, as far as the planner reads
+/// it (labels and spec of pools, peers and advertisements).
+fn same_config(a: &ClusterModel, b: &ClusterModel) -> bool {
+    macro_rules! same {
+        ($field:ident) => {
+            same_objects(&a.$field, &b.$field, |x, y| {
+                x.metadata.labels == y.metadata.labels && x.spec == y.spec
+            })
+        };
+    }
+    same!(pools) && same!(peers) && same!(bgp_advertisements) && same!(l2_advertisements)
+}
+
+/// Adds to `changed` every key whose value differs between `old` and `new`.
+fn diff_keys<V: PartialEq>(
+    old: &BTreeMap<ServiceKey, V>,
+    new: &BTreeMap<ServiceKey, V>,
+    changed: &mut BTreeSet<ServiceKey>,
+) {
+    for (k, v) in old {
+        if new.get(k) != Some(v) {
+            changed.insert(k.clone());
+        }
+    }
+    changed.extend(new.keys().filter(|k| !old.contains_key(*k)).cloned());
 }
 
 impl ClusterModel {
@@ -158,16 +227,68 @@ impl ClusterModel {
         Ok(m)
     }
 
+    /// Hands over what changed since the last call and starts afresh.
+    pub fn take_changes(&mut self) -> Changes {
+        std::mem::replace(&mut self.changes, Changes::none())
+    }
+
+    /// Marks everything changed (after editing the public fields directly).
+    pub fn mark_all_changed(&mut self) {
+        self.changes.all = true;
+    }
+
+    /// Takes over everything `new` holds, marking changed only what differs, so a
+    /// re-read static file recomputes only the Services it changed.
+    pub fn replace_with(&mut self, new: ClusterModel) {
+        let global = self.lb_class != new.lb_class || self.nodes != new.nodes || !same_config(self, &new);
+        if global {
+            self.changes.all = true;
+        } else if !self.changes.all {
+            let mut changed = BTreeSet::new();
+            diff_keys(&self.services, &new.services, &mut changed);
+            diff_keys(&self.endpoint_slices, &new.endpoint_slices, &mut changed);
+            self.changes.services.extend(changed);
+        }
+        let changes = std::mem::replace(&mut self.changes, Changes::none());
+        *self = ClusterModel { changes, ..new };
+    }
+
+    fn mark(&mut self, key: &ServiceKey) {
+        if !self.changes.all && !self.changes.services.contains(key) {
+            self.changes.services.insert(key.clone());
+        }
+    }
+
     /// Replaces the ferrolb configuration with a validated set.
     pub fn set_config(&mut self, config: ValidConfig) {
         let c = config.into_inner();
         let by_name = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| name_of(m);
-        self.pools = c.pools.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
-        self.peers = c.peers.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
-        self.bgp_advertisements =
+        let pools: BTreeMap<_, _> = c.pools.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        let peers: BTreeMap<_, _> = c.peers.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        let bgp_advertisements: BTreeMap<_, _> =
             c.bgp_advertisements.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
-        self.l2_advertisements = c.l2_advertisements.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
-        self.bfd_profiles = c.bfd_profiles.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        let l2_advertisements: BTreeMap<_, _> =
+            c.l2_advertisements.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        let bfd_profiles: BTreeMap<_, _> =
+            c.bfd_profiles.into_iter().map(|o| (by_name(&o.metadata), o)).collect();
+        // The planner reads pools, peers and advertisements (labels and spec); a resync
+        // that changes none of them recomputes nothing.
+        let new = ClusterModel {
+            pools,
+            peers,
+            bgp_advertisements,
+            l2_advertisements,
+            bfd_profiles,
+            ..ClusterModel::default()
+        };
+        if !same_config(self, &new) {
+            self.changes.all = true;
+        }
+        self.pools = new.pools;
+        self.peers = new.peers;
+        self.bgp_advertisements = new.bgp_advertisements;
+        self.l2_advertisements = new.l2_advertisements;
+        self.bfd_profiles = new.bfd_profiles;
     }
 
     /// Adds or replaces a Node.
@@ -207,12 +328,18 @@ impl ClusterModel {
             network_unavailable: cond("NetworkUnavailable"),
             addresses,
         };
-        self.nodes.insert(name, info);
+        // Kubelet heartbeats rewrite the Node often; only what the planner reads counts.
+        if self.nodes.get(&name) != Some(&info) {
+            self.changes.all = true;
+            self.nodes.insert(name, info);
+        }
     }
 
     /// Removes a Node.
     pub fn remove_node(&mut self, name: &str) {
-        self.nodes.remove(name);
+        if self.nodes.remove(name).is_some() {
+            self.changes.all = true;
+        }
     }
 
     /// Adds or replaces a Service; Services of another class or type are dropped.
@@ -222,7 +349,7 @@ impl ClusterModel {
         let class = spec.and_then(|s| s.load_balancer_class.as_deref());
         let is_lb = spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
         if !is_lb || class.is_some_and(|c| c != self.lb_class) {
-            self.services.remove(&key);
+            self.remove_service(&key);
             return;
         }
         let ingress = svc
@@ -248,24 +375,30 @@ impl ClusterModel {
             })
             .collect();
         let labels = svc.metadata.labels.clone().unwrap_or_default();
-        self.services.insert(key, ServiceInfo { labels, ingress, traffic_policy, ports });
+        let info = ServiceInfo { labels, ingress, traffic_policy, ports };
+        if self.services.get(&key) != Some(&info) {
+            self.mark(&key);
+            self.services.insert(key, info);
+        }
     }
 
     /// Removes a Service.
     pub fn remove_service(&mut self, key: &ServiceKey) {
-        self.services.remove(key);
+        if self.services.remove(key).is_some() {
+            self.mark(key);
+        }
     }
 
     /// Adds or replaces an EndpointSlice (attributed to the Service its label names).
     pub fn upsert_endpoint_slice(&mut self, slice: &EndpointSlice) {
         let slice_name = name_of(&slice.metadata);
+        let namespace = slice.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let Some(svc) = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) else {
+            // No longer attributed to a Service (its label went): forget it.
+            self.remove_endpoint_slice(&namespace, &slice_name);
             return;
         };
-        let key = ServiceKey {
-            namespace: slice.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
-            name: svc.clone(),
-        };
+        let key = ServiceKey { namespace, name: svc.clone() };
         let mut per_node: BTreeMap<String, EndpointCounts> = BTreeMap::new();
         for ep in &slice.endpoints {
             let Some(node) = ep.node_name.clone() else { continue };
@@ -279,18 +412,27 @@ impl ClusterModel {
             e.terminating += u32::from(terminating);
             e.serving_terminating += u32::from(serving && terminating);
         }
+        let unchanged = self.endpoint_slices.get(&key).and_then(|s| s.get(&slice_name)) == Some(&per_node);
+        if unchanged {
+            return;
+        }
+        // The slice may have moved to another Service (its label changed).
         self.remove_endpoint_slice(&key.namespace, &slice_name);
+        self.mark(&key);
+        self.slice_owners.insert((key.namespace.clone(), slice_name.clone()), key.clone());
         self.endpoint_slices.entry(key).or_default().insert(slice_name, per_node);
     }
 
     /// Removes an EndpointSlice by namespace and name.
     pub fn remove_endpoint_slice(&mut self, namespace: &str, name: &str) {
-        for (k, slices) in &mut self.endpoint_slices {
-            if k.namespace == namespace {
-                slices.remove(name);
+        let Some(k) = self.slice_owners.remove(&(namespace.to_owned(), name.to_owned())) else { return };
+        if let Some(slices) = self.endpoint_slices.get_mut(&k) {
+            slices.remove(name);
+            if slices.is_empty() {
+                self.endpoint_slices.remove(&k);
             }
         }
-        self.endpoint_slices.retain(|_, s| !s.is_empty());
+        self.mark(&k);
     }
 
     /// Endpoint counts of a Service on every node, summed over its slices.
@@ -312,13 +454,17 @@ impl ClusterModel {
     /// Service has none ready anywhere, serving (terminating) ones, so a rollout's
     /// last pods keep their traffic until they go.
     pub fn serving_nodes(&self, key: &ServiceKey) -> BTreeSet<String> {
-        let eps = self.endpoints(key);
-        let any_ready = eps.values().any(|c| c.ready > 0);
-        eps.into_iter()
-            .filter(|(_, c)| if any_ready { c.ready > 0 } else { c.serving > 0 })
-            .map(|(n, _)| n.to_owned())
-            .collect()
+        serving_among(&self.endpoints(key))
     }
+}
+
+/// [`ClusterModel::serving_nodes`] from a Service's [`ClusterModel::endpoints`].
+pub(crate) fn serving_among(eps: &BTreeMap<&str, EndpointCounts>) -> BTreeSet<String> {
+    let any_ready = eps.values().any(|c| c.ready > 0);
+    eps.iter()
+        .filter(|(_, c)| if any_ready { c.ready > 0 } else { c.serving > 0 })
+        .map(|(n, _)| (*n).to_owned())
+        .collect()
 }
 
 #[cfg(test)]

@@ -10,8 +10,12 @@ use ferrolb_api::{AddressRange, IpAddressPool, selectors_match};
 use ipnet::IpNet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+mod incremental;
+
+pub use incremental::Planner;
+
 use crate::election;
-use crate::model::{ClusterModel, NodeInfo, ServiceInfo, ServiceKey, TrafficPolicy};
+use crate::model::{Changes, ClusterModel, EndpointCounts, NodeInfo, ServiceInfo, ServiceKey, TrafficPolicy};
 
 /// Attributes of one announced prefix, as the advertisement(s) asked.
 #[derive(Debug, Clone, PartialEq, Eq, Default, PartialOrd, Ord)]
@@ -41,6 +45,16 @@ impl RouteAttrs {
         // A prefix drains only if every address behind it drains.
         self.draining &= other.draining;
     }
+
+    /// GRACEFUL_SHUTDOWN and, on iBGP, LOCAL_PREF 0 when draining. Idempotent.
+    fn mark_draining(&mut self, ibgp: bool) {
+        if self.draining {
+            self.communities.insert(GRACEFUL_SHUTDOWN);
+            if ibgp {
+                self.local_pref = Some(0);
+            }
+        }
+    }
 }
 
 /// What this node should announce.
@@ -56,6 +70,9 @@ pub struct Announcements {
     pub draining: BTreeMap<IpAddr, String>,
     /// The BGPPeers of `bgp` that are iBGP (myASN = peerASN).
     pub ibgp: BTreeSet<String>,
+    /// Addresses of `l2` this node answers for only while it hands them over to the
+    /// successor (make before break), with the reason.
+    pub l2_draining: BTreeMap<IpAddr, String>,
 }
 
 impl Announcements {
@@ -68,11 +85,20 @@ impl Announcements {
     /// LOCAL_PREF 0 on iBGP peers. Idempotent.
     fn mark_draining(&mut self) {
         for (peer, routes) in &mut self.bgp {
-            for a in routes.values_mut().filter(|a| a.draining) {
-                a.communities.insert(GRACEFUL_SHUTDOWN);
-                if self.ibgp.contains(peer) {
-                    a.local_pref = Some(0);
-                }
+            let ibgp = self.ibgp.contains(peer);
+            for a in routes.values_mut() {
+                a.mark_draining(ibgp);
+            }
+        }
+    }
+
+    /// Stops answering for `expired` addresses handed over to their successor (their
+    /// handover grace has passed).
+    pub fn expire_l2_handovers(&mut self, expired: &BTreeSet<IpAddr>, grace: std::time::Duration) {
+        for ip in expired {
+            if let Some(why) = self.l2_draining.remove(ip) {
+                self.l2.remove(ip);
+                self.withdrawn.insert(*ip, format!("{why}; handover grace of {grace:?} passed"));
             }
         }
     }
@@ -160,86 +186,145 @@ fn node_blocker(name: &str, node: Option<&NodeInfo>) -> Option<String> {
     }
 }
 
-/// Computes this node's announcements. `live_members` are the nodes membership sees
-/// alive; L2 owners are elected among them only.
+/// Computes this node's announcements from scratch. `live_members` are the nodes
+/// membership sees alive; L2 owners are elected among them only. [`Planner`] gives the
+/// same result recomputing only what changed.
 pub fn plan(model: &ClusterModel, me: &str, live_members: &BTreeSet<String>) -> Announcements {
-    let empty = BTreeMap::new();
-    let my_node = model.nodes.get(me);
-    let my_labels = my_node.map_or(&empty, |n| &n.labels);
-    let mut out = Announcements::default();
+    let mut p = Planner::new();
+    p.update(model, Changes::default(), me, live_members);
+    p.into_announcements()
+}
 
-    // Sessions: every BGPPeer whose nodeSelectors match this node.
-    let my_peers: Vec<(&String, &ferrolb_api::BgpPeer)> =
-        model.peers.iter().filter(|(_, p)| selectors_match(&p.spec.node_selectors, my_labels)).collect();
-    for (name, p) in &my_peers {
-        out.bgp.insert((*name).clone(), BTreeMap::new());
-        if p.spec.my_asn == p.spec.peer_asn {
-            out.ibgp.insert((*name).clone());
+/// What the whole node contributes, the same for every Service.
+struct Globals<'a> {
+    me: &'a str,
+    my_labels: &'a BTreeMap<String, String>,
+    /// BGPPeers whose nodeSelectors match this node.
+    my_peers: Vec<(&'a String, &'a ferrolb_api::BgpPeer)>,
+    /// Why this node announces nothing at all, if so.
+    blocker: Option<String>,
+    /// Why this node drains every BGP announcement, if so.
+    node_drain: Option<String>,
+    live: &'a BTreeSet<String>,
+}
+
+impl<'a> Globals<'a> {
+    fn of(
+        model: &'a ClusterModel,
+        me: &'a str,
+        live: &'a BTreeSet<String>,
+        empty: &'a BTreeMap<String, String>,
+    ) -> Self {
+        let my_node = model.nodes.get(me);
+        let my_labels = my_node.map_or(empty, |n| &n.labels);
+        let my_peers =
+            model.peers.iter().filter(|(_, p)| selectors_match(&p.spec.node_selectors, my_labels)).collect();
+        Globals {
+            me,
+            my_labels,
+            my_peers,
+            blocker: node_blocker(me, my_node),
+            node_drain: my_node.and_then(|n| n.draining.clone()),
+            live,
         }
     }
-    let node_drain = my_node.and_then(|n| n.draining.clone());
 
-    let blocker = node_blocker(me, my_node);
-    let mut announced: BTreeSet<IpAddr> = BTreeSet::new();
-    let mut reasons: BTreeMap<IpAddr, Vec<String>> = BTreeMap::new();
-
-    for (key, svc) in &model.services {
-        let serving = model.serving_nodes(key);
-        for &ip in &svc.ingress {
-            let pools: Vec<(&String, &IpAddressPool)> =
-                model.pools.iter().filter(|(_, p)| pool_contains(p, ip)).collect();
-            let mut why: Vec<String> = Vec::new();
-            if pools.is_empty() {
-                why.push(format!("{key}: {ip} is in no IPAddressPool"));
-            }
-            let mut any_ad = false;
-            let mut done = false;
-            if let Some(b) = &blocker {
-                why.push(b.clone());
-            } else {
-                let ctx = Ctx { model, me, key, svc, ip, pools: &pools, serving: &serving };
-                let (bgp_ads, bgp_done) = ctx.bgp(&my_peers, node_drain.as_deref(), &mut out, &mut why);
-                let (l2_ads, l2_done) = ctx.l2(live_members, &mut out, &mut why);
-                any_ad = bgp_ads || l2_ads;
-                done = bgp_done || l2_done;
-            }
-            if done {
-                announced.insert(ip);
-            } else {
-                if !pools.is_empty() && !any_ad && blocker.is_none() {
-                    let names: Vec<&str> = pools.iter().map(|(n, _)| n.as_str()).collect();
-                    why.push(format!(
-                        "{key}: no BGPAdvertisement or L2Advertisement selects pool {} and this service",
-                        names.join(", ")
-                    ));
-                }
-                reasons.entry(ip).or_default().extend(why);
+    /// Every session this node has (present even with no routes), and which are iBGP.
+    fn sessions(&self, out: &mut Announcements) {
+        for (name, p) in &self.my_peers {
+            out.bgp.insert((*name).clone(), BTreeMap::new());
+            if p.spec.my_asn == p.spec.peer_asn {
+                out.ibgp.insert((*name).clone());
             }
         }
     }
-    // An address also announced normally (another Service, another advertisement) is not draining.
-    let normal: BTreeSet<IpNet> =
-        out.bgp.values().flat_map(|r| r.iter().filter(|(_, a)| !a.draining).map(|(p, _)| *p)).collect();
-    out.draining.retain(|ip, _| !normal.iter().any(|p| p.contains(ip)));
-    out.mark_draining();
-    for (ip, why) in reasons {
-        if !announced.contains(&ip) {
-            let mut why = why;
-            why.dedup();
-            out.withdrawn.insert(ip, why.join("; "));
+}
+
+/// L2 interfaces asked for an address; empty means every interface and absorbs the rest.
+fn merge_interfaces(into: &mut Vec<String>, from: &[String]) {
+    if into.is_empty() || from.is_empty() {
+        into.clear();
+    } else {
+        for i in from {
+            if !into.contains(i) {
+                into.push(i.clone());
+            }
         }
     }
-    out
+}
+
+/// What one (Service, address) pair yields.
+#[derive(Debug, Clone, PartialEq)]
+struct Outcome {
+    ip: IpAddr,
+    /// Announced by BGP to some peer, or answered for by L2.
+    done: bool,
+    /// Why not, when not done.
+    why: Vec<String>,
+    /// Announced by BGP only as draining, and why (the first reason).
+    draining: Option<String>,
+    /// Owned for ARP/NDP, on these interfaces (empty: all).
+    l2: Option<Vec<String>>,
+    /// Answered for ARP/NDP only while handing over to the successor, on these interfaces, and why.
+    l2_handover: Option<(Vec<String>, String)>,
+}
+
+/// What one Service contributes to the plan.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Fragment {
+    /// One per ingress address, in order.
+    outcomes: Vec<Outcome>,
+    /// BGP routes before merging: (peer, prefix, attributes).
+    routes: Vec<(String, IpNet, RouteAttrs)>,
+}
+
+/// Computes what Service `key` contributes.
+fn fragment(model: &ClusterModel, g: &Globals<'_>, key: &ServiceKey, svc: &ServiceInfo) -> Fragment {
+    let eps = model.endpoints(key);
+    let serving = crate::model::serving_among(&eps);
+    let mine = eps.get(g.me).copied().unwrap_or_default();
+    let mut f = Fragment::default();
+    for &ip in &svc.ingress {
+        let pools: Vec<(&String, &IpAddressPool)> =
+            model.pools.iter().filter(|(_, p)| pool_contains(p, ip)).collect();
+        let mut o = Outcome { ip, done: false, why: Vec::new(), draining: None, l2: None, l2_handover: None };
+        if pools.is_empty() {
+            o.why.push(format!("{key}: {ip} is in no IPAddressPool"));
+        }
+        let mut any_ad = false;
+        if let Some(b) = &g.blocker {
+            o.why.push(b.clone());
+        } else {
+            let ctx = Ctx { model, g, key, svc, ip, pools: &pools, serving: &serving, mine };
+            let (bgp_ads, bgp_done) = ctx.bgp(&mut f.routes, &mut o);
+            let (l2_ads, l2_done) = ctx.l2(&mut o);
+            any_ad = bgp_ads || l2_ads;
+            o.done = bgp_done || l2_done;
+        }
+        if o.done {
+            o.why.clear();
+        } else if !pools.is_empty() && !any_ad && g.blocker.is_none() {
+            let names: Vec<&str> = pools.iter().map(|(n, _)| n.as_str()).collect();
+            o.why.push(format!(
+                "{key}: no BGPAdvertisement or L2Advertisement selects pool {} and this service",
+                names.join(", ")
+            ));
+        }
+        f.outcomes.push(o);
+    }
+    f
 }
 
 struct Ctx<'a> {
     model: &'a ClusterModel,
-    me: &'a str,
+    g: &'a Globals<'a>,
     key: &'a ServiceKey,
     svc: &'a ServiceInfo,
     ip: IpAddr,
     pools: &'a [(&'a String, &'a IpAddressPool)],
     serving: &'a BTreeSet<String>,
+    /// This node's endpoints of the Service.
+    mine: EndpointCounts,
 }
 
 impl Ctx<'_> {
@@ -251,18 +336,18 @@ impl Ctx<'_> {
         self.svc.traffic_policy == TrafficPolicy::Local && !self.serving.contains(node)
     }
 
+    /// Local: this node's serving endpoints are all terminating (make before break).
+    fn endpoints_terminating(&self) -> bool {
+        self.svc.traffic_policy == TrafficPolicy::Local
+            && self.mine.serving_terminating > 0
+            && self.mine.serving <= self.mine.serving_terminating
+    }
+
     /// Returns (some advertisement applies, announced to at least one peer).
-    fn bgp(
-        &self,
-        my_peers: &[(&String, &ferrolb_api::BgpPeer)],
-        node_drain: Option<&str>,
-        out: &mut Announcements,
-        why: &mut Vec<String>,
-    ) -> (bool, bool) {
-        let (key, ip) = (self.key, self.ip);
+    fn bgp(&self, routes: &mut Vec<(String, IpNet, RouteAttrs)>, o: &mut Outcome) -> (bool, bool) {
+        let (key, ip, me) = (self.key, self.ip, self.g.me);
         let mut any = false;
         let mut done = false;
-        let my_labels = self.model.nodes.get(self.me).map(|n| n.labels.clone()).unwrap_or_default();
         for (ad_name, ad) in &self.model.bgp_advertisements {
             let s = &ad.spec;
             if !self.selects_pool(&s.ip_address_pools, &s.ip_address_pool_selectors)
@@ -271,31 +356,24 @@ impl Ctx<'_> {
                 continue;
             }
             any = true;
-            if !selectors_match(&s.node_selectors, &my_labels) {
-                why.push(format!("BGPAdvertisement {ad_name} does not select node {}", self.me));
+            if !selectors_match(&s.node_selectors, self.g.my_labels) {
+                o.why.push(format!("BGPAdvertisement {ad_name} does not select node {me}"));
                 continue;
             }
-            let mine = self.model.endpoints(key).get(self.me).copied().unwrap_or_default();
             // Local: the node's serving endpoints are all terminating: drain, do not withdraw yet.
-            let endpoint_drain = self.svc.traffic_policy == TrafficPolicy::Local
-                && mine.serving_terminating > 0
-                && mine.serving <= mine.serving_terminating;
-            if !endpoint_drain && self.local_without_endpoint(self.me) {
-                why.push(format!(
-                    "{key}: no serving endpoint on node {} (externalTrafficPolicy Local)",
-                    self.me
-                ));
+            let endpoint_drain = self.endpoints_terminating();
+            if !endpoint_drain && self.local_without_endpoint(me) {
+                o.why.push(format!("{key}: no serving endpoint on node {me} (externalTrafficPolicy Local)"));
                 continue;
             }
-            let drain_reason = node_drain.map(str::to_owned).or_else(|| {
-                endpoint_drain
-                    .then(|| format!("{key}: every serving endpoint on node {} is terminating", self.me))
+            let drain_reason = self.g.node_drain.clone().or_else(|| {
+                endpoint_drain.then(|| format!("{key}: every serving endpoint on node {me} is terminating"))
             });
             let mut attrs = attrs_of(s);
             attrs.draining = drain_reason.is_some();
             let prefix = prefix_of(ip, s);
             let mut sent = false;
-            for (peer_name, peer) in my_peers {
+            for (peer_name, peer) in &self.g.my_peers {
                 if !s.peers.is_empty() && !s.peers.iter().any(|p| p == *peer_name) {
                     continue;
                 }
@@ -310,30 +388,27 @@ impl Ctx<'_> {
                 if peer.spec.my_asn != peer.spec.peer_asn {
                     a.local_pref = None;
                 }
-                let routes = out.bgp.entry((*peer_name).clone()).or_default();
-                routes.entry(prefix).and_modify(|e| e.merge(&a)).or_insert(a);
+                routes.push(((*peer_name).clone(), prefix, a));
                 sent = true;
             }
             if sent {
                 done = true;
-                if let Some(r) = drain_reason {
-                    out.draining.entry(ip).or_insert(r);
+                if o.draining.is_none() {
+                    o.draining = drain_reason;
                 }
             } else {
-                why.push(format!(
-                    "BGPAdvertisement {ad_name}: no BGPPeer of node {} is selected (peers, nodeSelectors or addressFamilies)",
-                    self.me
+                o.why.push(format!(
+                    "BGPAdvertisement {ad_name}: no BGPPeer of node {me} is selected (peers, nodeSelectors or addressFamilies)"
                 ));
             }
         }
         (any, done)
     }
 
-    /// Returns (some advertisement applies, this node owns the address).
-    fn l2(&self, live: &BTreeSet<String>, out: &mut Announcements, why: &mut Vec<String>) -> (bool, bool) {
-        let (key, ip) = (self.key, self.ip);
+    /// Returns (some advertisement applies, this node answers for the address).
+    fn l2(&self, o: &mut Outcome) -> (bool, bool) {
+        let (key, ip, me) = (self.key, self.ip, self.g.me);
         let mut any = false;
-        let mut owned = false;
         for (ad_name, ad) in &self.model.l2_advertisements {
             let s = &ad.spec;
             if !self.selects_pool(&s.ip_address_pools, &s.ip_address_pool_selectors)
@@ -342,45 +417,61 @@ impl Ctx<'_> {
                 continue;
             }
             any = true;
+            let eligible = |name: &str, n: &NodeInfo| {
+                selectors_match(&s.node_selectors, &n.labels)
+                    && n.ready
+                    && !n.excluded
+                    && !n.network_unavailable
+                    && self.g.live.contains(name)
+            };
             let candidates: Vec<&str> = self
                 .model
                 .nodes
                 .iter()
-                .filter(|(name, n)| {
-                    selectors_match(&s.node_selectors, &n.labels)
-                        && n.ready
-                        && !n.excluded
-                        && !n.network_unavailable
-                        && !self.local_without_endpoint(name)
-                        && live.contains(name.as_str())
-                })
+                .filter(|(name, n)| eligible(name, n) && !self.local_without_endpoint(name))
                 .map(|(name, _)| name.as_str())
                 .collect();
-            match election::owner(ip, candidates) {
-                Some(o) if o == self.me => {
-                    let ifs = out.l2.entry(ip).or_default();
-                    // An empty list means "every interface": it absorbs explicit ones.
-                    if s.interfaces.is_empty() || (ifs.is_empty() && owned) {
-                        ifs.clear();
-                    } else {
-                        for i in &s.interfaces {
-                            if !ifs.contains(i) {
-                                ifs.push(i.clone());
-                            }
-                        }
-                    }
-                    owned = true;
+            let owner = election::owner(ip, candidates.iter().copied());
+            if owner == Some(me) {
+                merge_interfaces(o.l2.get_or_insert_with(|| s.interfaces.clone()), &s.interfaces);
+                continue;
+            }
+            // Make before break: the owner whose last serving endpoints turn terminating
+            // leaves the candidates (every node elects the same successor, who announces)
+            // but keeps answering during the handover grace.
+            let was_owner = self.endpoints_terminating()
+                && self.model.nodes.get(me).is_some_and(|n| eligible(me, n))
+                && election::owner(ip, candidates.iter().copied().chain([me])) == Some(me);
+            match (was_owner, owner) {
+                // No live node can take over: keep serving rather than break.
+                (true, None) => {
+                    merge_interfaces(o.l2.get_or_insert_with(|| s.interfaces.clone()), &s.interfaces);
+                    continue;
                 }
-                Some(o) => why.push(format!("{key}: L2Advertisement {ad_name}: {ip} is owned by node {o}")),
-                None => why.push(format!(
+                (true, Some(to)) => {
+                    let (ifs, _) = o.l2_handover.get_or_insert_with(|| {
+                        let why = format!(
+                            "{key}: every serving endpoint on node {me} is terminating: handing {ip} over to node {to}"
+                        );
+                        (s.interfaces.clone(), why)
+                    });
+                    merge_interfaces(ifs, &s.interfaces);
+                }
+                (false, _) => {}
+            }
+            match owner {
+                Some(o2) => o.why.push(format!("{key}: L2Advertisement {ad_name}: {ip} is owned by node {o2}")),
+                None => o.why.push(format!(
                     "{key}: L2Advertisement {ad_name}: no eligible live node (Ready, selected, not excluded{})",
                     if self.svc.traffic_policy == TrafficPolicy::Local { ", with a serving endpoint" } else { "" }
                 )),
             }
         }
-        (any, owned)
+        (any, o.l2.is_some() || o.l2_handover.is_some())
     }
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_incremental;

@@ -307,3 +307,69 @@ proptest! {
         }
     }
 }
+
+/// A Local L2 Service with one endpoint per node, in the given conditions.
+fn l2_local(cond1: &str, cond2: &str) -> ClusterModel {
+    let text = format!(
+        "{FIXTURE}---\napiVersion: v1\nkind: Service\nmetadata: {{name: lan-local, namespace: default}}\nspec: {{type: LoadBalancer, externalTrafficPolicy: Local}}\nstatus: {{loadBalancer: {{ingress: [{{ip: 192.0.2.202}}]}}}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: lan-local-1, namespace: default, labels: {{kubernetes.io/service-name: lan-local}}}}\naddressType: IPv4\nendpoints:\n- {{addresses: [10.0.0.1], nodeName: node1, conditions: {cond1}}}\n- {{addresses: [10.0.0.2], nodeName: node2, conditions: {cond2}}}\n"
+    );
+    model_of(&text)
+}
+
+const READY: &str = "{ready: true}";
+const TERMINATING: &str = "{ready: false, serving: true, terminating: true}";
+const GONE: &str = "{ready: false, serving: false, terminating: true}";
+
+#[test]
+fn an_l2_owner_whose_endpoints_terminate_hands_over_before_it_stops() {
+    let vip = ip("192.0.2.202");
+    let m = l2_local(READY, READY);
+    let live = all_live(&m);
+    let owner = election::owner(vip, ["node1", "node2"]).unwrap();
+    let other = if owner == "node1" { "node2" } else { "node1" };
+    assert!(plan(&m, owner, &live).l2.contains_key(&vip));
+    assert!(!plan(&m, owner, &live).l2_draining.contains_key(&vip));
+
+    // The owner's only endpoint turns terminating: it leaves the candidates, so the
+    // other node is elected and announces; the old owner keeps answering, marked as
+    // handing over to it.
+    let (c1, c2) = if owner == "node1" { (TERMINATING, READY) } else { (READY, TERMINATING) };
+    let m = l2_local(c1, c2);
+    let old = plan(&m, owner, &live);
+    assert_eq!(old.l2.get(&vip), Some(&vec!["eth0".to_string()]), "still answering: {old:?}");
+    let why = &old.l2_draining[&vip];
+    assert!(why.contains("terminating") && why.contains(&format!("to node {other}")), "{why}");
+    assert!(!old.withdrawn.contains_key(&vip));
+    let new = plan(&m, other, &live);
+    assert!(new.l2.contains_key(&vip) && new.l2_draining.is_empty(), "the successor owns it: {new:?}");
+
+    // The endpoint stops serving: no handover left, the old owner stops answering.
+    let (c1, c2) = if owner == "node1" { (GONE, READY) } else { (READY, GONE) };
+    let m = l2_local(c1, c2);
+    let old = plan(&m, owner, &live);
+    assert!(!old.l2.contains_key(&vip) && old.l2_draining.is_empty(), "{old:?}");
+    assert!(old.withdrawn[&vip].contains(&format!("owned by node {other}")), "{old:?}");
+}
+
+#[test]
+fn a_node_that_did_not_own_the_address_has_nothing_to_hand_over() {
+    let vip = ip("192.0.2.202");
+    let owner = election::owner(vip, ["node1", "node2"]).unwrap();
+    let other = if owner == "node1" { "node2" } else { "node1" };
+    // The non-owner's endpoint terminates: it never answered, and still does not.
+    let (c1, c2) = if other == "node1" { (TERMINATING, READY) } else { (READY, TERMINATING) };
+    let m = l2_local(c1, c2);
+    let a = plan(&m, other, &all_live(&m));
+    assert!(!a.l2.contains_key(&vip) && a.l2_draining.is_empty(), "{a:?}");
+    // Not live (left membership): no handover either, the successor has taken over.
+    let (c1, c2) = if owner == "node1" { (TERMINATING, READY) } else { (READY, TERMINATING) };
+    let m = l2_local(c1, c2);
+    let live: BTreeSet<String> = [other.to_string()].into();
+    assert!(plan(&m, owner, &live).l2_draining.is_empty());
+    // The only other node with an endpoint is not live: nobody could take over, so the
+    // owner keeps the address (its endpoint still serves) instead of breaking.
+    let live: BTreeSet<String> = [owner.to_string()].into();
+    let a = plan(&m, owner, &live);
+    assert!(a.l2.contains_key(&vip) && a.l2_draining.is_empty(), "{a:?}");
+    assert!(!plan(&m, other, &live).l2.contains_key(&vip));
+}

@@ -5,6 +5,7 @@ pub mod bfd;
 pub mod bgp_scale;
 pub mod failover;
 pub mod file_latency;
+pub mod plan;
 
 use std::time::Duration;
 

@@ -1,0 +1,256 @@
+//! The incremental planner: keeps what every Service contributes and, on a change,
+//! recomputes only the Services the model marked, then re-merges only the addresses
+//! and prefixes their old and new contributions touch.
+//!
+//! A Service's contribution depends on the Service, its EndpointSlices and what is
+//! global (nodes, configuration, this node, the live members); a global change
+//! recomputes everything. Services sharing an address, or a prefix through
+//! aggregation, meet only in the merge, which always reads every contributor.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+
+use super::{Announcements, Fragment, Globals, RouteAttrs, fragment, merge_interfaces};
+use crate::model::{Changes, ClusterModel, ServiceKey};
+
+/// Plans incrementally: [`Planner::plan`] gives what [`super::plan`] gives from scratch.
+#[derive(Debug, Default)]
+pub struct Planner {
+    /// The node and live set of the last plan (None: nothing planned yet).
+    me: Option<String>,
+    live: BTreeSet<String>,
+    fragments: BTreeMap<ServiceKey, Arc<Fragment>>,
+    /// The Services having an address, or a route for a prefix (with their
+    /// contributions, so a merge needs no lookup).
+    by_ip: BTreeMap<IpAddr, BTreeMap<ServiceKey, Arc<Fragment>>>,
+    by_prefix: BTreeMap<IpNet, BTreeMap<ServiceKey, Arc<Fragment>>>,
+    /// How many prefixes of each (IPv4?, length) exist, to find the routes covering an address.
+    prefix_lengths: BTreeMap<(bool, u8), usize>,
+    /// Addresses announced as draining by some Service, before the check that no
+    /// normal route covers them.
+    drain_candidates: BTreeMap<IpAddr, String>,
+    out: Announcements,
+    recomputed: usize,
+}
+
+impl Planner {
+    /// A planner that has planned nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Brings the plan up to date with what changed in `model` since the last call
+    /// (taking the model's change set) and returns it.
+    pub fn plan(&mut self, model: &mut ClusterModel, me: &str, live: &BTreeSet<String>) -> &Announcements {
+        let changes = model.take_changes();
+        self.update(model, changes, me, live)
+    }
+
+    /// How many Services the last plan recomputed.
+    pub fn recomputed(&self) -> usize {
+        self.recomputed
+    }
+
+    pub(super) fn into_announcements(self) -> Announcements {
+        self.out
+    }
+
+    pub(super) fn update(
+        &mut self,
+        model: &ClusterModel,
+        changes: Changes,
+        me: &str,
+        live: &BTreeSet<String>,
+    ) -> &Announcements {
+        let all = changes.all || self.me.as_deref() != Some(me) || self.live != *live;
+        let empty = BTreeMap::new();
+        let g = Globals::of(model, me, live, &empty);
+        let keys: Vec<ServiceKey> = if all {
+            *self = Planner { me: Some(me.to_owned()), live: live.clone(), ..Planner::default() };
+            g.sessions(&mut self.out);
+            model.services.keys().cloned().collect()
+        } else {
+            changes.services.into_iter().collect()
+        };
+        self.recomputed = keys.len();
+        let mut ips = BTreeSet::new();
+        let mut prefixes = BTreeSet::new();
+        for key in keys {
+            let new = model.services.get(&key).map(|svc| Arc::new(fragment(model, &g, &key, svc)));
+            let old = self.fragments.remove(&key);
+            if old == new {
+                if let Some(f) = old {
+                    self.fragments.insert(key, f);
+                }
+                continue;
+            }
+            if let Some(f) = old {
+                self.unindex(&key, &f, &mut ips, &mut prefixes);
+            }
+            if let Some(f) = new {
+                self.index(&key, &f, &mut ips, &mut prefixes);
+                self.fragments.insert(key, f);
+            }
+        }
+        for p in prefixes {
+            self.merge_prefix(p);
+        }
+        for ip in ips {
+            self.merge_ip(ip);
+        }
+        self.filter_draining();
+        &self.out
+    }
+
+    fn index(
+        &mut self,
+        key: &ServiceKey,
+        f: &Arc<Fragment>,
+        ips: &mut BTreeSet<IpAddr>,
+        prefixes: &mut BTreeSet<IpNet>,
+    ) {
+        for o in &f.outcomes {
+            self.by_ip.entry(o.ip).or_default().insert(key.clone(), f.clone());
+            ips.insert(o.ip);
+        }
+        for (_, p, _) in &f.routes {
+            let holders = self.by_prefix.entry(*p).or_default();
+            if holders.is_empty() {
+                *self.prefix_lengths.entry(length_of(p)).or_default() += 1;
+            }
+            holders.insert(key.clone(), f.clone());
+            prefixes.insert(*p);
+        }
+    }
+
+    fn unindex(
+        &mut self,
+        key: &ServiceKey,
+        f: &Fragment,
+        ips: &mut BTreeSet<IpAddr>,
+        prefixes: &mut BTreeSet<IpNet>,
+    ) {
+        for o in &f.outcomes {
+            if let Some(holders) = self.by_ip.get_mut(&o.ip) {
+                holders.remove(key);
+                if holders.is_empty() {
+                    self.by_ip.remove(&o.ip);
+                }
+            }
+            ips.insert(o.ip);
+        }
+        for (_, p, _) in &f.routes {
+            if let Some(holders) = self.by_prefix.get_mut(p) {
+                holders.remove(key);
+                if holders.is_empty() {
+                    self.by_prefix.remove(p);
+                    let l = length_of(p);
+                    if let Some(n) = self.prefix_lengths.get_mut(&l) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.prefix_lengths.remove(&l);
+                        }
+                    }
+                }
+            }
+            prefixes.insert(*p);
+        }
+    }
+
+    /// Re-merges every route for `prefix` from the Services holding it.
+    fn merge_prefix(&mut self, prefix: IpNet) {
+        let mut merged: BTreeMap<&str, RouteAttrs> = BTreeMap::new();
+        for f in self.by_prefix.get(&prefix).into_iter().flat_map(BTreeMap::values) {
+            for (peer, _, a) in f.routes.iter().filter(|(_, p, _)| *p == prefix) {
+                merged.entry(peer.as_str()).and_modify(|e| e.merge(a)).or_insert_with(|| a.clone());
+            }
+        }
+        for (peer, routes) in &mut self.out.bgp {
+            match merged.remove(peer.as_str()) {
+                Some(mut a) => {
+                    a.mark_draining(self.out.ibgp.contains(peer));
+                    routes.insert(prefix, a);
+                }
+                None => {
+                    routes.remove(&prefix);
+                }
+            }
+        }
+    }
+
+    /// Re-merges L2 ownership, the withdrawal reason and the drain of `ip` from the
+    /// Services holding it, in Service order.
+    fn merge_ip(&mut self, ip: IpAddr) {
+        let mut announced = false;
+        let mut reasons: Option<Vec<&str>> = None;
+        let mut draining: Option<&String> = None;
+        let mut l2: Option<Vec<String>> = None;
+        let mut handover: Option<(Vec<String>, &String)> = None;
+        for f in self.by_ip.get(&ip).into_iter().flat_map(BTreeMap::values) {
+            for o in f.outcomes.iter().filter(|o| o.ip == ip) {
+                announced |= o.done;
+                if !o.done {
+                    reasons.get_or_insert_with(Vec::new).extend(o.why.iter().map(String::as_str));
+                }
+                if draining.is_none() {
+                    draining = o.draining.as_ref();
+                }
+                if let Some(ifs) = &o.l2 {
+                    merge_interfaces(l2.get_or_insert_with(|| ifs.clone()), ifs);
+                }
+                if let Some((ifs, why)) = &o.l2_handover {
+                    merge_interfaces(&mut handover.get_or_insert_with(|| (ifs.clone(), why)).0, ifs);
+                }
+            }
+        }
+        let out = &mut self.out;
+        out.l2.remove(&ip);
+        out.l2_draining.remove(&ip);
+        out.withdrawn.remove(&ip);
+        self.drain_candidates.remove(&ip);
+        match (l2, handover) {
+            (Some(ifs), _) => {
+                out.l2.insert(ip, ifs);
+            }
+            (None, Some((ifs, why))) => {
+                out.l2.insert(ip, ifs);
+                out.l2_draining.insert(ip, why.clone());
+            }
+            (None, None) => {}
+        }
+        if let Some(why) = draining {
+            self.drain_candidates.insert(ip, why.clone());
+        }
+        if let (false, Some(mut why)) = (announced, reasons) {
+            why.dedup();
+            out.withdrawn.insert(ip, why.join("; "));
+        }
+    }
+
+    /// An address also announced normally (another Service, another advertisement, an
+    /// aggregate) is not draining.
+    fn filter_draining(&mut self) {
+        let out = &mut self.out;
+        let lengths = &self.prefix_lengths;
+        let covered_normally = |ip: &IpAddr| {
+            lengths.keys().filter(|(v4, _)| *v4 == ip.is_ipv4()).any(|(_, len)| {
+                let Ok(p) = IpNet::new(*ip, *len).map(|p| p.trunc()) else { return false };
+                out.bgp.values().any(|r| r.get(&p).is_some_and(|a| !a.draining))
+            })
+        };
+        let draining: BTreeMap<IpAddr, String> = self
+            .drain_candidates
+            .iter()
+            .filter(|(ip, _)| !covered_normally(ip))
+            .map(|(ip, w)| (*ip, w.clone()))
+            .collect();
+        out.draining = draining;
+    }
+}
+
+fn length_of(p: &IpNet) -> (bool, u8) {
+    (matches!(p, IpNet::V4(_)), p.prefix_len())
+}
