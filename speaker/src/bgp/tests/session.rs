@@ -76,7 +76,8 @@ async fn active_and_passive_drivers_establish_and_exchange_routes() {
     })
     .await;
     assert_eq!(sb.prefixes_received, 4);
-    assert_eq!(a.status().prefixes_advertised, 4);
+    // A publishes its own counters after the write; B may count first.
+    wait_for(&a, "A counted 4 prefixes advertised", |s| s.prefixes_advertised == 4).await;
 
     // A withdrawal reaches the peer as well.
     let mut fewer = routes();
