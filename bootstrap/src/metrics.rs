@@ -199,13 +199,12 @@ impl Metrics {
                 let Ok((mut s, _)) = listener.accept().await else { continue };
                 let m = self.clone();
                 tokio::spawn(async move {
-                    let mut buf = [0u8; 1024];
-                    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+                    let head = tokio::time::timeout(Duration::from_secs(5), read_request_line(&mut s))
                         .await
                         .ok()
                         .and_then(Result::ok)
-                        .unwrap_or(0);
-                    let req = String::from_utf8_lossy(&buf[..n]);
+                        .unwrap_or_default();
+                    let req = String::from_utf8_lossy(&head);
                     let path = req.split_whitespace().nth(1).unwrap_or("/");
                     let (status, ctype, body) = m.answer(path, Instant::now());
                     let head = format!(
@@ -220,6 +219,20 @@ impl Metrics {
         });
         Ok(())
     }
+}
+
+/// Reads until the request line is complete (a client may send it in pieces), at most 1 KiB.
+async fn read_request_line(s: &mut tokio::net::TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(128);
+    let mut chunk = [0u8; 256];
+    while !buf.contains(&b'\n') && buf.len() < 1024 {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok(buf)
 }
 
 #[cfg(test)]
