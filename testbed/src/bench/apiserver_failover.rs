@@ -7,7 +7,8 @@
 //! `https://VIP:6443/readyz` every 10 ms, each attempt in its own thread, and the
 //! outage is the longest run without a `200`. The owner's apiserver "dies" by closing
 //! its listening socket (connections refused), as a crashed apiserver does; it comes
-//! back after each trial and the VIP is allowed to settle before the next one.
+//! back after each trial and the VIP is allowed to settle before the next one; each
+//! death falls at a random point of the health-check interval.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -97,9 +98,26 @@ fn apiservers(lab: &Lab, ca: &TestCa) -> Result<Vec<HealthServer>, Error> {
         .collect()
 }
 
-/// One trial: the client probes the VIP, the owner's apiserver dies, the client's
-/// attempts succeed again (through the new owner); returns (old owner, outage).
-fn trial(lab: &Lab, ca: &TestCa, api: &[HealthServer], vip: IpAddr) -> Result<(usize, Duration), Error> {
+/// A pseudo-random duration in `[0, max)` from the clock's nanoseconds.
+fn jitter(max: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::from(d.subsec_nanos()) ^ d.as_secs().wrapping_mul(0x9e37_79b9))
+        .unwrap_or(0);
+    let max = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX).max(1);
+    Duration::from_nanos(nanos % max)
+}
+
+/// One trial: the client probes the VIP, the owner's apiserver dies at a random phase
+/// of the health checks (`phase` wide), the client's attempts succeed again (through
+/// the new owner); returns (old owner, outage).
+fn trial(
+    lab: &Lab,
+    ca: &TestCa,
+    api: &[HealthServer],
+    vip: IpAddr,
+    phase: Duration,
+) -> Result<(usize, Duration), Error> {
     let owner = wait::until("one VIP owner", Duration::from_secs(30), || holder(lab, vip))?;
     let probe = HttpsProbe::start(
         lab.client(),
@@ -112,6 +130,9 @@ fn trial(lab: &Lab, ca: &TestCa, api: &[HealthServer], vip: IpAddr) -> Result<(u
     wait::until("the client reaching the VIP", Duration::from_secs(10), || {
         Ok((probe.counts().1 >= 20).then_some(()))
     })?;
+    // Without this the death would fall at the same point of the health check schedule
+    // every trial (the settling is paced by it) and the figures would not spread.
+    std::thread::sleep(jitter(phase));
     let died = Instant::now();
     if let Some(a) = api.get(owner - 1) {
         a.set_running(false);
@@ -193,10 +214,11 @@ spec:
     let winner = ferrolb_speaker::election::owner(vip, names.iter().map(String::as_str))
         .and_then(|w| (1..=NODES).find(|i| plan::node_name(*i) == w))
         .ok_or_else(|| Error::Parse("no election winner".into()))?;
+    let phase = p.interval;
     let mut outages = Vec::new();
     for t in 0..p.trials {
         settle(&lab, vip, winner, Duration::from_secs(2))?;
-        let (owner, o) = trial(&lab, &ca, &api, vip)?;
+        let (owner, o) = trial(&lab, &ca, &api, vip, phase)?;
         println!(
             "  ferrolb trial {:>2}: node{owner}'s apiserver died, outage {:>6.0} ms",
             t + 1,
@@ -233,11 +255,12 @@ pub fn keepalived(p: &Params) -> Result<Vec<Duration>, Error> {
         });
         daemons.push(Keepalived::start(&lab, lab.node(i), &format!("keepalived-node{i}"), &spec)?);
     }
+    let phase = Duration::from_secs(u64::from(interval));
     let mut outages = Vec::new();
     for t in 0..p.trials {
         // Preemption puts the VIP back on node1 once its check rises again.
         settle(&lab, vip, 1, Duration::from_secs(3))?;
-        let (owner, o) = trial(&lab, &ca, &api, vip)?;
+        let (owner, o) = trial(&lab, &ca, &api, vip, phase)?;
         println!(
             "  keepalived trial {:>2}: node{owner}'s apiserver died, outage {:>6.0} ms",
             t + 1,
