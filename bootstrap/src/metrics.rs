@@ -199,7 +199,7 @@ impl Metrics {
                 let Ok((mut s, _)) = listener.accept().await else { continue };
                 let m = self.clone();
                 tokio::spawn(async move {
-                    let head = tokio::time::timeout(Duration::from_secs(5), read_request_line(&mut s))
+                    let head = tokio::time::timeout(Duration::from_secs(5), read_request_head(&mut s))
                         .await
                         .ok()
                         .and_then(Result::ok)
@@ -221,11 +221,12 @@ impl Metrics {
     }
 }
 
-/// Reads until the request line is complete (a client may send it in pieces), at most 1 KiB.
-async fn read_request_line(s: &mut tokio::net::TcpStream) -> std::io::Result<Vec<u8>> {
-    let mut buf = Vec::with_capacity(128);
-    let mut chunk = [0u8; 256];
-    while !buf.contains(&b'\n') && buf.len() < 1024 {
+/// Reads the whole request head (a client may send it in pieces; closing with unread
+/// bytes would reset the connection under the client's feet), at most 4 KiB.
+async fn read_request_head(s: &mut tokio::net::TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(256);
+    let mut chunk = [0u8; 512];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 4096 {
         let n = s.read(&mut chunk).await?;
         if n == 0 {
             break;

@@ -118,7 +118,7 @@ fn fetch_marker(lab: &Lab, vip: IpAddr, ca: &TestCa) -> Result<String, ferrolb_t
 /// A `ferrolb_bootstrap_*` sample scraped from node `i`'s metrics endpoint.
 fn metric(lab: &Lab, i: usize, name: &str) -> Option<f64> {
     let addr: SocketAddr = "127.0.0.1:7949".parse().unwrap();
-    let text = client::http_get(lab.node(i), addr, "/metrics", Duration::from_secs(2)).ok()?;
+    let text = client::http_get(lab.node(i), addr, "/metrics", Duration::from_secs(2)).unwrap();
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
