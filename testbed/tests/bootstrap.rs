@@ -596,40 +596,50 @@ fn l2_ipv6_vip_moves_by_unsolicited_na_and_the_client_reaches_it() {
     assert_eq!(body, plan::node_name(other));
 }
 
-/// BGP mode with an IPv6 VIP over an IPv6 session to BIRD: the router learns a /128
-/// with the node's IPv6 address as next hop, and the client reaches [VIP]:6443.
+/// BGP mode with an IPv6 VIP: node1 over an IPv6 session, node2 over an IPv4 session
+/// with an IPv6 member address (its next hop for IPv6 routes). BIRD learns the /128
+/// from both with the nodes' IPv6 addresses as next hops (ECMP), and the client
+/// reaches [VIP]:6443.
 #[test]
 fn bgp_ipv6_vip_is_announced_as_a_host_route() {
-    let lab = Lab::up(LabConfig::nodes(1)).unwrap();
+    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let bird = Bird::start(&lab, &RouterSpec::default()).unwrap();
     let ca = TestCa::new().unwrap();
-    let _api = standin(&lab, 1, &ca, true);
-    let cp = checkpoint(
-        &lab,
-        1,
-        &ca,
-        &format!("  address: \"{BGP_VIP6}\"\n  mode: BGP\n  bgp: {{peers: [router-v6]}}\n"),
-        &format!(
+    let _api: Vec<HealthServer> = (1..=2).map(|i| standin(&lab, i, &ca, true)).collect();
+    let peer = |i: usize, peer: IpAddr, source: IpAddr| {
+        format!(
             "---
 apiVersion: ferrolb.io/v1alpha1
 kind: BGPPeer
-metadata: {{name: router-v6}}
-spec: {{myASN: {}, peerASN: {}, peerAddress: \"{}\", sourceAddress: \"{}\", connectTime: 1s}}
+metadata: {{name: router}}
+spec: {{myASN: {}, peerASN: {}, peerAddress: \"{peer}\", sourceAddress: \"{source}\", routerID: {}, connectTime: 1s}}
 ",
             plan::NODE_ASN,
             plan::ROUTER_ASN,
-            plan::ROUTER_V6,
-            plan::node_v6(1)
-        ),
-    );
-    let _p = start(&lab, 1, &cp, &[], 1);
+            plan::node_v4(i)
+        )
+    };
+    let spec = format!("  address: \"{BGP_VIP6}\"\n  mode: BGP\n  bgp: {{peers: [router]}}\n");
+    let cp1 = checkpoint(&lab, 1, &ca, &spec, &peer(1, plan::ROUTER_V6.into(), plan::node_v6(1).into()));
+    let cp2 = checkpoint(&lab, 2, &ca, &spec, &peer(2, plan::ROUTER_V4.into(), plan::node_v4(2).into()));
+    let text = std::fs::read_to_string(&cp2).unwrap();
+    let member = format!("{{name: node2, address: {}}}", plan::node_v4(2));
+    assert!(text.contains(&member), "{text}");
+    std::fs::write(
+        &cp2,
+        text.replace(&member, &format!("{{name: node2, address: \"{}\"}}", plan::node_v6(2))),
+    )
+    .unwrap();
+    let _p: Vec<Proc> = [cp1, cp2].iter().enumerate().map(|(i, cp)| start(&lab, i + 1, cp, &[], 1)).collect();
     let prefix = format!("{BGP_VIP6}/128");
-    let hop: Vec<IpAddr> = vec![plan::node_v6(1).into()];
-    routers::wait_rib(&bird, &prefix, &hop, T).unwrap();
-    routers::wait_kernel_route(bird.netns(), &prefix, &hop, T).unwrap();
+    let hops: Vec<IpAddr> = vec![plan::node_v6(1).into(), plan::node_v6(2).into()];
+    routers::wait_rib(&bird, &prefix, &hops, T).unwrap();
+    routers::wait_kernel_route(bird.netns(), &prefix, &hops, T).unwrap();
     let vip: IpAddr = BGP_VIP6.parse().unwrap();
     let body =
         wait::until("the client reaches [VIP]:6443", T, || Ok(fetch_marker(&lab, vip, &ca).ok())).unwrap();
-    assert_eq!(body, "node1");
-    assert_eq!(metric(&lab, 1, "ferrolb_bootstrap_vip_announced"), Some(1.0));
+    assert!(body == "node1" || body == "node2", "{body}");
+    for i in 1..=2 {
+        assert_eq!(metric(&lab, i, "ferrolb_bootstrap_vip_announced"), Some(1.0));
+    }
 }
