@@ -3,15 +3,15 @@
 //! GRACEFUL_SHUTDOWN (65535:0, RFC 8326), then withdraws it after the drain delay.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrolb_api::{AddressFamily, BgpPeer, Community as ApiCommunity, ControlPlaneVip, ValidConfig};
-use ferrolb_speaker::bgp::fsm::{GracefulRestartConfig, PeerConfig};
+use ferrolb_api::{BgpPeer, Community as ApiCommunity, ControlPlaneVip, ValidConfig};
+use ferrolb_speaker::announce::bgp::peer_session_config;
 use ferrolb_speaker::bgp::session::{self, Routes, SessionConfig, SessionHandle};
 use ferrolb_speaker::bgp::socket::Password;
-use ferrolb_speaker::bgp::{Community, Family, LargeCommunity, Origin, PathAttributes};
+use ferrolb_speaker::bgp::{Community, LargeCommunity, Origin, PathAttributes};
 use ipnet::IpNet;
 use kube::ResourceExt;
 use tokio::time::Instant;
@@ -94,12 +94,12 @@ pub fn session_configs(
     node: &str,
 ) -> Result<Vec<SessionConfig>, BgpConfigError> {
     let names = vip.spec.bgp.as_ref().map(|b| b.peers.clone()).unwrap_or_default();
-    let member_v4 = vip
+    let member = vip
         .spec
         .members
         .iter()
         .find(|m| m.name == node)
-        .and_then(|m| m.address.trim().parse::<Ipv4Addr>().ok());
+        .and_then(|m| m.address.trim().parse::<IpAddr>().ok());
     let mut out = Vec::new();
     for name in names {
         let peer = config
@@ -107,20 +107,31 @@ pub fn session_configs(
             .iter()
             .find(|p| p.name_any() == name)
             .ok_or_else(|| BgpConfigError(format!("BGPPeer {name:?} is not in the checkpoint")))?;
-        out.push(session_config(peer, member_v4)?);
+        out.push(session_config(peer, member)?);
     }
     Ok(out)
 }
 
-fn session_config(peer: &BgpPeer, member_v4: Option<Ipv4Addr>) -> Result<SessionConfig, BgpConfigError> {
+/// One peer's session through the speaker's translation of BGPPeer fields
+/// ([`peer_session_config`]); bootstrap adds its own rules: no passive peers, the
+/// router id defaulting to the member's IPv4 address, the password from `passwordFile`,
+/// and the member's address as the next hop of its family for the other family's
+/// session (an IPv6 VIP over an IPv4 session needs an IPv6 member address).
+fn session_config(peer: &BgpPeer, member: Option<IpAddr>) -> Result<SessionConfig, BgpConfigError> {
     let name = peer.name_any();
     let s = &peer.spec;
     let err = |field: &str, what: String| BgpConfigError(format!("BGPPeer/{name}: {field}: {what}"));
-    let peer_ip: IpAddr =
-        s.peer_address.trim().parse().map_err(|_| err("spec.peerAddress", "not an IP address".into()))?;
     let source: Option<IpAddr> = match &s.source_address {
         Some(a) => Some(a.trim().parse().map_err(|_| err("spec.sourceAddress", "not an IP address".into()))?),
         None => None,
+    };
+    let member_v4 = match member {
+        Some(IpAddr::V4(a)) => Some(a),
+        _ => None,
+    };
+    let member_v6 = match member {
+        Some(IpAddr::V6(a)) => Some(a),
+        _ => None,
     };
     let router_id: Ipv4Addr = match &s.router_id {
         Some(r) => r.trim().parse().map_err(|_| err("spec.routerID", "not an IPv4 address".into()))?,
@@ -144,45 +155,18 @@ fn session_config(peer: &BgpPeer, member_v4: Option<Ipv4Addr>) -> Result<Session
                 .into(),
         ));
     }
-    let mut p = PeerConfig::new(s.my_asn, s.peer_asn, router_id);
-    let secs = |d: Result<ferrolb_api::Duration, _>, field: &str| -> Result<u16, BgpConfigError> {
-        let d: ferrolb_api::Duration =
-            d.map_err(|e: ferrolb_api::DurationError| err(field, e.to_string()))?;
-        u16::try_from(d.std().as_secs()).map_err(|_| err(field, "too long".into()))
+    let password = match &s.password_file {
+        Some(file) => {
+            let pw = std::fs::read_to_string(file)
+                .map_err(|e| err("spec.passwordFile", format!("cannot read {file}: {e}")))?;
+            Some(Password::new(pw.trim().to_owned()))
+        }
+        None => None,
     };
-    p.hold_time = secs(s.hold_time.parse(), "spec.holdTime")?;
-    if s.keepalive_time.is_some() {
-        p.keepalive_time = Some(secs(peer.spec.keepalive_time(), "spec.keepaliveTime")?);
-    }
-    p.connect_retry =
-        s.connect_time().map(|d| d.std()).map_err(|e| err("spec.connectTime", e.to_string()))?;
-    p.families = s
-        .address_families
-        .iter()
-        .map(|f| match f {
-            AddressFamily::Ipv4Unicast => Family::IPV4_UNICAST,
-            AddressFamily::Ipv6Unicast => Family::IPV6_UNICAST,
-        })
-        .collect();
-    if let Some(gr) = &s.graceful_restart
-        && gr.enabled
-    {
-        let t = secs(gr.restart_time(), "spec.gracefulRestart.restartTime")?;
-        p.graceful_restart = Some(GracefulRestartConfig {
-            restart_time: t.min(4095),
-            restarting: true,
-            forwarding_preserved: false,
-        });
-    }
-    let mut c = SessionConfig::new(p, SocketAddr::new(peer_ip, s.peer_port));
-    c.local_addr = source;
-    c.ebgp_multihop = s.ebgp_multi_hop;
-    if let Some(file) = &s.password_file {
-        let pw = std::fs::read_to_string(file)
-            .map_err(|e| err("spec.passwordFile", format!("cannot read {file}: {e}")))?;
-        c.password = Some(Password::new(pw.trim().to_owned()));
-    }
-    Ok(c)
+    // A new process: announce the restart (RFC 4724 §4.1); the VIP stays on `lo`
+    // across a restart, so forwarding is preserved.
+    peer_session_config(&name, s, password, router_id, (member_v4, member_v6), true)
+        .map_err(|e| BgpConfigError(e.to_string()))
 }
 
 /// The VIP route's attributes: configured communities, plus GRACEFUL_SHUTDOWN when draining.
@@ -301,6 +285,67 @@ mod tests {
         d.set_healthy(t0, true);
         d.shutdown(t0);
         assert_eq!(d.phase(), Phase::Draining { until: t0 + Duration::from_secs(2) });
+    }
+
+    fn checkpoint(peer_spec: &str, member: &str) -> (ValidConfig, ControlPlaneVip) {
+        let text = format!(
+            "apiVersion: ferrolb.io/v1alpha1
+kind: BGPPeer
+metadata: {{name: router-a}}
+spec: {peer_spec}
+---
+apiVersion: ferrolb.io/v1alpha1
+kind: ControlPlaneVIP
+metadata: {{name: apiserver}}
+spec:
+  address: 2001:db8:3::100
+  mode: BGP
+  members: [{{name: node1, address: \"{member}\"}}]
+  bgp: {{peers: [router-a]}}
+"
+        );
+        let config = ferrolb_api::parse_stream("cp", &text).unwrap().validated_config("cp").unwrap();
+        let vip = config.control_plane_vips[0].clone();
+        (config, vip)
+    }
+
+    #[test]
+    fn peer_fields_reach_the_session_through_the_speakers_translation() {
+        let (config, vip) = checkpoint(
+            "{myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.1, holdTime: 9s, keepaliveTime: 3s, connectTime: 1s, gracefulRestart: {enabled: true, restartTime: 60s}}",
+            "192.0.2.11",
+        );
+        let c = session_configs(&config, &vip, "node1").unwrap().remove(0);
+        assert_eq!(c.peer_addr, "192.0.2.1:179".parse().unwrap());
+        assert_eq!((c.peer.hold_time, c.peer.keepalive_time), (9, Some(3)));
+        assert_eq!(c.peer.connect_retry, Duration::from_secs(1));
+        assert_eq!(c.peer.router_id, "192.0.2.11".parse::<Ipv4Addr>().unwrap());
+        let gr = c.peer.graceful_restart.unwrap();
+        assert!(gr.restarting, "a new process announces its restart");
+        assert_eq!(gr.restart_time, 60);
+        assert!(!c.peer.passive);
+    }
+
+    #[test]
+    fn an_ipv6_member_is_the_ipv6_next_hop_over_an_ipv4_session() {
+        let (config, vip) = checkpoint(
+            "{myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.1, routerID: 192.0.2.11}",
+            "2001:db8::11",
+        );
+        let c = session_configs(&config, &vip, "node1").unwrap().remove(0);
+        assert_eq!(c.export.next_hop_v6, Some("2001:db8::11".parse().unwrap()));
+    }
+
+    #[test]
+    fn passive_peers_and_missing_router_ids_are_refused_naming_the_field() {
+        let (config, vip) =
+            checkpoint("{myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.1, passive: true}", "192.0.2.11");
+        let e = session_configs(&config, &vip, "node1").unwrap_err().to_string();
+        assert!(e.contains("BGPPeer/router-a: spec.passive"), "{e}");
+        let (config, vip) =
+            checkpoint("{myASN: 64513, peerASN: 64512, peerAddress: \"2001:db8::1\"}", "2001:db8::11");
+        let e = session_configs(&config, &vip, "node1").unwrap_err().to_string();
+        assert!(e.contains("BGPPeer/router-a: spec.routerID"), "{e}");
     }
 
     #[test]

@@ -384,16 +384,24 @@ impl rustls::client::danger::ServerCertVerifier for NoVerify {
     }
 }
 
-/// Probes forever on the gate's schedule, publishing health on `tx`; logs one line per
-/// change with the last probe error.
-pub async fn run(prober: Prober, mut gate: Gate, tx: watch::Sender<bool>) {
+/// Probes forever on the gate's schedule, publishing health on `tx` and into `metrics`;
+/// logs one line per change with the last probe error.
+pub async fn run(
+    prober: Prober,
+    mut gate: Gate,
+    tx: watch::Sender<bool>,
+    metrics: Arc<crate::metrics::Metrics>,
+) {
+    metrics.healthy.set(0);
     loop {
         if let Some(at) = gate.poll_timeout() {
             tokio::time::sleep_until(at).await;
         }
         gate.probe_started(Instant::now());
         let result = prober.probe().await;
+        metrics.probe_finished(Instant::now(), result.is_ok());
         if let Some(healthy) = gate.handle(result.is_ok()) {
+            metrics.healthy.set(i64::from(healthy));
             match &result {
                 Ok(()) => tracing::info!(healthy, "local apiserver is healthy"),
                 Err(e) => tracing::warn!(healthy, error = %e, "local apiserver is unhealthy"),

@@ -9,6 +9,7 @@
 //! * [`refresh`]: rewriting the checkpoint from the local apiserver.
 //! * [`credentials`]: the least-privilege client certificate and kubeconfig.
 //! * [`manifest`]: the static pod.
+//! * [`metrics`]: `ferrolb_bootstrap_*` metrics, liveness and readiness.
 pub mod addr;
 pub mod bgp;
 pub mod checkpoint;
@@ -16,4 +17,5 @@ pub mod credentials;
 pub mod health;
 pub mod l2;
 pub mod manifest;
+pub mod metrics;
 pub mod refresh;

@@ -3,7 +3,6 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
@@ -12,12 +11,12 @@ use ferrolb_api::{
     BgpPeer, BgpPeerSpec, Config, ControlPlaneVip, ControlPlaneVipBgp, ControlPlaneVipMember,
     ControlPlaneVipSpec, VipMode,
 };
+use ferrolb_bootstrap::metrics::Metrics;
 use ferrolb_bootstrap::{addr, bgp, checkpoint, credentials, health, l2, manifest, refresh};
 use ferrolb_speaker::l2::{
     DEFAULT_TAKEOVER, InterfaceChoice, L2Announcer, L2Config, L2Handle, L2Metrics, Owned,
 };
 use ferrolb_speaker::membership::{MembershipConfig, Seed};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 /// Announces the kube-apiserver VIP from a checkpoint, gated on the local apiserver's health.
@@ -56,9 +55,9 @@ struct RunArgs {
     /// This node's name (as in spec.members).
     #[arg(long, env = "NODE_NAME")]
     node_name: String,
-    /// Liveness (/healthz) and readiness (/readyz) endpoint.
-    #[arg(long, default_value = manifest::defaults::HEALTH_ADDR)]
-    health_addr: SocketAddr,
+    /// Metrics (/metrics), liveness (/healthz) and readiness (/readyz) endpoint.
+    #[arg(long, alias = "health-addr", default_value = manifest::defaults::METRICS_ADDR)]
+    metrics_addr: SocketAddr,
     /// Kubeconfig for the checkpoint refresh; default `bootstrap.kubeconfig` next to the checkpoint.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
@@ -87,9 +86,9 @@ struct ManifestArgs {
     /// Cluster CA mounted read-only.
     #[arg(long, default_value = manifest::defaults::CA_FILE)]
     ca_file: String,
-    /// Health endpoint of the pod (loopback).
-    #[arg(long, default_value = manifest::defaults::HEALTH_ADDR)]
-    health_addr: String,
+    /// Metrics and health endpoint of the pod (loopback; the probes use it).
+    #[arg(long, alias = "health-addr", default_value = manifest::defaults::METRICS_ADDR)]
+    metrics_addr: String,
     /// RUST_LOG of the container.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -216,7 +215,7 @@ fn print_manifest(a: ManifestArgs) -> anyhow::Result<()> {
         checkpoint: a.checkpoint,
         config_dir: a.config_dir,
         ca_file: a.ca_file,
-        health_addr: a.health_addr,
+        metrics_addr: a.metrics_addr,
         log_level: a.log_level,
         ..Default::default()
     };
@@ -311,31 +310,6 @@ fn init(a: InitArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves /healthz (alive) and /readyz (announcing machinery running) on loopback.
-async fn serve_health(addr: SocketAddr, ready: Arc<AtomicBool>) -> anyhow::Result<()> {
-    let listener =
-        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("--health-addr {addr}"))?;
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else { continue };
-            let ready = ready.clone();
-            tokio::spawn(async move {
-                let mut buf = [0u8; 1024];
-                let n = s.read(&mut buf).await.unwrap_or(0);
-                let req = String::from_utf8_lossy(&buf[..n]);
-                let ok = if req.starts_with("GET /readyz") { ready.load(Ordering::Relaxed) } else { true };
-                let answer = if ok {
-                    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
-                } else {
-                    "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot ready"
-                };
-                let _ = s.write_all(answer.as_bytes()).await;
-            });
-        }
-    });
-    Ok(())
-}
-
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
@@ -365,6 +339,7 @@ async fn wait_stop(
     written: &mut watch::Receiver<u64>,
     path: &Path,
     current: &checkpoint::Checkpoint,
+    metrics: &Metrics,
 ) -> Stop {
     loop {
         tokio::select! {
@@ -374,6 +349,7 @@ async fn wait_stop(
                     shutdown.as_mut().await;
                     return Stop::Signal;
                 }
+                metrics.checkpoint_refreshes.inc();
                 match checkpoint::load_one(path) {
                     Ok(new) if new.config != current.config => return Stop::Reload(Box::new(new)),
                     Ok(_) => {}
@@ -390,8 +366,12 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         tracing::warn!("{w}");
     }
     let vip_name = kube::ResourceExt::name_any(cp.vip());
-    let ready = Arc::new(AtomicBool::new(false));
-    serve_health(a.health_addr, ready.clone()).await?;
+    let metrics = Arc::new(Metrics::new());
+    metrics
+        .clone()
+        .serve(a.metrics_addr)
+        .await
+        .with_context(|| format!("--metrics-addr {}", a.metrics_addr))?;
 
     // Refresh the checkpoint from the local apiserver when credentials exist.
     let (written_tx, mut written_rx) = watch::channel(0u64);
@@ -425,21 +405,25 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
             );
         }
         tracing::info!(file = %cp.path.display(), vip = %ip, mode = ?vip.spec.mode, node = %a.node_name, "checkpoint loaded");
+        metrics.checkpoint_generation.inc();
+        metrics.checkpoint_from_previous.set(i64::from(cp.path != a.checkpoint));
         let prober = health::Prober::new(&vip.spec.health_check, &a.apiserver_tls_name).map_err(|e| {
             anyhow!("{}: ControlPlaneVIP/{vip_name}: spec.healthCheck: {e}", cp.path.display())
         })?;
         let interval = vip.spec.health_check.interval().map(|d| d.std()).unwrap_or(Duration::from_secs(1));
         let threshold = u32::try_from(vip.spec.health_check.failure_threshold).unwrap_or(3);
+        let timeout = vip.spec.health_check.timeout().map(|d| d.std()).unwrap_or(Duration::from_secs(1));
+        metrics.set_liveness_window(Metrics::liveness_window(interval, timeout));
         let (health_tx, health_rx) = watch::channel(false);
         let gate = health::Gate::new(interval, threshold, health::SUCCESS_THRESHOLD);
-        let health_task = tokio::spawn(health::run(prober, gate, health_tx));
-        let stop = wait_stop(&mut shutdown, &mut written_rx, &a.checkpoint, &cp);
+        let health_task = tokio::spawn(health::run(prober, gate, health_tx, metrics.clone()));
+        let stop = wait_stop(&mut shutdown, &mut written_rx, &a.checkpoint, &cp, &metrics);
         let result = match vip.spec.mode {
-            VipMode::Bgp => run_bgp(&a, &cp, ip, &addrs, health_rx, ready.clone(), stop).await,
-            VipMode::L2 => run_l2(&a, &vip, ip, &addrs, health_rx, ready.clone(), stop).await,
+            VipMode::Bgp => run_bgp(&a, &cp, ip, &addrs, health_rx, &metrics, stop).await,
+            VipMode::L2 => run_l2(&a, &vip, ip, &addrs, health_rx, &metrics, stop).await,
         };
         health_task.abort();
-        ready.store(false, Ordering::Relaxed);
+        metrics.set_ready(false);
         match result? {
             Stop::Signal => break,
             Stop::Reload(new) => {
@@ -473,7 +457,7 @@ async fn run_bgp(
     ip: IpAddr,
     addrs: &addr::Addresses,
     mut health: watch::Receiver<bool>,
-    ready: Arc<AtomicBool>,
+    metrics: &Metrics,
     stop: impl std::future::Future<Output = Stop>,
 ) -> anyhow::Result<Stop> {
     let vip = cp.vip();
@@ -491,7 +475,7 @@ async fn run_bgp(
     }
     let announcer = bgp::Announcer::start(configs, vip, ip);
     let mut drain = bgp::Drain::new(a.drain_delay);
-    ready.store(true, Ordering::Relaxed);
+    metrics.set_ready(true);
     tokio::pin!(stop);
     let mut phase = drain.phase();
     let reason;
@@ -512,6 +496,7 @@ async fn run_bgp(
             phase = drain.phase();
             tracing::info!(?phase, "BGP announcement of the VIP");
             announcer.apply(phase);
+            publish_phase(metrics, phase);
         }
     }
     // SIGTERM: GRACEFUL_SHUTDOWN first, withdraw after the shutdown drain.
@@ -521,10 +506,12 @@ async fn run_bgp(
         drain.shutdown(tokio::time::Instant::now());
         tracing::info!("draining: GRACEFUL_SHUTDOWN, then withdraw");
         announcer.apply(drain.phase());
+        publish_phase(metrics, drain.phase());
         if let Some(d) = drain.poll_timeout() {
             tokio::time::sleep_until(d).await;
         }
         announcer.apply(bgp::Phase::Withdrawn);
+        publish_phase(metrics, bgp::Phase::Withdrawn);
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     announcer.shutdown().await;
@@ -534,13 +521,18 @@ async fn run_bgp(
     Ok(reason)
 }
 
+fn publish_phase(metrics: &Metrics, phase: bgp::Phase) {
+    metrics.vip_announced.set(i64::from(phase != bgp::Phase::Withdrawn));
+    metrics.vip_draining.set(i64::from(matches!(phase, bgp::Phase::Draining { .. })));
+}
+
 async fn run_l2(
     a: &RunArgs,
     vip: &ControlPlaneVip,
     ip: IpAddr,
     addrs: &addr::Addresses,
     mut health: watch::Receiver<bool>,
-    ready: Arc<AtomicBool>,
+    metrics: &Metrics,
     stop: impl std::future::Future<Output = Stop>,
 ) -> anyhow::Result<Stop> {
     let ifname = match &vip.spec.interface {
@@ -556,7 +548,7 @@ async fn run_l2(
     let mut live = membership.live_healthy();
     let mut holding = false;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    ready.store(true, Ordering::Relaxed);
+    metrics.set_ready(true);
     tokio::pin!(stop);
     let reason;
     loop {
@@ -591,12 +583,14 @@ async fn run_l2(
                 announcer.set_owned(owned(ip, &ifname));
             }
             holding = true;
+            metrics.vip_owned.set(1);
         } else if holding {
             announcer.set_owned(Owned::new());
             match addrs.release(&ifname, ip).await {
                 Ok(_) => {
                     tracing::info!(%ip, interface = %ifname, live_healthy = ?set, "released the VIP");
                     holding = false;
+                    metrics.vip_owned.set(0);
                 }
                 Err(e) => tracing::warn!(error = %e, "removing the VIP"),
             }
@@ -609,6 +603,7 @@ async fn run_l2(
     if addrs.release(&ifname, ip).await? {
         tracing::info!(%ip, interface = %ifname, "VIP released on shutdown");
     }
+    metrics.vip_owned.set(0);
     Ok(reason)
 }
 

@@ -19,8 +19,8 @@ pub mod defaults {
     pub const CONFIG_DIR: &str = "/etc/ferrolb";
     /// The cluster CA verifying the local apiserver.
     pub const CA_FILE: &str = "/etc/kubernetes/pki/ca.crt";
-    /// Liveness/readiness endpoint, on loopback only.
-    pub const HEALTH_ADDR: &str = "127.0.0.1:7949";
+    /// Metrics, liveness and readiness endpoint (`--metrics-addr`), on loopback only.
+    pub const METRICS_ADDR: &str = "127.0.0.1:7949";
 }
 
 /// What the pod is made of.
@@ -34,8 +34,8 @@ pub struct Options {
     pub config_dir: String,
     /// CA file mounted read-only at the same path.
     pub ca_file: String,
-    /// `host:port` of the health endpoint.
-    pub health_addr: String,
+    /// `host:port` of the metrics and health endpoint.
+    pub metrics_addr: String,
     /// `text` or `json`.
     pub log_format: String,
     /// RUST_LOG for the container.
@@ -49,7 +49,7 @@ impl Default for Options {
             checkpoint: defaults::CHECKPOINT.into(),
             config_dir: defaults::CONFIG_DIR.into(),
             ca_file: defaults::CA_FILE.into(),
-            health_addr: defaults::HEALTH_ADDR.into(),
+            metrics_addr: defaults::METRICS_ADDR.into(),
             log_format: "text".into(),
             log_level: "info".into(),
         }
@@ -82,7 +82,7 @@ fn probe(host: &str, port: i32, path: &str, period: i32, failures: i32) -> Probe
 
 /// The static pod.
 pub fn pod(o: &Options) -> Pod {
-    let (host, port) = o.health_addr.rsplit_once(':').unwrap_or(("127.0.0.1", "7949"));
+    let (host, port) = o.metrics_addr.rsplit_once(':').unwrap_or(("127.0.0.1", "7949"));
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let port: i32 = port.parse().unwrap_or(7949);
     let labels = BTreeMap::from([
@@ -98,7 +98,7 @@ pub fn pod(o: &Options) -> Pod {
             "run".into(),
             format!("--checkpoint={}", o.checkpoint),
             "--node-name=$(NODE_NAME)".into(),
-            format!("--health-addr={}", o.health_addr),
+            format!("--metrics-addr={}", o.metrics_addr),
             format!("--log-format={}", o.log_format),
         ]),
         env: Some(vec![
@@ -215,7 +215,7 @@ mod tests {
         assert_ne!(c.security_context.as_ref().unwrap().privileged, Some(true));
         // Probes hit the local health port the container is told to serve.
         let args = c.args.clone().unwrap();
-        assert!(args.contains(&"--health-addr=127.0.0.1:7949".to_string()), "{args:?}");
+        assert!(args.contains(&"--metrics-addr=127.0.0.1:7949".to_string()), "{args:?}");
         for p in [c.liveness_probe.as_ref().unwrap(), c.readiness_probe.as_ref().unwrap()] {
             let g = p.http_get.as_ref().unwrap();
             assert_eq!((g.host.as_deref(), &g.port), (Some("127.0.0.1"), &IntOrString::Int(7949)));

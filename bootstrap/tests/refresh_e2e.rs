@@ -189,6 +189,18 @@ fn the_binary_refreshes_its_checkpoint_and_moves_to_the_new_vip() {
         on_d0(&ns.0, "192.0.2.201") && !on_d0(&ns.0, "192.0.2.200")
     });
     assert!(p.logs().contains("checkpoint changed"), "{}", p.logs());
+    // The metrics say so too: a second checkpoint generation, at least one refresh.
+    let metrics = || {
+        let addr = "127.0.0.1:7949".parse().unwrap();
+        ferrolb_testbed::client::http_get(&ns.0, addr, "/metrics", Duration::from_secs(2)).unwrap_or_default()
+    };
+    wait("checkpoint generation 2 in the metrics", || {
+        let m = metrics();
+        m.lines().any(|l| l == "ferrolb_bootstrap_checkpoint_generation 2")
+            && m.lines()
+                .any(|l| l.starts_with("ferrolb_bootstrap_checkpoint_refreshes_total ") && !l.ends_with(" 0"))
+            && m.lines().any(|l| l == "ferrolb_bootstrap_vip_owned 1")
+    });
 
     p.signal(Signal::SIGTERM);
     let status = p.wait_exit(Duration::from_secs(20)).expect("no exit on SIGTERM");

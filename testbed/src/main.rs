@@ -55,6 +55,18 @@ enum Bench {
         #[arg(long, default_value_t = 10)]
         trials: usize,
     },
+    /// Apiserver VIP: client-visible outage when the owner's apiserver dies, ferrolb-bootstrap vs keepalived.
+    ApiserverFailover {
+        /// Number of trials per system.
+        #[arg(long, default_value_t = 5)]
+        trials: usize,
+        /// Health check interval, milliseconds (keepalived: whole seconds, at least 1).
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Consecutive failed checks before a member is unhealthy.
+        #[arg(long, default_value_t = 3)]
+        failure_threshold: u32,
+    },
     /// BFD: time for ferrolb and for BIRD / FRR to declare a session down after a link cut.
     Bfd {
         /// Number of trials per router.
@@ -123,6 +135,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Status => status(),
         Cmd::Demo => ferrolb_testbed::demo::run().context("demo failed"),
         Cmd::Bench { bench: Bench::Failover { trials } } => Ok(bench::failover::run(trials)?),
+        Cmd::Bench { bench: Bench::ApiserverFailover { trials, interval_ms, failure_threshold } } => {
+            let interval = std::time::Duration::from_millis(interval_ms);
+            Ok(bench::apiserver_failover::run(&bench::apiserver_failover::Params {
+                trials,
+                interval,
+                failure_threshold,
+            })?)
+        }
         Cmd::Bench { bench: Bench::Bfd { trials, interval_ms, multiplier } } => {
             Ok(bench::bfd::run(trials, std::time::Duration::from_millis(interval_ms), multiplier)?)
         }

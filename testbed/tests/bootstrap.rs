@@ -4,12 +4,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferrolb_testbed::client::{self, ProbeStream};
-use ferrolb_testbed::https::{HealthServer, TestCa};
+use ferrolb_testbed::https::{self, HealthServer, TestCa};
 use ferrolb_testbed::process::{Proc, Spawn};
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Router, RouterSpec};
@@ -19,6 +19,10 @@ use nix::sys::signal::Signal;
 const T: Duration = Duration::from_secs(30);
 const BGP_VIP: &str = "203.0.113.100";
 const L2_VIP: &str = "192.0.2.200";
+const L2_VIP6: &str = "2001:db8::200";
+const BGP_VIP6: &str = "2001:db8:3::100";
+/// The names of kubeadm's apiserver serving certificate that matter here (no 127.0.0.1).
+const APISERVER_NAMES: &[&str] = &["kubernetes", "10.96.0.1"];
 
 /// The binary cargo built next to this test (`cargo test --workspace` builds it).
 fn binary() -> PathBuf {
@@ -31,6 +35,18 @@ fn binary() -> PathBuf {
 
 /// One node's files: the test CA and a checkpoint.
 fn checkpoint(lab: &Lab, node: usize, ca: &TestCa, spec_extra: &str, objects: &str) -> PathBuf {
+    checkpoint_probing(lab, node, ca, spec_extra, objects, "https://127.0.0.1:6443/readyz")
+}
+
+/// [`checkpoint`] with another `healthCheck.url`.
+fn checkpoint_probing(
+    lab: &Lab,
+    node: usize,
+    ca: &TestCa,
+    spec_extra: &str,
+    objects: &str,
+    url: &str,
+) -> PathBuf {
     let dir = lab.subdir(&format!("bootstrap{node}")).unwrap();
     ca.write(&dir).unwrap();
     let members: String = (1..=lab.nodes().len())
@@ -43,7 +59,7 @@ metadata: {{name: apiserver}}
 spec:
 {spec_extra}  members:
 {members}  healthCheck:
-    url: https://127.0.0.1:6443/readyz
+    url: {url}
     interval: 200ms
     timeout: 1s
     failureThreshold: 2
@@ -82,8 +98,51 @@ spec: {{myASN: {}, peerASN: {}, peerAddress: {}, sourceAddress: {}, connectTime:
 /// Starts the fake apiserver health endpoint of node `i` (healthy).
 fn apiserver(lab: &Lab, i: usize, ca: &TestCa) -> HealthServer {
     // Like kubeadm's serving certificate: no 127.0.0.1 among the names.
-    HealthServer::start(lab.node(i), "127.0.0.1:6443".parse().unwrap(), ca, &["kubernetes", "10.96.0.1"])
-        .unwrap()
+    HealthServer::start(lab.node(i), "127.0.0.1:6443".parse().unwrap(), ca, APISERVER_NAMES).unwrap()
+}
+
+/// Node `i`'s stand-in apiserver on every address (IPv4 and IPv6) port 6443, so the VIP
+/// reaches it; it answers object reads with the node's name.
+fn standin(lab: &Lab, i: usize, ca: &TestCa, healthy: bool) -> HealthServer {
+    let bind: SocketAddr = "[::]:6443".parse().unwrap();
+    let s = HealthServer::start_marked(lab.node(i), bind, ca, APISERVER_NAMES, &plan::node_name(i)).unwrap();
+    s.set_healthy(healthy);
+    s
+}
+
+/// What the client gets from `https://vip:6443/` (the answering node's name).
+fn fetch_marker(lab: &Lab, vip: IpAddr, ca: &TestCa) -> Result<String, ferrolb_testbed::Error> {
+    https::fetch(lab.client(), SocketAddr::new(vip, 6443), "/", ca, "kubernetes", Duration::from_secs(2))
+}
+
+/// A `ferrolb_bootstrap_*` sample scraped from node `i`'s metrics endpoint.
+fn metric(lab: &Lab, i: usize, name: &str) -> Option<f64> {
+    let addr: SocketAddr = "127.0.0.1:7949".parse().unwrap();
+    let text = client::http_get(lab.node(i), addr, "/metrics", Duration::from_secs(2)).unwrap();
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// L2 checkpoints for every node of the lab (shared membership key) for `vip`.
+fn l2_checkpoints(lab: &Lab, ca: &TestCa, vip: &str, url: &str) -> Vec<PathBuf> {
+    (1..=lab.nodes().len())
+        .map(|i| {
+            let dir = lab.subdir(&format!("bootstrap{i}")).unwrap();
+            let key = dir.join("membership.key");
+            std::fs::write(&key, "lab-membership-key-0123456789abcdef\n").unwrap();
+            let extra = format!(
+                "  address: \"{vip}\"\n  mode: L2\n  interface: eth0\n  membershipKeyFile: {}\n",
+                key.display()
+            );
+            checkpoint_probing(lab, i, ca, &extra, "", url)
+        })
+        .collect()
+}
+
+/// The node that wins the election for `vip` among `candidates`.
+fn winner_among(vip: IpAddr, candidates: &[usize]) -> usize {
+    let names: Vec<String> = candidates.iter().map(|i| plan::node_name(*i)).collect();
+    let w = ferrolb_speaker::election::owner(vip, names.iter().map(String::as_str)).unwrap();
+    candidates.iter().copied().find(|i| plan::node_name(*i) == w).unwrap()
 }
 
 fn start(lab: &Lab, i: usize, checkpoint: &Path, extra: &[&str], run: usize) -> Proc {
@@ -212,7 +271,14 @@ fn bgp_unhealthy_member_drains_with_graceful_shutdown_then_withdraws() {
         .unwrap();
     let p2 = start(&lab, 1, &cp, &args, 2);
     wait_announced(&rec, &prefix, seen, "the VIP announced from FILE.prev");
-    assert!(p2.logs().contains("checkpoint.yaml.prev"), "{}", p2.logs());
+    // One clear line: which file was skipped, why, and which one is used instead.
+    let logs = p2.logs();
+    let lines: Vec<&str> = logs.lines().filter(|l| l.contains("using the previous checkpoint")).collect();
+    assert_eq!(lines.len(), 1, "{logs}");
+    assert!(lines[0].contains("checkpoint.yaml.prev") && lines[0].contains("checkpoint.yaml:"), "{logs}");
+    assert!(lines[0].contains("\"level\":\"WARN\""), "{logs}");
+    assert_eq!(metric(&lab, 1, "ferrolb_bootstrap_checkpoint_from_previous"), Some(1.0));
+    assert_eq!(metric(&lab, 1, "ferrolb_bootstrap_vip_announced"), Some(1.0));
 }
 
 /// A checkpoint that is invalid with no FILE.prev: exit non-zero with one line naming
@@ -310,11 +376,21 @@ fn l2_owner_holds_the_vip_and_it_moves_when_the_owner_turns_unhealthy() {
     // The owner's apiserver fails: another (healthy) member takes over and its
     // gratuitous ARP moves the client's entry; the probes keep running throughout.
     let probe = ProbeStream::start(lab.client(), vip, Duration::from_millis(10)).unwrap();
+    let failed_at = Instant::now();
     health[owner - 1].set_healthy(false);
     let second =
         wait::until_value("the VIP moved", T, || Ok(holders(&lab)), |h| h.len() == 1 && h[0] != owner)
             .unwrap()[0];
+    let moved = failed_at.elapsed();
     wait_moved_to(&lab, second, "the client's entry follows the new owner");
+    let followed = failed_at.elapsed();
+    // Reported, not asserted (a loaded machine is slow): the issue's goal is
+    // failureThreshold × interval + 500 ms = 2 × 200 ms + 500 ms here.
+    println!(
+        "L2 move after the owner's apiserver failed: VIP on node{second} after {moved:?}, client's entry after \
+         {followed:?} (polled every 50 ms); goal failureThreshold × interval + 500 ms = {:?}",
+        Duration::from_millis(2 * 200 + 500)
+    );
     wait::until("probes answered again", T, || {
         let (_, received) = probe.counts();
         Ok((received > 0).then_some(()))
@@ -408,4 +484,162 @@ fn l2_member_with_another_membership_key_claims_nothing() {
     assert!(!p2.logs().contains("took the VIP"), "{}", p2.logs());
     sigterm_exits_zero(&mut p2);
     sigterm_exits_zero(&mut p1);
+}
+
+/// Cold start with no apiserver ready anywhere: no member holds the VIP; one member's
+/// /readyz passes → the VIP comes up there and the client reaches that member through
+/// VIP:6443. Then every member is SIGKILLed and restarted at once from its checkpoint
+/// (the VIP removed as a reboot would): the VIP returns, served by the election winner,
+/// and no stand-in apiserver saw a single object read.
+#[test]
+fn l2_cold_start_waits_for_a_ready_apiserver_and_a_kill_of_every_member_reads_no_object() {
+    let n = 3;
+    let lab = Lab::up(LabConfig::nodes(n)).unwrap();
+    let ca = TestCa::new().unwrap();
+    let api: Vec<HealthServer> = (1..=n).map(|i| standin(&lab, i, &ca, false)).collect();
+    let cps = l2_checkpoints(&lab, &ca, L2_VIP, "https://127.0.0.1:6443/readyz");
+    let mut procs: Vec<Proc> = (1..=n).map(|i| start(&lab, i, &cps[i - 1], &[], 1)).collect();
+    let vip: IpAddr = L2_VIP.parse().unwrap();
+
+    // Nobody ready: every member probes (and fails) repeatedly, membership runs, and
+    // still nobody holds the VIP.
+    for i in 1..=n {
+        wait::until("probes of every stand-in apiserver", T, || {
+            Ok((api[i - 1].requests() >= 5).then_some(()))
+        })
+        .unwrap();
+        wait::until("membership started", T, || {
+            Ok(procs[i - 1].logs().contains("membership started").then_some(()))
+        })
+        .unwrap();
+        assert_eq!(metric(&lab, i, "ferrolb_bootstrap_healthy"), Some(0.0));
+        assert_eq!(metric(&lab, i, "ferrolb_bootstrap_last_health_check_success"), Some(0.0));
+    }
+    std::thread::sleep(Duration::from_millis(2500)); // past ALONE_WAIT and many probes
+    assert!(holders(&lab).is_empty(), "no apiserver is ready, yet {:?} holds the VIP", holders(&lab));
+    assert!(fetch_marker(&lab, vip, &ca).is_err(), "the VIP answered with no member holding it");
+
+    // One member becomes ready — not the one the election would pick among all three,
+    // so only the health gate can put the VIP there.
+    let all: Vec<usize> = (1..=n).collect();
+    let winner = winner_among(vip, &all);
+    let ready = all.iter().copied().find(|i| *i != winner).unwrap();
+    api[ready - 1].set_healthy(true);
+    wait::until_value("the VIP on the ready member", T, || Ok(holders(&lab)), |h| h == &vec![ready]).unwrap();
+    let body =
+        wait::until("the client reaches VIP:6443", T, || Ok(fetch_marker(&lab, vip, &ca).ok())).unwrap();
+    assert_eq!(body, plan::node_name(ready), "VIP:6443 answered by another member");
+    assert_eq!(metric(&lab, ready, "ferrolb_bootstrap_vip_owned"), Some(1.0));
+    assert_eq!(metric(&lab, ready, "ferrolb_bootstrap_healthy"), Some(1.0));
+    assert_eq!(metric(&lab, winner, "ferrolb_bootstrap_vip_owned"), Some(0.0));
+
+    // Everyone ready: the election winner holds it.
+    for a in &api {
+        a.set_healthy(true);
+    }
+    wait::until_value("the VIP at the winner", T, || Ok(holders(&lab)), |h| h == &vec![winner]).unwrap();
+
+    // Every member SIGKILLed at once; the nodes come back without the address.
+    for p in &mut procs {
+        p.kill();
+    }
+    lab.node(winner).ip(&["addr", "del", &format!("{L2_VIP}/32"), "dev", "eth0"]).unwrap();
+    assert!(holders(&lab).is_empty());
+    let reads: Vec<u64> = api.iter().map(HealthServer::object_reads).collect();
+    let _procs: Vec<Proc> = (1..=n).map(|i| start(&lab, i, &cps[i - 1], &[], 2)).collect();
+    wait::until_value("the VIP back at the winner", T, || Ok(holders(&lab)), |h| h == &vec![winner]).unwrap();
+    let after: Vec<u64> = api.iter().map(HealthServer::object_reads).collect();
+    assert_eq!(after, reads, "apiserver objects were read during the cold restart");
+    let body =
+        wait::until("the client reaches VIP:6443", T, || Ok(fetch_marker(&lab, vip, &ca).ok())).unwrap();
+    assert_eq!(body, plan::node_name(winner));
+    for i in 1..=n {
+        assert_eq!(metric(&lab, i, "ferrolb_bootstrap_checkpoint_generation"), Some(1.0));
+    }
+}
+
+fn holds6(lab: &Lab, i: usize) -> bool {
+    let out = lab.node(i).ip(&["-6", "-o", "addr", "show", "dev", "eth0"]).unwrap();
+    out.contains(&format!(" {L2_VIP6}/128"))
+}
+
+/// IPv6 VIP in L2 mode, the health check on https://[::1]:6443: one owner, the client
+/// reaches [VIP]:6443 there; the owner's apiserver failing moves the VIP and the
+/// client's neighbour entry follows by unsolicited NA alone (its re-resolution timers
+/// are set too high to move it otherwise).
+#[test]
+fn l2_ipv6_vip_moves_by_unsolicited_na_and_the_client_reaches_it() {
+    let n = 2;
+    let lab = Lab::up(LabConfig::nodes(n)).unwrap();
+    lab.client().sysctl("net.ipv6.neigh.eth0.base_reachable_time_ms", "600000").unwrap();
+    lab.client().sysctl("net.ipv6.neigh.eth0.delay_first_probe_time", "600").unwrap();
+    let ca = TestCa::new().unwrap();
+    let api: Vec<HealthServer> = (1..=n).map(|i| standin(&lab, i, &ca, true)).collect();
+    let cps = l2_checkpoints(&lab, &ca, L2_VIP6, "https://[::1]:6443/readyz");
+    let _procs: Vec<Proc> = (1..=n).map(|i| start(&lab, i, &cps[i - 1], &[], 1)).collect();
+    let vip: IpAddr = L2_VIP6.parse().unwrap();
+    let owner = winner_among(vip, &[1, 2]);
+    let holders6 = || Ok((1..=n).filter(|i| holds6(&lab, *i)).collect::<Vec<usize>>());
+    wait::until_value("one owner of the IPv6 VIP", T, holders6, |h| h == &vec![owner]).unwrap();
+    let body =
+        wait::until("the client reaches [VIP]:6443", T, || Ok(fetch_marker(&lab, vip, &ca).ok())).unwrap();
+    assert_eq!(body, plan::node_name(owner));
+    client::wait_neighbour_mac(lab.client(), "eth0", vip, &plan::node_mac(owner), T).unwrap();
+
+    let other = 3 - owner;
+    api[owner - 1].set_healthy(false);
+    wait::until_value("the IPv6 VIP moved", T, holders6, |h| h == &vec![other]).unwrap();
+    client::wait_neighbour_mac(lab.client(), "eth0", vip, &plan::node_mac(other), T).unwrap();
+    let body =
+        wait::until("the client reaches [VIP]:6443 again", T, || Ok(fetch_marker(&lab, vip, &ca).ok()))
+            .unwrap();
+    assert_eq!(body, plan::node_name(other));
+}
+
+/// BGP mode with an IPv6 VIP: node1 over an IPv6 session, node2 over an IPv4 session
+/// with an IPv6 member address (its next hop for IPv6 routes). BIRD learns the /128
+/// from both with the nodes' IPv6 addresses as next hops (ECMP), and the client
+/// reaches [VIP]:6443.
+#[test]
+fn bgp_ipv6_vip_is_announced_as_a_host_route() {
+    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
+    let bird = Bird::start(&lab, &RouterSpec::default()).unwrap();
+    let ca = TestCa::new().unwrap();
+    let _api: Vec<HealthServer> = (1..=2).map(|i| standin(&lab, i, &ca, true)).collect();
+    let peer = |i: usize, peer: IpAddr, source: IpAddr| {
+        format!(
+            "---
+apiVersion: ferrolb.io/v1alpha1
+kind: BGPPeer
+metadata: {{name: router}}
+spec: {{myASN: {}, peerASN: {}, peerAddress: \"{peer}\", sourceAddress: \"{source}\", routerID: {}, connectTime: 1s}}
+",
+            plan::NODE_ASN,
+            plan::ROUTER_ASN,
+            plan::node_v4(i)
+        )
+    };
+    let spec = format!("  address: \"{BGP_VIP6}\"\n  mode: BGP\n  bgp: {{peers: [router]}}\n");
+    let cp1 = checkpoint(&lab, 1, &ca, &spec, &peer(1, plan::ROUTER_V6.into(), plan::node_v6(1).into()));
+    let cp2 = checkpoint(&lab, 2, &ca, &spec, &peer(2, plan::ROUTER_V4.into(), plan::node_v4(2).into()));
+    let text = std::fs::read_to_string(&cp2).unwrap();
+    let member = format!("{{name: node2, address: {}}}", plan::node_v4(2));
+    assert!(text.contains(&member), "{text}");
+    std::fs::write(
+        &cp2,
+        text.replace(&member, &format!("{{name: node2, address: \"{}\"}}", plan::node_v6(2))),
+    )
+    .unwrap();
+    let _p: Vec<Proc> = [cp1, cp2].iter().enumerate().map(|(i, cp)| start(&lab, i + 1, cp, &[], 1)).collect();
+    let prefix = format!("{BGP_VIP6}/128");
+    let hops: Vec<IpAddr> = vec![plan::node_v6(1).into(), plan::node_v6(2).into()];
+    routers::wait_rib(&bird, &prefix, &hops, T).unwrap();
+    routers::wait_kernel_route(bird.netns(), &prefix, &hops, T).unwrap();
+    let vip: IpAddr = BGP_VIP6.parse().unwrap();
+    let body =
+        wait::until("the client reaches [VIP]:6443", T, || Ok(fetch_marker(&lab, vip, &ca).ok())).unwrap();
+    assert!(body == "node1" || body == "node2", "{body}");
+    for i in 1..=2 {
+        assert_eq!(metric(&lab, i, "ferrolb_bootstrap_vip_announced"), Some(1.0));
+    }
 }

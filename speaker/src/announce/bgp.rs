@@ -145,6 +145,22 @@ fn session_config(name: &str, s: &PeerSettings, restarting: bool) -> Result<Sess
     Ok(cfg)
 }
 
+/// The session config of BGPPeer `name` on a node with these next hops (v4, v6) and
+/// router id: the one translation of BGPPeer fields into session settings, shared with
+/// ferrolb-bootstrap. `restarting`: the first OPEN of a new process (RFC 4724 §4.1).
+pub fn peer_session_config(
+    name: &str,
+    spec: &BgpPeerSpec,
+    password: Option<Password>,
+    router_id: Ipv4Addr,
+    next_hops: (Option<Ipv4Addr>, Option<std::net::Ipv6Addr>),
+    restarting: bool,
+) -> Result<SessionConfig, PeerError> {
+    let (next_hop_v4, next_hop_v6) = next_hops;
+    let s = PeerSettings { spec: spec.clone(), password, router_id, next_hop_v4, next_hop_v6, bfd: None };
+    session_config(name, &s, restarting)
+}
+
 /// Converts plan attributes to path attributes, sharing one `Arc` per distinct set.
 fn to_routes(plan_routes: &BTreeMap<ipnet::IpNet, RouteAttrs>) -> Routes {
     let mut shared: BTreeMap<&RouteAttrs, Arc<PathAttributes>> = BTreeMap::new();

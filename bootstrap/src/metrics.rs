@@ -1,0 +1,298 @@
+//! Metrics (OpenMetrics, `ferrolb_bootstrap_*`) and the liveness / readiness endpoint,
+//! served together on `--metrics-addr` (default 127.0.0.1:7949).
+//!
+//! * `/metrics`: the gauges and counters below.
+//! * `/healthz` (liveness): `200` while the health checker makes progress — a probe
+//!   finished within [`Metrics::set_liveness_window`] — else `503`, so the kubelet
+//!   restarts a wedged process. A failing apiserver does not fail it: probes that fail
+//!   still finish.
+//! * `/readyz`: `200` while the announcer of the current checkpoint runs.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+/// Label of `ferrolb_bootstrap_health_checks_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// `success` or `failure`.
+    pub result: String,
+}
+
+/// The bootstrap's metrics and liveness state; shared by `Arc`.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// 1 while the health gate says the local apiserver is healthy.
+    pub healthy: Gauge,
+    /// 1 if the last health probe got a 200.
+    pub last_check_success: Gauge,
+    /// Health probes by result.
+    pub checks: Family<ResultLabel, Counter>,
+    /// L2: 1 while this node holds the VIP on its interface.
+    pub vip_owned: Gauge,
+    /// BGP: 1 while this node announces the VIP (draining included).
+    pub vip_announced: Gauge,
+    /// BGP: 1 while the announcement carries GRACEFUL_SHUTDOWN before its withdrawal.
+    pub vip_draining: Gauge,
+    /// Checkpoints loaded by this process: 1 at start, +1 per reload after a refresh.
+    pub checkpoint_generation: Gauge,
+    /// Checkpoint rewrites by the refresh from the local apiserver.
+    pub checkpoint_refreshes: Counter,
+    /// 1 when the running checkpoint came from `FILE.prev`.
+    pub checkpoint_from_previous: Gauge,
+    ready: AtomicBool,
+    base: Instant,
+    /// Milliseconds after `base` when the last probe finished (0: none yet).
+    last_probe_ms: AtomicU64,
+    window_ms: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric registered under `ferrolb_bootstrap_`.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("ferrolb_bootstrap");
+        let healthy = Gauge::default();
+        registry.register("healthy", "1 while the local apiserver counts as healthy", healthy.clone());
+        let last_check_success = Gauge::default();
+        registry.register(
+            "last_health_check_success",
+            "1 if the last health probe of the local apiserver got a 200",
+            last_check_success.clone(),
+        );
+        let checks = Family::<ResultLabel, Counter>::default();
+        registry.register("health_checks", "Health probes of the local apiserver by result", checks.clone());
+        let vip_owned = Gauge::default();
+        registry.register("vip_owned", "L2: 1 while this node holds the VIP", vip_owned.clone());
+        let vip_announced = Gauge::default();
+        registry.register(
+            "vip_announced",
+            "BGP: 1 while this node announces the VIP (draining included)",
+            vip_announced.clone(),
+        );
+        let vip_draining = Gauge::default();
+        registry.register(
+            "vip_draining",
+            "BGP: 1 while the VIP is announced with GRACEFUL_SHUTDOWN before its withdrawal",
+            vip_draining.clone(),
+        );
+        let checkpoint_generation = Gauge::default();
+        registry.register(
+            "checkpoint_generation",
+            "Checkpoints loaded by this process (1 at start, +1 per reload after a refresh)",
+            checkpoint_generation.clone(),
+        );
+        let checkpoint_refreshes = Counter::default();
+        registry.register(
+            "checkpoint_refreshes",
+            "Checkpoint rewrites from the local apiserver",
+            checkpoint_refreshes.clone(),
+        );
+        let checkpoint_from_previous = Gauge::default();
+        registry.register(
+            "checkpoint_from_previous",
+            "1 when the running checkpoint was read from FILE.prev",
+            checkpoint_from_previous.clone(),
+        );
+        Self {
+            registry,
+            healthy,
+            last_check_success,
+            checks,
+            vip_owned,
+            vip_announced,
+            vip_draining,
+            checkpoint_generation,
+            checkpoint_refreshes,
+            checkpoint_from_previous,
+            ready: AtomicBool::new(false),
+            base: Instant::now(),
+            last_probe_ms: AtomicU64::new(0),
+            window_ms: AtomicU64::new(30_000),
+        }
+    }
+
+    /// The OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// Records one finished health probe.
+    pub fn probe_finished(&self, now: Instant, ok: bool) {
+        self.last_check_success.set(i64::from(ok));
+        let result = if ok { "success" } else { "failure" };
+        self.checks.get_or_create(&ResultLabel { result: result.into() }).inc();
+        let ms = u64::try_from(now.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX);
+        self.last_probe_ms.store(ms.max(1), Ordering::Relaxed);
+    }
+
+    /// How long the health checker may go without finishing a probe before `/healthz`
+    /// fails (set from the checkpoint's interval and timeout).
+    pub fn set_liveness_window(&self, window: Duration) {
+        self.window_ms.store(u64::try_from(window.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// The liveness window for a health check of `interval` and `timeout`: ten probes'
+    /// worth, at least 30 s.
+    pub fn liveness_window(interval: Duration, timeout: Duration) -> Duration {
+        ((interval + timeout) * 10).max(Duration::from_secs(30))
+    }
+
+    /// Whether the health checker made progress within the window (counted from the
+    /// start before the first probe).
+    pub fn is_live(&self, now: Instant) -> bool {
+        let since_base =
+            u64::try_from(now.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX);
+        let last = self.last_probe_ms.load(Ordering::Relaxed);
+        since_base.saturating_sub(last) <= self.window_ms.load(Ordering::Relaxed)
+    }
+
+    /// Marks the announcer running (or not).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Whether the announcer runs.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// The answer to `GET path`: (status line, content type, body).
+    pub fn answer(&self, path: &str, now: Instant) -> (&'static str, &'static str, String) {
+        const TEXT: &str = "text/plain";
+        match path {
+            "/metrics" => {
+                ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", self.encode())
+            }
+            "/healthz" if self.is_live(now) => ("200 OK", TEXT, "ok\n".into()),
+            "/healthz" => ("503 Service Unavailable", TEXT, "the health checker made no progress\n".into()),
+            "/readyz" if self.is_ready() => ("200 OK", TEXT, "ok\n".into()),
+            "/readyz" => ("503 Service Unavailable", TEXT, "not announcing yet\n".into()),
+            _ => ("404 Not Found", TEXT, "not found\n".into()),
+        }
+    }
+
+    /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` (bound now, served on a task).
+    pub async fn serve(self: Arc<Self>, addr: SocketAddr) -> std::io::Result<()> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else { continue };
+                let m = self.clone();
+                tokio::spawn(async move {
+                    let head = tokio::time::timeout(Duration::from_secs(5), read_request_head(&mut s))
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .unwrap_or_default();
+                    let req = String::from_utf8_lossy(&head);
+                    let path = req.split_whitespace().nth(1).unwrap_or("/");
+                    let (status, ctype, body) = m.answer(path, Instant::now());
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = s.write_all(head.as_bytes()).await;
+                    let _ = s.write_all(body.as_bytes()).await;
+                    let _ = s.shutdown().await;
+                });
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Reads the whole request head (a client may send it in pieces; closing with unread
+/// bytes would reset the connection under the client's feet), at most 4 KiB.
+async fn read_request_head(s: &mut tokio::net::TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(256);
+    let mut chunk = [0u8; 512];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 4096 {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn names_carry_the_bootstrap_prefix() {
+        let m = Metrics::new();
+        m.healthy.set(1);
+        m.vip_owned.set(1);
+        m.checkpoint_generation.set(2);
+        m.checkpoint_refreshes.inc();
+        m.probe_finished(Instant::now(), false);
+        let text = m.encode();
+        for line in [
+            "ferrolb_bootstrap_healthy 1",
+            "ferrolb_bootstrap_vip_owned 1",
+            "ferrolb_bootstrap_vip_announced 0",
+            "ferrolb_bootstrap_checkpoint_generation 2",
+            "ferrolb_bootstrap_checkpoint_refreshes_total 1",
+            "ferrolb_bootstrap_last_health_check_success 0",
+            "ferrolb_bootstrap_health_checks_total{result=\"failure\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "OpenMetrics text ends with # EOF: {text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn healthz_fails_when_the_health_checker_stalls() {
+        let m = Metrics::new();
+        m.set_liveness_window(Duration::from_secs(30));
+        let t0 = Instant::now();
+        assert_eq!(m.answer("/healthz", t0).0, "200 OK", "live from the start");
+        tokio::time::advance(Duration::from_secs(20)).await;
+        m.probe_finished(Instant::now(), false);
+        tokio::time::advance(Duration::from_secs(29)).await;
+        assert_eq!(m.answer("/healthz", Instant::now()).0, "200 OK", "a failing probe is progress");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(m.answer("/healthz", Instant::now()).0, "503 Service Unavailable");
+        m.probe_finished(Instant::now(), true);
+        assert_eq!(m.answer("/healthz", Instant::now()).0, "200 OK");
+    }
+
+    #[test]
+    fn readyz_follows_the_announcer() {
+        let m = Metrics::new();
+        assert_eq!(m.answer("/readyz", Instant::now()).0, "503 Service Unavailable");
+        m.set_ready(true);
+        assert_eq!(m.answer("/readyz", Instant::now()).0, "200 OK");
+        assert_eq!(m.answer("/nope", Instant::now()).0, "404 Not Found");
+    }
+
+    #[test]
+    fn the_liveness_window_is_ten_probes_and_at_least_30s() {
+        let s = Duration::from_secs;
+        assert_eq!(Metrics::liveness_window(s(1), s(1)), s(30));
+        assert_eq!(Metrics::liveness_window(s(5), s(2)), s(70));
+    }
+}
