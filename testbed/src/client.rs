@@ -300,7 +300,9 @@ pub fn http_get(ns: &Netns, addr: SocketAddr, path: &str, timeout: Duration) -> 
         let mut s = TcpStream::connect_timeout(&addr, timeout)?;
         s.set_read_timeout(Some(timeout))?;
         s.set_write_timeout(Some(timeout))?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+        // One write: `write!` would send each formatted piece as its own segment, and a
+        // server that answers after its first read closes with the rest unread (RST).
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())?;
         let mut resp = String::new();
         s.read_to_string(&mut resp)?;
         let (head, body) =
@@ -351,8 +353,7 @@ impl HttpServer {
                     Ok((mut s, _)) => {
                         let _ = s.set_nonblocking(false);
                         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                        let mut buf = [0u8; 1024];
-                        let _ = s.read(&mut buf);
+                        read_request_head(&mut s);
                         let _ = write!(
                             s,
                             "HTTP/1.0 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -364,6 +365,20 @@ impl HttpServer {
             }
         });
         Ok(HttpServer { stop, handle: Some(handle) })
+    }
+}
+
+/// Reads until the end of the request head (or 8 KiB, EOF, error or the read timeout),
+/// so the answer never races request bytes still arriving: closing a socket with
+/// unread data resets the connection.
+fn read_request_head(s: &mut TcpStream) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(buf.get(..n).unwrap_or_default()),
+        }
     }
 }
 
