@@ -101,8 +101,8 @@ pub struct KubeOptions {
     pub options: Options,
     /// The speaker's namespace (`--namespace`): where Secret `ferrolb-membership` is.
     pub namespace: String,
-    /// Every new plan is published here (tests and embedding programs watch it).
-    pub plans: Option<watch::Sender<Announcements>>,
+    /// Every new plan is sent here (tests and embedding programs follow it).
+    pub plans: Option<mpsc::UnboundedSender<Announcements>>,
 }
 
 /// Options of static mode.
@@ -249,8 +249,8 @@ struct State {
     file: Option<PathBuf>,
     /// Kubernetes mode.
     cluster: Option<ClusterPart>,
-    /// Where each new plan is published, if anywhere.
-    plans: Option<watch::Sender<Announcements>>,
+    /// Where each new plan is sent, if anywhere.
+    plans: Option<mpsc::UnboundedSender<Announcements>>,
     model: ClusterModel,
     passwords: BTreeMap<String, Password>,
     fingerprint: Vec<u8>,
@@ -487,7 +487,7 @@ impl State {
             });
         }
         if let Some(p) = &self.plans {
-            p.send_replace(new.clone());
+            let _ = p.send(new.clone());
         }
         self.plan = new;
     }
