@@ -11,6 +11,7 @@
 
 mod error;
 mod fields;
+pub mod http;
 mod patch;
 mod resource;
 mod selector;

@@ -9,6 +9,7 @@ pub mod client;
 pub mod demo;
 pub mod https;
 pub mod keepalived;
+pub mod kubeapi;
 pub mod lab;
 pub mod mrt;
 pub mod netns;

@@ -265,3 +265,20 @@ fn labs_are_isolated_and_leave_nothing_behind() {
 fn demo_runs_to_completion() {
     ferrolb_testbed::demo::run().unwrap();
 }
+
+#[test]
+fn nodes_reach_the_fake_apiserver_over_http() {
+    let lab = Lab::up(LabConfig::nodes(1)).unwrap();
+    let cluster = ferrolb_testbed::kubeapi::FakeCluster::start(&lab).unwrap();
+    let node = serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node1"}});
+    cluster.apply(&node).unwrap();
+    let body =
+        client::http_get(lab.node(1), cluster.addr(), "/api/v1/nodes/node1", Duration::from_secs(5)).unwrap();
+    let got: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(got["metadata"]["name"], "node1", "{body}");
+    assert!(std::fs::read_to_string(cluster.kubeconfig()).unwrap().contains(&cluster.addr().to_string()));
+    // The outage controls reach HTTP clients too.
+    cluster.api().set_unavailable(true);
+    let err = client::http_get(lab.node(1), cluster.addr(), "/api/v1/nodes/node1", Duration::from_secs(5));
+    assert!(format!("{err:?}").contains("503"), "{err:?}");
+}

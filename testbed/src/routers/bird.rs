@@ -151,7 +151,12 @@ pub fn config(spec: &RouterSpec) -> String {
             c.push_str("  bfd on;\n  error wait time 1, 5;\n");
         }
         for fam in ["ipv4", "ipv6"] {
-            let _ = writeln!(c, "  {fam} {{ import all; export none; gateway direct; }};");
+            // RFC 8326 as an operator configures it: GRACEFUL_SHUTDOWN lowers the
+            // route's preference to 0, so ECMP keeps only the paths not draining.
+            let _ = writeln!(
+                c,
+                "  {fam} {{ import filter {{ if (65535, 0) ~ bgp_community then bgp_local_pref = 0; accept; }}; export none; gateway direct; }};"
+            );
         }
         c.push_str("}\n");
     }
@@ -343,5 +348,6 @@ IP address                Interface  State      Since         Interval  Timeout
         assert!(c.contains("password \"s3cret\";"));
         assert!(c.contains("graceful restart time 120;"));
         assert!(c.contains("merge paths on"));
+        assert!(c.contains("if (65535, 0) ~ bgp_community then bgp_local_pref = 0"), "{c}");
     }
 }

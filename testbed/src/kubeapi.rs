@@ -1,0 +1,144 @@
+//! A fake Kubernetes apiserver for the lab: the in-process [`FakeApiServer`] served over
+//! HTTP on the router's LAN address, so real `ferrolb-speaker --kubeconfig` processes in
+//! the node namespaces talk to it while the test edits objects in-process.
+//!
+//! ```no_run
+//! # use ferrolb_testbed::{Lab, LabConfig, kubeapi::FakeCluster};
+//! let lab = Lab::up(LabConfig::nodes(2))?;
+//! let cluster = FakeCluster::start(&lab)?;
+//! cluster.apply(&serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node1"}}))?;
+//! // ferrolb-speaker --kubeconfig <cluster.kubeconfig()> in lab.node(1) ...
+//! cluster.api().set_hanging(true); // the API unreachable: requests hang, watches end
+//! # Ok::<(), ferrolb_testbed::Error>(())
+//! ```
+
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+
+use ferrolb_fakeapi::FakeApiServer;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+
+use crate::{Error, Lab, plan};
+
+/// Port the fake apiserver listens on, on [`plan::ROUTER_V4`].
+pub const PORT: u16 = 6443;
+
+/// A fake apiserver reachable from every node of a lab; stops when dropped.
+pub struct FakeCluster {
+    api: FakeApiServer,
+    rt: tokio::runtime::Runtime,
+    server: tokio::task::JoinHandle<()>,
+    kubeconfig: PathBuf,
+    addr: SocketAddr,
+}
+
+impl std::fmt::Debug for FakeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeCluster").field("addr", &self.addr).field("kubeconfig", &self.kubeconfig).finish()
+    }
+}
+
+impl FakeCluster {
+    /// Serves a fresh fake apiserver with ferrolb's CRDs registered on
+    /// `ROUTER_V4:6443` (inside the router namespace) and writes a kubeconfig for it
+    /// into the lab directory.
+    pub fn start(lab: &Lab) -> Result<Self, Error> {
+        let addr = SocketAddr::new(plan::ROUTER_V4.into(), PORT);
+        let listener = lab.router().run(move || -> std::io::Result<TcpListener> {
+            let l = TcpListener::bind(addr)?;
+            l.set_nonblocking(true)?;
+            Ok(l)
+        })??;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("fake-apiserver")
+            .enable_all()
+            .build()?;
+        let api = FakeApiServer::new();
+        for crd in ferrolb_api::crd::crds() {
+            api.register_crd(&crd).map_err(|e| Error::Parse(format!("registering a ferrolb CRD: {e}")))?;
+        }
+        let server = {
+            let _guard = rt.enter();
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            ferrolb_fakeapi::http::serve(&api, listener)
+        };
+        let kubeconfig = lab.dir().join("kubeconfig");
+        ferrolb_fakeapi::http::write_kubeconfig(&kubeconfig, &addr.to_string())?;
+        Ok(FakeCluster { api, rt, server, kubeconfig, addr })
+    }
+
+    /// The fake itself: outage controls, request counters, direct reads.
+    pub fn api(&self) -> &FakeApiServer {
+        &self.api
+    }
+
+    /// The kubeconfig to hand to processes in the lab.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Where the apiserver listens (reachable from the nodes and the router).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// An in-process client (no HTTP); use it inside [`FakeCluster::block_on`].
+    pub fn client(&self) -> kube::Client {
+        let _guard = self.rt.enter();
+        self.api.new_client()
+    }
+
+    /// Runs `f` on the apiserver's runtime.
+    pub fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// Creates or replaces `obj` (any served kind; namespaced when
+    /// `metadata.namespace` is set) by server-side apply as the test's field manager.
+    pub fn apply(&self, obj: &serde_json::Value) -> Result<(), Error> {
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let ns = obj["metadata"]["namespace"].as_str().map(str::to_string);
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let client = self.client();
+        let api: Api<DynamicObject> = match &ns {
+            Some(ns) => Api::namespaced_with(client, ns, &ar),
+            None => Api::all_with(client, &ar),
+        };
+        let params = PatchParams::apply("ferrolb-testbed").force();
+        self.block_on(api.patch(&name, &params, &Patch::Apply(obj)))
+            .map(|_| ())
+            .map_err(|e| Error::Parse(format!("applying {kind} {name}: {e}")))
+    }
+
+    /// Deletes the object of `api_version`/`kind` named `name` (in `namespace`, if any).
+    pub fn delete(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), Error> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let client = self.client();
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &ar),
+            None => Api::all_with(client, &ar),
+        };
+        self.block_on(api.delete(name, &Default::default()))
+            .map(|_| ())
+            .map_err(|e| Error::Parse(format!("deleting {kind} {name}: {e}")))
+    }
+}
+
+impl Drop for FakeCluster {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
