@@ -234,12 +234,16 @@ impl Metrics {
                 let Ok((mut stream, _)) = listener.accept().await else { continue };
                 let m = self.clone();
                 tokio::spawn(async move {
+                    // Read the whole request head (clients may send it in pieces), then answer.
                     let mut buf = [0u8; 1024];
-                    let n = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut buf))
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .unwrap_or(0);
+                    let mut n = 0;
+                    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+                    while n < buf.len() && !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tokio::time::timeout_at(deadline, stream.read(&mut buf[n..])).await {
+                            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+                            Ok(Ok(k)) => n += k,
+                        }
+                    }
                     let req = String::from_utf8_lossy(&buf[..n]);
                     let path = req.split_whitespace().nth(1).unwrap_or("/");
                     let (status, ctype, body) = match path {
@@ -329,5 +333,13 @@ mod tests {
         assert!(get("/readyz").await.starts_with("HTTP/1.1 200"));
         assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
         assert!(get("/metrics").await.contains("# EOF"));
+        // A request head arriving in pieces (as `write!` sends it) is read whole.
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /rea").await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        s.write_all(b"dyz HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     }
 }

@@ -77,6 +77,10 @@ pub const KINDS: [&str; 8] = [
     "BFDProfile",
 ];
 
+/// The kinds validated together as ferrolb configuration.
+const CONFIG_KINDS: [&str; 5] =
+    ["IPAddressPool", "BGPPeer", "BGPAdvertisement", "L2Advertisement", "BFDProfile"];
+
 impl Update {
     /// The kind this update is about.
     pub fn kind(&self) -> &'static str {
@@ -334,7 +338,10 @@ impl Feed {
             kind,
             "IPAddressPool" | "BGPPeer" | "BGPAdvertisement" | "L2Advertisement" | "BFDProfile"
         );
-        if is_config {
+        // Validated as a set, so only once every config kind was listed: a BGPAdvertisement
+        // listed before its pool is not an error.
+        let config_listed = CONFIG_KINDS.iter().all(|k| self.listed.contains(k));
+        if is_config && config_listed {
             let config = self.config.to_config();
             if self.applied.as_ref() != Some(&config) {
                 match config.clone().validate(Origin::Cluster) {
