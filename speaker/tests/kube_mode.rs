@@ -184,12 +184,13 @@ async fn the_model_from_the_api_equals_the_model_from_the_same_objects_as_a_stat
     );
 }
 
-/// Fails every request while closed, like an unreachable apiserver (the test's own
-/// client goes around it).
+/// Fails every request while closed, like an unreachable apiserver, or only LISTs
+/// (a relist that cannot complete). The test's own client goes around it.
 #[derive(Clone)]
 struct Gate {
     inner: FakeService,
     closed: Arc<AtomicBool>,
+    fail_lists: Arc<AtomicBool>,
     refused: Arc<AtomicUsize>,
 }
 
@@ -203,7 +204,9 @@ impl tower::Service<http::Request<kube::client::Body>> for Gate {
     }
 
     fn call(&mut self, req: http::Request<kube::client::Body>) -> Self::Future {
-        if self.closed.load(Ordering::SeqCst) {
+        let is_list =
+            req.method() == http::Method::GET && !req.uri().query().unwrap_or("").contains("watch=true");
+        if self.closed.load(Ordering::SeqCst) || (is_list && self.fail_lists.load(Ordering::SeqCst)) {
             self.refused.fetch_add(1, Ordering::SeqCst);
             let e =
                 std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "apiserver unreachable (test)");
@@ -326,7 +329,13 @@ fn announcements_status_events_crash_consistency_and_an_apiserver_outage() {
         sas.create(&pp, &announcement("web-node2-bgp", "node2", &web, &["203.0.113.10"])).await.unwrap();
 
         let closed = Arc::new(AtomicBool::new(false));
-        let gate = Gate { inner: server.service(), closed: closed.clone(), refused: Arc::default() };
+        let fail_lists = Arc::new(AtomicBool::new(false));
+        let gate = Gate {
+            inner: server.service(),
+            closed: closed.clone(),
+            fail_lists: fail_lists.clone(),
+            refused: Arc::default(),
+        };
         let speaker_client = kube::Client::new(gate.clone(), "default");
         let metrics = Arc::new(Metrics::new());
         let (plans_tx, plans_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -445,8 +454,21 @@ fn announcements_status_events_crash_consistency_and_an_apiserver_outage() {
         assert!(metrics.is_ready(), "an outage does not make the speaker unready");
         assert!(gate.refused.load(Ordering::SeqCst) > 0);
 
-        // The apiserver is back: resync applies what changed meanwhile, and only that.
+        // Watches work again but relists fail (410 Gone after the compaction, then every
+        // LIST refused): an incomplete relist deletes nothing.
+        let errors = |k: &&str| metrics.watch_errors.get_or_create(&KindLabel { kind: (*k).into() }).get();
+        let failed_before: Vec<u64> = cluster::KINDS.iter().map(errors).collect();
+        fail_lists.store(true, Ordering::SeqCst);
         closed.store(false, Ordering::SeqCst);
+        until("every relist to fail", || async {
+            let now: Vec<u64> = cluster::KINDS.iter().map(errors).collect();
+            now.iter().zip(&failed_before).all(|(n, b)| n >= &(b + 2)).then_some(())
+        })
+        .await;
+        assert_eq!(plans.count(), before_outage, "planned from an incomplete relist");
+
+        // The apiserver is back: resync applies what changed meanwhile, and only that.
+        fail_lists.store(false, Ordering::SeqCst);
         let after = until("web withdrawn after the resync", || async {
             plans.latest().filter(|p| !announced(p).contains("203.0.113.10"))
         })
