@@ -314,6 +314,20 @@ mod tests {
         assert!(text.ends_with("# EOF\n"));
     }
 
+    #[test]
+    fn healthz_fails_once_the_event_loop_stops_beating() {
+        let mut m = Metrics::new();
+        assert!(m.is_alive(), "healthy before the loop starts");
+        m.started = std::time::Instant::now() - std::time::Duration::from_secs(100);
+        m.beat();
+        assert!(m.is_alive());
+        // The last beat was 99 s ago.
+        m.heartbeat_ms.store(1_000, Ordering::Relaxed);
+        assert!(!m.is_alive());
+        m.beat();
+        assert!(m.is_alive());
+    }
+
     #[tokio::test]
     async fn http_endpoint_serves_metrics_and_readiness() {
         let m = Arc::new(Metrics::new());

@@ -450,6 +450,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_plan_becomes_one_object_per_service_and_protocol_with_owner_and_reasons() {
+        use crate::plan::RouteAttrs;
+        let text = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.10}, {ip: 192.0.2.200}]}}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: down, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.11}]}}\n";
+        let stream = ferrolb_api::parse_stream("s.yaml", text).unwrap();
+        let model = ClusterModel::from_stream(&stream, "s.yaml", crate::model::DEFAULT_LB_CLASS).unwrap();
+        let mut plan = Announcements::default();
+        let routes = BTreeMap::from([("203.0.113.10/32".parse().unwrap(), RouteAttrs::default())]);
+        plan.bgp.insert("router-a".into(), routes);
+        plan.bgp.insert("router-b".into(), BTreeMap::new());
+        plan.l2.insert("192.0.2.200".parse().unwrap(), vec!["eth1".into()]);
+        plan.withdrawn.insert("203.0.113.11".parse().unwrap(), "no serving endpoint".into());
+        let key = |n: &str| ServiceKey { namespace: "shop".into(), name: n.into() };
+        let uids = BTreeMap::from([(key("web"), "uid-web".to_owned()), (key("down"), "uid-down".to_owned())]);
+        let d = desired(&model, &plan, "node1", &uids);
+        let names: Vec<&str> = d.objects.keys().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(names, vec!["web-node1-bgp", "web-node1-l2"]);
+        let bgp = &d.objects[&("shop".to_owned(), "web-node1-bgp".to_owned())];
+        assert_eq!(bgp.spec.addresses, vec!["203.0.113.10"]);
+        assert_eq!(bgp.spec.peers, vec!["router-a"], "only peers that get the prefix");
+        let owner = &bgp.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("Service", "web", "uid-web")
+        );
+        assert_eq!(bgp.metadata.namespace.as_deref(), Some("shop"));
+        assert_eq!(bgp.metadata.labels.as_ref().unwrap()[NODE_LABEL], "node1");
+        let l2 = &d.objects[&("shop".to_owned(), "web-node1-l2".to_owned())];
+        assert_eq!(
+            (l2.spec.protocol, l2.spec.interfaces.clone()),
+            (AnnouncementProtocol::L2, vec!["eth1".to_owned()])
+        );
+        assert_eq!(d.reasons[&key("down")], "203.0.113.11: no serving endpoint");
+        // Without a uid (not seen in the API) no object can be owned: none is written.
+        let d = desired(&model, &plan, "node1", &BTreeMap::new());
+        assert!(d.objects.is_empty());
+    }
+
+    #[test]
     fn names_are_valid_unique_and_at_most_63_characters() {
         assert_eq!(object_name("web", "node1", AnnouncementProtocol::Bgp), "web-node1-bgp");
         let long_node = "a-very-long-node-name.with.dots.example.invalid.cluster.local.region";
