@@ -239,6 +239,8 @@ struct ClusterPart {
     failing: BTreeSet<&'static str>,
     /// The last configuration rejection logged, so it is logged once.
     rejected: Option<String>,
+    /// The BGP password Secrets last read completely (re-read when they change).
+    password_refs: BTreeMap<String, ferrolb_api::SecretKeyRef>,
     /// Aborts the watchers when the speaker stops.
     _watchers: JoinSet<()>,
 }
@@ -383,12 +385,17 @@ impl State {
         }
         if config_applied {
             self.metrics.config_loads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
-            let (passwords, errors) =
-                cluster::secrets::bgp_passwords(&c.client, &self.model, &self.passwords).await;
-            for e in errors {
-                tracing::error!("{e}");
+            // Only when the Secrets referenced change: the loop waits (at most 3 s) for them.
+            let refs = cluster::secrets::password_refs(&self.model);
+            if refs != c.password_refs {
+                let (passwords, errors) =
+                    cluster::secrets::bgp_passwords(&c.client, &refs, &self.passwords).await;
+                for e in &errors {
+                    tracing::error!("{e}");
+                }
+                self.passwords = passwords;
+                c.password_refs = if errors.is_empty() { refs } else { BTreeMap::new() };
             }
-            self.passwords = passwords;
         }
         if !was_synced {
             self.metrics.model_synced.set(1);
@@ -744,6 +751,7 @@ pub async fn run_kube(
         status,
         failing: BTreeSet::new(),
         rejected: None,
+        password_refs: BTreeMap::new(),
         _watchers: watchers,
     });
     serve(state, None, Some(updates), signals).await

@@ -493,3 +493,65 @@ fn announcements_status_events_crash_consistency_and_an_apiserver_outage() {
         run.abort();
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_give_the_membership_key_and_bgp_passwords_and_errors_never_show_them() {
+    use ferrolb_api::SecretKeyRef;
+    use ferrolb_speaker::bgp::socket::Password;
+    use ferrolb_speaker::cluster::secrets;
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    use std::collections::BTreeMap;
+
+    let (client, _server) = FakeApiServer::new().client();
+    let pp = PostParams::default();
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "ferrolb-system"}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&pp, &ns).await.unwrap();
+    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), "ferrolb-system");
+
+    let e = secrets::membership_key(&client, "ferrolb-system").await.unwrap_err();
+    assert!(
+        e.contains("ferrolb-system/ferrolb-membership does not exist") && e.contains("--membership-key-file"),
+        "{e}"
+    );
+    let short: Secret = serde_json::from_value(json!({"metadata": {"name": "ferrolb-membership"},
+        "data": {"key": "c2hvcnQtc2VjcmV0"}}))
+    .unwrap(); // "short-secret"
+    secrets_api.create(&pp, &short).await.unwrap();
+    let e = secrets::membership_key(&client, "ferrolb-system").await.unwrap_err();
+    assert!(e.contains("data.key") && e.contains("32") && !e.contains("short-secret"), "{e}");
+    let key = "k".repeat(40);
+    let patch = json!({"data": {"key": k8s_openapi::ByteString(key.clone().into_bytes())}});
+    secrets_api.patch("ferrolb-membership", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    let k = secrets::membership_key(&client, "ferrolb-system").await.unwrap();
+    assert_eq!(k.expose(), key.as_bytes());
+
+    // "s3cr3t\n": surrounding whitespace is not part of the password.
+    let auth: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "bgp-auth"}, "data": {"password": "czNjcjN0Cg=="}}),
+    )
+    .unwrap();
+    secrets_api.create(&pp, &auth).await.unwrap();
+    let r = |name: &str| SecretKeyRef {
+        name: name.into(),
+        namespace: "ferrolb-system".into(),
+        key: "password".into(),
+    };
+    let refs =
+        BTreeMap::from([("router-a".to_owned(), r("bgp-auth")), ("router-b".to_owned(), r("missing"))]);
+    let previous = BTreeMap::from([("router-b".to_owned(), Password::new("old"))]);
+    let (pw, errors) = secrets::bgp_passwords(&client, &refs, &previous).await;
+    assert_eq!(pw.get("router-a"), Some(&Password::new("s3cr3t")));
+    assert_eq!(
+        pw.get("router-b"),
+        Some(&Password::new("old")),
+        "an unreadable Secret keeps the last password"
+    );
+    assert_eq!(errors.len(), 1);
+    assert!(
+        errors[0]
+            .contains("BGPPeer/router-b: spec.passwordSecret: Secret ferrolb-system/missing does not exist"),
+        "{}",
+        errors[0]
+    );
+    assert!(!errors.iter().any(|e| e.contains("s3cr3t") || e.contains("old")));
+}

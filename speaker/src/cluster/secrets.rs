@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ferrolb_api::{MEMBERSHIP_SECRET_KEY, MEMBERSHIP_SECRET_NAME, MembershipKey};
+use ferrolb_api::{MEMBERSHIP_SECRET_KEY, MEMBERSHIP_SECRET_NAME, MembershipKey, SecretKeyRef};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 
@@ -49,40 +49,55 @@ pub async fn membership_key(client: &kube::Client, namespace: &str) -> Result<Me
         .map_err(|e| format!("{object}: data.{MEMBERSHIP_SECRET_KEY}: {e}; replace it with a longer key"))
 }
 
-/// Reads the TCP MD5 password of every BGPPeer with `spec.passwordSecret`. Peers whose
-/// Secret cannot be read keep `previous` (if any) and are reported, one line each.
+/// How long reading every BGP password may take in all: the event loop waits for it.
+const PASSWORDS_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Which Secret each BGPPeer's password is in (`spec.passwordSecret`).
+pub fn password_refs(model: &ClusterModel) -> BTreeMap<String, SecretKeyRef> {
+    model.peers.iter().filter_map(|(n, p)| Some((n.clone(), p.spec.password_secret.clone()?))).collect()
+}
+
+async fn password(client: &kube::Client, peer: &str, r: &SecretKeyRef) -> Result<Password, String> {
+    let object = format!("BGPPeer/{peer}: spec.passwordSecret: Secret {}/{}", r.namespace, r.name);
+    match get(client, &r.namespace, &r.name).await {
+        Ok(Some(s)) => match s.data.as_ref().and_then(|d| d.get(&r.key)) {
+            Some(b) => match std::str::from_utf8(&b.0) {
+                Ok(t) => Ok(Password::new(t.trim())),
+                Err(_) => Err(format!("{object}: data.{} is not text; store the password as text", r.key)),
+            },
+            None => Err(format!("{object}: has no data.{}; add it or fix spec.passwordSecret.key", r.key)),
+        },
+        Ok(None) => Err(format!("{object} does not exist; create it or fix spec.passwordSecret")),
+        Err(e) => Err(format!("{object}: {e}")),
+    }
+}
+
+/// Reads the TCP MD5 password of every BGPPeer in `refs`, all at once and within
+/// [`PASSWORDS_TIMEOUT`]. A peer whose Secret cannot be read keeps its `previous`
+/// password (if any) and is reported, one line each.
 pub async fn bgp_passwords(
     client: &kube::Client,
-    model: &ClusterModel,
+    refs: &BTreeMap<String, SecretKeyRef>,
     previous: &BTreeMap<String, Password>,
 ) -> (BTreeMap<String, Password>, Vec<String>) {
+    let reads = refs.iter().map(|(peer, r)| async move { (peer.clone(), password(client, peer, r).await) });
+    let results = match tokio::time::timeout(PASSWORDS_TIMEOUT, futures::future::join_all(reads)).await {
+        Ok(r) => r,
+        Err(_) => refs
+            .keys()
+            .map(|p| (p.clone(), Err(format!("BGPPeer/{p}: spec.passwordSecret: no answer from the apiserver within {PASSWORDS_TIMEOUT:?}"))))
+            .collect(),
+    };
     let mut out = BTreeMap::new();
     let mut errors = Vec::new();
-    for (peer, p) in &model.peers {
-        let Some(r) = &p.spec.password_secret else { continue };
-        let object = format!("BGPPeer/{peer}: spec.passwordSecret: Secret {}/{}", r.namespace, r.name);
-        let value = match get(client, &r.namespace, &r.name).await {
-            Ok(Some(s)) => match s.data.as_ref().and_then(|d| d.get(&r.key)) {
-                Some(b) => match std::str::from_utf8(&b.0) {
-                    Ok(t) => Ok(Password::new(t.trim())),
-                    Err(_) => {
-                        Err(format!("{object}: data.{} is not text; store the password as text", r.key))
-                    }
-                },
-                None => {
-                    Err(format!("{object}: has no data.{}; add it or fix spec.passwordSecret.key", r.key))
-                }
-            },
-            Ok(None) => Err(format!("{object} does not exist; create it or fix spec.passwordSecret")),
-            Err(e) => Err(format!("{object}: {e}")),
-        };
-        match value {
+    for (peer, result) in results {
+        match result {
             Ok(pw) => {
-                out.insert(peer.clone(), pw);
+                out.insert(peer, pw);
             }
             Err(e) => {
-                if let Some(old) = previous.get(peer) {
-                    out.insert(peer.clone(), old.clone());
+                if let Some(old) = previous.get(&peer) {
+                    out.insert(peer, old.clone());
                 }
                 errors.push(e);
             }
