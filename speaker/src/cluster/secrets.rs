@@ -12,7 +12,7 @@ use crate::bgp::socket::Password;
 use crate::model::ClusterModel;
 
 /// How long one Secret read may take before it counts as failed.
-const READ_TIMEOUT: Duration = Duration::from_secs(10);
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 async fn get(client: &kube::Client, namespace: &str, name: &str) -> Result<Option<Secret>, String> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
