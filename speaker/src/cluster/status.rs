@@ -44,7 +44,7 @@ pub struct Desired {
     pub objects: BTreeMap<(String, String), ServiceAnnouncement>,
     /// Why each Service this node does not announce (by some protocol) is not announced.
     pub reasons: BTreeMap<ServiceKey, String>,
-    /// Service uids, for Event targets.
+    /// Uids of the Services in `objects` and `reasons`, for Event targets.
     pub uids: BTreeMap<ServiceKey, String>,
 }
 
@@ -79,7 +79,7 @@ pub fn desired(
     me: &str,
     uids: &BTreeMap<ServiceKey, String>,
 ) -> Desired {
-    let mut out = Desired { uids: uids.clone(), ..Desired::default() };
+    let mut out = Desired::default();
     for (key, svc) in &model.services {
         let mut bgp_addrs = Vec::new();
         let mut peers = BTreeSet::new();
@@ -91,12 +91,8 @@ pub fn desired(
                 l2_addrs.push(ip.to_string());
                 ifs.extend(i.iter().cloned());
             }
-            let to: Vec<&String> = plan
-                .bgp
-                .iter()
-                .filter(|(_, routes)| routes.keys().any(|p| p.contains(ip)))
-                .map(|(peer, _)| peer)
-                .collect();
+            let to: Vec<&String> =
+                plan.bgp.iter().filter(|(_, routes)| covered(routes, *ip)).map(|(peer, _)| peer).collect();
             if !to.is_empty() && !plan.withdrawn.contains_key(ip) {
                 bgp_addrs.push(ip.to_string());
                 peers.extend(to.into_iter().cloned());
@@ -105,10 +101,13 @@ pub fn desired(
                 why.push(format!("{ip}: {w}"));
             }
         }
+        let Some(uid) = uids.get(key) else { continue };
         if !why.is_empty() {
             out.reasons.insert(key.clone(), why.join("; "));
         }
-        let Some(uid) = uids.get(key) else { continue };
+        if !why.is_empty() || !bgp_addrs.is_empty() || !l2_addrs.is_empty() {
+            out.uids.insert(key.clone(), uid.clone());
+        }
         let mut add = |protocol, addresses: Vec<String>, interfaces: Vec<String>, peers: Vec<String>| {
             if addresses.is_empty() {
                 return;
@@ -148,6 +147,13 @@ pub fn desired(
         add(AnnouncementProtocol::L2, l2_addrs, ifs.into_iter().collect(), Vec::new());
     }
     out
+}
+
+/// Whether a route covers `ip`: its host prefix or an aggregate of it (one lookup per
+/// prefix length, not a scan of every route: 10k Services × 10k routes would not do).
+fn covered<V>(routes: &BTreeMap<ipnet::IpNet, V>, ip: std::net::IpAddr) -> bool {
+    let max: u8 = if ip.is_ipv4() { 32 } else { 128 };
+    (0..=max).rev().any(|len| ipnet::IpNet::new(ip, len).is_ok_and(|n| routes.contains_key(&n.trunc())))
 }
 
 /// A label value (at most 63 characters); long node names are cut, `spec.node` is exact.
@@ -485,6 +491,18 @@ mod tests {
         // Without a uid (not seen in the API) no object can be owned: none is written.
         let d = desired(&model, &plan, "node1", &BTreeMap::new());
         assert!(d.objects.is_empty());
+    }
+
+    #[test]
+    fn host_routes_and_aggregates_cover_an_address() {
+        let routes: BTreeMap<ipnet::IpNet, ()> = BTreeMap::from([
+            ("203.0.113.0/24".parse().unwrap(), ()),
+            ("2001:db8:3::10/128".parse().unwrap(), ()),
+        ]);
+        assert!(covered(&routes, "203.0.113.77".parse().unwrap()));
+        assert!(covered(&routes, "2001:db8:3::10".parse().unwrap()));
+        assert!(!covered(&routes, "2001:db8:3::11".parse().unwrap()));
+        assert!(!covered(&routes, "198.51.100.1".parse().unwrap()));
     }
 
     #[test]
