@@ -153,13 +153,17 @@ fn kubernetes_mode_announces_from_the_right_nodes_and_rides_out_an_apiserver_out
     assert!(r.is_ok(), "{r:?}\n{}", lab.logs(60));
 
     // The endpoint goes away: node2 withdraws the Local address.
+    let t = Instant::now();
     cluster.delete("discovery.k8s.io/v1", "EndpointSlice", Some("default"), "local-a").unwrap();
     routers::wait_rib_gone(&bird, "203.0.113.20/32", T).unwrap();
+    println!("EndpointSlice deleted → withdrawn in BIRD's RIB: {:?} (50 ms polling)", t.elapsed());
     // node1 is excluded: only node2 announces the Cluster address.
     let excluded = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node1",
         "labels": {"rack": "r1", "node.kubernetes.io/exclude-from-external-load-balancers": ""}}});
+    let t = Instant::now();
     cluster.apply(&excluded).unwrap();
     routers::wait_rib(&bird, "203.0.113.10/32", &[v4(2)], T).unwrap();
+    println!("Node excluded → its path gone from BIRD's RIB: {:?} (50 ms polling)", t.elapsed());
     let node1_withdrew = |r: &Record| matches!(r, Record::Update(u) if u.peer == v4(1) && u.withdrawn.iter().any(|p| p == "203.0.113.10/32"));
     recorder.wait_record("node1's withdrawal at the recorder", T, node1_withdrew).unwrap();
 
