@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+pub use ferrolb_api::MEMBERSHIP_SECRET_KEY;
 use ferrolb_api::{MEMBERSHIP_KEY_MIN_LEN, MEMBERSHIP_SECRET_NAME};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -9,9 +10,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 
 use crate::error::Error;
-
-/// The data key holding the membership key in the Secret.
-pub const MEMBERSHIP_SECRET_KEY: &str = "key";
 
 /// A fresh random key: 32 random bytes as 64 hex characters.
 fn random_key() -> Result<String, getrandom::Error> {

@@ -6,6 +6,7 @@
 pub mod announce;
 pub mod bfd;
 pub mod bgp;
+pub mod cluster;
 pub mod election;
 pub mod l2;
 pub mod membership;

@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use ferrolb_speaker::metrics::Metrics;
 use ferrolb_speaker::model::DEFAULT_LB_CLASS;
-use ferrolb_speaker::speaker::{self, StaticOptions};
+use ferrolb_speaker::speaker::{self, KubeOptions, Options, StaticOptions};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -28,9 +29,13 @@ struct Args {
     /// instead of the API; re-read whenever it changes.
     #[arg(long = "static", value_name = "FILE", conflicts_with = "kubeconfig")]
     static_file: Option<PathBuf>,
-    /// Kubeconfig for Kubernetes mode (default: in-cluster).
+    /// Kubeconfig for Kubernetes mode (default: in-cluster, else $KUBECONFIG or ~/.kube/config).
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
+    /// Kubernetes mode: the speaker's namespace, where Secret ferrolb-membership is read
+    /// (default: $POD_NAMESPACE, the service account's namespace, else ferrolb-system).
+    #[arg(long, value_name = "NS", conflicts_with = "static_file")]
+    namespace: Option<String>,
     /// Serve /metrics, /healthz and /readyz on this address.
     #[arg(long, value_name = "ADDR:PORT")]
     metrics_addr: Option<SocketAddr>,
@@ -38,8 +43,9 @@ struct Args {
     /// port of the other nodes. Used only where L2 announcements are configured.
     #[arg(long, value_name = "ADDR:PORT")]
     membership_bind: Option<SocketAddr>,
-    /// File holding the membership key (static mode; at least 32 characters, the same on
-    /// every node). Needed only where L2Advertisements exist.
+    /// File holding the membership key (at least 32 characters, the same on every node).
+    /// Needed only where L2Advertisements exist; in Kubernetes mode the default is the
+    /// Secret ferrolb-membership (data key `key`) in the speaker's namespace.
     #[arg(long, value_name = "FILE")]
     membership_key_file: Option<PathBuf>,
     /// Longest time a prefix stays announced as draining (GRACEFUL_SHUTDOWN 65535:0,
@@ -85,28 +91,56 @@ fn fail(msg: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
+fn default_namespace() -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| "ferrolb-system".into())
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, String> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| format!("--kubeconfig {}: cannot read it: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("--kubeconfig {}: unusable: {e}", path.display()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            format!(
+                "no Kubernetes configuration ({e}): not in a cluster and no kubeconfig; pass --kubeconfig FILE \
+                 or --static FILE"
+            )
+        })?,
+    };
+    kube::Client::try_from(config).map_err(|e| format!("cannot build a Kubernetes client: {e}"))
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     init_logs(args.log_format);
-    let Some(file) = args.static_file.clone() else {
-        return fail(
-            "Kubernetes mode (--kubeconfig or in-cluster) is not available in this build; \
-             run with --static FILE",
-        );
-    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(r) => r,
         Err(e) => return fail(&format!("cannot start the runtime: {e}")),
     };
-    let opts = StaticOptions {
+    let options = Options {
         node_name: args.node_name,
-        file,
         lb_class: args.lb_class,
         membership_bind: args.membership_bind,
         membership_key_file: args.membership_key_file,
         drain_max_delay: args.drain_max_delay,
         drain_on_shutdown: args.drain_on_shutdown,
     };
+    let static_file = args.static_file;
+    let kubeconfig = args.kubeconfig;
+    let namespace = args.namespace.unwrap_or_else(default_namespace);
     let result = runtime.block_on(async {
         let metrics = Arc::new(Metrics::new());
         if let Some(addr) = args.metrics_addr {
@@ -116,7 +150,25 @@ fn main() -> ExitCode {
                 .await
                 .map_err(|e| format!("--metrics-addr {addr}: cannot listen: {e}; pick a free address"))?;
         }
-        speaker::run_static(opts, metrics).await.map_err(|e| e.to_string())
+        match static_file {
+            Some(file) => {
+                let opts = StaticOptions {
+                    node_name: options.node_name,
+                    file,
+                    lb_class: options.lb_class,
+                    membership_bind: options.membership_bind,
+                    membership_key_file: options.membership_key_file,
+                    drain_max_delay: options.drain_max_delay,
+                    drain_on_shutdown: options.drain_on_shutdown,
+                };
+                speaker::run_static(opts, metrics).await.map_err(|e| e.to_string())
+            }
+            None => {
+                let client = client(kubeconfig.as_ref()).await?;
+                let opts = KubeOptions { options, namespace, plans: None };
+                speaker::run_kube(opts, client, metrics).await.map_err(|e| e.to_string())
+            }
+        }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

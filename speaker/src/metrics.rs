@@ -37,6 +37,20 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// Label set `{reason}` of Events.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// `Announced` or `Withdrawn`.
+    pub reason: String,
+}
+
+/// Label set `{kind}` of watch errors.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// The watched kind, e.g. `Service`.
+    pub kind: String,
+}
+
 /// Label set `{change, reason}` of L2 ownership changes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OwnershipLabel {
@@ -66,6 +80,16 @@ pub struct Metrics {
     pub config_loads: Family<ResultLabel, Counter>,
     /// L2 addresses this node started or stopped owning, by reason.
     pub l2_ownership_changes: Family<OwnershipLabel, Counter>,
+    /// Kubernetes mode: ServiceAnnouncement writes by result (`applied`, `deleted`, `error`).
+    pub status_writes: Family<ResultLabel, Counter>,
+    /// Kubernetes mode: Events published, by reason.
+    pub events: Family<ReasonLabel, Counter>,
+    /// Kubernetes mode: Events not published because the Service had too many lately.
+    pub events_suppressed: Family<ReasonLabel, Counter>,
+    /// Kubernetes mode: failed watches (each is retried with back-off), by kind.
+    pub watch_errors: Family<KindLabel, Counter>,
+    /// Kubernetes mode: 1 once every watched kind has been listed completely.
+    pub model_synced: Gauge,
     /// The L2 announcer's metrics (`ferrolb_l2_*`).
     pub l2: L2Metrics,
     /// Membership metrics (`ferrolb_membership_*`).
@@ -74,7 +98,13 @@ pub struct Metrics {
     pub bfd: BfdMetrics,
     ready: AtomicBool,
     scrapes: AtomicU64,
+    /// Milliseconds after `started` of the event loop's last heartbeat (0: none yet).
+    heartbeat_ms: AtomicU64,
+    started: std::time::Instant,
 }
+
+/// `/healthz` fails once the event loop has not beaten for this long.
+pub const HEARTBEAT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -99,6 +129,32 @@ impl Metrics {
         let prefixes_received = Family::<PeerLabel, Counter>::default();
         let announced = Family::<ProtocolLabel, Gauge>::default();
         let config_loads = Family::<ResultLabel, Counter>::default();
+        let status_writes = Family::<ResultLabel, Counter>::default();
+        let events = Family::<ReasonLabel, Counter>::default();
+        let events_suppressed = Family::<ReasonLabel, Counter>::default();
+        let watch_errors = Family::<KindLabel, Counter>::default();
+        let model_synced = Gauge::default();
+        registry.register(
+            "speaker_status_writes",
+            "ServiceAnnouncement writes by result",
+            status_writes.clone(),
+        );
+        registry.register("speaker_events", "Events published on Services, by reason", events.clone());
+        registry.register(
+            "speaker_events_suppressed",
+            "Events not published (rate limit per Service), by reason",
+            events_suppressed.clone(),
+        );
+        registry.register(
+            "speaker_watch_errors",
+            "failed API watches, by kind (retried)",
+            watch_errors.clone(),
+        );
+        registry.register(
+            "speaker_model_synced",
+            "1 once every watched kind has been listed completely",
+            model_synced.clone(),
+        );
         registry.register("bgp_session_up", "1 while the BGP session is Established", session_up.clone());
         registry.register("bgp_updates_sent", "BGP UPDATE messages sent", updates_sent.clone());
         registry.register("bgp_prefixes_sent", "prefixes announced in BGP UPDATEs", prefixes_sent.clone());
@@ -124,14 +180,40 @@ impl Metrics {
             prefixes_received,
             announced,
             config_loads,
+            status_writes,
+            events,
+            events_suppressed,
+            watch_errors,
+            model_synced,
             ready: AtomicBool::new(false),
             scrapes: AtomicU64::new(0),
+            heartbeat_ms: AtomicU64::new(0),
+            started: std::time::Instant::now(),
         }
     }
 
     /// Marks the speaker ready (first configuration applied).
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the speaker is ready (its first configuration or synced model applied).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// The event loop is alive (called on every loop iteration and clock tick).
+    pub fn beat(&self) {
+        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX).max(1);
+        self.heartbeat_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Healthy: the event loop has not started yet, or beat within [`HEARTBEAT_TIMEOUT`].
+    pub fn is_alive(&self) -> bool {
+        let last = self.heartbeat_ms.load(Ordering::Relaxed);
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let timeout = u64::try_from(HEARTBEAT_TIMEOUT.as_millis()).unwrap_or(u64::MAX);
+        last == 0 || now.saturating_sub(last) < timeout
     }
 
     /// The OpenMetrics text.
@@ -152,12 +234,16 @@ impl Metrics {
                 let Ok((mut stream, _)) = listener.accept().await else { continue };
                 let m = self.clone();
                 tokio::spawn(async move {
+                    // Read the whole request head (clients may send it in pieces), then answer.
                     let mut buf = [0u8; 1024];
-                    let n = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut buf))
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .unwrap_or(0);
+                    let mut n = 0;
+                    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+                    while n < buf.len() && !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tokio::time::timeout_at(deadline, stream.read(&mut buf[n..])).await {
+                            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+                            Ok(Ok(k)) => n += k,
+                        }
+                    }
                     let req = String::from_utf8_lossy(&buf[..n]);
                     let path = req.split_whitespace().nth(1).unwrap_or("/");
                     let (status, ctype, body) = match path {
@@ -166,13 +252,19 @@ impl Metrics {
                             "application/openmetrics-text; version=1.0.0; charset=utf-8",
                             m.encode(),
                         ),
-                        "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
-                        "/readyz" if m.ready.load(Ordering::Relaxed) => {
-                            ("200 OK", "text/plain", "ok\n".into())
-                        }
-                        "/readyz" => {
-                            ("503 Service Unavailable", "text/plain", "no configuration applied yet\n".into())
-                        }
+                        "/healthz" if m.is_alive() => ("200 OK", "text/plain", "ok\n".to_string()),
+                        "/healthz" => (
+                            "503 Service Unavailable",
+                            "text/plain",
+                            "the event loop is stuck: no heartbeat for 30s\n".to_string(),
+                        ),
+                        "/readyz" if m.is_ready() => ("200 OK", "text/plain", "ok\n".into()),
+                        "/readyz" => (
+                            "503 Service Unavailable",
+                            "text/plain",
+                            "no configuration applied yet (Kubernetes mode: not every watch has listed)\n"
+                                .into(),
+                        ),
                         _ => ("404 Not Found", "text/plain", "not found\n".into()),
                     };
                     let head = format!(
@@ -222,6 +314,20 @@ mod tests {
         assert!(text.ends_with("# EOF\n"));
     }
 
+    #[test]
+    fn healthz_fails_once_the_event_loop_stops_beating() {
+        let mut m = Metrics::new();
+        assert!(m.is_alive(), "healthy before the loop starts");
+        m.started = std::time::Instant::now() - std::time::Duration::from_secs(100);
+        m.beat();
+        assert!(m.is_alive());
+        // The last beat was 99 s ago.
+        m.heartbeat_ms.store(1_000, Ordering::Relaxed);
+        assert!(!m.is_alive());
+        m.beat();
+        assert!(m.is_alive());
+    }
+
     #[tokio::test]
     async fn http_endpoint_serves_metrics_and_readiness() {
         let m = Arc::new(Metrics::new());
@@ -241,5 +347,13 @@ mod tests {
         assert!(get("/readyz").await.starts_with("HTTP/1.1 200"));
         assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
         assert!(get("/metrics").await.contains("# EOF"));
+        // A request head arriving in pieces (as `write!` sends it) is read whole.
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /rea").await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        s.write_all(b"dyz HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     }
 }

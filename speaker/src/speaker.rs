@@ -1,5 +1,7 @@
 //! The speaker's event loop (holo shape): one task owns the model, the plan and the
-//! announcers; the file watcher, the clock and signals feed it.
+//! announcers; the model source (the static file's watcher, or the Kubernetes watchers
+//! of [`crate::cluster`]), membership, the clock and signals feed it. Both sources feed
+//! the same [`ClusterModel`] calls; everything after that is one code path.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -7,16 +9,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferrolb_api::MembershipKey;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::announce::bgp::BgpAnnouncer;
 use crate::bgp::socket::Password;
+use crate::cluster::status::{self, Desired};
+use crate::cluster::{self, Feed, Update};
 use crate::l2::{InterfaceChoice, L2Announcer, L2Config, L2Handle, Owned};
 use crate::membership::auth::DropReason;
 use crate::membership::{self, Membership, MembershipConfig, MembershipHandle, Seed};
-use crate::metrics::{Metrics, OwnershipLabel, ProtocolLabel, ResultLabel};
+use crate::metrics::{KindLabel, Metrics, OwnershipLabel, ProtocolLabel, ResultLabel};
 use crate::model::ClusterModel;
 use crate::model::static_file::{self, LoadError};
 use crate::plan::{self, Announcements};
@@ -52,6 +58,48 @@ pub enum SpeakerError {
     /// L2 announcements cannot start (membership key, addresses, sockets).
     #[error("{0}")]
     L2(String),
+}
+
+/// Options of both modes.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// This node's name (`--node-name`).
+    pub node_name: String,
+    /// loadBalancerClass served besides "none".
+    pub lb_class: String,
+    /// Membership bind address (`--membership-bind`).
+    pub membership_bind: Option<SocketAddr>,
+    /// Membership key file (`--membership-key-file`); in Kubernetes mode the Secret
+    /// `ferrolb-membership` is read instead when this is absent.
+    pub membership_key_file: Option<PathBuf>,
+    /// `--drain-max-delay`.
+    pub drain_max_delay: Duration,
+    /// `--drain-on-shutdown`.
+    pub drain_on_shutdown: Duration,
+}
+
+impl From<&StaticOptions> for Options {
+    fn from(o: &StaticOptions) -> Self {
+        Options {
+            node_name: o.node_name.clone(),
+            lb_class: o.lb_class.clone(),
+            membership_bind: o.membership_bind,
+            membership_key_file: o.membership_key_file.clone(),
+            drain_max_delay: o.drain_max_delay,
+            drain_on_shutdown: o.drain_on_shutdown,
+        }
+    }
+}
+
+/// Options of Kubernetes mode.
+#[derive(Debug, Clone)]
+pub struct KubeOptions {
+    /// What both modes share.
+    pub options: Options,
+    /// The speaker's namespace (`--namespace`): where Secret `ferrolb-membership` is.
+    pub namespace: String,
+    /// Every new plan is sent here (tests and embedding programs follow it).
+    pub plans: Option<mpsc::UnboundedSender<Announcements>>,
 }
 
 /// Options of static mode.
@@ -192,8 +240,31 @@ impl L2Part {
     }
 }
 
+/// Kubernetes mode: the watchers' feed, the status writer and the Secret reader.
+struct ClusterPart {
+    client: kube::Client,
+    namespace: String,
+    feed: Feed,
+    /// The desired ServiceAnnouncements; the writer task converges the API to them.
+    status: watch::Sender<Option<Desired>>,
+    /// Kinds whose watch is failing (logged once when it starts and when it recovers).
+    failing: BTreeSet<&'static str>,
+    /// The last configuration rejection logged, so it is logged once.
+    rejected: Option<String>,
+    /// The BGP password Secrets last read completely (re-read when they change).
+    password_refs: BTreeMap<String, ferrolb_api::SecretKeyRef>,
+    /// Aborts the watchers when the speaker stops.
+    _watchers: JoinSet<()>,
+}
+
 struct State {
-    opts: StaticOptions,
+    opts: Options,
+    /// Static mode: the file.
+    file: Option<PathBuf>,
+    /// Kubernetes mode.
+    cluster: Option<ClusterPart>,
+    /// Where each new plan is sent, if anywhere.
+    plans: Option<mpsc::UnboundedSender<Announcements>>,
     model: ClusterModel,
     passwords: BTreeMap<String, Password>,
     fingerprint: Vec<u8>,
@@ -233,7 +304,8 @@ impl State {
         let wanted = !self.model.l2_advertisements.is_empty();
         match (wanted, self.l2.is_some()) {
             (true, false) => {
-                let part = start_l2(&self.opts, &self.model, &self.metrics)?;
+                let key = self.membership_key().await?;
+                let part = start_l2(&self.opts, &self.model, &self.metrics, key)?;
                 self.l2 = Some(part);
             }
             (false, true) => {
@@ -246,6 +318,120 @@ impl State {
             _ => {}
         }
         Ok(())
+    }
+
+    /// The membership key: `--membership-key-file`, else (Kubernetes mode) the Secret.
+    async fn membership_key(&self) -> Result<MembershipKey, String> {
+        if let Some(f) = &self.opts.membership_key_file {
+            return membership::read_key_file(f);
+        }
+        if let Some(c) = &self.cluster {
+            return cluster::secrets::membership_key(&c.client, &c.namespace).await;
+        }
+        let ads: Vec<&str> = self.model.l2_advertisements.keys().map(String::as_str).collect();
+        Err(format!(
+            "L2Advertisement {} is configured but no --membership-key-file was given: L2 announcements need \
+             membership; pass --membership-key-file FILE holding the cluster's key (at least 32 characters, the \
+             same on every node)",
+            ads.join(", ")
+        ))
+    }
+
+    /// Starts or stops L2 as configured; a failure is logged once (per distinct error)
+    /// and BGP goes on.
+    async fn ensure_l2_logged(&mut self) {
+        match self.ensure_l2().await {
+            Ok(()) => self.l2_error = None,
+            Err(e) => {
+                if self.l2_error.as_ref() != Some(&e) {
+                    tracing::error!("{e}");
+                }
+                self.l2_error = Some(e);
+            }
+        }
+    }
+
+    /// Kubernetes mode: applies one watcher update (and what else is queued) to the model.
+    async fn on_updates(&mut self, first: Update, more: &mut mpsc::UnboundedReceiver<Update>) {
+        let Some(c) = self.cluster.as_mut() else { return };
+        let was_synced = c.feed.synced();
+        let mut changed = false;
+        let mut config_applied = false;
+        let mut next = Some(first);
+        // A relist or a burst arrives as many updates: apply them all, plan once.
+        while let Some(u) = next.take() {
+            let kind = u.kind();
+            if let Update::WatchFailed { error, .. } = &u {
+                self.metrics.watch_errors.get_or_create(&KindLabel { kind: kind.into() }).inc();
+                if c.failing.insert(kind) {
+                    tracing::warn!(
+                        kind,
+                        error = %error,
+                        "watch failed; keeping the model and every announcement as they are, retrying with back-off"
+                    );
+                }
+            } else if c.failing.remove(kind) {
+                tracing::info!(kind, "watch recovered");
+            }
+            let applied = c.feed.apply(&mut self.model, u);
+            changed |= applied.changed;
+            config_applied |= applied.config_applied;
+            if applied.config_applied {
+                c.rejected = None;
+            }
+            if let Some(errors) = applied.config_rejected {
+                let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                let text = text.join("; ");
+                if c.rejected.as_ref() != Some(&text) {
+                    self.metrics.config_loads.get_or_create(&ResultLabel { result: "rejected".into() }).inc();
+                    for e in &errors {
+                        tracing::error!("invalid configuration, the last good one stays in force: {e}");
+                    }
+                    c.rejected = Some(text);
+                }
+            }
+            next = more.try_recv().ok();
+        }
+        let synced = c.feed.synced();
+        if !synced {
+            tracing::debug!(waiting_for = ?c.feed.unsynced(), "waiting for the first complete lists");
+            return;
+        }
+        if config_applied {
+            self.metrics.config_loads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
+            // Only when the Secrets referenced change: the loop waits (at most 3 s) for them.
+            let refs = cluster::secrets::password_refs(&self.model);
+            if refs != c.password_refs {
+                let (passwords, errors) =
+                    cluster::secrets::bgp_passwords(&c.client, &refs, &self.passwords).await;
+                for e in &errors {
+                    tracing::error!("{e}");
+                }
+                self.passwords = passwords;
+                c.password_refs = if errors.is_empty() { refs } else { BTreeMap::new() };
+            }
+        }
+        if !was_synced {
+            self.metrics.model_synced.set(1);
+            tracing::info!(
+                nodes = self.model.nodes.len(),
+                services = self.model.services.len(),
+                "every watch listed: model synced"
+            );
+            if !self.model.nodes.contains_key(&self.opts.node_name) {
+                tracing::warn!(node = %self.opts.node_name, "no Node of this name: nothing will be announced until it exists");
+            }
+        }
+        if config_applied || !was_synced {
+            self.ensure_l2_logged().await;
+        }
+        if changed || !was_synced {
+            let cause = if was_synced { "API change" } else { "model synced" };
+            self.replan(&Cause::new("config", cause)).await;
+        }
+        if !was_synced {
+            self.metrics.set_ready();
+        }
     }
 
     /// Re-elects when the live set, settledness or key-mismatch state changed.
@@ -311,31 +497,37 @@ impl State {
             .get_or_create(&ProtocolLabel { protocol: "bgp".into() })
             .set(len_i64(&bgp_addrs));
         self.metrics.announced.get_or_create(&ProtocolLabel { protocol: "l2".into() }).set(len_i64(&new.l2));
+        if let Some(c) = &self.cluster {
+            let want = status::desired(&self.model, &new, &self.opts.node_name, &c.feed.uids);
+            c.status.send_if_modified(|d| {
+                let differs = d.as_ref() != Some(&want);
+                if differs {
+                    *d = Some(want);
+                }
+                differs
+            });
+        }
+        if let Some(p) = &self.plans {
+            let _ = p.send(new.clone());
+        }
         self.plan = new;
     }
 
     async fn reload(&mut self) {
-        match static_file::load(&self.opts.file, &self.opts.lb_class) {
+        let Some(file) = self.file.clone() else { return };
+        match static_file::load(&file, &self.opts.lb_class) {
             Ok(l) if l.fingerprint == self.fingerprint => {}
             Ok(l) => {
                 for w in &l.warnings {
                     tracing::warn!("{w}");
                 }
-                tracing::info!(file = %self.opts.file.display(), "static file changed: applying");
+                tracing::info!(file = %file.display(), "static file changed: applying");
                 self.metrics.config_loads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
                 // Only what differs is marked changed: the planner recomputes just that.
                 self.model.replace_with(l.model);
                 self.passwords = l.passwords;
                 self.fingerprint = l.fingerprint;
-                match self.ensure_l2().await {
-                    Ok(()) => self.l2_error = None,
-                    Err(e) => {
-                        if self.l2_error.as_ref() != Some(&e) {
-                            tracing::error!("{e}");
-                        }
-                        self.l2_error = Some(e);
-                    }
-                }
+                self.ensure_l2_logged().await;
                 self.replan(&Cause::new("config", "static file changed")).await;
             }
             Err(e) => {
@@ -371,24 +563,19 @@ fn membership_ip(model: &ClusterModel, node: &str) -> Option<IpAddr> {
 
 /// Reads the key and starts membership (seeded with the Nodes' InternalIPs) and the
 /// L2 announcer.
-fn start_l2(opts: &StaticOptions, model: &ClusterModel, metrics: &Metrics) -> Result<L2Part, String> {
-    let ads: Vec<&str> = model.l2_advertisements.keys().map(String::as_str).collect();
-    let Some(key_file) = &opts.membership_key_file else {
-        return Err(format!(
-            "L2Advertisement {} is configured but no --membership-key-file was given: L2 announcements need \
-             membership; pass --membership-key-file FILE holding the cluster's key (at least 32 characters, the \
-             same on every node)",
-            ads.join(", ")
-        ));
-    };
-    let key = membership::read_key_file(key_file)?;
+fn start_l2(
+    opts: &Options,
+    model: &ClusterModel,
+    metrics: &Metrics,
+    key: MembershipKey,
+) -> Result<L2Part, String> {
     let port = opts.membership_bind.map_or(membership::DEFAULT_PORT, |b| b.port());
     let me = &opts.node_name;
     let advertise_ip = match opts.membership_bind.map(|b| b.ip()).filter(|ip| !ip.is_unspecified()) {
         Some(ip) => ip,
         None => membership_ip(model, me).ok_or_else(|| {
             format!(
-                "node {me}: no InternalIP in status.addresses of its Node in the static file; membership needs it \
+                "node {me}: no InternalIP in status.addresses of its Node; membership needs it \
                  (or give --membership-bind ADDR:PORT)"
             )
         })?,
@@ -498,36 +685,58 @@ fn log_changes(old: &Announcements, new: &Announcements) {
     }
 }
 
-/// Runs static mode until SIGTERM or SIGINT; sessions end with Cease.
-pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<(), SpeakerError> {
+type Signals = (tokio::signal::unix::Signal, tokio::signal::unix::Signal);
+
+fn signals() -> Result<Signals, SpeakerError> {
     let io = |what: &str| {
         let what = what.to_owned();
         move |source| SpeakerError::Io { what, source }
     };
-    let mut sigterm = signal(SignalKind::terminate()).map_err(io("installing the SIGTERM handler"))?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(io("installing the SIGINT handler"))?;
+    let sigterm = signal(SignalKind::terminate()).map_err(io("installing the SIGTERM handler"))?;
+    let sigint = signal(SignalKind::interrupt()).map_err(io("installing the SIGINT handler"))?;
+    Ok((sigterm, sigint))
+}
+
+impl State {
+    fn new(opts: Options, metrics: Arc<Metrics>) -> Self {
+        State {
+            bgp: BgpAnnouncer::new(&opts.node_name, metrics.clone()),
+            model: ClusterModel::new(&opts.lb_class),
+            passwords: BTreeMap::new(),
+            fingerprint: Vec::new(),
+            plan: Announcements::default(),
+            metrics,
+            peer_errors: Vec::new(),
+            l2: None,
+            l2_error: None,
+            drains: DrainTimers::default(),
+            planner: plan::Planner::new(),
+            file: None,
+            cluster: None,
+            plans: None,
+            opts,
+        }
+    }
+}
+
+/// Runs static mode until SIGTERM or SIGINT; sessions end with Cease.
+pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<(), SpeakerError> {
+    let signals = signals()?;
     let loaded = static_file::load(&opts.file, &opts.lb_class)?;
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
-    let mut changes = static_file::watch(&opts.file)
-        .map_err(io(&format!("watching the directory of {}", opts.file.display())))?;
+    let changes = static_file::watch(&opts.file).map_err(|source| SpeakerError::Io {
+        what: format!("watching the directory of {}", opts.file.display()),
+        source,
+    })?;
     metrics.config_loads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
-    let mut state = State {
-        bgp: BgpAnnouncer::new(&opts.node_name, metrics.clone()),
-        model: loaded.model,
-        passwords: loaded.passwords,
-        fingerprint: loaded.fingerprint,
-        planner: plan::Planner::new(),
-        plan: Announcements::default(),
-        metrics: metrics.clone(),
-        peer_errors: Vec::new(),
-        l2: None,
-        l2_error: None,
-        drains: DrainTimers::default(),
-        opts,
-    };
-    tracing::info!(node = %state.opts.node_name, file = %state.opts.file.display(), "speaker started in static mode");
+    let mut state = State::new(Options::from(&opts), metrics.clone());
+    state.model = loaded.model;
+    state.passwords = loaded.passwords;
+    state.fingerprint = loaded.fingerprint;
+    state.file = Some(opts.file.clone());
+    tracing::info!(node = %state.opts.node_name, file = %opts.file.display(), "speaker started in static mode");
     if !state.model.nodes.contains_key(&state.opts.node_name) {
         tracing::warn!(
             node = %state.opts.node_name,
@@ -537,11 +746,72 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
     state.ensure_l2().await.map_err(SpeakerError::L2)?;
     state.replan(&Cause::new("config", "speaker started")).await;
     metrics.set_ready();
+    serve(state, Some(changes), None, signals).await
+}
+
+/// Runs Kubernetes mode until SIGTERM or SIGINT: the model comes from watchers over the
+/// API; nothing is announced (and no ServiceAnnouncement touched) before every watched
+/// kind has been listed once; an unreachable apiserver changes no announcement.
+pub async fn run_kube(
+    opts: KubeOptions,
+    client: kube::Client,
+    metrics: Arc<Metrics>,
+) -> Result<(), SpeakerError> {
+    let signals = signals()?;
+    let (tx, updates) = mpsc::unbounded_channel();
+    let watchers = cluster::spawn_watchers(&client, &tx);
+    drop(tx);
+    let status = status::spawn(client.clone(), &opts.options.node_name, metrics.clone());
+    let mut state = State::new(opts.options, metrics);
+    state.plans = opts.plans;
+    tracing::info!(node = %state.opts.node_name, namespace = %opts.namespace, "speaker started in Kubernetes mode; listing");
+    state.cluster = Some(ClusterPart {
+        client,
+        namespace: opts.namespace,
+        feed: Feed::default(),
+        status,
+        failing: BTreeSet::new(),
+        rejected: None,
+        password_refs: BTreeMap::new(),
+        _watchers: watchers,
+    });
+    serve(state, None, Some(updates), signals).await
+}
+
+/// Receives from an optional channel (pending forever without one or once it closed).
+async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> T {
+    match rx.as_mut() {
+        Some(r) => match r.recv().await {
+            Some(v) => v,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+async fn recv_unbounded<T>(rx: &mut Option<mpsc::UnboundedReceiver<T>>) -> Option<T> {
+    match rx.as_mut() {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The event loop of both modes, then the shutdown sequence.
+async fn serve(
+    mut state: State,
+    mut changes: Option<mpsc::Receiver<()>>,
+    mut updates: Option<mpsc::UnboundedReceiver<Update>>,
+    (mut sigterm, mut sigint): Signals,
+) -> Result<(), SpeakerError> {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut l2_tick = tokio::time::interval(Duration::from_millis(200));
+    // Kubernetes mode: L2 that could not start (the Secret not there yet) is retried.
+    let mut l2_retry = tokio::time::interval(Duration::from_secs(10));
     loop {
+        state.metrics.beat();
         let watched = state.l2.as_ref().map(|p| (p.live.clone(), p.settled.clone()));
         let next_drain = state.drains.next_expiry(&state.plan, state.opts.drain_max_delay);
+        let retry_l2 = state.cluster.is_some() && state.l2_error.is_some();
         tokio::select! {
             () = sleep_until_opt(next_drain) => {
                 state.replan(&Cause::new("drain", "--drain-max-delay or the L2 handover grace passed")).await;
@@ -549,7 +819,24 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
             () = l2_changed(watched) => state.on_l2_change().await,
             _ = l2_tick.tick(), if state.l2.is_some() => state.on_l2_change().await,
             // The watcher reads a complete file at once and debounces the rest.
-            Some(()) = changes.recv() => state.reload().await,
+            () = recv_opt(&mut changes) => state.reload().await,
+            u = recv_unbounded(&mut updates) => match u {
+                Some(u) => {
+                    if let Some(rx) = updates.as_mut() {
+                        state.on_updates(u, rx).await;
+                    }
+                }
+                None => {
+                    tracing::error!("every API watcher stopped; keeping the announcements until SIGTERM");
+                    updates = None;
+                }
+            },
+            _ = l2_retry.tick(), if retry_l2 => {
+                state.ensure_l2_logged().await;
+                if state.l2.is_some() {
+                    state.replan(&Cause::new("config", "L2 started")).await;
+                }
+            }
             _ = tick.tick() => state.bgp.tick(),
             _ = sigterm.recv() => {
                 tracing::info!("SIGTERM: closing sessions");

@@ -55,6 +55,8 @@ pub const GRACEFUL_SHUTDOWN: (u16, u16) = (65535, 0);
 pub const CONDITION_VALID: &str = "Valid";
 /// Name of the Secret holding the speakers' membership key.
 pub const MEMBERSHIP_SECRET_NAME: &str = "ferrolb-membership";
+/// The data key of that Secret holding the key (the controller writes it, speakers read it).
+pub const MEMBERSHIP_SECRET_KEY: &str = "key";
 /// Default speaker membership port.
 pub const SPEAKER_MEMBERSHIP_PORT: u16 = 7946;
 /// Minimum length of a membership key, in characters.

@@ -264,7 +264,8 @@ impl BgpAnnouncer {
                 fix: "set spec.routerID to an IPv4 address",
             })?,
         };
-        let password = if spec.password_file.is_some() { passwords.get(name).cloned() } else { None };
+        // Static mode: from passwordFile; Kubernetes mode: from the passwordSecret.
+        let password = passwords.get(name).cloned();
         let bfd = match &spec.bfd_profile {
             None => None,
             Some(profile) => {

@@ -106,7 +106,7 @@ pub struct NodeInfo {
 }
 
 /// The snapshot the planner reads.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClusterModel {
     /// Services ferrolb serves.
     pub services: BTreeMap<ServiceKey, ServiceInfo>,

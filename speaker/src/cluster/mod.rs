@@ -1,0 +1,488 @@
+//! Kubernetes mode: kube-runtime watchers feed the same [`ClusterModel`] the static file
+//! feeds, through its `upsert_*` / `remove_*` / `set_config` calls.
+//!
+//! Apiserver outages never look like deletions: a watcher's events are applied one by
+//! one, but a (re)list is buffered and applied only once it completed (`InitDone`), and
+//! only then are objects missing from it removed. A failed watch or a 410 Gone relists
+//! without touching the model in between, so the announcements stay exactly as they are.
+
+pub mod secrets;
+pub mod status;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ferrolb_api::{
+    BfdProfile, BgpAdvertisement, BgpPeer, Config, IpAddressPool, L2Advertisement, Origin, ValidationError,
+};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::model::{ClusterModel, ServiceKey};
+
+/// One change of one watched kind.
+#[derive(Debug, Clone)]
+pub enum Change<K> {
+    /// Created or modified.
+    Apply(Box<K>),
+    /// Deleted.
+    Delete(Box<K>),
+    /// A complete (re)list: exactly these objects exist.
+    Listed(Vec<K>),
+}
+
+/// What the watchers send to the speaker's event loop.
+#[derive(Debug, Clone)]
+pub enum Update {
+    /// Nodes.
+    Node(Change<Node>),
+    /// Services.
+    Service(Change<Service>),
+    /// EndpointSlices.
+    EndpointSlice(Change<EndpointSlice>),
+    /// IPAddressPools.
+    Pool(Change<IpAddressPool>),
+    /// BGPPeers.
+    Peer(Change<BgpPeer>),
+    /// BGPAdvertisements.
+    BgpAdvertisement(Change<BgpAdvertisement>),
+    /// L2Advertisements.
+    L2Advertisement(Change<L2Advertisement>),
+    /// BFDProfiles.
+    BfdProfile(Change<BfdProfile>),
+    /// A watch failed; the watcher backs off and resumes or relists by itself.
+    WatchFailed {
+        /// The kind, e.g. `Service`.
+        kind: &'static str,
+        /// The error, one line.
+        error: String,
+    },
+}
+
+/// Every kind the speaker watches, as named in logs and readiness.
+pub const KINDS: [&str; 8] = [
+    "Node",
+    "Service",
+    "EndpointSlice",
+    "IPAddressPool",
+    "BGPPeer",
+    "BGPAdvertisement",
+    "L2Advertisement",
+    "BFDProfile",
+];
+
+/// The kinds validated together as ferrolb configuration.
+const CONFIG_KINDS: [&str; 5] =
+    ["IPAddressPool", "BGPPeer", "BGPAdvertisement", "L2Advertisement", "BFDProfile"];
+
+impl Update {
+    /// The kind this update is about.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Update::Node(_) => "Node",
+            Update::Service(_) => "Service",
+            Update::EndpointSlice(_) => "EndpointSlice",
+            Update::Pool(_) => "IPAddressPool",
+            Update::Peer(_) => "BGPPeer",
+            Update::BgpAdvertisement(_) => "BGPAdvertisement",
+            Update::L2Advertisement(_) => "L2Advertisement",
+            Update::BfdProfile(_) => "BFDProfile",
+            Update::WatchFailed { kind, .. } => kind,
+        }
+    }
+}
+
+/// Turns one watcher into [`Update`]s: single events pass through, a (re)list is
+/// collected and sent whole once complete, errors are reported (the stream backs off).
+async fn pump<K>(
+    api: Api<K>,
+    kind: &'static str,
+    wrap: fn(Change<K>) -> Update,
+    tx: mpsc::UnboundedSender<Update>,
+) where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let mut listing: Vec<K> = Vec::new();
+    while let Some(ev) = stream.next().await {
+        let update = match ev {
+            Ok(Event::Init) => {
+                listing.clear();
+                continue;
+            }
+            Ok(Event::InitApply(o)) => {
+                listing.push(o);
+                continue;
+            }
+            Ok(Event::InitDone) => wrap(Change::Listed(std::mem::take(&mut listing))),
+            Ok(Event::Apply(o)) => wrap(Change::Apply(Box::new(o))),
+            Ok(Event::Delete(o)) => wrap(Change::Delete(Box::new(o))),
+            Err(e) => Update::WatchFailed { kind, error: crate::speaker::one_line(&e.to_string()) },
+        };
+        if tx.send(update).is_err() {
+            return;
+        }
+    }
+}
+
+/// Starts one watcher per kind; they run until the returned set is dropped.
+pub fn spawn_watchers(client: &kube::Client, tx: &mpsc::UnboundedSender<Update>) -> JoinSet<()> {
+    let mut set = JoinSet::new();
+    let c = || client.clone();
+    set.spawn(pump(Api::<Node>::all(c()), "Node", Update::Node, tx.clone()));
+    set.spawn(pump(Api::<Service>::all(c()), "Service", Update::Service, tx.clone()));
+    set.spawn(pump(Api::<EndpointSlice>::all(c()), "EndpointSlice", Update::EndpointSlice, tx.clone()));
+    set.spawn(pump(Api::<IpAddressPool>::all(c()), "IPAddressPool", Update::Pool, tx.clone()));
+    set.spawn(pump(Api::<BgpPeer>::all(c()), "BGPPeer", Update::Peer, tx.clone()));
+    set.spawn(pump(
+        Api::<BgpAdvertisement>::all(c()),
+        "BGPAdvertisement",
+        Update::BgpAdvertisement,
+        tx.clone(),
+    ));
+    set.spawn(pump(Api::<L2Advertisement>::all(c()), "L2Advertisement", Update::L2Advertisement, tx.clone()));
+    set.spawn(pump(Api::<BfdProfile>::all(c()), "BFDProfile", Update::BfdProfile, tx.clone()));
+    set
+}
+
+/// Only what configures announcements: name, labels, annotations and spec. Server-set
+/// metadata and status (pool statistics the controller rewrites on every allocation)
+/// would make every such write look like a configuration change.
+fn config_meta(meta: &ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        name: meta.name.clone(),
+        labels: meta.labels.clone().filter(|l| !l.is_empty()),
+        annotations: meta.annotations.clone().filter(|a| !a.is_empty()),
+        ..ObjectMeta::default()
+    }
+}
+
+fn name(meta: &ObjectMeta) -> String {
+    meta.name.clone().unwrap_or_default()
+}
+
+fn ns_name(meta: &ObjectMeta) -> (String, String) {
+    (meta.namespace.clone().unwrap_or_else(|| "default".into()), name(meta))
+}
+
+/// Applies one change to a map of config objects keyed by name.
+fn apply_config<K: Clone>(
+    map: &mut BTreeMap<String, K>,
+    change: Change<K>,
+    meta: fn(&K) -> &ObjectMeta,
+    strip: fn(K) -> K,
+) {
+    match change {
+        Change::Apply(o) => {
+            map.insert(name(meta(&o)), strip(*o));
+        }
+        Change::Delete(o) => {
+            map.remove(&name(meta(&o)));
+        }
+        Change::Listed(all) => {
+            *map = all.into_iter().map(|o| (name(meta(&o)), strip(o))).collect();
+        }
+    }
+}
+
+/// What one [`Feed::apply`] did.
+#[derive(Debug, Default, PartialEq)]
+pub struct Applied {
+    /// The model changed (the plan may change).
+    pub changed: bool,
+    /// The configuration changed and is valid: it is in the model now.
+    pub config_applied: bool,
+    /// The configuration changed and is invalid; the last good one stays. Its errors.
+    pub config_rejected: Option<Vec<ValidationError>>,
+}
+
+/// Turns watcher updates into model calls; remembers what it fed so a relist can
+/// remove exactly what is gone, and which kinds have been listed once.
+#[derive(Debug, Default)]
+pub struct Feed {
+    nodes: BTreeSet<String>,
+    services: BTreeSet<(String, String)>,
+    slices: BTreeSet<(String, String)>,
+    /// Service uids, for owner references of ServiceAnnouncements and Event targets.
+    pub uids: BTreeMap<ServiceKey, String>,
+    config: RawConfig,
+    /// The configuration last put into the model (None: none yet).
+    applied: Option<Config>,
+    listed: BTreeSet<&'static str>,
+}
+
+#[derive(Debug, Default)]
+struct RawConfig {
+    pools: BTreeMap<String, IpAddressPool>,
+    peers: BTreeMap<String, BgpPeer>,
+    bgp_ads: BTreeMap<String, BgpAdvertisement>,
+    l2_ads: BTreeMap<String, L2Advertisement>,
+    bfd: BTreeMap<String, BfdProfile>,
+}
+
+impl RawConfig {
+    fn to_config(&self) -> Config {
+        Config {
+            pools: self.pools.values().cloned().collect(),
+            peers: self.peers.values().cloned().collect(),
+            bgp_advertisements: self.bgp_ads.values().cloned().collect(),
+            l2_advertisements: self.l2_ads.values().cloned().collect(),
+            bfd_profiles: self.bfd.values().cloned().collect(),
+            control_plane_vips: Vec::new(),
+        }
+    }
+}
+
+impl Feed {
+    /// Whether every kind has been listed completely at least once.
+    pub fn synced(&self) -> bool {
+        KINDS.iter().all(|k| self.listed.contains(k))
+    }
+
+    /// Kinds not listed yet (for logs while waiting).
+    pub fn unsynced(&self) -> Vec<&'static str> {
+        KINDS.iter().copied().filter(|k| !self.listed.contains(k)).collect()
+    }
+
+    /// Feeds one update into `model`.
+    pub fn apply(&mut self, model: &mut ClusterModel, update: Update) -> Applied {
+        let kind = update.kind();
+        if let Update::WatchFailed { .. } = update {
+            return Applied::default();
+        }
+        let listed = matches!(
+            &update,
+            Update::Node(Change::Listed(_))
+                | Update::Service(Change::Listed(_))
+                | Update::EndpointSlice(Change::Listed(_))
+                | Update::Pool(Change::Listed(_))
+                | Update::Peer(Change::Listed(_))
+                | Update::BgpAdvertisement(Change::Listed(_))
+                | Update::L2Advertisement(Change::Listed(_))
+                | Update::BfdProfile(Change::Listed(_))
+        );
+        if listed {
+            self.listed.insert(kind);
+        }
+        let mut out = Applied::default();
+        match update {
+            Update::Node(c) => out.changed = self.node(model, c),
+            Update::Service(c) => out.changed = self.service(model, c),
+            Update::EndpointSlice(c) => out.changed = self.slice(model, c),
+            Update::Pool(c) => apply_config(
+                &mut self.config.pools,
+                c,
+                |o| &o.metadata,
+                |mut o| {
+                    o.metadata = config_meta(&o.metadata);
+                    o.status = None;
+                    o
+                },
+            ),
+            Update::Peer(c) => apply_config(
+                &mut self.config.peers,
+                c,
+                |o| &o.metadata,
+                |mut o| {
+                    o.metadata = config_meta(&o.metadata);
+                    o.status = None;
+                    o
+                },
+            ),
+            Update::BgpAdvertisement(c) => apply_config(
+                &mut self.config.bgp_ads,
+                c,
+                |o| &o.metadata,
+                |mut o| {
+                    o.metadata = config_meta(&o.metadata);
+                    o.status = None;
+                    o
+                },
+            ),
+            Update::L2Advertisement(c) => apply_config(
+                &mut self.config.l2_ads,
+                c,
+                |o| &o.metadata,
+                |mut o| {
+                    o.metadata = config_meta(&o.metadata);
+                    o.status = None;
+                    o
+                },
+            ),
+            Update::BfdProfile(c) => apply_config(
+                &mut self.config.bfd,
+                c,
+                |o| &o.metadata,
+                |mut o| {
+                    o.metadata = config_meta(&o.metadata);
+                    o.status = None;
+                    o
+                },
+            ),
+            Update::WatchFailed { .. } => {}
+        }
+        let is_config = matches!(
+            kind,
+            "IPAddressPool" | "BGPPeer" | "BGPAdvertisement" | "L2Advertisement" | "BFDProfile"
+        );
+        // Validated as a set, so only once every config kind was listed: a BGPAdvertisement
+        // listed before its pool is not an error.
+        let config_listed = CONFIG_KINDS.iter().all(|k| self.listed.contains(k));
+        if is_config && config_listed {
+            let config = self.config.to_config();
+            if self.applied.as_ref() != Some(&config) {
+                match config.clone().validate(Origin::Cluster) {
+                    Ok(valid) => {
+                        model.set_config(valid);
+                        self.applied = Some(config);
+                        out.changed = true;
+                        out.config_applied = true;
+                    }
+                    Err(errors) => out.config_rejected = Some(errors),
+                }
+            }
+        }
+        out
+    }
+
+    fn node(&mut self, model: &mut ClusterModel, c: Change<Node>) -> bool {
+        match c {
+            Change::Apply(n) => {
+                let k = name(&n.metadata);
+                let before = model.nodes.get(&k).cloned();
+                self.nodes.insert(k.clone());
+                model.upsert_node(&n);
+                model.nodes.get(&k) != before.as_ref()
+            }
+            Change::Delete(n) => {
+                let k = name(&n.metadata);
+                self.nodes.remove(&k);
+                // Through the model's own method: it records the change for the planner.
+                let existed = model.nodes.contains_key(&k);
+                model.remove_node(&k);
+                existed
+            }
+            Change::Listed(all) => {
+                let before = model.nodes.clone();
+                let now: BTreeSet<String> = all.iter().map(|n| name(&n.metadata)).collect();
+                for gone in self.nodes.difference(&now) {
+                    model.remove_node(gone);
+                }
+                for n in &all {
+                    model.upsert_node(n);
+                }
+                self.nodes = now;
+                model.nodes != before
+            }
+        }
+    }
+
+    fn service(&mut self, model: &mut ClusterModel, c: Change<Service>) -> bool {
+        let key = |(namespace, name): (String, String)| ServiceKey { namespace, name };
+        match c {
+            Change::Apply(s) => {
+                let k = key(ns_name(&s.metadata));
+                let before = model.services.get(&k).cloned();
+                self.note_uid(&s);
+                self.services.insert((k.namespace.clone(), k.name.clone()));
+                model.upsert_service(&s);
+                model.services.get(&k) != before.as_ref()
+            }
+            Change::Delete(s) => {
+                let k = ns_name(&s.metadata);
+                self.services.remove(&k);
+                let k = key(k);
+                self.uids.remove(&k);
+                let existed = model.services.contains_key(&k);
+                model.remove_service(&k);
+                existed
+            }
+            Change::Listed(all) => {
+                let before = model.services.clone();
+                let now: BTreeSet<(String, String)> = all.iter().map(|s| ns_name(&s.metadata)).collect();
+                for gone in self.services.difference(&now) {
+                    self.uids.remove(&key(gone.clone()));
+                    model.remove_service(&key(gone.clone()));
+                }
+                for s in &all {
+                    self.note_uid(s);
+                    model.upsert_service(s);
+                }
+                self.services = now;
+                model.services != before
+            }
+        }
+    }
+
+    fn note_uid(&mut self, s: &Service) {
+        let (namespace, name) = ns_name(&s.metadata);
+        if let Some(uid) = &s.metadata.uid {
+            self.uids.insert(ServiceKey { namespace, name }, uid.clone());
+        }
+    }
+
+    fn slice(&mut self, model: &mut ClusterModel, c: Change<EndpointSlice>) -> bool {
+        // The Services a slice (namespace, name) is attributed to, and their entries.
+        let holders = |model: &ClusterModel, ns: &str, n: &str| -> Vec<ServiceKey> {
+            model
+                .endpoint_slices
+                .iter()
+                .filter(|(k, s)| k.namespace == ns && s.contains_key(n))
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        let snapshot = |model: &ClusterModel, keys: &[ServiceKey]| {
+            keys.iter().map(|k| model.endpoint_slices.get(k).cloned()).collect::<Vec<_>>()
+        };
+        match c {
+            Change::Apply(e) => {
+                let (ns, n) = ns_name(&e.metadata);
+                let mut keys = holders(model, &ns, &n);
+                if let Some(svc) =
+                    e.metadata.labels.as_ref().and_then(|l| l.get(crate::model::SERVICE_NAME_LABEL))
+                {
+                    keys.push(ServiceKey { namespace: ns.clone(), name: svc.clone() });
+                }
+                let before = snapshot(model, &keys);
+                model.upsert_endpoint_slice(&e);
+                self.slices.insert((ns, n));
+                snapshot(model, &keys) != before
+            }
+            Change::Delete(e) => {
+                let (ns, n) = ns_name(&e.metadata);
+                let changed = !holders(model, &ns, &n).is_empty();
+                model.remove_endpoint_slice(&ns, &n);
+                self.slices.remove(&(ns, n));
+                changed
+            }
+            Change::Listed(all) => {
+                let before = model.endpoint_slices.clone();
+                let now: BTreeSet<(String, String)> = all.iter().map(|e| ns_name(&e.metadata)).collect();
+                for (ns, n) in self.slices.difference(&now) {
+                    model.remove_endpoint_slice(ns, n);
+                }
+                for e in &all {
+                    model.upsert_endpoint_slice(e);
+                }
+                self.slices = now;
+                model.endpoint_slices != before
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

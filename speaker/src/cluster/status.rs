@@ -1,0 +1,533 @@
+//! Kubernetes mode status: one ServiceAnnouncement per Service, node and protocol this
+//! node announces (owner reference to the Service, so garbage collection removes it
+//! even while the speaker is down), and Events on the Service when it starts or stops.
+//!
+//! The event loop computes the desired set from each plan ([`desired`]) and hands it to
+//! the writer task ([`spawn`]), which converges the API to it, retrying with back-off
+//! while the apiserver is unreachable; the loop never waits on the API. At start the
+//! writer lists this node's existing objects first, so stale ones left by a crash are
+//! deleted and unchanged ones are not rewritten.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncement, ServiceAnnouncementSpec, ServiceRef};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::metrics::{Metrics, ReasonLabel, ResultLabel};
+use crate::model::{ClusterModel, ServiceKey};
+use crate::plan::Announcements;
+
+/// Field manager of the speaker's writes, and the Events' reporting controller.
+pub const MANAGER: &str = "ferrolb-speaker";
+/// Label naming the announcing node on every ServiceAnnouncement.
+pub const NODE_LABEL: &str = "ferrolb.io/node";
+/// Events per Service in a burst; then one per [`EVENT_REFILL`].
+const EVENT_BURST: u32 = 3;
+/// How often a Service earns one more Event.
+const EVENT_REFILL: Duration = Duration::from_secs(20);
+/// Retry back-off bounds while writes fail.
+const RETRY_MIN: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// What the API should show for this node, from one plan.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Desired {
+    /// ServiceAnnouncements by (namespace, name).
+    pub objects: BTreeMap<(String, String), ServiceAnnouncement>,
+    /// Why each Service this node does not announce (by some protocol) is not announced.
+    pub reasons: BTreeMap<ServiceKey, String>,
+    /// Uids of the Services in `objects` and `reasons`, for Event targets.
+    pub uids: BTreeMap<ServiceKey, String>,
+}
+
+fn proto_name(p: AnnouncementProtocol) -> &'static str {
+    match p {
+        AnnouncementProtocol::Bgp => "bgp",
+        AnnouncementProtocol::L2 => "l2",
+    }
+}
+
+/// `<service>-<node>-<protocol>`, or when longer than 63 characters a prefix of it and a
+/// hash of the whole, so names stay unique and valid.
+pub fn object_name(service: &str, node: &str, protocol: AnnouncementProtocol) -> String {
+    let full = format!("{service}-{node}-{}", proto_name(protocol));
+    if full.len() <= 63 {
+        return full;
+    }
+    let digest = Sha256::digest(full.as_bytes());
+    let hash: String = digest.iter().take(5).map(|b| format!("{b:02x}")).collect();
+    let mut cut = 63 - hash.len() - 1;
+    while !full.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let head = full[..cut].trim_end_matches(['-', '.']);
+    format!("{head}-{hash}")
+}
+
+/// The ServiceAnnouncements and withdrawal reasons `plan` implies for node `me`.
+pub fn desired(
+    model: &ClusterModel,
+    plan: &Announcements,
+    me: &str,
+    uids: &BTreeMap<ServiceKey, String>,
+) -> Desired {
+    let mut out = Desired::default();
+    for (key, svc) in &model.services {
+        let mut bgp_addrs = Vec::new();
+        let mut peers = BTreeSet::new();
+        let mut l2_addrs = Vec::new();
+        let mut ifs = BTreeSet::new();
+        let mut why = Vec::new();
+        for ip in &svc.ingress {
+            if let Some(i) = plan.l2.get(ip) {
+                l2_addrs.push(ip.to_string());
+                ifs.extend(i.iter().cloned());
+            }
+            let to: Vec<&String> =
+                plan.bgp.iter().filter(|(_, routes)| covered(routes, *ip)).map(|(peer, _)| peer).collect();
+            if !to.is_empty() && !plan.withdrawn.contains_key(ip) {
+                bgp_addrs.push(ip.to_string());
+                peers.extend(to.into_iter().cloned());
+            }
+            if let Some(w) = plan.withdrawn.get(ip) {
+                why.push(format!("{ip}: {w}"));
+            }
+        }
+        let Some(uid) = uids.get(key) else { continue };
+        if !why.is_empty() {
+            out.reasons.insert(key.clone(), why.join("; "));
+        }
+        if !why.is_empty() || !bgp_addrs.is_empty() || !l2_addrs.is_empty() {
+            out.uids.insert(key.clone(), uid.clone());
+        }
+        let mut add = |protocol, addresses: Vec<String>, interfaces: Vec<String>, peers: Vec<String>| {
+            if addresses.is_empty() {
+                return;
+            }
+            let name = object_name(&key.name, me, protocol);
+            let obj = ServiceAnnouncement {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(key.namespace.clone()),
+                    labels: Some(BTreeMap::from([
+                        (NODE_LABEL.to_owned(), label_value(me)),
+                        ("app.kubernetes.io/managed-by".to_owned(), MANAGER.to_owned()),
+                    ])),
+                    owner_references: Some(vec![OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Service".into(),
+                        name: key.name.clone(),
+                        uid: uid.clone(),
+                        controller: Some(false),
+                        block_owner_deletion: Some(false),
+                    }]),
+                    ..ObjectMeta::default()
+                },
+                spec: ServiceAnnouncementSpec {
+                    node: me.to_owned(),
+                    service: ServiceRef { namespace: key.namespace.clone(), name: key.name.clone() },
+                    protocol,
+                    addresses,
+                    interfaces,
+                    peers,
+                },
+                status: None,
+            };
+            out.objects.insert((key.namespace.clone(), name), obj);
+        };
+        add(AnnouncementProtocol::Bgp, bgp_addrs, Vec::new(), peers.into_iter().collect());
+        add(AnnouncementProtocol::L2, l2_addrs, ifs.into_iter().collect(), Vec::new());
+    }
+    out
+}
+
+/// Whether a route covers `ip`: its host prefix or an aggregate of it (one lookup per
+/// prefix length, not a scan of every route: 10k Services × 10k routes would not do).
+fn covered<V>(routes: &BTreeMap<ipnet::IpNet, V>, ip: std::net::IpAddr) -> bool {
+    let max: u8 = if ip.is_ipv4() { 32 } else { 128 };
+    (0..=max).rev().any(|len| ipnet::IpNet::new(ip, len).is_ok_and(|n| routes.contains_key(&n.trunc())))
+}
+
+/// A label value (at most 63 characters); long node names are cut, `spec.node` is exact.
+fn label_value(s: &str) -> String {
+    let mut cut = s.len().min(63);
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s[..cut].trim_end_matches(['-', '.', '_']).to_owned()
+}
+
+/// Per-Service token bucket, so a flapping plan cannot flood a Service with Events.
+#[derive(Debug, Default)]
+pub struct EventLimiter {
+    buckets: HashMap<ServiceKey, (u32, Instant)>,
+}
+
+impl EventLimiter {
+    /// Whether an Event about `key` may go out at `now` (and takes a token if so).
+    pub fn allow(&mut self, key: &ServiceKey, now: Instant) -> bool {
+        let (tokens, since) = self.buckets.entry(key.clone()).or_insert((EVENT_BURST, now));
+        let earned = u32::try_from(now.saturating_duration_since(*since).as_secs() / EVENT_REFILL.as_secs())
+            .unwrap_or(u32::MAX);
+        if earned > 0 {
+            *tokens = tokens.saturating_add(earned).min(EVENT_BURST);
+            *since = now;
+        }
+        if *tokens == 0 {
+            return false;
+        }
+        *tokens -= 1;
+        true
+    }
+}
+
+/// (Service, protocol) → what it announces, for Event transitions.
+type Shown = BTreeMap<(ServiceKey, &'static str), ServiceAnnouncementSpec>;
+
+fn shown<'a>(objects: impl IntoIterator<Item = &'a ServiceAnnouncement>) -> Shown {
+    objects
+        .into_iter()
+        .map(|o| {
+            let key =
+                ServiceKey { namespace: o.spec.service.namespace.clone(), name: o.spec.service.name.clone() };
+            ((key, proto_name(o.spec.protocol)), o.spec.clone())
+        })
+        .collect()
+}
+
+struct Writer {
+    node: String,
+    client: kube::Client,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    limiter: EventLimiter,
+    /// What the API holds, as far as this writer knows (None: not listed yet).
+    current: Option<BTreeMap<(String, String), ServiceAnnouncement>>,
+    /// What the last processed desired set announced, for Events.
+    shown: Option<Shown>,
+}
+
+/// Starts the writer; send each plan's [`desired`] set into the returned channel
+/// (nothing is written before the first one, so a speaker that has not synced its
+/// model yet never deletes what an earlier run announced).
+pub fn spawn(client: kube::Client, node: &str, metrics: Arc<Metrics>) -> watch::Sender<Option<Desired>> {
+    let (tx, rx) = watch::channel(None);
+    let reporter = Reporter { controller: MANAGER.into(), instance: Some(node.to_owned()) };
+    let writer = Writer {
+        node: node.to_owned(),
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        metrics,
+        limiter: EventLimiter::default(),
+        current: None,
+        shown: None,
+    };
+    tokio::spawn(writer.run(rx));
+    tx
+}
+
+impl Writer {
+    async fn run(mut self, mut rx: watch::Receiver<Option<Desired>>) {
+        let mut backoff = RETRY_MIN;
+        let mut failing = false;
+        loop {
+            let want = rx.borrow_and_update().clone();
+            if let Some(want) = want {
+                self.events(&want).await;
+                match self.converge(&want).await {
+                    Ok(()) => {
+                        if failing {
+                            tracing::info!("ServiceAnnouncements written again after failures");
+                        }
+                        failing = false;
+                        backoff = RETRY_MIN;
+                    }
+                    Err(e) => {
+                        if !failing {
+                            tracing::warn!(error = %e, "cannot write ServiceAnnouncements; retrying with back-off (announcements are unaffected)");
+                        }
+                        failing = true;
+                        tokio::select! {
+                            r = rx.changed() => if r.is_err() { return },
+                            () = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(RETRY_MAX);
+                        continue;
+                    }
+                }
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn list(&self) -> Result<BTreeMap<(String, String), ServiceAnnouncement>, kube::Error> {
+        let api: Api<ServiceAnnouncement> = Api::all(self.client.clone());
+        let lp = ListParams::default().labels(&format!("{NODE_LABEL}={}", label_value(&self.node)));
+        let list = api.list(&lp).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|o| o.spec.node == self.node)
+            .map(|o| {
+                (
+                    (
+                        o.metadata.namespace.clone().unwrap_or_default(),
+                        o.metadata.name.clone().unwrap_or_default(),
+                    ),
+                    o,
+                )
+            })
+            .collect())
+    }
+
+    fn count(&self, result: &str) {
+        self.metrics.status_writes.get_or_create(&ResultLabel { result: result.into() }).inc();
+    }
+
+    /// Writes what differs, deletes what is no longer wanted.
+    async fn converge(&mut self, want: &Desired) -> Result<(), kube::Error> {
+        if self.current.is_none() {
+            let listed = self.list().await?;
+            tracing::info!(existing = listed.len(), "listed this node's ServiceAnnouncements");
+            self.current = Some(listed);
+        }
+        let mut current = self.current.take().unwrap_or_default();
+        let result = self.converge_from(&mut current, want).await;
+        self.current = Some(current);
+        result
+    }
+
+    async fn converge_from(
+        &self,
+        current: &mut BTreeMap<(String, String), ServiceAnnouncement>,
+        want: &Desired,
+    ) -> Result<(), kube::Error> {
+        let stale: Vec<(String, String)> =
+            current.keys().filter(|k| !want.objects.contains_key(*k)).cloned().collect();
+        for (ns, name) in stale {
+            let api: Api<ServiceAnnouncement> = Api::namespaced(self.client.clone(), &ns);
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => self.count("deleted"),
+                // Garbage-collected with its Service, or deleted by hand: gone is fine.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    self.count("error");
+                    return Err(e);
+                }
+            }
+            tracing::debug!(namespace = %ns, name = %name, "deleted ServiceAnnouncement");
+            current.remove(&(ns, name));
+        }
+        for (k, obj) in &want.objects {
+            let same = current.get(k).is_some_and(|c| {
+                c.spec == obj.spec && c.metadata.owner_references == obj.metadata.owner_references
+            });
+            if same {
+                continue;
+            }
+            let api: Api<ServiceAnnouncement> = Api::namespaced(self.client.clone(), &k.0);
+            let pp = PatchParams::apply(MANAGER).force();
+            match api.patch(&k.1, &pp, &Patch::Apply(obj)).await {
+                Ok(written) => {
+                    self.count("applied");
+                    current.insert(k.clone(), written);
+                }
+                Err(e) => {
+                    self.count("error");
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Events for every (Service, protocol) that started or stopped being announced.
+    async fn events(&mut self, want: &Desired) {
+        let new = shown(want.objects.values());
+        let old = match self.shown.take() {
+            Some(s) => s,
+            // First plan: compare with what the API showed (an earlier run's objects),
+            // so a restart does not re-announce everything in Events.
+            None => match self.current.is_some() {
+                true => shown(self.current.iter().flat_map(|c| c.values())),
+                false => match self.list().await {
+                    Ok(l) => {
+                        let s = shown(l.values());
+                        self.current = Some(l);
+                        s
+                    }
+                    Err(_) => Shown::new(),
+                },
+            },
+        };
+        let now = Instant::now();
+        for ((svc, proto), spec) in &new {
+            if old.get(&(svc.clone(), proto)).is_some_and(|o| o.addresses == spec.addresses) {
+                continue;
+            }
+            let to = if spec.peers.is_empty() {
+                String::new()
+            } else {
+                format!(" to BGPPeer {}", spec.peers.join(", "))
+            };
+            let note = format!(
+                "node {} announces {} by {}{to}",
+                self.node,
+                spec.addresses.join(", "),
+                proto.to_uppercase()
+            );
+            self.event(want, svc, "Announced", note, now).await;
+        }
+        for ((svc, proto), spec) in &old {
+            if new.contains_key(&(svc.clone(), proto)) {
+                continue;
+            }
+            let why = want
+                .reasons
+                .get(svc)
+                .cloned()
+                .unwrap_or_else(|| "the Service is gone or no longer served".into());
+            let note = format!(
+                "node {} withdrew {} ({}): {why}",
+                self.node,
+                spec.addresses.join(", "),
+                proto.to_uppercase()
+            );
+            self.event(want, svc, "Withdrawn", note, now).await;
+        }
+        self.shown = Some(new);
+    }
+
+    async fn event(&mut self, want: &Desired, svc: &ServiceKey, reason: &str, note: String, now: Instant) {
+        tracing::info!(service = %svc, "{note}");
+        if !self.limiter.allow(svc, now) {
+            self.metrics.events_suppressed.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
+            return;
+        }
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Service".into()),
+            namespace: Some(svc.namespace.clone()),
+            name: Some(svc.name.clone()),
+            uid: want.uids.get(svc).cloned(),
+            ..ObjectReference::default()
+        };
+        let ev = Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: Some(truncate(note, 1000)),
+            action: reason.trim_end_matches("ed").into(),
+            secondary: None,
+        };
+        match self.recorder.publish(&ev, &regarding).await {
+            Ok(()) => {
+                self.metrics.events.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
+            }
+            Err(e) => tracing::debug!(service = %svc, error = %e, "cannot publish Event (best effort)"),
+        }
+    }
+}
+
+/// Event notes are limited to 1 kB.
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_plan_becomes_one_object_per_service_and_protocol_with_owner_and_reasons() {
+        use crate::plan::RouteAttrs;
+        let text = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.10}, {ip: 192.0.2.200}]}}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: down, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.11}]}}\n";
+        let stream = ferrolb_api::parse_stream("s.yaml", text).unwrap();
+        let model = ClusterModel::from_stream(&stream, "s.yaml", crate::model::DEFAULT_LB_CLASS).unwrap();
+        let mut plan = Announcements::default();
+        let routes = BTreeMap::from([("203.0.113.10/32".parse().unwrap(), RouteAttrs::default())]);
+        plan.bgp.insert("router-a".into(), routes);
+        plan.bgp.insert("router-b".into(), BTreeMap::new());
+        plan.l2.insert("192.0.2.200".parse().unwrap(), vec!["eth1".into()]);
+        plan.withdrawn.insert("203.0.113.11".parse().unwrap(), "no serving endpoint".into());
+        let key = |n: &str| ServiceKey { namespace: "shop".into(), name: n.into() };
+        let uids = BTreeMap::from([(key("web"), "uid-web".to_owned()), (key("down"), "uid-down".to_owned())]);
+        let d = desired(&model, &plan, "node1", &uids);
+        let names: Vec<&str> = d.objects.keys().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(names, vec!["web-node1-bgp", "web-node1-l2"]);
+        let bgp = &d.objects[&("shop".to_owned(), "web-node1-bgp".to_owned())];
+        assert_eq!(bgp.spec.addresses, vec!["203.0.113.10"]);
+        assert_eq!(bgp.spec.peers, vec!["router-a"], "only peers that get the prefix");
+        let owner = &bgp.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("Service", "web", "uid-web")
+        );
+        assert_eq!(bgp.metadata.namespace.as_deref(), Some("shop"));
+        assert_eq!(bgp.metadata.labels.as_ref().unwrap()[NODE_LABEL], "node1");
+        let l2 = &d.objects[&("shop".to_owned(), "web-node1-l2".to_owned())];
+        assert_eq!(
+            (l2.spec.protocol, l2.spec.interfaces.clone()),
+            (AnnouncementProtocol::L2, vec!["eth1".to_owned()])
+        );
+        assert_eq!(d.reasons[&key("down")], "203.0.113.11: no serving endpoint");
+        // Without a uid (not seen in the API) no object can be owned: none is written.
+        let d = desired(&model, &plan, "node1", &BTreeMap::new());
+        assert!(d.objects.is_empty());
+    }
+
+    #[test]
+    fn host_routes_and_aggregates_cover_an_address() {
+        let routes: BTreeMap<ipnet::IpNet, ()> = BTreeMap::from([
+            ("203.0.113.0/24".parse().unwrap(), ()),
+            ("2001:db8:3::10/128".parse().unwrap(), ()),
+        ]);
+        assert!(covered(&routes, "203.0.113.77".parse().unwrap()));
+        assert!(covered(&routes, "2001:db8:3::10".parse().unwrap()));
+        assert!(!covered(&routes, "2001:db8:3::11".parse().unwrap()));
+        assert!(!covered(&routes, "198.51.100.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn names_are_valid_unique_and_at_most_63_characters() {
+        assert_eq!(object_name("web", "node1", AnnouncementProtocol::Bgp), "web-node1-bgp");
+        let long_node = "a-very-long-node-name.with.dots.example.invalid.cluster.local.region";
+        let a = object_name("service-with-a-long-name", long_node, AnnouncementProtocol::L2);
+        let b = object_name("service-with-a-long-name", &format!("{long_node}2"), AnnouncementProtocol::L2);
+        assert!(a.len() <= 63 && b.len() <= 63, "{a} {b}");
+        assert_ne!(a, b);
+        assert!(a.starts_with("service-with-a-long-name-a-very"), "{a}");
+        assert!(!a.contains("--") && a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'));
+    }
+
+    #[test]
+    fn a_flapping_service_gets_a_burst_then_one_event_per_refill() {
+        let mut l = EventLimiter::default();
+        let k = ServiceKey { namespace: "default".into(), name: "web".into() };
+        let other = ServiceKey { namespace: "default".into(), name: "db".into() };
+        let t0 = Instant::now();
+        let allowed = (0..10).filter(|i| l.allow(&k, t0 + Duration::from_millis(100 * i))).count();
+        assert_eq!(allowed, EVENT_BURST as usize);
+        assert!(l.allow(&other, t0), "buckets are per Service");
+        assert!(!l.allow(&k, t0 + Duration::from_secs(5)));
+        assert!(l.allow(&k, t0 + EVENT_REFILL + Duration::from_secs(1)));
+        assert!(!l.allow(&k, t0 + EVENT_REFILL + Duration::from_secs(2)));
+    }
+}

@@ -1,0 +1,186 @@
+//! The feed: watcher updates → the same model the static file gives.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+use crate::model::DEFAULT_LB_CLASS;
+use crate::model::tests::{FIXTURE, fixture_model};
+use ferrolb_api::{Object, parse_stream};
+
+/// The fixture's objects as complete lists per kind, as watchers deliver them, each
+/// object carrying server-set metadata and (for config kinds) status the speaker must ignore.
+fn listed() -> Vec<Update> {
+    let s = parse_stream("static.yaml", FIXTURE).unwrap();
+    let mut nodes = Vec::new();
+    let mut services = Vec::new();
+    let mut slices = Vec::new();
+    let mut pools = Vec::new();
+    let mut peers = Vec::new();
+    let mut bgp = Vec::new();
+    let mut l2 = Vec::new();
+    let server_meta = |m: &mut ObjectMeta, i: usize| {
+        m.uid = Some(format!("uid-{i}"));
+        m.resource_version = Some(format!("{}", 100 + i));
+        m.generation = Some(1);
+    };
+    for (i, (_, o)) in s.objects.iter().enumerate() {
+        match o.clone() {
+            Object::Node(mut n) => {
+                server_meta(&mut n.metadata, i);
+                nodes.push(*n);
+            }
+            Object::Service(mut v) => {
+                server_meta(&mut v.metadata, i);
+                services.push(*v);
+            }
+            Object::EndpointSlice(mut e) => {
+                server_meta(&mut e.metadata, i);
+                slices.push(*e);
+            }
+            Object::IpAddressPool(mut p) => {
+                server_meta(&mut p.metadata, i);
+                p.status = Some(ferrolb_api::IpAddressPoolStatus { assigned_ipv4: 7, ..Default::default() });
+                pools.push(p);
+            }
+            Object::BgpPeer(mut p) => {
+                server_meta(&mut p.metadata, i);
+                peers.push(p);
+            }
+            Object::BgpAdvertisement(mut a) => {
+                server_meta(&mut a.metadata, i);
+                bgp.push(a);
+            }
+            Object::L2Advertisement(mut a) => {
+                server_meta(&mut a.metadata, i);
+                l2.push(a);
+            }
+            _ => {}
+        }
+    }
+    vec![
+        Update::Node(Change::Listed(nodes)),
+        Update::Service(Change::Listed(services)),
+        Update::EndpointSlice(Change::Listed(slices)),
+        Update::Pool(Change::Listed(pools)),
+        Update::Peer(Change::Listed(peers)),
+        Update::BgpAdvertisement(Change::Listed(bgp)),
+        Update::L2Advertisement(Change::Listed(l2)),
+        Update::BfdProfile(Change::Listed(Vec::new())),
+    ]
+}
+
+fn synced_feed() -> (Feed, ClusterModel) {
+    let mut feed = Feed::default();
+    let mut model = ClusterModel::new(DEFAULT_LB_CLASS);
+    for u in listed() {
+        assert!(!feed.synced());
+        feed.apply(&mut model, u);
+    }
+    assert!(feed.synced());
+    (feed, model)
+}
+
+fn svc_key(name: &str) -> ServiceKey {
+    ServiceKey { namespace: "default".into(), name: name.into() }
+}
+
+#[test]
+fn complete_lists_give_the_static_files_model_and_sync() {
+    let (feed, model) = synced_feed();
+    assert_eq!(model, fixture_model());
+    assert!(feed.uids.contains_key(&svc_key("web")));
+}
+
+#[test]
+fn watch_errors_and_empty_partial_relists_change_nothing() {
+    let (mut feed, mut model) = synced_feed();
+    let before = model.clone();
+    let failed = Update::WatchFailed { kind: "Service", error: "503 Service Unavailable".into() };
+    assert_eq!(feed.apply(&mut model, failed), Applied::default());
+    assert_eq!(model, before);
+}
+
+#[test]
+fn a_relist_removes_exactly_what_is_gone() {
+    let (mut feed, mut model) = synced_feed();
+    let all = listed();
+    let Update::Service(Change::Listed(services)) = &all[1] else { panic!() };
+    let Update::Node(Change::Listed(nodes)) = &all[0] else { panic!() };
+    let web_only: Vec<Service> =
+        services.iter().filter(|s| s.metadata.name.as_deref() == Some("web")).cloned().collect();
+    let applied = feed.apply(&mut model, Update::Service(Change::Listed(web_only)));
+    assert!(applied.changed);
+    assert_eq!(model.services.keys().cloned().collect::<Vec<_>>(), vec![svc_key("web")]);
+    assert!(!feed.uids.contains_key(&svc_key("local")));
+    // The same list again is no change; nor is a Node list with the same content.
+    let web_only: Vec<Service> =
+        services.iter().filter(|s| s.metadata.name.as_deref() == Some("web")).cloned().collect();
+    assert!(!feed.apply(&mut model, Update::Service(Change::Listed(web_only))).changed);
+    assert!(!feed.apply(&mut model, Update::Node(Change::Listed(nodes.clone()))).changed);
+    // A deleted slice leaves its Service without endpoints.
+    let Update::EndpointSlice(Change::Listed(slices)) = &all[2] else { panic!() };
+    let gone = Update::EndpointSlice(Change::Delete(Box::new(slices[0].clone())));
+    assert!(feed.apply(&mut model, gone).changed);
+    assert!(model.endpoint_slices.is_empty());
+}
+
+#[test]
+fn a_node_heartbeat_or_a_pool_status_write_is_no_change() {
+    let (mut feed, mut model) = synced_feed();
+    let all = listed();
+    let Update::Node(Change::Listed(nodes)) = &all[0] else { panic!() };
+    let mut n = nodes[0].clone();
+    n.metadata.resource_version = Some("999".into());
+    assert!(!feed.apply(&mut model, Update::Node(Change::Apply(Box::new(n.clone())))).changed);
+    n.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(crate::model::EXCLUDE_LABEL.into(), String::new());
+    assert!(feed.apply(&mut model, Update::Node(Change::Apply(Box::new(n)))).changed);
+    assert!(model.nodes["node1"].excluded);
+
+    let Update::Pool(Change::Listed(pools)) = &all[3] else { panic!() };
+    let mut p = pools[0].clone();
+    p.status = Some(ferrolb_api::IpAddressPoolStatus { assigned_ipv4: 8, ..Default::default() });
+    p.metadata.resource_version = Some("1000".into());
+    let a = feed.apply(&mut model, Update::Pool(Change::Apply(Box::new(p))));
+    assert_eq!(a, Applied::default());
+}
+
+#[test]
+fn an_invalid_configuration_keeps_the_last_good_one_and_names_object_and_field() {
+    let (mut feed, mut model) = synced_feed();
+    let before = model.clone();
+    let all = listed();
+    let Update::Peer(Change::Listed(peers)) = &all[4] else { panic!() };
+    let mut bad = peers[0].clone();
+    bad.spec.hold_time = "2s".into();
+    let a = feed.apply(&mut model, Update::Peer(Change::Apply(Box::new(bad))));
+    assert!(!a.changed && !a.config_applied);
+    let errors = a.config_rejected.expect("rejected");
+    assert_eq!(
+        (errors[0].kind, errors[0].name.as_str(), errors[0].field.as_str()),
+        ("BGPPeer", "router-a", "spec.holdTime")
+    );
+    assert_eq!(model, before, "the last good configuration stays");
+    // Fixing it applies the fixed set.
+    let mut good = peers[0].clone();
+    good.spec.hold_time = "9s".into();
+    let a = feed.apply(&mut model, Update::Peer(Change::Apply(Box::new(good))));
+    assert!(a.changed && a.config_applied);
+    assert_eq!(model.peers["router-a"].spec.hold_time, "9s");
+}
+
+#[test]
+fn deletions_reach_the_incremental_planner() {
+    let (mut feed, mut model) = synced_feed();
+    let all = listed();
+    let Update::Service(Change::Listed(services)) = &all[1] else { panic!() };
+    let Update::Node(Change::Listed(nodes)) = &all[0] else { panic!() };
+    let _ = model.take_changes();
+    let web = services.iter().find(|s| s.metadata.name.as_deref() == Some("web")).cloned().unwrap();
+    assert!(feed.apply(&mut model, Update::Service(Change::Delete(Box::new(web)))).changed);
+    let changes = model.take_changes();
+    assert!(changes.services.contains(&svc_key("web")), "a deleted Service is replanned: {changes:?}");
+    assert!(feed.apply(&mut model, Update::Node(Change::Delete(Box::new(nodes[0].clone())))).changed);
+    assert!(model.take_changes().all, "a deleted Node replans everything");
+}

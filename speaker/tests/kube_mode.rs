@@ -1,0 +1,557 @@
+//! Kubernetes mode on the in-process fake apiserver: the model from the API, the
+//! ServiceAnnouncements and Events, crash consistency, and an apiserver outage.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ferrolb_api::{
+    AnnouncementProtocol, Object, ServiceAnnouncement, ServiceAnnouncementSpec, ServiceRef, parse_stream,
+};
+use ferrolb_fakeapi::{FakeApiServer, FakeService, ResponseBody};
+use ferrolb_speaker::cluster::{self, Feed};
+use ferrolb_speaker::metrics::{KindLabel, Metrics};
+use ferrolb_speaker::model::{ClusterModel, DEFAULT_LB_CLASS};
+use ferrolb_speaker::plan::Announcements;
+use ferrolb_speaker::speaker::{self, KubeOptions, Options};
+use ferrolb_testbed::netns::{Netns, PREFIX};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{CustomResourceExt, Resource, ResourceExt};
+use serde_json::json;
+use std::sync::Mutex;
+
+const OBJECTS: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: node1, labels: {rack: a}}
+status:
+  conditions: [{type: Ready, status: "True"}]
+  addresses: [{type: InternalIP, address: 192.0.2.11}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node2, labels: {rack: b}}
+status:
+  conditions: [{type: Ready, status: "True"}]
+  addresses: [{type: InternalIP, address: 192.0.2.12}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default, labels: {app: web}}
+spec: {type: LoadBalancer, ports: [{port: 80, protocol: TCP}]}
+status: {loadBalancer: {ingress: [{ip: 203.0.113.10}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: local, namespace: default}
+spec: {type: LoadBalancer, externalTrafficPolicy: Local, ports: [{port: 53, protocol: UDP}]}
+status: {loadBalancer: {ingress: [{ip: 203.0.113.20}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: local-a, namespace: default, labels: {kubernetes.io/service-name: local}}
+addressType: IPv4
+endpoints:
+- {addresses: [10.0.0.1], nodeName: node1, conditions: {ready: true}}
+---
+apiVersion: ferrolb.io/v1alpha1
+kind: IPAddressPool
+metadata: {name: public}
+spec: {addresses: [203.0.113.0/24]}
+---
+apiVersion: ferrolb.io/v1alpha1
+kind: BGPPeer
+metadata: {name: router-a}
+spec: {myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.1, bfdProfile: fast}
+---
+apiVersion: ferrolb.io/v1alpha1
+kind: BFDProfile
+metadata: {name: fast}
+spec: {receiveInterval: 300ms}
+---
+apiVersion: ferrolb.io/v1alpha1
+kind: BGPAdvertisement
+metadata: {name: public}
+spec: {ipAddressPools: [public], communities: ["64512:100"]}
+---
+apiVersion: ferrolb.io/v1alpha1
+kind: L2Advertisement
+metadata: {name: lan}
+spec: {ipAddressPools: [public], nodeSelectors: [{matchLabels: {rack: none}}]}
+"#;
+
+/// Serves every ferrolb kind except those named in `skip`.
+fn register_crds(server: &FakeApiServer, skip: &[&str]) {
+    for crd in ferrolb_api::crds() {
+        if !skip.contains(&crd.spec.names.kind.as_str()) {
+            server.register_crd(&crd).unwrap();
+        }
+    }
+}
+
+/// The objects without the BFDProfile (and the peer's reference to it).
+fn without_bfd(text: &str) -> String {
+    let docs: Vec<&str> = text.split("\n---\n").filter(|d| !d.contains("kind: BFDProfile")).collect();
+    docs.join("\n---\n").replace(", bfdProfile: fast", "")
+}
+
+/// Creates every object of the stream (status through the status subresource, as the
+/// controller and the kubelet write it).
+async fn create_all(client: &kube::Client, text: &str) {
+    let pp = PostParams::default();
+    let status = |s: serde_json::Value| Patch::Merge(json!({ "status": s }));
+    for (_, o) in parse_stream("objects.yaml", text).unwrap().objects {
+        match o {
+            Object::Node(n) => {
+                let api: Api<Node> = Api::all(client.clone());
+                api.create(&pp, &n).await.unwrap();
+                let st = serde_json::to_value(&n.status).unwrap();
+                api.patch_status(&n.name_any(), &PatchParams::default(), &status(st)).await.unwrap();
+            }
+            Object::Service(s) => {
+                let api: Api<Service> = Api::namespaced(client.clone(), &s.namespace().unwrap());
+                api.create(&pp, &s).await.unwrap();
+                let st = serde_json::to_value(&s.status).unwrap();
+                api.patch_status(&s.name_any(), &PatchParams::default(), &status(st)).await.unwrap();
+            }
+            Object::EndpointSlice(e) => {
+                Api::<EndpointSlice>::namespaced(client.clone(), &e.namespace().unwrap())
+                    .create(&pp, &e)
+                    .await
+                    .unwrap();
+            }
+            Object::IpAddressPool(x) => drop(Api::all(client.clone()).create(&pp, &x).await.unwrap()),
+            Object::BgpPeer(x) => drop(Api::all(client.clone()).create(&pp, &x).await.unwrap()),
+            Object::BgpAdvertisement(x) => drop(Api::all(client.clone()).create(&pp, &x).await.unwrap()),
+            Object::L2Advertisement(x) => drop(Api::all(client.clone()).create(&pp, &x).await.unwrap()),
+            Object::BfdProfile(x) => drop(Api::all(client.clone()).create(&pp, &x).await.unwrap()),
+            other => panic!("unexpected {}", other.kind()),
+        }
+    }
+}
+
+async fn until<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_from_the_api_equals_the_model_from_the_same_objects_as_a_static_file() {
+    let (client, server) = FakeApiServer::new().client();
+    register_crds(&server, &[]);
+    create_all(&client, OBJECTS).await;
+    // Objects outside ferrolb's concern change nothing: a ClusterIP Service.
+    let other = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "internal", "namespace": "default"},
+        "spec": {"type": "ClusterIP"}});
+    Api::<Service>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &serde_json::from_value(other).unwrap())
+        .await
+        .unwrap();
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let _watchers = cluster::spawn_watchers(&client, &tx);
+    let mut feed = Feed::default();
+    let mut model = ClusterModel::new(DEFAULT_LB_CLASS);
+    while !feed.synced() {
+        let u = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap();
+        feed.apply(&mut model, u);
+    }
+    let stream = parse_stream("objects.yaml", OBJECTS).unwrap();
+    let from_file = ClusterModel::from_stream(&stream, "objects.yaml", DEFAULT_LB_CLASS).unwrap();
+    assert_eq!(model, from_file);
+    assert!(
+        !model.services.is_empty() && !model.endpoint_slices.is_empty() && !model.bfd_profiles.is_empty()
+    );
+}
+
+/// Fails every request while closed, like an unreachable apiserver, or only LISTs
+/// (a relist that cannot complete). The test's own client goes around it.
+#[derive(Clone)]
+struct Gate {
+    inner: FakeService,
+    closed: Arc<AtomicBool>,
+    fail_lists: Arc<AtomicBool>,
+    refused: Arc<AtomicUsize>,
+}
+
+impl tower::Service<http::Request<kube::client::Body>> for Gate {
+    type Response = http::Response<ResponseBody>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, std::io::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<kube::client::Body>) -> Self::Future {
+        let is_list =
+            req.method() == http::Method::GET && !req.uri().query().unwrap_or("").contains("watch=true");
+        if self.closed.load(Ordering::SeqCst) || (is_list && self.fail_lists.load(Ordering::SeqCst)) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            let e =
+                std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "apiserver unreachable (test)");
+            return Box::pin(std::future::ready(Err(e)));
+        }
+        let mut inner = self.inner.clone();
+        Box::pin(async move { inner.call(req).await.map_err(|e: Infallible| match e {}) })
+    }
+}
+
+/// Runs `body` on a runtime inside a fresh network namespace (only `lo`), so the
+/// speaker's BGP sessions can reach nothing outside the test.
+fn in_netns<F, Fut>(tag: &str, body: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    struct Guard(Netns);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = self.0.delete();
+        }
+    }
+    let ns = Guard(Netns::create(&format!("{PREFIX}{}xkm-{tag}", std::process::id())).unwrap());
+    ns.0.run(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(body());
+    })
+    .unwrap();
+}
+
+fn announcement(name: &str, node: &str, service: &Service, addresses: &[&str]) -> ServiceAnnouncement {
+    let mut sa = ServiceAnnouncement::new(
+        name,
+        ServiceAnnouncementSpec {
+            node: node.into(),
+            service: ServiceRef { namespace: "default".into(), name: service.name_any() },
+            protocol: AnnouncementProtocol::Bgp,
+            addresses: addresses.iter().map(|a| (*a).to_owned()).collect(),
+            interfaces: Vec::new(),
+            peers: vec!["router-a".into()],
+        },
+    );
+    sa.metadata.namespace = Some("default".into());
+    sa.metadata.labels = Some([("ferrolb.io/node".to_owned(), node.to_owned())].into());
+    sa.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "v1".into(),
+        kind: "Service".into(),
+        name: service.name_any(),
+        uid: service.uid().unwrap(),
+        ..OwnerReference::default()
+    }]);
+    sa
+}
+
+async fn announcements(client: &kube::Client) -> Vec<ServiceAnnouncement> {
+    Api::<ServiceAnnouncement>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+async fn event_note(client: &kube::Client, service: &str, reason: &str, containing: &str) -> Option<String> {
+    let events =
+        Api::<Event>::namespaced(client.clone(), "default").list(&ListParams::default()).await.unwrap();
+    events
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(service))
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .find(|n| n.contains(containing))
+}
+
+/// Every plan the speaker made, in order.
+#[derive(Clone)]
+struct Plans(Arc<Mutex<Vec<Announcements>>>);
+
+impl Plans {
+    fn record(mut rx: tokio::sync::mpsc::UnboundedReceiver<Announcements>) -> Self {
+        let plans = Plans(Arc::default());
+        let p = plans.clone();
+        tokio::spawn(async move {
+            while let Some(a) = rx.recv().await {
+                p.0.lock().unwrap().push(a);
+            }
+        });
+        plans
+    }
+    fn count(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+    fn latest(&self) -> Option<Announcements> {
+        self.0.lock().unwrap().last().cloned()
+    }
+    fn since(&self, n: usize) -> Vec<Announcements> {
+        self.0.lock().unwrap()[n..].to_vec()
+    }
+}
+
+fn announced(plan: &Announcements) -> BTreeSet<String> {
+    plan.bgp_addresses().iter().map(|p| p.addr().to_string()).collect()
+}
+
+#[test]
+fn announcements_status_events_crash_consistency_and_an_apiserver_outage() {
+    in_netns("status", || async {
+        let (client, server) = FakeApiServer::new().client();
+        // BFDProfiles are not served yet: the speaker must wait for every list.
+        register_crds(&server, &["BFDProfile"]);
+        create_all(&client, &without_bfd(OBJECTS)).await;
+        let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
+        let web = svcs.get("web").await.unwrap();
+        let sas: Api<ServiceAnnouncement> = Api::namespaced(client.clone(), "default");
+        let pp = PostParams::default();
+        // What an earlier run of node1 left (one stale, one outdated), and node2's own.
+        sas.create(&pp, &announcement("stale-node1-bgp", "node1", &web, &["203.0.113.99"])).await.unwrap();
+        sas.create(&pp, &announcement("web-node1-bgp", "node1", &web, &["203.0.113.77"])).await.unwrap();
+        sas.create(&pp, &announcement("web-node2-bgp", "node2", &web, &["203.0.113.10"])).await.unwrap();
+
+        let closed = Arc::new(AtomicBool::new(false));
+        let fail_lists = Arc::new(AtomicBool::new(false));
+        let gate = Gate {
+            inner: server.service(),
+            closed: closed.clone(),
+            fail_lists: fail_lists.clone(),
+            refused: Arc::default(),
+        };
+        let speaker_client = kube::Client::new(gate.clone(), "default");
+        let metrics = Arc::new(Metrics::new());
+        let (plans_tx, plans_rx) = tokio::sync::mpsc::unbounded_channel();
+        let plans = Plans::record(plans_rx);
+        let opts = KubeOptions {
+            options: Options {
+                node_name: "node1".into(),
+                lb_class: DEFAULT_LB_CLASS.into(),
+                membership_bind: None,
+                membership_key_file: None,
+                drain_max_delay: speaker::DEFAULT_DRAIN_MAX_DELAY,
+                drain_on_shutdown: speaker::DEFAULT_DRAIN_ON_SHUTDOWN,
+            },
+            namespace: "ferrolb-system".into(),
+            plans: Some(plans_tx),
+        };
+        let run = tokio::spawn(speaker::run_kube(opts, speaker_client, metrics.clone()));
+
+        // Not every kind listed: not ready, nothing planned, nothing written or deleted.
+        until("the BFDProfile watch to fail", || async {
+            (metrics.watch_errors.get_or_create(&KindLabel { kind: "BFDProfile".into() }).get() >= 1)
+                .then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!metrics.is_ready());
+        assert_eq!(plans.count(), 0, "planned before every kind was listed");
+        assert_eq!(announcements(&client).await.len(), 3);
+
+        server.register_crd(&ferrolb_api::BfdProfile::crd()).unwrap();
+        let plan = until("the first plan", || async { plans.latest() }).await;
+        assert_eq!(announced(&plan), BTreeSet::from(["203.0.113.10".to_owned(), "203.0.113.20".to_owned()]));
+        assert!(metrics.is_ready());
+
+        // Status: one object per announced Service, owned by it; the stale one deleted,
+        // the outdated one corrected, the other node's left alone.
+        let local = svcs.get("local").await.unwrap();
+        let want = |name: &str, addr: &str, svc: &Service| {
+            let (name, addr, uid) = (name.to_owned(), addr.to_owned(), svc.uid().unwrap());
+            move |all: &[ServiceAnnouncement]| {
+                all.iter().any(|s| {
+                    s.name_any() == name
+                        && s.spec.addresses == vec![addr.clone()]
+                        && s.spec.node == "node1"
+                        && s.spec.peers == vec!["router-a".to_owned()]
+                        && s.spec.protocol == AnnouncementProtocol::Bgp
+                        && s.owner_references().iter().any(|o| o.kind == "Service" && o.uid == uid)
+                })
+            }
+        };
+        let (web_ok, local_ok) =
+            (want("web-node1-bgp", "203.0.113.10", &web), want("local-node1-bgp", "203.0.113.20", &local));
+        until("ServiceAnnouncements to converge", || async {
+            let all = announcements(&client).await;
+            let names: BTreeSet<String> = all.iter().map(|s| s.name_any()).collect();
+            let expected: BTreeSet<String> =
+                ["web-node1-bgp", "local-node1-bgp", "web-node2-bgp"].map(String::from).into();
+            (names == expected && web_ok(&all) && local_ok(&all)).then_some(())
+        })
+        .await;
+        let note =
+            until("an Announced event", || event_note(&client, "local", "Announced", "203.0.113.20")).await;
+        assert!(note.contains("node node1") && note.contains("BGP") && note.contains("router-a"), "{note}");
+        // Garbage collection follows the owner reference.
+        assert_eq!(web.meta().uid, svcs.get("web").await.unwrap().meta().uid);
+
+        // The endpoint goes away: withdrawn, the object deleted, an Event with the reason.
+        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+        slices.delete("local-a", &DeleteParams::default()).await.unwrap();
+        until("local's announcement deleted", || async {
+            (!announcements(&client).await.iter().any(|s| s.name_any() == "local-node1-bgp")).then_some(())
+        })
+        .await;
+        let note =
+            until("a Withdrawn event", || event_note(&client, "local", "Withdrawn", "203.0.113.20")).await;
+        assert!(note.contains("no serving endpoint on node node1"), "{note}");
+        let slice = parse_stream("s.yaml", OBJECTS).unwrap().objects.into_iter().find_map(|(_, o)| match o {
+            Object::EndpointSlice(e) => Some(*e),
+            _ => None,
+        });
+        slices.create(&pp, &slice.unwrap()).await.unwrap();
+        until("local announced again", || async {
+            plans.latest().filter(|p| announced(p).contains("203.0.113.20"))
+        })
+        .await;
+        until("local's announcement back", || async {
+            announcements(&client).await.iter().any(|s| s.name_any() == "local-node1-bgp").then_some(())
+        })
+        .await;
+
+        // Outage: the speaker reaches no apiserver; its open watches end.
+        let before_outage = plans.count();
+        let objects_before: BTreeSet<String> =
+            announcements(&client).await.iter().map(|s| s.name_any()).collect();
+        closed.store(true, Ordering::SeqCst);
+        server.set_unavailable(true);
+        server.set_unavailable(false);
+        // Meanwhile web becomes Local (no endpoint on node1), history is compacted (the
+        // watches come back to 410 Gone and relist).
+        svcs.patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"externalTrafficPolicy": "Local"}})),
+        )
+        .await
+        .unwrap();
+        server.compact();
+        until("every watch to fail twice", || async {
+            cluster::KINDS
+                .iter()
+                .all(|k| metrics.watch_errors.get_or_create(&KindLabel { kind: (*k).into() }).get() >= 2)
+                .then_some(())
+        })
+        .await;
+        assert_eq!(plans.count(), before_outage, "planned while the apiserver was unreachable");
+        assert!(metrics.is_ready(), "an outage does not make the speaker unready");
+        assert!(gate.refused.load(Ordering::SeqCst) > 0);
+
+        // Watches work again but relists fail (410 Gone after the compaction, then every
+        // LIST refused): an incomplete relist deletes nothing.
+        let errors = |k: &&str| metrics.watch_errors.get_or_create(&KindLabel { kind: (*k).into() }).get();
+        let failed_before: Vec<u64> = cluster::KINDS.iter().map(errors).collect();
+        fail_lists.store(true, Ordering::SeqCst);
+        closed.store(false, Ordering::SeqCst);
+        until("every relist to fail", || async {
+            let now: Vec<u64> = cluster::KINDS.iter().map(errors).collect();
+            now.iter().zip(&failed_before).all(|(n, b)| n >= &(b + 2)).then_some(())
+        })
+        .await;
+        assert_eq!(plans.count(), before_outage, "planned from an incomplete relist");
+
+        // The apiserver is back: resync applies what changed meanwhile, and only that.
+        fail_lists.store(false, Ordering::SeqCst);
+        let after = until("web withdrawn after the resync", || async {
+            plans.latest().filter(|p| !announced(p).contains("203.0.113.10"))
+        })
+        .await;
+        // The relist never looked like "everything deleted": every plan since kept local.
+        for p in plans.since(before_outage) {
+            assert!(announced(&p).contains("203.0.113.20"), "a plan withdrew local during the resync: {p:?}");
+        }
+        assert_eq!(announced(&after), BTreeSet::from(["203.0.113.20".to_owned()]));
+        assert!(after.withdrawn[&"203.0.113.10".parse().unwrap()].contains("externalTrafficPolicy Local"));
+        until("web's announcement deleted", || async {
+            let names: BTreeSet<String> = announcements(&client).await.iter().map(|s| s.name_any()).collect();
+            let mut want = objects_before.clone();
+            want.remove("web-node1-bgp");
+            (names == want).then_some(())
+        })
+        .await;
+        until("a Withdrawn event for web", || {
+            event_note(&client, "web", "Withdrawn", "externalTrafficPolicy Local")
+        })
+        .await;
+        run.abort();
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_give_the_membership_key_and_bgp_passwords_and_errors_never_show_them() {
+    use ferrolb_api::SecretKeyRef;
+    use ferrolb_speaker::bgp::socket::Password;
+    use ferrolb_speaker::cluster::secrets;
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    use std::collections::BTreeMap;
+
+    let (client, _server) = FakeApiServer::new().client();
+    let pp = PostParams::default();
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "ferrolb-system"}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&pp, &ns).await.unwrap();
+    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), "ferrolb-system");
+
+    let e = secrets::membership_key(&client, "ferrolb-system").await.unwrap_err();
+    assert!(
+        e.contains("ferrolb-system/ferrolb-membership does not exist") && e.contains("--membership-key-file"),
+        "{e}"
+    );
+    let short: Secret = serde_json::from_value(json!({"metadata": {"name": "ferrolb-membership"},
+        "data": {"key": "c2hvcnQtc2VjcmV0"}}))
+    .unwrap(); // "short-secret"
+    secrets_api.create(&pp, &short).await.unwrap();
+    let e = secrets::membership_key(&client, "ferrolb-system").await.unwrap_err();
+    assert!(e.contains("data.key") && e.contains("32") && !e.contains("short-secret"), "{e}");
+    let key = "k".repeat(40);
+    let patch = json!({"data": {"key": k8s_openapi::ByteString(key.clone().into_bytes())}});
+    secrets_api.patch("ferrolb-membership", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+    let k = secrets::membership_key(&client, "ferrolb-system").await.unwrap();
+    assert_eq!(k.expose(), key.as_bytes());
+
+    // "s3cr3t\n": surrounding whitespace is not part of the password.
+    let auth: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "bgp-auth"}, "data": {"password": "czNjcjN0Cg=="}}),
+    )
+    .unwrap();
+    secrets_api.create(&pp, &auth).await.unwrap();
+    let r = |name: &str| SecretKeyRef {
+        name: name.into(),
+        namespace: "ferrolb-system".into(),
+        key: "password".into(),
+    };
+    let refs =
+        BTreeMap::from([("router-a".to_owned(), r("bgp-auth")), ("router-b".to_owned(), r("missing"))]);
+    let previous = BTreeMap::from([("router-b".to_owned(), Password::new("old"))]);
+    let (pw, errors) = secrets::bgp_passwords(&client, &refs, &previous).await;
+    assert_eq!(pw.get("router-a"), Some(&Password::new("s3cr3t")));
+    assert_eq!(
+        pw.get("router-b"),
+        Some(&Password::new("old")),
+        "an unreadable Secret keeps the last password"
+    );
+    assert_eq!(errors.len(), 1);
+    assert!(
+        errors[0]
+            .contains("BGPPeer/router-b: spec.passwordSecret: Secret ferrolb-system/missing does not exist"),
+        "{}",
+        errors[0]
+    );
+    assert!(!errors.iter().any(|e| e.contains("s3cr3t") || e.contains("old")));
+}
