@@ -74,6 +74,22 @@ pub struct EndpointCounts {
     pub serving_terminating: u32,
 }
 
+/// One endpoint of an EndpointSlice as listed, for pod readiness gates
+/// ([`crate::readiness`]), which need to know which pods back a Service.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EndpointRef {
+    /// `targetRef.name` when `targetRef.kind` is Pod.
+    pub pod: Option<String>,
+    /// `addresses`.
+    pub addresses: Vec<IpAddr>,
+    /// `nodeName`.
+    pub node: Option<String>,
+    /// `conditions.ready` (absent counts as ready).
+    pub ready: bool,
+    /// `conditions.terminating`.
+    pub terminating: bool,
+}
+
 /// What the planner needs of a Service.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ServiceInfo {
@@ -126,6 +142,15 @@ pub struct ClusterModel {
     pub bfd_profiles: BTreeMap<String, BfdProfile>,
     /// loadBalancerClass served besides "none".
     pub lb_class: String,
+    /// Endpoints per Service, per EndpointSlice name, one by one (readiness gates).
+    pub slice_endpoints: BTreeMap<ServiceKey, BTreeMap<String, Vec<EndpointRef>>>,
+    /// `spec.selector` of the served Services that have a non-empty one (readiness gates).
+    pub service_selectors: BTreeMap<ServiceKey, BTreeMap<String, String>>,
+    /// Endpoints, per Service and node, that are not ready only because ferrolb's own
+    /// readiness gate is pending; [`ClusterModel::endpoints`] counts them as ready and
+    /// serving, or a Local Service could never be announced for a pod whose gate waits
+    /// for that announcement. Set by [`crate::readiness::apply_gate_pending`].
+    pub gate_pending: BTreeMap<ServiceKey, BTreeMap<String, u32>>,
 }
 
 fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
@@ -223,8 +248,13 @@ impl ClusterModel {
         let is_lb = spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
         if !is_lb || class.is_some_and(|c| c != self.lb_class) {
             self.services.remove(&key);
+            self.service_selectors.remove(&key);
             return;
         }
+        match spec.and_then(|s| s.selector.as_ref()).filter(|s| !s.is_empty()) {
+            Some(sel) => self.service_selectors.insert(key.clone(), sel.clone()),
+            None => self.service_selectors.remove(&key),
+        };
         let ingress = svc
             .status
             .as_ref()
@@ -254,6 +284,7 @@ impl ClusterModel {
     /// Removes a Service.
     pub fn remove_service(&mut self, key: &ServiceKey) {
         self.services.remove(key);
+        self.service_selectors.remove(key);
     }
 
     /// Adds or replaces an EndpointSlice (attributed to the Service its label names).
@@ -267,12 +298,24 @@ impl ClusterModel {
             name: svc.clone(),
         };
         let mut per_node: BTreeMap<String, EndpointCounts> = BTreeMap::new();
+        let mut refs = Vec::with_capacity(slice.endpoints.len());
         for ep in &slice.endpoints {
-            let Some(node) = ep.node_name.clone() else { continue };
             let c = ep.conditions.as_ref();
             let ready = c.and_then(|c| c.ready).unwrap_or(true);
             let serving = c.and_then(|c| c.serving).unwrap_or(ready);
             let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+            refs.push(EndpointRef {
+                pod: ep
+                    .target_ref
+                    .as_ref()
+                    .filter(|t| t.kind.as_deref() == Some("Pod"))
+                    .and_then(|t| t.name.clone()),
+                addresses: ep.addresses.iter().filter_map(|a| a.parse().ok()).collect(),
+                node: ep.node_name.clone(),
+                ready,
+                terminating,
+            });
+            let Some(node) = ep.node_name.clone() else { continue };
             let e = per_node.entry(node).or_default();
             e.ready += u32::from(ready);
             e.serving += u32::from(serving);
@@ -280,6 +323,7 @@ impl ClusterModel {
             e.serving_terminating += u32::from(serving && terminating);
         }
         self.remove_endpoint_slice(&key.namespace, &slice_name);
+        self.slice_endpoints.entry(key.clone()).or_default().insert(slice_name.clone(), refs);
         self.endpoint_slices.entry(key).or_default().insert(slice_name, per_node);
     }
 
@@ -291,6 +335,12 @@ impl ClusterModel {
             }
         }
         self.endpoint_slices.retain(|_, s| !s.is_empty());
+        for (k, slices) in &mut self.slice_endpoints {
+            if k.namespace == namespace {
+                slices.remove(name);
+            }
+        }
+        self.slice_endpoints.retain(|_, s| !s.is_empty());
     }
 
     /// Endpoint counts of a Service on every node, summed over its slices.
@@ -304,6 +354,11 @@ impl ClusterModel {
                 e.terminating += c.terminating;
                 e.serving_terminating += c.serving_terminating;
             }
+        }
+        for (node, n) in self.gate_pending.get(key).into_iter().flatten() {
+            let e = out.entry(node.as_str()).or_default();
+            e.ready += n;
+            e.serving += n;
         }
         out
     }
