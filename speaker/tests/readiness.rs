@@ -300,3 +300,88 @@ async fn a_write_racing_the_kubelet_is_retried_without_losing_its_change() {
     assert!(types.contains(&json!("example.com/kubelet-seen")), "kubelet's change kept: {types:?}");
     assert_eq!(types.iter().filter(|t| **t == json!(CONDITION_TYPE)).count(), 1);
 }
+
+/// End to end on loopback: the node's real BGP announcer, the merged announced state
+/// and the writer, driven as the speaker's event loop drives them. The gate stays
+/// False while the router refuses the session, turns True once the UPDATE went out on
+/// the Established session, and False again when the router drops the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gate_follows_the_real_bgp_session() {
+    use ferrolb_speaker::announce::AnnouncedFeed;
+    use ferrolb_speaker::announce::bgp::BgpAnnouncer;
+    use ferrolb_speaker::bgp::fsm::PeerConfig;
+    use ferrolb_speaker::bgp::session::{self, Listener, SessionConfig};
+    use ferrolb_speaker::metrics::Metrics;
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+    // The router: a passive session on 127.0.0.1, refusing connections (held down) at first.
+    let listener = Listener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut rpeer = PeerConfig::new(64512, 64513, Ipv4Addr::new(192, 0, 2, 1));
+    rpeer.passive = true;
+    let router = session::spawn(SessionConfig::new(rpeer, "127.0.0.1:179".parse().unwrap()));
+    listener.add_peer(&router, None).unwrap();
+    router.set_bfd_up(false).await;
+
+    let (client, server) = FakeApiServer::new().client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    create_pod(&pods, "shop-0", ME, true, "10.0.0.5").await;
+    let text = FIXTURE.replace(
+        "spec: {myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.1}",
+        &format!("spec: {{myASN: 64513, peerASN: 64512, peerAddress: 127.0.0.1, peerPort: {port}, connectTime: 1s}}"),
+    );
+    let s = ferrolb_api::parse_stream("static.yaml", &text).unwrap();
+    let mut m =
+        ClusterModel::from_stream(&s, "static.yaml", ferrolb_speaker::model::DEFAULT_LB_CLASS).unwrap();
+
+    // The event loop: gated pods → model → plan → BGP announcer; announced state → gate.
+    let (stop_tx, mut stop) = tokio::sync::oneshot::channel::<()>();
+    let event_loop = tokio::spawn(async move {
+        let mut readiness = Readiness::start(client, ME);
+        let mut bgp = BgpAnnouncer::new(ME, Arc::new(Metrics::new()));
+        let feed = AnnouncedFeed::spawn(bgp.announced());
+        let mut announced = feed.subscribe();
+        let mut planned = None;
+        loop {
+            let pods = readiness.gated_pods();
+            if readiness::apply_gate_pending(&mut m, &pods, ME) || planned.is_none() {
+                let p = plan::plan(&m, ME, &BTreeSet::new());
+                let errors = bgp.apply(&m, &std::collections::BTreeMap::new(), &p).await;
+                assert!(errors.is_empty(), "{errors:?}");
+                planned = Some(p);
+            }
+            let a = announced.borrow_and_update().clone();
+            if let Some(p) = &planned {
+                let remote = RemoteAnnounced::default();
+                readiness.update(&Inputs { model: &m, me: ME, plan: p, announced: &a, remote: &remote });
+            }
+            tokio::select! {
+                () = readiness.pods_changed() => {}
+                r = announced.changed() => r.unwrap(),
+                _ = &mut stop => break,
+            }
+        }
+        bgp.shutdown().await;
+    });
+
+    let c = wait_gate(&server, "shop-0", "False while the router refuses", |c| c["status"] == "False").await;
+    assert_eq!(c["reason"], reason::ANNOUNCEMENT_PENDING);
+    assert!(!router.status().is_up());
+
+    router.set_bfd_up(true).await;
+    let c = wait_gate(&server, "shop-0", "True once the UPDATE went out", |c| c["status"] == "True").await;
+    assert!(c["message"].as_str().unwrap().contains("by BGP to router-a"), "{c}");
+    let mut rs = router.watch_status();
+    let got = tokio::time::timeout(Duration::from_secs(10), rs.wait_for(|s| s.prefixes_received >= 1))
+        .await
+        .is_ok();
+    assert!(got, "the router received the prefix: {:?}", router.status());
+
+    // The router goes away: the route is gone with the session.
+    router.shutdown(2).await;
+    let c =
+        wait_gate(&server, "shop-0", "False after the session went down", |c| c["status"] == "False").await;
+    assert_eq!(c["reason"], reason::ANNOUNCEMENT_PENDING, "{c}");
+    let _ = stop_tx.send(());
+    event_loop.await.unwrap();
+}
