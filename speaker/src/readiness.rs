@@ -33,6 +33,15 @@
 //! forward to yet. Other nodes are unaffected, and without this rule the gate could
 //! never be used with Local Services at all.
 //!
+//! The rule applies to Local Services announced by BGP only, where each node decides
+//! for itself. An L2 owner is elected by every node from the EndpointSlices, and a count
+//! that only the pod's node can see would make two nodes claim the same address. So a
+//! Local Service that an L2Advertisement selects is not helped: its gated pods turn
+//! True only on the node that owns the address by the endpoints everyone sees, and a
+//! Local L2 Service whose every pod waits for the gate stays unannounced (its pods
+//! show NotAnnounced with the election's reason). Use Cluster, or BGP, for such
+//! Services.
+//!
 //! ## Cluster Services announced elsewhere
 //!
 //! With `Cluster`, traffic reaches the pod through any node, so an announcement by
@@ -259,7 +268,10 @@ pub fn services_of<'m>(pod: &GatedPod, model: &'m ClusterModel) -> Vec<&'m Servi
 }
 
 /// The endpoints of this node that wait only for the gate, per Service: what
-/// [`ClusterModel::gate_pending`] should hold (see the module docs).
+/// [`ClusterModel::gate_pending`] should hold (see the module docs). Only Local
+/// Services need it (Cluster ones are announced without endpoints), and only those no
+/// L2Advertisement selects: an L2 owner is elected by every node from the same
+/// endpoints, and a count only this node can see would let two nodes claim an address.
 pub fn gate_pending(
     pods: &[GatedPod],
     model: &ClusterModel,
@@ -271,6 +283,10 @@ pub fn gate_pending(
         return out;
     }
     for (key, slices) in &model.slice_endpoints {
+        let local = model.services.get(key).is_some_and(|s| s.traffic_policy == TrafficPolicy::Local);
+        if !local || model.l2_selects(key) {
+            continue;
+        }
         for ep in slices.values().flatten() {
             if ep.ready || ep.terminating || ep.node.as_deref() != Some(me) {
                 continue;
@@ -290,15 +306,21 @@ pub fn gate_pending(
     out
 }
 
-/// Sets [`ClusterModel::gate_pending`] from this node's gated pods; true when it changed
-/// (the plan must then be recomputed).
-pub fn apply_gate_pending(model: &mut ClusterModel, pods: &[GatedPod], me: &str) -> bool {
+/// Sets [`ClusterModel::gate_pending`] from this node's gated pods; returns the
+/// Services whose count changed (their plan must be recomputed; empty: nothing to do).
+pub fn apply_gate_pending(model: &mut ClusterModel, pods: &[GatedPod], me: &str) -> BTreeSet<ServiceKey> {
     let new = gate_pending(pods, model, me);
-    if model.gate_pending == new {
-        return false;
+    let changed: BTreeSet<ServiceKey> = model
+        .gate_pending
+        .keys()
+        .chain(new.keys())
+        .filter(|k| model.gate_pending.get(*k) != new.get(*k))
+        .cloned()
+        .collect();
+    if !changed.is_empty() {
+        model.gate_pending = new;
     }
-    model.gate_pending = new;
-    true
+    changed
 }
 
 /// Why one address falls short.
@@ -874,10 +896,11 @@ spec: {ipAddressPools: [public]}
 
         let mut ready = pod("shop-0", "node1", "shop", "10.0.0.5", true);
         let mut m = base.clone();
-        assert!(apply_gate_pending(&mut m, &[gated(&ready)], "node1"));
+        let shop = ServiceKey { namespace: "default".into(), name: "shop".into() };
+        assert_eq!(apply_gate_pending(&mut m, &[gated(&ready)], "node1"), BTreeSet::from([shop.clone()]));
         assert!(announces(&m, "node1"));
         assert!(!announces(&m, "node2"), "only for the pod's own node");
-        assert!(!apply_gate_pending(&mut m, &[gated(&ready)], "node1"), "unchanged");
+        assert!(apply_gate_pending(&mut m, &[gated(&ready)], "node1").is_empty(), "unchanged");
         // The gate turned True, the EndpointSlice has not caught up: still counted.
         ready.status.as_mut().unwrap().conditions.as_mut().unwrap().push(
             k8s_openapi::api::core::v1::PodCondition {
@@ -886,19 +909,54 @@ spec: {ipAddressPools: [public]}
                 ..Default::default()
             },
         );
-        assert!(!apply_gate_pending(&mut m, &[gated(&ready)], "node1"));
+        assert!(apply_gate_pending(&mut m, &[gated(&ready)], "node1").is_empty());
         assert!(announces(&m, "node1"));
         // Other speakers do not count this node's pods.
         let mut other = base.clone();
-        assert!(!apply_gate_pending(&mut other, &[gated(&ready)], "node2"));
+        assert!(apply_gate_pending(&mut other, &[gated(&ready)], "node2").is_empty());
 
         let not_ready = pod("shop-0", "node1", "shop", "10.0.0.5", false);
-        assert!(apply_gate_pending(&mut m, &[gated(&not_ready)], "node1"));
+        assert_eq!(apply_gate_pending(&mut m, &[gated(&not_ready)], "node1"), BTreeSet::from([shop.clone()]));
         assert!(!announces(&m, "node1"), "containers not ready: not counted");
         let mut leaving = pod("shop-0", "node1", "shop", "10.0.0.5", true);
         leaving.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-        assert!(!apply_gate_pending(&mut m, &[gated(&leaving)], "node1"));
+        assert!(apply_gate_pending(&mut m, &[gated(&leaving)], "node1").is_empty());
         assert!(!announces(&m, "node1"), "terminating: not counted");
+    }
+
+    /// L2 owners are elected by every node from the same endpoints: a count only the
+    /// pod's node sees must not make it a candidate (two owners).
+    #[test]
+    fn gate_pending_never_touches_l2_elections_or_cluster_services() {
+        let l2 = format!(
+            "{FIXTURE}---\napiVersion: ferrolb.io/v1alpha1\nkind: L2Advertisement\nmetadata: {{name: lan}}\nspec: {{ipAddressPools: [public]}}\n"
+        );
+        let mut m = model_of(&l2);
+        let shop = ServiceKey { namespace: "default".into(), name: "shop".into() };
+        assert!(m.l2_selects(&shop));
+        let p = gated(&pod("shop-0", "node1", "shop", "10.0.0.5", true));
+        assert!(apply_gate_pending(&mut m, &[p], "node1").is_empty());
+        let live: BTreeSet<String> = ["node1".to_string(), "node2".to_string()].into();
+        let l2_plan = plan::plan(&m, "node1", &live);
+        assert!(!l2_plan.l2.contains_key(&ip("203.0.113.20")), "node1 is no L2 candidate: {l2_plan:?}");
+        assert!(l2_plan.withdrawn[&ip("203.0.113.20")].contains("no eligible live node"), "{l2_plan:?}");
+        // Without the L2Advertisement the same pod counts.
+        let m2 = model_of(FIXTURE);
+        assert!(!m2.l2_selects(&shop));
+        let p = gated(&pod("shop-0", "node1", "shop", "10.0.0.5", true));
+        assert!(gate_pending(std::slice::from_ref(&p), &m2, "node1").contains_key(&shop));
+        // Cluster Services are announced without endpoints: nothing to count.
+        let mut m = model_of(FIXTURE);
+        let mut slice = m.slice_endpoints[&shop].clone();
+        for eps in slice.values_mut() {
+            for ep in eps.iter_mut() {
+                ep.pod = Some("web-0".into());
+            }
+        }
+        let web = ServiceKey { namespace: "default".into(), name: "web".into() };
+        m.slice_endpoints.insert(web.clone(), slice);
+        let w = gated(&pod("web-0", "node1", "web", "10.0.0.5", true));
+        assert!(!gate_pending(&[w], &m, "node1").contains_key(&web));
     }
 
     #[test]

@@ -344,7 +344,7 @@ async fn gate_follows_the_real_bgp_session() {
         let mut planned = None;
         loop {
             let pods = readiness.gated_pods();
-            if readiness::apply_gate_pending(&mut m, &pods, ME) || planned.is_none() {
+            if !readiness::apply_gate_pending(&mut m, &pods, ME).is_empty() || planned.is_none() {
                 let p = plan::plan(&m, ME, &BTreeSet::new());
                 let errors = bgp.apply(&m, &std::collections::BTreeMap::new(), &p).await;
                 assert!(errors.is_empty(), "{errors:?}");

@@ -363,6 +363,33 @@ impl ClusterModel {
         out
     }
 
+    /// True when an L2Advertisement applies to one of the Service's addresses (its
+    /// pools and service selectors match; node selectors aside). Mirrors the planner's
+    /// pool selection; readiness gates use it to keep L2 elections out of their
+    /// per-node endpoint counting.
+    pub fn l2_selects(&self, key: &ServiceKey) -> bool {
+        let Some(svc) = self.services.get(key) else { return false };
+        self.l2_advertisements.values().any(|ad| {
+            let s = &ad.spec;
+            ferrolb_api::selectors_match(&s.service_selectors, &svc.labels)
+                && self.pools.iter().any(|(name, pool)| {
+                    let labels = pool.metadata.labels.clone().unwrap_or_default();
+                    let selected = (s.ip_address_pools.is_empty() && s.ip_address_pool_selectors.is_empty())
+                        || s.ip_address_pools.iter().any(|n| n == name)
+                        || (!s.ip_address_pool_selectors.is_empty()
+                            && ferrolb_api::selectors_match(&s.ip_address_pool_selectors, &labels));
+                    selected
+                        && svc.ingress.iter().any(|ip| {
+                            pool.spec
+                                .addresses
+                                .iter()
+                                .filter_map(|a| ferrolb_api::AddressRange::parse(a).ok())
+                                .any(|r| r.contains(*ip))
+                        })
+                })
+        })
+    }
+
     /// Nodes with an endpoint that may take new traffic: ready ones, or, when the
     /// Service has none ready anywhere, serving (terminating) ones, so a rollout's
     /// last pods keep their traffic until they go.
