@@ -251,10 +251,8 @@ fn selector_matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<Strin
 /// before the EndpointSlice lists it), or listed in one of their EndpointSlices by
 /// `targetRef` or, for endpoints without one, by address.
 pub fn services_of<'m>(pod: &GatedPod, model: &'m ClusterModel) -> Vec<&'m ServiceKey> {
-    model
-        .services
-        .keys()
-        .filter(|k| k.namespace == pod.key.namespace)
+    in_namespace(&model.services, &pod.key.namespace)
+        .map(|(k, _)| k)
         .filter(|k| {
             model.service_selectors.get(*k).is_some_and(|sel| selector_matches(sel, &pod.labels))
                 || model.slice_endpoints.get(*k).into_iter().flat_map(|s| s.values().flatten()).any(|ep| {
@@ -265,6 +263,15 @@ pub fn services_of<'m>(pod: &GatedPod, model: &'m ClusterModel) -> Vec<&'m Servi
                 })
         })
         .collect()
+}
+
+/// The entries of a map keyed by Service that lie in `namespace` (keys sort by namespace first).
+fn in_namespace<'m, V>(
+    map: &'m BTreeMap<ServiceKey, V>,
+    namespace: &str,
+) -> impl Iterator<Item = (&'m ServiceKey, &'m V)> {
+    map.range(ServiceKey { namespace: namespace.to_owned(), name: String::new() }..)
+        .take_while(move |(k, _)| k.namespace == namespace)
 }
 
 /// The endpoints of this node that wait only for the gate, per Service: what
@@ -282,7 +289,8 @@ pub fn gate_pending(
     if waiting.is_empty() {
         return out;
     }
-    for (key, slices) in &model.slice_endpoints {
+    let namespaces: BTreeSet<&str> = waiting.iter().map(|p| p.key.namespace.as_str()).collect();
+    for (key, slices) in namespaces.into_iter().flat_map(|ns| in_namespace(&model.slice_endpoints, ns)) {
         let local = model.services.get(key).is_some_and(|s| s.traffic_policy == TrafficPolicy::Local);
         if !local || model.l2_selects(key) {
             continue;
@@ -569,8 +577,11 @@ struct Writer {
     written: BTreeMap<PodKey, (GateCondition, String)>,
 }
 
-/// Retry delay after a failed patch (the next pod event retries sooner).
-const RETRY: Duration = Duration::from_secs(2);
+/// First retry delay after a failed patch (the next pod event retries sooner); it
+/// doubles up to [`RETRY_MAX`] while patches keep failing.
+const RETRY: Duration = Duration::from_secs(1);
+/// Longest retry delay.
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 impl Writer {
     async fn run(
@@ -578,10 +589,13 @@ impl Writer {
         mut desired: watch::Receiver<Arc<BTreeMap<PodKey, GateCondition>>>,
         mut changes: watch::Receiver<u64>,
     ) {
+        let mut delay = RETRY;
         loop {
             let want = desired.borrow_and_update().clone();
             let failed = self.converge(&want).await;
-            let retry_at = failed.then(|| tokio::time::Instant::now() + RETRY);
+            let retry_at = failed.then(|| tokio::time::Instant::now() + delay);
+            // Back off while writes keep failing (an apiserver outage), not to flood it or the log.
+            delay = if failed { (delay * 2).min(RETRY_MAX) } else { RETRY };
             let retry = async {
                 match retry_at {
                     Some(t) => tokio::time::sleep_until(t).await,
