@@ -247,22 +247,84 @@ fn selector_matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<Strin
     !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
+/// Gated pods indexed by what EndpointSlices and selectors refer to them by.
+struct PodIndex<'p> {
+    pods: Vec<&'p GatedPod>,
+    by_name: BTreeMap<(&'p str, &'p str), usize>,
+    by_ip: BTreeMap<(&'p str, IpAddr), usize>,
+    by_label: BTreeMap<(&'p str, &'p str, &'p str), Vec<usize>>,
+}
+
+impl<'p> PodIndex<'p> {
+    fn new(pods: impl IntoIterator<Item = &'p GatedPod>) -> Self {
+        let mut idx = PodIndex {
+            pods: Vec::new(),
+            by_name: BTreeMap::new(),
+            by_ip: BTreeMap::new(),
+            by_label: BTreeMap::new(),
+        };
+        for (i, p) in pods.into_iter().enumerate() {
+            let ns = p.key.namespace.as_str();
+            idx.pods.push(p);
+            idx.by_name.insert((ns, p.key.name.as_str()), i);
+            for ip in &p.ips {
+                idx.by_ip.insert((ns, *ip), i);
+            }
+            for (k, v) in &p.labels {
+                idx.by_label.entry((ns, k.as_str(), v.as_str())).or_default().push(i);
+            }
+        }
+        idx
+    }
+
+    fn namespaces(&self) -> BTreeSet<&'p str> {
+        self.pods.iter().map(|p| p.key.namespace.as_str()).collect()
+    }
+
+    /// The pod an endpoint of a slice in `ns` refers to: by `targetRef`, else by address.
+    fn endpoint_pod(&self, ns: &str, ep: &crate::model::EndpointRef) -> Option<usize> {
+        match &ep.pod {
+            Some(name) => self.by_name.get(&(ns, name.as_str())).copied(),
+            None => ep.addresses.iter().find_map(|a| self.by_ip.get(&(ns, *a)).copied()),
+        }
+    }
+
+    /// For each pod (by position), the served Services it backs: selected by their
+    /// `spec.selector` (so a pod counts before the EndpointSlice lists it), or listed in
+    /// one of their EndpointSlices by `targetRef` or, without one, by address.
+    fn backing<'m>(&self, model: &'m ClusterModel) -> Vec<BTreeSet<&'m ServiceKey>> {
+        let mut out: Vec<BTreeSet<&'m ServiceKey>> = vec![BTreeSet::new(); self.pods.len()];
+        for ns in self.namespaces() {
+            for (key, slices) in in_namespace(&model.slice_endpoints, ns) {
+                if !model.services.contains_key(key) {
+                    continue;
+                }
+                for i in slices.values().flatten().filter_map(|ep| self.endpoint_pod(ns, ep)) {
+                    if let Some(set) = out.get_mut(i) {
+                        set.insert(key);
+                    }
+                }
+            }
+            for (key, sel) in in_namespace(&model.service_selectors, ns) {
+                // Candidates carry the selector's first label; then the whole selector must match.
+                let Some((k, v)) = sel.iter().next() else { continue };
+                for &i in self.by_label.get(&(ns, k.as_str(), v.as_str())).into_iter().flatten() {
+                    let matches = self.pods.get(i).is_some_and(|p| selector_matches(sel, &p.labels));
+                    if matches && let Some(set) = out.get_mut(i) {
+                        set.insert(key);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
 /// The served Services `pod` backs: selected by their `spec.selector` (so a pod counts
 /// before the EndpointSlice lists it), or listed in one of their EndpointSlices by
 /// `targetRef` or, for endpoints without one, by address.
 pub fn services_of<'m>(pod: &GatedPod, model: &'m ClusterModel) -> Vec<&'m ServiceKey> {
-    in_namespace(&model.services, &pod.key.namespace)
-        .map(|(k, _)| k)
-        .filter(|k| {
-            model.service_selectors.get(*k).is_some_and(|sel| selector_matches(sel, &pod.labels))
-                || model.slice_endpoints.get(*k).into_iter().flat_map(|s| s.values().flatten()).any(|ep| {
-                    match &ep.pod {
-                        Some(name) => *name == pod.key.name,
-                        None => ep.addresses.iter().any(|a| pod.ips.contains(a)),
-                    }
-                })
-        })
-        .collect()
+    PodIndex::new([pod]).backing(model).into_iter().flatten().collect()
 }
 
 /// The entries of a map keyed by Service that lie in `namespace` (keys sort by namespace first).
@@ -289,25 +351,21 @@ pub fn gate_pending(
     if waiting.is_empty() {
         return out;
     }
-    let namespaces: BTreeSet<&str> = waiting.iter().map(|p| p.key.namespace.as_str()).collect();
-    for (key, slices) in namespaces.into_iter().flat_map(|ns| in_namespace(&model.slice_endpoints, ns)) {
-        let local = model.services.get(key).is_some_and(|s| s.traffic_policy == TrafficPolicy::Local);
-        if !local || model.l2_selects(key) {
-            continue;
-        }
-        for ep in slices.values().flatten() {
-            if ep.ready || ep.terminating || ep.node.as_deref() != Some(me) {
+    let idx = PodIndex::new(waiting);
+    for ns in idx.namespaces() {
+        for (key, slices) in in_namespace(&model.slice_endpoints, ns) {
+            let local = model.services.get(key).is_some_and(|s| s.traffic_policy == TrafficPolicy::Local);
+            if !local || model.l2_selects(key) {
                 continue;
             }
-            let is_waiting = waiting.iter().any(|p| {
-                p.key.namespace == key.namespace
-                    && match &ep.pod {
-                        Some(name) => *name == p.key.name,
-                        None => ep.addresses.iter().any(|a| p.ips.contains(a)),
-                    }
-            });
-            if is_waiting {
-                *out.entry(key.clone()).or_default().entry(me.to_owned()).or_default() += 1;
+            let n = slices
+                .values()
+                .flatten()
+                .filter(|ep| !ep.ready && !ep.terminating && ep.node.as_deref() == Some(me))
+                .filter(|ep| idx.endpoint_pod(ns, ep).is_some())
+                .count();
+            if let Ok(n @ 1..) = u32::try_from(n) {
+                out.entry(key.clone()).or_default().insert(me.to_owned(), n);
             }
         }
     }
@@ -384,7 +442,11 @@ fn unmet(key: &ServiceKey, ip: IpAddr, local: bool, inputs: &Inputs<'_>) -> Unme
 
 /// The condition `pod` should have.
 pub fn desired(pod: &GatedPod, inputs: &Inputs<'_>) -> GateCondition {
-    let services = services_of(pod, inputs.model);
+    desired_for(&services_of(pod, inputs.model), inputs)
+}
+
+/// The condition for a pod backing `services`.
+fn desired_for(services: &[&ServiceKey], inputs: &Inputs<'_>) -> GateCondition {
     if services.is_empty() {
         return GateCondition::new(
             true,
@@ -425,7 +487,17 @@ pub fn desired(pod: &GatedPod, inputs: &Inputs<'_>) -> GateCondition {
 
 /// [`desired`] for every pod of this node.
 pub fn desired_all(pods: &[GatedPod], inputs: &Inputs<'_>) -> BTreeMap<PodKey, GateCondition> {
-    pods.iter().filter(|p| p.node == inputs.me).map(|p| (p.key.clone(), desired(p, inputs))).collect()
+    // One index for all pods: a node's pods against thousands of Services.
+    let idx = PodIndex::new(pods.iter().filter(|p| p.node == inputs.me));
+    let backing = idx.backing(inputs.model);
+    idx.pods
+        .iter()
+        .zip(backing)
+        .map(|(p, services)| {
+            let services: Vec<&ServiceKey> = services.into_iter().collect();
+            (p.key.clone(), desired_for(&services, inputs))
+        })
+        .collect()
 }
 
 /// Errors writing a pod's condition.

@@ -335,12 +335,18 @@ impl ClusterModel {
             }
         }
         self.endpoint_slices.retain(|_, s| !s.is_empty());
-        for (k, slices) in &mut self.slice_endpoints {
-            if k.namespace == namespace {
-                slices.remove(name);
+        let from = ServiceKey { namespace: namespace.to_owned(), name: String::new() };
+        let mut emptied = Vec::new();
+        for (k, slices) in
+            self.slice_endpoints.range_mut(from..).take_while(|(k, _)| k.namespace == namespace)
+        {
+            if slices.remove(name).is_some() && slices.is_empty() {
+                emptied.push(k.clone());
             }
         }
-        self.slice_endpoints.retain(|_, s| !s.is_empty());
+        for k in emptied {
+            self.slice_endpoints.remove(&k);
+        }
     }
 
     /// Endpoint counts of a Service on every node, summed over its slices.
