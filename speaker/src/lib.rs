@@ -13,4 +13,5 @@ pub mod membership;
 pub mod metrics;
 pub mod model;
 pub mod plan;
+pub mod readiness;
 pub mod speaker;

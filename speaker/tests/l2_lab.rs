@@ -272,3 +272,46 @@ fn interfaces_are_followed_through_netlink_events() {
     ns.ip(&["link", "del", "br9"]).unwrap();
     interfaces(&["eth0"]);
 }
+
+/// The really-announced L2 state (what readiness gates read): an owned address counts
+/// only once its first gratuitous ARP went out, an address owned on an interface that
+/// does not exist never counts, and a released address stops counting at once.
+#[test]
+fn announced_state_lists_an_address_only_after_its_gratuitous_announcement() {
+    use ferrolb_speaker::announce::bgp::BgpAnnounced;
+    use ferrolb_speaker::announce::{Announced, AnnouncedFeed};
+
+    let lab = Lab::up(LabConfig::nodes(1)).unwrap();
+    let node = announcer(lab.node(1));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _in_rt = rt.enter();
+    let (_bgp, bgp_rx) = tokio::sync::watch::channel(BgpAnnounced::default());
+    let feed = AnnouncedFeed::spawn(bgp_rx);
+    feed.set_l2(Some(node.handle.status()));
+    let merged = feed.subscribe();
+    let nowhere = vip6();
+    let owned: Owned = [
+        (vip4(), InterfaceChoice::Auto),
+        (nowhere, InterfaceChoice::Named(BTreeSet::from(["nope0".to_string()]))),
+    ]
+    .into();
+    node.handle.set_owned(owned);
+    let a = wait::until_value(
+        "the address announced",
+        T,
+        || Ok(merged.borrow().clone()),
+        |a: &Announced| a.l2.contains(&vip4()),
+    )
+    .unwrap();
+    // Counted as sent before it was reported.
+    assert!(node.metrics.gratuitous_sent(vip4()) >= 1);
+    assert!(!a.l2.contains(&nowhere), "{a:?}");
+    let st = node.handle.status().borrow().clone();
+    assert!(st.addresses[&nowhere].interfaces.is_empty(), "owned, nowhere to answer: {st:?}");
+    assert_eq!(st.announced(), BTreeSet::from([vip4()]));
+    assert_eq!(node.metrics.gratuitous_sent(nowhere), 0);
+
+    node.handle.set_owned(Owned::new());
+    wait::until_value("released", T, || Ok(merged.borrow().clone()), |a: &Announced| a.l2.is_empty())
+        .unwrap();
+}

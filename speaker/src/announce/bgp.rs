@@ -15,12 +15,14 @@
 //! the session is held down, so without the limit the session would stay down for
 //! good. If the path is still broken the reconnect fails or BFD fails again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ferrolb_api::{AddressFamily, BgpPeerSpec};
+use ipnet::IpNet;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::bfd::{self, Bfd, BfdConfig, BfdHandle, BfdState};
@@ -72,9 +74,69 @@ impl Drop for BfdLink {
     }
 }
 
+/// What this node's BGP sessions really announce: per BGPPeer, the prefixes whose
+/// UPDATE has been written to its Established session (and not withdrawn since).
+/// A peer whose session is not Established has no entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BgpAnnounced {
+    /// BGPPeer name → prefixes the peer holds from us.
+    pub by_peer: BTreeMap<String, Arc<BTreeSet<IpNet>>>,
+}
+
+impl BgpAnnounced {
+    /// Every announced prefix with the peers that hold it.
+    pub fn prefixes(&self) -> BTreeMap<IpNet, BTreeSet<String>> {
+        let mut out: BTreeMap<IpNet, BTreeSet<String>> = BTreeMap::new();
+        for (peer, prefixes) in &self.by_peer {
+            for p in prefixes.iter() {
+                out.entry(*p).or_default().insert(peer.clone());
+            }
+        }
+        out
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Mirrors one session's really-advertised prefixes into the announcer's [`BgpAnnounced`].
+async fn forward_announced(
+    peer: String,
+    mut status: watch::Receiver<SessionStatus>,
+    out: Arc<watch::Sender<BgpAnnounced>>,
+) {
+    loop {
+        let adv = {
+            let s = status.borrow_and_update();
+            if s.is_up() { s.advertised.clone() } else { Arc::default() }
+        };
+        out.send_if_modified(|a| match a.by_peer.get(&peer) {
+            Some(cur) if **cur == *adv => false,
+            None if adv.is_empty() => false,
+            _ if adv.is_empty() => a.by_peer.remove(&peer).is_some(),
+            _ => {
+                a.by_peer.insert(peer.clone(), adv);
+                true
+            }
+        });
+        if status.changed().await.is_err() {
+            break;
+        }
+    }
+    out.send_if_modified(|a| a.by_peer.remove(&peer).is_some());
+}
+
 struct PeerSession {
     settings: PeerSettings,
     handle: SessionHandle,
+    /// Feeds [`BgpAnnouncer::announced`] from this session's status.
+    forwarder: AbortOnDrop,
     bfd: Option<BfdLink>,
     started: Instant,
     md5_hint_logged: bool,
@@ -196,6 +258,8 @@ pub struct BgpAnnouncer {
     fresh_process: bool,
     /// Starts the BFD sessions of peers with a `bfdProfile`.
     bfd: Bfd,
+    /// What the sessions really announce, for readiness gates and status.
+    announced: Arc<watch::Sender<BgpAnnounced>>,
 }
 
 impl BgpAnnouncer {
@@ -209,7 +273,15 @@ impl BgpAnnouncer {
             // BFD sessions report into the speaker's registry (`ferrolb_bfd_*`).
             bfd: Bfd::new(Some(metrics.bfd.clone())),
             metrics,
+            announced: Arc::new(watch::channel(BgpAnnounced::default()).0),
         }
+    }
+
+    /// What the sessions really announce: a prefix appears for a peer once its UPDATE
+    /// went out on the Established session, and disappears when it is withdrawn or the
+    /// session goes down.
+    pub fn announced(&self) -> watch::Receiver<BgpAnnounced> {
+        self.announced.subscribe()
     }
 
     /// The BFD state of the session with `peer`, if it has a `bfdProfile`.
@@ -329,9 +401,15 @@ impl BgpAnnouncer {
                 let local = cfg.local_addr;
                 let handle = self.start(name, cfg);
                 let bfd = settings.bfd.and_then(|b| self.start_bfd(name, &settings, local, b, &handle));
+                let forwarder = AbortOnDrop(tokio::spawn(forward_announced(
+                    name.clone(),
+                    handle.watch_status(),
+                    self.announced.clone(),
+                )));
                 let s = PeerSession {
                     settings,
                     handle,
+                    forwarder,
                     bfd,
                     started: Instant::now(),
                     md5_hint_logged: false,
@@ -410,13 +488,17 @@ impl BgpAnnouncer {
         Some(BfdLink { handle, watcher })
     }
 
-    async fn stop(&mut self, name: &str, s: PeerSession, cease: u8) {
+    async fn stop(&mut self, name: &str, mut s: PeerSession, cease: u8) {
         let port = s.settings.spec.peer_port;
         if let Some(Some(l)) = self.listeners.get(&port)
             && let Err(e) = l.remove_peer(s.handle.peer())
         {
             tracing::debug!(peer = %name, error = %e, "removing the peer from the listener");
         }
+        // The forwarder is gone before the entry is removed, so it cannot put it back.
+        s.forwarder.0.abort();
+        let _ = (&mut s.forwarder.0).await;
+        self.announced.send_if_modified(|a| a.by_peer.remove(name).is_some());
         drop(s.bfd);
         s.handle.shutdown(cease).await;
         self.metrics.session_up.get_or_create(&PeerLabel { peer: name.to_owned() }).set(0);
@@ -476,6 +558,7 @@ impl BgpAnnouncer {
         }
         while set.join_next().await.is_some() {}
         self.listeners.clear();
+        self.announced.send_if_modified(|a| !std::mem::take(&mut a.by_peer).is_empty());
     }
 }
 
@@ -656,6 +739,83 @@ mod tests {
         assert_eq!(tx.borrow().state, Bfd::Down, "released with BFD still down");
         task.abort();
         session.shutdown(subcode::CEASE_ADMIN_SHUTDOWN).await;
+    }
+
+    /// The announcer's [`BgpAnnounced`] follows what each session really sent: a
+    /// prefix appears for the peer that established and received it, never for a peer
+    /// that does not answer, and goes when the plan withdraws it or drops the peer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn announced_state_lists_prefixes_per_peer_once_sent() {
+        use crate::bgp::session::Listener;
+        let router = Ipv4Addr::LOCALHOST;
+        // The "router": a passive session on 127.0.0.1 accepting our node's connection.
+        let listener = Listener::bind(SocketAddr::new(IpAddr::V4(router), 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut rpeer = PeerConfig::new(64512, 64513, Ipv4Addr::new(192, 0, 2, 1));
+        rpeer.passive = true;
+        let r = session::spawn(SessionConfig::new(rpeer, SocketAddr::new(IpAddr::V4(router), 179)));
+        listener.add_peer(&r, None).unwrap();
+        // A port nobody listens on: the "dead" peer never establishes.
+        let dead_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+
+        let mut model = ClusterModel::new("ferrolb.io/lb");
+        let node = crate::model::NodeInfo {
+            addresses: vec!["192.0.2.11".parse().unwrap()],
+            ready: true,
+            ..Default::default()
+        };
+        model.nodes.insert("n1".into(), node);
+        for (name, p) in [("router", port), ("dead", dead_port)] {
+            let mut spec = BgpPeerSpec::new(64513, 64512, "127.0.0.1");
+            spec.peer_port = p;
+            spec.connect_time = "1s".into();
+            model.peers.insert(name.into(), ferrolb_api::BgpPeer::new(name, spec));
+        }
+        let vip: IpNet = "203.0.113.10/32".parse().unwrap();
+        let plan_with = |routes: &[IpNet], peers: &[&str]| {
+            let mut plan = Announcements::default();
+            for p in peers {
+                let r = routes.iter().map(|n| (*n, RouteAttrs::default())).collect();
+                plan.bgp.insert((*p).to_string(), r);
+            }
+            plan
+        };
+        let mut bgp = BgpAnnouncer::new("n1", Arc::new(Metrics::new()));
+        let mut announced = bgp.announced();
+        assert!(announced.borrow().by_peer.is_empty());
+        let wait =
+            |rx: &mut watch::Receiver<BgpAnnounced>, what: &'static str, f: fn(&BgpAnnounced) -> bool| {
+                let mut rx = rx.clone();
+                async move {
+                    let ok = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(f)).await.is_ok();
+                    assert!(ok, "timed out waiting until {what}: {:?}", rx.borrow().clone());
+                }
+            };
+
+        let errors = bgp.apply(&model, &BTreeMap::new(), &plan_with(&[vip], &["router", "dead"])).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        wait(&mut announced, "the router holds the prefix", |a| !a.by_peer.is_empty()).await;
+        let now = announced.borrow_and_update().clone();
+        assert_eq!(now.prefixes(), BTreeMap::from([(vip, BTreeSet::from(["router".to_string()]))]));
+        let mut rs = r.watch_status();
+        let got = tokio::time::timeout(Duration::from_secs(10), rs.wait_for(|s| s.prefixes_received == 1))
+            .await
+            .is_ok();
+        assert!(got, "the router received it: {:?}", r.status());
+        assert_eq!(bgp.status("dead").map(|s| s.is_up()), Some(false));
+
+        // Withdrawn by the plan: gone, the router's session stays up.
+        let _ = bgp.apply(&model, &BTreeMap::new(), &plan_with(&[], &["router", "dead"])).await;
+        wait(&mut announced, "the prefix is withdrawn", |a| a.by_peer.is_empty()).await;
+        assert_eq!(bgp.status("router").map(|s| s.is_up()), Some(true));
+
+        // Announced again, then the peer leaves the plan: its entry goes with its session.
+        let _ = bgp.apply(&model, &BTreeMap::new(), &plan_with(&[vip], &["router"])).await;
+        wait(&mut announced, "announced again", |a| a.by_peer.contains_key("router")).await;
+        let _ = bgp.apply(&model, &BTreeMap::new(), &plan_with(&[], &[])).await;
+        assert!(announced.borrow().by_peer.is_empty(), "removed with the session: {:?}", announced.borrow());
+        bgp.shutdown().await;
+        r.shutdown(2).await;
     }
 
     #[test]

@@ -78,6 +78,12 @@ impl RibOut {
         self.sent.len()
     }
 
+    /// The prefixes currently advertised to the peer (their UPDATEs were produced by
+    /// [`RibOut::sync`]; the driver reports them only once those went out).
+    pub fn advertised_prefixes(&self) -> impl Iterator<Item = &IpNet> {
+        self.sent.keys()
+    }
+
     /// Forgets what was sent for `family` so the next sync re-advertises it (ROUTE-REFRESH).
     pub fn refresh(&mut self, family: Family) {
         self.sent.retain(|p, _| Family::of(p) != family);

@@ -10,7 +10,7 @@ use super::rib_out::{ExportConfig, RibOut};
 use super::socket::{self, ConnectOptions, Password};
 use bytes::BytesMut;
 use ipnet::IpNet;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -91,6 +91,11 @@ pub struct SessionStatus {
     pub prefixes_withdrawn: u64,
     /// Prefixes currently advertised to the peer.
     pub prefixes_advertised: usize,
+    /// The prefixes whose UPDATE has been written to the Established connection and
+    /// not withdrawn since: what the peer really holds from us. Empty whenever the
+    /// session is not Established (the peer dropped our routes with it) and after a
+    /// failed write (the connection is going down).
+    pub advertised: Arc<BTreeSet<IpNet>>,
     /// UPDATE messages received (their routes are dropped).
     pub updates_received: u64,
     /// Prefixes received in those UPDATEs.
@@ -112,6 +117,7 @@ impl Default for SessionStatus {
             prefixes_announced: 0,
             prefixes_withdrawn: 0,
             prefixes_advertised: 0,
+            advertised: Arc::default(),
             updates_received: 0,
             prefixes_received: 0,
             bfd_held_down: false,
@@ -455,7 +461,9 @@ impl Driver {
         while let Some(out) = self.fsm.poll_output() {
             match out {
                 Output::Connect => self.start_connect(),
-                Output::Send(id, msg) => self.send(id, &msg).await,
+                Output::Send(id, msg) => {
+                    self.send(id, &msg).await;
+                }
                 Output::Close(id) => {
                     if let Some(mut c) = self.conns.remove(&id) {
                         c.reader.abort();
@@ -528,22 +536,32 @@ impl Driver {
         let Some(id) = self.fsm.negotiated().map(|n| n.conn) else {
             return;
         };
+        let mut written = true;
         for u in updates {
             self.status.prefixes_announced += u.announced().count() as u64;
             self.status.prefixes_withdrawn += u.withdrawn_prefixes().count() as u64;
-            self.send(id, &Message::Update(u)).await;
+            written &= self.send(id, &Message::Update(u)).await;
         }
         self.status.prefixes_advertised = self.rib.advertised();
+        // Published only now that every UPDATE of this sync is on the wire: a reader
+        // of `advertised` (pod readiness gates) may rely on the peer having been sent it.
+        let advertised: BTreeSet<IpNet> =
+            if written { self.rib.advertised_prefixes().copied().collect() } else { BTreeSet::new() };
+        if *self.status.advertised != advertised {
+            self.status.advertised = Arc::new(advertised);
+        }
         self.publish();
     }
 
-    async fn send(&mut self, id: ConnId, msg: &Message) {
+    /// Writes `msg`; false when it could not be written (the FSM then learns of a
+    /// connection failure).
+    async fn send(&mut self, id: ConnId, msg: &Message) -> bool {
         // A peer that stops reading must not wedge the task (and its hold timer):
         // give up on a write after the hold time.
         let hold = self.fsm.negotiated().map_or(240, |n| u64::from(n.hold_time));
         let limit = std::time::Duration::from_secs(hold.max(10));
         let Some(conn) = self.conns.get_mut(&id) else {
-            return;
+            return false;
         };
         let mut buf = BytesMut::with_capacity(128);
         msg.encode(&mut buf, &self.encode_ctx);
@@ -556,11 +574,12 @@ impl Driver {
             tracing::debug!(error = %e, "write failed");
             // The FSM learns of it as a connection failure.
             let _ = self.ev_tx.try_send(ConnEvent::Closed(id, e));
-            return;
+            return false;
         }
         if matches!(msg, Message::Update(_)) {
             self.status.updates_sent += 1;
         }
+        true
     }
 
     fn start_connect(&mut self) {
@@ -589,6 +608,9 @@ impl Driver {
 
     fn publish(&mut self) {
         self.status.state = self.fsm.state();
+        if self.status.state != State::Established && !self.status.advertised.is_empty() {
+            self.status.advertised = Arc::default();
+        }
         self.status_tx.send_replace(self.status.clone());
     }
 }

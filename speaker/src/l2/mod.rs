@@ -83,6 +83,14 @@ pub struct L2Status {
     pub addresses: BTreeMap<IpAddr, AddressStatus>,
 }
 
+impl L2Status {
+    /// The owned addresses whose first gratuitous ARP / unsolicited NA went out: the
+    /// ones clients on the segment have been told about.
+    pub fn announced(&self) -> BTreeSet<IpAddr> {
+        self.addresses.iter().filter(|(_, st)| st.gratuitous_sent).map(|(a, _)| *a).collect()
+    }
+}
+
 /// Errors starting the announcer.
 #[derive(Debug, thiserror::Error)]
 pub enum L2Error {
@@ -265,7 +273,7 @@ impl L2Handle {
 /// Reports from responders to the announcer.
 #[derive(Debug)]
 enum Report {
-    /// The first takeover announcement of `addr` went out.
+    /// A takeover announcement of `addr` went out (the first one marks it announced).
     Announced(IpAddr),
 }
 

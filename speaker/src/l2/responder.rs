@@ -150,9 +150,9 @@ impl Responder {
             match self.announce(addr).await {
                 Ok(()) => {
                     self.metrics.count_gratuitous(addr);
-                    if step == 0 {
-                        let _ = self.reports.send(Report::Announced(addr));
-                    }
+                    // Every success is reported, not only the first step's: when the
+                    // first send failed, a later one is the address's first announcement.
+                    let _ = self.reports.send(Report::Announced(addr));
                 }
                 Err(e) => {
                     tracing::warn!(interface = %self.interface, address = %addr, error = %e, "takeover announcement failed")

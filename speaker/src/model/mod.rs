@@ -74,6 +74,22 @@ pub struct EndpointCounts {
     pub serving_terminating: u32,
 }
 
+/// One endpoint of an EndpointSlice as listed, for pod readiness gates
+/// ([`crate::readiness`]), which need to know which pods back a Service.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EndpointRef {
+    /// `targetRef.name` when `targetRef.kind` is Pod.
+    pub pod: Option<String>,
+    /// `addresses`.
+    pub addresses: Vec<IpAddr>,
+    /// `nodeName`.
+    pub node: Option<String>,
+    /// `conditions.ready` (absent counts as ready).
+    pub ready: bool,
+    /// `conditions.terminating`.
+    pub terminating: bool,
+}
+
 /// What the planner needs of a Service.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ServiceInfo {
@@ -130,6 +146,15 @@ pub struct ClusterModel {
     changes: Changes,
     /// The Service of each EndpointSlice (namespace, name) added by `upsert_endpoint_slice`.
     slice_owners: BTreeMap<(String, String), ServiceKey>,
+    /// Endpoints per Service, per EndpointSlice name, one by one (readiness gates).
+    pub slice_endpoints: BTreeMap<ServiceKey, BTreeMap<String, Vec<EndpointRef>>>,
+    /// `spec.selector` of the served Services that have a non-empty one (readiness gates).
+    pub service_selectors: BTreeMap<ServiceKey, BTreeMap<String, String>>,
+    /// Endpoints, per Service and node, that are not ready only because ferrolb's own
+    /// readiness gate is pending; [`ClusterModel::endpoints`] counts them as ready and
+    /// serving, or a Local Service could never be announced for a pod whose gate waits
+    /// for that announcement. Set by [`crate::readiness::apply_gate_pending`].
+    pub gate_pending: BTreeMap<ServiceKey, BTreeMap<String, u32>>,
 }
 
 /// What changed in a [`ClusterModel`] since the last [`ClusterModel::take_changes`].
@@ -253,7 +278,9 @@ impl ClusterModel {
         *self = ClusterModel { changes, ..new };
     }
 
-    fn mark(&mut self, key: &ServiceKey) {
+    /// Marks one Service changed (after editing what its plan reads directly, such as
+    /// [`ClusterModel::gate_pending`]).
+    pub fn mark(&mut self, key: &ServiceKey) {
         if !self.changes.all && !self.changes.services.contains(key) {
             self.changes.services.insert(key.clone());
         }
@@ -352,6 +379,10 @@ impl ClusterModel {
             self.remove_service(&key);
             return;
         }
+        match spec.and_then(|s| s.selector.as_ref()).filter(|s| !s.is_empty()) {
+            Some(sel) => self.service_selectors.insert(key.clone(), sel.clone()),
+            None => self.service_selectors.remove(&key),
+        };
         let ingress = svc
             .status
             .as_ref()
@@ -387,6 +418,7 @@ impl ClusterModel {
         if self.services.remove(key).is_some() {
             self.mark(key);
         }
+        self.service_selectors.remove(key);
     }
 
     /// Adds or replaces an EndpointSlice (attributed to the Service its label names).
@@ -400,19 +432,34 @@ impl ClusterModel {
         };
         let key = ServiceKey { namespace, name: svc.clone() };
         let mut per_node: BTreeMap<String, EndpointCounts> = BTreeMap::new();
+        let mut refs = Vec::with_capacity(slice.endpoints.len());
         for ep in &slice.endpoints {
-            let Some(node) = ep.node_name.clone() else { continue };
             let c = ep.conditions.as_ref();
             let ready = c.and_then(|c| c.ready).unwrap_or(true);
             let serving = c.and_then(|c| c.serving).unwrap_or(ready);
             let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+            refs.push(EndpointRef {
+                pod: ep
+                    .target_ref
+                    .as_ref()
+                    .filter(|t| t.kind.as_deref() == Some("Pod"))
+                    .and_then(|t| t.name.clone()),
+                addresses: ep.addresses.iter().filter_map(|a| a.parse().ok()).collect(),
+                node: ep.node_name.clone(),
+                ready,
+                terminating,
+            });
+            let Some(node) = ep.node_name.clone() else { continue };
             let e = per_node.entry(node).or_default();
             e.ready += u32::from(ready);
             e.serving += u32::from(serving);
             e.terminating += u32::from(terminating);
             e.serving_terminating += u32::from(serving && terminating);
         }
-        let unchanged = self.endpoint_slices.get(&key).and_then(|s| s.get(&slice_name)) == Some(&per_node);
+        // Counts are what the planner reads; the endpoints one by one are what readiness
+        // gates read (a pod replaced by another leaves the counts as they were).
+        let unchanged = self.endpoint_slices.get(&key).and_then(|s| s.get(&slice_name)) == Some(&per_node)
+            && self.slice_endpoints.get(&key).and_then(|s| s.get(&slice_name)) == Some(&refs);
         if unchanged {
             return;
         }
@@ -420,6 +467,7 @@ impl ClusterModel {
         self.remove_endpoint_slice(&key.namespace, &slice_name);
         self.mark(&key);
         self.slice_owners.insert((key.namespace.clone(), slice_name.clone()), key.clone());
+        self.slice_endpoints.entry(key.clone()).or_default().insert(slice_name.clone(), refs);
         self.endpoint_slices.entry(key).or_default().insert(slice_name, per_node);
     }
 
@@ -430,6 +478,12 @@ impl ClusterModel {
             slices.remove(name);
             if slices.is_empty() {
                 self.endpoint_slices.remove(&k);
+            }
+        }
+        if let Some(slices) = self.slice_endpoints.get_mut(&k) {
+            slices.remove(name);
+            if slices.is_empty() {
+                self.slice_endpoints.remove(&k);
             }
         }
         self.mark(&k);
@@ -447,7 +501,39 @@ impl ClusterModel {
                 e.serving_terminating += c.serving_terminating;
             }
         }
+        for (node, n) in self.gate_pending.get(key).into_iter().flatten() {
+            let e = out.entry(node.as_str()).or_default();
+            e.ready += n;
+            e.serving += n;
+        }
         out
+    }
+
+    /// True when an L2Advertisement applies to one of the Service's addresses (its
+    /// pools and service selectors match; node selectors aside). Mirrors the planner's
+    /// pool selection; readiness gates use it to keep L2 elections out of their
+    /// per-node endpoint counting.
+    pub fn l2_selects(&self, key: &ServiceKey) -> bool {
+        let Some(svc) = self.services.get(key) else { return false };
+        self.l2_advertisements.values().any(|ad| {
+            let s = &ad.spec;
+            ferrolb_api::selectors_match(&s.service_selectors, &svc.labels)
+                && self.pools.iter().any(|(name, pool)| {
+                    let labels = pool.metadata.labels.clone().unwrap_or_default();
+                    let selected = (s.ip_address_pools.is_empty() && s.ip_address_pool_selectors.is_empty())
+                        || s.ip_address_pools.iter().any(|n| n == name)
+                        || (!s.ip_address_pool_selectors.is_empty()
+                            && ferrolb_api::selectors_match(&s.ip_address_pool_selectors, &labels));
+                    selected
+                        && svc.ingress.iter().any(|ip| {
+                            pool.spec
+                                .addresses
+                                .iter()
+                                .filter_map(|a| ferrolb_api::AddressRange::parse(a).ok())
+                                .any(|r| r.contains(*ip))
+                        })
+                })
+        })
     }
 
     /// Nodes with an endpoint that may take new traffic: ready ones, or, when the

@@ -271,3 +271,59 @@ async fn bfd_down_on_passive_side_refuses_connections_until_bfd_up() {
     wait_for(&a, "A re-established", |s| s.is_up() && s.established_count == 2).await;
     a.shutdown(2).await;
 }
+
+/// `advertised` lists a prefix only once its UPDATE went out on an Established session:
+/// never while the session is down (here held down by BFD with routes desired), and
+/// every snapshot that lists prefixes is Established with UPDATEs written. Withdrawals
+/// and the session going down take prefixes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advertised_lists_prefixes_only_after_their_update_went_out_established() {
+    let (a, b, _l) = setup_fast_retry();
+    a.set_bfd_up(false).await;
+    a.set_desired(routes());
+    // Every status A publishes from here on: prefixes imply Established with UPDATEs sent.
+    let mut seen = a.watch_status();
+    let checker = tokio::spawn(async move {
+        let mut snapshots = 0u32;
+        loop {
+            {
+                let s = seen.borrow_and_update();
+                snapshots += 1;
+                assert!(
+                    s.advertised.is_empty() || (s.is_up() && s.updates_sent > 0),
+                    "prefixes listed before their UPDATE went out: {s:?}"
+                );
+            }
+            if seen.changed().await.is_err() {
+                return snapshots;
+            }
+        }
+    });
+    // Held down with routes desired: nothing is advertised.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let st = a.status();
+    assert!(!st.is_up() && st.advertised.is_empty(), "{st:?}");
+
+    a.set_bfd_up(true).await;
+    let want: std::collections::BTreeSet<IpNet> = routes().keys().copied().collect();
+    let st = wait_for(&a, "A advertised every route", |s| *s.advertised == want).await;
+    assert!(st.is_up() && st.updates_sent >= 1);
+    wait_for(&b, "B received them", |s| s.prefixes_received == 4).await;
+
+    let mut fewer = routes();
+    let gone: IpNet = "203.0.113.0/24".parse().expect("prefix");
+    fewer.remove(&gone);
+    a.set_desired(fewer);
+    wait_for(&a, "the withdrawn prefix is no longer listed", |s| {
+        s.advertised.len() == 3 && !s.advertised.contains(&gone)
+    })
+    .await;
+
+    // The peer goes away: its copy of our routes is gone, and so is the list.
+    b.shutdown(2).await;
+    let st = wait_for(&a, "A down after the peer's Cease", |s| !s.is_up()).await;
+    assert!(st.advertised.is_empty(), "{st:?}");
+    a.shutdown(2).await;
+    let snapshots = checker.await.expect("invariant held on every snapshot");
+    assert!(snapshots >= 3, "the checker saw the session's life ({snapshots} snapshots)");
+}
