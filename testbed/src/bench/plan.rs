@@ -383,3 +383,33 @@ pub fn run(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_static_file_loads_into_the_same_model_the_bench_plans() {
+        let dir = std::env::temp_dir().join(format!("ferrolb-bench-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("static.yaml");
+        std::fs::write(&path, static_file(40, 3).unwrap()).unwrap();
+        let loaded = ferrolb_speaker::model::static_file::load(&path, DEFAULT_LB_CLASS);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let from_file = loaded.unwrap().model;
+        let me = node_name(0);
+        let live: BTreeSet<String> = (0..3).map(node_name).collect();
+        let want = plan::plan(&model(40, 3).unwrap(), &me, &live);
+        assert!(!want.bgp_addresses().is_empty() && !want.l2.is_empty());
+        assert_eq!(plan::plan(&from_file, &me, &live), want);
+    }
+
+    #[test]
+    fn announced_reads_the_gauge_of_one_protocol() {
+        let text = "# TYPE ferrolb_speaker_announced gauge\nferrolb_speaker_announced{protocol=\"bgp\"} 4666\nferrolb_speaker_announced{protocol=\"l2\"} 12\n";
+        assert_eq!(announced(text, "bgp"), "4666");
+        assert_eq!(announced(text, "l2"), "12");
+        assert_eq!(announced("", "bgp"), "?");
+    }
+}
