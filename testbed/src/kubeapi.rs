@@ -99,21 +99,53 @@ impl FakeCluster {
     /// Creates or replaces `obj` (any served kind; namespaced when
     /// `metadata.namespace` is set) by server-side apply as the test's field manager.
     pub fn apply(&self, obj: &serde_json::Value) -> Result<(), Error> {
-        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
-        let kind = obj["kind"].as_str().unwrap_or_default();
-        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        let ns = obj["metadata"]["namespace"].as_str().map(str::to_string);
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-        let client = self.client();
-        let api: Api<DynamicObject> = match &ns {
-            Some(ns) => Api::namespaced_with(client, ns, &ar),
-            None => Api::all_with(client, &ar),
-        };
+        let (kind, name, api) = self.dynamic(obj);
         let params = PatchParams::apply("ferrolb-testbed").force();
         self.block_on(api.patch(&name, &params, &Patch::Apply(obj)))
             .map(|_| ())
             .map_err(|e| Error::Parse(format!("applying {kind} {name}: {e}")))
+    }
+
+    /// Applies every object of a YAML stream (the static-file format, `speaker::yaml`
+    /// builders); a Node's or Service's `status` then goes through the status
+    /// subresource, as the kubelet and the controller write it.
+    pub fn apply_stream(&self, text: &str) -> Result<(), Error> {
+        let stream =
+            ferrolb_api::parse_stream("objects.yaml", text).map_err(|e| Error::Parse(e.to_string()))?;
+        for (_, o) in stream.objects {
+            let with_status = matches!(o, ferrolb_api::Object::Node(_) | ferrolb_api::Object::Service(_));
+            let obj = serde_json::to_value(&o).map_err(|e| Error::Parse(e.to_string()))?;
+            self.apply(&obj)?;
+            if with_status && !obj["status"].is_null() {
+                self.patch_status(&obj)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces the `status` of `obj` (its kind, namespace and name) by a merge patch
+    /// of the status subresource.
+    pub fn patch_status(&self, obj: &serde_json::Value) -> Result<(), Error> {
+        let (kind, name, api) = self.dynamic(obj);
+        let patch = Patch::Merge(serde_json::json!({"status": obj["status"]}));
+        self.block_on(api.patch_status(&name, &PatchParams::default(), &patch))
+            .map(|_| ())
+            .map_err(|e| Error::Parse(format!("writing the status of {kind} {name}: {e}")))
+    }
+
+    /// The kind, name and dynamic API of `obj` (namespaced when `metadata.namespace` is set).
+    fn dynamic(&self, obj: &serde_json::Value) -> (String, String, Api<DynamicObject>) {
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let client = self.client();
+        let api = match obj["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(client, ns, &ar),
+            None => Api::all_with(client, &ar),
+        };
+        (kind.to_string(), name, api)
     }
 
     /// Deletes the object of `api_version`/`kind` named `name` (in `namespace`, if any).

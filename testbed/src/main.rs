@@ -88,7 +88,8 @@ enum Bench {
         #[arg(long)]
         ferrolb_only: bool,
     },
-    /// Planner: full and incremental plan times and peak RSS with N Services (no lab).
+    /// Planner: full and incremental plan times and peak RSS with N Services, in process
+    /// (no lab) and as a real `ferrolb-speaker --static` process (one-node lab, root).
     Plan {
         /// Services in the model.
         #[arg(long, default_value_t = 10_000)]
@@ -99,6 +100,9 @@ enum Bench {
         /// Single changes measured per kind.
         #[arg(long, default_value_t = 200)]
         changes: usize,
+        /// Skip the speaker process (which needs root and a built ferrolb-speaker).
+        #[arg(long)]
+        no_speaker: bool,
     },
     /// Static-file edit → UPDATE at an ExaBGP recorder (receive timestamp).
     FileLatency {
@@ -155,8 +159,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(bench::bgp_scale::run(&sizes, systems)?)
         }
         Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(bench::file_latency::run(trials)?),
-        Cmd::Bench { bench: Bench::Plan { services, nodes, changes } } => {
-            Ok(bench::plan::run(services, &nodes, changes)?)
+        Cmd::Bench { bench: Bench::Plan { services, nodes, changes, no_speaker } } => {
+            Ok(bench::plan::run(services, &nodes, changes, !no_speaker)?)
         }
     }
 }

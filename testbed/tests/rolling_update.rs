@@ -1,9 +1,13 @@
-//! Make before break during a rolling update (issue #9): the pods behind an
-//! externalTrafficPolicy Local Service are replaced node by node while the client
-//! pings the Service address through BIRD (ECMP over the nodes, RFC 8326
-//! GRACEFUL_SHUTDOWN honoured on import). A "pod" on node i is the address on node
-//! i's `lo` (what kube-proxy's Local rule gives: traffic reaches a node only while it
-//! has a local endpoint) plus its endpoint in the Service's EndpointSlice.
+//! Make before break during a rolling update (issue #9), with the real
+//! `ferrolb-speaker --kubeconfig` on both nodes against the fake apiserver: the pods
+//! behind an externalTrafficPolicy Local Service are replaced node by node while the
+//! client pings the Service address through BIRD (ECMP over the nodes, RFC 8326
+//! GRACEFUL_SHUTDOWN honoured on import). Nodes, the Service with its status ingress,
+//! the pool, the peer and the advertisement are API objects; every endpoint transition
+//! is the Service's EndpointSlice applied anew, as the EndpointSlice controller writes
+//! it. A "pod" on node i is the address on node i's `lo` (what kube-proxy's Local rule
+//! gives: traffic reaches a node only while it has a local endpoint) plus its endpoint
+//! in the slice.
 //!
 //! * With drain: the old pod's endpoint turns terminating (still serving) first; the
 //!   speaker re-announces with 65535:0, BIRD moves the traffic to the other node, and
@@ -20,67 +24,95 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use ferrolb_testbed::client::ProbeStream;
+use ferrolb_testbed::kubeapi::FakeCluster;
+use ferrolb_testbed::process::{Proc, Spawn};
 use ferrolb_testbed::routers::{self, Bird, RouterSpec};
-use ferrolb_testbed::speaker::{self, Speaker, yaml};
+use ferrolb_testbed::speaker::{binary, yaml};
 use ferrolb_testbed::{Lab, LabConfig, plan};
+use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(30);
-const READY: &str = "{ready: true, serving: true, terminating: false}";
-const TERMINATING: &str = "{ready: false, serving: true, terminating: true}";
+/// Probe interval: fine enough that a withdrawal racing the pod's removal shows.
+const PROBE: Duration = Duration::from_millis(2);
+
+/// An endpoint's conditions as the EndpointSlice controller writes them.
+#[derive(Clone, Copy, Debug)]
+enum Pod {
+    Ready,
+    /// Deleted but still serving (a preStop hook as long as the drain takes).
+    Terminating,
+}
 
 fn vip() -> IpAddr {
     plan::bgp_vip_v4(30)
 }
 
-/// Both nodes, a peer to BIRD, and the Local Service with one endpoint per node in the
-/// given condition (None: that node has no pod).
-fn file(endpoints: [Option<&str>; 2]) -> String {
-    let mut svc = format!(
-        "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: default}}\nspec: {{type: LoadBalancer, externalTrafficPolicy: Local, ports: [{{port: 80, protocol: TCP}}]}}\nstatus: {{loadBalancer: {{ingress: [{{ip: \"{}\"}}]}}}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-1, namespace: default, labels: {{kubernetes.io/service-name: web}}}}\naddressType: IPv4\nendpoints:",
-        vip()
-    );
-    let mut any = false;
-    for (i, cond) in endpoints.iter().enumerate() {
-        if let Some(cond) = cond {
-            let n = i + 1;
-            svc.push_str(&format!(
-                "\n- {{addresses: [10.0.0.{n}], nodeName: {}, conditions: {cond}}}",
-                plan::node_name(n)
-            ));
-            any = true;
-        }
-    }
-    if !any {
-        svc.push_str(" []");
-    }
-    svc.push('\n');
+/// Both nodes, a peer to BIRD, and the Local Service with its ingress address.
+fn objects() -> String {
     yaml::stream(&[
         yaml::node(1),
         yaml::node(2),
         yaml::pool("public", &[plan::BGP_POOL_V4]),
         yaml::peer("router", plan::NODE_ASN, plan::ROUTER_ASN, plan::ROUTER_V4.into(), &[]),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
-        svc,
+        yaml::service("web", &[vip()])
+            .replace("type: LoadBalancer,", "type: LoadBalancer, externalTrafficPolicy: Local,"),
     ])
+}
+
+/// The Service's EndpointSlice with one endpoint per node that has a pod.
+fn slice(pods: [Option<Pod>; 2]) -> Value {
+    let endpoints: Vec<Value> = pods
+        .iter()
+        .enumerate()
+        .filter_map(|(i, pod)| {
+            let n = i + 1;
+            let (ready, terminating) = match (*pod)? {
+                Pod::Ready => (true, false),
+                Pod::Terminating => (false, true),
+            };
+            Some(json!({
+                "addresses": [format!("10.0.0.{n}")],
+                "nodeName": plan::node_name(n),
+                "conditions": {"ready": ready, "serving": true, "terminating": terminating},
+            }))
+        })
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": "web-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "endpoints": endpoints,
+    })
+}
+
+fn speaker(lab: &Lab, api: &FakeCluster, i: usize) -> Proc {
+    let bin = binary("debug").unwrap().display().to_string();
+    let node = plan::node_name(i);
+    let kubeconfig = api.kubeconfig().display().to_string();
+    let argv =
+        [bin.as_str(), "--node-name", &node, "--kubeconfig", &kubeconfig, "--namespace", "ferrolb-system"];
+    let spec = Spawn::new(format!("kspeaker-{node}"), &argv).env("RUST_LOG", "info,ferrolb_speaker=debug");
+    lab.spawn(lab.node(i), spec).unwrap()
 }
 
 struct Cluster<'a> {
     lab: &'a Lab,
-    speakers: Vec<Speaker>,
-    endpoints: [Option<&'static str>; 2],
+    api: FakeCluster,
+    speakers: Vec<Proc>,
+    pods: [Option<Pod>; 2],
 }
 
 impl Cluster<'_> {
-    fn set(&mut self, node: usize, cond: Option<&'static str>) {
-        self.endpoints[node - 1] = cond;
-        for s in &self.speakers {
-            s.replace_file(&file(self.endpoints)).unwrap();
-        }
+    fn set(&mut self, node: usize, pod: Option<Pod>) {
+        self.pods[node - 1] = pod;
+        self.api.apply(&slice(self.pods)).unwrap();
     }
 
     fn pod_up(&mut self, node: usize) {
         self.lab.add_vip_on_lo(self.lab.node(node), vip()).unwrap();
-        self.set(node, Some(READY));
+        self.set(node, Some(Pod::Ready));
     }
 
     fn pod_gone(&mut self, node: usize) {
@@ -95,18 +127,18 @@ impl Cluster<'_> {
     }
 
     fn logs(&self) -> String {
-        self.speakers.iter().map(Speaker::logs).collect::<Vec<_>>().join("\n")
+        self.speakers.iter().map(Proc::logs).collect::<Vec<_>>().join("\n")
     }
 
     /// Replaces the pod on each node in turn; returns (sent, lost, longest outage).
     fn rolling_update(&mut self, drain: bool) -> (u64, u64, Duration) {
-        let probe = ProbeStream::start(self.lab.client(), vip(), Duration::from_millis(10)).unwrap();
+        let probe = ProbeStream::start(self.lab.client(), vip(), PROBE).unwrap();
         std::thread::sleep(Duration::from_millis(300));
         for (node, other) in [(1, 2), (2, 1)] {
             if drain {
-                // The old pod terminates but keeps serving (a preStop hook as long as
-                // the drain takes); the router moves away before it goes.
-                self.set(node, Some(TERMINATING));
+                // The old pod terminates but keeps serving; the router moves away
+                // before it goes.
+                self.set(node, Some(Pod::Terminating));
                 self.wait_route(&[other], "the router leaves the draining node");
             }
             self.pod_gone(node);
@@ -125,25 +157,25 @@ impl Cluster<'_> {
 fn rolling_update_of_a_local_service_loses_nothing_with_drain() {
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let _bird = Bird::start(&lab, &RouterSpec::default()).unwrap();
-    let bin = speaker::binary("debug").unwrap();
-    let mut cluster = Cluster { lab: &lab, speakers: Vec::new(), endpoints: [None, None] };
+    let api = FakeCluster::start(&lab).unwrap();
+    api.apply_stream(&objects()).unwrap();
+    let mut cluster = Cluster { lab: &lab, api, speakers: Vec::new(), pods: [None, None] };
     for i in 1..=2 {
-        lab.add_vip_on_lo(lab.node(i), vip()).unwrap();
+        cluster.pod_up(i);
     }
-    cluster.endpoints = [Some(READY), Some(READY)];
     for i in 1..=2 {
-        cluster.speakers.push(Speaker::start_with(&lab, i, &file(cluster.endpoints), &bin, &[]).unwrap());
+        cluster.speakers.push(speaker(&lab, &cluster.api, i));
     }
     cluster.wait_route(&[1, 2], "ECMP over both nodes");
 
     let (sent, lost_without, gap_without) = cluster.rolling_update(false);
     println!(
-        "rolling update WITHOUT drain: {sent} probes every 10 ms, {lost_without} lost, longest outage {:.0} ms",
+        "rolling update WITHOUT drain: {sent} probes every {PROBE:?}, {lost_without} lost, longest outage {:.0} ms",
         gap_without.as_secs_f64() * 1000.0
     );
     let (sent, lost_with, gap_with) = cluster.rolling_update(true);
     println!(
-        "rolling update WITH drain:    {sent} probes every 10 ms, {lost_with} lost, longest outage {:.0} ms",
+        "rolling update WITH drain:    {sent} probes every {PROBE:?}, {lost_with} lost, longest outage {:.0} ms",
         gap_with.as_secs_f64() * 1000.0
     );
     assert_eq!(lost_with, 0, "make before break loses no probe\n{}", cluster.logs());

@@ -1,8 +1,14 @@
 //! `bench plan`: the planner on a large synthetic cluster, in process: the full plan,
 //! the incremental plan after one change (an EndpointSlice, a new Service, a Node), and
-//! this process's peak RSS with the model loaded. No lab, no root needed.
+//! this process's peak RSS with the model loaded. No lab, no root needed for that part.
+//!
+//! Then the real `ferrolb-speaker --static` process loaded with the same model as a
+//! static file, in a one-node lab (its BGP peers lead nowhere outside the lab): its
+//! VmHWM / VmRSS once it has planned (`/readyz`, set right after the first plan). Needs
+//! root and a built speaker; `--no-speaker` skips it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
@@ -15,7 +21,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::Error;
+use crate::process::Spawn;
+use crate::{Error, Lab, LabConfig, client, speaker, wait};
 
 /// Pools (documentation ranges), two BGP peers (one iBGP on half the nodes), one
 /// BGPAdvertisement with communities and one L2Advertisement.
@@ -174,18 +181,121 @@ fn micros(xs: &mut [Duration]) -> String {
     }
 }
 
-fn own_rss(field: &str) -> String {
-    let kb = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix(field))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-    });
+/// A `kB` field of `/proc/<pid>/status` (`self` for this process), in KiB.
+fn status_kb(pid: &str, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+}
+
+fn mib(kb: Option<u64>) -> String {
     kb.map_or_else(|| "unknown".into(), |kb| format!("{:.1} MiB", kb as f64 / 1024.0))
 }
 
+fn own_rss(field: &str) -> String {
+    mib(status_kb("self", field))
+}
+
+/// The speaker's static file holding the bench model: [`CONFIG`], the Nodes, and every
+/// Service with its EndpointSlice.
+fn static_file(services: usize, nodes: usize) -> Result<String, Error> {
+    let mut objects: Vec<ferrolb_api::Object> = (0..nodes).map(|i| node(i, true).into()).collect();
+    for i in 0..services {
+        objects.push(service(i).into());
+        objects.push(slice(i, nodes, false).into());
+    }
+    let body = ferrolb_api::write_stream(&objects).map_err(|e| Error::Parse(e.to_string()))?;
+    Ok(format!("{}\n{body}", CONFIG.trim()))
+}
+
+/// The value of `ferrolb_speaker_announced{protocol="<protocol>"}` in a metrics text.
+fn announced(metrics: &str, protocol: &str) -> String {
+    let key = format!("ferrolb_speaker_announced{{protocol=\"{protocol}\"}}");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(key.as_str()))
+        .map_or_else(|| "?".into(), |v| v.trim().to_string())
+}
+
+/// Port of the measured speaker's `/metrics` and `/readyz`, on the lab node's address.
+const METRICS_PORT: u16 = 9120;
+/// How long a debug build may take to read 10k Services and plan.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Runs `ferrolb-speaker --static` as `node-0` in the lab's node 1 on the bench model of
+/// `services` Services and `nodes` Nodes, waits until it has planned, prints its
+/// VmHWM / VmRSS and what it announces.
+fn speaker_process(lab: &Lab, services: usize, nodes: usize) -> Result<(), Error> {
+    let (profile, bin) = match speaker::binary("release") {
+        Ok(b) => ("release", b),
+        Err(_) => ("debug", speaker::binary("debug")?),
+    };
+    let dir = lab.subdir(&format!("bench-plan-{nodes}"))?;
+    let file = dir.join("static.yaml");
+    let text = static_file(services, nodes)?;
+    std::fs::write(&file, &text)?;
+    let key = speaker::write_membership_key(lab, "bench-plan-membership")?;
+    let ns = lab.node(1);
+    let me = SocketAddr::new(crate::plan::node_v4(1).into(), METRICS_PORT);
+    let membership = SocketAddr::new(crate::plan::node_v4(1).into(), 7946);
+    let argv: Vec<String> = vec![
+        bin.display().to_string(),
+        "--node-name".into(),
+        node_name(0),
+        "--static".into(),
+        file.display().to_string(),
+        "--metrics-addr".into(),
+        me.to_string(),
+        "--membership-key-file".into(),
+        key.display().to_string(),
+        "--membership-bind".into(),
+        membership.to_string(),
+    ];
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let t = Instant::now();
+    let mut proc = lab.spawn(ns, Spawn::new(format!("bench-plan-speaker-{nodes}"), &argv))?;
+    let pid = proc.pid().to_string();
+    let ready = wait::until("the speaker has planned (/readyz ok)", LOAD_TIMEOUT, || {
+        if let Some(status) = proc.try_exit() {
+            return Err(Error::Command {
+                command: "ferrolb-speaker --static".into(),
+                detail: format!("exited with {status}: {}", crate::process::tail(&proc.logs(), 20)),
+            });
+        }
+        let r = client::http_get(ns, me, "/readyz", Duration::from_secs(2));
+        Ok(r.ok().filter(|b| b.contains("ok")).map(|_| t.elapsed()))
+    })?;
+    let metrics = client::http_get(ns, me, "/metrics", Duration::from_secs(5)).unwrap_or_default();
+    let (hwm, rss) = (status_kb(&pid, "VmHWM:"), status_kb(&pid, "VmRSS:"));
+    proc.kill();
+    println!(
+        "  ferrolb-speaker --static process ({profile} build {}): static file {:.1} MiB, planned after {:.1} s;",
+        bin.display(),
+        text.len() as f64 / (1024.0 * 1024.0),
+        ready.as_secs_f64()
+    );
+    println!(
+        "    peak RSS (VmHWM) {}, RSS (VmRSS) {}; announcing {} by BGP, {} by L2",
+        mib(hwm),
+        mib(rss),
+        announced(&metrics, "bgp"),
+        announced(&metrics, "l2")
+    );
+    Ok(())
+}
+
 /// Runs the planner bench for `services` Services on each cluster size in `node_counts`.
-pub fn run(services: usize, node_counts: &[usize], changes: usize) -> Result<(), Error> {
+/// With `speaker_process`, also the real speaker process on the same model (see the
+/// module doc).
+pub fn run(
+    services: usize,
+    node_counts: &[usize],
+    changes: usize,
+    speaker_process: bool,
+) -> Result<(), Error> {
     println!("bench plan: {services} Services (BGP/L2 × IPv4/IPv6, Cluster/Local, every 10th dual-stack)");
+    let lab = if speaker_process { Some(Lab::up(LabConfig::nodes(1))?) } else { None };
     println!("before any model: VmHWM {}", own_rss("VmHWM:"));
     for &nodes in node_counts {
         let nodes = nodes.max(1);
@@ -266,7 +376,40 @@ pub fn run(services: usize, node_counts: &[usize], changes: usize) -> Result<(),
         if planner.plan(&mut m, &me, &live) != &plan::plan(&m, &me, &live) {
             println!("  WARNING: the incremental plan differs from the plan from scratch");
         }
-        println!("  peak RSS (VmHWM) with the model and planner loaded: {}", own_rss("VmHWM:"));
+        println!("  peak RSS (VmHWM) of this bench with the model and planner loaded: {}", own_rss("VmHWM:"));
+        if let Some(lab) = &lab {
+            self::speaker_process(lab, services, nodes)?;
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_static_file_loads_into_the_same_model_the_bench_plans() {
+        let dir = std::env::temp_dir().join(format!("ferrolb-bench-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("static.yaml");
+        std::fs::write(&path, static_file(40, 3).unwrap()).unwrap();
+        let loaded = ferrolb_speaker::model::static_file::load(&path, DEFAULT_LB_CLASS);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let from_file = loaded.unwrap().model;
+        let me = node_name(0);
+        let live: BTreeSet<String> = (0..3).map(node_name).collect();
+        let want = plan::plan(&model(40, 3).unwrap(), &me, &live);
+        assert!(!want.bgp_addresses().is_empty() && !want.l2.is_empty());
+        assert_eq!(plan::plan(&from_file, &me, &live), want);
+    }
+
+    #[test]
+    fn announced_reads_the_gauge_of_one_protocol() {
+        let text = "# TYPE ferrolb_speaker_announced gauge\nferrolb_speaker_announced{protocol=\"bgp\"} 4666\nferrolb_speaker_announced{protocol=\"l2\"} 12\n";
+        assert_eq!(announced(text, "bgp"), "4666");
+        assert_eq!(announced(text, "l2"), "12");
+        assert_eq!(announced("", "bgp"), "?");
+    }
 }
