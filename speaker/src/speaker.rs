@@ -16,6 +16,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::announce::bgp::BgpAnnouncer;
+use crate::announce::{Announced, AnnouncedFeed};
 use crate::bgp::socket::Password;
 use crate::cluster::status::{self, Desired};
 use crate::cluster::{self, Feed, Update};
@@ -26,6 +27,7 @@ use crate::metrics::{KindLabel, Metrics, OwnershipLabel, ProtocolLabel, ResultLa
 use crate::model::ClusterModel;
 use crate::model::static_file::{self, LoadError};
 use crate::plan::{self, Announcements};
+use crate::readiness::{self, GatedPod, Readiness, RemoteAnnounced, RemoteWatch};
 
 /// On SIGTERM this node leaves membership first, then keeps answering ARP/NDP this
 /// long, so the successors (which see the departure at once) announce the addresses
@@ -253,8 +255,58 @@ struct ClusterPart {
     rejected: Option<String>,
     /// The BGP password Secrets last read completely (re-read when they change).
     password_refs: BTreeMap<String, ferrolb_api::SecretKeyRef>,
+    /// Pod readiness gates of this node's pods.
+    gate: GatePart,
     /// Aborts the watchers when the speaker stops.
     _watchers: JoinSet<()>,
+}
+
+/// Kubernetes mode: the readiness gate `ferrolb.io/load-balancer-ready` of this node's
+/// pods (see [`crate::readiness`] and README-readiness.md).
+struct GatePart {
+    /// Watches this node's pods and writes their conditions.
+    readiness: Readiness,
+    /// What the BGP and L2 announcers really announce.
+    feed: AnnouncedFeed,
+    announced: watch::Receiver<Announced>,
+    /// Other nodes' ServiceAnnouncements, watched once this node has gated pods.
+    remote: Option<RemoteWatch>,
+    /// This node's pods with the gate, as last read.
+    pods: Vec<GatedPod>,
+}
+
+/// Which gate input changed.
+enum GateSignal {
+    Pods,
+    Announced,
+    Remote,
+}
+
+/// Clones of the gate's change receivers, so the event loop can wait on them without
+/// borrowing the state (the handler marks the originals seen).
+type GateWatch = (watch::Receiver<u64>, watch::Receiver<Announced>, Option<watch::Receiver<u64>>);
+
+/// Resolves when one of the gate's inputs changed (never in static mode).
+async fn gate_changed(w: Option<GateWatch>) -> GateSignal {
+    let Some((mut pods, mut announced, remote)) = w else {
+        return std::future::pending().await;
+    };
+    let remote_changed = async {
+        match remote {
+            Some(mut r) => r.changed().await.is_ok(),
+            None => std::future::pending().await,
+        }
+    };
+    let signal = tokio::select! {
+        r = pods.changed() => r.is_ok().then_some(GateSignal::Pods),
+        r = announced.changed() => r.is_ok().then_some(GateSignal::Announced),
+        ok = remote_changed => ok.then_some(GateSignal::Remote),
+    };
+    match signal {
+        Some(s) => s,
+        // A closed channel never fires again: do not spin on it.
+        None => std::future::pending().await,
+    }
 }
 
 struct State {
@@ -306,10 +358,16 @@ impl State {
             (true, false) => {
                 let key = self.membership_key().await?;
                 let part = start_l2(&self.opts, &self.model, &self.metrics, key)?;
+                if let Some(c) = &self.cluster {
+                    c.gate.feed.set_l2(Some(part.announcer.status()));
+                }
                 self.l2 = Some(part);
             }
             (false, true) => {
                 if let Some(p) = self.l2.take() {
+                    if let Some(c) = &self.cluster {
+                        c.gate.feed.set_l2(None);
+                    }
                     tracing::info!("no L2Advertisement left: leaving membership, stopping ARP/NDP answers");
                     p.membership.leave().await;
                     p.announcer.shutdown().await;
@@ -461,6 +519,11 @@ impl State {
     }
 
     async fn replan(&mut self, cause: &Cause) {
+        // The Local chicken-and-egg: this node's pods waiting only for the gate count as
+        // serving (slices and Services change too, so recount on every plan).
+        if let Some(c) = &self.cluster {
+            readiness::apply_gate_pending(&mut self.model, &c.gate.pods, &self.opts.node_name);
+        }
         let live = self.live_members();
         let mut new = self.planner.plan(&mut self.model, &self.opts.node_name, &live).clone();
         self.drains.apply(&mut new, Instant::now(), self.opts.drain_max_delay);
@@ -511,6 +574,81 @@ impl State {
             let _ = p.send(new.clone());
         }
         self.plan = new;
+        self.update_gates();
+    }
+
+    /// The clones [`gate_changed`] waits on (None in static mode).
+    fn gate_watch(&self) -> Option<GateWatch> {
+        let g = &self.cluster.as_ref()?.gate;
+        Some((g.readiness.pod_changes(), g.announced.clone(), g.remote.as_ref().map(RemoteWatch::changes)))
+    }
+
+    /// Kubernetes mode: one of the gate's inputs changed.
+    async fn on_gate_signal(&mut self, signal: GateSignal) {
+        let Some(c) = self.cluster.as_mut() else { return };
+        match signal {
+            GateSignal::Pods => {
+                c.gate.readiness.mark_pods_seen();
+                let pods = c.gate.readiness.gated_pods();
+                self.metrics.readiness.pods_gated.set(len_i64(&pods));
+                if !pods.is_empty() && c.gate.remote.is_none() {
+                    tracing::info!(
+                        pods = pods.len(),
+                        "pods with the readiness gate on this node: watching ServiceAnnouncements"
+                    );
+                    c.gate.remote = Some(RemoteWatch::start(c.client.clone()));
+                }
+                if pods == c.gate.pods {
+                    return;
+                }
+                c.gate.pods = pods;
+                if !c.feed.synced() {
+                    // The first plan (at sync) counts them.
+                    return;
+                }
+                let changed =
+                    readiness::apply_gate_pending(&mut self.model, &c.gate.pods, &self.opts.node_name);
+                if changed.is_empty() {
+                    self.update_gates();
+                } else {
+                    let names: Vec<String> = changed.iter().map(ToString::to_string).collect();
+                    let text = format!("pods waiting for the readiness gate changed ({})", names.join(", "));
+                    self.replan(&Cause::new("config", text)).await;
+                }
+            }
+            GateSignal::Announced => self.update_gates(),
+            GateSignal::Remote => {
+                if let Some(r) = c.gate.remote.as_mut() {
+                    r.mark_seen();
+                }
+                self.update_gates();
+            }
+        }
+    }
+
+    /// Hands the readiness gate writer the conditions this node's gated pods should have
+    /// now; not before the model is synced (it would judge from a partial model) nor
+    /// before the other nodes' ServiceAnnouncements are listed.
+    fn update_gates(&mut self) {
+        let Some(c) = self.cluster.as_mut() else { return };
+        if !c.feed.synced() {
+            return;
+        }
+        let announced = c.gate.announced.borrow_and_update().clone();
+        let remote = match &c.gate.remote {
+            Some(r) if r.listed() => r.remote(&self.opts.node_name),
+            Some(_) => return,
+            // No gated pod here: nothing to write.
+            None => RemoteAnnounced::default(),
+        };
+        let inputs = readiness::Inputs {
+            model: &self.model,
+            me: &self.opts.node_name,
+            plan: &self.plan,
+            announced: &announced,
+            remote: &remote,
+        };
+        c.gate.readiness.update(&inputs);
     }
 
     async fn reload(&mut self) {
@@ -762,10 +900,23 @@ pub async fn run_kube(
     let watchers = cluster::spawn_watchers(&client, &tx);
     drop(tx);
     let status = status::spawn(client.clone(), &opts.options.node_name, metrics.clone());
-    let mut state = State::new(opts.options, metrics);
+    let mut state = State::new(opts.options, metrics.clone());
     state.plans = opts.plans;
     tracing::info!(node = %state.opts.node_name, namespace = %opts.namespace, "speaker started in Kubernetes mode; listing");
+    let feed = AnnouncedFeed::spawn(state.bgp.announced());
+    let gate = GatePart {
+        readiness: Readiness::start_with_metrics(
+            client.clone(),
+            &state.opts.node_name,
+            metrics.readiness.clone(),
+        ),
+        announced: feed.subscribe(),
+        feed,
+        remote: None,
+        pods: Vec::new(),
+    };
     state.cluster = Some(ClusterPart {
+        gate,
         client,
         namespace: opts.namespace,
         feed: Feed::default(),
@@ -812,7 +963,9 @@ async fn serve(
         let watched = state.l2.as_ref().map(|p| (p.live.clone(), p.settled.clone()));
         let next_drain = state.drains.next_expiry(&state.plan, state.opts.drain_max_delay);
         let retry_l2 = state.cluster.is_some() && state.l2_error.is_some();
+        let gate = state.gate_watch();
         tokio::select! {
+            signal = gate_changed(gate) => state.on_gate_signal(signal).await,
             () = sleep_until_opt(next_drain) => {
                 state.replan(&Cause::new("drain", "--drain-max-delay or the L2 handover grace passed")).await;
             }
