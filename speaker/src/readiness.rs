@@ -504,6 +504,18 @@ pub fn desired_all(pods: &[GatedPod], inputs: &Inputs<'_>) -> BTreeMap<PodKey, G
         .collect()
 }
 
+/// Keeps True the pods `desired` would turn False: used while a restarted speaker's
+/// sessions come back, so its restart alone never makes serving pods unready.
+pub fn keep_true(desired: &mut BTreeMap<PodKey, GateCondition>, pods: &[GatedPod]) {
+    for p in pods {
+        if let Some(cur) = p.current.as_ref().filter(|c| c.status)
+            && desired.get(&p.key).is_some_and(|d| !d.status)
+        {
+            desired.insert(p.key.clone(), cur.clone());
+        }
+    }
+}
+
 /// Errors writing a pod's condition.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadinessError {
@@ -569,6 +581,7 @@ fn condition_patch(pod: &Pod, want: &GateCondition, now: &Time) -> serde_json::V
 pub struct Readiness {
     store: Store<Pod>,
     changes: watch::Receiver<u64>,
+    listed: watch::Receiver<bool>,
     desired: watch::Sender<Arc<BTreeMap<PodKey, GateCondition>>>,
     node: String,
     tasks: Vec<JoinHandle<()>>,
@@ -593,11 +606,17 @@ impl Readiness {
     pub fn start_with_metrics(client: kube::Client, node: &str, metrics: ReadinessMetrics) -> Self {
         let pods: Api<Pod> = Api::all(client.clone());
         let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-        let (store, changes, _listed, reflect) = reflect(pods, cfg, "this node's pods");
+        let (store, changes, listed, reflect) = reflect(pods, cfg, "this node's pods");
         let (desired, desired_rx) = watch::channel(Arc::new(BTreeMap::new()));
         let w = Writer { client, store: store.clone(), written: BTreeMap::new(), metrics };
         let write = tokio::spawn(w.run(desired_rx, changes.clone()));
-        Readiness { store, changes, desired, node: node.to_owned(), tasks: vec![reflect, write] }
+        Readiness { store, changes, listed, desired, node: node.to_owned(), tasks: vec![reflect, write] }
+    }
+
+    /// Whether this node's pods were listed completely once, and every change since
+    /// was marked seen ([`Readiness::mark_pods_seen`]): the gated pods last read are current.
+    pub fn pods_current(&self) -> bool {
+        *self.listed.borrow() && !self.changes.has_changed().unwrap_or(false)
     }
 
     /// A receiver that sees every later change of this node's pods (for an event loop
@@ -1182,6 +1201,21 @@ spec: {ipAddressPools: [public]}
         let flip = condition_patch(&p, &cond(true), &t1);
         assert_eq!(flip["status"]["conditions"][2]["lastTransitionTime"], "2026-01-02T00:00:00Z");
         assert_eq!(flip["status"]["conditions"][2]["status"], "True");
+    }
+
+    #[test]
+    fn keep_true_holds_only_true_pods_back_from_false() {
+        let mut was_true = gated(&pod("a", "node1", "web", "10.0.0.1", true));
+        was_true.current = Some(GateCondition::new(true, reason::ANNOUNCED, "m".into()));
+        let was_false = gated(&pod("b", "node1", "web", "10.0.0.2", true));
+        let pending = GateCondition::new(false, reason::ANNOUNCEMENT_PENDING, "p".into());
+        let mut desired = BTreeMap::from([
+            (was_true.key.clone(), pending.clone()),
+            (was_false.key.clone(), pending.clone()),
+        ]);
+        keep_true(&mut desired, &[was_true.clone(), was_false.clone()]);
+        assert_eq!(desired[&was_true.key], *was_true.current.as_ref().unwrap());
+        assert_eq!(desired[&was_false.key], pending);
     }
 
     #[test]

@@ -34,6 +34,11 @@ use crate::readiness::{self, GatedPod, Readiness, RemoteAnnounced, RemoteWatch};
 /// before this node stops answering: make before break.
 pub const HANDOVER_GRACE: Duration = Duration::from_secs(1);
 
+/// After the model synced, how long the readiness gate keeps pods True that it would
+/// turn False, while this (re)started speaker's sessions come up and catch up with the
+/// plan (the hold ends earlier once everything planned is really announced).
+pub const GATE_STARTUP_HOLD: Duration = Duration::from_secs(30);
+
 /// A node that settled alone although other Nodes are listed waits this long before
 /// claiming, listening for datagrams that fail authentication (a key mismatch).
 const ALONE_WAIT: Duration = Duration::from_secs(2);
@@ -273,6 +278,23 @@ struct GatePart {
     remote: Option<RemoteWatch>,
     /// This node's pods with the gate, as last read.
     pods: Vec<GatedPod>,
+    /// The startup hold ([`GATE_STARTUP_HOLD`]): None before the first evaluation.
+    hold: Option<Hold>,
+}
+
+/// The readiness gate's startup hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// True conditions stay True until then (or until the plan is really announced).
+    Until(Instant),
+    /// Over.
+    Done,
+}
+
+/// Whether everything `plan` announces is really announced.
+fn caught_up(plan: &Announcements, announced: &Announced) -> bool {
+    plan.bgp_addresses().iter().all(|p| announced.bgp.contains_key(p))
+        && plan.l2.keys().all(|ip| announced.l2.contains(ip))
 }
 
 /// Which gate input changed.
@@ -599,6 +621,8 @@ impl State {
                     c.gate.remote = Some(RemoteWatch::start(c.client.clone()));
                 }
                 if pods == c.gate.pods {
+                    // An evaluation skipped while this change was unseen happens now.
+                    self.update_gates();
                     return;
                 }
                 c.gate.pods = pods;
@@ -627,11 +651,14 @@ impl State {
     }
 
     /// Hands the readiness gate writer the conditions this node's gated pods should have
-    /// now; not before the model is synced (it would judge from a partial model) nor
-    /// before the other nodes' ServiceAnnouncements are listed.
+    /// now; not before the model is synced, this node's pods are listed and counted, and
+    /// the other nodes' ServiceAnnouncements are listed. While the startup hold lasts,
+    /// True conditions are not turned False.
     fn update_gates(&mut self) {
         let Some(c) = self.cluster.as_mut() else { return };
-        if !c.feed.synced() {
+        // Not from a partial model, nor from pods not listed yet or changed but not yet
+        // counted (the pod handler evaluates again).
+        if !c.feed.synced() || !c.gate.readiness.pods_current() {
             return;
         }
         let announced = c.gate.announced.borrow_and_update().clone();
@@ -648,7 +675,25 @@ impl State {
             announced: &announced,
             remote: &remote,
         };
-        c.gate.readiness.update(&inputs);
+        let mut desired = readiness::desired_all(&c.gate.pods, &inputs);
+        let now = Instant::now();
+        let hold = *c.gate.hold.get_or_insert(Hold::Until(now + GATE_STARTUP_HOLD));
+        if let Hold::Until(t) = hold {
+            if now >= t || caught_up(&self.plan, &announced) {
+                c.gate.hold = Some(Hold::Done);
+            } else {
+                readiness::keep_true(&mut desired, &c.gate.pods);
+            }
+        }
+        c.gate.readiness.publish(desired);
+    }
+
+    /// When the readiness gate's startup hold ends (None: not running).
+    fn gate_hold_until(&self) -> Option<Instant> {
+        match self.cluster.as_ref()?.gate.hold? {
+            Hold::Until(t) => Some(t),
+            Hold::Done => None,
+        }
     }
 
     async fn reload(&mut self) {
@@ -914,6 +959,7 @@ pub async fn run_kube(
         feed,
         remote: None,
         pods: Vec::new(),
+        hold: None,
     };
     state.cluster = Some(ClusterPart {
         gate,
@@ -964,7 +1010,9 @@ async fn serve(
         let next_drain = state.drains.next_expiry(&state.plan, state.opts.drain_max_delay);
         let retry_l2 = state.cluster.is_some() && state.l2_error.is_some();
         let gate = state.gate_watch();
+        let gate_hold = state.gate_hold_until();
         tokio::select! {
+            () = sleep_until_opt(gate_hold) => state.update_gates(),
             signal = gate_changed(gate) => state.on_gate_signal(signal).await,
             () = sleep_until_opt(next_drain) => {
                 state.replan(&Cause::new("drain", "--drain-max-delay or the L2 handover grace passed")).await;

@@ -3,7 +3,7 @@
 //! with BIRD as the router. A gated pod behind a Local Service on node1 (its endpoint
 //! not ready, its containers ready) is False while no session carries the route, True
 //! once node1 really announced it (BIRD has the route), False with a reason once the
-//! router is gone. A gated pod behind a Cluster Service that only node2 advertises is
+//! router is gone; a restart of node1's speaker does not flap it (startup hold). A gated pod behind a Cluster Service that only node2 advertises is
 //! True from node2's ServiceAnnouncement. A pod without the gate is never written.
 //!
 //! Needs `target/debug/ferrolb-speaker` (testbed/test.sh builds it first).
@@ -159,7 +159,7 @@ fn the_gate_follows_what_node1_really_announces_and_pods_without_it_are_untouche
     create_pod(&cluster, "plain-0", "local", "198.18.0.2", false, true);
     create_pod(&cluster, "web-0", "web", "198.18.0.3", true, true);
     let plain_before = stored(&cluster, "plain-0");
-    let _s1 = speaker(&lab, &cluster, 1);
+    let mut s1 = speaker(&lab, &cluster, 1);
     let _s2 = speaker(&lab, &cluster, 2);
 
     // No router yet: node1 plans the Local address (its pod waits only for the gate, so
@@ -184,6 +184,36 @@ fn the_gate_follows_what_node1_really_announces_and_pods_without_it_are_untouche
     let r = routers::wait_rib(&bird, &format!("{LOCAL_VIP}/32"), &[v4(1)], T);
     assert!(r.is_ok(), "{r:?}\n{}", lab.logs(60));
 
+    // node1's speaker crashes and the router restarts meanwhile: the new process starts
+    // with no session. The pod, True throughout, is not written at all (no flap to False
+    // while the new process's session comes up: the startup hold).
+    let true_version = stored(&cluster, "local-0")["metadata"]["resourceVersion"].clone();
+    s1.kill();
+    bird.process().kill();
+    let _s1 = speaker(&lab, &cluster, 1);
+    let metrics_of_node1 =
+        || client::http_get(lab.client(), SocketAddr::new(v4(1), METRICS_PORT), "/metrics", T);
+    wait::until("node1's new speaker synced with its gated pods", T, || {
+        let m = metrics_of_node1()?;
+        Ok::<_, Error>(
+            (m.contains("ferrolb_speaker_model_synced 1") && m.contains("ferrolb_readiness_pods_gated 2"))
+                .then_some(()),
+        )
+    })
+    .unwrap();
+    // Without the hold, the first evaluation writes False within milliseconds.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut bird = Bird::start(&lab, &RouterSpec::default()).unwrap();
+    let r = routers::wait_rib(&bird, &format!("{LOCAL_VIP}/32"), &[v4(1)], T);
+    assert!(r.is_ok(), "{r:?}\n{}", lab.logs(60));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        stored(&cluster, "local-0")["metadata"]["resourceVersion"],
+        true_version,
+        "the restart rewrote the gate: {}",
+        stored(&cluster, "local-0")
+    );
+
     // The router goes away (its sessions with it): False with the reason.
     bird.process().kill();
     let c =
@@ -196,17 +226,19 @@ fn the_gate_follows_what_node1_really_announces_and_pods_without_it_are_untouche
     assert_eq!(plain["metadata"]["resourceVersion"], plain_before["metadata"]["resourceVersion"]);
     assert_eq!(gate_of(&plain), None);
 
-    // ferrolb_readiness_*: node1 has two gated pods and wrote both statuses.
+    // ferrolb_readiness_*: node1's restarted speaker sees two gated pods and wrote
+    // only the False after the router went away (nothing at its start).
     let metrics = wait::until("node1's readiness metrics", T, || {
-        let m = client::http_get(lab.client(), SocketAddr::new(v4(1), METRICS_PORT), "/metrics", T)?;
+        let m = metrics_of_node1()?;
         Ok::<_, Error>(m.contains("ferrolb_readiness_pods_gated 2").then_some(m))
     })
     .unwrap();
     let written = |status: &str, reason: &str| {
         let line =
-            format!("ferrolb_readiness_conditions_written_total{{status=\"{status}\",reason=\"{reason}\"}}");
-        metrics.lines().any(|l| l.starts_with(&line))
+            format!("ferrolb_readiness_conditions_written_total{{status=\"{status}\",reason=\"{reason}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(&line)).map(str::to_owned)
     };
-    assert!(written("True", "Announced") && written("False", "AnnouncementPending"), "{metrics}");
+    assert_eq!(written("False", "AnnouncementPending").as_deref(), Some("1"), "{metrics}");
+    assert_eq!(written("True", "Announced"), None, "{metrics}");
     assert!(metrics.contains("ferrolb_readiness_write_errors_total"), "{metrics}");
 }
