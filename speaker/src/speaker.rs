@@ -640,7 +640,11 @@ impl State {
                     self.replan(&Cause::new("config", text)).await;
                 }
             }
-            GateSignal::Announced => self.update_gates(),
+            GateSignal::Announced => {
+                // Seen now, even if this evaluation is skipped: the loop must not spin on it.
+                c.gate.announced.borrow_and_update();
+                self.update_gates();
+            }
             GateSignal::Remote => {
                 if let Some(r) = c.gate.remote.as_mut() {
                     r.mark_seen();
@@ -686,6 +690,14 @@ impl State {
             }
         }
         c.gate.readiness.publish(desired);
+    }
+
+    /// The startup hold ran out: evaluate without it.
+    fn end_gate_hold(&mut self) {
+        if let Some(c) = self.cluster.as_mut() {
+            c.gate.hold = Some(Hold::Done);
+        }
+        self.update_gates();
     }
 
     /// When the readiness gate's startup hold ends (None: not running).
@@ -1012,7 +1024,7 @@ async fn serve(
         let gate = state.gate_watch();
         let gate_hold = state.gate_hold_until();
         tokio::select! {
-            () = sleep_until_opt(gate_hold) => state.update_gates(),
+            () = sleep_until_opt(gate_hold) => state.end_gate_hold(),
             signal = gate_changed(gate) => state.on_gate_signal(signal).await,
             () = sleep_until_opt(next_drain) => {
                 state.replan(&Cause::new("drain", "--drain-max-delay or the L2 handover grace passed")).await;
@@ -1197,6 +1209,22 @@ mod tests {
         timers.apply(&mut p, t0 + HANDOVER_GRACE * 2, max);
         assert!(p.l2.contains_key(&ip));
         assert_eq!(timers.next_expiry(&p, max), None);
+    }
+
+    #[test]
+    fn the_gate_hold_ends_once_the_plan_is_really_announced() {
+        let prefix: ipnet::IpNet = "203.0.113.20/32".parse().unwrap();
+        let vip: IpAddr = "192.0.2.200".parse().unwrap();
+        assert!(caught_up(&Announcements::default(), &Announced::default()), "nothing planned");
+        let mut plan = Announcements::default();
+        plan.bgp.insert("r".into(), BTreeMap::from([(prefix, plan::RouteAttrs::default())]));
+        plan.l2.insert(vip, vec![]);
+        let mut announced = Announced::default();
+        assert!(!caught_up(&plan, &announced));
+        announced.bgp.insert(prefix, BTreeSet::from(["r".to_string()]));
+        assert!(!caught_up(&plan, &announced), "the L2 announcement is not out yet");
+        announced.l2.insert(vip);
+        assert!(caught_up(&plan, &announced));
     }
 
     #[test]
