@@ -276,6 +276,8 @@ struct GatePart {
     announced: watch::Receiver<Announced>,
     /// Other nodes' ServiceAnnouncements, watched once this node has gated pods.
     remote: Option<RemoteWatch>,
+    /// What they announce, recomputed when they change (None: not listed yet).
+    remote_view: Option<RemoteAnnounced>,
     /// This node's pods with the gate, as last read.
     pods: Vec<GatedPod>,
     /// The startup hold ([`GATE_STARTUP_HOLD`]): None before the first evaluation.
@@ -648,6 +650,8 @@ impl State {
             GateSignal::Remote => {
                 if let Some(r) = c.gate.remote.as_mut() {
                     r.mark_seen();
+                    // Once per change, not per evaluation: there may be many of them.
+                    c.gate.remote_view = r.listed().then(|| r.remote(&self.opts.node_name));
                 }
                 self.update_gates();
             }
@@ -666,18 +670,19 @@ impl State {
             return;
         }
         let announced = c.gate.announced.borrow_and_update().clone();
-        let remote = match &c.gate.remote {
-            Some(r) if r.listed() => r.remote(&self.opts.node_name),
-            Some(_) => return,
+        let no_remote = RemoteAnnounced::default();
+        let remote = match (&c.gate.remote, &c.gate.remote_view) {
+            (Some(_), Some(view)) => view,
+            (Some(_), None) => return,
             // No gated pod here: nothing to write.
-            None => RemoteAnnounced::default(),
+            (None, _) => &no_remote,
         };
         let inputs = readiness::Inputs {
             model: &self.model,
             me: &self.opts.node_name,
             plan: &self.plan,
             announced: &announced,
-            remote: &remote,
+            remote,
         };
         let mut desired = readiness::desired_all(&c.gate.pods, &inputs);
         let now = Instant::now();
@@ -970,6 +975,7 @@ pub async fn run_kube(
         announced: feed.subscribe(),
         feed,
         remote: None,
+        remote_view: None,
         pods: Vec::new(),
         hold: None,
     };
