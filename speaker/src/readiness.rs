@@ -16,6 +16,12 @@
 //!   before planning.
 //! * [`Readiness`]: watches this node's pods (field selector `spec.nodeName`) and
 //!   patches `pods/status` when a pod's condition differs from the desired one.
+//! * [`RemoteWatch`]: the other nodes' ServiceAnnouncements, for Cluster Services.
+//! * [`keep_true`]: the startup hold of a restarted speaker (README-readiness.md).
+//!
+//! The speaker's Kubernetes mode (`speaker.rs`, `GatePart`) wires them: pods and
+//! ServiceAnnouncements watched, [`apply_gate_pending`] before every plan, [`desired_all`]
+//! after every plan and every change of [`Announced`] or of the remote view.
 //!
 //! ## The Local chicken-and-egg
 //!

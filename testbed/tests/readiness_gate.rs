@@ -11,7 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferrolb_api::{Object, parse_stream};
 use ferrolb_testbed::kubeapi::FakeCluster;
@@ -177,8 +177,10 @@ fn the_gate_follows_what_node1_really_announces_and_pods_without_it_are_untouche
 
     // The router comes up: True once node1's UPDATE went out, and BIRD has the route
     // from node1 (node2 has no endpoint, so it does not announce it).
+    let t = Instant::now();
     let mut bird = Bird::start(&lab, &RouterSpec::default()).unwrap();
     let c = wait_gate(&lab, &cluster, "local-0", "True once announced", |c| c["status"] == "True");
+    println!("router started → gate True: {:?} (50 ms polling)", t.elapsed());
     assert_eq!(c["reason"], "Announced");
     assert!(c["message"].as_str().unwrap().contains("by BGP to router"), "{c}");
     let r = routers::wait_rib(&bird, &format!("{LOCAL_VIP}/32"), &[v4(1)], T);
@@ -215,9 +217,11 @@ fn the_gate_follows_what_node1_really_announces_and_pods_without_it_are_untouche
     );
 
     // The router goes away (its sessions with it): False with the reason.
+    let t = Instant::now();
     bird.process().kill();
     let c =
         wait_gate(&lab, &cluster, "local-0", "False after the session went down", |c| c["status"] == "False");
+    println!("router killed → gate False: {:?} (50 ms polling)", t.elapsed());
     assert_eq!(c["reason"], "AnnouncementPending", "{c}");
     assert!(c["message"].as_str().unwrap().contains("has not sent its BGP UPDATE"), "{c}");
 
