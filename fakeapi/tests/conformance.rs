@@ -150,6 +150,66 @@ async fn builtin_kinds_are_served_at_their_real_paths() {
     assert_eq!(by_service.items[0].endpoints[0].node_name.as_deref(), Some("node-1"));
 }
 
+/// What the speaker's readiness gate relies on: its node's pods by the field selector
+/// `spec.nodeName` (list and watch), and pods/status merge patches guarded by
+/// `metadata.resourceVersion` (a stale one is 409 and changes nothing; spec is ignored).
+#[tokio::test]
+async fn pods_by_node_and_resource_version_guarded_status_patches() {
+    use k8s_openapi::api::core::v1::Pod;
+    let (client, _fake) = cluster();
+    let pods: Api<Pod> = Api::default_namespaced(client);
+    let pod = |name: &str, node: &str| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/app"}],
+                     "readinessGates": [{"conditionType": "ferrolb.io/load-balancer-ready"}]},
+        }))
+        .unwrap()
+    };
+    pods.create(&PostParams::default(), &pod("a", "node1")).await.unwrap();
+    pods.create(&PostParams::default(), &pod("b", "node2")).await.unwrap();
+    let on_node1 = ListParams::default().fields("spec.nodeName=node1");
+    let listed = pods.list(&on_node1).await.unwrap();
+    assert_eq!(listed.items.iter().map(|p| p.name_any()).collect::<Vec<_>>(), ["a"]);
+    let start = listed.metadata.resource_version.unwrap();
+    let mut stream =
+        pods.watch(&WatchParams::default().fields("spec.nodeName=node1"), &start).await.unwrap().boxed();
+
+    let a = pods.get("a").await.unwrap();
+    let cond = |status: &str| json!({"type": "ferrolb.io/load-balancer-ready", "status": status, "reason": "R", "message": "m"});
+    let guarded = |rv: &str, status: &str| {
+        Patch::Merge(json!({
+            "metadata": {"resourceVersion": rv},
+            "status": {"conditions": [cond(status)]},
+            "spec": {"nodeName": "elsewhere"},
+        }))
+    };
+    let pp = PatchParams::default();
+    let rv_a = a.metadata.resource_version.clone().unwrap();
+    let written = pods.patch_status("a", &pp, &guarded(&rv_a, "False")).await.unwrap();
+    let conds = written.status.as_ref().unwrap().conditions.as_ref().unwrap();
+    assert_eq!((conds.len(), conds[0].status.as_str()), (1, "False"));
+    assert_eq!(
+        written.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("node1"),
+        "spec via /status ignored"
+    );
+    let err = pods.patch_status("a", &pp, &guarded(&rv_a, "True")).await.unwrap_err();
+    assert_eq!(api_code(err).0, 409, "stale resourceVersion");
+    let now = pods.get("a").await.unwrap();
+    assert_eq!(now.status.unwrap().conditions.unwrap()[0].status, "False", "the stale patch changed nothing");
+    // Only node1's pod shows up in its watch.
+    pods.patch_status("b", &pp, &Patch::Merge(json!({"status": {"conditions": [cond("True")]}})))
+        .await
+        .unwrap();
+    match next_change(&mut stream).await {
+        WatchEvent::Modified(p) => assert_eq!(p.name_any(), "a"),
+        other => panic!("expected MODIFIED a, got {other:?}"),
+    }
+    let quiet = tokio::time::timeout(Duration::from_millis(200), next_change(&mut stream)).await;
+    assert!(quiet.is_err(), "node2's pod leaked into node1's watch: {quiet:?}");
+}
+
 #[tokio::test]
 async fn stale_update_conflicts_and_missing_update_is_not_found() {
     let (client, _fake) = cluster();

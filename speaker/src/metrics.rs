@@ -60,6 +60,46 @@ pub struct OwnershipLabel {
     pub reason: String,
 }
 
+/// Label set `{status, reason}` of readiness gate conditions written.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabel {
+    /// `True` or `False`.
+    pub status: String,
+    /// The condition's reason, e.g. `Announced`.
+    pub reason: String,
+}
+
+/// Readiness gate metrics (`ferrolb_readiness_*`); clones share the same values.
+#[derive(Clone, Debug, Default)]
+pub struct ReadinessMetrics {
+    /// Pods on this node carrying the gate `ferrolb.io/load-balancer-ready`.
+    pub pods_gated: Gauge,
+    /// Gate conditions written (pods/status patches that succeeded), by status and reason.
+    pub conditions_written: Family<ConditionLabel, Counter>,
+    /// pods/status patches that failed (each is retried).
+    pub write_errors: Counter,
+}
+
+impl ReadinessMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "readiness_pods_gated",
+            "pods on this node with the readiness gate ferrolb.io/load-balancer-ready",
+            self.pods_gated.clone(),
+        );
+        registry.register(
+            "readiness_conditions_written",
+            "readiness gate conditions written to pods/status, by status and reason",
+            self.conditions_written.clone(),
+        );
+        registry.register(
+            "readiness_write_errors",
+            "failed pods/status patches of the readiness gate (retried)",
+            self.write_errors.clone(),
+        );
+    }
+}
+
 /// Every metric the speaker exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -90,6 +130,8 @@ pub struct Metrics {
     pub watch_errors: Family<KindLabel, Counter>,
     /// Kubernetes mode: 1 once every watched kind has been listed completely.
     pub model_synced: Gauge,
+    /// Kubernetes mode: readiness gate metrics (`ferrolb_readiness_*`).
+    pub readiness: ReadinessMetrics,
     /// The L2 announcer's metrics (`ferrolb_l2_*`).
     pub l2: L2Metrics,
     /// Membership metrics (`ferrolb_membership_*`).
@@ -134,6 +176,8 @@ impl Metrics {
         let events_suppressed = Family::<ReasonLabel, Counter>::default();
         let watch_errors = Family::<KindLabel, Counter>::default();
         let model_synced = Gauge::default();
+        let readiness = ReadinessMetrics::default();
+        readiness.register(registry);
         registry.register(
             "speaker_status_writes",
             "ServiceAnnouncement writes by result",
@@ -185,6 +229,7 @@ impl Metrics {
             events_suppressed,
             watch_errors,
             model_synced,
+            readiness,
             ready: AtomicBool::new(false),
             scrapes: AtomicU64::new(0),
             heartbeat_ms: AtomicU64::new(0),

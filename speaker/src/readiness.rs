@@ -16,6 +16,12 @@
 //!   before planning.
 //! * [`Readiness`]: watches this node's pods (field selector `spec.nodeName`) and
 //!   patches `pods/status` when a pod's condition differs from the desired one.
+//! * [`RemoteWatch`]: the other nodes' ServiceAnnouncements, for Cluster Services.
+//! * [`keep_true`]: the startup hold of a restarted speaker (README-readiness.md).
+//!
+//! The speaker's Kubernetes mode (`speaker.rs`, `GatePart`) wires them: pods and
+//! ServiceAnnouncements watched, [`apply_gate_pending`] before every plan, [`desired_all`]
+//! after every plan and every change of [`Announced`] or of the remote view.
 //!
 //! ## The Local chicken-and-egg
 //!
@@ -67,6 +73,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::announce::Announced;
+use crate::metrics::{ConditionLabel, ReadinessMetrics};
 use crate::model::{ClusterModel, ServiceKey, TrafficPolicy};
 use crate::plan::Announcements;
 
@@ -503,6 +510,18 @@ pub fn desired_all(pods: &[GatedPod], inputs: &Inputs<'_>) -> BTreeMap<PodKey, G
         .collect()
 }
 
+/// Keeps True the pods `desired` would turn False: used while a restarted speaker's
+/// sessions come back, so its restart alone never makes serving pods unready.
+pub fn keep_true(desired: &mut BTreeMap<PodKey, GateCondition>, pods: &[GatedPod]) {
+    for p in pods {
+        if let Some(cur) = p.current.as_ref().filter(|c| c.status)
+            && desired.get(&p.key).is_some_and(|d| !d.status)
+        {
+            desired.insert(p.key.clone(), cur.clone());
+        }
+    }
+}
+
 /// Errors writing a pod's condition.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadinessError {
@@ -568,6 +587,7 @@ fn condition_patch(pod: &Pod, want: &GateCondition, now: &Time) -> serde_json::V
 pub struct Readiness {
     store: Store<Pod>,
     changes: watch::Receiver<u64>,
+    listed: watch::Receiver<bool>,
     desired: watch::Sender<Arc<BTreeMap<PodKey, GateCondition>>>,
     node: String,
     tasks: Vec<JoinHandle<()>>,
@@ -585,28 +605,35 @@ impl Readiness {
     /// Starts watching the pods of `node` (field selector `spec.nodeName`) and the
     /// writer; call within a tokio runtime.
     pub fn start(client: kube::Client, node: &str) -> Self {
+        Self::start_with_metrics(client, node, ReadinessMetrics::default())
+    }
+
+    /// [`Readiness::start`], counting writes into `metrics` (`ferrolb_readiness_*`).
+    pub fn start_with_metrics(client: kube::Client, node: &str, metrics: ReadinessMetrics) -> Self {
         let pods: Api<Pod> = Api::all(client.clone());
-        let (store, writer) = reflector::store();
-        let (changes_tx, changes) = watch::channel(0u64);
         let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-        let reflect = tokio::spawn(async move {
-            let stream = reflector::reflector(writer, watcher(pods, cfg)).default_backoff();
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(_) => {
-                        changes_tx.send_modify(|n| *n = n.wrapping_add(1));
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "readiness gates: watching this node's pods failed; retrying")
-                    }
-                }
-            }
-        });
+        let (store, changes, listed, reflect) = reflect(pods, cfg, "this node's pods");
         let (desired, desired_rx) = watch::channel(Arc::new(BTreeMap::new()));
-        let w = Writer { client, store: store.clone(), written: BTreeMap::new() };
+        let w = Writer { client, store: store.clone(), written: BTreeMap::new(), metrics };
         let write = tokio::spawn(w.run(desired_rx, changes.clone()));
-        Readiness { store, changes, desired, node: node.to_owned(), tasks: vec![reflect, write] }
+        Readiness { store, changes, listed, desired, node: node.to_owned(), tasks: vec![reflect, write] }
+    }
+
+    /// Whether this node's pods were listed completely once, and every change since
+    /// was marked seen ([`Readiness::mark_pods_seen`]): the gated pods last read are current.
+    pub fn pods_current(&self) -> bool {
+        *self.listed.borrow() && !self.changes.has_changed().unwrap_or(false)
+    }
+
+    /// A receiver that sees every later change of this node's pods (for an event loop
+    /// that selects over clones; it calls [`Readiness::mark_pods_seen`] when it handles one).
+    pub fn pod_changes(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
+    }
+
+    /// Marks the pod changes so far as handled.
+    pub fn mark_pods_seen(&mut self) {
+        self.changes.borrow_and_update();
     }
 
     /// Resolves when this node's pods changed since the last call (for `select!`).
@@ -643,6 +670,90 @@ impl Readiness {
     }
 }
 
+/// A reflector over `api` with a change counter (bumped on every watch event) and a
+/// flag set once the first complete list arrived; the task retries with back-off.
+fn reflect<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    what: &'static str,
+) -> (Store<K>, watch::Receiver<u64>, watch::Receiver<bool>, JoinHandle<()>)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let (changes_tx, changes) = watch::channel(0u64);
+    let (listed_tx, listed) = watch::channel(false);
+    let task = tokio::spawn(async move {
+        let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff();
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(ev) => {
+                    if matches!(ev, watcher::Event::InitDone) {
+                        listed_tx.send_if_modified(|l| !std::mem::replace(l, true));
+                    }
+                    changes_tx.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                Err(e) => tracing::warn!(error = %e, "readiness gates: watching {what} failed; retrying"),
+            }
+        }
+    });
+    (store, changes, listed, task)
+}
+
+/// Watches every ServiceAnnouncement, for the gates of Cluster Services: an address
+/// another node announces counts ([`RemoteAnnounced`]). Started only on nodes that
+/// have gated pods, so other speakers do not pay for the watch. Dropping it stops it.
+#[derive(Debug)]
+pub struct RemoteWatch {
+    store: Store<ServiceAnnouncement>,
+    changes: watch::Receiver<u64>,
+    listed: watch::Receiver<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for RemoteWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl RemoteWatch {
+    /// Starts the watch; call within a tokio runtime.
+    pub fn start(client: kube::Client) -> Self {
+        let api: Api<ServiceAnnouncement> = Api::all(client);
+        let (store, changes, listed, task) = reflect(api, watcher::Config::default(), "ServiceAnnouncements");
+        RemoteWatch { store, changes, listed, task }
+    }
+
+    /// Whether the first complete list arrived (before it, nothing is known elsewhere).
+    pub fn listed(&self) -> bool {
+        *self.listed.borrow()
+    }
+
+    /// A receiver that sees every later change (see [`Readiness::pod_changes`]).
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
+    }
+
+    /// Marks the changes so far as handled.
+    pub fn mark_seen(&mut self) {
+        self.changes.borrow_and_update();
+    }
+
+    /// What the other nodes' ServiceAnnouncements say they announce.
+    pub fn remote(&self, me: &str) -> RemoteAnnounced {
+        let state = self.store.state();
+        RemoteAnnounced::from_service_announcements(state.iter().map(|a| &**a), me)
+    }
+}
+
 /// Patches pods whose gate condition differs from the desired one.
 struct Writer {
     client: kube::Client,
@@ -650,6 +761,7 @@ struct Writer {
     /// Per pod: the condition last written and the resourceVersion it was written
     /// over, so a write is not repeated while the pod store has not caught up.
     written: BTreeMap<PodKey, (GateCondition, String)>,
+    metrics: ReadinessMetrics,
 }
 
 /// First retry delay after a failed patch (the next pod event retries sooner); it
@@ -710,16 +822,23 @@ impl Writer {
                         "readiness gate {CONDITION_TYPE} set"
                     );
                     self.written.insert(key.clone(), (cond.clone(), rv));
+                    let status = if cond.status { "True" } else { "False" };
+                    self.metrics
+                        .conditions_written
+                        .get_or_create(&ConditionLabel { status: status.into(), reason: cond.reason.clone() })
+                        .inc();
                 }
                 Err(ReadinessError::Patch { source: kube::Error::Api(s), .. })
                     if s.code == 409 || s.code == 404 =>
                 {
                     // A newer pod version (or none) is on its way through the watch.
                     tracing::debug!(pod = %key, code = s.code, "readiness gate patch raced a pod change; retrying");
+                    self.metrics.write_errors.inc();
                     failed = true;
                 }
                 Err(e) => {
                     tracing::warn!("{e}");
+                    self.metrics.write_errors.inc();
                     failed = true;
                 }
             }
@@ -1088,6 +1207,21 @@ spec: {ipAddressPools: [public]}
         let flip = condition_patch(&p, &cond(true), &t1);
         assert_eq!(flip["status"]["conditions"][2]["lastTransitionTime"], "2026-01-02T00:00:00Z");
         assert_eq!(flip["status"]["conditions"][2]["status"], "True");
+    }
+
+    #[test]
+    fn keep_true_holds_only_true_pods_back_from_false() {
+        let mut was_true = gated(&pod("a", "node1", "web", "10.0.0.1", true));
+        was_true.current = Some(GateCondition::new(true, reason::ANNOUNCED, "m".into()));
+        let was_false = gated(&pod("b", "node1", "web", "10.0.0.2", true));
+        let pending = GateCondition::new(false, reason::ANNOUNCEMENT_PENDING, "p".into());
+        let mut desired = BTreeMap::from([
+            (was_true.key.clone(), pending.clone()),
+            (was_false.key.clone(), pending.clone()),
+        ]);
+        keep_true(&mut desired, &[was_true.clone(), was_false.clone()]);
+        assert_eq!(desired[&was_true.key], *was_true.current.as_ref().unwrap());
+        assert_eq!(desired[&was_false.key], pending);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::announce::bgp::BgpAnnouncer;
+use crate::announce::{Announced, AnnouncedFeed};
 use crate::bgp::socket::Password;
 use crate::cluster::status::{self, Desired};
 use crate::cluster::{self, Feed, Update};
@@ -26,11 +27,17 @@ use crate::metrics::{KindLabel, Metrics, OwnershipLabel, ProtocolLabel, ResultLa
 use crate::model::ClusterModel;
 use crate::model::static_file::{self, LoadError};
 use crate::plan::{self, Announcements};
+use crate::readiness::{self, GatedPod, Readiness, RemoteAnnounced, RemoteWatch};
 
 /// On SIGTERM this node leaves membership first, then keeps answering ARP/NDP this
 /// long, so the successors (which see the departure at once) announce the addresses
 /// before this node stops answering: make before break.
 pub const HANDOVER_GRACE: Duration = Duration::from_secs(1);
+
+/// After the model synced, how long the readiness gate keeps pods True that it would
+/// turn False, while this (re)started speaker's sessions come up and catch up with the
+/// plan (the hold ends earlier once everything planned is really announced).
+pub const GATE_STARTUP_HOLD: Duration = Duration::from_secs(30);
 
 /// A node that settled alone although other Nodes are listed waits this long before
 /// claiming, listening for datagrams that fail authentication (a key mismatch).
@@ -253,8 +260,77 @@ struct ClusterPart {
     rejected: Option<String>,
     /// The BGP password Secrets last read completely (re-read when they change).
     password_refs: BTreeMap<String, ferrolb_api::SecretKeyRef>,
+    /// Pod readiness gates of this node's pods.
+    gate: GatePart,
     /// Aborts the watchers when the speaker stops.
     _watchers: JoinSet<()>,
+}
+
+/// Kubernetes mode: the readiness gate `ferrolb.io/load-balancer-ready` of this node's
+/// pods (see [`crate::readiness`] and README-readiness.md).
+struct GatePart {
+    /// Watches this node's pods and writes their conditions.
+    readiness: Readiness,
+    /// What the BGP and L2 announcers really announce.
+    feed: AnnouncedFeed,
+    announced: watch::Receiver<Announced>,
+    /// Other nodes' ServiceAnnouncements, watched once this node has gated pods.
+    remote: Option<RemoteWatch>,
+    /// What they announce, recomputed when they change (None: not listed yet).
+    remote_view: Option<RemoteAnnounced>,
+    /// This node's pods with the gate, as last read.
+    pods: Vec<GatedPod>,
+    /// The startup hold ([`GATE_STARTUP_HOLD`]): None before the first evaluation.
+    hold: Option<Hold>,
+}
+
+/// The readiness gate's startup hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// True conditions stay True until then (or until the plan is really announced).
+    Until(Instant),
+    /// Over.
+    Done,
+}
+
+/// Whether everything `plan` announces is really announced.
+fn caught_up(plan: &Announcements, announced: &Announced) -> bool {
+    plan.bgp_addresses().iter().all(|p| announced.bgp.contains_key(p))
+        && plan.l2.keys().all(|ip| announced.l2.contains(ip))
+}
+
+/// Which gate input changed.
+enum GateSignal {
+    Pods,
+    Announced,
+    Remote,
+}
+
+/// Clones of the gate's change receivers, so the event loop can wait on them without
+/// borrowing the state (the handler marks the originals seen).
+type GateWatch = (watch::Receiver<u64>, watch::Receiver<Announced>, Option<watch::Receiver<u64>>);
+
+/// Resolves when one of the gate's inputs changed (never in static mode).
+async fn gate_changed(w: Option<GateWatch>) -> GateSignal {
+    let Some((mut pods, mut announced, remote)) = w else {
+        return std::future::pending().await;
+    };
+    let remote_changed = async {
+        match remote {
+            Some(mut r) => r.changed().await.is_ok(),
+            None => std::future::pending().await,
+        }
+    };
+    let signal = tokio::select! {
+        r = pods.changed() => r.is_ok().then_some(GateSignal::Pods),
+        r = announced.changed() => r.is_ok().then_some(GateSignal::Announced),
+        ok = remote_changed => ok.then_some(GateSignal::Remote),
+    };
+    match signal {
+        Some(s) => s,
+        // A closed channel never fires again: do not spin on it.
+        None => std::future::pending().await,
+    }
 }
 
 struct State {
@@ -306,10 +382,16 @@ impl State {
             (true, false) => {
                 let key = self.membership_key().await?;
                 let part = start_l2(&self.opts, &self.model, &self.metrics, key)?;
+                if let Some(c) = &self.cluster {
+                    c.gate.feed.set_l2(Some(part.announcer.status()));
+                }
                 self.l2 = Some(part);
             }
             (false, true) => {
                 if let Some(p) = self.l2.take() {
+                    if let Some(c) = &self.cluster {
+                        c.gate.feed.set_l2(None);
+                    }
                     tracing::info!("no L2Advertisement left: leaving membership, stopping ARP/NDP answers");
                     p.membership.leave().await;
                     p.announcer.shutdown().await;
@@ -461,6 +543,11 @@ impl State {
     }
 
     async fn replan(&mut self, cause: &Cause) {
+        // The Local chicken-and-egg: this node's pods waiting only for the gate count as
+        // serving (slices and Services change too, so recount on every plan).
+        if let Some(c) = &self.cluster {
+            readiness::apply_gate_pending(&mut self.model, &c.gate.pods, &self.opts.node_name);
+        }
         let live = self.live_members();
         let mut new = self.planner.plan(&mut self.model, &self.opts.node_name, &live).clone();
         self.drains.apply(&mut new, Instant::now(), self.opts.drain_max_delay);
@@ -511,6 +598,119 @@ impl State {
             let _ = p.send(new.clone());
         }
         self.plan = new;
+        self.update_gates();
+    }
+
+    /// The clones [`gate_changed`] waits on (None in static mode).
+    fn gate_watch(&self) -> Option<GateWatch> {
+        let g = &self.cluster.as_ref()?.gate;
+        Some((g.readiness.pod_changes(), g.announced.clone(), g.remote.as_ref().map(RemoteWatch::changes)))
+    }
+
+    /// Kubernetes mode: one of the gate's inputs changed.
+    async fn on_gate_signal(&mut self, signal: GateSignal) {
+        let Some(c) = self.cluster.as_mut() else { return };
+        match signal {
+            GateSignal::Pods => {
+                c.gate.readiness.mark_pods_seen();
+                let pods = c.gate.readiness.gated_pods();
+                self.metrics.readiness.pods_gated.set(len_i64(&pods));
+                if !pods.is_empty() && c.gate.remote.is_none() {
+                    tracing::info!(
+                        pods = pods.len(),
+                        "pods with the readiness gate on this node: watching ServiceAnnouncements"
+                    );
+                    c.gate.remote = Some(RemoteWatch::start(c.client.clone()));
+                }
+                if pods == c.gate.pods {
+                    // An evaluation skipped while this change was unseen happens now.
+                    self.update_gates();
+                    return;
+                }
+                c.gate.pods = pods;
+                if !c.feed.synced() {
+                    // The first plan (at sync) counts them.
+                    return;
+                }
+                let changed =
+                    readiness::apply_gate_pending(&mut self.model, &c.gate.pods, &self.opts.node_name);
+                if changed.is_empty() {
+                    self.update_gates();
+                } else {
+                    let names: Vec<String> = changed.iter().map(ToString::to_string).collect();
+                    let text = format!("pods waiting for the readiness gate changed ({})", names.join(", "));
+                    self.replan(&Cause::new("config", text)).await;
+                }
+            }
+            GateSignal::Announced => {
+                // Seen now, even if this evaluation is skipped: the loop must not spin on it.
+                c.gate.announced.borrow_and_update();
+                self.update_gates();
+            }
+            GateSignal::Remote => {
+                if let Some(r) = c.gate.remote.as_mut() {
+                    r.mark_seen();
+                    // Once per change, not per evaluation: there may be many of them.
+                    c.gate.remote_view = r.listed().then(|| r.remote(&self.opts.node_name));
+                }
+                self.update_gates();
+            }
+        }
+    }
+
+    /// Hands the readiness gate writer the conditions this node's gated pods should have
+    /// now; not before the model is synced, this node's pods are listed and counted, and
+    /// the other nodes' ServiceAnnouncements are listed. While the startup hold lasts,
+    /// True conditions are not turned False.
+    fn update_gates(&mut self) {
+        let Some(c) = self.cluster.as_mut() else { return };
+        // Not from a partial model, nor from pods not listed yet or changed but not yet
+        // counted (the pod handler evaluates again).
+        if !c.feed.synced() || !c.gate.readiness.pods_current() {
+            return;
+        }
+        let announced = c.gate.announced.borrow_and_update().clone();
+        let no_remote = RemoteAnnounced::default();
+        let remote = match (&c.gate.remote, &c.gate.remote_view) {
+            (Some(_), Some(view)) => view,
+            (Some(_), None) => return,
+            // No gated pod here: nothing to write.
+            (None, _) => &no_remote,
+        };
+        let inputs = readiness::Inputs {
+            model: &self.model,
+            me: &self.opts.node_name,
+            plan: &self.plan,
+            announced: &announced,
+            remote,
+        };
+        let mut desired = readiness::desired_all(&c.gate.pods, &inputs);
+        let now = Instant::now();
+        let hold = *c.gate.hold.get_or_insert(Hold::Until(now + GATE_STARTUP_HOLD));
+        if let Hold::Until(t) = hold {
+            if now >= t || caught_up(&self.plan, &announced) {
+                c.gate.hold = Some(Hold::Done);
+            } else {
+                readiness::keep_true(&mut desired, &c.gate.pods);
+            }
+        }
+        c.gate.readiness.publish(desired);
+    }
+
+    /// The startup hold ran out: evaluate without it.
+    fn end_gate_hold(&mut self) {
+        if let Some(c) = self.cluster.as_mut() {
+            c.gate.hold = Some(Hold::Done);
+        }
+        self.update_gates();
+    }
+
+    /// When the readiness gate's startup hold ends (None: not running).
+    fn gate_hold_until(&self) -> Option<Instant> {
+        match self.cluster.as_ref()?.gate.hold? {
+            Hold::Until(t) => Some(t),
+            Hold::Done => None,
+        }
     }
 
     async fn reload(&mut self) {
@@ -762,10 +962,25 @@ pub async fn run_kube(
     let watchers = cluster::spawn_watchers(&client, &tx);
     drop(tx);
     let status = status::spawn(client.clone(), &opts.options.node_name, metrics.clone());
-    let mut state = State::new(opts.options, metrics);
+    let mut state = State::new(opts.options, metrics.clone());
     state.plans = opts.plans;
     tracing::info!(node = %state.opts.node_name, namespace = %opts.namespace, "speaker started in Kubernetes mode; listing");
+    let feed = AnnouncedFeed::spawn(state.bgp.announced());
+    let gate = GatePart {
+        readiness: Readiness::start_with_metrics(
+            client.clone(),
+            &state.opts.node_name,
+            metrics.readiness.clone(),
+        ),
+        announced: feed.subscribe(),
+        feed,
+        remote: None,
+        remote_view: None,
+        pods: Vec::new(),
+        hold: None,
+    };
     state.cluster = Some(ClusterPart {
+        gate,
         client,
         namespace: opts.namespace,
         feed: Feed::default(),
@@ -812,7 +1027,11 @@ async fn serve(
         let watched = state.l2.as_ref().map(|p| (p.live.clone(), p.settled.clone()));
         let next_drain = state.drains.next_expiry(&state.plan, state.opts.drain_max_delay);
         let retry_l2 = state.cluster.is_some() && state.l2_error.is_some();
+        let gate = state.gate_watch();
+        let gate_hold = state.gate_hold_until();
         tokio::select! {
+            () = sleep_until_opt(gate_hold) => state.end_gate_hold(),
+            signal = gate_changed(gate) => state.on_gate_signal(signal).await,
             () = sleep_until_opt(next_drain) => {
                 state.replan(&Cause::new("drain", "--drain-max-delay or the L2 handover grace passed")).await;
             }
@@ -996,6 +1215,22 @@ mod tests {
         timers.apply(&mut p, t0 + HANDOVER_GRACE * 2, max);
         assert!(p.l2.contains_key(&ip));
         assert_eq!(timers.next_expiry(&p, max), None);
+    }
+
+    #[test]
+    fn the_gate_hold_ends_once_the_plan_is_really_announced() {
+        let prefix: ipnet::IpNet = "203.0.113.20/32".parse().unwrap();
+        let vip: IpAddr = "192.0.2.200".parse().unwrap();
+        assert!(caught_up(&Announcements::default(), &Announced::default()), "nothing planned");
+        let mut plan = Announcements::default();
+        plan.bgp.insert("r".into(), BTreeMap::from([(prefix, plan::RouteAttrs::default())]));
+        plan.l2.insert(vip, vec![]);
+        let mut announced = Announced::default();
+        assert!(!caught_up(&plan, &announced));
+        announced.bgp.insert(prefix, BTreeSet::from(["r".to_string()]));
+        assert!(!caught_up(&plan, &announced), "the L2 announcement is not out yet");
+        announced.l2.insert(vip);
+        assert!(caught_up(&plan, &announced));
     }
 
     #[test]
