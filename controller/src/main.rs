@@ -79,19 +79,6 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn default_namespace() -> String {
-    std::env::var("POD_NAMESPACE")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-                .ok()
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-        })
-        .unwrap_or_else(|| "ferrolb-system".into())
-}
-
 fn default_identity() -> String {
     std::env::var("POD_NAME")
         .ok()
@@ -143,7 +130,7 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("--metrics-addr {}: cannot listen", args.metrics_addr))?;
     let client = client(args.kubeconfig.as_ref()).await?;
-    let namespace = args.namespace.unwrap_or_else(default_namespace);
+    let namespace = args.namespace.unwrap_or_else(ferrolb_api::default_namespace);
     let identity = args.identity.unwrap_or_else(default_identity);
     let leader = args.leader_elect.then(|| LeaseConfig {
         namespace: namespace.clone(),

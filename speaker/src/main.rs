@@ -91,19 +91,6 @@ fn fail(msg: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn default_namespace() -> String {
-    std::env::var("POD_NAMESPACE")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-                .ok()
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-        })
-        .unwrap_or_else(|| "ferrolb-system".into())
-}
-
 async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, String> {
     let config = match kubeconfig {
         Some(path) => {
@@ -140,7 +127,7 @@ fn main() -> ExitCode {
     };
     let static_file = args.static_file;
     let kubeconfig = args.kubeconfig;
-    let namespace = args.namespace.unwrap_or_else(default_namespace);
+    let namespace = args.namespace.unwrap_or_else(ferrolb_api::default_namespace);
     let result = runtime.block_on(async {
         let metrics = Arc::new(Metrics::new());
         if let Some(addr) = args.metrics_addr {

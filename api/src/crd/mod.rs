@@ -57,6 +57,24 @@ pub const CONDITION_VALID: &str = "Valid";
 pub const MEMBERSHIP_SECRET_NAME: &str = "ferrolb-membership";
 /// The data key of that Secret holding the key (the controller writes it, speakers read it).
 pub const MEMBERSHIP_SECRET_KEY: &str = "key";
+/// Namespace ferrolb's workloads run in when nothing else says so.
+pub const DEFAULT_NAMESPACE: &str = "ferrolb-system";
+
+/// The namespace a ferrolb workload runs in: `POD_NAMESPACE` (downward API), else the
+/// service account's namespace file, else [`DEFAULT_NAMESPACE`].
+pub fn default_namespace() -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.into())
+}
+
 /// Default speaker membership port.
 pub const SPEAKER_MEMBERSHIP_PORT: u16 = 7946;
 /// Minimum length of a membership key, in characters.
