@@ -11,7 +11,6 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use ferrolb_api::{Object, parse_stream};
 use ferrolb_speaker::election;
 use ferrolb_testbed::kubeapi::FakeCluster;
 use ferrolb_testbed::process::{Proc, Spawn};
@@ -19,9 +18,7 @@ use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Router, RouterSpec};
 use ferrolb_testbed::speaker::{binary, yaml};
 use ferrolb_testbed::{Lab, LabConfig, client, plan, wait};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
 /// How long the apiserver stays unreachable (issue 6's acceptance).
@@ -30,33 +27,6 @@ const METRICS_PORT: u16 = 9121;
 
 fn v4(i: usize) -> IpAddr {
     plan::node_v4(i).into()
-}
-
-fn api_for(cluster: &FakeCluster, obj: &Value) -> Api<DynamicObject> {
-    let api_version = obj["apiVersion"].as_str().unwrap();
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, obj["kind"].as_str().unwrap()));
-    match obj["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(cluster.client(), ns, &ar),
-        None => Api::all_with(cluster.client(), &ar),
-    }
-}
-
-/// Applies every object of a YAML stream; Nodes' and Services' status goes through the
-/// status subresource, as the kubelet and the controller write it.
-fn apply_stream(cluster: &FakeCluster, text: &str) {
-    for (_, o) in parse_stream("objects.yaml", text).unwrap().objects {
-        let with_status = matches!(o, Object::Node(_) | Object::Service(_));
-        let obj = serde_json::to_value(&o).unwrap();
-        cluster.apply(&obj).unwrap();
-        if with_status {
-            let name = obj["metadata"]["name"].as_str().unwrap().to_owned();
-            let patch = Patch::Merge(json!({"status": obj["status"]}));
-            cluster
-                .block_on(api_for(cluster, &obj).patch_status(&name, &PatchParams::default(), &patch))
-                .unwrap();
-        }
-    }
 }
 
 fn speaker(lab: &Lab, cluster: &FakeCluster, i: usize) -> Proc {
@@ -131,7 +101,7 @@ fn kubernetes_mode_announces_from_the_right_nodes_and_rides_out_an_apiserver_out
             "metadata": {"name": "ferrolb-membership", "namespace": "ferrolb-system"},
             "data": {"key": "a2V5LWZvci10aGUta3ViZS1zcGVha2VyLWxhYi10ZXN0LTAxMjM0"}}))
         .unwrap();
-    apply_stream(&cluster, &objects());
+    cluster.apply_stream(&objects()).unwrap();
     let s1 = speaker(&lab, &cluster, 1);
     let s2 = speaker(&lab, &cluster, 2);
 

@@ -13,15 +13,13 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use ferrolb_api::{Object, parse_stream};
 use ferrolb_testbed::kubeapi::FakeCluster;
 use ferrolb_testbed::process::{Proc, Spawn};
 use ferrolb_testbed::routers::{self, Bird, RouterSpec};
 use ferrolb_testbed::speaker::{binary, yaml};
 use ferrolb_testbed::{Error, Lab, LabConfig, client, plan, wait};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(30);
@@ -34,33 +32,6 @@ const WEB_VIP: &str = "203.0.113.70";
 
 fn v4(i: usize) -> IpAddr {
     plan::node_v4(i).into()
-}
-
-fn api_for(cluster: &FakeCluster, obj: &Value) -> Api<DynamicObject> {
-    let api_version = obj["apiVersion"].as_str().unwrap();
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, obj["kind"].as_str().unwrap()));
-    match obj["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(cluster.client(), ns, &ar),
-        None => Api::all_with(cluster.client(), &ar),
-    }
-}
-
-/// Applies every object of a YAML stream; Nodes' and Services' status goes through the
-/// status subresource, as the kubelet and the controller write it.
-fn apply_stream(cluster: &FakeCluster, text: &str) {
-    for (_, o) in parse_stream("objects.yaml", text).unwrap().objects {
-        let with_status = matches!(o, Object::Node(_) | Object::Service(_));
-        let obj = serde_json::to_value(&o).unwrap();
-        cluster.apply(&obj).unwrap();
-        if with_status {
-            let name = obj["metadata"]["name"].as_str().unwrap().to_owned();
-            let patch = Patch::Merge(json!({"status": obj["status"]}));
-            cluster
-                .block_on(api_for(cluster, &obj).patch_status(&name, &PatchParams::default(), &patch))
-                .unwrap();
-        }
-    }
 }
 
 fn objects() -> String {
@@ -154,7 +125,7 @@ fn speaker(lab: &Lab, cluster: &FakeCluster, i: usize) -> Proc {
 fn the_gate_follows_what_node1_really_announces_and_pods_without_it_are_untouched() {
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let cluster = FakeCluster::start(&lab).unwrap();
-    apply_stream(&cluster, &objects());
+    cluster.apply_stream(&objects()).unwrap();
     create_pod(&cluster, "local-0", "local", "198.18.0.1", true, true);
     create_pod(&cluster, "plain-0", "local", "198.18.0.2", false, true);
     create_pod(&cluster, "web-0", "web", "198.18.0.3", true, true);
