@@ -539,7 +539,17 @@ impl State {
             ),
             (_, None) => Cause::new("membership_unsettled", "membership view not usable (key mismatch?)"),
         };
+        let joined = matches!((&before, &after), (Some(b), Some(a)) if a.difference(b).next().is_some());
         self.replan(&cause).await;
+        // A member that joins may have been thought dead by itself or others for a
+        // moment (a false suspicion on a starved node) and claimed our addresses;
+        // clients may have followed its gratuitous ARP. Move them back.
+        if joined && let Some(p) = &self.l2 {
+            if !self.plan.l2.is_empty() {
+                tracing::info!(reason = %cause.text, "L2: re-announcing the addresses this node still owns");
+            }
+            p.announcer.reannounce();
+        }
     }
 
     async fn replan(&mut self, cause: &Cause) {

@@ -315,3 +315,35 @@ fn announced_state_lists_an_address_only_after_its_gratuitous_announcement() {
     wait::until_value("released", T, || Ok(merged.borrow().clone()), |a: &Announced| a.l2.is_empty())
         .unwrap();
 }
+
+/// After another node claimed the address by mistake (a false suspicion in
+/// membership), `reannounce` moves the client's neighbour entry back to the owner,
+/// whose owned set never changed. The client's timers are so long that only a
+/// gratuitous ARP can move its entry.
+#[test]
+fn reannounce_moves_a_client_back_after_a_mistaken_claim() {
+    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
+    lab.client().sysctl("net.ipv4.neigh.eth0.base_reachable_time_ms", "600000").unwrap();
+    let node1 = announcer(lab.node(1));
+    node1.handle.set_owned([(vip4(), InterfaceChoice::Auto)].into());
+    wait_announced(&node1, &[vip4()]);
+    ping(&lab, vip4());
+    client::wait_neighbour_mac(lab.client(), "eth0", vip4(), &plan::node_mac(1), T).unwrap();
+
+    // The takeover burst ends (after it, nothing but reannounce sends again).
+    let burst = L2Config::default().takeover.len() as u64;
+    wait::until("the whole takeover burst sent", T, || {
+        Ok((node1.metrics.gratuitous_sent(vip4()) >= burst).then_some(()))
+    })
+    .unwrap();
+    // node2 claims it (as a speaker that thought node1 dead would).
+    std::thread::sleep(Duration::from_millis(1100)); // past the client's neighbour locktime
+    client::gratuitous_arp(lab.node(2), "eth0", vip4()).unwrap();
+    client::wait_neighbour_mac(lab.client(), "eth0", vip4(), &plan::node_mac(2), T).unwrap();
+    let before = node1.metrics.gratuitous_sent(vip4());
+
+    node1.handle.reannounce();
+    client::wait_neighbour_mac(lab.client(), "eth0", vip4(), &plan::node_mac(1), T).unwrap();
+    assert!(node1.metrics.gratuitous_sent(vip4()) > before);
+    assert_eq!(before, burst, "nothing but reannounce sent after the burst");
+}

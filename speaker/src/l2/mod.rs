@@ -214,6 +214,7 @@ impl L2Announcer {
         let conn_task = tokio::spawn(conn);
         let (desired_tx, desired_rx) = watch::channel(Owned::new());
         let (status_tx, status_rx) = watch::channel(L2Status::default());
+        let (reannounce_tx, reannounce_rx) = watch::channel(0);
         let announcer = Announcer {
             allowed: cfg.allowed_interfaces,
             takeover: cfg.takeover.into(),
@@ -223,8 +224,8 @@ impl L2Announcer {
             announced: BTreeSet::new(),
             status: status_tx,
         };
-        let task = tokio::spawn(announcer.run(handle, messages, desired_rx, conn_task));
-        Ok(L2Handle { desired: desired_tx, status: status_rx, task })
+        let task = tokio::spawn(announcer.run(handle, messages, desired_rx, reannounce_rx, conn_task));
+        Ok(L2Handle { desired: desired_tx, status: status_rx, reannounce: reannounce_tx, task })
     }
 }
 
@@ -247,6 +248,7 @@ pub fn strict_arp_problem(arp_ignore: &str, arp_announce: &str) -> Option<String
 pub struct L2Handle {
     desired: watch::Sender<Owned>,
     status: watch::Receiver<L2Status>,
+    reannounce: watch::Sender<u64>,
     task: JoinHandle<()>,
 }
 
@@ -255,6 +257,14 @@ impl L2Handle {
     /// addresses left out are no longer answered for, at once.
     pub fn set_owned(&self, owned: Owned) {
         self.desired.send_replace(owned);
+    }
+
+    /// Sends the takeover burst again for every owned address. For a member that
+    /// rejoins after a false suspicion: while it was thought dead another node may have
+    /// claimed this node's addresses and moved clients' neighbour entries to itself; the
+    /// owner, whose owned set did not change, must move them back.
+    pub fn reannounce(&self) {
+        self.reannounce.send_modify(|g| *g = g.wrapping_add(1));
     }
 
     /// The announcer's status, updated on every change.
@@ -299,6 +309,7 @@ impl Announcer {
         handle: rtnetlink::Handle,
         mut messages: Messages,
         mut desired: watch::Receiver<Owned>,
+        mut reannounce: watch::Receiver<u64>,
         conn_task: JoinHandle<()>,
     ) {
         // Subscribed before dumping: an event racing the dump is applied after it.
@@ -306,6 +317,7 @@ impl Announcer {
             tracing::error!(error = %e, "L2 announcer: cannot list interfaces; answering on none");
         }
         let (report_tx, mut report_rx) = mpsc::unbounded_channel();
+        let mut reannounce_open = true;
         loop {
             let want = desired.borrow_and_update().clone();
             self.reconcile(&want, &report_tx);
@@ -315,6 +327,15 @@ impl Announcer {
                         break;
                     }
                 }
+                r = reannounce.changed(), if reannounce_open => match r {
+                    Ok(()) => {
+                        reannounce.borrow_and_update();
+                        for w in self.workers.values() {
+                            w.reannounce.send_modify(|g| *g = g.wrapping_add(1));
+                        }
+                    }
+                    Err(_) => reannounce_open = false,
+                },
                 msg = messages.next() => match msg {
                     Some((msg, _)) => {
                         if let NetlinkPayload::InnerMessage(inner) = msg.payload {

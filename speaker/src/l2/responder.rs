@@ -23,6 +23,8 @@ pub(super) struct Worker {
     pub(super) name: String,
     pub(super) mac: Mac,
     pub(super) owned: watch::Sender<BTreeSet<IpAddr>>,
+    /// Bumped to announce every owned address again (see [`super::L2Handle::reannounce`]).
+    pub(super) reannounce: watch::Sender<u64>,
     task: JoinHandle<()>,
 }
 
@@ -45,6 +47,7 @@ impl Worker {
         let arp = ArpSocket::open(link.index)?;
         let ndp = NdpSocket::open(&link.name, link.index)?;
         let (tx, rx) = watch::channel(owned);
+        let (re_tx, re_rx) = watch::channel(0);
         let r = Responder {
             interface: link.name.clone(),
             mac,
@@ -57,8 +60,8 @@ impl Worker {
             groups: BTreeSet::new(),
             bursts: BTreeMap::new(),
         };
-        let task = tokio::spawn(r.run(rx));
-        Ok(Worker { name: link.name.clone(), mac, owned: tx, task })
+        let task = tokio::spawn(r.run(rx, re_rx));
+        Ok(Worker { name: link.name.clone(), mac, owned: tx, reannounce: re_tx, task })
     }
 }
 
@@ -78,11 +81,16 @@ struct Responder {
 }
 
 impl Responder {
-    async fn run(mut self, mut owned: watch::Receiver<BTreeSet<IpAddr>>) {
+    async fn run(
+        mut self,
+        mut owned: watch::Receiver<BTreeSet<IpAddr>>,
+        mut reannounce: watch::Receiver<u64>,
+    ) {
         let mut arp_buf = vec![0u8; 2048];
         let mut ndp_buf = vec![0u8; 2048];
         let initial = owned.borrow_and_update().clone();
         self.set_owned(initial);
+        let mut reannounce_open = true;
         loop {
             let next = self.bursts.keys().next().map(|(due, _)| *due);
             tokio::select! {
@@ -94,6 +102,13 @@ impl Responder {
                     let new = owned.borrow_and_update().clone();
                     self.set_owned(new);
                 }
+                r = reannounce.changed(), if reannounce_open => match r {
+                    Ok(()) => {
+                        reannounce.borrow_and_update();
+                        self.restart_bursts();
+                    }
+                    Err(_) => reannounce_open = false,
+                },
                 _ = sleep_until(next), if next.is_some() => self.send_due().await,
                 r = self.arp.recv(&mut arp_buf) => match r {
                     Ok(n) => self.on_arp(arp_buf.get(..n).unwrap_or_default()).await,
@@ -137,6 +152,16 @@ impl Responder {
         }
         self.groups = groups;
         self.owned = new;
+    }
+
+    /// Starts the takeover burst again for every owned address (pending ones restart).
+    fn restart_bursts(&mut self) {
+        let Some(first) = self.takeover.first() else { return };
+        let now = Instant::now();
+        self.bursts.clear();
+        for a in &self.owned {
+            self.bursts.insert((now + *first, *a), (now, 0));
+        }
     }
 
     async fn send_due(&mut self) {
