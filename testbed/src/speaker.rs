@@ -162,6 +162,36 @@ impl Speaker {
     }
 }
 
+/// Starts the debug `ferrolb-speaker` in Kubernetes mode on node `i` against `cluster`
+/// (namespace `ferrolb-system`, debug logs), with `metrics` as its `--metrics-addr`
+/// when given. `tag` names its log.
+pub fn start_kube(
+    lab: &Lab,
+    cluster: &crate::kubeapi::FakeCluster,
+    i: usize,
+    tag: &str,
+    metrics: Option<std::net::SocketAddr>,
+) -> Result<Proc, Error> {
+    let bin = binary("debug")?.display().to_string();
+    let node = plan::node_name(i);
+    let kubeconfig = cluster.kubeconfig().display().to_string();
+    let mut argv = vec![
+        bin,
+        "--node-name".into(),
+        node.clone(),
+        "--kubeconfig".into(),
+        kubeconfig,
+        "--namespace".into(),
+    ];
+    argv.push("ferrolb-system".into());
+    if let Some(m) = metrics {
+        argv.extend(["--metrics-addr".into(), m.to_string()]);
+    }
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let spec = Spawn::new(format!("{tag}-{node}"), &argv).env("RUST_LOG", "info,ferrolb_speaker=debug");
+    lab.spawn(lab.node(i), spec)
+}
+
 /// Writes a membership key file of 40 characters derived from `seed` in the lab
 /// directory; the same seed gives the same key.
 pub fn write_membership_key(lab: &Lab, seed: &str) -> Result<PathBuf, Error> {

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use ferrolb_speaker::election;
 use ferrolb_testbed::kubeapi::FakeCluster;
-use ferrolb_testbed::process::{Proc, Spawn};
+use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Router, RouterSpec};
-use ferrolb_testbed::speaker::{binary, yaml};
+use ferrolb_testbed::speaker::{start_kube, yaml};
 use ferrolb_testbed::{Lab, LabConfig, client, plan, wait};
 use serde_json::json;
 
@@ -30,23 +30,7 @@ fn v4(i: usize) -> IpAddr {
 }
 
 fn speaker(lab: &Lab, cluster: &FakeCluster, i: usize) -> Proc {
-    let bin = binary("debug").unwrap().display().to_string();
-    let node = plan::node_name(i);
-    let metrics = SocketAddr::new(v4(i), METRICS_PORT).to_string();
-    let kubeconfig = cluster.kubeconfig().display().to_string();
-    let argv = [
-        bin.as_str(),
-        "--node-name",
-        &node,
-        "--kubeconfig",
-        &kubeconfig,
-        "--namespace",
-        "ferrolb-system",
-        "--metrics-addr",
-        &metrics,
-    ];
-    let spec = Spawn::new(format!("kspeaker-{node}"), &argv).env("RUST_LOG", "info,ferrolb_speaker=debug");
-    lab.spawn(lab.node(i), spec).unwrap()
+    start_kube(lab, cluster, i, "kspeaker", Some(SocketAddr::new(v4(i), METRICS_PORT))).unwrap()
 }
 
 fn objects() -> String {

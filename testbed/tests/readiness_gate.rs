@@ -14,9 +14,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use ferrolb_testbed::kubeapi::FakeCluster;
-use ferrolb_testbed::process::{Proc, Spawn};
+use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::{self, Bird, RouterSpec};
-use ferrolb_testbed::speaker::{binary, yaml};
+use ferrolb_testbed::speaker::{start_kube, yaml};
 use ferrolb_testbed::{Error, Lab, LabConfig, client, plan, wait};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
@@ -32,6 +32,10 @@ const WEB_VIP: &str = "203.0.113.70";
 
 fn v4(i: usize) -> IpAddr {
     plan::node_v4(i).into()
+}
+
+fn speaker(lab: &Lab, cluster: &FakeCluster, i: usize) -> Proc {
+    start_kube(lab, cluster, i, "gspeaker", Some(SocketAddr::new(v4(i), METRICS_PORT))).unwrap()
 }
 
 fn objects() -> String {
@@ -99,26 +103,6 @@ fn wait_gate(lab: &Lab, cluster: &FakeCluster, pod: &str, what: &str, ok: impl F
         Ok(c) => c,
         Err(e) => panic!("{e}; pod now {}\n{}", stored(cluster, pod), lab.logs(80)),
     }
-}
-
-fn speaker(lab: &Lab, cluster: &FakeCluster, i: usize) -> Proc {
-    let bin = binary("debug").unwrap().display().to_string();
-    let node = plan::node_name(i);
-    let metrics = SocketAddr::new(v4(i), METRICS_PORT).to_string();
-    let kubeconfig = cluster.kubeconfig().display().to_string();
-    let argv = [
-        bin.as_str(),
-        "--node-name",
-        &node,
-        "--kubeconfig",
-        &kubeconfig,
-        "--namespace",
-        "ferrolb-system",
-        "--metrics-addr",
-        &metrics,
-    ];
-    let spec = Spawn::new(format!("gspeaker-{node}"), &argv).env("RUST_LOG", "info,ferrolb_speaker=debug");
-    lab.spawn(lab.node(i), spec).unwrap()
 }
 
 #[test]

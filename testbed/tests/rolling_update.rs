@@ -25,9 +25,9 @@ use std::time::Duration;
 
 use ferrolb_testbed::client::ProbeStream;
 use ferrolb_testbed::kubeapi::FakeCluster;
-use ferrolb_testbed::process::{Proc, Spawn};
+use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::{self, Bird, RouterSpec};
-use ferrolb_testbed::speaker::{binary, yaml};
+use ferrolb_testbed::speaker::{start_kube, yaml};
 use ferrolb_testbed::{Lab, LabConfig, plan};
 use serde_json::{Value, json};
 
@@ -88,13 +88,7 @@ fn slice(pods: [Option<Pod>; 2]) -> Value {
 }
 
 fn speaker(lab: &Lab, api: &FakeCluster, i: usize) -> Proc {
-    let bin = binary("debug").unwrap().display().to_string();
-    let node = plan::node_name(i);
-    let kubeconfig = api.kubeconfig().display().to_string();
-    let argv =
-        [bin.as_str(), "--node-name", &node, "--kubeconfig", &kubeconfig, "--namespace", "ferrolb-system"];
-    let spec = Spawn::new(format!("kspeaker-{node}"), &argv).env("RUST_LOG", "info,ferrolb_speaker=debug");
-    lab.spawn(lab.node(i), spec).unwrap()
+    start_kube(lab, api, i, "kspeaker", None).unwrap()
 }
 
 struct Cluster<'a> {
