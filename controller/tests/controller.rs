@@ -91,10 +91,13 @@ async fn requested_addresses_are_honoured_or_reported() {
     svc("default", "annotated").annot(ANNOTATION_LOAD_BALANCER_IPS, "192.0.2.5").create(&client).await;
     svc("default", "legacy").lb_ip("192.0.2.6").create(&client).await;
     svc("default", "outside").annot(ANNOTATION_LOAD_BALANCER_IPS, "198.51.100.1").create(&client).await;
+    // Two Services asking for the same free address: whichever is reconciled first gets
+    // it (the reconcile order of a fresh controller is not creation order), so the
+    // second asks only once the first holds it.
+    assert_eq!(addresses(&client, "default", "annotated").await, vec!["192.0.2.5"]);
     svc("default", "taken").annot(ANNOTATION_LOAD_BALANCER_IPS, "192.0.2.5").create(&client).await;
     svc("default", "garbage").annot(ANNOTATION_LOAD_BALANCER_IPS, "not-an-ip").create(&client).await;
 
-    assert_eq!(addresses(&client, "default", "annotated").await, vec!["192.0.2.5"]);
     assert_eq!(addresses(&client, "default", "legacy").await, vec!["192.0.2.6"]);
     let note = event(&client, "default", "outside", "AllocationFailed").await;
     assert!(note.contains("198.51.100.1 is not in any pool"), "{note}");
@@ -122,15 +125,17 @@ async fn sharing_class_filtering_and_dual_stack() {
     // Another class is never touched, even though it is created first.
     svc("default", "foreign").class("other.io/lb").create(&client).await;
     svc("default", "mine").class(ferrolb_api::DEFAULT_LOAD_BALANCER_CLASS).create(&client).await;
-    svc("default", "http").annot(ANNOTATION_ALLOW_SHARED_IP, "k").ports(&[80]).create(&client).await;
-    svc("default", "https").annot(ANNOTATION_ALLOW_SHARED_IP, "k").ports(&[443]).create(&client).await;
-    svc("default", "clash").annot(ANNOTATION_ALLOW_SHARED_IP, "k").ports(&[80]).create(&client).await;
     svc("default", "ds").families("RequireDualStack", &["IPv6", "IPv4"]).create(&client).await;
-
-    let mine = addresses(&client, "default", "mine").await;
+    // Sharing depends on what is already allocated, and a fresh controller's reconcile
+    // order is not creation order: each sharer is created once the one before holds
+    // its address.
+    svc("default", "http").annot(ANNOTATION_ALLOW_SHARED_IP, "k").ports(&[80]).create(&client).await;
     let http = addresses(&client, "default", "http").await;
+    svc("default", "https").annot(ANNOTATION_ALLOW_SHARED_IP, "k").ports(&[443]).create(&client).await;
     let https = addresses(&client, "default", "https").await;
+    svc("default", "clash").annot(ANNOTATION_ALLOW_SHARED_IP, "k").ports(&[80]).create(&client).await;
     let clash = addresses(&client, "default", "clash").await;
+    let mine = addresses(&client, "default", "mine").await;
     assert_eq!(http, https, "same key, different ports: shared");
     assert_ne!(http, clash, "same key, same port: not shared");
     assert_ne!(mine, http);
