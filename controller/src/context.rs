@@ -129,7 +129,7 @@ impl Context {
         let ev = Event {
             type_,
             reason: reason.into(),
-            note: Some(truncate(note, 1000)),
+            note: Some(ferrolb_api::event_note(note)),
             action: reason.into(),
             secondary: None,
         };
@@ -137,16 +137,4 @@ impl Context {
             warn!(reason, object = ?regarding.name, error = %e, "cannot publish event");
         }
     }
-}
-
-/// Events notes are limited to 1 kB.
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
 }

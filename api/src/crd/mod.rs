@@ -75,7 +75,38 @@ pub fn default_namespace() -> String {
         .unwrap_or_else(|| DEFAULT_NAMESPACE.into())
 }
 
+/// Longest Event note ferrolb writes (the apiserver refuses notes over 1 kB).
+pub const EVENT_NOTE_MAX: usize = 1000;
+
+/// `note` cut to [`EVENT_NOTE_MAX`] bytes at a character boundary.
+pub fn event_note(mut note: String) -> String {
+    if note.len() > EVENT_NOTE_MAX {
+        let mut cut = EVENT_NOTE_MAX;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+    }
+    note
+}
+
 /// Default speaker membership port.
 pub const SPEAKER_MEMBERSHIP_PORT: u16 = 7946;
 /// Minimum length of a membership key, in characters.
 pub const MEMBERSHIP_KEY_MIN_LEN: usize = 32;
+
+#[cfg(test)]
+mod event_note_tests {
+    use super::*;
+
+    #[test]
+    fn notes_are_cut_at_the_limit_on_a_character_boundary() {
+        assert_eq!(event_note("short".into()), "short");
+        let ascii = event_note("x".repeat(EVENT_NOTE_MAX + 10));
+        assert_eq!(ascii.len(), EVENT_NOTE_MAX);
+        // "é" is two bytes: the byte limit falls inside one, which is dropped whole.
+        let wide = event_note(format!("x{}", "é".repeat(EVENT_NOTE_MAX)));
+        assert_eq!(wide.len(), EVENT_NOTE_MAX - 1);
+        assert!(wide.ends_with('é'));
+    }
+}

@@ -425,7 +425,7 @@ impl Writer {
         let ev = Event {
             type_: EventType::Normal,
             reason: reason.into(),
-            note: Some(truncate(note, 1000)),
+            note: Some(ferrolb_api::event_note(note)),
             action: reason.trim_end_matches("ed").into(),
             secondary: None,
         };
@@ -436,18 +436,6 @@ impl Writer {
             Err(e) => tracing::debug!(service = %svc, error = %e, "cannot publish Event (best effort)"),
         }
     }
-}
-
-/// Event notes are limited to 1 kB.
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
 }
 
 #[cfg(test)]
