@@ -184,6 +184,13 @@ async fn replay(ctx: &Context) {
     {
         let mut ipam = ctx.ipam();
         for svc in &services {
+            // The snapshot was taken before the lock: a Service deleted since then had its
+            // release (which needs the lock) run before this replay could assign it, and
+            // assigning it now would leak its address. The cache forgets a Service before
+            // its deletion is released, so checking it under the lock closes the race.
+            if ctx.services.get(&ObjectRef::from_obj(&**svc)).is_none() {
+                continue;
+            }
             if model::classify(svc, &ctx.settings.lb_class) != Class::Served {
                 continue;
             }
