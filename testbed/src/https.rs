@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
 
 use crate::Error;
 use crate::netns::{self, Netns};
@@ -63,6 +66,22 @@ impl TestCa {
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
         let mut p = CertificateParams::new(names).map_err(cert_err)?;
         p.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        let cert = p.signed_by(&key, &issuer).map_err(cert_err)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// A client certificate for user `cn`, in group `org` when given (the apiserver reads
+    /// an X.509 identity from CN and O), as (cert PEM, key PEM).
+    pub fn client_cert(&self, cn: &str, org: Option<&str>) -> Result<(String, String), Error> {
+        let issuer = Issuer::from_ca_cert_pem(&self.cert_pem, &self.key).map_err(cert_err)?;
+        let key = KeyPair::generate().map_err(cert_err)?;
+        let mut p = CertificateParams::default();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        if let Some(o) = org {
+            p.distinguished_name.push(DnType::OrganizationName, o);
+        }
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let cert = p.signed_by(&key, &issuer).map_err(cert_err)?;
         Ok((cert.pem(), key.serialize_pem()))
     }

@@ -84,21 +84,32 @@ impl FakeCluster {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+}
 
-    /// An in-process client (no HTTP); use it inside [`FakeCluster::block_on`].
-    pub fn client(&self) -> kube::Client {
+impl Objects for FakeCluster {
+    /// An in-process client (no HTTP); use it inside [`Objects::block_on`].
+    fn client(&self) -> kube::Client {
         let _guard = self.rt.enter();
         self.api.new_client()
     }
 
-    /// Runs `f` on the apiserver's runtime.
-    pub fn block_on<F: Future>(&self, f: F) -> F::Output {
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
         self.rt.block_on(f)
     }
+}
+
+/// Object writes a test makes as the cluster's admin, on the fake or the real
+/// apiserver alike.
+pub trait Objects {
+    /// A client with the admin's rights.
+    fn client(&self) -> kube::Client;
+
+    /// Runs `f` on the runtime the client belongs to.
+    fn block_on<F: Future>(&self, f: F) -> F::Output;
 
     /// Creates or replaces `obj` (any served kind; namespaced when
     /// `metadata.namespace` is set) by server-side apply as the test's field manager.
-    pub fn apply(&self, obj: &serde_json::Value) -> Result<(), Error> {
+    fn apply(&self, obj: &serde_json::Value) -> Result<(), Error> {
         let (kind, name, api) = self.dynamic(obj);
         let params = PatchParams::apply("ferrolb-testbed").force();
         self.block_on(api.patch(&name, &params, &Patch::Apply(obj)))
@@ -109,7 +120,7 @@ impl FakeCluster {
     /// Applies every object of a YAML stream (the static-file format, `speaker::yaml`
     /// builders); a Node's or Service's `status` then goes through the status
     /// subresource, as the kubelet and the controller write it.
-    pub fn apply_stream(&self, text: &str) -> Result<(), Error> {
+    fn apply_stream(&self, text: &str) -> Result<(), Error> {
         let stream =
             ferrolb_api::parse_stream("objects.yaml", text).map_err(|e| Error::Parse(e.to_string()))?;
         for (_, o) in stream.objects {
@@ -125,7 +136,7 @@ impl FakeCluster {
 
     /// Replaces the `status` of `obj` (its kind, namespace and name) by a merge patch
     /// of the status subresource.
-    pub fn patch_status(&self, obj: &serde_json::Value) -> Result<(), Error> {
+    fn patch_status(&self, obj: &serde_json::Value) -> Result<(), Error> {
         let (kind, name, api) = self.dynamic(obj);
         let patch = Patch::Merge(serde_json::json!({"status": obj["status"]}));
         self.block_on(api.patch_status(&name, &PatchParams::default(), &patch))
@@ -149,7 +160,7 @@ impl FakeCluster {
     }
 
     /// Deletes the object of `api_version`/`kind` named `name` (in `namespace`, if any).
-    pub fn delete(
+    fn delete(
         &self,
         api_version: &str,
         kind: &str,

@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod client;
+pub mod cluster;
 pub mod demo;
 pub mod https;
 pub mod keepalived;

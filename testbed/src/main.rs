@@ -40,10 +40,48 @@ enum Cmd {
     Status,
     /// The demo: real router, announced service addresses, a client reaching them.
     Demo,
+    /// A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) in a lab.
+    Cluster {
+        #[command(subcommand)]
+        cmd: ClusterCmd,
+    },
     /// Benchmarks: figures printed beside the systems ferrolb is measured against.
     Bench {
         #[command(subcommand)]
         bench: Bench,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCmd {
+    /// Start a lab with a real control plane that stays up after this command exits;
+    /// the last line printed is `export KUBECONFIG=<admin kubeconfig>`.
+    Up {
+        /// Cluster name (several can run side by side).
+        #[arg(long, default_value = "ferrolb")]
+        name: String,
+        /// kube-apiservers, one per control-plane node (nodes 1..=K).
+        #[arg(long, default_value_t = 1)]
+        control_planes: usize,
+        /// Lab nodes in all (at least the control planes).
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+    },
+    /// Stop a cluster started by `cluster up` and remove its lab and state.
+    Down {
+        /// Cluster name.
+        #[arg(long, default_value = "ferrolb")]
+        name: String,
+    },
+    /// Run a cluster in the foreground until SIGTERM (what `cluster up` starts).
+    #[command(hide = true)]
+    Serve {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        control_planes: usize,
+        #[arg(long)]
+        nodes: usize,
     },
 }
 
@@ -138,6 +176,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Down { ids, all, stale } => down(&ids, all, stale),
         Cmd::Status => status(),
         Cmd::Demo => ferrolb_testbed::demo::run().context("demo failed"),
+        Cmd::Cluster { cmd: ClusterCmd::Up { name, control_planes, nodes } } => {
+            ferrolb_testbed::cluster::cli::up(&name, control_planes, nodes)
+        }
+        Cmd::Cluster { cmd: ClusterCmd::Down { name } } => ferrolb_testbed::cluster::cli::down(&name),
+        Cmd::Cluster { cmd: ClusterCmd::Serve { name, control_planes, nodes } } => {
+            ferrolb_testbed::cluster::cli::serve(&name, control_planes, nodes)
+        }
         Cmd::Bench { bench: Bench::Failover { trials } } => Ok(bench::failover::run(trials)?),
         Cmd::Bench { bench: Bench::ApiserverFailover { trials, interval_ms, failure_threshold } } => {
             let interval = std::time::Duration::from_millis(interval_ms);

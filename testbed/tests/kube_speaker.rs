@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use ferrolb_speaker::election;
-use ferrolb_testbed::kubeapi::FakeCluster;
+use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Router, RouterSpec};

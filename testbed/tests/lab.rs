@@ -268,6 +268,7 @@ fn demo_runs_to_completion() {
 
 #[test]
 fn nodes_reach_the_fake_apiserver_over_http() {
+    use ferrolb_testbed::kubeapi::Objects;
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
     let cluster = ferrolb_testbed::kubeapi::FakeCluster::start(&lab).unwrap();
     let node = serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node1"}});

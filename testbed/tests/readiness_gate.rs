@@ -13,7 +13,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use ferrolb_testbed::kubeapi::FakeCluster;
+use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::{self, Bird, RouterSpec};
 use ferrolb_testbed::speaker::{start_kube, yaml};

@@ -24,7 +24,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use ferrolb_testbed::client::ProbeStream;
-use ferrolb_testbed::kubeapi::FakeCluster;
+use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::{self, Bird, RouterSpec};
 use ferrolb_testbed::speaker::{start_kube, yaml};

@@ -1,0 +1,62 @@
+// ferrolb-kube: one multicall binary holding the real Kubernetes control plane the
+// testbed runs (kube-apiserver, kube-controller-manager, etcd, kubectl), linked once
+// instead of four times. The command is the program's own name (a symlink named
+// kubectl) or, failing that, the first argument:
+//
+//	ferrolb-kube kube-apiserver --etcd-servers=... [flags]
+//	ferrolb-kube etcd --data-dir=... [flags]
+//	kubectl get nodes            (kubectl -> ferrolb-kube)
+//
+// Nothing here is ferrolb code: each entry point is the upstream main, unchanged.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	_ "time/tzdata"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+	"k8s.io/component-base/cli"
+	"k8s.io/component-base/logs"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	kubectl "k8s.io/kubectl/pkg/cmd"
+	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+const usage = "usage: ferrolb-kube kube-apiserver|kube-controller-manager|etcd|kubectl [flags]"
+
+var known = map[string]bool{"kube-apiserver": true, "kube-controller-manager": true, "etcd": true, "kubectl": true}
+
+func main() {
+	name := filepath.Base(os.Args[0])
+	if !known[name] {
+		if len(os.Args) < 2 {
+			fmt.Fprintln(os.Stderr, usage)
+			os.Exit(2)
+		}
+		name = os.Args[1]
+		// Each upstream main reads os.Args as if it were its own binary.
+		os.Args = append([]string{name}, os.Args[2:]...)
+	}
+	switch name {
+	case "kube-apiserver":
+		os.Exit(cli.Run(apiserver.NewAPIServerCommand()))
+	case "kube-controller-manager":
+		os.Exit(cli.Run(controllermanager.NewControllerManagerCommand()))
+	case "etcd":
+		etcdmain.Main(os.Args)
+	case "kubectl":
+		logs.GlogSetter(kubectl.GetLogVerbosity(os.Args)) //nolint:errcheck
+		if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {
+			kubectlutil.CheckErr(err)
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "ferrolb-kube: unknown command %q\n%s\n", name, usage)
+		os.Exit(2)
+	}
+}
