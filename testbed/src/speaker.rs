@@ -14,18 +14,26 @@ use crate::{Error, Lab, plan, wait};
 
 /// Path of the speaker binary for `profile` ("debug" or "release").
 pub fn binary(profile: &str) -> Result<PathBuf, Error> {
-    if let Ok(p) = std::env::var("FERROLB_SPEAKER_BIN") {
+    workspace_binary("ferrolb-speaker", profile)
+}
+
+/// Path of one of this workspace's binaries (`ferrolb-speaker`, `ferrolb-controller`,
+/// `ferrolb-bootstrap`) for `profile`: `$FERROLB_<NAME>_BIN` (e.g. `FERROLB_SPEAKER_BIN`),
+/// else `target/<profile>/<name>`.
+pub fn workspace_binary(name: &str, profile: &str) -> Result<PathBuf, Error> {
+    let var = format!("{}_BIN", name.replace('-', "_").to_uppercase());
+    if let Ok(p) = std::env::var(&var) {
         return Ok(PathBuf::from(p));
     }
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"));
-    let p = target.join(profile).join("ferrolb-speaker");
+    let p = target.join(profile).join(name);
     if p.exists() {
         Ok(p)
     } else {
         Err(Error::Missing(format!(
-            "{} not found: build it first (cargo build -p ferrolb-speaker{})",
+            "{} not found: build it first (cargo build -p {name}{})",
             p.display(),
             if profile == "release" { " --release" } else { "" }
         )))
@@ -162,19 +170,19 @@ impl Speaker {
     }
 }
 
-/// Starts the debug `ferrolb-speaker` in Kubernetes mode on node `i` against `cluster`
-/// (namespace `ferrolb-system`, debug logs), with `metrics` as its `--metrics-addr`
-/// when given. `tag` names its log.
+/// Starts the debug `ferrolb-speaker` in Kubernetes mode on node `i` with `kubeconfig`
+/// (the fake's, or a ServiceAccount's on the real apiserver; namespace `ferrolb-system`,
+/// debug logs), with `metrics` as its `--metrics-addr` when given. `tag` names its log.
 pub fn start_kube(
     lab: &Lab,
-    cluster: &crate::kubeapi::FakeCluster,
+    kubeconfig: &Path,
     i: usize,
     tag: &str,
     metrics: Option<std::net::SocketAddr>,
 ) -> Result<Proc, Error> {
     let bin = binary("debug")?.display().to_string();
     let node = plan::node_name(i);
-    let kubeconfig = cluster.kubeconfig().display().to_string();
+    let kubeconfig = kubeconfig.display().to_string();
     let mut argv = vec![
         bin,
         "--node-name".into(),

@@ -30,7 +30,7 @@ fn v4(i: usize) -> IpAddr {
 }
 
 fn speaker(lab: &Lab, cluster: &FakeCluster, i: usize) -> Proc {
-    start_kube(lab, cluster, i, "kspeaker", Some(SocketAddr::new(v4(i), METRICS_PORT))).unwrap()
+    start_kube(lab, cluster.kubeconfig(), i, "kspeaker", Some(SocketAddr::new(v4(i), METRICS_PORT))).unwrap()
 }
 
 fn objects() -> String {

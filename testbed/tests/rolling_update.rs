@@ -88,7 +88,7 @@ fn slice(pods: [Option<Pod>; 2]) -> Value {
 }
 
 fn speaker(lab: &Lab, api: &FakeCluster, i: usize) -> Proc {
-    start_kube(lab, api, i, "kspeaker", None).unwrap()
+    start_kube(lab, api.kubeconfig(), i, "kspeaker", None).unwrap()
 }
 
 struct Cluster<'a> {

@@ -22,6 +22,7 @@
 //! ```
 
 pub mod cli;
+pub mod ferrolb;
 pub mod forward;
 pub mod kubelet;
 

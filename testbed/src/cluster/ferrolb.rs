@@ -1,0 +1,102 @@
+//! ferrolb on the real control plane, as an operator installs it: `kubectl apply -k`
+//! of an overlay from `manifests/`, then the controller and the speakers as processes
+//! in their node namespaces, each with a kubeconfig holding its own ServiceAccount's
+//! token (TokenRequest) — never the admin's — so RBAC is part of every test.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::Cluster;
+use crate::process::{Proc, Spawn};
+use crate::speaker::{start_kube, workspace_binary};
+use crate::{Error, Lab, plan, wait};
+
+/// The namespace the manifests install into.
+pub const NAMESPACE: &str = "ferrolb-system";
+/// The controller's ServiceAccount.
+pub const CONTROLLER_SA: &str = "ferrolb-controller";
+/// The speakers' ServiceAccount.
+pub const SPEAKER_SA: &str = "ferrolb-speaker";
+
+/// `manifests/` of this workspace.
+pub fn manifests_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("manifests")
+}
+
+/// `kubectl apply -k manifests/overlays/<overlay>`, then waits until every ferrolb CRD
+/// is Established. Returns kubectl's output.
+pub fn install(cluster: &Cluster, overlay: &str) -> Result<String, Error> {
+    let dir = manifests_dir().join("overlays").join(overlay);
+    let out = cluster.kubectl(&["apply", "--server-side", "-k", &dir.display().to_string()])?;
+    let crds: Vec<String> = ferrolb_api::crd::crds()
+        .iter()
+        .filter_map(|c| c.metadata.name.as_ref().map(|n| format!("crd/{n}")))
+        .collect();
+    let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+    args.extend(crds.iter().map(String::as_str));
+    cluster.kubectl(&args)?;
+    Ok(out)
+}
+
+/// A kubeconfig for a ferrolb ServiceAccount, pointing at apiserver `server_node` from the lab.
+pub fn kubeconfig(cluster: &Cluster, service_account: &str, server_node: usize) -> Result<PathBuf, Error> {
+    cluster.token_kubeconfig(NAMESPACE, service_account, server_node)
+}
+
+/// Starts the debug `ferrolb-controller` on node `i` with the controller
+/// ServiceAccount's token (leader election on, identity = `tag`); `extra` flags appended.
+pub fn start_controller(
+    lab: &Lab,
+    cluster: &Cluster,
+    i: usize,
+    tag: &str,
+    extra: &[&str],
+) -> Result<Proc, Error> {
+    let bin = workspace_binary("ferrolb-controller", "debug")?.display().to_string();
+    let conf = kubeconfig(cluster, CONTROLLER_SA, 1)?.display().to_string();
+    let metrics = SocketAddr::new(plan::node_v4(i).into(), 7472).to_string();
+    let mut argv = vec![
+        bin.as_str(),
+        "--kubeconfig",
+        &conf,
+        "--namespace",
+        NAMESPACE,
+        "--leader-elect",
+        "--identity",
+        tag,
+        "--metrics-addr",
+        &metrics,
+    ];
+    argv.extend_from_slice(extra);
+    let spec = Spawn::new(tag.to_string(), &argv).env("RUST_LOG", "info,ferrolb_controller=debug");
+    lab.spawn(lab.node(i), spec)
+}
+
+/// Starts the debug `ferrolb-speaker` on node `i` with the speaker ServiceAccount's token.
+pub fn start_speaker(
+    lab: &Lab,
+    cluster: &Cluster,
+    i: usize,
+    tag: &str,
+    metrics: Option<SocketAddr>,
+) -> Result<Proc, Error> {
+    let conf = kubeconfig(cluster, SPEAKER_SA, 1)?;
+    start_kube(lab, &conf, i, tag, metrics)
+}
+
+/// Waits until `kubectl get <what> -o jsonpath=<path>` prints something `ok` accepts;
+/// returns that output.
+pub fn wait_jsonpath(
+    cluster: &Cluster,
+    what: &[&str],
+    path: &str,
+    timeout: Duration,
+    ok: impl Fn(&str) -> bool,
+) -> Result<String, Error> {
+    let mut args: Vec<&str> = vec!["get"];
+    args.extend_from_slice(what);
+    let jp = format!("jsonpath={path}");
+    args.extend_from_slice(&["-o", &jp]);
+    wait::until_value(&format!("kubectl {}", args.join(" ")), timeout, || cluster.kubectl(&args), |s| ok(s))
+}
