@@ -479,6 +479,10 @@ impl State {
             tracing::debug!(waiting_for = ?c.feed.unsynced(), "waiting for the first complete lists");
             return;
         }
+        // Configuration applied while other kinds were still listing was not acted on
+        // then (above): the first complete model counts as a configuration load. Without
+        // this, a BGPPeer listed before the last EndpointSlice never had its password read.
+        let config_applied = config_applied || !was_synced;
         if config_applied {
             self.metrics.config_loads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
             // Only when the Secrets referenced change: the loop waits (at most 3 s) for them.
