@@ -339,24 +339,24 @@ fn expand(rows: &[(&str, &str, &str, &str, &str)]) -> BTreeSet<Permission> {
 fn rbac_is_exactly_the_least_privilege_of_each_component() {
     let config = "ipaddresspools,bgppeers,bgpadvertisements,l2advertisements,bfdprofiles";
     let controller = expand(&[
-        ("cluster", "", "services", "get,list,watch,patch,update", "*"),
-        ("cluster", "", "services/status", "patch,update", "*"),
-        ("cluster", "", "namespaces", "get,list,watch", "*"),
-        ("cluster", ",events.k8s.io", "events", "create,patch", "*"),
-        ("cluster", "ferrolb.io", "ipaddresspools", "get,list,watch", "*"),
-        ("cluster", "ferrolb.io", "ipaddresspools/status", "patch,update", "*"),
+        ("cluster", "", "services", "list,watch,patch", "*"),
+        ("cluster", "", "services/status", "patch", "*"),
+        ("cluster", "", "namespaces", "list,watch", "*"),
+        ("cluster", "events.k8s.io", "events", "create,patch", "*"),
+        ("cluster", "ferrolb.io", "ipaddresspools", "list,watch", "*"),
+        ("cluster", "ferrolb.io", "ipaddresspools/status", "patch", "*"),
         (NAMESPACE, "coordination.k8s.io", "leases", "create", "*"),
         (NAMESPACE, "coordination.k8s.io", "leases", "get,update", "ferrolb-controller"),
         (NAMESPACE, "", "secrets", "create", "*"),
         (NAMESPACE, "", "secrets", "get", "ferrolb-membership"),
     ]);
     let speaker_common = [
-        ("cluster", "", "nodes,services", "get,list,watch", "*"),
-        ("cluster", "discovery.k8s.io", "endpointslices", "get,list,watch", "*"),
-        ("cluster", "ferrolb.io", config, "get,list,watch", "*"),
-        ("cluster", "ferrolb.io", "serviceannouncements", "get,list,watch,create,update,patch,delete", "*"),
-        ("cluster", ",events.k8s.io", "events", "create,patch", "*"),
-        ("cluster", "", "pods", "get,list,watch", "*"),
+        ("cluster", "", "nodes,services", "list,watch", "*"),
+        ("cluster", "discovery.k8s.io", "endpointslices", "list,watch", "*"),
+        ("cluster", "ferrolb.io", config, "list,watch", "*"),
+        ("cluster", "ferrolb.io", "serviceannouncements", "list,watch,create,patch,delete", "*"),
+        ("cluster", "events.k8s.io", "events", "create,patch", "*"),
+        ("cluster", "", "pods", "list,watch", "*"),
         ("cluster", "", "pods/status", "patch", "*"),
     ];
     let membership = (NAMESPACE, "", "secrets", "get", "ferrolb-membership");
