@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . testbed/prereqs.sh
+bash testbed/kube/build.sh
 cargo build -q -p ferrolb-testbed -p ferrolb-speaker
 exec ./target/debug/ferrolb-testbed demo "$@"

@@ -3,9 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . testbed/prereqs.sh
+# The real control plane (kube-apiserver, etcd, kube-controller-manager) from Go modules.
+bash testbed/kube/build.sh
 status=0
-# Lab tests run the real speaker binary (testbed/tests/bgp_speaker.rs).
-cargo build -p ferrolb-speaker --bin ferrolb-speaker
+# Lab tests run the real binaries (testbed/tests/bgp_speaker.rs, real_*.rs).
+cargo build -p ferrolb-speaker -p ferrolb-controller -p ferrolb-bootstrap
 cargo test --workspace --no-fail-fast || status=$?
 # Labs tear down on drop and on panic; this catches a test process that was killed.
 cargo run -q -p ferrolb-testbed -- down --stale >/dev/null || true

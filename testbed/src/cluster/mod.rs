@@ -405,7 +405,10 @@ impl Cluster {
              name: lab\n  context:\n    cluster: lab\n    user: {user}\ncurrent-context: lab\n",
             ca = self.paths.ca_cert().display()
         );
-        std::fs::write(&path, text)?;
+        // Atomically: a process started a moment ago may be reading the previous one.
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &path)?;
         Ok(path)
     }
 
