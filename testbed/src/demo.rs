@@ -1,13 +1,16 @@
-//! The demo: a lab with a real router, service addresses announced into it, and a
-//! client reaching them, narrated as a timeline.
+//! The demo: a lab with a real router and a real Kubernetes control plane; ferrolb
+//! installed from `manifests/` with kubectl, its controller assigning the Services'
+//! addresses, its speakers announcing them into the router and on the LAN, a client
+//! reaching them, the L2 owner killed — narrated as a timeline.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::bench::failover;
 use crate::client::{self, HttpServer, ProbeStream};
+use crate::cluster::{Cluster, ClusterConfig, ferrolb};
 use crate::routers::{self, Bird, Router, RouterSpec};
-use crate::speaker::{self, Speaker, yaml};
+use crate::speaker::yaml;
 use crate::{Error, Lab, LabConfig, plan, wait};
 
 /// Prints `[  1.234s] message` lines relative to the demo's start.
@@ -34,40 +37,46 @@ impl Default for Timeline {
     }
 }
 
-/// The speakers' static file: both nodes, a BGP pool announced to the router over
-/// IPv4 and IPv6, an L2 pool answered by ARP/NDP, one Service in each.
-fn static_file(bgp: [IpAddr; 2], l2: [IpAddr; 2]) -> String {
-    let peer4 = yaml::peer(
-        "router-v4",
-        plan::NODE_ASN,
-        plan::ROUTER_ASN,
-        plan::ROUTER_V4.into(),
-        &["addressFamilies: [ipv4-unicast]"],
-    );
-    let peer6 = yaml::peer(
-        "router-v6",
-        plan::NODE_ASN,
-        plan::ROUTER_ASN,
-        plan::ROUTER_V6.into(),
-        &["addressFamilies: [ipv6-unicast]"],
-    );
+/// The configuration an operator applies after the manifests: a BGP pool announced to
+/// the router over IPv4 and IPv6 sessions, an L2 pool answered by ARP/NDP.
+fn configuration() -> String {
+    let peer = |name: &str, addr: IpAddr, family: &str| {
+        yaml::peer(name, plan::NODE_ASN, plan::ROUTER_ASN, addr, &[&format!("addressFamilies: [{family}]")])
+    };
     let lan = [
         format!("{}-{}", plan::L2_POOL_V4.0, plan::L2_POOL_V4.1),
         format!("{}-{}", plan::L2_POOL_V6.0, plan::L2_POOL_V6.1),
     ];
     let lan: Vec<&str> = lan.iter().map(String::as_str).collect();
     yaml::stream(&[
-        yaml::node(1),
-        yaml::node(2),
         yaml::pool("public", &[plan::BGP_POOL_V4, "2001:db8:3::/120"]),
         yaml::pool("lan", &lan),
-        peer4,
-        peer6,
+        peer("router-v4", plan::ROUTER_V4.into(), "ipv4-unicast"),
+        peer("router-v6", plan::ROUTER_V6.into(), "ipv6-unicast"),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
         yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]),
-        yaml::service("web-bgp", &bgp),
-        yaml::service("web-l2", &l2),
     ])
+}
+
+/// The user's workload: two dual-stack LoadBalancer Services asking for their
+/// addresses, and a pod behind them on each node (the testbed is their kubelet).
+fn workload(bgp: [IpAddr; 2], l2: [IpAddr; 2]) -> String {
+    let service = |name: &str, pool: &str, ips: [IpAddr; 2]| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: default\n  annotations:\n    \
+             ferrolb.io/address-pool: {pool}\n    ferrolb.io/loadBalancerIPs: \"{},{}\"\nspec:\n  type: LoadBalancer\n  \
+             ipFamilyPolicy: RequireDualStack\n  selector: {{app: web}}\n  ports: [{{port: 80, protocol: TCP}}]\n",
+            ips[0], ips[1]
+        )
+    };
+    let pod = |i: usize| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: web-{i}, namespace: default, labels: {{app: web}}}}\nspec:\n  \
+             nodeName: {}\n  containers: [{{name: web, image: example.invalid/web}}]\n",
+            plan::node_name(i)
+        )
+    };
+    yaml::stream(&[service("web-bgp", "public", bgp), service("web-l2", "lan", l2), pod(1), pod(2)])
 }
 
 /// Runs the demo; returns an error (and tears the lab down) if any step fails.
@@ -77,6 +86,18 @@ pub fn run() -> Result<(), Error> {
     t.say(format!("lab {} up: router r1, node1, node2, client (addresses in testbed/src/plan.rs)", lab.id()));
     let bird = Bird::start(&lab, &RouterSpec::default())?;
     t.say("BIRD 2 listening on r1 for neighbours in 192.0.2.0/24 and 2001:db8::/64 (AS 64512)");
+    let cluster = Cluster::start(&lab, &ClusterConfig::default())?;
+    let version: serde_json::Value = serde_json::from_str(&cluster.kubectl(&["get", "--raw", "/version"])?)
+        .map_err(|e| Error::Parse(format!("/version: {e}")))?;
+    let version = version["gitVersion"].as_str().unwrap_or("?").to_string();
+    t.say(format!(
+        "real control plane up: etcd, kube-apiserver {version} on node1, kube-controller-manager; \
+         node1 and node2 registered"
+    ));
+    ferrolb::install(&cluster, "l2-bgp")?;
+    t.say("kubectl apply -k manifests/overlays/l2-bgp: CRDs Established, RBAC, namespace ferrolb-system");
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &configuration())?;
+    t.say("kubectl apply: IPAddressPools public (BGP) and lan (L2), BGPPeers router-v4 and router-v6");
 
     let (vip4, vip6) = (plan::bgp_vip_v4(10), plan::bgp_vip_v6(0x10));
     let l2v4: IpAddr = plan::L2_POOL_V4.0.parse().map_err(|e| Error::Parse(format!("{e}")))?;
@@ -87,11 +108,6 @@ pub fn run() -> Result<(), Error> {
         .map(|n| IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, n]))
         .find(|v| elect(*v) == elect(l2v4))
         .ok_or_else(|| Error::Parse("no IPv6 address of the L2 pool shares the IPv4 owner".into()))?;
-    let key = speaker::write_membership_key(&lab, "demo-membership-key")?;
-    let key = key.display().to_string();
-    let bin = speaker::binary("debug")?;
-    let file = static_file([vip4, vip6], [l2v4, l2v6]);
-    let mut speakers = Vec::new();
     let mut servers = Vec::new();
     for i in 1..=2 {
         let node = lab.node(i);
@@ -102,12 +118,26 @@ pub fn run() -> Result<(), Error> {
         for v in [vip4, l2v4] {
             servers.push(HttpServer::start(node, SocketAddr::new(v, 80), &format!("hello from node{i}\n"))?);
         }
-        speakers.push(Speaker::start_with(&lab, i, &file, &bin, &["--membership-key-file", &key])?);
     }
-    t.say(format!(
-        "ferrolb-speaker --static on node1 and node2: Service web-bgp {vip4}, {vip6} by BGP; \
-         Service web-l2 {l2v4}, {l2v6} by ARP/NDP"
-    ));
+    let _controller = ferrolb::start_controller(&lab, &cluster, 1, "ferrolb-controller", &[])?;
+    let mut speakers = Vec::new();
+    for i in 1..=2 {
+        speakers.push(Some(ferrolb::start_speaker(&lab, &cluster, i, "ferrolb-speaker", None)?));
+    }
+    t.say("ferrolb-controller on node1, ferrolb-speaker on node1 and node2, each with its ServiceAccount's token");
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &workload([vip4, vip6], [l2v4, l2v6]))?;
+    t.say("kubectl apply: Services web-bgp and web-l2 (dual-stack), a pod of app=web on each node");
+    let addressed = |svc: &str| {
+        let ips = cluster
+            .kubectl(&["get", "svc", svc, "-o", "jsonpath={.status.loadBalancer.ingress[*].ip}"])
+            .unwrap_or_default();
+        Ok((ips.split_whitespace().count() == 2).then_some(ips))
+    };
+    for svc in ["web-bgp", "web-l2"] {
+        let ips = wait::until(&format!("{svc} addressed"), Duration::from_secs(30), || addressed(svc))?;
+        t.say(format!("ferrolb-controller assigned {svc}: {ips}"));
+    }
+    println!("\n--- kubectl get svc -o wide ---\n{}", cluster.kubectl(&["get", "svc", "-o", "wide"])?);
 
     let peers: Vec<IpAddr> =
         (1..=2).flat_map(|i| [plan::node_v4(i).into(), plan::node_v6(i).into()]).collect();
@@ -132,6 +162,14 @@ pub fn run() -> Result<(), Error> {
     }
     println!();
     t.say("router kernel has ECMP routes to both nodes");
+    wait::until("every ServiceAnnouncement", Duration::from_secs(30), || {
+        let names = cluster.kubectl(&["get", "serviceannouncements", "-o", "name"])?;
+        Ok((names.lines().count() >= 3).then_some(()))
+    })?;
+    println!(
+        "--- kubectl get serviceannouncements ---\n{}",
+        cluster.kubectl(&["get", "serviceannouncements"])?
+    );
 
     let body = client::http_get(lab.client(), SocketAddr::new(vip4, 80), "/", Duration::from_secs(5))?;
     t.say(format!("client → http://{vip4}/ through the router: {}", body.trim()));
@@ -157,8 +195,8 @@ pub fn run() -> Result<(), Error> {
         ProbeStream::start(lab.client(), l2v6, Duration::from_millis(10))?,
     ];
     std::thread::sleep(Duration::from_millis(500));
-    if let Some(s) = speakers.get_mut(victim - 1) {
-        s.kill();
+    if let Some(s) = speakers.get_mut(victim - 1).and_then(Option::take) {
+        drop(s); // SIGKILL
     }
     for v in [l2v4, l2v6] {
         let cidr = format!("{v}/{}", if v.is_ipv4() { 32 } else { 128 });
@@ -193,6 +231,7 @@ pub fn run() -> Result<(), Error> {
     reach(&t, &lab, l2v6)?;
     drop(speakers);
     drop(servers);
+    drop(cluster);
     drop(lab);
     t.say("lab torn down");
     Ok(())
