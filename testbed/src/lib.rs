@@ -5,6 +5,7 @@
 //! addresses. Everything it starts dies with it, on drop and on panic.
 
 pub mod bench;
+pub mod binary;
 pub mod client;
 pub mod cluster;
 pub mod demo;

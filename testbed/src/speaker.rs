@@ -1,7 +1,7 @@
 //! The built `ferrolb-speaker` run in a node namespace from a static file the test writes.
 //!
 //! The binary is `$FERROLB_SPEAKER_BIN`, else `target/<profile>/ferrolb-speaker` of this
-//! workspace (`testbed/test.sh` builds it before `cargo test`).
+//! workspace (`testbed/test.sh` builds it before `cargo test`; [`crate::binary`]).
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -17,28 +17,7 @@ pub fn binary(profile: &str) -> Result<PathBuf, Error> {
     workspace_binary("ferrolb-speaker", profile)
 }
 
-/// Path of one of this workspace's binaries (`ferrolb-speaker`, `ferrolb-controller`,
-/// `ferrolb-bootstrap`) for `profile`: `$FERROLB_<NAME>_BIN` (e.g. `FERROLB_SPEAKER_BIN`),
-/// else `target/<profile>/<name>`.
-pub fn workspace_binary(name: &str, profile: &str) -> Result<PathBuf, Error> {
-    let var = format!("{}_BIN", name.replace('-', "_").to_uppercase());
-    if let Ok(p) = std::env::var(&var) {
-        return Ok(PathBuf::from(p));
-    }
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"));
-    let p = target.join(profile).join(name);
-    if p.exists() {
-        Ok(p)
-    } else {
-        Err(Error::Missing(format!(
-            "{} not found: build it first (cargo build -p {name}{})",
-            p.display(),
-            if profile == "release" { " --release" } else { "" }
-        )))
-    }
-}
+pub use crate::binary::workspace as workspace_binary;
 
 /// A running speaker on one lab node.
 #[derive(Debug)]

@@ -24,13 +24,9 @@ const BGP_VIP6: &str = "2001:db8:3::100";
 /// The names of kubeadm's apiserver serving certificate that matter here (no 127.0.0.1).
 const APISERVER_NAMES: &[&str] = &["kubernetes", "10.96.0.1"];
 
-/// The binary cargo built next to this test (`cargo test --workspace` builds it).
+/// The debug binary (testbed/test.sh builds it first).
 fn binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap();
-    let bin = dir.join("ferrolb-bootstrap");
-    assert!(bin.exists(), "{} missing: run `cargo build -p ferrolb-bootstrap` first", bin.display());
-    bin
+    ferrolb_testbed::binary::workspace("ferrolb-bootstrap", "debug").unwrap()
 }
 
 /// One node's files: the test CA and a checkpoint.

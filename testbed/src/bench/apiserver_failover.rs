@@ -11,7 +11,7 @@
 //! death falls at a random point of the health-check interval.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::Summary;
@@ -50,24 +50,7 @@ impl Params {
 /// The most recently built `ferrolb-bootstrap` (release or debug), or
 /// `$FERROLB_BOOTSTRAP_BIN`.
 pub fn bootstrap_binary() -> Result<PathBuf, Error> {
-    if let Ok(p) = std::env::var("FERROLB_BOOTSTRAP_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"));
-    let built = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    ["release", "debug"]
-        .iter()
-        .map(|profile| target.join(profile).join("ferrolb-bootstrap"))
-        .filter(|p| p.exists())
-        .max_by_key(built)
-        .ok_or_else(|| {
-            Error::Missing(format!(
-                "no ferrolb-bootstrap under {}: build it first (cargo build -p ferrolb-bootstrap --release)",
-                target.display()
-            ))
-        })
+    crate::binary::newest("ferrolb-bootstrap")
 }
 
 /// The node holding `vip` on eth0, if exactly one does.

@@ -73,24 +73,9 @@ impl Default for ClusterConfig {
     }
 }
 
-/// Path of `ferrolb-kube`, the multicall binary holding the control plane:
-/// `$FERROLB_KUBE_BIN`, else `target/kube/current/ferrolb-kube` of this workspace.
+/// Path of `ferrolb-kube`, the multicall binary holding the control plane.
 pub fn kube_binary() -> Result<PathBuf, Error> {
-    if let Ok(p) = std::env::var("FERROLB_KUBE_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"));
-    let p = target.join("kube").join("current").join("ferrolb-kube");
-    if p.exists() {
-        Ok(p)
-    } else {
-        Err(Error::Missing(format!(
-            "{} not found: build the control plane first (testbed/kube/build.sh; testbed/test.sh does)",
-            p.display()
-        )))
-    }
+    crate::binary::kube()
 }
 
 /// Where the cluster's files live inside the lab directory.
