@@ -115,17 +115,16 @@ pub fn render(config: &Config, name: &str) -> Result<String, String> {
     ferrolb_api::write_stream(&objects).map_err(|e| e.to_string())
 }
 
-/// Drops what the apiserver adds (resourceVersion, uid, managedFields, status), so a
-/// checkpoint only changes when the configuration does.
+/// Keeps only names and specs: drops what the apiserver adds (resourceVersion, uid,
+/// managedFields, status) and labels and annotations, which configure nothing here —
+/// `kubectl apply` adds `kubectl.kubernetes.io/last-applied-configuration` to every object
+/// it applies, and that must not count as a configuration change (a rewrite restarts the
+/// announcement). So a checkpoint only changes when the configuration does.
 fn strip_server_fields(o: &mut ferrolb_api::Object) {
     use ferrolb_api::Object;
-    fn clean(m: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
-        m.resource_version = None;
-        m.uid = None;
-        m.managed_fields = None;
-        m.generation = None;
-        m.creation_timestamp = None;
-        m.self_link = None;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    fn clean(m: &mut ObjectMeta) {
+        *m = ObjectMeta { name: m.name.take(), namespace: m.namespace.take(), ..Default::default() };
     }
     match o {
         Object::ControlPlaneVip(x) => {
@@ -251,5 +250,28 @@ spec:
         assert!(!text.contains("42"), "{text}");
         let back = from_stream("x", ferrolb_api::parse_stream("x", &text).unwrap()).unwrap().0;
         assert_eq!(back.control_plane_vips[0].spec, config.control_plane_vips[0].spec);
+    }
+
+    #[test]
+    fn labels_and_annotations_are_not_configuration() {
+        let config = ferrolb_api::parse_stream("x", GOOD).unwrap().config();
+        let plain = render(&config, "apiserver").unwrap();
+        let mut applied = config.clone();
+        // What `kubectl apply` and other clients leave on the objects a refresh reads.
+        let last_applied = "kubectl.kubernetes.io/last-applied-configuration".to_string();
+        for m in applied
+            .control_plane_vips
+            .iter_mut()
+            .map(|v| &mut v.metadata)
+            .chain(applied.peers.iter_mut().map(|p| &mut p.metadata))
+        {
+            m.annotations = Some([(last_applied.clone(), "{\"kind\":\"x\"}".to_string())].into());
+            m.labels = Some([("team".to_string(), "infra".to_string())].into());
+            m.finalizers = Some(vec!["example.com/keep".into()]);
+        }
+        assert_eq!(render(&applied, "apiserver").unwrap(), plain);
+        let back = from_stream("x", ferrolb_api::parse_stream("x", &plain).unwrap()).unwrap().0;
+        let want = from_stream("x", ferrolb_api::parse_stream("x", GOOD).unwrap()).unwrap().0;
+        assert_eq!(*back, *want, "names and specs survive");
     }
 }

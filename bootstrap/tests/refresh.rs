@@ -137,5 +137,17 @@ async fn an_unchanged_vip_does_not_rewrite() {
     let path = dir.path().join("checkpoint.yaml");
     assert_eq!(refresh::refresh_once(&client, "apiserver", &path).await.unwrap(), Outcome::Written);
     assert_eq!(refresh::refresh_once(&client, "apiserver", &path).await.unwrap(), Outcome::Unchanged);
+    // `kubectl apply` annotates what it applies; labels configure nothing either.
+    vips.patch(
+        "apiserver",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+            "labels": {"team": "infra"},
+        }})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refresh::refresh_once(&client, "apiserver", &path).await.unwrap(), Outcome::Unchanged);
     assert!(!checkpoint::prev_path(&path).exists());
 }
