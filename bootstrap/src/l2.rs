@@ -20,7 +20,7 @@ use std::time::Duration;
 use ferrolb_speaker::election;
 use ferrolb_speaker::membership::auth::DropReason;
 use ferrolb_speaker::membership::{
-    Membership, MembershipConfig, MembershipError, MembershipHandle, MembershipMetrics,
+    Membership, MembershipConfig, MembershipError, MembershipHandle, MembershipMetrics, Seed,
 };
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -85,16 +85,32 @@ impl SwimMembership {
     }
 }
 
+/// The membership configuration of node `cfg.name` while its health is `healthy`.
+///
+/// Every other member is seeded under both of its names: SWIM (foca) accepts an
+/// announcement only when it is addressed to the receiver's current name, so seeds under
+/// the plain name alone never reach a member running as `NAME~unhealthy` — members
+/// unhealthy together never met, and a member turning healthy was found only by the
+/// others' periodic announcements (up to a `rejoin_interval` later).
+pub fn member_config(cfg: &MembershipConfig, healthy: bool) -> MembershipConfig {
+    let mut c = cfg.clone();
+    c.name = membership_name(&cfg.name, healthy);
+    // Our own seed entry (if any) is skipped by name: keep it out under either name.
+    c.seeds = cfg
+        .seeds
+        .iter()
+        .filter(|s| s.name != cfg.name)
+        .flat_map(|s| [true, false].map(|h| Seed { name: membership_name(&s.name, h), addr: s.addr }))
+        .collect();
+    c
+}
+
 fn spawn(
     cfg: &MembershipConfig,
     healthy: bool,
     metrics: &MembershipMetrics,
 ) -> Result<MembershipHandle, MembershipError> {
-    let mut c = cfg.clone();
-    c.name = membership_name(&cfg.name, healthy);
-    // Our own seed entry (if any) is skipped by name: keep it out under either name.
-    c.seeds.retain(|s| s.name != cfg.name);
-    Membership::spawn(c, metrics.clone())
+    Membership::spawn(member_config(cfg, healthy), metrics.clone())
 }
 
 async fn drive(
@@ -251,6 +267,53 @@ mod tests {
         assert_eq!(membership_name("node1", false), "node1~unhealthy");
         let live = set(&["node1", "node2~unhealthy", "node3"]);
         assert_eq!(healthy_of(&live), set(&["node1", "node3"]));
+    }
+
+    fn config(name: &str, port: u16, others: &[(&str, u16)]) -> MembershipConfig {
+        let at = |p: u16| std::net::SocketAddr::from(([127, 0, 0, 1], p));
+        let seeds = others.iter().map(|(n, p)| Seed { name: n.to_string(), addr: at(*p) }).collect();
+        let key = ferrolb_api::MembershipKey::parse("0123456789abcdef0123456789abcdef-l2").unwrap();
+        let mut c = MembershipConfig::new(name, at(port), seeds, key);
+        c.bind = at(port);
+        c
+    }
+
+    #[test]
+    fn other_members_are_seeded_under_both_names_and_we_under_none() {
+        let c = config("node1", 1, &[("node1", 1), ("node2", 2)]);
+        let names = |c: &MembershipConfig| c.seeds.iter().map(|s| s.name.clone()).collect::<BTreeSet<_>>();
+        for healthy in [true, false] {
+            let m = member_config(&c, healthy);
+            assert_eq!(m.name, membership_name("node1", healthy));
+            assert_eq!(names(&m), set(&["node2", "node2~unhealthy"]));
+            assert!(m.seeds.iter().all(|s| s.addr.port() == 2));
+        }
+    }
+
+    /// Two members, both unhealthy, started together: each reaches the other although
+    /// neither runs under the name the other's `spec.members` gives it.
+    #[tokio::test]
+    async fn unhealthy_members_find_each_other() {
+        let sock = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (s1, s2) = (sock(), sock());
+        let (p1, p2) = (s1.local_addr().unwrap().port(), s2.local_addr().unwrap().port());
+        drop((s1, s2));
+        let metrics = MembershipMetrics::new(&mut Default::default());
+        let members = [("node1", p1), ("node2", p2)];
+        let start = |name: &str, port: u16| {
+            Membership::spawn(member_config(&config(name, port, &members), false), metrics.clone()).unwrap()
+        };
+        let (a, b) = (start("node1", p1), start("node2", p2));
+        let both = set(&["node1~unhealthy", "node2~unhealthy"]);
+        for h in [&a, &b] {
+            let mut live = h.live();
+            tokio::time::timeout(Duration::from_secs(5), live.wait_for(|l| *l == both))
+                .await
+                .expect("the unhealthy members never met")
+                .unwrap();
+        }
+        a.leave().await;
+        b.leave().await;
     }
 
     #[test]
