@@ -543,6 +543,16 @@ async fn run_l2(
             )
         })?,
     };
+    // This process holds nothing yet. An address with our mark is one a predecessor killed
+    // before it could release it (SIGKILL, OOM, crash) left behind: the kernel would keep
+    // answering ARP/NDP for it beside the elected owner, so it goes now.
+    match addrs.release(&ifname, ip).await {
+        Ok(true) => {
+            tracing::warn!(%ip, interface = %ifname, "removed the VIP a previous run left on the interface")
+        }
+        Ok(false) => {}
+        Err(e) => tracing::warn!(error = %e, "removing a VIP left by a previous run"),
+    }
     let (membership, announcer) = start_l2(a, vip)?;
     let members: Vec<String> = vip.spec.members.iter().map(|m| m.name.clone()).collect();
     let mut live = membership.live_healthy();
