@@ -9,7 +9,10 @@
 //!
 //! See `README.md` for what is faithful to the real apiserver and what is simplified.
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod error;
+mod events;
 mod fields;
 pub mod http;
 mod patch;
@@ -31,6 +34,9 @@ pub use error::ApiError;
 pub use resource::ResourceInfo;
 pub use service::{FakeService, ResponseBody};
 use store::{Managed, Store, WatchMsg};
+
+/// The ConfigMap holding the cluster's CA bundle, which every namespace has.
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
 
 /// The kind of API request, for the request counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

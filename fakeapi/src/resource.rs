@@ -19,6 +19,9 @@ pub struct ResourceInfo {
     pub namespaced: bool,
     /// Whether a `/status` subresource exists (main writes then ignore `.status`).
     pub status_subresource: bool,
+    /// Whether objects carry `metadata.generation` (as Pods, EndpointSlices, CRDs and custom
+    /// resources do; Services, ConfigMaps, Nodes, Leases … have none on a real server).
+    pub generation: bool,
 }
 
 impl ResourceInfo {
@@ -30,7 +33,12 @@ impl ResourceInfo {
             kind: kind.into(),
             namespaced,
             status_subresource: status,
+            generation: false,
         }
+    }
+
+    fn with_generation(self) -> Self {
+        ResourceInfo { generation: true, ..self }
     }
 
     /// `apiVersion` string for a version of this resource.
@@ -56,6 +64,7 @@ impl ResourceInfo {
             namespaced: spec.get("scope").and_then(Value::as_str) == Some("Namespaced"),
             // Real CRDs declare subresources per version; any version with status enables it here.
             status_subresource: versions.iter().any(|v| v.pointer("/subresources/status").is_some()),
+            generation: true,
         })
     }
 }
@@ -74,12 +83,14 @@ impl Registry {
             ResourceInfo::builtin("", "v1", "namespaces", "Namespace", false, true),
             ResourceInfo::builtin("", "v1", "nodes", "Node", false, true),
             ResourceInfo::builtin("", "v1", "services", "Service", true, true),
-            ResourceInfo::builtin("", "v1", "pods", "Pod", true, true),
+            ResourceInfo::builtin("", "v1", "pods", "Pod", true, true).with_generation(),
             ResourceInfo::builtin("", "v1", "secrets", "Secret", true, false),
             ResourceInfo::builtin("", "v1", "configmaps", "ConfigMap", true, false),
+            ResourceInfo::builtin("", "v1", "serviceaccounts", "ServiceAccount", true, false),
             ResourceInfo::builtin("", "v1", "events", "Event", true, false),
             ResourceInfo::builtin("events.k8s.io", "v1", "events", "Event", true, false),
-            ResourceInfo::builtin("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", true, false),
+            ResourceInfo::builtin("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", true, false)
+                .with_generation(),
             ResourceInfo::builtin("coordination.k8s.io", "v1", "leases", "Lease", true, false),
             ResourceInfo::builtin(
                 "apiextensions.k8s.io",
@@ -88,7 +99,8 @@ impl Registry {
                 "CustomResourceDefinition",
                 false,
                 true,
-            ),
+            )
+            .with_generation(),
         ] {
             r.insert(info);
         }

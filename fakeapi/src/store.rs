@@ -7,7 +7,9 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use crate::ROOT_CA_CONFIGMAP;
 use crate::error::ApiError;
+use crate::events;
 use crate::fields::{self, Scope, Writer};
 use crate::resource::{Registry, ResourceInfo};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -80,6 +82,10 @@ pub(crate) fn now() -> String {
     Timestamp::now().round(k8s_openapi::jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_default()
 }
 
+const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
+/// The fake serves no TLS; its CA bundle is a placeholder.
+const FAKE_CA: &str = "-----BEGIN CERTIFICATE-----\nZmVycm9sYi1mYWtlYXBp\n-----END CERTIFICATE-----\n";
+
 fn meta(obj: &Value, field: &str) -> Option<String> {
     obj.get("metadata")?.get(field)?.as_str().map(String::from)
 }
@@ -117,7 +123,12 @@ fn spec_part(obj: &Value) -> Value {
     v
 }
 
-fn res_key(info: &ResourceInfo) -> ResKey {
+/// Where a resource's objects are stored: its own bucket, except events.k8s.io Events,
+/// which are the core Events.
+pub(crate) fn res_key(info: &ResourceInfo) -> ResKey {
+    if events::is_events_v1(info) {
+        return (String::new(), "events".into());
+    }
     (info.group.clone(), info.plural.clone())
 }
 
@@ -209,12 +220,18 @@ impl Store {
 
     /// The object as served at the requested version.
     pub(crate) fn show(t: &Target, obj: &Value) -> Value {
-        let mut v = obj.clone();
+        let mut v = if events::is_events_v1(&t.info) { events::from_core(obj.clone()) } else { obj.clone() };
         if let Some(m) = v.as_object_mut() {
             m.insert("apiVersion".into(), json!(t.info.api_version(&t.version)));
             m.insert("kind".into(), json!(t.info.kind));
         }
         v
+    }
+
+    /// An object written through `t` as it is stored: at the version it was written in,
+    /// except that events.k8s.io Events are stored as core Events.
+    fn stored(t: &Target, obj: Value) -> Value {
+        if events::is_events_v1(&t.info) { events::to_core(obj) } else { Self::show(t, &obj) }
     }
 
     fn obj_key(&self, t: &Target, name: &str) -> Result<ObjKey, ApiError> {
@@ -246,14 +263,15 @@ impl Store {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Value> {
-        self.objects
-            .get(&(group.to_string(), plural.to_string()))?
-            .get(&(namespace.unwrap_or_default().to_string(), name.to_string()))
-            .cloned()
+        let key = match self.registry.get(group, plural) {
+            Some(info) => res_key(info),
+            None => (group.to_string(), plural.to_string()),
+        };
+        self.objects.get(&key)?.get(&(namespace.unwrap_or_default().to_string(), name.to_string())).cloned()
     }
 
-    fn in_scope(t: &Target, ns: &str, obj: &Value, labels: &LabelSelector, fields: &FieldSelector) -> bool {
-        t.namespace.as_deref().is_none_or(|want| want == ns) && labels.matches(obj) && fields.matches(obj)
+    fn in_scope(t: &Target, ns: &str, shown: &Value, labels: &LabelSelector, fields: &FieldSelector) -> bool {
+        t.namespace.as_deref().is_none_or(|want| want == ns) && labels.matches(shown) && fields.matches(shown)
     }
 
     /// LIST: matching objects in (namespace, name) order, and the list resourceVersion.
@@ -268,8 +286,9 @@ impl Store {
             .get(&res_key(&t.info))
             .map(|m| {
                 m.iter()
-                    .filter(|((ns, _), o)| Self::in_scope(t, ns, o, labels, fields))
-                    .map(|(_, o)| Self::show(t, o))
+                    .map(|((ns, _), o)| (ns, Self::show(t, o)))
+                    .filter(|(ns, o)| Self::in_scope(t, ns, o, labels, fields))
+                    .map(|(_, o)| o)
                     .collect()
             })
             .unwrap_or_default();
@@ -308,15 +327,9 @@ impl Store {
         } else {
             bucket.insert((ns.clone(), name), obj.clone());
         }
-        let entry = Arc::new(LogEntry {
-            rv: self.rv,
-            group: info.group.clone(),
-            plural: info.plural.clone(),
-            namespace: ns,
-            etype,
-            object: obj.clone(),
-            old,
-        });
+        let (group, plural) = res_key(info);
+        let entry =
+            Arc::new(LogEntry { rv: self.rv, group, plural, namespace: ns, etype, object: obj.clone(), old });
         self.log.push(entry.clone());
         // No receivers is fine: nobody is watching.
         let _ = self.tx.send(WatchMsg::Event(entry));
@@ -346,11 +359,11 @@ impl Store {
         if self.lookup(t, &name).is_ok() {
             return Err(ApiError::AlreadyExists { kind: t.info.plural.clone(), name });
         }
-        obj = Self::show(t, &obj);
+        obj = Self::stored(t, obj);
         let uid = self.new_uid();
         set_meta(&mut obj, "uid", json!(uid));
         set_meta(&mut obj, "creationTimestamp", json!(now()));
-        set_meta(&mut obj, "generation", json!(1));
+        set_meta(&mut obj, "generation", if t.info.generation { json!(1) } else { Value::Null });
         for f in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"] {
             set_meta(&mut obj, f, Value::Null);
         }
@@ -368,7 +381,32 @@ impl Store {
             );
         }
         self.controllers_on_write(t, &mut obj);
-        Ok(Self::show(t, &self.commit(&t.info, "ADDED", obj, None)))
+        let created = self.commit(&t.info, "ADDED", obj, None);
+        if (t.info.group.as_str(), t.info.plural.as_str()) == ("", "namespaces") {
+            self.populate_namespace(&name);
+        }
+        Ok(Self::show(t, &created))
+    }
+
+    /// What kube-controller-manager puts into every new namespace (there, moments later):
+    /// the `kube-root-ca.crt` ConfigMap and the `default` ServiceAccount pods run as.
+    fn populate_namespace(&mut self, ns: &str) {
+        let objects = [
+            (
+                "configmaps",
+                json!({
+                    "metadata": {"name": ROOT_CA_CONFIGMAP, "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
+                    "data": {"ca.crt": FAKE_CA},
+                }),
+            ),
+            ("serviceaccounts", json!({"metadata": {"name": "default"}})),
+        ];
+        for (plural, obj) in objects {
+            if let Some(info) = self.registry.lookup("", "v1", plural).cloned() {
+                let t = Target { info, version: "v1".into(), namespace: Some(ns.into()) };
+                let _ = self.create(&t, obj, "kube-controller-manager", Managed::Update);
+            }
+        }
     }
 
     fn writer(t: &Target, manager: &str, scope: Scope) -> Writer {
@@ -509,7 +547,7 @@ impl Store {
                 candidate.pointer("/metadata/managedFields").cloned().unwrap_or(Value::Null),
             );
         }
-        new = Self::show(t, &new);
+        new = Self::stored(t, new);
         set_meta(
             &mut new,
             "resourceVersion",
@@ -519,7 +557,7 @@ impl Store {
             // The real server does not bump resourceVersion or notify watchers for a no-op write.
             return Ok(Self::show(t, &old));
         }
-        if spec_part(&new) != spec_part(&old) {
+        if t.info.generation && spec_part(&new) != spec_part(&old) {
             let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
             set_meta(&mut new, "generation", json!(g + 1));
         }
@@ -556,9 +594,11 @@ impl Store {
             let mut new = old.clone();
             set_meta(&mut new, "deletionTimestamp", json!(now()));
             set_meta(&mut new, "deletionGracePeriodSeconds", json!(0));
-            // As the real server does, marking for deletion bumps generation so generation-filtered watchers see it.
-            let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
-            set_meta(&mut new, "generation", json!(g + 1));
+            // As the real server does, marking for deletion bumps generation (of kinds that
+            // have one) so generation-filtered watchers see it.
+            if let Some(g) = old.pointer("/metadata/generation").and_then(Value::as_i64) {
+                set_meta(&mut new, "generation", json!(g + 1));
+            }
             return Ok(Self::show(t, &self.commit(&t.info, "MODIFIED", new, Some(old))));
         }
         self.remove(t, old.clone(), Some(old), propagation)

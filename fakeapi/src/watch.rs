@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::{ApiError, gone_status};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{LogEntry, Store, Target, WatchMsg};
+use crate::store::{LogEntry, Store, Target, WatchMsg, res_key};
 
 /// What a watch request asked for.
 #[derive(Debug, Clone)]
@@ -46,13 +46,18 @@ fn bookmark(t: &Target, rv: u64, initial_end: bool) -> Bytes {
 /// Maps a store change to the event this watch sees, if any; selector edges become ADDED/DELETED.
 fn translate(req: &WatchRequest, e: &LogEntry) -> Option<Bytes> {
     let t = &req.target;
-    if e.group != t.info.group || e.plural != t.info.plural {
+    let (group, plural) = res_key(&t.info);
+    if e.group != group || e.plural != plural {
         return None;
     }
     if t.namespace.as_deref().is_some_and(|ns| ns != e.namespace) {
         return None;
     }
-    let matches = |o: &Value| req.labels.matches(o) && req.fields.matches(o);
+    // Selectors see the object as this watch's version shows it.
+    let matches = |o: &Value| {
+        let shown = Store::show(t, o);
+        req.labels.matches(&shown) && req.fields.matches(&shown)
+    };
     let now = matches(&e.object);
     let etype = match e.etype {
         "MODIFIED" => match (e.old.as_ref().is_some_and(matches), now) {
@@ -73,6 +78,8 @@ struct WatchState {
     rx: broadcast::Receiver<WatchMsg>,
     /// Highest resourceVersion this stream has accounted for; what bookmarks report.
     seen_rv: u64,
+    /// Where the stream started; periodic bookmarks come only once there is progress past it.
+    start_rv: u64,
     ended: bool,
     deadline: Option<Instant>,
     next_bookmark: Instant,
@@ -92,7 +99,9 @@ pub(crate) fn open(
             rv.parse::<u64>().map_err(|_| ApiError::BadRequest(format!("invalid resourceVersion {rv:?}")))?,
         ),
     };
-    match from.filter(|_| !req.send_initial_events) {
+    let from = from.filter(|_| !req.send_initial_events);
+    let start_rv = from.unwrap_or(store.rv);
+    match from {
         // No resourceVersion (or sendInitialEvents): synthetic ADDED for the current state, then changes.
         None => {
             let (items, rv) = store.list(&req.target, &req.labels, &req.fields);
@@ -115,6 +124,7 @@ pub(crate) fn open(
         deadline: req.timeout.map(|d| now + d),
         next_bookmark: now + req.bookmark_interval,
         seen_rv: store.rv,
+        start_rv,
         req,
         pending,
         rx,
@@ -160,7 +170,9 @@ async fn next_chunk(mut st: WatchState) -> Option<(Bytes, WatchState)> {
             },
             _ = tokio::time::sleep_until(st.next_bookmark) => {
                 st.next_bookmark += st.req.bookmark_interval;
-                if st.req.bookmarks {
+                // A real apiserver's watch cache has no bookmark for a watch until its
+                // resourceVersion moved past the one the watch started from.
+                if st.req.bookmarks && st.seen_rv > st.start_rv {
                     st.pending.push_back(bookmark(&st.req.target, st.seen_rv, false));
                 }
             }
