@@ -11,6 +11,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, PostParams};
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 /// What the Lease says, as far as the decision cares.
@@ -98,6 +99,17 @@ pub struct Elector {
     cfg: LeaseConfig,
 }
 
+/// Why a bounded round of the election failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// The API refused or failed the request.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// The API did not answer in time.
+    #[error("the API did not answer within {0:?}")]
+    NoAnswer(Duration),
+}
+
 /// Whether one step left us holding the lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -170,14 +182,33 @@ impl Elector {
         }
     }
 
-    /// Blocks until we hold the lease.
-    pub async fn acquire(&self) {
+    /// The renew deadline: how long a leader keeps leading without a successful renewal.
+    pub fn renew_deadline(&self) -> Duration {
+        self.cfg.duration * 2 / 3
+    }
+
+    /// One [`Elector::step`] that gives up after `budget`. An apiserver that accepts the
+    /// connection but never answers (frozen, or a partition after the request left) would
+    /// otherwise hold the caller in the request for as long as it likes.
+    async fn step_within(&self, budget: Duration) -> Result<Step, StepError> {
+        match tokio::time::timeout(budget, self.step()).await {
+            Ok(r) => r.map_err(StepError::Api),
+            Err(_) => Err(StepError::NoAnswer(budget)),
+        }
+    }
+
+    /// Blocks until we hold the lease; returns when the winning round began, the instant
+    /// [`Elector::hold`] counts the renew deadline from.
+    pub async fn acquire(&self) -> Instant {
         let mut last_holder = None;
         loop {
-            match self.step().await {
+            let began = Instant::now();
+            // Bounded like a renewal: a round that only succeeded long after it began would
+            // leave us holding a Lease that has already expired.
+            match self.step_within(self.renew_deadline()).await {
                 Ok(Step::Leading) => {
                     info!(identity = %self.cfg.identity, "became leader");
-                    return;
+                    return began;
                 }
                 Ok(Step::Following(h)) => {
                     if last_holder.as_ref() != Some(&h) && !h.is_empty() {
@@ -191,30 +222,46 @@ impl Elector {
         }
     }
 
-    /// Keeps renewing while we lead; returns when leadership is lost (another holder, or no
-    /// successful renewal for two thirds of the lease duration).
-    pub async fn hold(&self) {
-        let deadline = self.cfg.duration * 2 / 3;
-        let mut last_ok = tokio::time::Instant::now();
+    /// Keeps renewing while we lead; returns when leadership is lost: another holder, or
+    /// no successful renewal within the renew deadline (two thirds of the lease duration)
+    /// counted from `since`, the start of the last successful round. Each round is cut
+    /// off at the deadline, so a renewal that hangs cannot keep us leading past it.
+    pub async fn hold(&self, since: Instant) {
+        let deadline = self.renew_deadline();
+        let mut last_ok = since;
         loop {
             tokio::time::sleep(self.cfg.retry).await;
-            match self.step().await {
-                Ok(Step::Leading) => last_ok = tokio::time::Instant::now(),
-                Ok(Step::Following(h)) => {
-                    warn!(leader = %h, "lost the leader lease to another replica");
-                    return;
+            let budget = deadline.saturating_sub(last_ok.elapsed());
+            if !budget.is_zero() {
+                let began = Instant::now();
+                match self.step_within(budget).await {
+                    // From when the round began: the renewTime it wrote is no later than that.
+                    Ok(Step::Leading) => last_ok = began,
+                    Ok(Step::Following(h)) => {
+                        warn!(leader = %h, "lost the leader lease to another replica");
+                        return;
+                    }
+                    Err(e) => warn!(error = %e, "leader lease: renewal failed"),
                 }
-                Err(e) => warn!(error = %e, "leader lease: renewal failed"),
             }
             if last_ok.elapsed() >= deadline {
-                warn!("leader lease not renewed within the renew deadline; stepping down");
+                warn!(?deadline, "leader lease not renewed within the renew deadline; stepping down");
                 return;
             }
         }
     }
 
-    /// Gives the lease up (clean shutdown) so a standby takes over at once.
+    /// Gives the lease up (clean shutdown) so a standby takes over at once. Bounded by the
+    /// renew deadline: an apiserver that does not answer must not keep the process from
+    /// exiting (and restarting as a standby); the Lease then expires on its own.
     pub async fn release(&self) {
+        let deadline = self.renew_deadline();
+        if tokio::time::timeout(deadline, self.try_release()).await.is_err() {
+            warn!(?deadline, "could not release the leader lease: no answer; it expires on its own");
+        }
+    }
+
+    async fn try_release(&self) {
         let Ok(Some(mut lease)) = self.api.get_opt(&self.cfg.name).await else {
             return;
         };

@@ -41,11 +41,12 @@ pub async fn run(
 ) -> Result<(), Error> {
     tokio::pin!(shutdown);
     let elector = settings.leader.clone().map(|cfg| Elector::new(client.clone(), cfg));
+    let mut since = None;
     if let Some(e) = &elector {
         // A standby is healthy and ready: it is doing its job, waiting.
         health.set_ready(true);
         tokio::select! {
-            _ = e.acquire() => {}
+            t = e.acquire() => since = Some(t),
             _ = &mut shutdown => return Ok(()),
         }
         health.set_ready(false);
@@ -53,7 +54,7 @@ pub async fn run(
     metrics.leader.set(1);
     let result = tokio::select! {
         r = serve(client, settings, metrics.clone(), health.clone()) => r,
-        _ = hold(elector.as_ref()) => Err(Error::LostLeadership),
+        _ = hold(elector.as_ref(), since) => Err(Error::LostLeadership),
         _ = &mut shutdown => {
             info!("shutting down");
             Ok(())
@@ -68,9 +69,9 @@ pub async fn run(
     result
 }
 
-async fn hold(elector: Option<&Elector>) {
+async fn hold(elector: Option<&Elector>, since: Option<tokio::time::Instant>) {
     match elector {
-        Some(e) => e.hold().await,
+        Some(e) => e.hold(since.unwrap_or_else(tokio::time::Instant::now)).await,
         None => std::future::pending().await,
     }
 }

@@ -90,3 +90,29 @@ async fn racing_candidates_cannot_both_acquire() {
         assert_eq!(leading, 1, "round {round}: exactly one candidate acquires");
     }
 }
+
+/// An apiserver that stops answering (frozen, or cut off after the request left) must not
+/// hold the leader in its renewal: it steps down within the renew deadline, before the
+/// Lease can expire and a standby elsewhere take it, and the process ends (to restart as
+/// a standby) even though releasing the Lease gets no answer either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_renewal_hangs_steps_down_before_its_lease_expires() {
+    let (client, server) = cluster().await;
+    let lease = Duration::from_secs(3);
+    let leader = start(&server, settings("a", Some(lease)));
+    until("a leads", || async { leader.is_leader().then_some(()) }).await;
+    until("a holds the Lease", || async { (holder(&client).await.as_deref() == Some("a")).then_some(()) })
+        .await;
+
+    server.set_hanging(true);
+    let t = Instant::now();
+    until("a steps down", || async { (!leader.is_leader()).then_some(()) }).await;
+    let stepped = t.elapsed();
+    println!("stepped down {stepped:?} after the API stopped answering (lease {lease:?})");
+    assert!(stepped < lease, "still leading {stepped:?} into a hung API: past its {lease:?} Lease");
+    until("run() returns", || async { leader.is_finished().then_some(()) }).await;
+    assert!(t.elapsed() < lease * 2, "run() took {:?} to return", t.elapsed());
+    server.set_hanging(false);
+    let result = leader.stop().await;
+    assert!(matches!(result, Err(ferrolb_controller::Error::LostLeadership)), "{result:?}");
+}
