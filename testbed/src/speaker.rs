@@ -14,10 +14,8 @@ use crate::{Error, Lab, plan, wait};
 
 /// Path of the speaker binary for `profile` ("debug" or "release").
 pub fn binary(profile: &str) -> Result<PathBuf, Error> {
-    workspace_binary("ferrolb-speaker", profile)
+    crate::binary::workspace("ferrolb-speaker", profile)
 }
-
-pub use crate::binary::workspace as workspace_binary;
 
 /// A running speaker on one lab node.
 #[derive(Debug)]

@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 use ferrolb_testbed::cluster::{self, Cluster, ClusterConfig, ferrolb};
 use ferrolb_testbed::netns::Netns;
 use ferrolb_testbed::process::{Proc, Spawn};
-use ferrolb_testbed::speaker::workspace_binary;
 use ferrolb_testbed::{Error, Lab, LabConfig, client, plan, wait};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
@@ -408,7 +407,7 @@ fn the_apiserver_vip_follows_healthy_real_apiservers() {
     let mut cluster =
         Cluster::start(&lab, &ClusterConfig { control_planes: MEMBERS, extra_sans: Vec::new() }).unwrap();
     eprintln!("control plane up after {:?}", test_start.elapsed());
-    let bin = workspace_binary("ferrolb-bootstrap", "debug").unwrap();
+    let bin = ferrolb_testbed::binary::workspace("ferrolb-bootstrap", "debug").unwrap();
     let ca = cluster.paths().ca_cert();
     let ca_key = cluster.paths().ca_key();
 

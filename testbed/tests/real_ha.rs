@@ -28,10 +28,10 @@ use ferrolb_speaker::cluster::KINDS;
 use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
 use ferrolb_testbed::kubeapi::Objects;
 use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::process::{Proc, Spawn};
+use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, RibPath, Router, RouterSpec};
-use ferrolb_testbed::speaker::{workspace_binary, yaml};
+use ferrolb_testbed::speaker::yaml;
 use ferrolb_testbed::{Lab, LabConfig, client, plan, wait};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
@@ -59,7 +59,6 @@ const KILL_OUTAGE: Duration = Duration::from_secs(20);
 /// empty watch cache answers each resumed watch with 410 Gone, which costs one more
 /// back-off round before the relist: up to ~3 rounds of up to 60 s.
 const RECOVERY: Duration = Duration::from_secs(180);
-const CONTROLLER_METRICS_PORT: u16 = 7472;
 const SPEAKER_METRICS_PORT: u16 = 9121;
 const LEASE_NAME: &str = "ferrolb-controller";
 /// What a controller logs once it leads and has rebuilt its state.
@@ -72,28 +71,11 @@ fn v4(i: usize) -> IpAddr {
 // ---------------------------------------------------------------------------------------
 // Controller replicas and what their logs say about leadership.
 
-/// Starts the debug `ferrolb-controller` on node `node` as [`ferrolb::start_controller`]
-/// does, but with a kubeconfig made beforehand: a kubelet restarts a container with the
-/// token it already has, while the apiserver may be down (no TokenRequest possible).
+/// Starts a controller replica with a kubeconfig made beforehand (see
+/// [`ferrolb::start_controller_with`]).
 fn spawn_controller(lab: &Lab, node: usize, identity: &str, kubeconfig: &Path, extra: &[String]) -> Proc {
-    let bin = workspace_binary("ferrolb-controller", "debug").unwrap().display().to_string();
-    let conf = kubeconfig.display().to_string();
-    let metrics = SocketAddr::new(v4(node), CONTROLLER_METRICS_PORT).to_string();
-    let mut argv = vec![
-        bin.as_str(),
-        "--kubeconfig",
-        &conf,
-        "--namespace",
-        ferrolb::NAMESPACE,
-        "--leader-elect",
-        "--identity",
-        identity,
-        "--metrics-addr",
-        &metrics,
-    ];
-    argv.extend(extra.iter().map(String::as_str));
-    let spec = Spawn::new(identity, &argv).env("RUST_LOG", "info,ferrolb_controller=debug");
-    lab.spawn(lab.node(node), spec).unwrap()
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    ferrolb::start_controller_with(lab, node, identity, kubeconfig, &extra).unwrap()
 }
 
 /// One controller replica (a pod of the Deployment): restarted with the same identity
@@ -155,7 +137,7 @@ impl Replica {
     }
 
     fn metrics_addr(&self) -> SocketAddr {
-        SocketAddr::new(v4(self.node), CONTROLLER_METRICS_PORT)
+        SocketAddr::new(v4(self.node), ferrolb::CONTROLLER_METRICS_PORT)
     }
 
     /// The spans during which this replica led: from "became leader" to its step-down,

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::Cluster;
 use crate::process::{Proc, Spawn};
-use crate::speaker::{start_kube, workspace_binary};
-use crate::{Error, Lab, plan, wait};
+use crate::speaker::start_kube;
+use crate::{Error, Lab, binary, plan, wait};
 
 /// The namespace the manifests install into.
 pub const NAMESPACE: &str = "ferrolb-system";
@@ -18,6 +18,8 @@ pub const NAMESPACE: &str = "ferrolb-system";
 pub const CONTROLLER_SA: &str = "ferrolb-controller";
 /// The speakers' ServiceAccount.
 pub const SPEAKER_SA: &str = "ferrolb-speaker";
+/// Where a controller serves its metrics, on its node's address (the manifests' port).
+pub const CONTROLLER_METRICS_PORT: u16 = 7472;
 
 /// `manifests/` of this workspace.
 pub fn manifests_dir() -> PathBuf {
@@ -44,8 +46,8 @@ pub fn kubeconfig(cluster: &Cluster, service_account: &str, server_node: usize) 
     cluster.token_kubeconfig(NAMESPACE, service_account, server_node)
 }
 
-/// Starts the debug `ferrolb-controller` on node `i` with the controller
-/// ServiceAccount's token (leader election on, identity = `tag`); `extra` flags appended.
+/// Starts the debug `ferrolb-controller` on node `i` with a fresh token of the controller
+/// ServiceAccount (leader election on, identity = `tag`); `extra` flags appended.
 pub fn start_controller(
     lab: &Lab,
     cluster: &Cluster,
@@ -53,9 +55,22 @@ pub fn start_controller(
     tag: &str,
     extra: &[&str],
 ) -> Result<Proc, Error> {
-    let bin = workspace_binary("ferrolb-controller", "debug")?.display().to_string();
-    let conf = kubeconfig(cluster, CONTROLLER_SA, 1)?.display().to_string();
-    let metrics = SocketAddr::new(plan::node_v4(i).into(), 7472).to_string();
+    let conf = kubeconfig(cluster, CONTROLLER_SA, 1)?;
+    start_controller_with(lab, i, tag, &conf, extra)
+}
+
+/// Like [`start_controller`] with a kubeconfig made beforehand: a kubelet restarts a
+/// container with the token it already has, while the apiserver may be down.
+pub fn start_controller_with(
+    lab: &Lab,
+    i: usize,
+    tag: &str,
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> Result<Proc, Error> {
+    let bin = binary::workspace("ferrolb-controller", "debug")?.display().to_string();
+    let conf = kubeconfig.display().to_string();
+    let metrics = SocketAddr::new(plan::node_v4(i).into(), CONTROLLER_METRICS_PORT).to_string();
     let mut argv = vec![
         bin.as_str(),
         "--kubeconfig",
