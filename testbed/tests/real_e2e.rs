@@ -23,6 +23,7 @@ use ferrolb_testbed::client::{self, HttpServer};
 use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::{self, Bird, RouterSpec};
+use ferrolb_testbed::speaker::yaml;
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 use nix::sys::signal::Signal;
 use serde_json::Value;
@@ -42,60 +43,31 @@ fn v6(i: usize) -> IpAddr {
 
 /// Pools, peers (IPv4 and IPv6 sessions, TCP MD5 from a Secret) and advertisements.
 fn configuration() -> String {
-    format!(
-        "\
-apiVersion: v1
-kind: Secret
-metadata: {{name: bgp-auth, namespace: ferrolb-system}}
-stringData: {{password: {PASSWORD}}}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: IPAddressPool
-metadata: {{name: public}}
-spec: {{addresses: [\"203.0.113.0/25\", \"2001:db8:3::/120\"]}}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: IPAddressPool
-metadata: {{name: lan}}
-spec: {{addresses: [\"192.0.2.200-192.0.2.250\"], autoAssign: false}}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: BGPPeer
-metadata: {{name: router-v4}}
-spec:
-  myASN: {node_asn}
-  peerASN: {router_asn}
-  peerAddress: \"{r4}\"
-  connectTime: 1s
-  addressFamilies: [ipv4-unicast]
-  passwordSecret: {{name: bgp-auth, namespace: ferrolb-system, key: password}}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: BGPPeer
-metadata: {{name: router-v6}}
-spec:
-  myASN: {node_asn}
-  peerASN: {router_asn}
-  peerAddress: \"{r6}\"
-  connectTime: 1s
-  addressFamilies: [ipv6-unicast]
-  passwordSecret: {{name: bgp-auth, namespace: ferrolb-system, key: password}}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: BGPAdvertisement
-metadata: {{name: public}}
-spec: {{ipAddressPools: [public]}}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: L2Advertisement
-metadata: {{name: lan}}
-spec: {{ipAddressPools: [lan]}}
-",
-        node_asn = plan::NODE_ASN,
-        router_asn = plan::ROUTER_ASN,
-        r4 = plan::ROUTER_V4,
-        r6 = plan::ROUTER_V6,
-    )
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: bgp-auth, namespace: ferrolb-system}}\nstringData: {{password: {PASSWORD}}}\n"
+    );
+    let peer = |name: &str, addr: IpAddr, family: &str| {
+        yaml::peer(
+            name,
+            plan::NODE_ASN,
+            plan::ROUTER_ASN,
+            addr,
+            &[
+                &format!("addressFamilies: [{family}]"),
+                "passwordSecret: {name: bgp-auth, namespace: ferrolb-system, key: password}",
+            ],
+        )
+    };
+    let lan = format!("{}-{}", plan::L2_POOL_V4.0, plan::L2_POOL_V4.1);
+    yaml::stream(&[
+        secret,
+        yaml::pool("public", &["203.0.113.0/25", "2001:db8:3::/120"]),
+        yaml::pool("lan", &[&lan]).replace("spec: {", "spec: {autoAssign: false, "),
+        peer("router-v4", plan::ROUTER_V4.into(), "ipv4-unicast"),
+        peer("router-v6", plan::ROUTER_V6.into(), "ipv6-unicast"),
+        yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
+        yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]),
+    ])
 }
 
 /// The workload: pods (bound to nodes; the testbed acts as their kubelet) and Services.
