@@ -2,6 +2,7 @@
 //! watch caches and the one allocator.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Service};
@@ -11,6 +12,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::{Notify, mpsc};
 use tracing::warn;
 
+use crate::error::CallError;
+use crate::fence::{CALL_TIMEOUT, Fence};
 use crate::ipam::{Allocator, ServiceKey};
 use crate::metrics::Metrics;
 
@@ -47,8 +50,10 @@ pub struct Ipam {
 
 /// Shared by every reconciliation and watch task.
 pub struct Context {
-    /// The API client.
+    /// The API client; call it through [`Context::call`].
     pub client: kube::Client,
+    /// Closes when this replica's leader term ends: no write after that.
+    pub fence: Fence,
     /// Publishes Events.
     pub recorder: Recorder,
     /// Metrics.
@@ -68,6 +73,12 @@ pub struct Context {
 }
 
 impl Context {
+    /// Makes one API call of the leader's work: not sent once the leader term has ended,
+    /// abandoned when it ends or after [`CALL_TIMEOUT`].
+    pub async fn call<T>(&self, call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, CallError> {
+        self.fence.call(CALL_TIMEOUT, call).await
+    }
+
     /// Locks the allocator state (a poisoned lock only follows a panic in a test; keep going).
     pub fn ipam(&self) -> MutexGuard<'_, Ipam> {
         self.ipam.lock().unwrap_or_else(|e| e.into_inner())
@@ -133,7 +144,7 @@ impl Context {
             action: reason.into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, regarding).await {
+        if let Err(e) = self.call(self.recorder.publish(&ev, regarding)).await {
             warn!(reason, object = ?regarding.name, error = %e, "cannot publish event");
         }
     }

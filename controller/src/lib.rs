@@ -4,10 +4,12 @@
 //! * [`model`]: Kubernetes objects → allocator inputs (the only place reading their fields).
 //! * [`reconcile`]: `reconcile(service, ctx)` / `error_policy`; [`pools`]: pool validation and status.
 //! * [`run`]: leader election, crash-consistent startup, watches; [`leader`]: the Lease decision.
+//! * [`fence`]: deadlines on API calls, and the fence that stops a leader's writes when its term ends.
 //! * [`migrate`]: `migrate-from-metallb`, MetalLB objects and annotations → ferrolb objects.
 //! * [`metrics`], [`http`]: `/metrics`, `/healthz`, `/readyz`; [`membership`]: the speakers' Secret.
 pub mod context;
 pub mod error;
+pub mod fence;
 pub mod http;
 pub mod ipam;
 pub mod leader;

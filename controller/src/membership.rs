@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 
-use crate::error::Error;
+use crate::error::{CallError, Error};
+use crate::fence::{CALL_TIMEOUT, Fence};
 
 /// A fresh random key: 32 random bytes as 64 hex characters.
 fn random_key() -> Result<String, getrandom::Error> {
@@ -21,12 +22,13 @@ fn random_key() -> Result<String, getrandom::Error> {
 }
 
 /// Creates the Secret when absent; never replaces an existing one (the user may have set
-/// their own key). Returns whether it created it. The key is never logged.
-pub async fn ensure_secret(client: &kube::Client, namespace: &str) -> Result<bool, Error> {
+/// their own key). Returns whether it created it. The key is never logged. Both calls go
+/// through `fence` (the leader's work) with [`CALL_TIMEOUT`].
+pub async fn ensure_secret(client: &kube::Client, fence: &Fence, namespace: &str) -> Result<bool, Error> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let object = format!("Secret {namespace}/{MEMBERSHIP_SECRET_NAME}");
-    let existing = api
-        .get_opt(MEMBERSHIP_SECRET_NAME)
+    let existing = fence
+        .call(CALL_TIMEOUT, api.get_opt(MEMBERSHIP_SECRET_NAME))
         .await
         .map_err(|source| Error::Read { what: object.clone(), source })?;
     if existing.is_some() {
@@ -35,7 +37,7 @@ pub async fn ensure_secret(client: &kube::Client, namespace: &str) -> Result<boo
     let key = random_key().map_err(|e| Error::Write {
         what: "data (no randomness available)",
         object: object.clone(),
-        source: kube::Error::Service(Box::new(std::io::Error::other(e.to_string()))),
+        source: CallError::Api(kube::Error::Service(Box::new(std::io::Error::other(e.to_string())))),
     })?;
     let secret = Secret {
         metadata: ObjectMeta {
@@ -48,10 +50,10 @@ pub async fn ensure_secret(client: &kube::Client, namespace: &str) -> Result<boo
         type_: Some("Opaque".into()),
         ..Default::default()
     };
-    match api.create(&PostParams::default(), &secret).await {
+    match fence.call(CALL_TIMEOUT, api.create(&PostParams::default(), &secret)).await {
         Ok(_) => Ok(true),
         // Another replica (or the user) created it meanwhile: theirs stays.
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) if e.status() == Some(409) => Ok(false),
         Err(source) => Err(Error::Write { what: "the whole object", object, source }),
     }
 }

@@ -154,9 +154,9 @@ impl PoolSync {
                 continue;
             }
             let patch = json!({"status": desired});
-            match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            match ctx.call(api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))).await {
                 Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) if e.status() == Some(404) => {}
                 // The next change or watch event writes it again.
                 Err(e) => warn!(pool = %name, error = %e, "cannot write IPAddressPool status"),
             }

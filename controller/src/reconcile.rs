@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use crate::context::Context;
-use crate::error::Error;
+use crate::error::{CallError, Error};
 use crate::ipam::{Assigned, Placement};
 use crate::model::{self, Class};
 
@@ -136,10 +136,10 @@ fn status_matches(svc: &Service, addrs: &[IpAddr]) -> bool {
 }
 
 /// 404 means the Service was deleted meanwhile: its deletion releases it, nothing to write.
-fn ignore_gone(r: Result<Service, kube::Error>) -> Result<(), kube::Error> {
+fn ignore_gone(r: Result<Service, CallError>) -> Result<(), CallError> {
     match r {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) if e.status() == Some(404) => Ok(()),
         Err(e) => Err(e),
     }
 }
@@ -152,9 +152,9 @@ async fn write(svc: &Service, assigned: &[Assigned], ctx: &Context) -> Result<()
     let changed = !status_matches(svc, &addrs);
     if changed {
         let patch = json!({"status": {"loadBalancer": {"ingress": ingress(&addrs)}}});
-        ignore_gone(api.patch_status(&key.name, &pp, &Patch::Merge(&patch)).await).map_err(|source| {
-            Error::Write { what: "status.loadBalancer", object: format!("Service {key}"), source }
-        })?;
+        ignore_gone(ctx.call(api.patch_status(&key.name, &pp, &Patch::Merge(&patch))).await).map_err(
+            |source| Error::Write { what: "status.loadBalancer", object: format!("Service {key}"), source },
+        )?;
     }
     if let Some(conditions) = orphan_conditions(svc, assigned) {
         // The whole list is written, so guard it with the resourceVersion we read: a
@@ -163,14 +163,14 @@ async fn write(svc: &Service, assigned: &[Assigned], ctx: &Context) -> Result<()
             "metadata": {"resourceVersion": svc.resource_version()},
             "status": {"conditions": conditions},
         });
-        ignore_gone(api.patch_status(&key.name, &pp, &Patch::Merge(&patch)).await).map_err(|source| {
-            Error::Write { what: "status.conditions", object: format!("Service {key}"), source }
-        })?;
+        ignore_gone(ctx.call(api.patch_status(&key.name, &pp, &Patch::Merge(&patch))).await).map_err(
+            |source| Error::Write { what: "status.conditions", object: format!("Service {key}"), source },
+        )?;
     }
     let pools = model::pool_annotation(assigned);
     if model::current_pool_annotation(svc) != pools.as_deref() {
         let patch = json!({"metadata": {"annotations": {ANNOTATION_IP_ALLOCATED_FROM_POOL: pools}}});
-        ignore_gone(api.patch(&key.name, &pp, &Patch::Merge(&patch)).await).map_err(|source| {
+        ignore_gone(ctx.call(api.patch(&key.name, &pp, &Patch::Merge(&patch))).await).map_err(|source| {
             Error::Write { what: "metadata.annotations", object: format!("Service {key}"), source }
         })?;
     }
@@ -244,13 +244,13 @@ async fn clear(svc: &Service, ctx: &Context) -> Result<(), Error> {
     let pp = PatchParams::default();
     if has_ingress {
         let patch = json!({"status": {"loadBalancer": {"ingress": null}}});
-        ignore_gone(api.patch_status(&key.name, &pp, &Patch::Merge(&patch)).await).map_err(|source| {
-            Error::Write { what: "status.loadBalancer", object: format!("Service {key}"), source }
-        })?;
+        ignore_gone(ctx.call(api.patch_status(&key.name, &pp, &Patch::Merge(&patch))).await).map_err(
+            |source| Error::Write { what: "status.loadBalancer", object: format!("Service {key}"), source },
+        )?;
     }
     if ours {
         let patch = json!({"metadata": {"annotations": {ANNOTATION_IP_ALLOCATED_FROM_POOL: null}}});
-        ignore_gone(api.patch(&key.name, &pp, &Patch::Merge(&patch)).await).map_err(|source| {
+        ignore_gone(ctx.call(api.patch(&key.name, &pp, &Patch::Merge(&patch))).await).map_err(|source| {
             Error::Write { what: "metadata.annotations", object: format!("Service {key}"), source }
         })?;
     }

@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 
 use crate::context::{Context, Ipam, Settings};
 use crate::error::Error;
+use crate::fence::{Fence, Term};
 use crate::http::Health;
 use crate::ipam::{AllocError, Placement, ServiceKey};
 use crate::leader::Elector;
@@ -40,21 +41,26 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
     tokio::pin!(shutdown);
-    let elector = settings.leader.clone().map(|cfg| Elector::new(client.clone(), cfg));
-    let mut since = None;
-    if let Some(e) = &elector {
+    let mut elector = settings.leader.clone().map(|cfg| Elector::new(client.clone(), cfg));
+    let mut term = None;
+    if let Some(e) = &mut elector {
         // A standby is healthy and ready: it is doing its job, waiting.
         health.set_ready(true);
         tokio::select! {
-            t = e.acquire() => since = Some(t),
+            t = e.acquire() => term = Some(t),
             _ = &mut shutdown => return Ok(()),
         }
         health.set_ready(false);
     }
+    // Every write of the leader's work goes through the fence: none once the term ended.
+    // Dropping `serve` when `hold` returns is not enough on its own: its spawned tasks run
+    // on other threads until aborted, and it may be polled before `hold` in the wake-up
+    // after the term's end.
+    let fence = term.as_ref().map_or_else(Fence::open, Term::fence);
     metrics.leader.set(1);
     let result = tokio::select! {
-        r = serve(client, settings, metrics.clone(), health.clone()) => r,
-        _ = hold(elector.as_ref(), since) => Err(Error::LostLeadership),
+        r = serve(client, settings, fence, metrics.clone(), health.clone()) => r,
+        _ = hold(elector.as_mut(), term.as_ref()) => Err(Error::LostLeadership),
         _ = &mut shutdown => {
             info!("shutting down");
             Ok(())
@@ -69,10 +75,10 @@ pub async fn run(
     result
 }
 
-async fn hold(elector: Option<&Elector>, since: Option<tokio::time::Instant>) {
-    match elector {
-        Some(e) => e.hold(since.unwrap_or_else(tokio::time::Instant::now)).await,
-        None => std::future::pending().await,
+async fn hold(elector: Option<&mut Elector>, term: Option<&Term>) {
+    match (elector, term) {
+        (Some(e), Some(t)) => e.hold(t).await,
+        _ => std::future::pending().await,
     }
 }
 
@@ -95,6 +101,7 @@ where
 async fn serve(
     client: kube::Client,
     settings: Settings,
+    fence: Fence,
     metrics: Metrics,
     health: Health,
 ) -> Result<(), Error> {
@@ -107,6 +114,7 @@ async fn serve(
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client: client.clone(),
+        fence,
         metrics,
         settings,
         ipam: Mutex::new(Ipam::default()),
@@ -361,7 +369,7 @@ async fn pools_task(
 /// Creates the membership Secret when absent, retrying until it exists.
 async fn membership_task(ctx: Arc<Context>) -> Result<(), Error> {
     loop {
-        match membership::ensure_secret(&ctx.client, &ctx.settings.namespace).await {
+        match membership::ensure_secret(&ctx.client, &ctx.fence, &ctx.settings.namespace).await {
             Ok(true) => {
                 info!(namespace = %ctx.settings.namespace, "created the membership Secret");
                 break;

@@ -22,7 +22,7 @@ mod service;
 mod store;
 mod watch;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -59,14 +59,68 @@ pub enum Verb {
     DeleteCollection,
 }
 
+/// Who is being kept waiting: every client, or the clients with these tags.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Hang {
+    all: bool,
+    clients: BTreeSet<String>,
+}
+
+impl Hang {
+    fn holds(&self, client: Option<&str>) -> bool {
+        self.all || client.is_some_and(|c| self.clients.contains(c))
+    }
+}
+
+/// One request in the log ([`FakeApiServer::with_request_log`]). `sent` and `answered`
+/// come from one counter, so they order requests of different clients against each other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedRequest {
+    /// The tag of the client that sent it ([`FakeApiServer::new_client_tagged`]); `None` if untagged.
+    pub client: Option<String>,
+    /// What kind of request; `None` for paths outside the REST API (e.g. `/version`).
+    pub verb: Option<Verb>,
+    /// The request path, without the query.
+    pub path: String,
+    /// Its place in the log when it reached the server, before any hang held it.
+    pub sent: u64,
+    /// Its place in the log when the server answered, and the HTTP status; `None` while
+    /// it waits, and for good if the client gave up waiting (it was then never served).
+    pub answered: Option<(u64, u16)>,
+}
+
+impl LoggedRequest {
+    /// Whether it is a write: create, update, patch or delete.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.verb,
+            Some(Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection)
+        )
+    }
+
+    /// Whether the server carried it out (answered 2xx).
+    pub fn succeeded(&self) -> bool {
+        self.answered.is_some_and(|(_, code)| (200..300).contains(&code))
+    }
+}
+
+/// The request log and its sequence counter.
+#[derive(Debug, Default)]
+struct RequestLog {
+    on: bool,
+    seq: u64,
+    entries: Vec<LoggedRequest>,
+}
+
 /// State shared by the server handle and every `FakeService` clone.
 pub(crate) struct Inner {
     store: Mutex<Store>,
     tx: broadcast::Sender<WatchMsg>,
     unavailable: AtomicBool,
-    hang: tokio::sync::watch::Sender<bool>,
+    hang: tokio::sync::watch::Sender<Hang>,
     counts: Mutex<BTreeMap<Option<Verb>, u64>>,
     bookmark_interval: Mutex<Duration>,
+    log: Mutex<RequestLog>,
 }
 
 impl Inner {
@@ -81,6 +135,44 @@ impl Inner {
 
     fn bookmark_interval(&self) -> Duration {
         *self.bookmark_interval.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn request_log(&self) -> MutexGuard<'_, RequestLog> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Logs a request as it arrives; returns its index for [`Inner::log_answered`].
+    fn log_sent(&self, client: Option<&str>, verb: Option<Verb>, path: &str) -> Option<usize> {
+        let mut log = self.request_log();
+        if !log.on {
+            return None;
+        }
+        log.seq += 1;
+        let sent = log.seq;
+        log.entries.push(LoggedRequest {
+            client: client.map(String::from),
+            verb,
+            path: path.to_owned(),
+            sent,
+            answered: None,
+        });
+        Some(log.entries.len() - 1)
+    }
+
+    fn log_answered(&self, entry: Option<usize>, code: u16) {
+        let Some(i) = entry else { return };
+        let mut log = self.request_log();
+        log.seq += 1;
+        let seq = log.seq;
+        if let Some(e) = log.entries.get_mut(i) {
+            e.answered = Some((seq, code));
+        }
+    }
+
+    /// Waits while requests of this client are held (see [`FakeApiServer::set_hanging`]).
+    async fn wait_while_hanging(&self, client: Option<&str>) {
+        let mut hang = self.hang.subscribe();
+        let _ = hang.wait_for(|h| !h.holds(client)).await;
     }
 }
 
@@ -107,7 +199,7 @@ impl FakeApiServer {
     pub fn new() -> Self {
         // Large enough that only a stuck watcher lags; a lagging watch gets 410 Gone.
         let (tx, _) = broadcast::channel(16 * 1024);
-        let (hang, _) = tokio::sync::watch::channel(false);
+        let (hang, _) = tokio::sync::watch::channel(Hang::default());
         FakeApiServer {
             inner: Arc::new(Inner {
                 store: Mutex::new(Store::new(tx.clone())),
@@ -116,6 +208,7 @@ impl FakeApiServer {
                 hang,
                 counts: Mutex::new(BTreeMap::new()),
                 bookmark_interval: Mutex::new(Duration::from_secs(1)),
+                log: Mutex::new(RequestLog::default()),
             }),
         }
     }
@@ -124,6 +217,18 @@ impl FakeApiServer {
     pub fn with_bookmark_interval(self, interval: Duration) -> Self {
         *self.inner.bookmark_interval.lock().unwrap_or_else(|e| e.into_inner()) = interval;
         self
+    }
+
+    /// Logs every request from now on ([`FakeApiServer::request_log`]); off by default, as
+    /// the log grows with every request.
+    pub fn with_request_log(self) -> Self {
+        self.inner.request_log().on = true;
+        self
+    }
+
+    /// Every request since [`FakeApiServer::with_request_log`], in the order they arrived.
+    pub fn request_log(&self) -> Vec<LoggedRequest> {
+        self.inner.request_log().entries.clone()
     }
 
     /// A `kube::Client` talking to this server, and the server handle. Needs a tokio runtime.
@@ -137,9 +242,20 @@ impl FakeApiServer {
         kube::Client::new(self.service(), "default")
     }
 
+    /// Another independent client whose requests carry `tag`: [`FakeApiServer::set_hanging_for`]
+    /// holds them alone, and the request log names it (e.g. one leader-election candidate).
+    pub fn new_client_tagged(&self, tag: &str) -> kube::Client {
+        kube::Client::new(self.service_tagged(tag), "default")
+    }
+
     /// The raw tower `Service`, for wrapping in layers.
     pub fn service(&self) -> FakeService {
-        FakeService { inner: self.inner.clone() }
+        FakeService { inner: self.inner.clone(), client: None }
+    }
+
+    /// The raw tower `Service` of a tagged client (see [`FakeApiServer::new_client_tagged`]).
+    pub fn service_tagged(&self, tag: &str) -> FakeService {
+        FakeService { inner: self.inner.clone(), client: Some(tag.into()) }
     }
 
     /// Simulates an apiserver outage: every request gets 503 and open watches end.
@@ -152,10 +268,24 @@ impl FakeApiServer {
 
     /// Simulates an unreachable apiserver: requests hang until this is turned off; open watches end.
     pub fn set_hanging(&self, hanging: bool) {
-        self.inner.hang.send_replace(hanging);
+        self.inner.hang.send_modify(|h| h.all = hanging);
         if hanging {
             let _ = self.inner.tx.send(WatchMsg::Disconnect);
         }
+    }
+
+    /// Simulates an apiserver that stops answering one client (as when API Priority and
+    /// Fairness queues one user's requests): new requests of the clients tagged `client`
+    /// hang until this is turned off; their open watches keep streaming, and every other
+    /// client is served as usual.
+    pub fn set_hanging_for(&self, client: &str, hanging: bool) {
+        self.inner.hang.send_modify(|h| {
+            if hanging {
+                h.clients.insert(client.to_owned());
+            } else {
+                h.clients.remove(client);
+            }
+        });
     }
 
     /// How many requests of this kind reached the API (requests refused by an outage are not counted).

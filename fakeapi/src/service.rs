@@ -29,6 +29,8 @@ pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
 #[derive(Clone)]
 pub struct FakeService {
     pub(crate) inner: Arc<Inner>,
+    /// The client's tag ([`crate::FakeApiServer::new_client_tagged`]).
+    pub(crate) client: Option<Arc<str>>,
 }
 
 impl tower::Service<Request<kube::client::Body>> for FakeService {
@@ -42,7 +44,19 @@ impl tower::Service<Request<kube::client::Body>> for FakeService {
 
     fn call(&mut self, req: Request<kube::client::Body>) -> Self::Future {
         let inner = self.inner.clone();
-        Box::pin(async move { Ok(handle(inner, req).await.unwrap_or_else(|e| error_response(&e))) })
+        let client = self.client.clone();
+        Box::pin(async move {
+            inner.count(None);
+            let path = req.uri().path();
+            let kind =
+                route(path).and_then(|r| verb(req.method(), &r, &Query::parse(req.uri().query())).ok());
+            let entry = inner.log_sent(client.as_deref(), kind, path);
+            // An outage that hangs: requests wait until it ends (or the client gives up).
+            inner.wait_while_hanging(client.as_deref()).await;
+            let response = handle(&inner, req).await.unwrap_or_else(|e| error_response(&e));
+            inner.log_answered(entry, response.status().as_u16());
+            Ok(response)
+        })
     }
 }
 
@@ -161,14 +175,7 @@ fn verb(method: &Method, r: &Route, q: &Query) -> Result<Verb, ApiError> {
     })
 }
 
-async fn handle(
-    inner: Arc<Inner>,
-    req: Request<kube::client::Body>,
-) -> Result<Response<ResponseBody>, ApiError> {
-    inner.count(None);
-    // An outage that hangs: requests wait until it ends (or the client gives up).
-    let mut hang = inner.hang.subscribe();
-    let _ = hang.wait_for(|h| !*h).await;
+async fn handle(inner: &Inner, req: Request<kube::client::Body>) -> Result<Response<ResponseBody>, ApiError> {
     if inner.unavailable.load(std::sync::atomic::Ordering::SeqCst) {
         return Err(ApiError::Unavailable);
     }

@@ -54,6 +54,57 @@ async fn hanging_requests_wait_for_the_apiserver_to_return() {
     assert!(fake.get_json("v1", "configmaps", Some("default"), "late").is_some());
 }
 
+/// One client hangs, the other is served; the hung client's open watch keeps streaming,
+/// and the request log orders both clients' requests on one counter.
+#[tokio::test]
+async fn hanging_one_client_leaves_the_others_and_its_open_watches_alone() {
+    let fake = FakeApiServer::new().with_request_log();
+    let (a, b): (Api<ConfigMap>, Api<ConfigMap>) = (
+        Api::default_namespaced(fake.new_client_tagged("a")),
+        Api::default_namespaced(fake.new_client_tagged("b")),
+    );
+    let rv = a.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let mut watch = a.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+
+    fake.set_hanging_for("a", true);
+    let pending = tokio::spawn({
+        let a = a.clone();
+        async move { a.create(&PostParams::default(), &cm("from-a")).await }
+    });
+    let sent_by_a = |log: &[ferrolb_fakeapi::LoggedRequest]| {
+        log.iter().find(|r| r.client.as_deref() == Some("a") && r.verb == Some(Verb::Create)).cloned()
+    };
+    // The proof that a's request arrived: the log has it.
+    let waiting = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Some(r) = sent_by_a(&fake.request_log()) {
+                return r;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("a's create reaches the server");
+    assert_eq!(waiting.answered, None);
+
+    b.create(&PostParams::default(), &cm("from-b")).await.unwrap();
+    match tokio::time::timeout(Duration::from_secs(5), watch.next()).await.unwrap() {
+        Some(Ok(WatchEvent::Added(o))) => assert_eq!(o.metadata.name.as_deref(), Some("from-b")),
+        other => panic!("a's open watch should carry on, got {other:?}"),
+    }
+    assert!(!pending.is_finished());
+    assert!(fake.get_json("v1", "configmaps", Some("default"), "from-a").is_none());
+
+    fake.set_hanging_for("a", false);
+    pending.await.unwrap().unwrap();
+    let log = fake.request_log();
+    let by_b = log.iter().find(|r| r.client.as_deref() == Some("b") && r.is_write()).unwrap();
+    let by_a = sent_by_a(&log).unwrap();
+    assert_eq!(by_b.path, "/api/v1/namespaces/default/configmaps");
+    assert!(by_a.sent < by_b.sent && by_b.succeeded() && by_a.succeeded());
+    assert!(by_b.answered.unwrap().0 < by_a.answered.unwrap().0, "{log:#?}");
+}
+
 #[tokio::test]
 async fn counters_and_direct_store_access() {
     let (client, fake) = FakeApiServer::new().client();

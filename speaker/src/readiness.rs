@@ -851,7 +851,7 @@ impl Writer {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let body = condition_patch(pod, cond, &now);
         let pp = PatchParams { field_manager: Some(FIELD_MANAGER.to_owned()), ..PatchParams::default() };
-        api.patch_status(&key.name, &pp, &Patch::Merge(&body))
+        crate::cluster::within(api.patch_status(&key.name, &pp, &Patch::Merge(&body)))
             .await
             .map(|_| ())
             .map_err(|source| ReadinessError::Patch { pod: key.clone(), source })

@@ -23,7 +23,12 @@ pub const NS: &str = "ferrolb-system";
 
 /// A fake cluster with the IPAddressPool CRD and the controller's namespace.
 pub async fn cluster() -> (kube::Client, FakeApiServer) {
-    let (client, server) = FakeApiServer::new().client();
+    cluster_on(FakeApiServer::new()).await
+}
+
+/// [`cluster`] on a fake built beforehand (e.g. `FakeApiServer::new().with_request_log()`).
+pub async fn cluster_on(server: FakeApiServer) -> (kube::Client, FakeApiServer) {
+    let (client, server) = server.client();
     server.register_crd(&IpAddressPool::crd()).unwrap();
     namespace(&client, NS, &[]).await;
     (client, server)
@@ -82,13 +87,15 @@ pub fn logs() {
     }
 }
 
+/// Starts a controller on a client of its own, tagged with its identity (so that
+/// `set_hanging_for` and the request log can single it out).
 pub fn start(server: &FakeApiServer, settings: Settings) -> Running {
     logs();
     let (tx, rx) = oneshot::channel::<()>();
     let metrics = Metrics::new();
     let health = Health::default();
     let task = tokio::spawn(ferrolb_controller::run(
-        server.new_client(),
+        server.new_client_tagged(&settings.identity),
         settings,
         metrics.clone(),
         health.clone(),

@@ -10,6 +10,8 @@ pub mod secrets;
 pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::time::Duration;
 
 use ferrolb_api::{
     BfdProfile, BgpAdvertisement, BgpPeer, Config, IpAddressPool, L2Advertisement, Origin, ValidationError,
@@ -25,6 +27,23 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::model::{ClusterModel, ServiceKey};
+
+/// How long one API call of the speaker may take: an apiserver may accept a request and
+/// never answer. Watches are bounded by the client's read timeout and kube-runtime's idle
+/// timeout instead (see `main.rs`).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs one API call, failing it after [`CALL_TIMEOUT`] as the transport does when a read
+/// times out (an I/O `TimedOut` error), so callers handle both alike.
+pub async fn within<T>(call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, kube::Error> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(r) => r,
+        Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer from the apiserver within {CALL_TIMEOUT:?}"),
+        )))),
+    }
+}
 
 /// One change of one watched kind.
 #[derive(Debug, Clone)]

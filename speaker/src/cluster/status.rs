@@ -273,7 +273,7 @@ impl Writer {
     async fn list(&self) -> Result<BTreeMap<(String, String), ServiceAnnouncement>, kube::Error> {
         let api: Api<ServiceAnnouncement> = Api::all(self.client.clone());
         let lp = ListParams::default().labels(&format!("{NODE_LABEL}={}", label_value(&self.node)));
-        let list = api.list(&lp).await?;
+        let list = super::within(api.list(&lp)).await?;
         Ok(list
             .items
             .into_iter()
@@ -316,7 +316,7 @@ impl Writer {
             current.keys().filter(|k| !want.objects.contains_key(*k)).cloned().collect();
         for (ns, name) in stale {
             let api: Api<ServiceAnnouncement> = Api::namespaced(self.client.clone(), &ns);
-            match api.delete(&name, &DeleteParams::default()).await {
+            match super::within(api.delete(&name, &DeleteParams::default())).await {
                 Ok(_) => self.count("deleted"),
                 // Garbage-collected with its Service, or deleted by hand: gone is fine.
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -337,7 +337,7 @@ impl Writer {
             }
             let api: Api<ServiceAnnouncement> = Api::namespaced(self.client.clone(), &k.0);
             let pp = PatchParams::apply(MANAGER).force();
-            match api.patch(&k.1, &pp, &Patch::Apply(obj)).await {
+            match super::within(api.patch(&k.1, &pp, &Patch::Apply(obj))).await {
                 Ok(written) => {
                     self.count("applied");
                     current.insert(k.clone(), written);
@@ -429,7 +429,7 @@ impl Writer {
             action: reason.trim_end_matches("ed").into(),
             secondary: None,
         };
-        match self.recorder.publish(&ev, &regarding).await {
+        match super::within(self.recorder.publish(&ev, &regarding)).await {
             Ok(()) => {
                 self.metrics.events.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
             }
