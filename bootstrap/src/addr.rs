@@ -73,15 +73,51 @@ impl Addresses {
 
     /// The index of interface `name`.
     pub async fn index(&self, name: &str) -> Result<u32, AddrError> {
+        Ok(self.link(name).await?.0)
+    }
+
+    /// The index and the MAC address (None: the link has none) of interface `name`.
+    pub async fn link(&self, name: &str) -> Result<(u32, Option<[u8; 6]>), AddrError> {
         let mut links = self.handle.link().get().match_name(name.to_owned()).execute();
         match links.try_next().await {
-            Ok(Some(l)) => Ok(l.header.index),
+            Ok(Some(l)) => {
+                let mac = l.attributes.iter().find_map(|a| match a {
+                    netlink_packet_route::link::LinkAttribute::Address(m) => {
+                        <[u8; 6]>::try_from(m.as_slice()).ok()
+                    }
+                    _ => None,
+                });
+                Ok((l.header.index, mac))
+            }
             Ok(None) => Err(AddrError::NoInterface(name.to_owned())),
             Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -19 => {
                 Err(AddrError::NoInterface(name.to_owned()))
             }
             Err(e) => Err(nl(format!("look up {name}"))(e)),
         }
+    }
+
+    /// The addresses whose neighbour entry (ARP / NDP cache, every interface) holds
+    /// link-layer address `mac`: who sent a frame from that MAC.
+    pub async fn neighbours_at(&self, mac: [u8; 6]) -> Result<Vec<IpAddr>, AddrError> {
+        use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute};
+        let mut out = Vec::new();
+        let mut s = self.handle.neighbours().get().execute();
+        while let Some(n) = s.try_next().await.map_err(nl("list neighbours"))? {
+            let at_mac = n
+                .attributes
+                .iter()
+                .any(|a| matches!(a, NeighbourAttribute::LinkLayerAddress(m) if m.as_slice() == mac));
+            if !at_mac {
+                continue;
+            }
+            out.extend(n.attributes.iter().filter_map(|a| match a {
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)) => Some(IpAddr::V4(*ip)),
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(ip)) => Some(IpAddr::V6(*ip)),
+                _ => None,
+            }));
+        }
+        Ok(out)
     }
 
     /// Every address message for `ip` on interface `index`.

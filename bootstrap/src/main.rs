@@ -3,7 +3,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -11,6 +11,8 @@ use ferrolb_api::{
     BgpPeer, BgpPeerSpec, Config, ControlPlaneVip, ControlPlaneVipBgp, ControlPlaneVipMember,
     ControlPlaneVipSpec, VipMode,
 };
+use ferrolb_bootstrap::l2::claims::{Claims, Seen};
+use ferrolb_bootstrap::l2::holder::{Event, HANDOVER_WAIT, Holder, Input, Release};
 use ferrolb_bootstrap::metrics::Metrics;
 use ferrolb_bootstrap::{addr, bgp, checkpoint, credentials, health, l2, manifest, refresh};
 use ferrolb_speaker::l2::{
@@ -555,13 +557,19 @@ async fn run_l2(
     }
     let (membership, announcer) = start_l2(a, vip)?;
     let members: Vec<String> = vip.spec.members.iter().map(|m| m.name.clone()).collect();
+    let mut holder = Holder::new(&a.node_name, ip, members);
+    let claims = watch_claims(addrs, &ifname, ip).await;
+    let mut claimed = claims.as_ref().map(Claims::seen);
     let mut live = membership.live_healthy();
+    // The VIP is on the interface (or someone else's equal address is) and announced.
     let mut holding = false;
+    let mut released: Option<Release> = None;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     metrics.set_ready(true);
     tokio::pin!(stop);
     let reason;
     loop {
+        let timeout = holder.poll_timeout();
         tokio::select! {
             s = &mut stop => { reason = s; break }
             r = health.changed() => {
@@ -569,15 +577,35 @@ async fn run_l2(
                 membership.set_local_health(*health.borrow_and_update());
                 continue;
             }
-            r = live.changed() => if r.is_err() { bail!("membership stopped") },
+            r = live.changed() => {
+                if r.is_err() { bail!("membership stopped") }
+                let view = live.borrow_and_update().clone();
+                holder.handle(Instant::now(), Input::View(view));
+            }
+            Some(seen) = next_claim(&mut claimed) => {
+                let by = claimant(addrs, &vip.spec.members, seen.mac).await;
+                holder.handle(Instant::now(), Input::Claim { at: seen.at, by });
+            }
+            _ = sleep_until(timeout), if timeout.is_some() => holder.handle(Instant::now(), Input::Timeout),
+            // Retries an address change that failed.
             _ = tick.tick() => {}
         }
-        let set: BTreeSet<String> = live.borrow_and_update().clone();
-        let hold = l2::should_hold(&a.node_name, ip, &members, &set, holding);
-        if hold {
+        while let Some(event) = holder.poll_event() {
+            match event {
+                Event::HandingOver { to } => {
+                    tracing::info!(%ip, successor = %to, "another member is elected; keeping the VIP until it announces it")
+                }
+                Event::Released(why) => released = Some(why),
+                Event::Defend => {
+                    tracing::info!(%ip, interface = %ifname, "another node announced the VIP; announcing it again");
+                    announcer.reannounce();
+                }
+            }
+        }
+        if holder.holds() {
             match addrs.ensure(&ifname, ip, addr::host_len(ip)).await {
                 Ok(addr::Ensured::Added) => {
-                    tracing::info!(%ip, interface = %ifname, live_healthy = ?set, "took the VIP");
+                    tracing::info!(%ip, interface = %ifname, live_healthy = ?*live.borrow(), "took the VIP");
                 }
                 Ok(addr::Ensured::Foreign) if !holding => {
                     tracing::warn!(%ip, interface = %ifname, "the VIP is on the interface but not ferrolb's; leaving it")
@@ -598,7 +626,8 @@ async fn run_l2(
             announcer.set_owned(Owned::new());
             match addrs.release(&ifname, ip).await {
                 Ok(_) => {
-                    tracing::info!(%ip, interface = %ifname, live_healthy = ?set, "released the VIP");
+                    let because = released.map_or("not elected", Release::as_str);
+                    tracing::info!(%ip, interface = %ifname, live_healthy = ?*live.borrow(), because, "released the VIP");
                     holding = false;
                     metrics.vip_owned.set(0);
                 }
@@ -615,6 +644,59 @@ async fn run_l2(
     }
     metrics.vip_owned.set(0);
     Ok(reason)
+}
+
+/// Watches the VIP's interface for the successor's announcement (make before break, see
+/// `l2::holder`); without it a handover ends after `HANDOVER_WAIT`.
+async fn watch_claims(addrs: &addr::Addresses, ifname: &str, ip: IpAddr) -> Option<Claims> {
+    let watched = match addrs.link(ifname).await {
+        Ok((index, Some(mac))) => Claims::watch(ifname, index, mac, ip).map_err(|e| e.to_string()),
+        Ok((_, None)) => Err("the interface has no MAC address".into()),
+        Err(e) => Err(e.to_string()),
+    };
+    watched
+        .inspect_err(|e| {
+            tracing::warn!(
+                interface = %ifname, error = %e, wait = ?HANDOVER_WAIT,
+                "cannot watch for other members announcing the VIP; a handover keeps the VIP for the wait instead"
+            )
+        })
+        .ok()
+}
+
+/// The member whose MAC another node announced the VIP with, from the neighbour table
+/// (members talk membership, so their addresses are there). None: not known.
+async fn claimant(
+    addrs: &addr::Addresses,
+    members: &[ControlPlaneVipMember],
+    mac: [u8; 6],
+) -> Option<String> {
+    let at = addrs
+        .neighbours_at(mac)
+        .await
+        .inspect_err(|e| tracing::debug!(error = %e, "looking up who announced the VIP"))
+        .ok()?;
+    members
+        .iter()
+        .find(|m| m.address.parse::<IpAddr>().is_ok_and(|a| at.contains(&a)))
+        .map(|m| m.name.clone())
+}
+
+/// The next announcement of the VIP by another node (never, without a watch).
+async fn next_claim(claimed: &mut Option<watch::Receiver<Option<Seen>>>) -> Option<Seen> {
+    if let Some(rx) = claimed
+        && rx.changed().await.is_ok()
+    {
+        return *rx.borrow_and_update();
+    }
+    std::future::pending().await
+}
+
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn owned(ip: IpAddr, ifname: &str) -> Owned {
