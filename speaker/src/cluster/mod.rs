@@ -117,6 +117,50 @@ impl Update {
     }
 }
 
+/// How a failed watch retries: doubling from [`WatchBackoff::MIN`] up to
+/// [`WatchBackoff::MAX`], each delay plus up to half again at random, back to the start
+/// after any success.
+///
+/// kube's default is client-go's reflector's (0.8 s doubling to 30 s, up to twice that
+/// with jitter, forgotten only after 2 minutes without an error): after a 20 s apiserver
+/// outage a speaker stayed blind for 60–70 s (testbed/tests/real_ha.rs), a minute in which
+/// a Local Service's endpoints can move without the announcements following. A dead
+/// apiserver refuses a retry at once and a live one answers it cheaply, and a recovering
+/// one sees each speaker's relists spread over the jitter, so a short cap costs little.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: Duration,
+}
+
+impl WatchBackoff {
+    /// The first delay.
+    pub const MIN: Duration = Duration::from_millis(500);
+    /// The longest delay before jitter (with it, at most 1.5 × this).
+    pub const MAX: Duration = Duration::from_secs(5);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff { next: Self::MIN }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let base = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        Some(base.mul_f64(1.0 + rand::random::<f64>() / 2.0))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::MIN;
+    }
+}
+
 /// Turns one watcher into [`Update`]s: single events pass through, a (re)list is
 /// collected and sent whole once complete, errors are reported (the stream backs off).
 async fn pump<K>(
@@ -133,7 +177,7 @@ async fn pump<K>(
         + Sync
         + 'static,
 {
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    let stream = watcher::watcher(api, watcher::Config::default()).backoff(WatchBackoff::default());
     let mut stream = std::pin::pin!(stream);
     let mut listing: Vec<K> = Vec::new();
     while let Some(ev) = stream.next().await {

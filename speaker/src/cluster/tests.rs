@@ -184,3 +184,17 @@ fn deletions_reach_the_incremental_planner() {
     assert!(feed.apply(&mut model, Update::Node(Change::Delete(Box::new(nodes[0].clone())))).changed);
     assert!(model.take_changes().all, "a deleted Node replans everything");
 }
+
+#[test]
+fn a_failing_watch_retries_within_seconds_however_long_the_outage() {
+    use kube::runtime::utils::Backoff;
+    let mut b = WatchBackoff::default();
+    let delays: Vec<Duration> = b.by_ref().take(50).collect();
+    let cap = WatchBackoff::MAX.mul_f64(1.5);
+    assert!(delays.iter().all(|d| *d <= cap), "{delays:?}");
+    assert!(delays[0] >= WatchBackoff::MIN && delays[0] <= WatchBackoff::MIN.mul_f64(1.5), "{delays:?}");
+    // Doubling until the cap: the tenth delay is there.
+    assert!(delays[9] >= WatchBackoff::MAX, "{delays:?}");
+    b.reset();
+    assert!(b.next().is_some_and(|d| d <= WatchBackoff::MIN.mul_f64(1.5)));
+}
