@@ -53,12 +53,12 @@ const STOP_OUTAGE: Duration = Duration::from_secs(60);
 /// controller's renew deadline (10 s with the default 15 s lease) and several watch
 /// back-off rounds, and longer adds no new state, only test time.
 const KILL_OUTAGE: Duration = Duration::from_secs(20);
-/// How long the speakers may take to see changes again once the apiserver is back from
-/// its death. kube-runtime's watch back-off (800 ms doubling to 30 s, plus up to 100 %
-/// jitter, reset only by a success) has grown by then, and the restarted apiserver's
-/// empty watch cache answers each resumed watch with 410 Gone, which costs one more
-/// back-off round before the relist: up to ~3 rounds of up to 60 s.
-const RECOVERY: Duration = Duration::from_secs(180);
+/// A bound on how long the speakers may take to see changes again once the apiserver is
+/// back from its death (a poll limit, not a goal: the figure is printed). Their watch
+/// back-off is at most 7.5 s a round (speaker/src/cluster/mod.rs `WatchBackoff`), and the
+/// restarted apiserver's empty watch cache answers each resumed watch with 410 Gone,
+/// which costs one more round before the relist.
+const RECOVERY: Duration = Duration::from_secs(60);
 const SPEAKER_METRICS_PORT: u16 = 9121;
 const LEASE_NAME: &str = "ferrolb-controller";
 /// What a controller logs once it leads and has rebuilt its state.
