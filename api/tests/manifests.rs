@@ -513,8 +513,16 @@ fn workloads_keep_their_promises() {
             .map_or(DEFAULT_DRAIN_MAX_DELAY_SECS, |d| d.std().as_secs());
         let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
         assert!(grace > drain + 5, "{what}: grace period {grace}s must outlast the {drain}s drain");
-        let l2_ports = c["ports"].as_array().unwrap().iter().filter(|p| p["containerPort"] == 7946).count();
-        assert_eq!(l2_ports, if r.overlay.contains("l2") { 2 } else { 0 }, "{what}: membership ports");
+        // Membership is SWIM over UDP: nothing listens on TCP 7946, so no TCP port is declared.
+        let l2_ports: Vec<&str> = c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["containerPort"] == 7946)
+            .map(|p| p["protocol"].as_str().unwrap_or("TCP"))
+            .collect();
+        let want: &[&str] = if r.overlay.contains("l2") { &["UDP"] } else { &[] };
+        assert_eq!(l2_ports, want, "{what}: membership ports");
     }
 }
 
