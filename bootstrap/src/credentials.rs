@@ -2,15 +2,20 @@
 //! by the cluster CA (CN `system:ferrolb-bootstrap:<node>`, O [`GROUP`]) and a kubeconfig
 //! that talks to the local apiserver only. [`GROUP`] is bound to a ClusterRole that can
 //! only get/list/watch ControlPlaneVIPs, BGPPeers and BFDProfiles (see the README).
+//! [`watch_expiry`] exports the expiry of the certificate in use and warns before it.
 
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use rcgen::{
     CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose,
 };
+
+use crate::metrics::Metrics;
 
 /// The group the certificate carries (`O=`), bound by the ClusterRoleBinding.
 pub const GROUP: &str = "ferrolb.io:bootstrap";
@@ -179,6 +184,92 @@ current-context: ferrolb-bootstrap
         cert = q(&out.cert.display().to_string()),
         key = q(&out.key.display().to_string()),
     )
+}
+
+/// How long before its expiry the refresh client certificate is warned about.
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(30 * 86_400);
+
+/// The client certificate a kubeconfig's user presents, and when it expires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCertificate {
+    /// Where it was read: the certificate file, or the kubeconfig holding it inline.
+    pub source: String,
+    /// notAfter, in Unix seconds.
+    pub not_after: i64,
+    /// notAfter as text, for logs.
+    pub not_after_text: String,
+}
+
+impl ClientCertificate {
+    /// The client certificate of `config`'s user (`client-certificate-data`, else
+    /// `client-certificate`); `None` when the user presents none. `kubeconfig` names
+    /// inline data in errors.
+    pub fn of(config: &kube::Config, kubeconfig: &Path) -> Result<Option<Self>, CredentialsError> {
+        let user = &config.auth_info;
+        if let Some(data) = &user.client_certificate_data {
+            use base64::Engine;
+            let source = format!("{}: client-certificate-data", kubeconfig.display());
+            let pem = base64::engine::general_purpose::STANDARD.decode(data.trim()).map_err(|e| {
+                CredentialsError::File { file: source.clone(), detail: format!("not base64: {e}") }
+            })?;
+            return Self::from_pem(&source, &pem).map(Some);
+        }
+        match &user.client_certificate {
+            Some(file) => {
+                let pem = fs::read(file)
+                    .map_err(|e| CredentialsError::File { file: file.clone(), detail: e.to_string() })?;
+                Self::from_pem(file, &pem).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The first certificate of a PEM text read from `source`.
+    pub fn from_pem(source: &str, pem: &[u8]) -> Result<Self, CredentialsError> {
+        let err = |detail: String| CredentialsError::File { file: source.to_owned(), detail };
+        let (_, pem) =
+            x509_parser::pem::parse_x509_pem(pem).map_err(|e| err(format!("not a PEM certificate: {e}")))?;
+        let cert = pem.parse_x509().map_err(|e| err(format!("not an X.509 certificate: {e}")))?;
+        let not_after = cert.validity().not_after;
+        Ok(ClientCertificate {
+            source: source.to_owned(),
+            not_after: not_after.timestamp(),
+            not_after_text: not_after.to_string(),
+        })
+    }
+
+    /// Seconds left at `now` until notAfter (negative once expired).
+    pub fn seconds_left(&self, now: SystemTime) -> i64 {
+        let now = match now.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
+        };
+        self.not_after.saturating_sub(now)
+    }
+}
+
+/// Exports `cert`'s expiry (`ferrolb_bootstrap_client_certificate_expiry_timestamp_seconds`)
+/// and, at start and then once a day, warns while less than [`EXPIRY_WARNING`] is left.
+/// The client read the certificate at start, so a renewal takes a restart. Runs until
+/// the task is dropped.
+pub async fn watch_expiry(cert: ClientCertificate, metrics: Arc<Metrics>) {
+    let mut daily = tokio::time::interval(Duration::from_secs(86_400));
+    daily.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let warn_secs = i64::try_from(EXPIRY_WARNING.as_secs()).unwrap_or(i64::MAX);
+    loop {
+        daily.tick().await;
+        let left = cert.seconds_left(SystemTime::now());
+        if left < warn_secs {
+            // Whole days, rounded: a certificate made for 10 days says 10 right after.
+            let days_left = left.saturating_add(43_200).div_euclid(86_400);
+            tracing::warn!(
+                file = %cert.source, not_after = %cert.not_after_text, days_left,
+                "the refresh client certificate expires soon (or has expired); renew it with `ferrolb-bootstrap checkpoint init` on this node, then restart ferrolb-bootstrap (it reads the certificate at start)"
+            );
+        }
+        // Set after the check, so a set gauge tells that the first check has run.
+        metrics.client_certificate_expiry.set(cert.not_after);
+    }
 }
 
 #[cfg(test)]

@@ -382,13 +382,8 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| a.checkpoint.parent().unwrap_or(Path::new(".")).join("bootstrap.kubeconfig"));
     if kubeconfig.exists() {
-        match local_client(&kubeconfig).await {
-            Ok(client) => {
-                let path = a.checkpoint.clone();
-                let resync = Duration::from_secs(60);
-                tokio::spawn(refresh::run(client, vip_name.clone(), path, resync, Some(written_tx)));
-            }
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "checkpoint refresh disabled"),
+        if let Err(e) = start_refresh(&kubeconfig, &a.checkpoint, &vip_name, written_tx, &metrics).await {
+            tracing::warn!(error = %format!("{e:#}"), "checkpoint refresh disabled");
         }
     } else {
         tracing::info!(kubeconfig = %kubeconfig.display(), "no refresh credentials; the checkpoint is not refreshed");
@@ -438,7 +433,32 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn local_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+/// Starts the checkpoint refresh from the local apiserver with `kubeconfig`, and the
+/// watch on its client certificate's expiry.
+async fn start_refresh(
+    kubeconfig: &Path,
+    checkpoint: &Path,
+    vip_name: &str,
+    written: watch::Sender<u64>,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<()> {
+    let config = local_config(kubeconfig).await?;
+    match credentials::ClientCertificate::of(&config, kubeconfig) {
+        Ok(Some(cert)) => {
+            tokio::spawn(credentials::watch_expiry(cert, metrics.clone()));
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the refresh client certificate's expiry"),
+    }
+    let client = kube::Client::try_from(with_deadlines(config))?;
+    let resync = Duration::from_secs(60);
+    let path = checkpoint.to_path_buf();
+    tokio::spawn(refresh::run(client, vip_name.into(), path, resync, Some(written), metrics.clone()));
+    Ok(())
+}
+
+/// The client configuration of `kubeconfig`, refused unless it points at the local apiserver.
+async fn local_config(kubeconfig: &Path) -> anyhow::Result<kube::Config> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     let host = config.cluster_url.host().unwrap_or_default().trim_matches(['[', ']']).to_string();
@@ -450,7 +470,21 @@ async fn local_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
             config.cluster_url
         );
     }
-    Ok(kube::Client::try_from(config)?)
+    Ok(config)
+}
+
+/// Deadlines on every request of the client, as in the speaker and the controller (kube's
+/// defaults have no read timeout: a request the apiserver accepted and never answers would
+/// wait forever). The refresh's reads have a tighter one (`refresh::CALL_TIMEOUT`); these
+/// bound the watch's list and start and a stream that goes silent. The read timeout must
+/// outlast a quiet watch, which the apiserver ends after the 290 s kube-runtime asks for.
+fn with_deadlines(mut config: kube::Config) -> kube::Config {
+    config.connect_timeout = Some(Duration::from_secs(10));
+    config.write_timeout = Some(Duration::from_secs(30));
+    config.read_timeout = Some(Duration::from_secs(300));
+    // From when each request is sent, not from when its pooled connection went idle.
+    config.reset_reader_on_write = true;
+    config
 }
 
 async fn run_bgp(

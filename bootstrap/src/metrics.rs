@@ -28,6 +28,13 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// Label of `ferrolb_bootstrap_checkpoint_refresh_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// `timeout`, `denied`, `api`, `invalid` or `write` (see `refresh::RefreshError::metric_label`).
+    pub reason: String,
+}
+
 /// The bootstrap's metrics and liveness state; shared by `Arc`.
 #[derive(Debug)]
 pub struct Metrics {
@@ -50,6 +57,10 @@ pub struct Metrics {
     pub checkpoint_refreshes: Counter,
     /// 1 when the running checkpoint came from `FILE.prev`.
     pub checkpoint_from_previous: Gauge,
+    /// Checkpoint refreshes that failed, by reason.
+    pub checkpoint_refresh_errors: Family<ReasonLabel, Counter>,
+    /// notAfter of the refresh client certificate in use, in Unix seconds (0: none).
+    pub client_certificate_expiry: Gauge,
     ready: AtomicBool,
     base: Instant,
     /// Milliseconds after `base` when the last probe finished (0: none yet).
@@ -109,6 +120,18 @@ impl Metrics {
             "1 when the running checkpoint was read from FILE.prev",
             checkpoint_from_previous.clone(),
         );
+        let checkpoint_refresh_errors = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "checkpoint_refresh_errors",
+            "Checkpoint refreshes from the local apiserver that failed, by reason",
+            checkpoint_refresh_errors.clone(),
+        );
+        let client_certificate_expiry = Gauge::default();
+        registry.register(
+            "client_certificate_expiry_timestamp_seconds",
+            "notAfter of the refresh client certificate in use, in Unix seconds (0: no refresh credentials)",
+            client_certificate_expiry.clone(),
+        );
         Self {
             registry,
             healthy,
@@ -120,6 +143,8 @@ impl Metrics {
             checkpoint_generation,
             checkpoint_refreshes,
             checkpoint_from_previous,
+            checkpoint_refresh_errors,
+            client_certificate_expiry,
             ready: AtomicBool::new(false),
             base: Instant::now(),
             last_probe_ms: AtomicU64::new(0),
@@ -143,6 +168,16 @@ impl Metrics {
         self.checks.get_or_create(&ResultLabel { result: result.into() }).inc();
         let ms = u64::try_from(now.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX);
         self.last_probe_ms.store(ms.max(1), Ordering::Relaxed);
+    }
+
+    /// Counts one failed checkpoint refresh.
+    pub fn refresh_failed(&self, reason: &str) {
+        self.checkpoint_refresh_errors.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
+    }
+
+    /// How many checkpoint refreshes failed for `reason`.
+    pub fn refresh_errors(&self, reason: &str) -> u64 {
+        self.checkpoint_refresh_errors.get(&ReasonLabel { reason: reason.into() }).map_or(0, |c| c.get())
     }
 
     /// How long the health checker may go without finishing a probe before `/healthz`
@@ -248,6 +283,8 @@ mod tests {
         m.vip_owned.set(1);
         m.checkpoint_generation.set(2);
         m.checkpoint_refreshes.inc();
+        m.refresh_failed("timeout");
+        m.client_certificate_expiry.set(1_800_000_000);
         m.probe_finished(Instant::now(), false);
         let text = m.encode();
         for line in [
@@ -256,6 +293,8 @@ mod tests {
             "ferrolb_bootstrap_vip_announced 0",
             "ferrolb_bootstrap_checkpoint_generation 2",
             "ferrolb_bootstrap_checkpoint_refreshes_total 1",
+            "ferrolb_bootstrap_checkpoint_refresh_errors_total{reason=\"timeout\"} 1",
+            "ferrolb_bootstrap_client_certificate_expiry_timestamp_seconds 1800000000",
             "ferrolb_bootstrap_last_health_check_success 0",
             "ferrolb_bootstrap_health_checks_total{result=\"failure\"} 1",
         ] {

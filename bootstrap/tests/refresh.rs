@@ -1,16 +1,23 @@
 //! Checkpoint refresh against the in-process fake apiserver: a change to the
-//! ControlPlaneVIP rewrites the checkpoint atomically and keeps FILE.prev.
+//! ControlPlaneVIP rewrites the checkpoint atomically and keeps FILE.prev; a hung read
+//! fails after its deadline; failures are counted and logged at warn.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
+mod common;
+
+use std::sync::Arc;
 use std::time::Duration;
 
+use common::{Logs, wait_for};
 use ferrolb_api::{BgpPeer, BgpPeerSpec, ControlPlaneVip, ControlPlaneVipBgp, ControlPlaneVipSpec, VipMode};
 use ferrolb_bootstrap::checkpoint;
-use ferrolb_bootstrap::refresh::{self, Outcome};
+use ferrolb_bootstrap::metrics::Metrics;
+use ferrolb_bootstrap::refresh::{self, CALL_TIMEOUT, Outcome, RefreshError};
 use ferrolb_fakeapi::FakeApiServer;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use tracing::instrument::WithSubscriber;
 
 fn vip(address: &str) -> ControlPlaneVip {
     let mut spec = ControlPlaneVipSpec::new(address);
@@ -21,14 +28,21 @@ fn vip(address: &str) -> ControlPlaneVip {
     ControlPlaneVip::new("apiserver", spec)
 }
 
-async fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..200 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+/// A fake apiserver serving the ferrolb kinds, with the VIP and its peer `router-a`.
+async fn served() -> (kube::Client, FakeApiServer) {
+    let (client, server) = FakeApiServer::new().client();
+    for (kind, plural) in
+        [("ControlPlaneVIP", "controlplanevips"), ("BGPPeer", "bgppeers"), ("BFDProfile", "bfdprofiles")]
+    {
+        server.register_ferrolb_kind(kind, plural, true).unwrap();
     }
-    panic!("timed out waiting for {what}");
+    let peer = BgpPeer::new("router-a", BgpPeerSpec::new(64513, 64512, "192.0.2.1"));
+    Api::<BgpPeer>::all(client.clone()).create(&PostParams::default(), &peer).await.unwrap();
+    Api::<ControlPlaneVip>::all(client.clone())
+        .create(&PostParams::default(), &vip("203.0.113.100"))
+        .await
+        .unwrap();
+    (client, server)
 }
 
 #[tokio::test]
@@ -69,6 +83,7 @@ async fn a_changed_vip_rewrites_the_checkpoint_and_keeps_prev() {
         path.clone(),
         Duration::from_secs(3600),
         Some(written_tx),
+        Arc::new(Metrics::new()),
     ));
     wait_for("the first checkpoint", || path.exists()).await;
     let first = checkpoint::load(&path).unwrap();
@@ -120,19 +135,8 @@ async fn a_changed_vip_rewrites_the_checkpoint_and_keeps_prev() {
 
 #[tokio::test]
 async fn an_unchanged_vip_does_not_rewrite() {
-    let (client, server) = FakeApiServer::new().client();
-    server.register_ferrolb_kind("ControlPlaneVIP", "controlplanevips", true).unwrap();
-    server.register_ferrolb_kind("BGPPeer", "bgppeers", true).unwrap();
-    let peers: Api<BgpPeer> = Api::all(client.clone());
-    peers
-        .create(
-            &PostParams::default(),
-            &BgpPeer::new("router-a", BgpPeerSpec::new(64513, 64512, "192.0.2.1")),
-        )
-        .await
-        .unwrap();
+    let (client, _server) = served().await;
     let vips: Api<ControlPlaneVip> = Api::all(client.clone());
-    vips.create(&PostParams::default(), &vip("203.0.113.100")).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("checkpoint.yaml");
     assert_eq!(refresh::refresh_once(&client, "apiserver", &path).await.unwrap(), Outcome::Written);
@@ -150,4 +154,92 @@ async fn an_unchanged_vip_does_not_rewrite() {
     .unwrap();
     assert_eq!(refresh::refresh_once(&client, "apiserver", &path).await.unwrap(), Outcome::Unchanged);
     assert!(!checkpoint::prev_path(&path).exists());
+}
+
+/// Runs `refresh_once`, failing the test if it takes more than twice [`CALL_TIMEOUT`].
+async fn refresh_bounded(client: &kube::Client, path: &std::path::Path) -> Result<Outcome, RefreshError> {
+    tokio::time::timeout(CALL_TIMEOUT * 2, refresh::refresh_once(client, "apiserver", path))
+        .await
+        .expect("refresh_once hung past its deadline")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_that_gets_no_answer_fails_after_the_deadline() {
+    let (client, server) = served().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoint.yaml");
+    server.set_hanging(true);
+    let start = tokio::time::Instant::now();
+    let err = refresh_bounded(&client, &path).await.unwrap_err();
+    assert_eq!(start.elapsed(), CALL_TIMEOUT, "{err}");
+    assert!(
+        matches!(&err, RefreshError::NoAnswer { what, after } if what == "ControlPlaneVIP apiserver" && *after == CALL_TIMEOUT),
+        "{err:?}"
+    );
+    assert_eq!(err.metric_label(), "timeout");
+    assert!(!path.exists());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_peer_read_that_gets_no_answer_fails_after_the_deadline() {
+    use tower::ServiceExt;
+    let (_, server) = served().await;
+    // The VIP is answered; reads of its BGPPeer are never answered.
+    let fake = server.service();
+    let holding = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let fake = fake.clone();
+        async move {
+            if req.uri().path().contains("/bgppeers/") {
+                std::future::pending::<()>().await;
+            }
+            fake.oneshot(req).await
+        }
+    });
+    let client = kube::Client::new(holding, "default");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoint.yaml");
+    let start = tokio::time::Instant::now();
+    let err = refresh_bounded(&client, &path).await.unwrap_err();
+    assert_eq!(start.elapsed(), CALL_TIMEOUT, "{err}");
+    assert!(matches!(&err, RefreshError::NoAnswer { what, .. } if what == "BGPPeer router-a"), "{err:?}");
+    assert!(!path.exists());
+}
+
+#[tokio::test]
+async fn a_failing_refresh_is_counted_and_logged_at_warn_once() {
+    let (client, server) = served().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoint.yaml");
+    let metrics = Arc::new(Metrics::new());
+    let logs = Logs::default();
+    server.set_unavailable(true);
+    let resync = Duration::from_millis(50);
+    let task = tokio::spawn(
+        refresh::run(client, "apiserver".into(), path.clone(), resync, None, metrics.clone())
+            .with_subscriber(logs.dispatch()),
+    );
+    wait_for("three failed refreshes counted", || metrics.refresh_errors("api") >= 3).await;
+    let warnings = logs.at("WARN");
+    assert_eq!(warnings.len(), 1, "the same failure is logged once: {:#?}", logs.lines());
+    assert!(
+        warnings[0].contains("checkpoint not refreshed")
+            && warnings[0].contains("ControlPlaneVIP apiserver")
+            && warnings[0].contains("reason=\"api\""),
+        "{warnings:?}"
+    );
+    assert!(
+        metrics
+            .encode()
+            .lines()
+            .any(|l| l.starts_with("ferrolb_bootstrap_checkpoint_refresh_errors_total{reason=\"api\"} ")),
+        "{}",
+        metrics.encode()
+    );
+    assert!(!path.exists());
+
+    // Back: the checkpoint is written, and the recovery logged.
+    server.set_unavailable(false);
+    wait_for("the checkpoint", || path.exists()).await;
+    wait_for("the recovery logged", || logs.at("INFO").iter().any(|l| l.contains("works again"))).await;
+    task.abort();
 }

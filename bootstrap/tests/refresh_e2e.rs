@@ -7,7 +7,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use ferrolb_api::{ControlPlaneVip, Object};
 use ferrolb_fakeapi::FakeApiServer;
@@ -201,6 +201,16 @@ fn the_binary_refreshes_its_checkpoint_and_moves_to_the_new_vip() {
                 .any(|l| l.starts_with("ferrolb_bootstrap_checkpoint_refreshes_total ") && !l.ends_with(" 0"))
             && m.lines().any(|l| l == "ferrolb_bootstrap_vip_owned 1")
     });
+    // The client certificate `checkpoint init` made (a year) is exported and not warned about.
+    let now =
+        i64::try_from(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()).unwrap();
+    let expiry: i64 = metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix("ferrolb_bootstrap_client_certificate_expiry_timestamp_seconds "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!((now + 364 * 86_400..now + 366 * 86_400).contains(&expiry), "expiry {expiry}, now {now}");
+    assert!(!p.logs().contains("certificate expires soon"), "{}", p.logs());
 
     p.signal(Signal::SIGTERM);
     let status = p.wait_exit(Duration::from_secs(20)).expect("no exit on SIGTERM");
