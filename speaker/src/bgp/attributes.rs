@@ -316,6 +316,19 @@ fn put_attr(out: &mut BytesMut, flags: u8, type_code: u8, value: &[u8]) {
 pub(crate) struct DecodedAttributes {
     pub(crate) attrs: PathAttributes,
     pub(crate) errors: Vec<DecodeError>,
+    /// The list held (or began) an attribute other than MP_UNREACH_NLRI (RFC 7606 §5.2).
+    pub(crate) other_than_mp_unreach: bool,
+}
+
+impl DecodedAttributes {
+    /// Records a non-fatal error; a session-resetting one is returned instead.
+    fn push_error(&mut self, e: DecodeError) -> Result<(), DecodeError> {
+        if e.action == ErrorAction::SessionReset {
+            return Err(e);
+        }
+        self.errors.push(e);
+        Ok(())
+    }
 }
 
 impl PathAttributes {
@@ -422,22 +435,34 @@ impl PathAttributes {
         let mut seen = [false; 256];
         while !r.is_empty() {
             let start = r.clone();
-            let flags = r.u8().ok_or_else(malformed_list)?;
-            let type_code = r.u8().ok_or_else(malformed_list)?;
+            let flags = r.u8().unwrap_or(0); // The loop runs while bytes remain.
+            let type_code = r.u8();
+            let is_mp = matches!(type_code, Some(attr_type::MP_REACH | attr_type::MP_UNREACH));
+            out.other_than_mp_unreach |= type_code != Some(attr_type::MP_UNREACH);
             let len =
-                if flags & flag::EXTENDED != 0 { r.u16().map(usize::from) } else { r.u8().map(usize::from) }
-                    .ok_or_else(malformed_list)?;
+                if flags & flag::EXTENDED != 0 { r.u16().map(usize::from) } else { r.u8().map(usize::from) };
+            let (Some(type_code), Some(len)) = (type_code, len) else {
+                // RFC 7606 §4: too few octets left for a header is treat-as-withdraw, the
+                // NLRI field being delimited by the Total Path Attribute Length; but an MP
+                // attribute cut here takes its NLRI with it (§3, last paragraph).
+                let e = DecodeError::withdraw(
+                    subcode::MALFORMED_ATTRIBUTE_LIST,
+                    Bytes::new(),
+                    "truncated attribute header",
+                );
+                let e = if is_mp { e.handled_as(ErrorAction::SessionReset) } else { e };
+                return out.push_error(e).map(|()| out);
+            };
             let Some(value) = r.take(len) else {
-                // RFC 7606 §4: the attribute overruns the list; NLRI is still delimited
-                // by the total path attribute length, so treat-as-withdraw works unless an
-                // MP attribute may be lost.
+                // RFC 7606 §4: the attribute overruns the list: treat-as-withdraw, unless it is
+                // MP_REACH/MP_UNREACH, whose NLRI can then not be located (§3, §5.2).
                 let e = DecodeError::withdraw(
                     subcode::ATTRIBUTE_LENGTH_ERROR,
                     start.clone().rest(),
                     "attribute overruns attribute list",
                 );
-                out.errors.push(e);
-                break;
+                let e = if is_mp { e.handled_as(ErrorAction::SessionReset) } else { e };
+                return out.push_error(e).map(|()| out);
             };
             let hdr_len = if flags & flag::EXTENDED != 0 { 4 } else { 3 };
             let raw = {
@@ -447,7 +472,7 @@ impl PathAttributes {
             let idx = usize::from(type_code);
             if seen.get(idx).copied().unwrap_or(false) {
                 // RFC 7606 §3(g): keep the first, except for MP attributes.
-                if type_code == attr_type::MP_REACH || type_code == attr_type::MP_UNREACH {
+                if is_mp {
                     return Err(DecodeError::reset(
                         super::error::code::UPDATE_MESSAGE,
                         subcode::MALFORMED_ATTRIBUTE_LIST,
@@ -461,10 +486,7 @@ impl PathAttributes {
                 *s = true;
             }
             if let Err(e) = out.attrs.decode_one(flags, type_code, value, raw, four_octet) {
-                if e.action == ErrorAction::SessionReset {
-                    return Err(e);
-                }
-                out.errors.push(e);
+                out.push_error(e)?;
             }
         }
         Ok(out)
@@ -479,6 +501,18 @@ impl PathAttributes {
         four_octet: bool,
     ) -> Result<(), DecodeError> {
         let optional = flags & flag::OPTIONAL != 0;
+        if let Some(want) = expected_flags(type_code)
+            && flags & (flag::OPTIONAL | flag::TRANSITIVE) != want
+        {
+            // RFC 7606 §3(c): conflicting Optional/Transitive bits make the attribute
+            // malformed, handled as §7 says for that attribute.
+            let e = DecodeError::withdraw(
+                subcode::ATTRIBUTE_FLAGS_ERROR,
+                raw,
+                "attribute flags conflict with the attribute type",
+            );
+            return Err(e.handled_as(malformed_action(type_code)));
+        }
         let len = value.len();
         let mut v = Reader::new(value.clone());
         let len_err = |raw: &Bytes| {
@@ -541,11 +575,12 @@ impl PathAttributes {
                 }
             }
             attr_type::COMMUNITIES => {
-                if !len.is_multiple_of(4) {
+                // RFC 7606 §7.8.
+                if !len.is_multiple_of(4) || len == 0 {
                     return Err(DecodeError::withdraw(
                         subcode::OPTIONAL_ATTRIBUTE_ERROR,
                         raw,
-                        "COMMUNITIES length not a multiple of 4",
+                        "COMMUNITIES length not a non-zero multiple of 4",
                     ));
                 }
                 while let Some(c) = v.u32() {
@@ -575,8 +610,8 @@ impl PathAttributes {
                     ));
                 }
             },
-            attr_type::MP_REACH => self.decode_mp_reach(value, flags, type_code)?,
-            attr_type::MP_UNREACH => self.decode_mp_unreach(value, flags, type_code)?,
+            attr_type::MP_REACH => self.decode_mp_reach(value, raw, flags, type_code)?,
+            attr_type::MP_UNREACH => self.decode_mp_unreach(value, raw, flags, type_code)?,
             _ if !optional => {
                 return Err(DecodeError::reset(
                     super::error::code::UPDATE_MESSAGE,
@@ -598,13 +633,20 @@ impl PathAttributes {
         Ok(())
     }
 
-    fn decode_mp_reach(&mut self, value: Bytes, flags: u8, type_code: u8) -> Result<(), DecodeError> {
-        // RFC 7606 §7.11: a malformed MP_REACH resets the session (we do not do AFI/SAFI disable).
+    fn decode_mp_reach(
+        &mut self,
+        value: Bytes,
+        raw: Bytes,
+        flags: u8,
+        type_code: u8,
+    ) -> Result<(), DecodeError> {
+        // RFC 7606 §7.11: a malformed MP_REACH resets the session (we do not do AFI/SAFI
+        // disable); RFC 4271 §6.3: Optional Attribute Error carries the attribute.
         let bad = || {
             DecodeError::reset(
                 super::error::code::UPDATE_MESSAGE,
                 subcode::OPTIONAL_ATTRIBUTE_ERROR,
-                Bytes::new(),
+                raw.clone(),
                 "malformed MP_REACH_NLRI",
             )
         };
@@ -640,12 +682,19 @@ impl PathAttributes {
         Ok(())
     }
 
-    fn decode_mp_unreach(&mut self, value: Bytes, flags: u8, type_code: u8) -> Result<(), DecodeError> {
+    fn decode_mp_unreach(
+        &mut self,
+        value: Bytes,
+        raw: Bytes,
+        flags: u8,
+        type_code: u8,
+    ) -> Result<(), DecodeError> {
+        // RFC 7606 §7.12, as for MP_REACH.
         let bad = || {
             DecodeError::reset(
                 super::error::code::UPDATE_MESSAGE,
                 subcode::OPTIONAL_ATTRIBUTE_ERROR,
-                Bytes::new(),
+                raw.clone(),
                 "malformed MP_UNREACH_NLRI",
             )
         };
@@ -680,11 +729,28 @@ impl PathAttributes {
     }
 }
 
-fn malformed_list() -> DecodeError {
-    DecodeError::reset(
-        super::error::code::UPDATE_MESSAGE,
-        subcode::MALFORMED_ATTRIBUTE_LIST,
-        Bytes::new(),
-        "truncated attribute header",
-    )
+/// The Optional and Transitive bits a recognised attribute must carry (RFC 4271 §5, RFC 4760 §3-4,
+/// RFC 6793 §3, RFC 8092 §3); `None` for attributes we do not recognise.
+fn expected_flags(type_code: u8) -> Option<u8> {
+    use attr_type::*;
+    let (o, t) = (flag::OPTIONAL, flag::TRANSITIVE);
+    match type_code {
+        ORIGIN | AS_PATH | NEXT_HOP | LOCAL_PREF | ATOMIC_AGGREGATE => Some(t),
+        MED | MP_REACH | MP_UNREACH => Some(o),
+        AGGREGATOR | COMMUNITIES | AS4_PATH | LARGE_COMMUNITIES => Some(o | t),
+        _ => None,
+    }
+}
+
+/// How a malformed recognised attribute is handled (RFC 7606 §7).
+fn malformed_action(type_code: u8) -> ErrorAction {
+    match type_code {
+        // §7.6, §7.7; RFC 6793 §6 for AS4_PATH.
+        attr_type::ATOMIC_AGGREGATE | attr_type::AGGREGATOR | attr_type::AS4_PATH => {
+            ErrorAction::AttributeDiscard
+        }
+        // §7.11, §7.12: no AFI/SAFI disable here.
+        attr_type::MP_REACH | attr_type::MP_UNREACH => ErrorAction::SessionReset,
+        _ => ErrorAction::TreatAsWithdraw,
+    }
 }

@@ -131,6 +131,11 @@ impl DecodeError {
         }
     }
 
+    /// The same error handled with a different RFC 7606 approach.
+    pub fn handled_as(self, action: ErrorAction) -> Self {
+        Self { action, ..self }
+    }
+
     /// The NOTIFICATION to send for this error.
     pub fn notification(&self) -> super::message::Notification {
         super::message::Notification { code: self.code, subcode: self.subcode, data: self.data.clone() }

@@ -1,6 +1,6 @@
 //! BGP messages (RFC 4271 §4): OPEN, UPDATE, NOTIFICATION, KEEPALIVE, and
 //! ROUTE-REFRESH (RFC 2918), with their encoders and never-panicking decoders.
-use super::attributes::{AS_TRANS, MpUnreach, PathAttributes};
+use super::attributes::{AS_TRANS, MpUnreach, PathAttributes, attr_type};
 use super::capability::Capability;
 use super::error::{DecodeError, ErrorAction, Reader, code, subcode};
 use super::nlri::{Family, decode_prefixes, encode_prefix};
@@ -299,11 +299,11 @@ impl Update {
         let mut missing = None;
         if !u.nlri.is_empty() || attrs.mp_reach.is_some() {
             if attrs.origin.is_none() {
-                missing = Some(super::attributes::attr_type::ORIGIN);
+                missing = Some(attr_type::ORIGIN);
             } else if attrs.as_path.is_none() {
-                missing = Some(super::attributes::attr_type::AS_PATH);
+                missing = Some(attr_type::AS_PATH);
             } else if !u.nlri.is_empty() && attrs.next_hop.is_none() {
-                missing = Some(super::attributes::attr_type::NEXT_HOP);
+                missing = Some(attr_type::NEXT_HOP);
             }
         }
         if let Some(t) = missing
@@ -314,6 +314,17 @@ impl Update {
                 Bytes::copy_from_slice(&[t]),
                 "missing well-known attribute",
             ));
+        }
+        // RFC 7606 §5.2: with attributes other than MP_UNREACH_NLRI but no reachable NLRI
+        // located, an error stronger than attribute-discard may hide misparsed NLRI.
+        let reach_located = !u.nlri.is_empty()
+            || u.attributes.mp_reach.is_some()
+            || u.attributes.unknown.iter().any(|a| a.type_code == attr_type::MP_REACH);
+        if !reach_located
+            && decoded.other_than_mp_unreach
+            && let Some(e) = u.errors.iter().find(|e| e.action > ErrorAction::AttributeDiscard)
+        {
+            return Err(e.clone().handled_as(ErrorAction::SessionReset));
         }
         u.treat_as_withdraw = u.errors.iter().any(|e| e.action == ErrorAction::TreatAsWithdraw);
         Ok(u)

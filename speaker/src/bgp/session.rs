@@ -431,7 +431,12 @@ impl Driver {
                             self.status.updates_received += 1;
                             self.status.prefixes_received += u.announced().count() as u64;
                             if !u.errors.is_empty() {
-                                tracing::debug!(errors = ?u.errors, "malformed attributes handled per RFC 7606");
+                                let errors: Vec<String> = u.errors.iter().map(ToString::to_string).collect();
+                                tracing::debug!(
+                                    treat_as_withdraw = u.treat_as_withdraw,
+                                    ?errors,
+                                    "malformed attributes handled per RFC 7606"
+                                );
                             }
                             self.publish();
                         }

@@ -37,6 +37,10 @@ pub struct ExaNeighbor {
     pub hold_time: Option<u16>,
     /// Routes announced once the session is up.
     pub routes: Vec<StaticRoute>,
+    /// Keep what was sent and send it again on every new session (ExaBGP's default).
+    /// Off, a route announced through [`ExaBgp::command`] is sent once: a malformed one
+    /// does not come back after the session reset it caused.
+    pub adj_rib_out: bool,
 }
 
 impl ExaNeighbor {
@@ -53,6 +57,7 @@ impl ExaNeighbor {
             graceful_restart: None,
             hold_time: None,
             routes: Vec::new(),
+            adj_rib_out: true,
         }
     }
 
@@ -93,12 +98,28 @@ pub struct ExaBgp {
     ns: Netns,
     proc: Proc,
     record: PathBuf,
+    commands: PathBuf,
 }
 
-/// The helper ExaBGP runs: copies every JSON line it is given into a file. ExaBGP
-/// hands helpers a non-blocking stdin, so make it blocking first.
-const RECORDER: &str = r#"import os, sys
+/// The helper ExaBGP runs: copies every line it is given (JSON messages, and the
+/// "done"/"error" answers to API commands) into a file, and hands ExaBGP every line
+/// appended to the `commands` file beside it. ExaBGP gives helpers a non-blocking stdin,
+/// so make it blocking first.
+const RECORDER: &str = r#"import os, sys, threading, time
 os.set_blocking(sys.stdin.fileno(), True)
+def commands(path):
+    pos = 0
+    while True:
+        with open(path) as f:
+            f.seek(pos)
+            chunk = f.read()
+        done = chunk.rfind("\n") + 1
+        if done:
+            sys.stdout.write(chunk[:done])
+            sys.stdout.flush()
+            pos += len(chunk[:done].encode())
+        time.sleep(0.05)
+threading.Thread(target=commands, args=(os.path.join(os.path.dirname(sys.argv[1]), "commands"),), daemon=True).start()
 with open(sys.argv[1], "a", buffering=1) as out:
     for line in sys.stdin:
         out.write(line)
@@ -109,9 +130,11 @@ impl ExaBgp {
     pub fn start(lab: &Lab, ns: &Netns, name: &str, neighbors: &[ExaNeighbor]) -> Result<Self, Error> {
         let dir = lab.subdir(name)?;
         let record = dir.join("received.jsonl");
+        let commands = dir.join("commands");
         let script = dir.join("recorder.py");
         std::fs::write(&script, RECORDER)?;
         std::fs::write(&record, "")?;
+        std::fs::write(&commands, "")?;
         let conf = dir.join("exabgp.conf");
         std::fs::write(&conf, config(neighbors, &script.to_string_lossy(), &record.to_string_lossy()))?;
         let proc = lab.spawn(
@@ -124,7 +147,34 @@ impl ExaBgp {
                 .env("exabgp_log_destination", "stdout")
                 .env("exabgp_log_level", "INFO"),
         )?;
-        Ok(ExaBgp { ns: ns.clone(), proc, record })
+        Ok(ExaBgp { ns: ns.clone(), proc, record, commands })
+    }
+
+    /// Sends one API command (`announce route 198.51.100.0/24 next-hop self attribute
+    /// [ 0x01 0xc0 0x00 ]`, `withdraw route ...`) and waits for ExaBGP's answer.
+    pub fn command(&self, command: &str, timeout: Duration) -> Result<(), Error> {
+        use std::io::Write as _;
+        let answers = || {
+            read_lossy(&self.record)
+                .lines()
+                .filter(|l| matches!(*l, "done" | "error"))
+                .map(String::from)
+                .collect::<Vec<_>>()
+        };
+        let before = answers().len();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&self.commands)?;
+        writeln!(f, "{}", command.replace('\n', " "))?;
+        let answer = wait::until(&format!("ExaBGP's answer to {command:?}"), timeout, || {
+            Ok(answers().get(before).cloned())
+        })?;
+        if answer == "done" {
+            Ok(())
+        } else {
+            Err(Error::Command {
+                command: format!("exabgp API: {command}"),
+                detail: "ExaBGP answered \"error\" (its log says why)".into(),
+            })
+        }
     }
 
     /// Everything received so far, in order.
@@ -348,6 +398,9 @@ pub fn config(neighbors: &[ExaNeighbor], script: &str, record: &str) -> String {
             let _ = writeln!(c, "  hold-time {h};");
         }
         c.push_str("  family {\n    ipv4 unicast;\n    ipv6 unicast;\n  }\n");
+        if !n.adj_rib_out {
+            c.push_str("  adj-rib-out false;\n");
+        }
         c.push_str("  capability {\n    route-refresh enable;\n");
         if let Some(gr) = n.graceful_restart {
             let _ = writeln!(c, "    graceful-restart {gr};");

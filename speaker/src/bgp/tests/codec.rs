@@ -12,7 +12,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 const M: [u8; 16] = [0xff; 16];
 
-fn msg(len: u16, typ: u8, body: &[u8]) -> Vec<u8> {
+pub(super) fn msg(len: u16, typ: u8, body: &[u8]) -> Vec<u8> {
     let mut v = M.to_vec();
     v.extend_from_slice(&len.to_be_bytes());
     v.push(typ);
@@ -25,7 +25,7 @@ fn enc(m: &Message) -> Vec<u8> {
     m.to_bytes(&EncodeContext::default()).to_vec()
 }
 
-fn dec(b: &[u8]) -> Result<Message, DecodeError> {
+pub(super) fn dec(b: &[u8]) -> Result<Message, DecodeError> {
     let mut buf = Bytes::copy_from_slice(b);
     Message::decode(&mut buf, &DecodeContext::default())
 }
@@ -221,7 +221,7 @@ fn open_errors() {
     assert_eq!((e.code, e.subcode), (2, subcode::UNSUPPORTED_OPTIONAL_PARAMETER));
 }
 
-fn update_with_attrs(attrs: &[u8], nlri: &[u8]) -> Vec<u8> {
+pub(super) fn update_with_attrs(attrs: &[u8], nlri: &[u8]) -> Vec<u8> {
     let mut body = vec![0, 0];
     body.extend_from_slice(&(attrs.len() as u16).to_be_bytes());
     body.extend_from_slice(attrs);
@@ -229,9 +229,9 @@ fn update_with_attrs(attrs: &[u8], nlri: &[u8]) -> Vec<u8> {
     msg((19 + body.len()) as u16, 2, &body)
 }
 
-const ORIGIN: [u8; 4] = [0x40, 1, 1, 0];
-const PATH: [u8; 9] = [0x40, 2, 6, 2, 1, 0, 0, 0xfd, 0xe9];
-const NH: [u8; 7] = [0x40, 3, 4, 192, 0, 2, 1];
+pub(super) const ORIGIN: [u8; 4] = [0x40, 1, 1, 0];
+pub(super) const PATH: [u8; 9] = [0x40, 2, 6, 2, 1, 0, 0, 0xfd, 0xe9];
+pub(super) const NH: [u8; 7] = [0x40, 3, 4, 192, 0, 2, 1];
 
 #[test]
 fn rfc7606_classification() {

@@ -2,5 +2,6 @@
 //! and sessions over loopback.
 mod codec;
 mod fsm_pair;
+mod rfc7606;
 mod rib_out;
 mod session;
