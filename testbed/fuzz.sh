@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Bounded fuzzing of every cargo-fuzz target in speaker/fuzz.
+#
+#   testbed/fuzz.sh [--update-corpus] [BUDGET_SECONDS] [TARGET...]
+#
+# Builds the targets with nightly cargo-fuzz (release, debug assertions and overflow
+# checks on, no sanitizer: the code under test is safe Rust, the crate's only unsafe
+# being socket code, and ASan slows every execution), then runs each target for
+# BUDGET_SECONDS (default 60), one after the
+# other, from its committed corpus (speaker/fuzz/corpus/<target>/, read-only) into a
+# scratch directory. Prints per target the budget and libFuzzer's final stats (executions,
+# executions per second, new units). Fails if any target crashes, times out or runs out
+# of memory, printing the artifact path (speaker/fuzz/artifacts/<target>/).
+#
+# --update-corpus merges what the run found into the committed corpus: the smallest set
+# of new inputs that adds their coverage to it (libFuzzer -set_cover_merge=1, which keeps
+# fewer files than -merge=1); committed files are never removed.
+#
+# Needs: rustup's nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+update=false
+budget=60
+targets=()
+for arg in "$@"; do
+    case "$arg" in
+        --update-corpus) update=true ;;
+        -h | --help)
+            sed -n '2,/^# Needs/p' "$0"
+            exit 0
+            ;;
+        *[!0-9]*) targets+=("$arg") ;;
+        *) budget="$arg" ;;
+    esac
+done
+
+fuzz_dir=speaker/fuzz
+if [ ${#targets[@]} -eq 0 ]; then
+    mapfile -t targets < <(cd "$fuzz_dir/fuzz_targets" && ls -- *.rs | sed 's/\.rs$//')
+fi
+if ! cargo +nightly fuzz --version > /dev/null 2>&1; then
+    echo "fuzz: cargo-fuzz for the nightly toolchain is missing: rustup toolchain install nightly && cargo install cargo-fuzz" >&2
+    exit 2
+fi
+
+started=$(date +%s)
+build_flags=(--release --debug-assertions --sanitizer none --fuzz-dir "$fuzz_dir")
+echo "fuzz: building ${targets[*]} (cargo +nightly fuzz build ${build_flags[*]})"
+cargo +nightly fuzz build "${build_flags[@]}"
+triple=$(rustc +nightly -vV | sed -n 's/^host: //p')
+bin_dir="$fuzz_dir/target/$triple/release"
+built=$(date +%s)
+
+scratch=$(mktemp -d /tmp/ferrolb-fuzz.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+    corpus="$fuzz_dir/corpus/$t"
+    artifacts="$fuzz_dir/artifacts/$t"
+    mkdir -p "$corpus" "$artifacts" "$scratch/$t"
+    log="$scratch/$t.log"
+    before=$(find "$corpus" -type f | wc -l)
+    echo "fuzz: $t: budget ${budget}s, corpus $corpus ($before files)"
+    status=ok
+    # New inputs go to the first directory (scratch); the committed corpus is only read.
+    if ! "$bin_dir/$t" -max_total_time="$budget" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+        -artifact_prefix="$artifacts/" "$scratch/$t" "$corpus" > "$log" 2>&1; then
+        status=FAILED
+        failed+=("$t")
+        tail -n 40 "$log"
+        artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -n 1)
+        echo "fuzz: $t: FAILED, artifact: ${artifact:-none written (see the log above)}"
+        echo "fuzz: $t: reproduce with: $bin_dir/$t ${artifact:-ARTIFACT}"
+    fi
+    final_stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -n 1; }
+    execs=$(final_stat number_of_executed_units)
+    found=$(find "$scratch/$t" -type f | wc -l)
+    after=$before
+    if $update && [ "$status" = ok ] && [ "$found" -gt 0 ]; then
+        "$bin_dir/$t" -set_cover_merge=1 "$corpus" "$scratch/$t" > "$scratch/$t.merge.log" 2>&1 ||
+            { cat "$scratch/$t.merge.log"; exit 1; }
+        after=$(find "$corpus" -type f | wc -l)
+    fi
+    line="fuzz: $t: budget=${budget}s executions=${execs:-?} exec/s=$(final_stat average_exec_per_sec) new_units=$(final_stat new_units_added) found=$found corpus=$before->$after status=$status"
+    echo "$line"
+    summary+=("$line")
+done
+
+finished=$(date +%s)
+echo "fuzz: ---- summary (build $((built - started))s, total wall time $((finished - started))s) ----"
+printf '%s\n' "${summary[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "fuzz: FAILED: ${failed[*]}" >&2
+    exit 1
+fi
