@@ -3,7 +3,7 @@
 //! the node namespaces talk to it while the test edits objects in-process.
 //!
 //! ```no_run
-//! # use ferrolb_testbed::{Lab, LabConfig, kubeapi::FakeCluster};
+//! # use ferrolb_testbed::{Lab, LabConfig, kubeapi::{FakeCluster, Objects}};
 //! let lab = Lab::up(LabConfig::nodes(2))?;
 //! let cluster = FakeCluster::start(&lab)?;
 //! cluster.apply(&serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node1"}}))?;

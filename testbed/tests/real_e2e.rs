@@ -418,6 +418,14 @@ const UNUSED_ON_PURPOSE: &[(&str, &str, &str, &str, &str)] = &[
     ),
     (
         "ferrolb-speaker",
+        "ferrolb.io",
+        "serviceannouncements",
+        "delete",
+        "a speaker deletes this node's stale or withdrawn ServiceAnnouncements; whether one is left for the \
+         restarted speakers here depends on how fast the garbage collector was",
+    ),
+    (
+        "ferrolb-speaker",
         "events.k8s.io",
         "events",
         "patch",
