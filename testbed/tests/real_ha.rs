@@ -57,8 +57,9 @@ const KILL_OUTAGE: Duration = Duration::from_secs(20);
 /// back from its death (a poll limit, not a goal: the figure is printed). Their watch
 /// back-off is at most 7.5 s a round (speaker/src/cluster/mod.rs `WatchBackoff`), and the
 /// restarted apiserver's empty watch cache answers each resumed watch with 410 Gone,
-/// which costs one more round before the relist.
-const RECOVERY: Duration = Duration::from_secs(60);
+/// which costs one more round before the relist; the readiness pod watch still uses
+/// kube's default back-off (up to 60 s a round), hence the wide bound.
+const RECOVERY: Duration = Duration::from_secs(180);
 const SPEAKER_METRICS_PORT: u16 = 9121;
 const LEASE_NAME: &str = "ferrolb-controller";
 /// What a controller logs once it leads and has rebuilt its state.
