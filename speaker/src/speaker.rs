@@ -21,7 +21,7 @@ use crate::bgp::socket::Password;
 use crate::cluster::status::{self, Desired};
 use crate::cluster::{self, Feed, Update};
 use crate::l2::{InterfaceChoice, L2Announcer, L2Config, L2Handle, Owned};
-use crate::membership::auth::DropReason;
+use crate::membership::guard::{Guard, Observation, Verdict};
 use crate::membership::{self, Membership, MembershipConfig, MembershipHandle, Seed};
 use crate::metrics::{KindLabel, Metrics, OwnershipLabel, ProtocolLabel, ResultLabel};
 use crate::model::ClusterModel;
@@ -38,14 +38,6 @@ pub const HANDOVER_GRACE: Duration = Duration::from_secs(1);
 /// turn False, while this (re)started speaker's sessions come up and catch up with the
 /// plan (the hold ends earlier once everything planned is really announced).
 pub const GATE_STARTUP_HOLD: Duration = Duration::from_secs(30);
-
-/// A node that settled alone although other Nodes are listed waits this long before
-/// claiming, listening for datagrams that fail authentication (a key mismatch).
-const ALONE_WAIT: Duration = Duration::from_secs(2);
-
-/// How recent a datagram that failed authentication must be for a lone node to
-/// suspect a key mismatch and claim nothing.
-const MISMATCH_MEMORY: Duration = Duration::from_secs(5);
 
 /// Errors that stop the speaker.
 #[derive(Debug, thiserror::Error)]
@@ -198,19 +190,11 @@ struct L2Part {
     membership: MembershipHandle,
     live: watch::Receiver<BTreeSet<String>>,
     settled: watch::Receiver<bool>,
-    /// Other Nodes membership was seeded with.
-    others: usize,
-    /// When the view became settled and claiming may begin.
-    claim_after: Option<Instant>,
-    /// Unauthenticated datagrams counted so far, and when the count last grew.
-    unauthenticated: u64,
-    unauthenticated_at: Option<Instant>,
+    /// Whether the view may be elected from: settled, not alone for a moment only, and
+    /// not blind (datagrams from peers this node cannot read, nobody live).
+    guard: Guard,
     /// The live set last used for planning (None: not claiming).
     used: Option<BTreeSet<String>>,
-    mismatch_logged: bool,
-    /// Some other member was live once: this node's key is the cluster's, and
-    /// unauthenticated datagrams (an intruder, a misconfigured node) cannot silence it.
-    ever_joined: bool,
 }
 
 impl L2Part {
@@ -218,33 +202,69 @@ impl L2Part {
     fn usable_live(&mut self, metrics: &Metrics, now: Instant) -> Option<BTreeSet<String>> {
         let settled = *self.settled.borrow_and_update();
         let live = self.live.borrow_and_update().clone();
-        if !settled {
-            return None;
-        }
-        self.ever_joined |= live.len() > 1;
-        let alone = live.len() <= 1 && self.others > 0;
-        let claim_after = *self.claim_after.get_or_insert(if alone { now + ALONE_WAIT } else { now });
-        let dropped = metrics.membership.dropped(DropReason::Unauthenticated);
-        if dropped > self.unauthenticated {
-            self.unauthenticated = dropped;
-            self.unauthenticated_at = Some(now);
-        }
-        let mismatch =
-            alone && self.unauthenticated_at.is_some_and(|t| now.duration_since(t) < MISMATCH_MEMORY);
-        if mismatch {
-            if !self.mismatch_logged {
-                tracing::error!(
-                    "membership: datagrams from other nodes fail authentication and no node answers this one: \
-                     the membership key differs between nodes; not answering ARP/NDP until --membership-key-file \
-                     holds the cluster's key"
-                );
-                self.mismatch_logged = true;
-            }
-            return None;
-        }
-        self.mismatch_logged = false;
-        (now >= claim_after).then_some(live)
+        let seen = Observation {
+            settled,
+            live_others: live.len().saturating_sub(1),
+            unreadable: metrics.membership.unreadable(),
+        };
+        (self.guard.observe(now, seen) == Verdict::Claim).then_some(live)
     }
+}
+
+/// Logs, exports and (Kubernetes mode) records on this node's Node object that it became
+/// blind (it cannot read its peers: it claims no L2 address) or no longer is.
+fn report_blindness(l2: Option<&mut L2Part>, metrics: &Metrics, cluster: Option<&ClusterPart>, node: &str) {
+    let Some(blind) = l2.and_then(|p| p.guard.poll_change()) else { return };
+    let m = &metrics.membership;
+    m.set_blind(blind);
+    let (warning, reason, note) = if blind {
+        let note = format!(
+            "membership: datagrams from other nodes arrive but none can be read ({}) and no other node is live: \
+             not answering ARP/NDP for any address. Either the membership key differs between nodes \
+             (--membership-key-file, or Secret ferrolb-membership) or they run a ferrolb release with another \
+             membership wire version; fix the key or finish the upgrade (ferrolb_membership_dropped_packets_total \
+             counts them by reason)",
+            m.unreadable_summary()
+        );
+        tracing::error!("{note}");
+        (true, "MembershipBlind", note)
+    } else {
+        let note = "membership: no longer blind (a peer is heard, or the unreadable datagrams stopped); \
+                    electing L2 owners from the membership view again"
+            .to_string();
+        tracing::info!("{note}");
+        (false, "MembershipRecovered", note)
+    };
+    if let Some(c) = cluster {
+        node_event(c.client.clone(), node, warning, reason, note);
+    }
+}
+
+/// Publishes an Event about Node `node` (best effort, in the background: L2 never waits
+/// for the apiserver).
+fn node_event(client: kube::Client, node: &str, warning: bool, reason: &'static str, note: String) {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let reporter = Reporter { controller: cluster::status::MANAGER.into(), instance: Some(node.to_owned()) };
+    let regarding = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(node.to_owned()),
+        ..ObjectReference::default()
+    };
+    let ev = Event {
+        type_: if warning { EventType::Warning } else { EventType::Normal },
+        reason: reason.into(),
+        note: Some(ferrolb_api::event_note(note)),
+        action: "ElectL2Owners".into(),
+        secondary: None,
+    };
+    tokio::spawn(async move {
+        let recorder = Recorder::new(client, reporter);
+        if let Err(e) = cluster::within(recorder.publish(&ev, &regarding)).await {
+            tracing::debug!(error = %e, reason, "cannot publish the Node Event (best effort)");
+        }
+    });
 }
 
 /// Kubernetes mode: the watchers' feed, the status writer and the Secret reader.
@@ -367,6 +387,12 @@ impl State {
             Some(p) => {
                 let live = p.usable_live(&self.metrics, now);
                 p.used.clone_from(&live);
+                report_blindness(
+                    self.l2.as_mut(),
+                    &self.metrics,
+                    self.cluster.as_ref(),
+                    &self.opts.node_name,
+                );
                 live.unwrap_or_default()
             }
             // L2Advertisements but no membership (it could not start): own nothing.
@@ -526,6 +552,7 @@ impl State {
         let Some(p) = self.l2.as_mut() else { return };
         let before = p.used.clone();
         let after = p.usable_live(&self.metrics, now);
+        report_blindness(self.l2.as_mut(), &self.metrics, self.cluster.as_ref(), &self.opts.node_name);
         if before == after {
             return;
         }
@@ -541,7 +568,10 @@ impl State {
                 "membership_settled",
                 format!("membership settled with {}", a.iter().cloned().collect::<Vec<_>>().join(", ")),
             ),
-            (_, None) => Cause::new("membership_unsettled", "membership view not usable (key mismatch?)"),
+            (_, None) => Cause::new(
+                "membership_unsettled",
+                "membership view not usable (not settled, settled alone a moment ago, or blind: see the membership log)",
+            ),
         };
         let joined = matches!((&before, &after), (Some(b), Some(a)) if a.difference(b).next().is_some());
         self.replan(&cause).await;
@@ -818,13 +848,8 @@ fn start_l2(
         settled: membership.settled(),
         announcer,
         membership,
-        others,
-        claim_after: None,
-        unauthenticated: 0,
-        unauthenticated_at: None,
+        guard: Guard::new(others),
         used: None,
-        mismatch_logged: false,
-        ever_joined: false,
     })
 }
 

@@ -1,4 +1,5 @@
-//! Membership instances on loopback in one process: join, crash, leave, wrong key.
+//! Membership instances on loopback in one process: join, crash, leave, wrong key;
+//! clocks that disagree; a node that cannot read its peer claims nothing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
@@ -7,7 +8,8 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use ferrolb_api::MembershipKey;
-use ferrolb_speaker::membership::auth::DropReason;
+use ferrolb_speaker::membership::auth::{DropReason, Sealer};
+use ferrolb_speaker::membership::guard::{self, Guard, Observation, Verdict};
 use ferrolb_speaker::membership::{Membership, MembershipConfig, MembershipHandle, MembershipMetrics, Seed};
 use tokio::sync::watch;
 
@@ -19,10 +21,27 @@ fn free_port() -> u16 {
 }
 
 fn start(name: &str, me: SocketAddr, seeds: &[Seed], key: &str) -> (MembershipHandle, MembershipMetrics) {
+    start_at(name, me, seeds, key, None)
+}
+
+/// Like [`start`], with the identity's start time read off a clock `skew_ms` off.
+fn start_at(
+    name: &str,
+    me: SocketAddr,
+    seeds: &[Seed],
+    key: &str,
+    skew_ms: Option<i64>,
+) -> (MembershipHandle, MembershipMetrics) {
     let mut cfg = MembershipConfig::new(name, me, seeds.to_vec(), MembershipKey::parse(key).unwrap());
     cfg.bind = me;
+    cfg.started_ms = skew_ms.map(|s| unix_ms().saturating_add_signed(s));
     let metrics = MembershipMetrics::default();
     (Membership::spawn(cfg, metrics.clone()).unwrap(), metrics)
+}
+
+fn unix_ms() -> u64 {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    u64::try_from(d.as_millis()).unwrap()
 }
 
 async fn wait_live(rx: &mut watch::Receiver<BTreeSet<String>>, want: &[&str]) {
@@ -71,4 +90,139 @@ async fn members_join_crash_leave_and_ignore_a_wrong_key() {
     println!("crash detected after {:?}", t.elapsed());
     assert_eq!(ma.size(), 1);
     a.leave().await;
+}
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// Clocks 60 s and 1 h ahead and behind: every node hears every other one (no datagram
+/// is judged by its time), and a node whose clock steps back 1 h across a restart — its
+/// new identity older than the one its peers remember — rejoins (told it is down, it
+/// renews its identity until it outranks the old one), after a crash and after a leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clocks_that_disagree_change_nothing_and_a_clock_stepping_back_rejoins() {
+    let addrs: Vec<SocketAddr> =
+        (0..5).map(|_| SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()))).collect();
+    let names = ["on-time", "ahead-60s", "behind-60s", "ahead-1h", "behind-1h"];
+    let skews = [0, 60_000, -60_000, HOUR_MS, -HOUR_MS];
+    let seeds: Vec<Seed> =
+        names.iter().zip(&addrs).map(|(n, a)| Seed { name: n.to_string(), addr: *a }).collect();
+    let mut nodes: Vec<MembershipHandle> = names
+        .iter()
+        .zip(&addrs)
+        .zip(skews)
+        .map(|((n, a), skew)| start_at(n, *a, &seeds, KEY, Some(skew)).0)
+        .collect();
+    for h in &nodes {
+        wait_live(&mut h.live(), &names).await;
+    }
+
+    // "ahead-1h" crashes and comes back with its clock fixed (1 h earlier), then leaves
+    // and comes back 1 h earlier still.
+    for (round, skew) in [(1, 0), (2, -HOUR_MS)] {
+        let old = nodes.remove(3);
+        if round == 1 {
+            old.abort();
+        } else {
+            old.leave().await;
+        }
+        let rest: Vec<&str> = names.iter().copied().filter(|n| *n != "ahead-1h").collect();
+        wait_live(&mut nodes[0].live(), &rest).await;
+        let t = std::time::Instant::now();
+        let (back, _) = start_at("ahead-1h", addrs[3], &seeds, KEY, Some(skew));
+        for h in nodes.iter().chain([&back]) {
+            wait_live(&mut h.live(), &names).await;
+        }
+        println!(
+            "round {round}: the node whose clock stepped back is live everywhere after {:?}",
+            t.elapsed()
+        );
+        nodes.insert(3, back);
+    }
+    for h in nodes {
+        h.leave().await;
+    }
+}
+
+/// What a peer that this node cannot read sends.
+#[derive(Debug, Clone, Copy)]
+enum Unreadable {
+    /// Sealed with another key.
+    Forged,
+    /// One datagram sealed with the right key, sent again and again.
+    Replayed,
+    /// Wire version 1 (another release), stamped 60 s ahead.
+    Version1,
+}
+
+fn unreadable_datagrams(kind: Unreadable) -> impl FnMut() -> Vec<u8> {
+    let mut right = Sealer::new(KEY.as_bytes(), 7).unwrap();
+    let mut wrong = Sealer::new(b"another-key-of-the-same-length-0123", 7).unwrap();
+    let captured = right.seal(b"a datagram captured on the wire");
+    move || match kind {
+        Unreadable::Forged => wrong.seal(b"hello"),
+        Unreadable::Replayed => captured.clone(),
+        Unreadable::Version1 => {
+            let mut d = b"FLBM\x01".to_vec();
+            d.extend_from_slice(&9u64.to_be_bytes());
+            d.extend_from_slice(&1u64.to_be_bytes());
+            d.extend_from_slice(&(unix_ms() + 60_000).to_be_bytes());
+            d.extend_from_slice(&[0u8; 40]);
+            d
+        }
+    }
+}
+
+/// The guard of the speaker and bootstrap, on a real membership instance whose only
+/// peer sends datagrams it cannot read (as a node with another key, a replaying
+/// attacker, or a node of the previous wire version whose clock is 60 s ahead would):
+/// it settles alone, yet never claims — for far longer than ALONE_WAIT — and reports
+/// blindness; once the datagrams stop, its lone view is true and it claims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_cannot_read_its_peer_claims_nothing() {
+    let runs = [Unreadable::Forged, Unreadable::Replayed, Unreadable::Version1].map(|kind| {
+        tokio::spawn(async move {
+            let me = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+            let peer = tokio::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+            let seeds = [Seed { name: "peer".into(), addr: peer.local_addr().unwrap() }];
+            let (h, metrics) = start("me", me, &seeds, KEY);
+            let mut guard = Guard::new(1);
+            let mut next = unreadable_datagrams(kind);
+            let observe = |guard: &mut Guard| {
+                let seen = Observation {
+                    settled: *h.settled().borrow(),
+                    live_others: h.live().borrow().len() - 1,
+                    unreadable: metrics.unreadable(),
+                };
+                guard.observe(tokio::time::Instant::now(), seen)
+            };
+            let start = std::time::Instant::now();
+            let mut verdicts = Vec::new();
+            // The peer sends every 200 ms (a real one announces at least every second).
+            while start.elapsed() < guard::ALONE_WAIT * 2 {
+                peer.send_to(&next(), me).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                verdicts.push(observe(&mut guard));
+            }
+            assert!(*h.settled().borrow(), "{kind:?}: settled alone (join_timeout)");
+            assert!(metrics.unreadable() >= 10, "{kind:?}: the datagrams were counted");
+            assert!(!verdicts.contains(&Verdict::Claim), "{kind:?}: claimed from a lone view: {verdicts:?}");
+            assert_eq!(verdicts.last(), Some(&Verdict::Blind), "{kind:?}");
+            assert_eq!(guard.poll_change(), Some(true), "{kind:?}: blindness reported");
+            // The peer goes quiet: after UNREADABLE_MEMORY the lone view is believed.
+            let quiet = tokio::time::Instant::now();
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                match observe(&mut guard) {
+                    Verdict::Claim => break,
+                    v => assert!(quiet.elapsed() < guard::UNREADABLE_MEMORY * 2, "{kind:?}: still {v:?}"),
+                }
+            }
+            assert_eq!(guard.poll_change(), Some(false));
+            h.leave().await;
+            kind
+        })
+    });
+    for r in runs {
+        println!("{:?}: claimed nothing", r.await.unwrap());
+    }
 }

@@ -28,6 +28,8 @@ pub struct Speaker {
     lab_dir: PathBuf,
     proc: Option<Proc>,
     generation: u32,
+    /// Extra environment of every start (e.g. [`faketime`]).
+    env: Vec<(String, String)>,
 }
 
 impl Speaker {
@@ -38,6 +40,19 @@ impl Speaker {
 
     /// Like [`Speaker::start`] with a given binary and extra flags.
     pub fn start_with(lab: &Lab, i: usize, yaml: &str, bin: &Path, extra: &[&str]) -> Result<Self, Error> {
+        Self::start_env(lab, i, yaml, bin, extra, &[])
+    }
+
+    /// Like [`Speaker::start_with`] with extra environment variables (kept for
+    /// [`Speaker::restart`] until [`Speaker::set_env`]).
+    pub fn start_env(
+        lab: &Lab,
+        i: usize,
+        yaml: &str,
+        bin: &Path,
+        extra: &[&str],
+        env: &[(String, String)],
+    ) -> Result<Self, Error> {
         let node = plan::node_name(i);
         let dir = lab.subdir(&format!("speaker-{node}"))?;
         let file = dir.join("static.yaml");
@@ -59,6 +74,7 @@ impl Speaker {
             lab_dir: lab.dir().to_path_buf(),
             proc: None,
             generation: 0,
+            env: env.to_vec(),
         };
         s.spawn()?;
         Ok(s)
@@ -72,7 +88,10 @@ impl Speaker {
             format!("{}-{}", self.name, self.generation)
         };
         let argv: Vec<&str> = self.argv.iter().map(String::as_str).collect();
-        let spec = Spawn::new(name, &argv).env("RUST_LOG", "info,ferrolb_speaker=debug");
+        let mut spec = Spawn::new(name, &argv).env("RUST_LOG", "info,ferrolb_speaker=debug");
+        for (k, v) in &self.env {
+            spec = spec.env(k, v);
+        }
         let proc = Proc::start(&self.ns, &self.lab_dir, &spec)?;
         self.log = proc.log_path().to_path_buf();
         self.proc = Some(proc);
@@ -83,6 +102,23 @@ impl Speaker {
     pub fn start_l2(lab: &Lab, i: usize, yaml: &str, key_file: &Path) -> Result<Self, Error> {
         let key = key_file.display().to_string();
         Self::start_with(lab, i, yaml, &binary("debug")?, &["--membership-key-file", &key])
+    }
+
+    /// Like [`Speaker::start_l2`] with extra environment variables (e.g. [`faketime`]).
+    pub fn start_l2_env(
+        lab: &Lab,
+        i: usize,
+        yaml: &str,
+        key_file: &Path,
+        env: &[(String, String)],
+    ) -> Result<Self, Error> {
+        let key = key_file.display().to_string();
+        Self::start_env(lab, i, yaml, &binary("debug")?, &["--membership-key-file", &key], env)
+    }
+
+    /// Sets the extra environment of the next [`Speaker::restart`].
+    pub fn set_env(&mut self, env: &[(String, String)]) {
+        self.env = env.to_vec();
     }
 
     /// The static file.
@@ -175,6 +211,23 @@ pub fn start_kube(
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let spec = Spawn::new(format!("{tag}-{node}"), &argv).env("RUST_LOG", "info,ferrolb_speaker=debug");
     lab.spawn(lab.node(i), spec)
+}
+
+/// The environment that runs a program with its clocks `offset` off (e.g. `"+60s"`):
+/// libfaketime (Debian package `faketime`) preloaded as `faketime -f OFFSET PROGRAM`
+/// does, minus the `faketime` wrapper, which forks and would keep signals from reaching
+/// the program. It shifts CLOCK_REALTIME and, by default, CLOCK_MONOTONIC too.
+pub fn faketime(offset: &str) -> Result<Vec<(String, String)>, Error> {
+    const LIBS: [&str; 2] = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    ];
+    let lib = LIBS.iter().find(|p| Path::new(p).exists()).ok_or_else(|| {
+        Error::Missing(
+            "libfaketime not found: install the Debian package faketime (testbed/prereqs.sh)".into(),
+        )
+    })?;
+    Ok(vec![("LD_PRELOAD".into(), (*lib).into()), ("FAKETIME".into(), offset.into())])
 }
 
 /// Writes a membership key file of 40 characters derived from `seed` in the lab

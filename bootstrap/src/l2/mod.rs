@@ -24,7 +24,7 @@ pub mod holder;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use ferrolb_speaker::membership::auth::DropReason;
+use ferrolb_speaker::membership::guard::{Guard, Observation, Verdict};
 use ferrolb_speaker::membership::{
     Membership, MembershipConfig, MembershipError, MembershipHandle, MembershipMetrics, Seed,
 };
@@ -32,8 +32,8 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 /// A member that settled alone although others are listed waits this long before
-/// claiming, listening for datagrams that fail authentication (a key mismatch).
-pub const ALONE_WAIT: Duration = Duration::from_secs(2);
+/// claiming, listening for datagrams it cannot read (the speaker's rule, one copy).
+pub const ALONE_WAIT: Duration = ferrolb_speaker::membership::guard::ALONE_WAIT;
 
 /// Suffix of the membership name of a member whose local apiserver is unhealthy.
 pub const UNHEALTHY_SUFFIX: &str = "~unhealthy";
@@ -68,8 +68,17 @@ impl SwimMembership {
     /// Starts membership as unhealthy (`cfg.name` is the node name; binds now, so a bind
     /// error is returned here). Call within a tokio runtime.
     pub fn start(cfg: MembershipConfig) -> Result<Self, MembershipError> {
+        Self::start_with_metrics(cfg, MembershipMetrics::default())
+    }
+
+    /// Like [`SwimMembership::start`], counting into `metrics` (register them with
+    /// [`MembershipMetrics::new`] to export `ferrolb_membership_*`, among them
+    /// `ferrolb_membership_blind`).
+    pub fn start_with_metrics(
+        cfg: MembershipConfig,
+        metrics: MembershipMetrics,
+    ) -> Result<Self, MembershipError> {
         let node = cfg.name.clone();
-        let metrics = MembershipMetrics::new(&mut Default::default());
         let first = spawn(&cfg, false, &metrics)?;
         let (local, local_rx) = watch::channel(false);
         let (tx, out) = watch::channel(BTreeSet::new());
@@ -126,6 +135,31 @@ fn spawn(
     Membership::spawn(member_config(cfg, healthy), metrics.clone())
 }
 
+/// Logs and exports (`ferrolb_membership_blind`) that this member became blind (it
+/// cannot read the other members: it claims nothing) or no longer is.
+fn report_blindness(guard: &mut Guard, metrics: &MembershipMetrics) {
+    match guard.poll_change() {
+        Some(true) => {
+            metrics.set_blind(true);
+            tracing::error!(
+                "membership: datagrams from other members arrive but none can be read ({}) and no other member is \
+                 live: claiming nothing (a VIP held stays held). Either the key in spec.membershipKeyFile differs \
+                 between members or they run a ferrolb-bootstrap release with another membership wire version; fix \
+                 the key file or finish the upgrade",
+                metrics.unreadable_summary()
+            );
+        }
+        Some(false) => {
+            metrics.set_blind(false);
+            tracing::info!(
+                "membership: no longer blind (a member is heard, or unreadable datagrams stopped); electing the VIP's \
+                 owner from the membership view again"
+            );
+        }
+        None => {}
+    }
+}
+
 async fn drive(
     cfg: MembershipConfig,
     node: String,
@@ -136,13 +170,11 @@ async fn drive(
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut healthy = false;
-    // Key-mismatch guard (as the speaker's): a node that never saw another member
-    // while datagrams fail authentication has another key than the others; it must not
-    // claim the VIP from its lone view.
-    let has_seeds = cfg.seeds.iter().any(|s| s.name != node);
-    let mut ever_joined = false;
-    let mut mismatch_logged = false;
-    let mut alone_since: Option<tokio::time::Instant> = None;
+    // The speaker's guard, kept across rejoins: a member that settled alone waits
+    // ALONE_WAIT, and one that never saw another member while datagrams it cannot read
+    // arrive (another key, another version, replays) is blind: it must not claim the
+    // VIP from its lone view.
+    let mut guard = Guard::new(cfg.seeds.iter().filter(|s| s.name != node).count());
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         let mut live = handle.live();
@@ -164,22 +196,17 @@ async fn drive(
             let view = live.borrow_and_update().clone();
             let mut set = healthy_of(&view);
             set.remove(&node);
-            ever_joined |= view.len() > 1;
-            let alone = has_seeds && !ever_joined;
-            let waiting =
-                alone && alone_since.get_or_insert_with(tokio::time::Instant::now).elapsed() < ALONE_WAIT;
-            let mismatch = alone && metrics.dropped(DropReason::Unauthenticated) > 0;
-            if mismatch && !mismatch_logged {
-                tracing::error!(
-                    "membership: datagrams from other members fail authentication and no member answers this one: \
-                     the key in spec.membershipKeyFile differs between members; claiming nothing until it is fixed"
-                );
-            }
-            mismatch_logged = mismatch;
+            let seen = Observation {
+                settled: true,
+                live_others: view.len().saturating_sub(1),
+                unreadable: metrics.unreadable(),
+            };
+            let verdict = guard.observe(tokio::time::Instant::now(), seen);
+            report_blindness(&mut guard, &metrics);
             if healthy {
                 set.insert(node.clone());
             }
-            if mismatch || waiting {
+            if verdict != Verdict::Claim {
                 // Claim nothing (keep what is held, see holder).
                 set.clear();
             }
@@ -285,6 +312,56 @@ mod tests {
         }
         a.leave().await;
         b.leave().await;
+    }
+
+    /// The guard with real membership: a healthy member whose only peer sends datagrams
+    /// it cannot read — one sealed datagram replayed (a capture), or wire version 1 stamped
+    /// 60 s ahead (a member of the previous release whose clock is off) — never counts
+    /// itself healthy-and-alone (it would take the VIP), for twice ALONE_WAIT; it reports
+    /// blindness, and once the datagrams stop its lone view is believed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_member_that_cannot_read_the_others_claims_nothing() {
+        use ferrolb_speaker::membership::auth::Sealer;
+        use ferrolb_speaker::membership::guard::UNREADABLE_MEMORY;
+        for replayed in [true, false] {
+            let (p1, _) = free_ports();
+            let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            let p2 = peer.local_addr().unwrap().port();
+            let metrics = MembershipMetrics::default();
+            let cfg = config("node1", p1, &[("node1", p1), ("node2", p2)]);
+            let m = SwimMembership::start_with_metrics(cfg, metrics.clone()).unwrap();
+            m.set_local_health(true);
+            let mut sealer = Sealer::new(b"0123456789abcdef0123456789abcdef-l2", 7).unwrap();
+            let captured = sealer.seal(b"a datagram captured on the wire");
+            let mut v1 = b"FLBM\x01".to_vec();
+            let ahead = std::time::SystemTime::now() + Duration::from_secs(60);
+            let ahead_ms = ahead.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+            v1.extend(1u64.to_be_bytes().into_iter().chain(0u64.to_be_bytes()).chain(ahead_ms.to_be_bytes()));
+            v1.extend_from_slice(&[0u8; 40]);
+            let datagram = if replayed { captured } else { v1 };
+            let live = m.live_healthy();
+            let t = std::time::Instant::now();
+            while t.elapsed() < ALONE_WAIT * 2 {
+                peer.send_to(&datagram, ("127.0.0.1", p1)).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                assert!(
+                    live.borrow().is_empty(),
+                    "replayed={replayed}: claimed from a lone view: {:?}",
+                    *live.borrow()
+                );
+            }
+            assert!(metrics.unreadable() >= 10, "replayed={replayed}: datagrams counted");
+            assert!(metrics.blind(), "replayed={replayed}: blindness reported (ferrolb_membership_blind)");
+            // Quiet: the peer is gone, the lone view is true.
+            let mut live = m.live_healthy();
+            let all = set(&["node1"]);
+            tokio::time::timeout(UNREADABLE_MEMORY * 2, live.wait_for(|l| *l == all))
+                .await
+                .expect("never claimed once the datagrams stopped")
+                .unwrap();
+            assert!(!metrics.blind());
+            m.leave().await;
+        }
     }
 
     /// One member in memory: real membership, the [`holder::Holder`], and a shared wire

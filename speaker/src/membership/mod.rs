@@ -3,15 +3,21 @@
 //!
 //! [`foca`] is the sans-IO SWIM core (with suspicion, indirect probes, periodic gossip
 //! and announce-to-down extensions); [`auth`] seals every datagram with HMAC-SHA256
-//! under the shared key and drops unauthenticated, replayed and stale ones. The task
-//! started by [`Membership::spawn`] owns the UDP socket and the timers and publishes
-//! the live set on a watch channel.
+//! under the shared key and drops unauthenticated and replayed ones, without looking at
+//! any clock. The task started by [`Membership::spawn`] owns the UDP socket and the
+//! timers and publishes the live set on a watch channel. [`guard`] decides whether a
+//! lone view may be trusted (a node that cannot read its peers must claim nothing).
 //!
-//! Identities carry the node name, its address and a start-time incarnation; a member
-//! that was declared down (a partition) renews its identity and rejoins by itself, and
-//! every `rejoin_interval` each node announces itself to seeds it does not see live.
+//! Identities carry the node name, its address, a generation and the start time; a
+//! member that was declared down (a partition) renews its identity (generation + 1)
+//! and rejoins by itself, and every `rejoin_interval` each node announces itself to
+//! seeds it does not see live. Nothing needs the nodes' clocks to agree: the start time
+//! only breaks ties between identities of one name, and a restart whose clock stepped
+//! back (its start time older than its previous identity's) is told it is down by the
+//! peers that remember the previous identity and renews until it wins.
 
 pub mod auth;
+pub mod guard;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -50,23 +56,29 @@ pub fn read_key_file(path: &std::path::Path) -> Result<MembershipKey, String> {
     })
 }
 
-/// A member's identity on the wire: node name, where it listens, and an incarnation
-/// that grows with every restart or rejoin.
+/// A member's identity on the wire: node name, where it listens, and (generation,
+/// start time), which orders the identities of one name: the greater one wins.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberId {
     /// Node name (unique in the cluster).
     pub name: String,
     /// Where it receives membership datagrams.
     pub addr: SocketAddr,
-    /// Start time in ms, bumped on every rejoin: the newest identity of a name wins.
-    pub bump: u64,
+    /// Renewals of this instance's identity: +1 every time it was declared down (a
+    /// partition) or lost to an identity of its name that peers still remember.
+    pub generation: u32,
+    /// Wall-clock start time in unix ms: breaks ties between equal generations, so a
+    /// restart normally wins at once; when the clock stepped back it loses, is told it
+    /// is down and renews. No other node's clock is ever compared with it.
+    pub started: u64,
 }
 
 impl foca::Identity for MemberId {
     type Addr = String;
 
     fn renew(&self) -> Option<Self> {
-        Some(MemberId { bump: self.bump.wrapping_add(1), ..self.clone() })
+        let generation = self.generation.checked_add(1)?;
+        Some(MemberId { generation, ..self.clone() })
     }
 
     fn addr(&self) -> String {
@@ -74,7 +86,7 @@ impl foca::Identity for MemberId {
     }
 
     fn win_addr_conflict(&self, adversary: &Self) -> bool {
-        self.bump > adversary.bump
+        (self.generation, self.started) > (adversary.generation, adversary.started)
     }
 }
 
@@ -133,6 +145,9 @@ pub struct MembershipConfig {
     pub key: MembershipKey,
     /// SWIM timings.
     pub timings: Timings,
+    /// The identity's start time in unix ms (default: the wall clock at spawn). Tests
+    /// set it to play a node whose clock is off.
+    pub started_ms: Option<u64>,
 }
 
 impl MembershipConfig {
@@ -145,6 +160,7 @@ impl MembershipConfig {
             seeds,
             key,
             timings: Timings::default(),
+            started_ms: None,
         }
     }
 
@@ -200,6 +216,7 @@ struct ReasonLabels {
 pub struct MembershipMetrics {
     size: Gauge,
     dropped: Family<ReasonLabels, Counter>,
+    blind: Gauge,
 }
 
 impl MembershipMetrics {
@@ -212,12 +229,45 @@ impl MembershipMetrics {
             "Membership datagrams dropped, by reason",
             m.dropped.clone(),
         );
+        registry.register(
+            "ferrolb_membership_blind",
+            "1 while datagrams from other nodes arrive that this node cannot read (key, version, replays) and no other node is live: it claims no L2 address",
+            m.blind.clone(),
+        );
         m
     }
 
     /// Datagrams dropped for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
         self.dropped.get_or_create(&ReasonLabels { reason: reason.as_str().into() }).get()
+    }
+
+    /// Datagrams dropped that most likely came from a peer this node cannot read
+    /// ([`DropReason::from_unreadable_peer`]), in all.
+    pub fn unreadable(&self) -> u64 {
+        DropReason::ALL.into_iter().filter(|r| r.from_unreadable_peer()).map(|r| self.dropped(r)).sum()
+    }
+
+    /// The unreadable datagrams by reason, for a log line ("3 unauthenticated, …").
+    pub fn unreadable_summary(&self) -> String {
+        DropReason::ALL
+            .into_iter()
+            .filter(|r| r.from_unreadable_peer())
+            .map(|r| (r, self.dropped(r)))
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| format!("{n} {}", r.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Sets `ferrolb_membership_blind` (see [`guard`]).
+    pub fn set_blind(&self, blind: bool) {
+        self.blind.set(i64::from(blind));
+    }
+
+    /// True while `ferrolb_membership_blind` is 1.
+    pub fn blind(&self) -> bool {
+        self.blind.get() != 0
     }
 
     /// Current live-set size.
@@ -244,7 +294,8 @@ impl Membership {
             .map_err(|source| MembershipError::Bind { addr: cfg.bind, source })?;
         let config = cfg.foca_config()?;
         let sealer = Sealer::new(cfg.key.expose(), rand::random()).map_err(|_| MembershipError::Key)?;
-        let me = MemberId { name: cfg.name.clone(), addr: cfg.advertise, bump: unix_ms() };
+        let started = cfg.started_ms.unwrap_or_else(unix_ms);
+        let me = MemberId { name: cfg.name.clone(), addr: cfg.advertise, generation: 0, started };
         let rng: StdRng = rand::make_rng();
         let foca = Foca::new(me, config, rng, PostcardCodec);
         let (live_tx, live_rx) = watch::channel(BTreeSet::from([cfg.name.clone()]));
@@ -372,7 +423,7 @@ impl Driver {
     }
 
     async fn on_datagram(&mut self, datagram: &[u8]) {
-        let payload = match self.sealer.open(unix_ms(), datagram) {
+        let payload = match self.sealer.open(datagram) {
             Ok(p) => p.to_vec(),
             Err(reason) => {
                 self.drop_packet(reason);
@@ -410,7 +461,7 @@ impl Driver {
             .seeds
             .iter()
             .filter(|s| !live.contains(&s.name))
-            .map(|s| MemberId { name: s.name.clone(), addr: s.addr, bump: 0 })
+            .map(|s| MemberId { name: s.name.clone(), addr: s.addr, generation: 0, started: 0 })
             .collect();
         for t in targets {
             if let Err(e) = self.foca.announce(t, &mut self.runtime) {
@@ -423,7 +474,7 @@ impl Driver {
     /// Sends what foca wants sent, arms its timers, publishes membership changes.
     async fn flush(&mut self) {
         while let Some((to, data)) = self.runtime.to_send() {
-            let sealed = self.sealer.seal(unix_ms(), &data);
+            let sealed = self.sealer.seal(&data);
             if let Err(e) = self.socket.send_to(&sealed, to.addr).await {
                 tracing::debug!(to = %to.addr, error = %e, "membership send failed");
             }
@@ -445,7 +496,7 @@ impl Driver {
                     self.settled.send_replace(true);
                 }
                 OwnedNotification::Rejoin(id) => {
-                    tracing::info!(node = %self.name, bump = id.bump, "membership: declared down, rejoined");
+                    tracing::info!(node = %self.name, generation = id.generation, "membership: told this identity is down (a partition, or peers remember an earlier identity of this name that outranks it); rejoined");
                     changed = true;
                 }
                 OwnedNotification::Defunct => {
