@@ -15,9 +15,7 @@ use ferrolb_bootstrap::l2::claims::{Claims, Seen};
 use ferrolb_bootstrap::l2::holder::{Event, HANDOVER_WAIT, Holder, Input, Release};
 use ferrolb_bootstrap::metrics::Metrics;
 use ferrolb_bootstrap::{addr, bgp, checkpoint, credentials, health, l2, manifest, refresh};
-use ferrolb_speaker::l2::{
-    DEFAULT_TAKEOVER, InterfaceChoice, L2Announcer, L2Config, L2Handle, L2Metrics, Owned,
-};
+use ferrolb_speaker::l2::{DEFAULT_TAKEOVER, InterfaceChoice, L2Announcer, L2Config, L2Handle, Owned};
 use ferrolb_speaker::membership::{MembershipConfig, Seed};
 use tokio::sync::watch;
 
@@ -589,7 +587,7 @@ async fn run_l2(
         Ok(false) => {}
         Err(e) => tracing::warn!(error = %e, "removing a VIP left by a previous run"),
     }
-    let (membership, announcer) = start_l2(a, vip)?;
+    let (membership, announcer) = start_l2(a, vip, metrics)?;
     let members: Vec<String> = vip.spec.members.iter().map(|m| m.name.clone()).collect();
     let mut holder = Holder::new(&a.node_name, ip, members);
     let claims = watch_claims(addrs, &ifname, ip).await;
@@ -739,7 +737,11 @@ fn owned(ip: IpAddr, ifname: &str) -> Owned {
 
 /// Reads the membership key and starts membership (seeded with `spec.members` on
 /// `spec.membershipPort`) and the ARP/NDP announcer for the VIP's interface.
-fn start_l2(a: &RunArgs, vip: &ControlPlaneVip) -> anyhow::Result<(l2::SwimMembership, L2Handle)> {
+fn start_l2(
+    a: &RunArgs,
+    vip: &ControlPlaneVip,
+    metrics: &Metrics,
+) -> anyhow::Result<(l2::SwimMembership, L2Handle)> {
     let spec = &vip.spec;
     let key_file = &spec.membership_key_file;
     let text = std::fs::read_to_string(key_file).map_err(|e| {
@@ -774,10 +776,10 @@ fn start_l2(a: &RunArgs, vip: &ControlPlaneVip) -> anyhow::Result<(l2::SwimMembe
     })?;
     let mut cfg = MembershipConfig::new(&a.node_name, advertise, seeds, key);
     cfg.bind = SocketAddr::new(advertise.ip(), port);
-    let membership = l2::SwimMembership::start(cfg)
+    let membership = l2::SwimMembership::start_with_metrics(cfg, metrics.membership.clone())
         .map_err(|e| anyhow!("ControlPlaneVIP: spec.membershipPort: membership cannot start: {e}"))?;
     let l2cfg = L2Config { allowed_interfaces: None, takeover: DEFAULT_TAKEOVER.to_vec() };
-    let announcer = L2Announcer::spawn(l2cfg, L2Metrics::new(&mut Default::default()))
+    let announcer = L2Announcer::spawn(l2cfg, metrics.l2.clone())
         .map_err(|e| anyhow!("L2 announcer cannot start (needs NET_RAW): {e}"))?;
     tracing::info!(advertise = %advertise, "membership started (health carried in the member name)");
     Ok((membership, announcer))

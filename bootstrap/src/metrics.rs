@@ -39,6 +39,11 @@ pub struct ReasonLabel {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// Membership (L2 mode): `ferrolb_membership_*`, the speaker's names, among them
+    /// `ferrolb_membership_blind`.
+    pub membership: ferrolb_speaker::membership::MembershipMetrics,
+    /// The L2 announcer (L2 mode): `ferrolb_l2_*`, the speaker's names.
+    pub l2: ferrolb_speaker::l2::L2Metrics,
     /// 1 while the health gate says the local apiserver is healthy.
     pub healthy: Gauge,
     /// 1 if the last health probe got a 200.
@@ -77,7 +82,10 @@ impl Default for Metrics {
 impl Metrics {
     /// Every metric registered under `ferrolb_bootstrap_`.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("ferrolb_bootstrap");
+        let mut root = Registry::default();
+        let membership = ferrolb_speaker::membership::MembershipMetrics::new(&mut root);
+        let l2 = ferrolb_speaker::l2::L2Metrics::new(&mut root);
+        let registry = root.sub_registry_with_prefix("ferrolb_bootstrap");
         let healthy = Gauge::default();
         registry.register("healthy", "1 while the local apiserver counts as healthy", healthy.clone());
         let last_check_success = Gauge::default();
@@ -133,7 +141,9 @@ impl Metrics {
             client_certificate_expiry.clone(),
         );
         Self {
-            registry,
+            registry: root,
+            membership,
+            l2,
             healthy,
             last_check_success,
             checks,
@@ -286,8 +296,13 @@ mod tests {
         m.refresh_failed("timeout");
         m.client_certificate_expiry.set(1_800_000_000);
         m.probe_finished(Instant::now(), false);
+        // Membership and L2 (L2 mode) keep the speaker's names, unprefixed.
+        m.membership.set_blind(true);
         let text = m.encode();
         for line in [
+            "ferrolb_membership_blind 1",
+            "ferrolb_membership_members 0",
+            "ferrolb_l2_owned_addresses 0",
             "ferrolb_bootstrap_healthy 1",
             "ferrolb_bootstrap_vip_owned 1",
             "ferrolb_bootstrap_vip_announced 0",
