@@ -3,8 +3,8 @@
 #
 #   testbed/fuzz.sh [--update-corpus] [BUDGET_SECONDS] [TARGET...]
 #
-# Builds the targets with nightly cargo-fuzz (release, debug assertions and overflow
-# checks on, no sanitizer: the code under test is safe Rust, the crate's only unsafe
+# Builds the targets with cargo-fuzz on the default (stable) toolchain (release, debug
+# assertions and overflow checks on, no sanitizer — which is what lets stable build them: the code under test is safe Rust, the crate's only unsafe
 # being socket code, and ASan slows every execution), then runs each target for
 # BUDGET_SECONDS (default 60), one after the
 # other, from its committed corpus (speaker/fuzz/corpus/<target>/, read-only) into a
@@ -16,7 +16,8 @@
 # of new inputs that adds their coverage to it (libFuzzer -set_cover_merge=1, which keeps
 # fewer files than -merge=1); committed files are never removed.
 #
-# Needs: rustup's nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`).
+# Needs: cargo-fuzz; installed from crates.io (pinned, --locked) when missing.
+# testbed/test.sh calls this with FERROLB_FUZZ_SECONDS (default 60) per target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,16 +40,20 @@ fuzz_dir=speaker/fuzz
 if [ ${#targets[@]} -eq 0 ]; then
     mapfile -t targets < <(cd "$fuzz_dir/fuzz_targets" && ls -- *.rs | sed 's/\.rs$//')
 fi
-if ! cargo +nightly fuzz --version > /dev/null 2>&1; then
-    echo "fuzz: cargo-fuzz for the nightly toolchain is missing: rustup toolchain install nightly && cargo install cargo-fuzz" >&2
-    exit 2
+CARGO_FUZZ_VERSION=0.13.2
+if ! cargo fuzz --version > /dev/null 2>&1; then
+    echo "fuzz: installing cargo-fuzz $CARGO_FUZZ_VERSION (cargo install --locked)"
+    cargo install -q --locked --version "$CARGO_FUZZ_VERSION" cargo-fuzz > /tmp/ferrolb-cargo-fuzz-install.log 2>&1 || {
+        echo "fuzz: could not install cargo-fuzz (see /tmp/ferrolb-cargo-fuzz-install.log)" >&2
+        exit 2
+    }
 fi
 
 started=$(date +%s)
 build_flags=(--release --debug-assertions --sanitizer none --fuzz-dir "$fuzz_dir")
-echo "fuzz: building ${targets[*]} (cargo +nightly fuzz build ${build_flags[*]})"
-cargo +nightly fuzz build "${build_flags[@]}"
-triple=$(rustc +nightly -vV | sed -n 's/^host: //p')
+echo "fuzz: building ${targets[*]} (cargo fuzz build ${build_flags[*]})"
+cargo fuzz build "${build_flags[@]}"
+triple=$(rustc -vV | sed -n 's/^host: //p')
 bin_dir="$fuzz_dir/target/$triple/release"
 built=$(date +%s)
 

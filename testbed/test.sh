@@ -9,6 +9,9 @@ status=0
 # Lab tests run the real binaries (testbed/tests/bgp_speaker.rs, real_*.rs).
 cargo build -p ferrolb-speaker -p ferrolb-controller -p ferrolb-bootstrap
 cargo test --workspace --no-fail-fast || status=$?
+# Every fuzz target for a bounded time from its committed corpus (the corpora are also
+# replayed by `cargo test`: speaker/tests/fuzz_corpus.rs). A crash fails the suite.
+bash testbed/fuzz.sh "${FERROLB_FUZZ_SECONDS:-60}" || status=$?
 # Labs tear down on drop and on panic; this catches a test process that was killed.
 cargo run -q -p ferrolb-testbed -- down --stale >/dev/null || true
 exit "$status"
