@@ -1,6 +1,6 @@
 //! The object store: every write goes through here, under one lock, in resourceVersion order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
@@ -73,6 +73,11 @@ pub(crate) struct Store {
     pub(crate) compacted: u64,
     pub(crate) registry: Registry,
     objects: BTreeMap<ResKey, BTreeMap<ObjKey, Value>>,
+    /// Every stored object's uid, and which objects name each uid as an owner: the
+    /// garbage collector's indexes, kept by `commit` (a scan of every object per delete
+    /// made deleting n owners cost n² — minutes at 10 000 Services).
+    uids: HashSet<String>,
+    dependents: HashMap<String, BTreeSet<(ResKey, ObjKey)>>,
     log: Vec<Arc<LogEntry>>,
     counter: u64,
     pub(crate) tx: broadcast::Sender<WatchMsg>,
@@ -139,6 +144,8 @@ impl Store {
             compacted: 0,
             registry: Registry::builtins(),
             objects: BTreeMap::new(),
+            uids: HashSet::new(),
+            dependents: HashMap::new(),
             log: Vec::new(),
             counter: 0,
             tx,
@@ -161,6 +168,8 @@ impl Store {
             compacted: self.compacted,
             registry: self.registry.clone(),
             objects: self.objects.clone(),
+            uids: self.uids.clone(),
+            dependents: self.dependents.clone(),
             log: Vec::new(),
             counter: self.counter,
             tx,
@@ -321,11 +330,34 @@ impl Store {
         set_meta(&mut obj, "resourceVersion", json!(self.rv.to_string()));
         let ns = meta(&obj, "namespace").unwrap_or_default();
         let name = meta(&obj, "name").unwrap_or_default();
-        let bucket = self.objects.entry(res_key(info)).or_default();
-        if etype == "DELETED" {
-            bucket.remove(&(ns.clone(), name));
+        let key = (res_key(info), (ns.clone(), name.clone()));
+        let bucket = self.objects.entry(key.0.clone()).or_default();
+        let previous = if etype == "DELETED" {
+            bucket.remove(&key.1)
         } else {
-            bucket.insert((ns.clone(), name), obj.clone());
+            bucket.insert(key.1.clone(), obj.clone())
+        };
+        // The indexes: forget what the replaced (or deleted) object said, learn the new.
+        if let Some(before) = &previous {
+            if let Some(uid) = meta(before, "uid") {
+                self.uids.remove(&uid);
+            }
+            for owner in owner_uids(before) {
+                if let Some(set) = self.dependents.get_mut(&owner) {
+                    set.remove(&key);
+                    if set.is_empty() {
+                        self.dependents.remove(&owner);
+                    }
+                }
+            }
+        }
+        if etype != "DELETED" {
+            if let Some(uid) = meta(&obj, "uid") {
+                self.uids.insert(uid);
+            }
+            for owner in owner_uids(&obj) {
+                self.dependents.entry(owner).or_default().insert(key.clone());
+            }
         }
         let (group, plural) = res_key(info);
         let entry =
@@ -667,32 +699,19 @@ impl Store {
     }
 
     fn uid_exists(&self, uid: &str) -> bool {
-        self.objects.values().flat_map(BTreeMap::values).any(|o| meta(o, "uid").as_deref() == Some(uid))
+        self.uids.contains(uid)
     }
 
     /// Owner-reference garbage collection; the real collector is asynchronous, this one runs inline.
     fn collect_garbage(&mut self, first_uid: &str, propagation: Propagation) {
         let mut pending = vec![first_uid.to_string()];
         while let Some(owner_uid) = pending.pop() {
-            for info in self.all_infos() {
-                let dependents: Vec<Value> = self
-                    .objects
-                    .get(&res_key(&info))
-                    .map(|m| {
-                        m.values()
-                            .filter(|o| {
-                                o.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(
-                                    |refs| {
-                                        refs.iter().any(|r| {
-                                            r.get("uid").and_then(Value::as_str) == Some(owner_uid.as_str())
-                                        })
-                                    },
-                                )
-                            })
-                            .cloned()
-                            .collect()
-                    })
-                    .unwrap_or_default();
+            let keys: Vec<(ResKey, ObjKey)> =
+                self.dependents.get(&owner_uid).map(|d| d.iter().cloned().collect()).unwrap_or_default();
+            for (res, obj_key) in keys {
+                let Some(info) = self.registry.get(&res.0, &res.1).cloned() else { continue };
+                let dependents: Vec<Value> =
+                    self.objects.get(&res).and_then(|m| m.get(&obj_key)).cloned().into_iter().collect();
                 for dep in dependents {
                     let t = Self::target_for(&info, &meta(&dep, "namespace").unwrap_or_default());
                     let name = meta(&dep, "name").unwrap_or_default();
@@ -730,4 +749,14 @@ impl Store {
     pub(crate) fn register(&mut self, info: ResourceInfo) {
         self.registry.insert(info);
     }
+}
+
+/// The uids an object's `metadata.ownerReferences` name.
+fn owner_uids(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter().filter_map(|r| r.get("uid").and_then(Value::as_str).map(str::to_owned)).collect()
+        })
+        .unwrap_or_default()
 }
