@@ -478,7 +478,15 @@ fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet<String>, o
             c.err(
                 "spec.holdTime",
                 format!("{:?} is not allowed: RFC 4271 hold time is 0 or at least 3s", spec.hold_time),
-                "set holdTime to 0s (no keepalives) or 3s..65535s",
+                "set holdTime to 3s..65535s, or 0s (no keepalives) together with bfdProfile",
+            );
+        } else if secs == 0.0 && spec.bfd_profile.is_none() {
+            // RFC 4271 §6.2 allows 0, but then no keepalive and no hold timer notice a
+            // dead router: only BFD would.
+            c.err(
+                "spec.holdTime",
+                "0s turns off keepalives and the hold timer, so a dead router would never be noticed",
+                "set holdTime to 3s..65535s (e.g. 90s), or set bfdProfile so BFD watches the session",
             );
         } else if secs > 65535.0 {
             c.err(
@@ -503,6 +511,13 @@ fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet<String>, o
             "spec.keepaliveTime",
             format!("{k:?} is longer than holdTime {:?}", spec.hold_time),
             "set keepaliveTime to at most holdTime (usually holdTime/3), or omit it",
+        );
+    }
+    if spec.ttl_security && spec.ebgp_multi_hop {
+        c.err(
+            "spec.ttlSecurity",
+            "ttlSecurity (RFC 5082) accepts only a directly connected router, which contradicts ebgpMultiHop",
+            "set ebgpMultiHop: false for a directly connected router, or ttlSecurity: false for a multihop one",
         );
     }
     if let Some(d) = c.duration("spec.connectTime", &spec.connect_time)

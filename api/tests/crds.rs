@@ -132,6 +132,7 @@ fn api_field_names_are_as_documented() {
                 "connectTime",
                 "passive",
                 "ebgpMultiHop",
+                "ttlSecurity",
                 "passwordSecret",
                 "passwordFile",
                 "bfdProfile",

@@ -359,8 +359,9 @@ fn rbac_is_exactly_the_least_privilege_of_each_component() {
         ("cluster", "", "pods", "list,watch", "*"),
         ("cluster", "", "pods/status", "patch", "*"),
     ];
-    let membership = (NAMESPACE, "", "secrets", "get", "ferrolb-membership");
-    let passwords = (NAMESPACE, "", "secrets", "get", "bgp-auth");
+    // Read, then watched by name for rotation (list/watch with fieldSelector metadata.name).
+    let membership = (NAMESPACE, "", "secrets", "get,list,watch", "ferrolb-membership");
+    let passwords = (NAMESPACE, "", "secrets", "get,list,watch", "bgp-auth");
     let bootstrap =
         expand(&[("cluster", "ferrolb.io", "controlplanevips,bgppeers,bfdprofiles", "get,list,watch", "*")]);
     for r in rendered() {

@@ -18,7 +18,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 /// Label of `ferrolb_bootstrap_health_checks_total`.
@@ -238,47 +237,8 @@ impl Metrics {
 
     /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` (bound now, served on a task).
     pub async fn serve(self: Arc<Self>, addr: SocketAddr) -> std::io::Result<()> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut s, _)) = listener.accept().await else { continue };
-                let m = self.clone();
-                tokio::spawn(async move {
-                    let head = tokio::time::timeout(Duration::from_secs(5), read_request_head(&mut s))
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .unwrap_or_default();
-                    let req = String::from_utf8_lossy(&head);
-                    let path = req.split_whitespace().nth(1).unwrap_or("/");
-                    let (status, ctype, body) = m.answer(path, Instant::now());
-                    let head = format!(
-                        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = s.write_all(head.as_bytes()).await;
-                    let _ = s.write_all(body.as_bytes()).await;
-                    let _ = s.shutdown().await;
-                });
-            }
-        });
-        Ok(())
+        ferrolb_speaker::http::serve(addr, move |path| self.answer(path, Instant::now())).await
     }
-}
-
-/// Reads the whole request head (a client may send it in pieces; closing with unread
-/// bytes would reset the connection under the client's feet), at most 4 KiB.
-async fn read_request_head(s: &mut tokio::net::TcpStream) -> std::io::Result<Vec<u8>> {
-    let mut buf = Vec::with_capacity(256);
-    let mut chunk = [0u8; 512];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 4096 {
-        let n = s.read(&mut chunk).await?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    Ok(buf)
 }
 
 #[cfg(test)]

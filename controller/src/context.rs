@@ -3,19 +3,20 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Service};
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tracing::warn;
 
 use crate::error::CallError;
 use crate::fence::{CALL_TIMEOUT, Fence};
 use crate::ipam::{Allocator, ServiceKey};
 use crate::metrics::Metrics;
+use crate::queue::WorkQueue;
 
 /// Controller settings from the command line.
 #[derive(Debug, Clone)]
@@ -66,8 +67,8 @@ pub struct Context {
     pub services: Store<Service>,
     /// Watch cache of Namespaces (labels for namespaceSelectors).
     pub namespaces: Store<Namespace>,
-    /// Services to reconcile.
-    pub queue: mpsc::UnboundedSender<ObjectRef<Service>>,
+    /// Services to reconcile, each at most once.
+    pub queue: Arc<WorkQueue>,
     /// Pool statistics changed: the pool task rewrites pool status.
     pub pools_dirty: Notify,
 }
@@ -86,7 +87,7 @@ impl Context {
 
     /// Queues a Service for reconciliation.
     pub fn enqueue(&self, key: &ServiceKey) {
-        let _ = self.queue.send(ObjectRef::new(&key.name).within(&key.namespace));
+        self.queue.push(ObjectRef::new(&key.name).within(&key.namespace));
     }
 
     /// Queues every Service whose allocation failed, after addresses freed up or pools changed.

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod migrate;
 pub mod model;
 pub mod pools;
+pub mod queue;
 pub mod reconcile;
 pub mod run;
 

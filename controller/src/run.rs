@@ -16,7 +16,7 @@ use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, reflector::store::Writer};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
@@ -29,6 +29,7 @@ use crate::leader::Elector;
 use crate::metrics::Metrics;
 use crate::model::{self, Class};
 use crate::pools::PoolSync;
+use crate::queue::WorkQueue;
 use crate::{membership, reconcile};
 
 /// Runs the controller until `shutdown` resolves (then returns `Ok` after releasing the
@@ -93,7 +94,22 @@ where
         + Sync
         + 'static,
 {
-    watcher::watcher(api, watcher::Config::default()).default_backoff().reflect(writer)
+    watcher::watcher(api, watcher::Config::default()).backoff(watch_backoff()).reflect(writer)
+}
+
+/// How a failed watch retries: 0.5 s doubling to 5 s, with jitter, back to the start after
+/// a success — the speaker's schedule (`ferrolb_speaker::cluster::WatchBackoff`). kube's
+/// default (client-go's: up to 30 s, twice that with jitter, reset only after 2 minutes)
+/// left a leader blind for a minute after a short apiserver outage: new Services waited
+/// that long for an address (testbed/tests/real_ha.rs).
+fn watch_backoff() -> watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(Duration::from_secs(5))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
 }
 
 /// The leader's work: every task lives in one JoinSet, so dropping this future (shutdown,
@@ -108,7 +124,7 @@ async fn serve(
     let (svc_reader, svc_writer) = reflector::store::<Service>();
     let (ns_reader, ns_writer) = reflector::store::<Namespace>();
     let (pool_reader, pool_writer) = reflector::store::<IpAddressPool>();
-    let (queue_tx, mut queue_rx) = mpsc::unbounded_channel::<ObjectRef<Service>>();
+    let queue = Arc::new(WorkQueue::default());
     let reporter =
         Reporter { controller: "ferrolb-controller".into(), instance: Some(settings.identity.clone()) };
     let ctx = Arc::new(Context {
@@ -120,7 +136,7 @@ async fn serve(
         ipam: Mutex::new(Ipam::default()),
         services: svc_reader.clone(),
         namespaces: ns_reader.clone(),
-        queue: queue_tx,
+        queue: queue.clone(),
         pools_dirty: Notify::new(),
     });
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
@@ -151,8 +167,7 @@ async fn serve(
     health.set_ready(true);
     info!("state rebuilt from the API; allocating");
 
-    let queue =
-        futures::stream::poll_fn(move |cx| queue_rx.poll_recv(cx)).map(Ok::<_, std::convert::Infallible>);
+    let queue = queue.stream().map(Ok::<_, std::convert::Infallible>);
     let mut applier = Box::pin(applier(
         |svc, ctx| Box::pin(reconcile::reconcile(svc, ctx)),
         reconcile::error_policy,
@@ -264,7 +279,7 @@ async fn services_task(
     while let Some(ev) = events.next().await {
         match ev {
             Ok(Event::Apply(s)) => {
-                let _ = ctx.queue.send(ObjectRef::from_obj(&s));
+                ctx.queue.push(ObjectRef::from_obj(&s));
             }
             Ok(Event::Delete(s)) => {
                 ctx.release(&model::service_key(&s));
@@ -282,7 +297,7 @@ async fn services_task(
                     ctx.release(k);
                 }
                 for s in &all {
-                    let _ = ctx.queue.send(ObjectRef::from_obj(&**s));
+                    ctx.queue.push(ObjectRef::from_obj(&**s));
                 }
             }
             Ok(Event::Init | Event::InitApply(_)) => {}
@@ -302,7 +317,7 @@ async fn namespaces_task(
     let mut changed_during_init: Vec<String> = Vec::new();
     let touch = |ns: &str| {
         for s in ctx.services.state().iter().filter(|s| s.namespace().as_deref() == Some(ns)) {
-            let _ = ctx.queue.send(ObjectRef::from_obj(&**s));
+            ctx.queue.push(ObjectRef::from_obj(&**s));
         }
     };
     while let Some(ev) = events.next().await {
@@ -382,4 +397,24 @@ async fn membership_task(ctx: Arc<Context>) -> Result<(), Error> {
     // Done; stay in the JoinSet so that a finished task is not mistaken for a failure.
     std::future::pending::<()>().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::utils::Backoff;
+
+    use super::*;
+
+    /// The retry schedule stays short (kube's default reaches 30–60 s) and starts over
+    /// after a success.
+    #[test]
+    fn watch_retries_stay_within_ten_seconds_and_restart_after_a_success() {
+        let mut b = watch_backoff();
+        let delays: Vec<Duration> = b.by_ref().take(12).collect();
+        assert!(delays[0] <= Duration::from_secs(1), "{delays:?}");
+        assert!(delays.iter().all(|d| *d <= Duration::from_secs(10)), "{delays:?}");
+        assert!(delays[11] >= Duration::from_secs(5), "doubles up to 5 s: {delays:?}");
+        b.reset();
+        assert!(b.next().is_some_and(|d| d <= Duration::from_secs(1)));
+    }
 }

@@ -238,6 +238,24 @@ spec: {addresses: [192.0.2.8-192.0.2.9]}
     assert_eq!(fields, [("a", "spec.addresses[0]"), ("b", "spec.addresses[0]")]);
 }
 
+/// MetalLB takes `holdTime: 0s` (no keepalives); ferrolb refuses it without BFD, since
+/// nothing would notice a dead router: the conversion keeps the value and says so.
+#[test]
+fn a_zero_hold_time_without_bfd_is_reported() {
+    let peer = |extra: &str| {
+        format!(
+            "apiVersion: metallb.io/v1beta2\nkind: BGPPeer\nmetadata: {{name: r, namespace: metallb-system}}\n\
+             spec: {{myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.1, holdTime: 0s{extra}}}\n"
+        )
+    };
+    let c = convert(&peer(""), "peer.yaml").unwrap();
+    let fields: Vec<(&str, &str)> = c.invalid.iter().map(|e| (e.name.as_str(), e.field.as_str())).collect();
+    assert_eq!(fields, [("r", "spec.holdTime")]);
+    let bfd = "\n---\napiVersion: metallb.io/v1beta1\nkind: BFDProfile\nmetadata: {name: fast, namespace: metallb-system}\nspec: {}\n";
+    let c = convert(&format!("{}{bfd}", peer(", bfdProfile: fast")), "peer.yaml").unwrap();
+    assert!(c.invalid.is_empty(), "{:?}", c.invalid);
+}
+
 #[test]
 fn unreadable_input_names_the_document() {
     let err = convert("apiVersion: v1\n---\nkind: [unclosed\n", "bad.yaml").unwrap_err().to_string();

@@ -3,11 +3,13 @@
 //!
 //! Data flow: [`model`] (a plain snapshot, from a static file or the API) →
 //! [`plan::plan`] (pure) → announcers ([`announce::bgp`]).
+pub mod accept;
 pub mod announce;
 pub mod bfd;
 pub mod bgp;
 pub mod cluster;
 pub mod election;
+pub mod http;
 pub mod l2;
 pub mod membership;
 pub mod metrics;

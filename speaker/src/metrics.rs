@@ -10,7 +10,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::bfd::BfdMetrics;
 use crate::l2::L2Metrics;
@@ -237,6 +236,17 @@ impl Metrics {
         }
     }
 
+    /// Drops every `{peer}` series of a BGPPeer that no longer applies to this node
+    /// (a deleted peer is gone from the metrics, not shown down forever).
+    pub fn forget_peer(&self, peer: &str) {
+        let l = PeerLabel { peer: peer.to_owned() };
+        self.session_up.remove(&l);
+        self.updates_sent.remove(&l);
+        self.prefixes_sent.remove(&l);
+        self.updates_received.remove(&l);
+        self.prefixes_received.remove(&l);
+    }
+
     /// Marks the speaker ready (first configuration applied).
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Relaxed);
@@ -271,58 +281,31 @@ impl Metrics {
         out
     }
 
+    /// The answer to `GET path`: (status line, content type, body).
+    pub fn answer(&self, path: &str) -> crate::http::Answer {
+        match path {
+            "/metrics" => {
+                ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", self.encode())
+            }
+            "/healthz" if self.is_alive() => ("200 OK", "text/plain", "ok\n".to_string()),
+            "/healthz" => (
+                "503 Service Unavailable",
+                "text/plain",
+                "the event loop is stuck: no heartbeat for 30s\n".to_string(),
+            ),
+            "/readyz" if self.is_ready() => ("200 OK", "text/plain", "ok\n".into()),
+            "/readyz" => (
+                "503 Service Unavailable",
+                "text/plain",
+                "no configuration applied yet (Kubernetes mode: not every watch has listed)\n".into(),
+            ),
+            _ => ("404 Not Found", "text/plain", "not found\n".into()),
+        }
+    }
+
     /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until the runtime stops.
     pub async fn serve(self: Arc<Self>, addr: SocketAddr) -> std::io::Result<()> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut stream, _)) = listener.accept().await else { continue };
-                let m = self.clone();
-                tokio::spawn(async move {
-                    // Read the whole request head (clients may send it in pieces), then answer.
-                    let mut buf = [0u8; 1024];
-                    let mut n = 0;
-                    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-                    while n < buf.len() && !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                        match tokio::time::timeout_at(deadline, stream.read(&mut buf[n..])).await {
-                            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-                            Ok(Ok(k)) => n += k,
-                        }
-                    }
-                    let req = String::from_utf8_lossy(&buf[..n]);
-                    let path = req.split_whitespace().nth(1).unwrap_or("/");
-                    let (status, ctype, body) = match path {
-                        "/metrics" => (
-                            "200 OK",
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            m.encode(),
-                        ),
-                        "/healthz" if m.is_alive() => ("200 OK", "text/plain", "ok\n".to_string()),
-                        "/healthz" => (
-                            "503 Service Unavailable",
-                            "text/plain",
-                            "the event loop is stuck: no heartbeat for 30s\n".to_string(),
-                        ),
-                        "/readyz" if m.is_ready() => ("200 OK", "text/plain", "ok\n".into()),
-                        "/readyz" => (
-                            "503 Service Unavailable",
-                            "text/plain",
-                            "no configuration applied yet (Kubernetes mode: not every watch has listed)\n"
-                                .into(),
-                        ),
-                        _ => ("404 Not Found", "text/plain", "not found\n".into()),
-                    };
-                    let head = format!(
-                        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = stream.write_all(head.as_bytes()).await;
-                    let _ = stream.write_all(body.as_bytes()).await;
-                    let _ = stream.shutdown().await;
-                });
-            }
-        });
-        Ok(())
+        crate::http::serve(addr, move |path| self.answer(path)).await
     }
 }
 
@@ -330,6 +313,7 @@ impl Metrics {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
     fn names_carry_the_prefix_and_labels() {

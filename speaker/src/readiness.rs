@@ -690,7 +690,8 @@ where
     let (changes_tx, changes) = watch::channel(0u64);
     let (listed_tx, listed) = watch::channel(false);
     let task = tokio::spawn(async move {
-        let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff();
+        let stream =
+            reflector::reflector(writer, watcher(api, cfg)).backoff(crate::cluster::WatchBackoff::default());
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
             match ev {

@@ -29,6 +29,8 @@ use crate::model::static_file::{self, LoadError};
 use crate::plan::{self, Announcements};
 use crate::readiness::{self, GatedPod, Readiness, RemoteAnnounced, RemoteWatch};
 
+mod rotation;
+
 /// On SIGTERM this node leaves membership first, then keeps answering ARP/NDP this
 /// long, so the successors (which see the departure at once) announce the addresses
 /// before this node stops answering: make before break.
@@ -280,6 +282,10 @@ struct ClusterPart {
     rejected: Option<String>,
     /// The BGP password Secrets last read completely (re-read when they change).
     password_refs: BTreeMap<String, ferrolb_api::SecretKeyRef>,
+    /// Watches the Secrets in use, so rotated keys and passwords apply ([`rotation`]).
+    secrets: cluster::secrets::SecretWatch,
+    /// What of them was applied last.
+    secrets_seen: watch::Receiver<cluster::secrets::Watched>,
     /// Pod readiness gates of this node's pods.
     gate: GatePart,
     /// Aborts the watchers when the speaker stops.
@@ -375,6 +381,8 @@ struct State {
     l2_error: Option<String>,
     /// When each draining address started draining.
     drains: DrainTimers,
+    /// Key and password rotation ([`rotation`]).
+    rotation: rotation::Rotation,
 }
 
 impl State {
@@ -457,10 +465,11 @@ impl State {
                 self.l2_error = Some(e);
             }
         }
+        self.watch_secrets();
     }
 
     /// Kubernetes mode: applies one watcher update (and what else is queued) to the model.
-    async fn on_updates(&mut self, first: Update, more: &mut mpsc::UnboundedReceiver<Update>) {
+    async fn on_updates(&mut self, first: Update, more: &mut mpsc::Receiver<Update>) {
         let Some(c) = self.cluster.as_mut() else { return };
         let was_synced = c.feed.synced();
         let mut changed = false;
@@ -522,6 +531,7 @@ impl State {
                 self.passwords = passwords;
                 c.password_refs = if errors.is_empty() { refs } else { BTreeMap::new() };
             }
+            self.watch_secrets();
         }
         if !was_synced {
             self.metrics.model_synced.set(1);
@@ -840,6 +850,7 @@ fn start_l2(
     let others = seeds.len();
     let mut cfg = MembershipConfig::new(me, SocketAddr::new(advertise_ip, port), seeds, key);
     cfg.bind = bind;
+    cfg.rotation_window = membership::rotation_window();
     let announcer = L2Announcer::spawn(L2Config::default(), metrics.l2.clone()).map_err(|e| e.to_string())?;
     let membership = Membership::spawn(cfg, metrics.membership.clone()).map_err(|e| e.to_string())?;
     tracing::info!(bind = %bind, advertise = %SocketAddr::new(advertise_ip, port), seeds = others, "membership started for L2 announcements");
@@ -949,6 +960,7 @@ impl State {
             l2: None,
             l2_error: None,
             drains: DrainTimers::default(),
+            rotation: rotation::Rotation::default(),
             planner: plan::Planner::new(),
             file: None,
             cluster: None,
@@ -997,7 +1009,7 @@ pub async fn run_kube(
     metrics: Arc<Metrics>,
 ) -> Result<(), SpeakerError> {
     let signals = signals()?;
-    let (tx, updates) = mpsc::unbounded_channel();
+    let (tx, updates) = cluster::channel();
     let watchers = cluster::spawn_watchers(&client, &tx);
     drop(tx);
     let status = status::spawn(client.clone(), &opts.options.node_name, metrics.clone());
@@ -1018,6 +1030,7 @@ pub async fn run_kube(
         pods: Vec::new(),
         hold: None,
     };
+    let secrets = cluster::secrets::SecretWatch::new(client.clone());
     state.cluster = Some(ClusterPart {
         gate,
         client,
@@ -1027,6 +1040,8 @@ pub async fn run_kube(
         failing: BTreeSet::new(),
         rejected: None,
         password_refs: BTreeMap::new(),
+        secrets_seen: secrets.subscribe(),
+        secrets,
         _watchers: watchers,
     });
     serve(state, None, Some(updates), signals).await
@@ -1043,7 +1058,8 @@ async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> T {
     }
 }
 
-async fn recv_unbounded<T>(rx: &mut Option<mpsc::UnboundedReceiver<T>>) -> Option<T> {
+/// Receives from an optional channel: None once it closed, pending forever without one.
+async fn recv_or_closed<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     match rx.as_mut() {
         Some(r) => r.recv().await,
         None => std::future::pending().await,
@@ -1054,13 +1070,14 @@ async fn recv_unbounded<T>(rx: &mut Option<mpsc::UnboundedReceiver<T>>) -> Optio
 async fn serve(
     mut state: State,
     mut changes: Option<mpsc::Receiver<()>>,
-    mut updates: Option<mpsc::UnboundedReceiver<Update>>,
+    mut updates: Option<mpsc::Receiver<Update>>,
     (mut sigterm, mut sigint): Signals,
 ) -> Result<(), SpeakerError> {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut l2_tick = tokio::time::interval(Duration::from_millis(200));
     // Kubernetes mode: L2 that could not start (the Secret not there yet) is retried.
     let mut l2_retry = tokio::time::interval(Duration::from_secs(10));
+    let mut file_poll = tokio::time::interval(rotation::FILE_POLL);
     loop {
         state.metrics.beat();
         let watched = state.l2.as_ref().map(|p| (p.live.clone(), p.settled.clone()));
@@ -1068,7 +1085,11 @@ async fn serve(
         let retry_l2 = state.cluster.is_some() && state.l2_error.is_some();
         let gate = state.gate_watch();
         let gate_hold = state.gate_hold_until();
+        let secrets = state.secrets_watch();
+        let poll_files = state.polls_files();
         tokio::select! {
+            () = rotation::secrets_changed(secrets) => state.on_secrets().await,
+            _ = file_poll.tick(), if poll_files => state.poll_files().await,
             () = sleep_until_opt(gate_hold) => state.end_gate_hold(),
             signal = gate_changed(gate) => state.on_gate_signal(signal).await,
             () = sleep_until_opt(next_drain) => {
@@ -1078,7 +1099,7 @@ async fn serve(
             _ = l2_tick.tick(), if state.l2.is_some() => state.on_l2_change().await,
             // The watcher reads a complete file at once and debounces the rest.
             () = recv_opt(&mut changes) => state.reload().await,
-            u = recv_unbounded(&mut updates) => match u {
+            u = recv_or_closed(&mut updates) => match u {
                 Some(u) => {
                     if let Some(rx) = updates.as_mut() {
                         state.on_updates(u, rx).await;

@@ -168,7 +168,7 @@ async fn the_model_from_the_api_equals_the_model_from_the_same_objects_as_a_stat
         .await
         .unwrap();
 
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut rx) = cluster::channel();
     let _watchers = cluster::spawn_watchers(&client, &tx);
     let mut feed = Feed::default();
     let mut model = ClusterModel::new(DEFAULT_LB_CLASS);
@@ -182,6 +182,42 @@ async fn the_model_from_the_api_equals_the_model_from_the_same_objects_as_a_stat
     assert!(
         !model.services.is_empty() && !model.endpoint_slices.is_empty() && !model.bfd_profiles.is_empty()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_event_loop_holds_back_the_watchers_instead_of_queueing_without_bound() {
+    let (client, server) = FakeApiServer::new().client();
+    register_crds(&server, &[]);
+    let (tx, mut rx) = cluster::channel();
+    let _watchers = cluster::spawn_watchers(&client, &tx);
+    let mut feed = Feed::default();
+    let mut model = ClusterModel::new(DEFAULT_LB_CLASS);
+    while !feed.synced() {
+        let u = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap();
+        feed.apply(&mut model, u);
+    }
+    // The event loop stalls while a burst four times the queue's depth is created.
+    let burst = 4 * cluster::UPDATE_QUEUE;
+    let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
+    for i in 0..burst {
+        let s = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": format!("burst-{i}"), "namespace": "default"},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}});
+        svcs.create(&PostParams::default(), &serde_json::from_value(s).unwrap()).await.unwrap();
+    }
+    until("the queue to fill", || async { (rx.len() >= cluster::UPDATE_QUEUE).then_some(()) }).await;
+    // Then it drains: no more than the queue's depth ever waited, and nothing was lost.
+    let mut most = 0;
+    let mut seen = 0;
+    while seen < burst {
+        most = most.max(rx.len());
+        let u = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap();
+        if let cluster::Update::Service(cluster::Change::Apply(_)) = &u {
+            seen += 1;
+        }
+        feed.apply(&mut model, u);
+    }
+    assert!(most <= cluster::UPDATE_QUEUE, "{most} updates queued");
+    assert_eq!(model.services.len(), burst);
 }
 
 /// Fails every request while closed, like an unreachable apiserver, or only LISTs
@@ -554,4 +590,59 @@ async fn secrets_give_the_membership_key_and_bgp_passwords_and_errors_never_show
         errors[0]
     );
     assert!(!errors.iter().any(|e| e.contains("s3cr3t") || e.contains("old")));
+}
+
+/// The Secret watch behind key and password rotation: each wanted Secret is followed by
+/// name (a change, a deletion, a re-creation), a Secret not asked for never shows, and
+/// one no longer wanted is forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watched_secrets_follow_changes_by_name_only() {
+    use ferrolb_speaker::cluster::secrets::{SecretWatch, Watched};
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
+
+    let (client, _server) = FakeApiServer::new().client();
+    let pp = PostParams::default();
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "ferrolb-system"}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&pp, &ns).await.unwrap();
+    let api: Api<Secret> = Api::namespaced(client.clone(), "ferrolb-system");
+    let secret = |name: &str, pw: &str| -> Secret {
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "data": {"password": k8s_openapi::ByteString(pw.as_bytes().to_vec())}}))
+        .unwrap()
+    };
+    api.create(&pp, &secret("bgp-auth", "first")).await.unwrap();
+    api.create(&pp, &secret("unrelated", "x")).await.unwrap();
+    let mut watch = SecretWatch::new(client.clone());
+    let mut rx = watch.subscribe();
+    let name = |n: &str| ("ferrolb-system".to_owned(), n.to_owned());
+    watch.set(&BTreeSet::from([name("bgp-auth"), name("ferrolb-membership")]));
+    let password = |w: &Watched, n: &str| -> Option<Option<String>> {
+        w.get(&name(n)).map(|s| {
+            s.as_ref().map(|s| String::from_utf8(s.data.as_ref().unwrap()["password"].0.clone()).unwrap())
+        })
+    };
+    async fn wait(rx: &mut tokio::sync::watch::Receiver<Watched>, f: impl Fn(&Watched) -> bool) {
+        let ok = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|w| f(w))).await.is_ok();
+        assert!(ok, "watched Secrets never became as expected: {:?}", rx.borrow().keys().collect::<Vec<_>>());
+    }
+    wait(&mut rx, |w| {
+        password(w, "bgp-auth") == Some(Some("first".into()))
+            && password(w, "ferrolb-membership") == Some(None)
+    })
+    .await;
+    api.patch(
+        "bgp-auth",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"password": k8s_openapi::ByteString(b"second".to_vec())}})),
+    )
+    .await
+    .unwrap();
+    wait(&mut rx, |w| password(w, "bgp-auth") == Some(Some("second".into()))).await;
+    api.create(&pp, &secret("ferrolb-membership", "k")).await.unwrap();
+    wait(&mut rx, |w| password(w, "ferrolb-membership") == Some(Some("k".into()))).await;
+    api.delete("bgp-auth", &DeleteParams::default()).await.unwrap();
+    wait(&mut rx, |w| password(w, "bgp-auth") == Some(None)).await;
+    assert!(!rx.borrow().contains_key(&name("unrelated")), "a Secret not asked for was watched");
+    watch.set(&BTreeSet::from([name("ferrolb-membership")]));
+    assert!(!rx.borrow().contains_key(&name("bgp-auth")), "a Secret no longer wanted is forgotten");
 }

@@ -226,3 +226,73 @@ async fn a_node_that_cannot_read_its_peer_claims_nothing() {
         println!("{:?}: claimed nothing", r.await.unwrap());
     }
 }
+
+/// Key rotation through the real driver (issue #13): three members get a new key one
+/// after the other, 400 ms apart (within the 1 s rotation window): nobody is ever
+/// declared down on the way; each seals with the new key 1 s after it learned it and
+/// retires the old one after 2 s. The same rolling change with window 0 (a plain switch)
+/// splits the cluster: the guard of this test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_key_change_within_the_window_never_splits_membership() {
+    const NEW: &str = "the-rotated-loopback-key-0123456789";
+    async fn rolling(window: Duration) -> (bool, Vec<MembershipMetrics>) {
+        let addrs: Vec<SocketAddr> =
+            (0..3).map(|_| SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()))).collect();
+        let names = ["a", "b", "c"];
+        let seeds: Vec<Seed> =
+            names.iter().zip(&addrs).map(|(n, a)| Seed { name: n.to_string(), addr: *a }).collect();
+        let members: Vec<(MembershipHandle, MembershipMetrics)> = names
+            .iter()
+            .zip(&addrs)
+            .map(|(n, a)| {
+                let mut cfg = MembershipConfig::new(n, *a, seeds.clone(), MembershipKey::parse(KEY).unwrap());
+                cfg.bind = *a;
+                cfg.rotation_window = window;
+                let metrics = MembershipMetrics::default();
+                (Membership::spawn(cfg, metrics.clone()).unwrap(), metrics)
+            })
+            .collect();
+        let mut lives: Vec<_> = members.iter().map(|(h, _)| h.live()).collect();
+        for l in &mut lives {
+            wait_live(l, &names).await;
+        }
+        // Sample every live set every 20 ms from the first change until 2 windows after
+        // the last one plus a second.
+        let sampler = {
+            let lives = lives.clone();
+            tokio::spawn(async move {
+                let end = tokio::time::Instant::now()
+                    + Duration::from_millis(800)
+                    + window * 2
+                    + Duration::from_secs(1);
+                let mut split = false;
+                while tokio::time::Instant::now() < end {
+                    split |= lives.iter().any(|l| l.borrow().len() != 3);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                split
+            })
+        };
+        for (h, _) in &members {
+            h.set_key(MembershipKey::parse(NEW).unwrap());
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+        let split = sampler.await.unwrap();
+        let metrics = members.iter().map(|(_, m)| m.clone()).collect();
+        for (h, _) in members {
+            h.abort();
+        }
+        (split, metrics)
+    }
+
+    let (split, metrics) = rolling(Duration::from_secs(1)).await;
+    assert!(!split, "a member was declared down during the rotation");
+    for m in &metrics {
+        assert_eq!(m.key_changes("applied"), 1);
+        assert_eq!(m.rotation_phase(), 0, "every rotation finished");
+        assert_eq!(m.dropped(DropReason::Unauthenticated), 0, "every datagram was readable");
+    }
+
+    let (split, _) = rolling(Duration::ZERO).await;
+    assert!(split, "a plain switch should split membership (or this test proves nothing)");
+}

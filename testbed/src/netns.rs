@@ -103,6 +103,23 @@ impl Netns {
         handle.join().map_err(|_| Error::Thread("namespace thread panicked".into()))?
     }
 
+    /// A `TcpExt` counter of the namespace's `/proc/net/netstat` (`nstat` names it
+    /// `TcpExt<name>`), e.g. `TCPMinTTLDrop`: segments dropped for arriving below a
+    /// socket's IP_MINTTL / IPV6_MINHOPCOUNT.
+    pub fn tcp_ext_counter(&self, name: &str) -> Result<u64, Error> {
+        let text = self.exec(&["cat", "/proc/net/netstat"])?;
+        let mut rows = text.lines().filter(|l| l.starts_with("TcpExt:"));
+        let (Some(names), Some(values)) = (rows.next(), rows.next()) else {
+            return Err(Error::Parse("no TcpExt rows in /proc/net/netstat".into()));
+        };
+        names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, v)| v.parse().ok())
+            .ok_or_else(|| Error::Parse(format!("no TcpExt counter {name} in /proc/net/netstat")))
+    }
+
     /// Process ids of everything running in the namespace.
     pub fn pids(&self) -> Vec<i32> {
         pids_of(&self.name)

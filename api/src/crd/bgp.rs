@@ -54,7 +54,7 @@ pub struct BgpPeerSpec {
     /// BGP identifier (an IPv4 address); default the node's IPv4 address.
     #[serde(default, rename = "routerID", skip_serializing_if = "Option::is_none")]
     pub router_id: Option<String>,
-    /// Hold time proposed in OPEN: 0 (no keepalives) or 3s..65535s.
+    /// Hold time proposed in OPEN: 3s..65535s, or 0 (no keepalives) with `bfdProfile`.
     #[serde(default = "defaults::hold_time")]
     pub hold_time: String,
     /// Keepalive interval; default holdTime/3; must not exceed holdTime.
@@ -69,6 +69,11 @@ pub struct BgpPeerSpec {
     /// Allow an eBGP router that is not directly connected (TTL 255).
     #[serde(default)]
     pub ebgp_multi_hop: bool,
+    /// GTSM (RFC 5082): send with TTL 255 and drop the router's packets that arrive
+    /// with less, so only a directly connected router can reach the session. Not with
+    /// `ebgpMultiHop`.
+    #[serde(default)]
+    pub ttl_security: bool,
     /// Secret key holding the TCP MD5 password.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_secret: Option<SecretKeyRef>,
@@ -104,6 +109,7 @@ impl BgpPeerSpec {
             connect_time: defaults::connect_time(),
             passive: false,
             ebgp_multi_hop: false,
+            ttl_security: false,
             password_secret: None,
             password_file: None,
             bfd_profile: None,

@@ -348,6 +348,30 @@ fn hold_time_one_or_two_seconds() {
 }
 
 #[test]
+fn zero_hold_time_only_with_bfd() {
+    let mut c = good();
+    c.peers[0].spec.hold_time = "0s".into();
+    c.peers[0].spec.keepalive_time = Some("0s".into());
+    assert!(validate(&c, Origin::Cluster).is_empty(), "0s with bfdProfile");
+    c.peers[0].spec.bfd_profile = None;
+    let e = only_errors(c, "BGPPeer", "router-a", "spec.holdTime");
+    assert!(e[0].problem.contains("never be noticed"), "{}", e[0].problem);
+    assert!(e[0].fix.contains("bfdProfile"), "{}", e[0].fix);
+}
+
+#[test]
+fn ttl_security_is_for_directly_connected_routers() {
+    let mut c = good();
+    c.peers[0].spec.ttl_security = true;
+    assert!(validate(&c, Origin::Cluster).is_empty(), "eBGP, single hop");
+    c.peers[0].spec.peer_asn = c.peers[0].spec.my_asn;
+    assert!(validate(&c, Origin::Cluster).is_empty(), "iBGP, directly connected");
+    c.peers[0].spec.ebgp_multi_hop = true;
+    let e = only_errors(c, "BGPPeer", "router-a", "spec.ttlSecurity");
+    assert!(e[0].problem.contains("ebgpMultiHop"), "{}", e[0].problem);
+}
+
+#[test]
 fn hold_time_too_long_or_fractional() {
     let mut c = good();
     c.peers[0].spec.hold_time = "65536s".into();
@@ -559,7 +583,7 @@ fn errors_display_kind_name_field_and_fix() {
     let e = c.validate(Origin::Cluster).unwrap_err();
     let text = e[0].to_string();
     assert!(text.starts_with("BGPPeer/router-a: spec.holdTime: "), "{text}");
-    assert!(text.contains("fix: set holdTime to 0s"), "{text}");
+    assert!(text.contains("fix: set holdTime to 3s..65535s"), "{text}");
 }
 
 #[test]

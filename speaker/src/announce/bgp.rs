@@ -162,6 +162,16 @@ fn session_config(name: &str, s: &PeerSettings, restarting: bool) -> Result<Sess
     let connect = secs(spec.connect_time(), "spec.connectTime")?;
     let mut peer = PeerConfig::new(spec.my_asn, spec.peer_asn, s.router_id);
     peer.hold_time = u16::try_from(hold.as_secs()).unwrap_or(u16::MAX);
+    // Hold time 0 leaves a dead peer to BFD: only where this process runs BFD for the
+    // session (ferrolb-bootstrap runs none).
+    peer.allow_zero_hold_time = s.bfd.is_some();
+    if peer.hold_time == 0 && !peer.allow_zero_hold_time {
+        return Err(err(
+            "spec.holdTime",
+            "0s turns off keepalives and the hold timer, and no BFD session watches this peer here".into(),
+            "set holdTime to 3s..65535s, or 0s only with a bfdProfile on a speaker (ferrolb-bootstrap runs no BFD)",
+        ));
+    }
     peer.keepalive_time = Some(u16::try_from(keepalive.as_secs()).unwrap_or(u16::MAX));
     peer.connect_retry = connect.max(Duration::from_millis(100));
     peer.connect_retry_max = peer.connect_retry.max(Duration::from_secs(120));
@@ -196,6 +206,7 @@ fn session_config(name: &str, s: &PeerSettings, restarting: bool) -> Result<Sess
         })?);
     }
     cfg.ebgp_multihop = spec.ebgp_multi_hop;
+    cfg.ttl_security = spec.ttl_security;
     cfg.password = s.password.clone();
     // The connection's local address is the next hop of its own family; the other
     // family's next hop comes from the node's addresses.
@@ -374,6 +385,7 @@ impl BgpAnnouncer {
             if let Some(s) = self.sessions.remove(&name) {
                 tracing::info!(peer = %name, "BGPPeer no longer applies to this node: closing its session (Cease, peer de-configured)");
                 self.stop(&name, s, subcode::CEASE_PEER_DECONFIGURED).await;
+                self.metrics.forget_peer(&name);
             }
         }
         for (name, routes) in &plan.bgp {
@@ -667,6 +679,24 @@ mod tests {
     }
 
     #[test]
+    fn ttl_security_and_zero_hold_time_reach_the_session_config() {
+        let mut spec = BgpPeerSpec::new(64513, 64512, "192.0.2.1");
+        spec.ttl_security = true;
+        let cfg = session_config("r", &settings(spec.clone()), false).unwrap();
+        assert!(cfg.ttl_security);
+        assert!(!cfg.peer.allow_zero_hold_time, "no BFD: a peer's hold time 0 is refused");
+
+        spec.hold_time = "0s".into();
+        let e = session_config("r", &settings(spec.clone()), false).unwrap_err().to_string();
+        assert!(e.starts_with("BGPPeer/r: spec.holdTime:"), "{e}");
+        let mut with_bfd = settings(spec);
+        with_bfd.bfd = Some(bfd::SessionConfig::default());
+        let cfg = session_config("r", &with_bfd, false).unwrap();
+        assert_eq!(cfg.peer.hold_time, 0);
+        assert!(cfg.peer.allow_zero_hold_time);
+    }
+
+    #[test]
     fn bad_peer_fields_name_object_and_field() {
         let spec = BgpPeerSpec::new(64513, 64512, "not-an-ip");
         let e = session_config("router-a", &settings(spec), false).unwrap_err().to_string();
@@ -780,7 +810,8 @@ mod tests {
             }
             plan
         };
-        let mut bgp = BgpAnnouncer::new("n1", Arc::new(Metrics::new()));
+        let metrics = Arc::new(Metrics::new());
+        let mut bgp = BgpAnnouncer::new("n1", metrics.clone());
         let mut announced = bgp.announced();
         assert!(announced.borrow().by_peer.is_empty());
         let wait =
@@ -810,10 +841,18 @@ mod tests {
         assert_eq!(bgp.status("router").map(|s| s.is_up()), Some(true));
 
         // Announced again, then the peer leaves the plan: its entry goes with its session.
+        bgp.tick();
+        let text = metrics.encode();
+        assert!(text.contains("ferrolb_bgp_session_up{peer=\"dead\"} 0"), "{text}");
+        assert!(text.contains("ferrolb_bgp_session_up{peer=\"router\"} 1"), "{text}");
         let _ = bgp.apply(&model, &BTreeMap::new(), &plan_with(&[vip], &["router"])).await;
         wait(&mut announced, "announced again", |a| a.by_peer.contains_key("router")).await;
+        let text = metrics.encode();
+        assert!(!text.contains("peer=\"dead\""), "a removed peer's series are gone, not 0: {text}");
         let _ = bgp.apply(&model, &BTreeMap::new(), &plan_with(&[], &[])).await;
         assert!(announced.borrow().by_peer.is_empty(), "removed with the session: {:?}", announced.borrow());
+        let text = metrics.encode();
+        assert!(!text.contains("peer=\"router\""), "{text}");
         bgp.shutdown().await;
         r.shutdown(2).await;
     }

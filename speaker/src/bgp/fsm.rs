@@ -35,8 +35,12 @@ pub struct PeerConfig {
     pub peer_as: u32,
     /// Our BGP identifier.
     pub router_id: Ipv4Addr,
-    /// Proposed hold time in seconds (0, or at least 3).
+    /// Proposed hold time in seconds (0, or at least 3; 0 only with `allow_zero_hold_time`).
     pub hold_time: u16,
+    /// Accept a negotiated hold time of 0 (no keepalives, no hold timer): only when
+    /// something else, BFD, notices a dead peer. Otherwise an OPEN that would make it 0
+    /// is refused with Unacceptable Hold Time.
+    pub allow_zero_hold_time: bool,
     /// Keepalive interval in seconds; `None` means a third of the negotiated hold time.
     pub keepalive_time: Option<u16>,
     /// First reconnect delay (ConnectRetryTime); doubled after each failure.
@@ -61,6 +65,7 @@ impl PeerConfig {
             peer_as,
             router_id,
             hold_time: 90,
+            allow_zero_hold_time: false,
             keepalive_time: None,
             connect_retry: Duration::from_secs(5),
             connect_retry_max: Duration::from_secs(120),
@@ -497,6 +502,14 @@ impl Fsm {
         // RFC 4271 §6.2: hold time 1 or 2 seconds MUST be rejected.
         if open.hold_time == 1 || open.hold_time == 2 {
             return Err((notif(subcode::UNACCEPTABLE_HOLD_TIME, Bytes::new()), "unacceptable hold time"));
+        }
+        // RFC 4271 §6.2 lets us reject on the hold time: 0 would leave a dead peer
+        // unnoticed unless BFD watches the session.
+        if self.config.hold_time.min(open.hold_time) == 0 && !self.config.allow_zero_hold_time {
+            return Err((
+                notif(subcode::UNACCEPTABLE_HOLD_TIME, Bytes::new()),
+                "unacceptable hold time 0 (no keepalives) without BFD",
+            ));
         }
         Ok(())
     }

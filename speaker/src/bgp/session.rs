@@ -36,6 +36,9 @@ pub struct SessionConfig {
     pub local_port: Option<u16>,
     /// eBGP multihop: TTL 255 instead of 1 (iBGP keeps the system default).
     pub ebgp_multihop: bool,
+    /// GTSM (RFC 5082): send with TTL 255 and have the kernel drop the peer's packets
+    /// that arrive with less, on connections we open and those we accept alike.
+    pub ttl_security: bool,
     /// TCP MD5 key (RFC 2385).
     pub password: Option<Password>,
     /// Next hops and export rewrites; empty next hops default to the connection's local address.
@@ -58,17 +61,24 @@ impl SessionConfig {
             local_addr: None,
             local_port: None,
             ebgp_multihop: false,
+            ttl_security: false,
             password: None,
             export,
         }
     }
 
     fn ttl(&self) -> Option<u32> {
-        match (self.peer.is_ebgp(), self.ebgp_multihop) {
-            (true, false) => Some(1),
-            (true, true) => Some(255),
-            (false, _) => None,
+        match (self.ttl_security, self.peer.is_ebgp(), self.ebgp_multihop) {
+            (true, _, _) => Some(u32::from(socket::GTSM_TTL)),
+            (false, true, false) => Some(1),
+            (false, true, true) => Some(255),
+            (false, false, _) => None,
         }
+    }
+
+    /// RFC 5082 §3: a directly connected peer's packets arrive with TTL 255.
+    fn min_ttl(&self) -> Option<u8> {
+        self.ttl_security.then_some(socket::GTSM_TTL)
     }
 }
 
@@ -156,6 +166,9 @@ pub struct SessionHandle {
     routes: Arc<watch::Sender<Arc<Routes>>>,
     status: watch::Receiver<SessionStatus>,
     peer: IpAddr,
+    /// TTL and minimum TTL for connections accepted from the peer.
+    ttl: Option<u32>,
+    min_ttl: Option<u8>,
 }
 
 impl std::fmt::Debug for Command {
@@ -189,8 +202,17 @@ impl SessionHandle {
         self.peer
     }
 
-    /// Hands an inbound connection from the peer to the session (used by [`Listener`]).
+    /// Hands an inbound connection from the peer to the session (used by [`Listener`]),
+    /// first giving it the peer's TTL and GTSM minimum TTL. The listener is shared by
+    /// peers with and without GTSM, so the minimum TTL goes on each connection as soon
+    /// as it is known to be this peer's, not on the listener.
     pub async fn accept(&self, stream: TcpStream) {
+        if let Err(e) = socket::set_stream_ttl(&stream, self.peer, self.ttl, self.min_ttl) {
+            // Too far away for GTSM, or the options could not be set (then a GTSM
+            // connection would take packets from afar): either way, not this session's.
+            tracing::warn!(peer = %self.peer, error = %e, "refused BGP connection");
+            return;
+        }
         let _ = self.cmd.send(Command::Accept(stream)).await;
     }
 
@@ -222,10 +244,11 @@ pub fn spawn(config: SessionConfig) -> SessionHandle {
     let (routes_tx, routes_rx) = watch::channel(Arc::new(Routes::new()));
     let (status_tx, status_rx) = watch::channel(SessionStatus::default());
     let peer = config.peer_addr.ip();
+    let (ttl, min_ttl) = (config.ttl(), config.min_ttl());
     let driver = Driver::new(config, cmd_rx, routes_rx, status_tx);
     let span = tracing::info_span!("bgp", peer = %peer);
     tokio::spawn(tracing::Instrument::instrument(driver.run(), span));
-    SessionHandle { cmd: cmd_tx, routes: Arc::new(routes_tx), status: status_rx, peer }
+    SessionHandle { cmd: cmd_tx, routes: Arc::new(routes_tx), status: status_rx, peer, ttl, min_ttl }
 }
 
 struct Conn {
@@ -350,11 +373,6 @@ impl Driver {
     }
 
     async fn accept(&mut self, stream: TcpStream) {
-        if let Some(ttl) = self.config.ttl()
-            && let Err(e) = socket::set_stream_ttl(&stream, self.config.peer_addr.ip(), ttl)
-        {
-            tracing::warn!(error = %e, "cannot set TTL on accepted connection");
-        }
         let id = self.register(stream);
         self.handle(Event::TcpConnectionConfirmed(id)).await;
     }
@@ -598,6 +616,7 @@ impl Driver {
             local_addr: self.config.local_addr,
             local_port: self.config.local_port,
             ttl: self.config.ttl(),
+            min_ttl: self.config.min_ttl(),
             password: self.config.password.clone(),
         };
         let tx = self.ev_tx.clone();
@@ -642,10 +661,9 @@ impl Listener {
         let peers: Arc<Mutex<HashMap<IpAddr, SessionHandle>>> = Arc::default();
         let (l, p) = (listener.clone(), peers.clone());
         let task = tokio::spawn(async move {
+            let mut backoff = crate::accept::AcceptBackoff::default();
             loop {
-                let Ok((stream, from)) = l.accept().await else {
-                    continue;
-                };
+                let (stream, from) = crate::accept::accept(&*l, &mut backoff, "BGP").await;
                 let ip = match from.ip() {
                     IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
                     v4 => v4,

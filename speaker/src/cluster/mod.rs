@@ -161,14 +161,22 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
+/// How many updates may wait for the event loop. A watcher finding the queue full waits
+/// (and stops reading its watch, so the apiserver holds the rest) rather than buffering
+/// without bound while the loop is busy, e.g. writing ServiceAnnouncements for a burst.
+/// A queue, not latest-state-wins: every Delete and every whole relist must reach the
+/// [`Feed`], and the loop already plans once for everything queued.
+pub const UPDATE_QUEUE: usize = 256;
+
+/// The channel from the watchers to the event loop, [`UPDATE_QUEUE`] deep.
+pub fn channel() -> (mpsc::Sender<Update>, mpsc::Receiver<Update>) {
+    mpsc::channel(UPDATE_QUEUE)
+}
+
 /// Turns one watcher into [`Update`]s: single events pass through, a (re)list is
 /// collected and sent whole once complete, errors are reported (the stream backs off).
-async fn pump<K>(
-    api: Api<K>,
-    kind: &'static str,
-    wrap: fn(Change<K>) -> Update,
-    tx: mpsc::UnboundedSender<Update>,
-) where
+async fn pump<K>(api: Api<K>, kind: &'static str, wrap: fn(Change<K>) -> Update, tx: mpsc::Sender<Update>)
+where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + std::fmt::Debug
@@ -195,14 +203,14 @@ async fn pump<K>(
             Ok(Event::Delete(o)) => wrap(Change::Delete(Box::new(o))),
             Err(e) => Update::WatchFailed { kind, error: crate::speaker::one_line(&e.to_string()) },
         };
-        if tx.send(update).is_err() {
+        if tx.send(update).await.is_err() {
             return;
         }
     }
 }
 
 /// Starts one watcher per kind; they run until the returned set is dropped.
-pub fn spawn_watchers(client: &kube::Client, tx: &mpsc::UnboundedSender<Update>) -> JoinSet<()> {
+pub fn spawn_watchers(client: &kube::Client, tx: &mpsc::Sender<Update>) -> JoinSet<()> {
     let mut set = JoinSet::new();
     let c = || client.clone();
     set.spawn(pump(Api::<Node>::all(c()), "Node", Update::Node, tx.clone()));

@@ -187,6 +187,27 @@ impl EventLimiter {
         *tokens -= 1;
         true
     }
+
+    /// Forgets the buckets that have refilled completely by `now` (a full bucket limits
+    /// nothing, like none), so Services that come and go leave nothing behind.
+    pub fn prune(&mut self, now: Instant) {
+        self.buckets.retain(|_, (tokens, since)| {
+            now.saturating_duration_since(*since) < EVENT_REFILL * EVENT_BURST.saturating_sub(*tokens)
+        });
+        if self.buckets.capacity() > 4 * self.buckets.len().max(64) {
+            self.buckets.shrink_to_fit();
+        }
+    }
+
+    /// How many Services have a bucket.
+    pub fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Whether no Service has a bucket.
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
 }
 
 /// (Service, protocol) → what it announces, for Event transitions.
@@ -207,6 +228,8 @@ struct Writer {
     node: String,
     client: kube::Client,
     recorder: Recorder,
+    /// Events published through `recorder` (see [`RECORDER_EVENTS`]).
+    published: usize,
     metrics: Arc<Metrics>,
     limiter: EventLimiter,
     /// What the API holds, as far as this writer knows (None: not listed yet).
@@ -215,15 +238,26 @@ struct Writer {
     shown: Option<Shown>,
 }
 
+/// Events published through one [`Recorder`] before it is replaced by a fresh one.
+/// kube's Recorder keeps every Event it published for 6 minutes (to count repeats into
+/// a series), keyed by the object's uid: 10 000 Services created and deleted held
+/// 20 000 Events in memory per cycle. Renewing it bounds that; only the count of a
+/// repeat straddling the swap is lost, and the [`EventLimiter`] keeps repeats rare.
+const RECORDER_EVENTS: usize = 512;
+
+fn recorder(client: &kube::Client, node: &str) -> Recorder {
+    Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: Some(node.to_owned()) })
+}
+
 /// Starts the writer; send each plan's [`desired`] set into the returned channel
 /// (nothing is written before the first one, so a speaker that has not synced its
 /// model yet never deletes what an earlier run announced).
 pub fn spawn(client: kube::Client, node: &str, metrics: Arc<Metrics>) -> watch::Sender<Option<Desired>> {
     let (tx, rx) = watch::channel(None);
-    let reporter = Reporter { controller: MANAGER.into(), instance: Some(node.to_owned()) };
     let writer = Writer {
         node: node.to_owned(),
-        recorder: Recorder::new(client.clone(), reporter),
+        recorder: recorder(&client, node),
+        published: 0,
         client,
         metrics,
         limiter: EventLimiter::default(),
@@ -406,6 +440,7 @@ impl Writer {
             self.event(want, svc, "Withdrawn", note, now).await;
         }
         self.shown = Some(new);
+        self.limiter.prune(now);
     }
 
     async fn event(&mut self, want: &Desired, svc: &ServiceKey, reason: &str, note: String, now: Instant) {
@@ -429,6 +464,11 @@ impl Writer {
             action: reason.trim_end_matches("ed").into(),
             secondary: None,
         };
+        self.published += 1;
+        if self.published > RECORDER_EVENTS {
+            self.recorder = recorder(&self.client, &self.node);
+            self.published = 1;
+        }
         match super::within(self.recorder.publish(&ev, &regarding)).await {
             Ok(()) => {
                 self.metrics.events.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
@@ -517,5 +557,21 @@ mod tests {
         assert!(!l.allow(&k, t0 + Duration::from_secs(5)));
         assert!(l.allow(&k, t0 + EVENT_REFILL + Duration::from_secs(1)));
         assert!(!l.allow(&k, t0 + EVENT_REFILL + Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn buckets_are_forgotten_once_refilled() {
+        let mut l = EventLimiter::default();
+        let t0 = Instant::now();
+        let key = |i: usize| ServiceKey { namespace: "churn".into(), name: format!("svc-{i}") };
+        for i in 0..10_000 {
+            assert!(l.allow(&key(i), t0));
+        }
+        let busy = key(0);
+        while l.allow(&busy, t0) {}
+        l.prune(t0 + EVENT_REFILL * 2);
+        assert_eq!(l.len(), 1, "only the emptied bucket is still refilling");
+        l.prune(t0 + EVENT_REFILL * (EVENT_BURST + 1));
+        assert!(l.is_empty(), "{} buckets left", l.len());
     }
 }

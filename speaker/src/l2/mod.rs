@@ -147,19 +147,28 @@ impl L2Metrics {
         m
     }
 
-    /// Requests received for `addr`.
+    /// Requests received for `addr` (reading creates no series).
     pub fn requests_received(&self, addr: IpAddr) -> u64 {
-        self.requests.get_or_create(&label(addr)).get()
+        self.requests.get(&label(addr)).map_or(0, |c| c.get())
     }
 
     /// Replies sent for `addr`.
     pub fn replies_sent(&self, addr: IpAddr) -> u64 {
-        self.replies.get_or_create(&label(addr)).get()
+        self.replies.get(&label(addr)).map_or(0, |c| c.get())
     }
 
     /// Gratuitous announcements sent for `addr`.
     pub fn gratuitous_sent(&self, addr: IpAddr) -> u64 {
-        self.gratuitous.get_or_create(&label(addr)).get()
+        self.gratuitous.get(&label(addr)).map_or(0, |c| c.get())
+    }
+
+    /// Drops the series of an address no longer owned: a node that owned many addresses
+    /// over time must not export them all forever.
+    fn forget(&self, addr: IpAddr) {
+        let l = label(addr);
+        self.requests.remove(&l);
+        self.replies.remove(&l);
+        self.gratuitous.remove(&l);
     }
 
     /// Malformed messages dropped, `protocol` "arp" or "ndp".
@@ -427,6 +436,11 @@ impl Announcer {
             st.gratuitous_sent = self.announced.contains(addr);
         }
         self.metrics.owned.set(i64::try_from(desired.len()).unwrap_or(i64::MAX));
+        // The published status lists the previous owned set. (A responder counting a
+        // packet it read just before its owned set shrank can re-create one series.)
+        for gone in self.status.borrow().addresses.keys().filter(|a| !desired.contains_key(a)) {
+            self.metrics.forget(*gone);
+        }
         self.status.send_if_modified(|cur| {
             if *cur != status {
                 for (addr, st) in &status.addresses {
@@ -479,5 +493,47 @@ mod tests {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
         assert_eq!((m.requests_received(a), m.replies_sent(a), m.gratuitous_sent(a)), (1, 1, 1));
+    }
+
+    #[test]
+    fn the_series_of_an_address_go_when_it_is_no_longer_owned() {
+        let mut registry = Registry::default();
+        let metrics = L2Metrics::new(&mut registry);
+        let (status, _rx) = watch::channel(L2Status::default());
+        let mut announcer = Announcer {
+            allowed: None,
+            takeover: Arc::from(Vec::new()),
+            metrics: metrics.clone(),
+            table: LinkTable::default(),
+            workers: BTreeMap::new(),
+            announced: BTreeSet::new(),
+            status,
+        };
+        let (report_tx, _report_rx) = mpsc::unbounded_channel();
+        let kept = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 201));
+        let encoded = || {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+            text
+        };
+        let mut owned = Owned::new();
+        for i in 0..100u8 {
+            let a = IpAddr::V4(Ipv4Addr::new(198, 18, 0, i));
+            owned.insert(a, InterfaceChoice::Auto);
+            metrics.count_request(a);
+            metrics.count_reply(a);
+            metrics.count_gratuitous(a);
+        }
+        owned.insert(kept, InterfaceChoice::Auto);
+        metrics.count_gratuitous(kept);
+        announcer.reconcile(&owned, &report_tx);
+        assert!(encoded().contains("address=\"198.18.0.99\""));
+        announcer.reconcile(&Owned::from([(kept, InterfaceChoice::Auto)]), &report_tx);
+        let text = encoded();
+        assert!(!text.contains("198.18.0."), "{text}");
+        assert!(text.contains("ferrolb_l2_gratuitous_sent_total{address=\"192.0.2.201\"} 1"), "{text}");
+        // Reading a count creates no series.
+        assert_eq!(metrics.requests_received(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1))), 0);
+        assert!(!encoded().contains("198.18.0."));
     }
 }

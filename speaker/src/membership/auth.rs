@@ -29,11 +29,26 @@
 //! session's age would shorten that exposure but bring back the dependence on clocks
 //! agreeing that this format removes; we take the small exposure instead. Within the
 //! life of a receiver, replays are always caught, whatever their age.
+//!
+//! **Key rotation without a split** ([`Keyring`]). A plain switch partitions: a node that
+//! changed seals with the new key, a node that has not yet cannot read it, thinks it dead
+//! and claims its addresses. So a node that learns a new key at `t` keeps *sealing* with
+//! the old one but *opens* with either; it seals with the new one from `t + W` and stops
+//! accepting the old one at `t + 2W` ([`ROTATION_WINDOW`] = W). Provided a change reaches
+//! every node within W of the first (the operator's side of the bargain), no node ever
+//! receives a key it cannot open: when X seals with the new key (`t_x + W`) every Y has
+//! learned it (`t_y < t_x + W`) and opens it; while Y still seals with the old one (until
+//! `t_y + W < t_x + 2W`) X still accepts it. Every change is scheduled the same way, a
+//! change arriving during a rotation too: keys are sealed with in the order learned, each
+//! from W after it was learned, and a key stays accepted until 2W after the change that
+//! superseded it was learned, which is all the same argument needs. The schedule takes
+//! `now` from the caller; nothing here reads a clock.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
 const MAGIC: &[u8; 4] = b"FLBM";
 /// The wire version; datagrams of another version are dropped as [`DropReason::Version`].
@@ -107,9 +122,213 @@ struct Window {
     heard: u64,
 }
 
+/// How long a node keeps sealing with the old key after it learned a new one, and then
+/// keeps accepting the old one after it seals with the new one. A key change must reach
+/// every node within this window (see the module documentation).
+pub const ROTATION_WINDOW: Duration = Duration::from_secs(30);
+
+/// Keys accepted at once at most: the one sealed with, those learned after it and those
+/// retiring. Only several changes within 2W fill it; then the retiring key that expires
+/// first is forgotten early (and a rotation that fast may split the cluster for a moment).
+pub const MAX_KEYS: usize = 4;
+
+/// A change of the key schedule, for the driver to log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyEvent {
+    /// A new key is accepted from now; datagrams are sealed with it from `seal_from`.
+    Learned {
+        /// When sealing switches to it.
+        seal_from: Instant,
+    },
+    /// Datagrams are sealed with the next key now; the previous one is still accepted.
+    Sealing {
+        /// Until when the previous key is accepted.
+        previous_until: Instant,
+    },
+    /// A previous key is no longer accepted.
+    Retired,
+}
+
+/// Where a rotation stands (`ferrolb_membership_key_rotation_phase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RotationPhase {
+    /// One key, sealed with and accepted.
+    Steady = 0,
+    /// A new key is accepted; sealing still uses the old one.
+    AcceptingNew = 1,
+    /// Sealing uses the new key; the old one is still accepted.
+    RetiringOld = 2,
+}
+
+/// Which key of the schedule opened a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRole {
+    /// The key this node seals with.
+    Sealing,
+    /// A key learned but not yet sealed with (a peer switched before this node).
+    Next,
+    /// A key this node sealed with before (a peer has not switched yet).
+    Previous,
+}
+
+/// One key: its MAC state and a digest to tell keys apart (never the key).
+#[derive(Clone)]
+struct Slot {
+    mac: Hmac<Sha256>,
+    id: [u8; 32],
+    /// When the change that superseded this key was learned plus 2W: accepted until then.
+    until: Option<Instant>,
+}
+
+impl Slot {
+    fn new(key: &[u8]) -> Result<Self, hmac::digest::InvalidLength> {
+        let mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key)?;
+        let mut id = [0u8; 32];
+        id.copy_from_slice(&Sha256::digest(key));
+        Ok(Slot { mac, id, until: None })
+    }
+}
+
+/// The membership key schedule (see the module documentation): sans-IO, driven by
+/// [`Keyring::learn`] and [`Keyring::handle_timeout`] with the caller's `now`.
+pub struct Keyring {
+    window: Duration,
+    sealing: Slot,
+    /// Learned, not yet sealed with, in order, each with when sealing switches to it.
+    next: VecDeque<(Slot, Instant)>,
+    /// Sealed with before, accepted until their `until`.
+    previous: Vec<Slot>,
+    events: VecDeque<KeyEvent>,
+}
+
+impl std::fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never a key.
+        f.debug_struct("Keyring")
+            .field("window", &self.window)
+            .field("next", &self.next.len())
+            .field("previous", &self.previous.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Keyring {
+    /// A schedule holding `key` alone; changes take `window` to seal with, 2 × `window`
+    /// to retire the old key.
+    pub fn new(key: &[u8], window: Duration) -> Result<Self, hmac::digest::InvalidLength> {
+        Ok(Keyring {
+            window,
+            sealing: Slot::new(key)?,
+            next: VecDeque::new(),
+            previous: Vec::new(),
+            events: VecDeque::new(),
+        })
+    }
+
+    /// The key to reach, the last learned: `key` again changes nothing.
+    fn target(&self) -> &Slot {
+        self.next.back().map_or(&self.sealing, |(s, _)| s)
+    }
+
+    /// This node learned `key` at `now`: accepted at once, sealed with from `now + W`;
+    /// the key it supersedes stays accepted until `now + 2W`. The current key again is no
+    /// change (returns false).
+    pub fn learn(&mut self, now: Instant, key: &[u8]) -> Result<bool, hmac::digest::InvalidLength> {
+        let slot = Slot::new(key)?;
+        if self.target().id == slot.id {
+            return Ok(false);
+        }
+        let until = now + self.window * 2;
+        match self.next.back_mut() {
+            Some((s, _)) => s.until = Some(until),
+            None => self.sealing.until = Some(until),
+        }
+        let seal_from = now + self.window;
+        self.next.push_back((slot, seal_from));
+        while self.accepted() > MAX_KEYS {
+            if let Some(i) = (0..self.previous.len()).min_by_key(|i| self.previous[*i].until) {
+                self.previous.remove(i);
+            } else if self.next.len() > 1 {
+                self.next.pop_front();
+            } else {
+                break;
+            }
+        }
+        self.events.push_back(KeyEvent::Learned { seal_from });
+        Ok(true)
+    }
+
+    fn accepted(&self) -> usize {
+        1 + self.next.len() + self.previous.len()
+    }
+
+    /// Advances the schedule to `now`: switches sealing, retires old keys.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while self.next.front().is_some_and(|(_, at)| *at <= now) {
+            let Some((slot, _)) = self.next.pop_front() else { break };
+            let old = std::mem::replace(&mut self.sealing, slot);
+            let previous_until = old.until.unwrap_or(now);
+            self.previous.push(old);
+            self.events.push_back(KeyEvent::Sealing { previous_until });
+        }
+        let before = self.previous.len();
+        self.previous.retain(|s| s.until.is_some_and(|u| u > now));
+        for _ in self.previous.len()..before {
+            self.events.push_back(KeyEvent::Retired);
+        }
+    }
+
+    /// When [`Keyring::handle_timeout`] has something to do next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let switch = self.next.front().map(|(_, at)| *at);
+        let retire = self.previous.iter().filter_map(|s| s.until).min();
+        switch.into_iter().chain(retire).min()
+    }
+
+    /// The next change to log.
+    pub fn poll_event(&mut self) -> Option<KeyEvent> {
+        self.events.pop_front()
+    }
+
+    /// Where the rotation stands.
+    pub fn phase(&self) -> RotationPhase {
+        if !self.next.is_empty() {
+            RotationPhase::AcceptingNew
+        } else if !self.previous.is_empty() {
+            RotationPhase::RetiringOld
+        } else {
+            RotationPhase::Steady
+        }
+    }
+
+    fn sealing_mac(&self) -> &Hmac<Sha256> {
+        &self.sealing.mac
+    }
+
+    /// The key whose MAC over `body` is `tag`, trying each accepted key once.
+    fn verify(&self, body: &[u8], tag: &[u8]) -> Option<KeyRole> {
+        let candidates = std::iter::once((&self.sealing, KeyRole::Sealing))
+            .chain(self.next.iter().map(|(s, _)| (s, KeyRole::Next)))
+            .chain(self.previous.iter().rev().map(|s| (s, KeyRole::Previous)));
+        let mut tried: Vec<&[u8; 32]> = Vec::with_capacity(MAX_KEYS);
+        for (slot, role) in candidates {
+            if tried.contains(&&slot.id) {
+                continue;
+            }
+            tried.push(&slot.id);
+            let mut m = slot.mac.clone();
+            m.update(body);
+            if m.verify_slice(tag).is_ok() {
+                return Some(role);
+            }
+        }
+        None
+    }
+}
+
 /// Seals outgoing and opens incoming datagrams for one membership instance.
 pub struct Sealer {
-    mac: Hmac<Sha256>,
+    keys: Keyring,
     session: u64,
     next_counter: u64,
     sessions: HashMap<u64, Window>,
@@ -128,8 +347,22 @@ impl Sealer {
     /// A sealer with the shared `key` and this instance's random `session`. HMAC
     /// accepts keys of any length, so the error is only a formality of its API.
     pub fn new(key: &[u8], session: u64) -> Result<Self, hmac::digest::InvalidLength> {
-        let mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key)?;
-        Ok(Sealer { mac, session, next_counter: 0, sessions: HashMap::new(), opened: 0 })
+        Self::with_window(key, session, ROTATION_WINDOW)
+    }
+
+    /// Like [`Sealer::new`] with another rotation window (tests).
+    pub fn with_window(
+        key: &[u8],
+        session: u64,
+        window: Duration,
+    ) -> Result<Self, hmac::digest::InvalidLength> {
+        let keys = Keyring::new(key, window)?;
+        Ok(Sealer { keys, session, next_counter: 0, sessions: HashMap::new(), opened: 0 })
+    }
+
+    /// The key schedule, to rotate the key ([`Keyring::learn`]) and drive it.
+    pub fn keys(&mut self) -> &mut Keyring {
+        &mut self.keys
     }
 
     /// Wraps `payload` for sending.
@@ -141,7 +374,7 @@ impl Sealer {
         out.extend_from_slice(&self.next_counter.to_be_bytes());
         out.extend_from_slice(payload);
         self.next_counter += 1;
-        let mut m = self.mac.clone();
+        let mut m = self.keys.sealing_mac().clone();
         m.update(&out);
         out.extend_from_slice(&m.finalize().into_bytes());
         out
@@ -149,6 +382,11 @@ impl Sealer {
 
     /// Verifies a received datagram; returns its payload.
     pub fn open<'a>(&mut self, datagram: &'a [u8]) -> Result<&'a [u8], DropReason> {
+        self.open_with_role(datagram).map(|(p, _)| p)
+    }
+
+    /// Like [`Sealer::open`], also saying which key of the schedule opened it.
+    pub fn open_with_role<'a>(&mut self, datagram: &'a [u8]) -> Result<(&'a [u8], KeyRole), DropReason> {
         if datagram.len() < 5 || &datagram[..4] != MAGIC {
             return Err(DropReason::Malformed);
         }
@@ -159,16 +397,14 @@ impl Sealer {
             return Err(DropReason::Malformed);
         }
         let (body, tag) = datagram.split_at(datagram.len() - TAG_LEN);
-        let mut m = self.mac.clone();
-        m.update(body);
-        m.verify_slice(tag).map_err(|_| DropReason::Unauthenticated)?;
+        let role = self.keys.verify(body, tag).ok_or(DropReason::Unauthenticated)?;
         let field = |at: usize| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&body[at..at + 8]);
             u64::from_be_bytes(b)
         };
         self.check_replay(field(5), field(13))?;
-        Ok(&body[HEADER_LEN..])
+        Ok((&body[HEADER_LEN..], role))
     }
 
     fn check_replay(&mut self, session: u64, counter: u64) -> Result<(), DropReason> {
@@ -327,6 +563,204 @@ mod tests {
         assert!(b.sessions.len() <= MAX_SESSIONS);
         assert_eq!(b.open(&kept), Err(DropReason::Replayed), "the active session was forgotten");
         assert!(!b.sessions.contains_key(&2), "the oldest session is still remembered");
+    }
+
+    const K2: &[u8] = b"the second key, long enough too..";
+    const K3: &[u8] = b"and a third key, still long enough";
+    const W: Duration = Duration::from_secs(30);
+
+    fn sealer(key: &[u8], session: u64) -> Sealer {
+        Sealer::with_window(key, session, W).unwrap()
+    }
+
+    fn events(s: &mut Sealer) -> Vec<KeyEvent> {
+        std::iter::from_fn(|| s.keys().poll_event()).collect()
+    }
+
+    /// Whether a node holding only `key` can open what `s` seals now.
+    fn sealed_with(s: &mut Sealer, key: &[u8]) -> bool {
+        sealer(key, 99).open(&s.seal(b"x")).is_ok()
+    }
+
+    /// Whether `s` opens a datagram sealed with `key` (by a new session each time).
+    fn accepts(s: &mut Sealer, key: &[u8]) -> Option<KeyRole> {
+        s.open_with_role(&sealer(key, rand::random()).seal(b"x")).ok().map(|(_, r)| r)
+    }
+
+    /// Learn at t0: both keys accepted, sealing with the old until t0 + W, with the new
+    /// from t0 + W, the old accepted until t0 + 2W and not a moment longer.
+    #[test]
+    fn a_new_key_is_accepted_at_once_sealed_with_after_w_and_the_old_retired_after_2w() {
+        let t0 = Instant::now();
+        let mut a = sealer(KEY, 1);
+        assert_eq!(a.keys().phase(), RotationPhase::Steady);
+        assert_eq!(a.keys().poll_timeout(), None);
+        assert_eq!(a.keys().learn(t0, K2), Ok(true));
+        assert_eq!(events(&mut a), [KeyEvent::Learned { seal_from: t0 + W }]);
+        assert_eq!(a.keys().phase(), RotationPhase::AcceptingNew);
+        assert_eq!(a.keys().poll_timeout(), Some(t0 + W));
+        assert_eq!(accepts(&mut a, KEY), Some(KeyRole::Sealing));
+        assert_eq!(accepts(&mut a, K2), Some(KeyRole::Next), "a peer that switched first is heard");
+        assert_eq!(accepts(&mut a, K3), None);
+
+        a.keys().handle_timeout(t0 + W - Duration::from_nanos(1));
+        assert!(sealed_with(&mut a, KEY) && !sealed_with(&mut a, K2), "still sealing with the old key");
+        assert!(events(&mut a).is_empty());
+
+        a.keys().handle_timeout(t0 + W);
+        assert_eq!(events(&mut a), [KeyEvent::Sealing { previous_until: t0 + 2 * W }]);
+        assert_eq!(a.keys().phase(), RotationPhase::RetiringOld);
+        assert!(sealed_with(&mut a, K2) && !sealed_with(&mut a, KEY), "sealing with the new key");
+        assert_eq!(accepts(&mut a, KEY), Some(KeyRole::Previous), "a peer that has not switched is heard");
+        assert_eq!(accepts(&mut a, K2), Some(KeyRole::Sealing));
+        assert_eq!(a.keys().poll_timeout(), Some(t0 + 2 * W));
+
+        a.keys().handle_timeout(t0 + 2 * W - Duration::from_nanos(1));
+        assert_eq!(accepts(&mut a, KEY), Some(KeyRole::Previous));
+        a.keys().handle_timeout(t0 + 2 * W);
+        assert_eq!(events(&mut a), [KeyEvent::Retired]);
+        assert_eq!(accepts(&mut a, KEY), None, "the old key is retired");
+        let mut old = sealer(KEY, 5);
+        assert_eq!(a.open(&old.seal(b"x")), Err(DropReason::Unauthenticated));
+        assert_eq!(a.keys().phase(), RotationPhase::Steady);
+        assert_eq!(a.keys().poll_timeout(), None);
+    }
+
+    /// The key in use (or the one being rotated to) again: no change, no event.
+    #[test]
+    fn learning_the_current_key_changes_nothing() {
+        let t0 = Instant::now();
+        let mut a = sealer(KEY, 1);
+        assert_eq!(a.keys().learn(t0, KEY), Ok(false));
+        assert_eq!(a.keys().learn(t0, K2), Ok(true));
+        assert_eq!(a.keys().learn(t0 + W / 2, K2), Ok(false));
+        assert_eq!(events(&mut a), [KeyEvent::Learned { seal_from: t0 + W }]);
+        assert_eq!(a.keys().poll_timeout(), Some(t0 + W), "the schedule did not move");
+    }
+
+    /// K2 at t0, K3 at t0 + W/2 (before sealing switched): sealing goes K1 → K2 at t0 + W
+    /// → K3 at t0 + 1.5W; K1 is accepted until t0 + 2W, K2 until t0 + 2.5W; the key being
+    /// sealed with is accepted all along.
+    #[test]
+    fn a_second_change_during_a_rotation_is_scheduled_after_it() {
+        let t0 = Instant::now();
+        let t1 = t0 + W / 2;
+        let mut a = sealer(KEY, 1);
+        a.keys().learn(t0, K2).unwrap();
+        a.keys().learn(t1, K3).unwrap();
+        assert_eq!(
+            events(&mut a),
+            [KeyEvent::Learned { seal_from: t0 + W }, KeyEvent::Learned { seal_from: t1 + W }]
+        );
+        for k in [KEY, K2, K3] {
+            assert!(accepts(&mut a, k).is_some());
+        }
+        assert!(sealed_with(&mut a, KEY));
+        a.keys().handle_timeout(t0 + W);
+        assert_eq!(events(&mut a), [KeyEvent::Sealing { previous_until: t0 + 2 * W }]);
+        assert!(sealed_with(&mut a, K2), "the first change is sealed with on its own schedule");
+        assert_eq!(a.keys().phase(), RotationPhase::AcceptingNew);
+        a.keys().handle_timeout(t1 + W);
+        assert_eq!(events(&mut a), [KeyEvent::Sealing { previous_until: t1 + 2 * W }]);
+        assert!(sealed_with(&mut a, K3));
+        for k in [KEY, K2, K3] {
+            assert!(accepts(&mut a, k).is_some());
+        }
+        a.keys().handle_timeout(t0 + 2 * W);
+        assert_eq!(events(&mut a), [KeyEvent::Retired]);
+        assert_eq!(accepts(&mut a, KEY), None);
+        assert_eq!(accepts(&mut a, K2), Some(KeyRole::Previous));
+        a.keys().handle_timeout(t1 + 2 * W);
+        assert_eq!(events(&mut a), [KeyEvent::Retired]);
+        assert_eq!(accepts(&mut a, K2), None);
+        assert_eq!(accepts(&mut a, K3), Some(KeyRole::Sealing));
+        assert_eq!(a.keys().phase(), RotationPhase::Steady);
+    }
+
+    /// Back to the old key mid-rotation: K1 is never out of the accepted set, and the
+    /// schedule ends sealing with K1 alone.
+    #[test]
+    fn a_rotation_reverted_midway_keeps_the_old_key_accepted() {
+        let t0 = Instant::now();
+        let mut a = sealer(KEY, 1);
+        a.keys().learn(t0, K2).unwrap();
+        a.keys().learn(t0 + W / 2, KEY).unwrap();
+        for ms in (0..=4 * W.as_millis() as u64).step_by(500) {
+            a.keys().handle_timeout(t0 + Duration::from_millis(ms));
+            assert!(accepts(&mut a, KEY).is_some(), "K1 refused at {ms} ms");
+        }
+        assert!(sealed_with(&mut a, KEY));
+        assert_eq!(accepts(&mut a, K2), None);
+        assert_eq!(a.keys().phase(), RotationPhase::Steady);
+    }
+
+    /// Changes faster than the schedule drains keep at most MAX_KEYS keys to try.
+    #[test]
+    fn the_accepted_set_stays_bounded() {
+        let t0 = Instant::now();
+        let mut a = sealer(KEY, 1);
+        for i in 0..20u32 {
+            let key = format!("key number {i:02} padded to be long enough");
+            a.keys().learn(t0 + Duration::from_secs(u64::from(i)), key.as_bytes()).unwrap();
+            assert!(a.keys().accepted() <= MAX_KEYS);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The bargain, simulated: nodes learn each of up to three changes at any time
+        /// within W of each other (a second change may come before the first finished);
+        /// at every moment, every datagram any node seals is opened by every other node.
+        #[test]
+        fn no_node_ever_seals_what_another_cannot_open(
+            nodes in 2usize..5,
+            changes in proptest::collection::vec((0u64..90_000, proptest::collection::vec(0u64..30_000, 5)), 1..4),
+        ) {
+            let t0 = Instant::now();
+            let keys: Vec<Vec<u8>> = (0..=changes.len()).map(|i| format!("key {i} of the rotation, long enough.").into_bytes()).collect();
+            let mut sealers: Vec<Sealer> = (0..nodes).map(|n| sealer(&keys[0], n as u64)).collect();
+            // Change i starts at its own time (sorted, so changes come in order) and each
+            // node learns it up to W (exclusive) later.
+            let mut starts: Vec<u64> = changes.iter().map(|c| c.0).collect();
+            starts.sort_unstable();
+            let mut learn: Vec<(u64, usize, usize)> = Vec::new();
+            for (i, start) in starts.iter().enumerate() {
+                for n in 0..nodes {
+                    let delay = changes[i].1[n] % (W.as_millis() as u64);
+                    learn.push((start + delay, n, i + 1));
+                }
+            }
+            // A node learns changes in order even when the delays cross.
+            for n in 0..nodes {
+                let mut last = 0;
+                for i in 1..=changes.len() {
+                    let e = learn.iter_mut().find(|e| e.1 == n && e.2 == i).unwrap();
+                    e.0 = e.0.max(last);
+                    last = e.0;
+                }
+            }
+            let end = starts.last().copied().unwrap_or(0) + 4 * W.as_millis() as u64;
+            for ms in (0..=end).step_by(250) {
+                let now = t0 + Duration::from_millis(ms);
+                for (at, n, i) in &learn {
+                    if *at <= ms && *at + 250 > ms {
+                        sealers[*n].keys().learn(t0 + Duration::from_millis(*at), &keys[*i]).unwrap();
+                    }
+                }
+                for s in &mut sealers {
+                    s.keys().handle_timeout(now);
+                }
+                for from in 0..nodes {
+                    let d = sealers[from].seal(b"ping");
+                    for to in (0..nodes).filter(|t| *t != from) {
+                        prop_assert!(sealers[to].open(&d).is_ok(), "node {to} cannot open node {from}'s datagram at {ms} ms");
+                    }
+                }
+            }
+            for s in &mut sealers {
+                prop_assert_eq!(s.keys().phase(), RotationPhase::Steady);
+            }
+        }
     }
 
     #[test]

@@ -38,7 +38,20 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use auth::{DropReason, Sealer};
+use auth::{DropReason, KeyEvent, KeyRole, Sealer};
+
+/// Environment variable that shortens the key rotation window, in milliseconds: for
+/// tests only (the lab rotates keys in seconds); production uses [`auth::ROTATION_WINDOW`].
+pub const TEST_ROTATION_WINDOW_ENV: &str = "FERROLB_TEST_MEMBERSHIP_ROTATION_WINDOW_MS";
+
+/// The key rotation window: [`auth::ROTATION_WINDOW`], unless a test set
+/// [`TEST_ROTATION_WINDOW_ENV`].
+pub fn rotation_window() -> Duration {
+    std::env::var(TEST_ROTATION_WINDOW_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(auth::ROTATION_WINDOW, Duration::from_millis)
+}
 
 /// The speakers' membership port (API.md).
 pub const DEFAULT_PORT: u16 = 7946;
@@ -148,6 +161,9 @@ pub struct MembershipConfig {
     /// The identity's start time in unix ms (default: the wall clock at spawn). Tests
     /// set it to play a node whose clock is off.
     pub started_ms: Option<u64>,
+    /// How long a key change takes to be sealed with, and then to retire the old key
+    /// ([`auth::ROTATION_WINDOW`]; see [`MembershipHandle::set_key`]).
+    pub rotation_window: Duration,
 }
 
 impl MembershipConfig {
@@ -161,6 +177,7 @@ impl MembershipConfig {
             key,
             timings: Timings::default(),
             started_ms: None,
+            rotation_window: auth::ROTATION_WINDOW,
         }
     }
 
@@ -211,12 +228,25 @@ struct ReasonLabels {
     reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyLabels {
+    key: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
 /// Membership metrics (`ferrolb_membership_*`).
 #[derive(Clone, Debug, Default)]
 pub struct MembershipMetrics {
     size: Gauge,
     dropped: Family<ReasonLabels, Counter>,
     blind: Gauge,
+    rotation_phase: Gauge,
+    key_changes: Family<ResultLabels, Counter>,
+    rotation_opened: Family<KeyLabels, Counter>,
 }
 
 impl MembershipMetrics {
@@ -234,7 +264,37 @@ impl MembershipMetrics {
             "1 while datagrams from other nodes arrive that this node cannot read (key, version, replays) and no other node is live: it claims no L2 address",
             m.blind.clone(),
         );
+        registry.register(
+            "ferrolb_membership_key_rotation_phase",
+            "Membership key rotation: 0 one key; 1 a new key is accepted, datagrams still sealed with the old one; 2 sealed with the new key, the old one still accepted",
+            m.rotation_phase.clone(),
+        );
+        registry.register(
+            "ferrolb_membership_key_changes",
+            "Membership key changes seen: applied (a rotation started), rejected (unusable key: the current one stays)",
+            m.key_changes.clone(),
+        );
+        registry.register(
+            "ferrolb_membership_rotation_datagrams",
+            "Datagrams opened with a key other than the one this node seals with, during a rotation: next (the peer switched first), previous (the peer has not switched yet)",
+            m.rotation_opened.clone(),
+        );
         m
+    }
+
+    /// Counts a key change that could not be used (the current key stays).
+    pub fn key_rejected(&self) {
+        self.key_changes.get_or_create(&ResultLabels { result: "rejected".into() }).inc();
+    }
+
+    /// Key changes counted with `result` (`applied` or `rejected`).
+    pub fn key_changes(&self, result: &str) -> u64 {
+        self.key_changes.get_or_create(&ResultLabels { result: result.into() }).get()
+    }
+
+    /// The rotation phase (`ferrolb_membership_key_rotation_phase`).
+    pub fn rotation_phase(&self) -> i64 {
+        self.rotation_phase.get()
     }
 
     /// Datagrams dropped for `reason`.
@@ -293,7 +353,9 @@ impl Membership {
         let socket = UdpSocket::from_std(std_sock)
             .map_err(|source| MembershipError::Bind { addr: cfg.bind, source })?;
         let config = cfg.foca_config()?;
-        let sealer = Sealer::new(cfg.key.expose(), rand::random()).map_err(|_| MembershipError::Key)?;
+        let sealer = Sealer::with_window(cfg.key.expose(), rand::random(), cfg.rotation_window)
+            .map_err(|_| MembershipError::Key)?;
+        let (key_tx, key_rx) = watch::channel(cfg.key.clone());
         let started = cfg.started_ms.unwrap_or_else(unix_ms);
         let me = MemberId { name: cfg.name.clone(), addr: cfg.advertise, generation: 0, started };
         let rng: StdRng = rand::make_rng();
@@ -317,10 +379,11 @@ impl Membership {
             settled: settled_tx,
             join_deadline,
             metrics,
+            key: Some(key_rx),
         };
         metrics_size(&driver);
         let task = tokio::spawn(driver.run(cmd_rx));
-        Ok(MembershipHandle { live: live_rx, settled: settled_rx, cmd: cmd_tx, task })
+        Ok(MembershipHandle { live: live_rx, settled: settled_rx, cmd: cmd_tx, key: key_tx, task })
     }
 }
 
@@ -334,6 +397,7 @@ pub struct MembershipHandle {
     live: watch::Receiver<BTreeSet<String>>,
     settled: watch::Receiver<bool>,
     cmd: mpsc::Sender<oneshot::Sender<()>>,
+    key: watch::Sender<MembershipKey>,
     task: JoinHandle<()>,
 }
 
@@ -348,6 +412,19 @@ impl MembershipHandle {
     /// a starting node sees only itself and would claim every address for a moment.
     pub fn settled(&self) -> watch::Receiver<bool> {
         self.settled.clone()
+    }
+
+    /// Rotates to `key` without a split ([`auth::Keyring`]): accepted at once, sealed with
+    /// after the rotation window, the old key retired after twice the window. The key in
+    /// use again changes nothing.
+    pub fn set_key(&self, key: MembershipKey) {
+        self.key.send_if_modified(|k| {
+            let differs = *k != key;
+            if differs {
+                *k = key;
+            }
+            differs
+        });
     }
 
     /// Announces that this node leaves (peers drop it at once) and stops.
@@ -381,6 +458,8 @@ struct Driver {
     settled: watch::Sender<bool>,
     join_deadline: Instant,
     metrics: MembershipMetrics,
+    /// Key changes from [`MembershipHandle::set_key`] (None once the handle is gone).
+    key: Option<watch::Receiver<MembershipKey>>,
 }
 
 impl Driver {
@@ -392,7 +471,16 @@ impl Driver {
         loop {
             let next_timer = self.timers.keys().next().map(|(t, _)| *t);
             let join_wait = (!*self.settled.borrow()).then_some(self.join_deadline);
+            let key_timer = self.sealer.keys().poll_timeout().map(Instant::from_std);
+            let key_changed = async {
+                match self.key.as_mut() {
+                    Some(k) => k.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                ok = key_changed => self.on_key_change(ok),
+                _ = sleep_until(key_timer), if key_timer.is_some() => self.on_key_timer(),
                 r = self.socket.recv_from(&mut buf) => match r {
                     Ok((n, _from)) => {
                         let datagram = buf.get(..n).unwrap_or_default().to_vec();
@@ -422,9 +510,66 @@ impl Driver {
         }
     }
 
+    /// A new key from the handle (`ok`), or the handle is gone.
+    fn on_key_change(&mut self, ok: bool) {
+        let key = match self.key.as_mut() {
+            Some(k) if ok => k.borrow_and_update().clone(),
+            _ => {
+                self.key = None;
+                return;
+            }
+        };
+        match self.sealer.keys().learn(Instant::now().into_std(), key.expose()) {
+            Ok(true) => {
+                self.metrics.key_changes.get_or_create(&ResultLabels { result: "applied".into() }).inc();
+            }
+            Ok(false) => {}
+            Err(_) => self.metrics.key_rejected(),
+        }
+        self.report_key_events();
+    }
+
+    fn on_key_timer(&mut self) {
+        self.sealer.keys().handle_timeout(Instant::now().into_std());
+        self.report_key_events();
+    }
+
+    /// One log line per step of a rotation; the phase gauge.
+    fn report_key_events(&mut self) {
+        let now = std::time::Instant::now();
+        let node = &self.name;
+        while let Some(e) = self.sealer.keys().poll_event() {
+            match e {
+                KeyEvent::Learned { seal_from } => tracing::info!(
+                    %node,
+                    seal_in = ?seal_from.saturating_duration_since(now),
+                    "membership key changed: accepting both keys, sealing with the new key after the rotation window \
+                     (every node must have the new key by then)"
+                ),
+                KeyEvent::Sealing { previous_until } => tracing::info!(
+                    %node,
+                    retire_in = ?previous_until.saturating_duration_since(now),
+                    "membership key rotation: sealing with the new key; the old key is still accepted"
+                ),
+                KeyEvent::Retired => tracing::info!(%node, "membership key rotation: old key retired"),
+            }
+        }
+        self.metrics.rotation_phase.set(self.sealer.keys().phase() as i64);
+    }
+
     async fn on_datagram(&mut self, datagram: &[u8]) {
-        let payload = match self.sealer.open(datagram) {
-            Ok(p) => p.to_vec(),
+        let payload = match self.sealer.open_with_role(datagram) {
+            Ok((p, role)) => {
+                let key = match role {
+                    KeyRole::Sealing => None,
+                    KeyRole::Next => Some("next"),
+                    KeyRole::Previous => Some("previous"),
+                };
+                if let Some(key) = key {
+                    self.metrics.rotation_opened.get_or_create(&KeyLabels { key: key.into() }).inc();
+                }
+                p.to_vec()
+            }
             Err(reason) => {
                 self.drop_packet(reason);
                 return;

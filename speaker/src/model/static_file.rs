@@ -65,22 +65,36 @@ pub fn load(path: &Path, lb_class: &str) -> Result<Loaded, LoadError> {
     let model = ClusterModel::from_stream(&stream, &file, lb_class)?;
     let mut fingerprint = text.into_bytes();
     let mut passwords = BTreeMap::new();
+    for (name, secret) in read_password_files(&model, &file)? {
+        fingerprint.push(0);
+        fingerprint.extend_from_slice(secret.as_bytes());
+        passwords.insert(name, Password::new(secret));
+    }
+    Ok(Loaded { model, passwords, warnings: stream.warnings, fingerprint })
+}
+
+/// Reads the `passwordFile` of every BGPPeer of `model` (read from static file `file`);
+/// the speaker also polls them, so a changed password applies without a restart.
+pub fn passwords(model: &ClusterModel, file: &Path) -> Result<BTreeMap<String, Password>, LoadError> {
+    let file = file.display().to_string();
+    Ok(read_password_files(model, &file)?.into_iter().map(|(n, s)| (n, Password::new(s))).collect())
+}
+
+fn read_password_files(model: &ClusterModel, file: &str) -> Result<Vec<(String, String)>, LoadError> {
+    let mut out = Vec::new();
     for (name, peer) in &model.peers {
         let Some(pw_path) = &peer.spec.password_file else { continue };
         // The validator insists on an absolute path.
         let full = PathBuf::from(pw_path);
         let secret = std::fs::read_to_string(&full).map_err(|e| LoadError::PasswordFile {
-            file: file.clone(),
+            file: file.to_owned(),
             peer: name.clone(),
             path: full.display().to_string(),
             reason: e.to_string(),
         })?;
-        let secret = secret.trim().to_owned();
-        fingerprint.push(0);
-        fingerprint.extend_from_slice(secret.as_bytes());
-        passwords.insert(name.clone(), Password::new(secret));
+        out.push((name.clone(), secret.trim().to_owned()));
     }
-    Ok(Loaded { model, passwords, warnings: stream.warnings, fingerprint })
+    Ok(out)
 }
 
 /// How long events that do not say the file is complete wait before a re-read.

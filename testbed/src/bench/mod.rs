@@ -49,9 +49,19 @@ pub fn ms(d: Duration) -> f64 {
 
 /// Peak resident set size of a process (VmHWM), in bytes.
 pub fn peak_rss(pid: i32) -> Option<u64> {
+    proc_status_bytes(pid, "VmHWM:")
+}
+
+/// Resident set size of a process now (VmRSS), in bytes.
+pub fn rss(pid: i32) -> Option<u64> {
+    proc_status_bytes(pid, "VmRSS:")
+}
+
+/// A `kB` field of `/proc/PID/status`, in bytes.
+fn proc_status_bytes(pid: i32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb: u64 =
-        status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.split_whitespace().next()?.parse().ok()?;
+        status.lines().find_map(|l| l.strip_prefix(field))?.split_whitespace().next()?.parse().ok()?;
     Some(kb * 1024)
 }
 

@@ -127,10 +127,22 @@ pub fn config(spec: &RouterSpec) -> String {
         let _ = writeln!(c, "  local as {};\n  {neighbor}", spec.asn);
         if neighbor.starts_with("neighbor range") {
             let _ = writeln!(c, "  dynamic name \"peer{i}_\";");
-        } else {
+        } else if !spec.active {
             c.push_str("  passive on;\n");
+        } else {
+            // Connect at once and retry quickly (the default waits up to 5 s, then 120 s).
+            c.push_str("  connect delay time 0;\n  connect retry time 1;\n");
+            if spec.bfd.is_none() {
+                c.push_str("  error wait time 1, 5;\n");
+            }
         }
-        if spec.peer_asn() == Some(spec.asn) {
+        if spec.ttl_security {
+            c.push_str("  ttl security on;\n");
+        }
+        if let Some(hops) = spec.multihop {
+            let _ = writeln!(c, "  multihop {hops};");
+        }
+        if spec.peer_asn() == Some(spec.asn) && spec.multihop.is_none() {
             // iBGP is multihop by default in BIRD, which refuses `gateway direct`
             // there; the speakers share the router's LAN, so the session is direct.
             c.push_str("  direct;\n");
@@ -150,12 +162,14 @@ pub fn config(spec: &RouterSpec) -> String {
             // wait time` (default 60 s); keep that short so the path returns quickly.
             c.push_str("  bfd on;\n  error wait time 1, 5;\n");
         }
+        // BIRD refuses `gateway direct` for multihop sessions.
+        let gateway = if spec.multihop.is_some() { "recursive" } else { "direct" };
         for fam in ["ipv4", "ipv6"] {
             // RFC 8326 as an operator configures it: GRACEFUL_SHUTDOWN lowers the
             // route's preference to 0, so ECMP keeps only the paths not draining.
             let _ = writeln!(
                 c,
-                "  {fam} {{ import filter {{ if (65535, 0) ~ bgp_community then bgp_local_pref = 0; accept; }}; export none; gateway direct; }};"
+                "  {fam} {{ import filter {{ if (65535, 0) ~ bgp_community then bgp_local_pref = 0; accept; }}; export none; gateway {gateway}; }};"
             );
         }
         c.push_str("}\n");
@@ -337,6 +351,24 @@ IP address                Interface  State      Since         Interval  Timeout
         assert!(c.contains("neighbor 192.0.2.11 dev \"eth0\";"), "{c}");
         assert!(c.contains("  bfd on;"), "{c}");
         assert!(!config(&RouterSpec::default()).contains("bfd on"));
+    }
+
+    #[test]
+    fn config_has_ttl_security_multihop_and_active_neighbours() {
+        let plain = config(&RouterSpec::default());
+        assert!(!plain.contains("ttl security") && !plain.contains("multihop"), "{plain}");
+        let spec = RouterSpec {
+            ttl_security: true,
+            multihop: Some(2),
+            active: true,
+            ranges: Vec::new(),
+            neighbors: vec!["192.0.2.11".parse().unwrap()],
+            ..RouterSpec::default()
+        };
+        let c = config(&spec);
+        assert!(c.contains("  ttl security on;\n  multihop 2;"), "{c}");
+        assert!(!c.contains("passive on") && c.contains("connect retry time 1;"), "{c}");
+        assert!(c.contains("gateway recursive;") && !c.contains("gateway direct;"), "{c}");
     }
 
     #[test]

@@ -49,6 +49,12 @@ pub struct RouterSpec {
     pub hold_time: Option<u16>,
     /// Single-hop BFD sessions (RFC 5881) with these neighbours; None: no BFD.
     pub bfd: Option<BfdSpec>,
+    /// GTSM (RFC 5082; BIRD only: `ttl security on`).
+    pub ttl_security: bool,
+    /// Neighbours this many hops away (BIRD only: `multihop N`); None: directly connected.
+    pub multihop: Option<u8>,
+    /// Connect to the explicitly listed `neighbors` instead of waiting for them (BIRD only).
+    pub active: bool,
 }
 
 /// BFD sessions a router runs (BIRD `protocol bfd`, FRR bfdd `peer`).
@@ -88,6 +94,9 @@ impl Default for RouterSpec {
             graceful_restart: None,
             hold_time: None,
             bfd: None,
+            ttl_security: false,
+            multihop: None,
+            active: false,
         }
     }
 }

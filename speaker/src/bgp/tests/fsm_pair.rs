@@ -260,10 +260,13 @@ fn hold_timer_expiry_sends_code_4_and_reconnects_with_backoff() {
 
 #[test]
 fn zero_hold_time_means_no_keepalives() {
+    // Both sides run BFD, which is what makes hold time 0 acceptable.
     let mut a = config(65001, 65002, [192, 0, 2, 1]);
     a.hold_time = 0;
+    a.allow_zero_hold_time = true;
     let mut b = config(65002, 65001, [192, 0, 2, 2]);
     b.passive = true;
+    b.allow_zero_hold_time = true;
     let mut p = Pair::new(a, b);
     p.start();
     assert_eq!(p.sides[B].ups[0].hold_time, 0);
@@ -285,6 +288,68 @@ fn hold_time_of_two_seconds_is_rejected() {
     let n = p.sides[A].notifications();
     assert_eq!((n[0].code, n[0].subcode), (2, subcode::UNACCEPTABLE_HOLD_TIME));
     assert_ne!(p.state(A), State::Established);
+}
+
+/// NOTIFICATION OPEN Message Error (2) / Unacceptable Hold Time (6), no data.
+const UNACCEPTABLE_HOLD_TIME_WIRE: [u8; 21] = [
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 21, 3,
+    2, 6,
+];
+
+#[test]
+fn zero_hold_time_from_the_peer_is_refused_without_bfd() {
+    // B proposes 0; A, without BFD, must not run a session nobody watches.
+    let a = config(65001, 65002, [192, 0, 2, 1]);
+    let mut b = config(65002, 65001, [192, 0, 2, 2]);
+    b.passive = true;
+    b.hold_time = 0;
+    b.allow_zero_hold_time = true;
+    let mut p = Pair::new(a, b);
+    p.start();
+    let n = p.sides[A].notifications();
+    assert_eq!(n.len(), 1, "{n:?}");
+    let mut wire = bytes::BytesMut::new();
+    Message::Notification(n[0].clone()).encode(&mut wire, &EncodeContext::default());
+    assert_eq!(&wire[..], &UNACCEPTABLE_HOLD_TIME_WIRE[..]);
+    // Neither side came up, and A keeps refusing on every retry.
+    p.advance(Duration::from_secs(60));
+    assert!(p.sides[A].ups.is_empty() && p.sides[B].ups.is_empty());
+    assert!(p.sides[A].notifications().len() > 1, "A reconnected and refused again");
+    assert!(
+        p.sides[A]
+            .notifications()
+            .iter()
+            .all(|n| (n.code, n.subcode) == (2, subcode::UNACCEPTABLE_HOLD_TIME))
+    );
+}
+
+#[test]
+fn zero_hold_time_is_accepted_with_bfd() {
+    let mut a = config(65001, 65002, [192, 0, 2, 1]);
+    a.allow_zero_hold_time = true;
+    let mut b = config(65002, 65001, [192, 0, 2, 2]);
+    b.passive = true;
+    b.hold_time = 0;
+    b.allow_zero_hold_time = true;
+    let mut p = Pair::new(a, b);
+    p.start();
+    assert_eq!(p.state(A), State::Established);
+    assert_eq!(p.sides[A].ups[0].hold_time, 0);
+    assert!(p.sides[A].notifications().is_empty());
+}
+
+#[test]
+fn our_own_zero_hold_time_needs_bfd_too() {
+    // Validation never lets this config through; the FSM still refuses it.
+    let mut a = config(65001, 65002, [192, 0, 2, 1]);
+    a.hold_time = 0;
+    let mut b = config(65002, 65001, [192, 0, 2, 2]);
+    b.passive = true;
+    let mut p = Pair::new(a, b);
+    p.start();
+    let n = p.sides[A].notifications();
+    assert_eq!((n[0].code, n[0].subcode), (2, subcode::UNACCEPTABLE_HOLD_TIME));
+    assert!(p.sides[A].ups.is_empty());
 }
 
 #[test]

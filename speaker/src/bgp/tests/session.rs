@@ -14,6 +14,16 @@ const B_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 
 /// B listens passively on 127.0.0.1; A connects to it from 127.0.0.2.
 fn setup(pw_a: Option<&str>, pw_b: Option<&str>) -> (SessionHandle, SessionHandle, Listener) {
+    setup_with(pw_a, pw_b, false, false)
+}
+
+/// [`setup`] with GTSM (RFC 5082) on A and/or B.
+fn setup_with(
+    pw_a: Option<&str>,
+    pw_b: Option<&str>,
+    gtsm_a: bool,
+    gtsm_b: bool,
+) -> (SessionHandle, SessionHandle, Listener) {
     let listener = Listener::bind(SocketAddr::new(IpAddr::V4(B_IP), 0)).expect("bind");
     let port = listener.local_addr().expect("addr").port();
 
@@ -21,6 +31,7 @@ fn setup(pw_a: Option<&str>, pw_b: Option<&str>) -> (SessionHandle, SessionHandl
     b_peer.passive = true;
     let mut b_cfg = SessionConfig::new(b_peer, SocketAddr::new(IpAddr::V4(A_IP), 179));
     b_cfg.password = pw_b.map(Password::new);
+    b_cfg.ttl_security = gtsm_b;
     let b = session::spawn(b_cfg.clone());
     listener.add_peer(&b, b_cfg.password.as_ref()).expect("add peer");
 
@@ -29,6 +40,7 @@ fn setup(pw_a: Option<&str>, pw_b: Option<&str>) -> (SessionHandle, SessionHandl
     let mut a_cfg = SessionConfig::new(a_peer, SocketAddr::new(IpAddr::V4(B_IP), port));
     a_cfg.local_addr = Some(IpAddr::V4(A_IP));
     a_cfg.password = pw_a.map(Password::new);
+    a_cfg.ttl_security = gtsm_a;
     a_cfg.export.next_hop_v6 = Some("2001:db8::2".parse().expect("addr"));
     let a = session::spawn(a_cfg);
     (a, b, listener)
@@ -118,6 +130,83 @@ async fn md5_on_one_side_only_never_comes_up() {
     let (a, b, _l) = setup(None, Some("s3cret-key"));
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(a.status().established_count + b.status().established_count, 0);
+}
+
+/// Both sides with GTSM: TTL 255 each way, through B's listener (whose SYN-ACK A's
+/// minimum TTL would otherwise drop) and on the accepted connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gtsm_on_both_sides_comes_up() {
+    let (a, b, _l) = setup_with(None, None, true, true);
+    wait_for(&a, "A established with GTSM", |s| s.is_up()).await;
+    wait_for(&b, "B established with GTSM", |s| s.is_up()).await;
+}
+
+/// A connection from B's peer address whose SYN carries TTL 1 (an eBGP peer without
+/// GTSM, or one further away): B, with GTSM, closes it without sending its OPEN, and
+/// the kernel would drop the rest of such a connection anyway (IP_MINTTL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gtsm_refuses_a_connection_with_a_lower_ttl() {
+    use crate::bgp::socket::{self, ConnectOptions};
+    use tokio::io::AsyncReadExt;
+    let (a, b, l) = setup_with(None, None, false, true);
+    a.shutdown(2).await; // the raw connection below plays A
+    let opts = ConnectOptions {
+        peer: l.local_addr().expect("addr"),
+        local_addr: Some(IpAddr::V4(A_IP)),
+        local_port: None,
+        ttl: Some(1),
+        min_ttl: None,
+        password: None,
+    };
+    let mut conn = socket::connect(&opts).await.expect("the handshake completes before accept");
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf)).await;
+    // Closed (EOF or reset) with nothing read: no OPEN came from B.
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "B answered a TTL-1 connection: {read:?}");
+    assert_eq!(b.status().established_count, 0, "{:?}", b.status());
+    assert_ne!(b.status().state, State::Established);
+}
+
+/// The kernel holds the options: IP_MINTTL (IPV6_MINHOPCOUNT) 255 on a connecting
+/// socket before its SYN, and on an accepted one, also for an IPv4 peer accepted on a
+/// dual-stack IPv6 listener; TTL 255 on the listener and on the accepted connection.
+#[tokio::test]
+async fn gtsm_socket_options_are_set() {
+    use crate::bgp::socket::{self, ConnectOptions, GTSM_TTL};
+    use socket2::SockRef;
+    for (listen, peer) in
+        [("[::]:0", Ipv4Addr::LOCALHOST.into()), ("[::1]:0", IpAddr::from(std::net::Ipv6Addr::LOCALHOST))]
+    {
+        let l = socket::listen(listen.parse().expect("addr")).expect("listen");
+        assert_eq!(SockRef::from(&l).ttl_v4().expect("ttl"), 255, "{listen}");
+        assert_eq!(SockRef::from(&l).unicast_hops_v6().expect("hops"), 255, "{listen}");
+        let opts = ConnectOptions {
+            peer: SocketAddr::new(peer, l.local_addr().expect("addr").port()),
+            local_addr: None,
+            local_port: None,
+            ttl: Some(255),
+            min_ttl: Some(GTSM_TTL),
+            password: None,
+        };
+        let (out, accepted) = tokio::join!(socket::connect(&opts), l.accept());
+        let out = out.expect("connect");
+        let (accepted, _) = accepted.expect("accept");
+        assert_eq!(socket::min_ttl(&out, peer).expect("getsockopt"), 255, "connecting to {peer}");
+        assert_eq!(
+            socket::min_ttl(&accepted, peer).expect("getsockopt"),
+            0,
+            "none before it is matched to a peer"
+        );
+        socket::set_stream_ttl(&accepted, peer, Some(255), Some(GTSM_TTL)).expect("set");
+        assert_eq!(socket::min_ttl(&accepted, peer).expect("getsockopt"), 255, "accepted from {peer}");
+        let sock = SockRef::from(&accepted);
+        let ttl = if peer.is_ipv4() { sock.ttl_v4() } else { sock.unicast_hops_v6() };
+        assert_eq!(ttl.expect("ttl"), 255, "accepted from {peer}");
+        // A peer without GTSM: the route's default TTL again, not the listener's 255.
+        socket::set_stream_ttl(&accepted, peer, None, None).expect("set");
+        let ttl = if peer.is_ipv4() { sock.ttl_v4() } else { sock.unicast_hops_v6() };
+        assert_ne!(ttl.expect("ttl"), 255, "accepted from {peer}");
+    }
 }
 
 #[test]

@@ -1,0 +1,156 @@
+//! Key and password rotation without a restart (issue #13).
+//!
+//! The membership key (Secret `ferrolb-membership`, or `--membership-key-file`) and the
+//! BGP passwords (BGPPeer `spec.passwordSecret`, or `spec.passwordFile` in static mode)
+//! are followed while the speaker runs: Secrets through a watch on each by name, files by
+//! re-reading them every [`FILE_POLL`]. A new membership key goes to membership, which
+//! rotates without a split ([`crate::membership::auth::Keyring`]); a new password goes
+//! through the plan to the BGP announcer, which restarts only that peer's session (its
+//! settings changed) with the new TCP MD5 key on the connection and the listener. A key
+//! or password that cannot be used leaves the current one in force, with one error line.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use ferrolb_api::{MEMBERSHIP_SECRET_NAME, MembershipKey};
+use tokio::sync::watch;
+
+use super::{Cause, State, one_line};
+use crate::bgp::socket::Password;
+use crate::cluster::secrets::{self, SecretName, Watched};
+use crate::membership;
+use crate::model::static_file;
+
+/// How often key and password files are re-read.
+pub(super) const FILE_POLL: Duration = Duration::from_secs(2);
+
+/// What the rotation logic remembers: errors already logged, so each is logged once.
+#[derive(Debug, Default)]
+pub(super) struct Rotation {
+    key_error: Option<String>,
+    password_errors: BTreeSet<String>,
+}
+
+/// Resolves when a watched Secret changed (never without a watch).
+pub(super) async fn secrets_changed(rx: Option<watch::Receiver<Watched>>) {
+    let Some(mut rx) = rx else { return std::future::pending().await };
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+impl State {
+    /// Kubernetes mode: watches the Secrets in use, the password Secrets of the BGPPeers
+    /// and, while membership runs without a key file, `ferrolb-membership`.
+    pub(super) fn watch_secrets(&mut self) {
+        let Some(c) = self.cluster.as_mut() else { return };
+        let mut wanted: BTreeSet<SecretName> =
+            secrets::password_refs(&self.model).into_values().map(|r| (r.namespace, r.name)).collect();
+        if self.l2.is_some() && self.opts.membership_key_file.is_none() {
+            wanted.insert((c.namespace.clone(), MEMBERSHIP_SECRET_NAME.to_owned()));
+        }
+        c.secrets.set(&wanted);
+    }
+
+    /// The clone [`secrets_changed`] waits on (None in static mode).
+    pub(super) fn secrets_watch(&self) -> Option<watch::Receiver<Watched>> {
+        self.cluster.as_ref().map(|c| c.secrets_seen.clone())
+    }
+
+    /// Kubernetes mode: a watched Secret changed.
+    pub(super) async fn on_secrets(&mut self) {
+        let Some(c) = self.cluster.as_mut() else { return };
+        let watched = c.secrets_seen.borrow_and_update().clone();
+        let namespace = c.namespace.clone();
+        if self.opts.membership_key_file.is_none()
+            && let Some(s) = watched.get(&(namespace.clone(), MEMBERSHIP_SECRET_NAME.to_owned()))
+        {
+            self.apply_membership_key(secrets::membership_key_in(&namespace, s.as_ref()));
+        }
+        let mut passwords = self.passwords.clone();
+        let mut errors = Vec::new();
+        for (peer, r) in secrets::password_refs(&self.model) {
+            let Some(s) = watched.get(&(r.namespace.clone(), r.name.clone())) else { continue };
+            match secrets::password_in(&peer, &r, s.as_ref()) {
+                Ok(pw) => {
+                    passwords.insert(peer, pw);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        self.apply_passwords(passwords, errors, "BGP password Secret changed").await;
+    }
+
+    /// Whether [`State::poll_files`] has anything to read.
+    pub(super) fn polls_files(&self) -> bool {
+        (self.l2.is_some() && self.opts.membership_key_file.is_some()) || self.file.is_some()
+    }
+
+    /// Re-reads the membership key file and (static mode) the BGP password files.
+    pub(super) async fn poll_files(&mut self) {
+        if self.l2.is_some()
+            && let Some(f) = self.opts.membership_key_file.clone()
+        {
+            self.apply_membership_key(membership::read_key_file(&f));
+        }
+        if let Some(file) = self.file.clone() {
+            match static_file::passwords(&self.model, &file) {
+                Ok(p) => self.apply_passwords(p, Vec::new(), "BGP password file changed").await,
+                Err(e) => {
+                    let passwords = self.passwords.clone();
+                    self.apply_passwords(passwords, vec![one_line(&e.to_string())], "").await;
+                }
+            }
+        }
+    }
+
+    /// Hands a (re)read membership key to membership, which rotates to it if it is new;
+    /// an unusable one leaves the current key in force and is logged and counted once.
+    fn apply_membership_key(&mut self, key: Result<MembershipKey, String>) {
+        let Some(p) = self.l2.as_ref() else { return };
+        match key {
+            Ok(k) => {
+                self.rotation.key_error = None;
+                p.membership.set_key(k);
+            }
+            Err(e) => {
+                if self.rotation.key_error.as_ref() != Some(&e) {
+                    tracing::error!("membership key unchanged, the current one stays in force: {e}");
+                    self.metrics.membership.key_rejected();
+                    self.rotation.key_error = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Applies (re)read BGP passwords: the sessions of the peers whose password changed
+    /// restart with it, and only those. `errors`: passwords that could not be read (their
+    /// previous value is in `passwords`), each logged once.
+    async fn apply_passwords(
+        &mut self,
+        passwords: BTreeMap<String, Password>,
+        errors: Vec<String>,
+        why: &str,
+    ) {
+        for e in &errors {
+            if !self.rotation.password_errors.contains(e) {
+                tracing::error!("{e}; the password last read stays in force");
+            }
+        }
+        self.rotation.password_errors = errors.into_iter().collect();
+        if passwords == self.passwords {
+            return;
+        }
+        let changed: Vec<String> = passwords
+            .keys()
+            .chain(self.passwords.keys())
+            .filter(|p| passwords.get(*p) != self.passwords.get(*p))
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        tracing::info!(peers = ?changed, "{why}: restarting the sessions of these peers only, with the new password");
+        self.passwords = passwords;
+        self.replan(&Cause::new("config", why)).await;
+    }
+}

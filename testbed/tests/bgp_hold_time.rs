@@ -1,0 +1,62 @@
+//! Hold time 0 against a real peer: ExaBGP proposes `hold-time 0` (no keepalives, no
+//! hold timer), and the `ferrolb-speaker` binary, with no BFD for the peer, refuses it
+//! with NOTIFICATION OPEN Message Error / Unacceptable Hold Time and never reaches
+//! Established.
+//!
+//! Needs `target/debug/ferrolb-speaker` (testbed/test.sh builds it first).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ferrolb_testbed::routers::exabgp::Record;
+use ferrolb_testbed::routers::{ExaBgp, ExaNeighbor};
+use ferrolb_testbed::speaker::{Speaker, yaml};
+use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+
+const T: Duration = Duration::from_secs(30);
+
+/// NOTIFICATIONs the speaker sent, as (code, subcode).
+fn notifications(peer: &ExaBgp) -> Vec<(u8, u8)> {
+    peer.records()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Notification { code, subcode, .. } => Some((code, subcode)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn zero_hold_time_from_a_peer_is_refused_without_bfd() {
+    let lab = Lab::up(LabConfig::nodes(1)).unwrap();
+    let node: IpAddr = plan::node_v4(1).into();
+    let mut n = ExaNeighbor::to_router(plan::CLIENT_V4.into(), node, plan::CLIENT_V4);
+    n.passive = true;
+    (n.local_as, n.peer_as) = (plan::ROUTER_ASN, plan::NODE_ASN);
+    n.hold_time = Some(0);
+    let peer = ExaBgp::start(&lab, lab.client(), "peer", &[n]).unwrap();
+    let file = yaml::stream(&[
+        yaml::node(1),
+        yaml::peer("exabgp", plan::NODE_ASN, plan::ROUTER_ASN, plan::CLIENT_V4.into(), &[]),
+    ]);
+    let speaker = Speaker::start(&lab, 1, &file).unwrap();
+    // Refused on the first OPEN and again after the reconnect (connectTime 1s).
+    let r = wait::until_value(
+        "two Unacceptable Hold Time NOTIFICATIONs",
+        T,
+        || Ok(notifications(&peer)),
+        |n| n.len() >= 2,
+    );
+    assert!(r.is_ok(), "{r:?}\n{}", lab.logs(40));
+    assert!(notifications(&peer).iter().all(|n| *n == (2, 6)), "{:?}", notifications(&peer));
+    assert!(
+        !peer.records().iter().any(|r| matches!(r, Record::State { state, .. } if state == "up")),
+        "{:?}",
+        peer.records()
+    );
+    let logs = speaker.logs();
+    assert!(logs.contains("unacceptable hold time 0"), "{logs}");
+    assert!(!logs.contains("to=Established"), "{logs}");
+}
