@@ -137,28 +137,9 @@ fn bird_with_ttl_security_refuses_a_speaker_without_it() {
 /// ttlSecurity off (ebgpMultiHop instead) the same path comes up at once.
 #[test]
 fn gtsm_refuses_a_router_one_hop_away() {
-    let lab = Lab::up(LabConfig::nodes(1)).unwrap();
-    far_router_route(&lab);
-    let spec = RouterSpec {
-        ranges: Vec::new(),
-        neighbors: vec![v4(1)],
-        multihop: Some(2),
-        router_id: plan::CLIENT_LINK_V4,
-        ..gtsm_router()
-    };
-    let bird = Bird::start_in(&lab, lab.client(), "bird-far", &spec).unwrap();
+    let (lab, bird) = far_bird(false);
     let before = min_ttl_drops(lab.node(1));
-    let peer = |extra: &str| {
-        let e = ["addressFamilies: [ipv4-unicast]", extra];
-        static_file(vec![yaml::peer(
-            "far",
-            plan::NODE_ASN,
-            plan::ROUTER_ASN,
-            plan::CLIENT_LINK_V4.into(),
-            &e,
-        )])
-    };
-    let speaker = Speaker::start(&lab, 1, &peer("ttlSecurity: true")).unwrap();
+    let speaker = Speaker::start(&lab, 1, &far_peer(&["ttlSecurity: true"])).unwrap();
     // The speaker connects; BIRD's SYN-ACK arrives with 254 and its SYN retransmissions
     // are dropped by the connecting socket.
     wait_min_ttl_drops(&lab, lab.node(1), before, 2);
@@ -167,7 +148,7 @@ fn gtsm_refuses_a_router_one_hop_away() {
     assert!(!speaker.logs().contains("to=Established"), "{}", speaker.logs());
 
     // The control: the same path, our minimum TTL off, comes up.
-    speaker.replace_file(&peer("ebgpMultiHop: true")).unwrap();
+    speaker.replace_file(&far_peer(&["ebgpMultiHop: true"])).unwrap();
     let r = routers::wait_established(&bird, &[v4(1)], T);
     assert!(r.is_ok(), "{r:?}: {:?}\n{}", bird_states(&bird), lab.logs(40));
 }
@@ -177,30 +158,42 @@ fn gtsm_refuses_a_router_one_hop_away() {
 /// TTL, finds 254 and closes it.
 #[test]
 fn gtsm_refuses_a_connection_from_a_router_one_hop_away() {
+    let (lab, bird) = far_bird(true);
+    let speaker = Speaker::start(&lab, 1, &far_peer(&["ttlSecurity: true", "passive: true"])).unwrap();
+    let r = speaker.wait_log("its SYN arrived with TTL 254", T);
+    assert!(r.is_ok(), "{r:?}: {:?}\n{}", bird_states(&bird), lab.logs(40));
+    assert!(bird.established().unwrap().is_empty(), "{:?}", bird_states(&bird));
+    assert!(!speaker.logs().contains("to=Established"), "{}", speaker.logs());
+}
+
+/// A lab whose BIRD (GTSM on, `multihop 2`; connecting when `active`) runs in the
+/// client namespace, one routed hop from node 1.
+fn far_bird(active: bool) -> (Lab, Bird) {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
     far_router_route(&lab);
     let spec = RouterSpec {
         ranges: Vec::new(),
         neighbors: vec![v4(1)],
         multihop: Some(2),
-        active: true,
+        active,
         router_id: plan::CLIENT_LINK_V4,
         ..gtsm_router()
     };
     let bird = Bird::start_in(&lab, lab.client(), "bird-far", &spec).unwrap();
-    let e = ["addressFamilies: [ipv4-unicast]", "ttlSecurity: true", "passive: true"];
-    let file = static_file(vec![yaml::peer(
+    (lab, bird)
+}
+
+/// Node 1's static file peering with the far BIRD (IPv4 only), plus `extra` fields.
+fn far_peer(extra: &[&str]) -> String {
+    let mut fields = vec!["addressFamilies: [ipv4-unicast]"];
+    fields.extend_from_slice(extra);
+    static_file(vec![yaml::peer(
         "far",
         plan::NODE_ASN,
         plan::ROUTER_ASN,
         plan::CLIENT_LINK_V4.into(),
-        &e,
-    )]);
-    let speaker = Speaker::start(&lab, 1, &file).unwrap();
-    let r = speaker.wait_log("its SYN arrived with TTL 254", T);
-    assert!(r.is_ok(), "{r:?}: {:?}\n{}", bird_states(&bird), lab.logs(40));
-    assert!(bird.established().unwrap().is_empty(), "{:?}", bird_states(&bird));
-    assert!(!speaker.logs().contains("to=Established"), "{}", speaker.logs());
+        &fields,
+    )])
 }
 
 /// The client reaches node 1 through r1 (one routed hop) instead of the shared LAN,
