@@ -530,19 +530,28 @@ fn announcements_status_events_crash_consistency_and_an_apiserver_outage() {
     });
 }
 
+/// Creates namespace ferrolb-system; its Secrets.
+async fn ferrolb_system_secrets(client: &kube::Client) -> Api<k8s_openapi::api::core::v1::Secret> {
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "ferrolb-system"}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    Api::namespaced(client.clone(), "ferrolb-system")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_give_the_membership_key_and_bgp_passwords_and_errors_never_show_them() {
     use ferrolb_api::SecretKeyRef;
     use ferrolb_speaker::bgp::socket::Password;
     use ferrolb_speaker::cluster::secrets;
-    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    use k8s_openapi::api::core::v1::Secret;
     use std::collections::BTreeMap;
 
     let (client, _server) = FakeApiServer::new().client();
     let pp = PostParams::default();
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "ferrolb-system"}})).unwrap();
-    Api::<Namespace>::all(client.clone()).create(&pp, &ns).await.unwrap();
-    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), "ferrolb-system");
+    let secrets_api = ferrolb_system_secrets(&client).await;
 
     let e = secrets::membership_key(&client, "ferrolb-system").await.unwrap_err();
     assert!(
@@ -598,13 +607,11 @@ async fn secrets_give_the_membership_key_and_bgp_passwords_and_errors_never_show
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watched_secrets_follow_changes_by_name_only() {
     use ferrolb_speaker::cluster::secrets::{SecretWatch, Watched};
-    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    use k8s_openapi::api::core::v1::Secret;
 
     let (client, _server) = FakeApiServer::new().client();
     let pp = PostParams::default();
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "ferrolb-system"}})).unwrap();
-    Api::<Namespace>::all(client.clone()).create(&pp, &ns).await.unwrap();
-    let api: Api<Secret> = Api::namespaced(client.clone(), "ferrolb-system");
+    let api = ferrolb_system_secrets(&client).await;
     let secret = |name: &str, pw: &str| -> Secret {
         serde_json::from_value(json!({"metadata": {"name": name},
             "data": {"password": k8s_openapi::ByteString(pw.as_bytes().to_vec())}}))
