@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bounded fuzzing of every cargo-fuzz target in speaker/fuzz.
+# Bounded fuzzing of every cargo-fuzz target in proto/fuzz.
 #
 #   testbed/fuzz.sh [--update-corpus] [BUDGET_SECONDS] [TARGET...]
 #
@@ -7,10 +7,10 @@
 # assertions and overflow checks on, no sanitizer — which is what lets stable build them: the code under test is safe Rust, the crate's only unsafe
 # being socket code, and ASan slows every execution), then runs each target for
 # BUDGET_SECONDS (default 60), one after the
-# other, from its committed corpus (speaker/fuzz/corpus/<target>/, read-only) into a
+# other, from its committed corpus (proto/fuzz/corpus/<target>/, read-only) into a
 # scratch directory. Prints per target the budget and libFuzzer's final stats (executions,
 # executions per second, new units). Fails if any target crashes, times out or runs out
-# of memory, printing the artifact path (speaker/fuzz/artifacts/<target>/).
+# of memory, printing the artifact path (proto/fuzz/artifacts/<target>/).
 #
 # --update-corpus merges what the run found into the committed corpus: the smallest set
 # of new inputs that adds their coverage to it (libFuzzer -set_cover_merge=1, which keeps
@@ -36,7 +36,7 @@ for arg in "$@"; do
     esac
 done
 
-fuzz_dir=speaker/fuzz
+fuzz_dir=proto/fuzz
 if [ ${#targets[@]} -eq 0 ]; then
     mapfile -t targets < <(cd "$fuzz_dir/fuzz_targets" && ls -- *.rs | sed 's/\.rs$//')
 fi

@@ -40,7 +40,7 @@ pub mod stream;
 pub mod validate;
 
 pub use address::{AddressError, AddressRange};
-pub use annotations::{LoadBalancerIpsError, MembershipKey, MembershipKeyError, parse_load_balancer_ips};
+pub use annotations::{LoadBalancerIpsError, parse_load_balancer_ips};
 pub use community::{Community, CommunityError};
 pub use crd::*;
 pub use duration::{Duration, DurationError};

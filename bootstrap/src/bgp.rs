@@ -3,15 +3,15 @@
 //! GRACEFUL_SHUTDOWN (65535:0, RFC 8326), then withdraws it after the drain delay.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ferrolb_api::{BgpPeer, Community as ApiCommunity, ControlPlaneVip, ValidConfig};
-use ferrolb_speaker::announce::bgp::peer_session_config;
-use ferrolb_speaker::bgp::session::{self, Routes, SessionConfig, SessionHandle};
-use ferrolb_speaker::bgp::socket::Password;
-use ferrolb_speaker::bgp::{Community, LargeCommunity, Origin, PathAttributes};
+use ferrolb_proto::bgp::session::{self, Routes, SessionConfig, SessionHandle};
+use ferrolb_proto::bgp::socket::Password;
+use ferrolb_proto::bgp::{Community, LargeCommunity, Origin, PathAttributes};
+use ferrolb_proto::crd::{peer_session_config, router_id};
 use ipnet::IpNet;
 use kube::ResourceExt;
 use tokio::time::Instant;
@@ -121,10 +121,6 @@ fn session_config(peer: &BgpPeer, member: Option<IpAddr>) -> Result<SessionConfi
     let name = peer.name_any();
     let s = &peer.spec;
     let err = |field: &str, what: String| BgpConfigError(format!("BGPPeer/{name}: {field}: {what}"));
-    let source: Option<IpAddr> = match &s.source_address {
-        Some(a) => Some(a.trim().parse().map_err(|_| err("spec.sourceAddress", "not an IP address".into()))?),
-        None => None,
-    };
     let member_v4 = match member {
         Some(IpAddr::V4(a)) => Some(a),
         _ => None,
@@ -133,21 +129,8 @@ fn session_config(peer: &BgpPeer, member: Option<IpAddr>) -> Result<SessionConfi
         Some(IpAddr::V6(a)) => Some(a),
         _ => None,
     };
-    let router_id: Ipv4Addr = match &s.router_id {
-        Some(r) => r.trim().parse().map_err(|_| err("spec.routerID", "not an IPv4 address".into()))?,
-        None => member_v4
-            .or(match source {
-                Some(IpAddr::V4(a)) => Some(a),
-                _ => None,
-            })
-            .ok_or_else(|| {
-                err(
-                    "spec.routerID",
-                    "no default: this node has no IPv4 member address; set routerID or an IPv4 sourceAddress"
-                        .into(),
-                )
-            })?,
-    };
+    let router_id =
+        router_id(&name, s, member_v4, "this member").map_err(|e| BgpConfigError(e.to_string()))?;
     if s.passive {
         return Err(err(
             "spec.passive",
@@ -165,7 +148,7 @@ fn session_config(peer: &BgpPeer, member: Option<IpAddr>) -> Result<SessionConfi
     };
     // A new process: announce the restart (RFC 4724 §4.1); the VIP stays on `lo`
     // across a restart, so forwarding is preserved.
-    peer_session_config(&name, s, password, router_id, (member_v4, member_v6), true)
+    peer_session_config(&name, s, password, router_id, (member_v4, member_v6), true, false)
         .map_err(|e| BgpConfigError(e.to_string()))
 }
 
@@ -319,7 +302,7 @@ spec:
         assert_eq!(c.peer_addr, "192.0.2.1:179".parse().unwrap());
         assert_eq!((c.peer.hold_time, c.peer.keepalive_time), (9, Some(3)));
         assert_eq!(c.peer.connect_retry, Duration::from_secs(1));
-        assert_eq!(c.peer.router_id, "192.0.2.11".parse::<Ipv4Addr>().unwrap());
+        assert_eq!(c.peer.router_id, "192.0.2.11".parse::<std::net::Ipv4Addr>().unwrap());
         let gr = c.peer.graceful_restart.unwrap();
         assert!(gr.restarting, "a new process announces its restart");
         assert_eq!(gr.restart_time, 60);

@@ -15,8 +15,8 @@ use ferrolb_bootstrap::l2::claims::{Claims, Seen};
 use ferrolb_bootstrap::l2::holder::{Event, HANDOVER_WAIT, Holder, Input, Release};
 use ferrolb_bootstrap::metrics::Metrics;
 use ferrolb_bootstrap::{addr, bgp, checkpoint, credentials, health, l2, manifest, refresh};
-use ferrolb_speaker::l2::{DEFAULT_TAKEOVER, InterfaceChoice, L2Announcer, L2Config, L2Handle, Owned};
-use ferrolb_speaker::membership::{MembershipConfig, Seed};
+use ferrolb_proto::l2::{DEFAULT_TAKEOVER, InterfaceChoice, L2Announcer, L2Config, L2Handle, Owned};
+use ferrolb_proto::membership::{MembershipConfig, Seed};
 use tokio::sync::watch;
 
 /// Announces the kube-apiserver VIP from a checkpoint, gated on the local apiserver's health.
@@ -749,7 +749,7 @@ fn start_l2(
             "ControlPlaneVIP: spec.membershipKeyFile: {key_file}: cannot read: {e}; fix: write the members' shared key (at least 32 characters) into it, the same file on every member"
         )
     })?;
-    let key = ferrolb_api::MembershipKey::parse(&text).map_err(|e| {
+    let key = ferrolb_proto::membership::MembershipKey::parse(&text).map_err(|e| {
         anyhow!(
             "ControlPlaneVIP: spec.membershipKeyFile: {key_file}: {e}; fix: write the members' shared key (at least 32 characters) into it"
         )

@@ -40,9 +40,9 @@ pub struct Metrics {
     registry: Registry,
     /// Membership (L2 mode): `ferrolb_membership_*`, the speaker's names, among them
     /// `ferrolb_membership_blind`.
-    pub membership: ferrolb_speaker::membership::MembershipMetrics,
+    pub membership: ferrolb_proto::membership::MembershipMetrics,
     /// The L2 announcer (L2 mode): `ferrolb_l2_*`, the speaker's names.
-    pub l2: ferrolb_speaker::l2::L2Metrics,
+    pub l2: ferrolb_proto::l2::L2Metrics,
     /// 1 while the health gate says the local apiserver is healthy.
     pub healthy: Gauge,
     /// 1 if the last health probe got a 200.
@@ -82,8 +82,8 @@ impl Metrics {
     /// Every metric registered under `ferrolb_bootstrap_`.
     pub fn new() -> Self {
         let mut root = Registry::default();
-        let membership = ferrolb_speaker::membership::MembershipMetrics::new(&mut root);
-        let l2 = ferrolb_speaker::l2::L2Metrics::new(&mut root);
+        let membership = ferrolb_proto::membership::MembershipMetrics::new(&mut root);
+        let l2 = ferrolb_proto::l2::L2Metrics::new(&mut root);
         let registry = root.sub_registry_with_prefix("ferrolb_bootstrap");
         let healthy = Gauge::default();
         registry.register("healthy", "1 while the local apiserver counts as healthy", healthy.clone());
@@ -237,7 +237,7 @@ impl Metrics {
 
     /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` (bound now, served on a task).
     pub async fn serve(self: Arc<Self>, addr: SocketAddr) -> std::io::Result<()> {
-        ferrolb_speaker::http::serve(addr, move |path| self.answer(path, Instant::now())).await
+        ferrolb_proto::http::serve(addr, move |path| self.answer(path, Instant::now())).await
     }
 }
 

@@ -63,7 +63,7 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// When to retry after a failed accept and whether to log it: 5 ms doubling to 1 s,
 /// from the start again after a success; one log line a second at most. The same
-/// sans-IO type as `ferrolb_speaker::accept::AcceptBackoff` (the controller does not
+/// sans-IO type as `ferrolb_proto::accept::AcceptBackoff` (the controller does not
 /// depend on the speaker crate).
 #[derive(Debug)]
 struct AcceptBackoff {

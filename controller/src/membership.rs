@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 
 pub use ferrolb_api::MEMBERSHIP_SECRET_KEY;
-use ferrolb_api::{MEMBERSHIP_KEY_MIN_LEN, MEMBERSHIP_SECRET_NAME};
+use ferrolb_api::MEMBERSHIP_SECRET_NAME;
+use ferrolb_proto::membership::KEY_MIN_LEN as MEMBERSHIP_KEY_MIN_LEN;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -69,6 +70,6 @@ mod tests {
         let b = random_key().unwrap();
         assert_eq!(a.len(), 64);
         assert_ne!(a, b);
-        assert!(ferrolb_api::MembershipKey::parse(&a).is_ok());
+        assert!(ferrolb_proto::membership::MembershipKey::parse(&a).is_ok());
     }
 }

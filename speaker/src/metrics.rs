@@ -11,9 +11,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::bfd::BfdMetrics;
-use crate::l2::L2Metrics;
-use crate::membership::MembershipMetrics;
+use ferrolb_proto::bfd::BfdMetrics;
+use ferrolb_proto::l2::L2Metrics;
+use ferrolb_proto::membership::MembershipMetrics;
 
 /// Label set `{peer}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -282,7 +282,7 @@ impl Metrics {
     }
 
     /// The answer to `GET path`: (status line, content type, body).
-    pub fn answer(&self, path: &str) -> crate::http::Answer {
+    pub fn answer(&self, path: &str) -> ferrolb_proto::http::Answer {
         match path {
             "/metrics" => {
                 ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", self.encode())
@@ -305,7 +305,7 @@ impl Metrics {
 
     /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until the runtime stops.
     pub async fn serve(self: Arc<Self>, addr: SocketAddr) -> std::io::Result<()> {
-        crate::http::serve(addr, move |path| self.answer(path)).await
+        ferrolb_proto::http::serve(addr, move |path| self.answer(path)).await
     }
 }
 
@@ -336,7 +336,11 @@ mod tests {
         assert!(text.contains("ferrolb_l2_owned_addresses 0"), "{text}");
         assert!(text.contains("ferrolb_membership_members 0"), "{text}");
         // BFD sessions report into this registry, without a doubled prefix.
-        m.bfd.transition("192.0.2.1".parse().unwrap(), crate::bfd::State::Init, crate::bfd::State::Up);
+        m.bfd.transition(
+            "192.0.2.1".parse().unwrap(),
+            ferrolb_proto::bfd::State::Init,
+            ferrolb_proto::bfd::State::Up,
+        );
         let text = m.encode();
         assert!(text.contains("ferrolb_bfd_session_up{peer=\"192.0.2.1\"} 1"), "{text}");
         assert!(!text.contains("ferrolb_ferrolb"), "{text}");

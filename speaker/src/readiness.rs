@@ -1052,16 +1052,16 @@ spec: {ipAddressPools: [public]}
         assert_eq!((c.status, c.reason.as_str()), (true, reason::ANNOUNCED));
         assert!(c.message.contains("announced by node node2"), "{}", c.message);
         // L2 on this node.
-        let mut l2 = crate::l2::L2Status::default();
+        let mut l2 = ferrolb_proto::l2::L2Status::default();
         l2.addresses.insert(
             ip("203.0.113.10"),
-            crate::l2::AddressStatus { gratuitous_sent: true, ..Default::default() },
+            ferrolb_proto::l2::AddressStatus { gratuitous_sent: true, ..Default::default() },
         );
         let a = Announced::from_parts(&BgpAnnounced::default(), Some(&l2));
         let c = eval(&model, &plan, &a, &RemoteAnnounced::default(), &p);
         assert!(c.status && c.message.contains("by ARP/NDP"), "{c:?}");
         // Owned but the gratuitous announcement not sent: pending.
-        l2.addresses.insert(ip("203.0.113.10"), crate::l2::AddressStatus::default());
+        l2.addresses.insert(ip("203.0.113.10"), ferrolb_proto::l2::AddressStatus::default());
         let a = Announced::from_parts(&BgpAnnounced::default(), Some(&l2));
         let mut planned = Announcements::default();
         planned.l2.insert(ip("203.0.113.10"), vec![]);

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrolb_api::MembershipKey;
+use ferrolb_proto::membership::MembershipKey;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -17,17 +17,17 @@ use tokio::time::Instant;
 
 use crate::announce::bgp::BgpAnnouncer;
 use crate::announce::{Announced, AnnouncedFeed};
-use crate::bgp::socket::Password;
 use crate::cluster::status::{self, Desired};
 use crate::cluster::{self, Feed, Update};
-use crate::l2::{InterfaceChoice, L2Announcer, L2Config, L2Handle, Owned};
-use crate::membership::guard::{Guard, Observation, Verdict};
-use crate::membership::{self, Membership, MembershipConfig, MembershipHandle, Seed};
 use crate::metrics::{KindLabel, Metrics, OwnershipLabel, ProtocolLabel, ResultLabel};
 use crate::model::ClusterModel;
 use crate::model::static_file::{self, LoadError};
 use crate::plan::{self, Announcements};
 use crate::readiness::{self, GatedPod, Readiness, RemoteAnnounced, RemoteWatch};
+use ferrolb_proto::bgp::socket::Password;
+use ferrolb_proto::l2::{InterfaceChoice, L2Announcer, L2Config, L2Handle, Owned};
+use ferrolb_proto::membership::guard::{Guard, Observation, Verdict};
+use ferrolb_proto::membership::{self, Membership, MembershipConfig, MembershipHandle, Seed};
 
 mod rotation;
 

@@ -544,7 +544,7 @@ async fn ferrolb_system_secrets(client: &kube::Client) -> Api<k8s_openapi::api::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_give_the_membership_key_and_bgp_passwords_and_errors_never_show_them() {
     use ferrolb_api::SecretKeyRef;
-    use ferrolb_speaker::bgp::socket::Password;
+    use ferrolb_proto::bgp::socket::Password;
     use ferrolb_speaker::cluster::secrets;
     use k8s_openapi::api::core::v1::Secret;
     use std::collections::BTreeMap;

@@ -11,10 +11,10 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use ferrolb_api::MembershipKey;
-use ferrolb_speaker::election;
-use ferrolb_speaker::l2::{InterfaceChoice, L2Announcer, L2Config, L2Metrics, L2Status, Owned};
-use ferrolb_speaker::membership::{DEFAULT_PORT, Membership, MembershipConfig, MembershipMetrics, Seed};
+use ferrolb_proto::election;
+use ferrolb_proto::l2::{InterfaceChoice, L2Announcer, L2Config, L2Metrics, L2Status, Owned};
+use ferrolb_proto::membership::MembershipKey;
+use ferrolb_proto::membership::{DEFAULT_PORT, Membership, MembershipConfig, MembershipMetrics, Seed};
 use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 use support::NsRuntime;

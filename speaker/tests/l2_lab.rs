@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::time::Duration;
 
-use ferrolb_speaker::l2::{
+use ferrolb_proto::l2::{
     InterfaceChoice, L2Announcer, L2Config, L2Handle, L2Metrics, L2Status, Owned, arp, ndp,
 };
 use ferrolb_testbed::client::{self, ProbeStream};

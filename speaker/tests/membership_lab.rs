@@ -9,9 +9,9 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use ferrolb_api::MembershipKey;
-use ferrolb_speaker::membership::auth::DropReason;
-use ferrolb_speaker::membership::{
+use ferrolb_proto::membership::MembershipKey;
+use ferrolb_proto::membership::auth::DropReason;
+use ferrolb_proto::membership::{
     DEFAULT_PORT, Membership, MembershipConfig, MembershipHandle, MembershipMetrics, Seed,
 };
 use ferrolb_testbed::netns::Netns;

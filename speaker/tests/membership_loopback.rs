@@ -7,10 +7,10 @@ use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use ferrolb_api::MembershipKey;
-use ferrolb_speaker::membership::auth::{DropReason, Sealer};
-use ferrolb_speaker::membership::guard::{self, Guard, Observation, Verdict};
-use ferrolb_speaker::membership::{Membership, MembershipConfig, MembershipHandle, MembershipMetrics, Seed};
+use ferrolb_proto::membership::MembershipKey;
+use ferrolb_proto::membership::auth::{DropReason, Sealer};
+use ferrolb_proto::membership::guard::{self, Guard, Observation, Verdict};
+use ferrolb_proto::membership::{Membership, MembershipConfig, MembershipHandle, MembershipMetrics, Seed};
 use tokio::sync::watch;
 
 const KEY: &str = "loopback-test-key-0123456789abcdef";

@@ -307,10 +307,10 @@ async fn a_write_racing_the_kubelet_is_retried_without_losing_its_change() {
 /// the Established session, and False again when the router drops the session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gate_follows_the_real_bgp_session() {
+    use ferrolb_proto::bgp::fsm::PeerConfig;
+    use ferrolb_proto::bgp::session::{self, Listener, SessionConfig};
     use ferrolb_speaker::announce::AnnouncedFeed;
     use ferrolb_speaker::announce::bgp::BgpAnnouncer;
-    use ferrolb_speaker::bgp::fsm::PeerConfig;
-    use ferrolb_speaker::bgp::session::{self, Listener, SessionConfig};
     use ferrolb_speaker::metrics::Metrics;
     use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 

@@ -103,7 +103,7 @@ pub fn run() -> Result<(), Error> {
     let l2v4: IpAddr = plan::L2_POOL_V4.0.parse().map_err(|e| Error::Parse(format!("{e}")))?;
     // An IPv6 address with the same elected owner, so the failover moves both.
     let names = [plan::node_name(1), plan::node_name(2)];
-    let elect = |v: IpAddr| ferrolb_speaker::election::owner(v, names.iter().map(String::as_str));
+    let elect = |v: IpAddr| ferrolb_proto::election::owner(v, names.iter().map(String::as_str));
     let l2v6 = (0x200..=0x250)
         .map(|n| IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, n]))
         .find(|v| elect(*v) == elect(l2v4))

@@ -204,8 +204,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(bench::bgp_scale::run(&sizes, systems)?)
         }
         Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(bench::file_latency::run(trials)?),
+        #[cfg(feature = "plan-bench")]
         Cmd::Bench { bench: Bench::Plan { services, nodes, changes, no_speaker } } => {
             Ok(bench::plan::run(services, &nodes, changes, !no_speaker)?)
+        }
+        #[cfg(not(feature = "plan-bench"))]
+        Cmd::Bench { bench: Bench::Plan { .. } } => {
+            anyhow::bail!("bench plan: this ferrolb-testbed was built without feature plan-bench")
         }
     }
 }

@@ -223,7 +223,7 @@ fn arp_answers(lab: &Lab) -> BTreeSet<String> {
 /// The member the election picks among `candidates`.
 fn winner_among(candidates: &[usize]) -> usize {
     let names: Vec<String> = candidates.iter().map(|i| plan::node_name(*i)).collect();
-    let w = ferrolb_speaker::election::owner(vip(), names.iter().map(String::as_str)).unwrap();
+    let w = ferrolb_proto::election::owner(vip(), names.iter().map(String::as_str)).unwrap();
     candidates.iter().copied().find(|i| plan::node_name(*i) == w).unwrap()
 }
 

@@ -1,4 +1,4 @@
-//! ferrolb's BFD (speaker/src/bfd, run as `speaker/examples/bfd-peer.rs` in a node
+//! ferrolb's BFD (proto/src/bfd, run as `proto/examples/bfd-peer.rs` in a node
 //! namespace) against BIRD 2's and FRR's: sessions come up over IPv4 (active) and IPv6
 //! (passive), a cut link is detected by both sides, the sessions recover, and packets
 //! that did not come with TTL / hop limit 255 are dropped (RFC 5881 §5).

@@ -8,7 +8,7 @@
 //! value, the Total Path Attribute Length matches the list) and has no command for raw
 //! messages, so a truncated attribute header (§4) and an MP_REACH_NLRI overrunning the
 //! attribute list (§5.2) are covered by the byte-level tests in
-//! `speaker/src/bgp/tests/rfc7606.rs` only.
+//! `proto/src/bgp/tests/rfc7606.rs` only.
 //!
 //! Needs `target/debug/ferrolb-speaker` (testbed/test.sh builds it first).
 

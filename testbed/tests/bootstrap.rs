@@ -137,7 +137,7 @@ fn l2_checkpoints(lab: &Lab, ca: &TestCa, vip: &str, url: &str) -> Vec<PathBuf> 
 /// The node that wins the election for `vip` among `candidates`.
 fn winner_among(vip: IpAddr, candidates: &[usize]) -> usize {
     let names: Vec<String> = candidates.iter().map(|i| plan::node_name(*i)).collect();
-    let w = ferrolb_speaker::election::owner(vip, names.iter().map(String::as_str)).unwrap();
+    let w = ferrolb_proto::election::owner(vip, names.iter().map(String::as_str)).unwrap();
     candidates.iter().copied().find(|i| plan::node_name(*i) == w).unwrap()
 }
 
@@ -353,7 +353,7 @@ fn l2_owner_holds_the_vip_and_it_moves_when_the_owner_turns_unhealthy() {
     }
     let vip: IpAddr = L2_VIP.parse().unwrap();
     let names: Vec<String> = (1..=n).map(plan::node_name).collect();
-    let winner = ferrolb_speaker::election::owner(vip, names.iter().map(String::as_str)).unwrap();
+    let winner = ferrolb_proto::election::owner(vip, names.iter().map(String::as_str)).unwrap();
     let owner = (1..=n).find(|i| plan::node_name(*i) == winner).unwrap();
     wait::until_value(
         "exactly one owner, the election winner",
@@ -452,7 +452,7 @@ fn l2_member_with_another_membership_key_claims_nothing() {
     let _health: Vec<HealthServer> = (1..=2).map(|i| apiserver(&lab, i, &ca)).collect();
     let vip: IpAddr = L2_VIP.parse().unwrap();
     let names: Vec<String> = (1..=2).map(plan::node_name).collect();
-    let winner = ferrolb_speaker::election::owner(vip, names.iter().map(String::as_str)).unwrap();
+    let winner = ferrolb_proto::election::owner(vip, names.iter().map(String::as_str)).unwrap();
     let winner = (1..=2).find(|i| plan::node_name(*i) == winner).unwrap();
     let first = 3 - winner;
     let cp = |i: usize, key: &str| {

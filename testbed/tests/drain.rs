@@ -13,7 +13,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use ferrolb_speaker::election;
+use ferrolb_proto::election;
 use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{ExaBgp, ExaNeighbor};

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use ferrolb_speaker::election;
+use ferrolb_proto::election;
 use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::exabgp::Record;

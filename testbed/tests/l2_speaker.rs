@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use ferrolb_speaker::election;
+use ferrolb_proto::election;
 use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::netns::Netns;
 use ferrolb_testbed::speaker::{Speaker, write_membership_key, yaml};

@@ -22,11 +22,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ferrolb_api::MembershipKey;
-use ferrolb_speaker::election;
-use ferrolb_speaker::membership::DEFAULT_PORT;
-use ferrolb_speaker::membership::auth::Sealer;
-use ferrolb_speaker::membership::guard::ALONE_WAIT;
+use ferrolb_proto::election;
+use ferrolb_proto::membership::DEFAULT_PORT;
+use ferrolb_proto::membership::MembershipKey;
+use ferrolb_proto::membership::auth::Sealer;
+use ferrolb_proto::membership::guard::ALONE_WAIT;
 use ferrolb_testbed::client;
 use ferrolb_testbed::https::{HealthServer, TestCa};
 use ferrolb_testbed::netns;

@@ -28,9 +28,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ferrolb_speaker::election;
-use ferrolb_speaker::membership::auth::Sealer;
-use ferrolb_speaker::membership::{DEFAULT_PORT, TEST_ROTATION_WINDOW_ENV};
+use ferrolb_proto::election;
+use ferrolb_proto::membership::auth::Sealer;
+use ferrolb_proto::membership::{DEFAULT_PORT, TEST_ROTATION_WINDOW_ENV};
 use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
 use ferrolb_testbed::routers::{self, Bird, Router, RouterSpec, bird};
 use ferrolb_testbed::speaker::{Speaker, binary, start_kube, yaml};

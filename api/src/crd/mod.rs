@@ -92,8 +92,6 @@ pub fn event_note(mut note: String) -> String {
 
 /// Default speaker membership port.
 pub const SPEAKER_MEMBERSHIP_PORT: u16 = 7946;
-/// Minimum length of a membership key, in characters.
-pub const MEMBERSHIP_KEY_MIN_LEN: usize = 32;
 
 #[cfg(test)]
 mod event_note_tests {

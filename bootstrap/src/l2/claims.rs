@@ -9,9 +9,9 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
-use ferrolb_speaker::l2::arp::{self, Mac};
-use ferrolb_speaker::l2::ndp::{ND_HOP_LIMIT, NdMessage, NdOption};
-use ferrolb_speaker::l2::socket::{ArpSocket, NdpSocket};
+use ferrolb_proto::l2::arp::{self, Mac};
+use ferrolb_proto::l2::ndp::{ND_HOP_LIMIT, NdMessage, NdOption};
+use ferrolb_proto::l2::socket::{ArpSocket, NdpSocket};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -120,8 +120,8 @@ impl Claims {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use ferrolb_speaker::l2::arp::{ArpPacket, BROADCAST_MAC, Operation};
-    use ferrolb_speaker::l2::ndp;
+    use ferrolb_proto::l2::arp::{ArpPacket, BROADCAST_MAC, Operation};
+    use ferrolb_proto::l2::ndp;
 
     const MINE: Mac = [2, 0, 0, 0, 0, 1];
     const THEIRS: Mac = [2, 0, 0, 0, 0, 2];

@@ -36,7 +36,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use ferrolb_speaker::election;
+use ferrolb_proto::election;
 
 /// A holder whose successor never announces the VIP releases it after the successor
 /// stayed elected this long: longer than SWIM needs to drop a stale entry (failure

@@ -10,7 +10,7 @@
 //! * here: the membership that carries health.
 //!
 //! Health travels in the membership identity: [`SwimMembership`] runs the speaker's SWIM
-//! membership (`ferrolb_speaker::membership`) under the node's name while the local
+//! membership (`ferrolb_proto::membership`) under the node's name while the local
 //! apiserver is healthy, and under `NAME~unhealthy` while it is not (`~` cannot occur in
 //! a Kubernetes node name). A health change leaves membership (peers drop the old name
 //! at once) and joins again under the other name. So an unhealthy member still sees the
@@ -24,8 +24,8 @@ pub mod holder;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use ferrolb_speaker::membership::guard::{Guard, Observation, Verdict};
-use ferrolb_speaker::membership::{
+use ferrolb_proto::membership::guard::{Guard, Observation, Verdict};
+use ferrolb_proto::membership::{
     Membership, MembershipConfig, MembershipError, MembershipHandle, MembershipMetrics, Seed,
 };
 use tokio::sync::{oneshot, watch};
@@ -33,7 +33,7 @@ use tokio::task::JoinHandle;
 
 /// A member that settled alone although others are listed waits this long before
 /// claiming, listening for datagrams it cannot read (the speaker's rule, one copy).
-pub const ALONE_WAIT: Duration = ferrolb_speaker::membership::guard::ALONE_WAIT;
+pub const ALONE_WAIT: Duration = ferrolb_proto::membership::guard::ALONE_WAIT;
 
 /// Suffix of the membership name of a member whose local apiserver is unhealthy.
 pub const UNHEALTHY_SUFFIX: &str = "~unhealthy";
@@ -270,7 +270,8 @@ mod tests {
     fn config(name: &str, port: u16, others: &[(&str, u16)]) -> MembershipConfig {
         let at = |p: u16| std::net::SocketAddr::from(([127, 0, 0, 1], p));
         let seeds = others.iter().map(|(n, p)| Seed { name: n.to_string(), addr: at(*p) }).collect();
-        let key = ferrolb_api::MembershipKey::parse("0123456789abcdef0123456789abcdef-l2").unwrap();
+        let key =
+            ferrolb_proto::membership::MembershipKey::parse("0123456789abcdef0123456789abcdef-l2").unwrap();
         let mut c = MembershipConfig::new(name, at(port), seeds, key);
         c.bind = at(port);
         c
@@ -321,8 +322,8 @@ mod tests {
     /// blindness, and once the datagrams stop its lone view is believed.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_member_that_cannot_read_the_others_claims_nothing() {
-        use ferrolb_speaker::membership::auth::Sealer;
-        use ferrolb_speaker::membership::guard::UNREADABLE_MEMORY;
+        use ferrolb_proto::membership::auth::Sealer;
+        use ferrolb_proto::membership::guard::UNREADABLE_MEMORY;
         for replayed in [true, false] {
             let (p1, _) = free_ports();
             let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -444,7 +445,7 @@ mod tests {
             until(m, "both members healthy", |(view, _)| *view == all).await;
         }
         let owner =
-            ferrolb_speaker::election::owner("192.0.2.200".parse().unwrap(), ["node1", "node2"]).unwrap();
+            ferrolb_proto::election::owner("192.0.2.200".parse().unwrap(), ["node1", "node2"]).unwrap();
         let owner = if owner == "node1" { 0 } else { 1 };
         until(&ms[owner], "the winner holding the VIP", |(_, holds)| *holds).await;
         until(&ms[1 - owner], "the other member holding nothing", |(_, holds)| !*holds).await;

@@ -20,34 +20,21 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrolb_api::{AddressFamily, BgpPeerSpec};
+use ferrolb_api::BgpPeerSpec;
 use ipnet::IpNet;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::bfd::{self, Bfd, BfdConfig, BfdHandle, BfdState};
-use crate::bgp::error::subcode;
-use crate::bgp::fsm::{GracefulRestartConfig, PeerConfig, State};
-use crate::bgp::session::{self, Listener, Routes, SessionConfig, SessionHandle, SessionStatus};
-use crate::bgp::socket::Password;
-use crate::bgp::{Community, Family, LargeCommunity, PathAttributes};
 use crate::metrics::{Metrics, PeerLabel};
 use crate::model::ClusterModel;
 use crate::plan::{Announcements, RouteAttrs};
-
-/// Why a BGPPeer cannot get a session on this node.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("BGPPeer/{peer}: {field}: {problem}; {fix}")]
-pub struct PeerError {
-    /// The BGPPeer.
-    pub peer: String,
-    /// The field at fault.
-    pub field: &'static str,
-    /// What is wrong.
-    pub problem: String,
-    /// How to fix it.
-    pub fix: &'static str,
-}
+use ferrolb_proto::bfd::{self, Bfd, BfdConfig, BfdHandle, BfdState};
+use ferrolb_proto::bgp::error::subcode;
+use ferrolb_proto::bgp::fsm::State;
+use ferrolb_proto::bgp::session::{self, Listener, Routes, SessionConfig, SessionHandle, SessionStatus};
+use ferrolb_proto::bgp::socket::Password;
+use ferrolb_proto::bgp::{Community, LargeCommunity, PathAttributes};
+use ferrolb_proto::crd::{self, PeerError};
 
 /// Everything a session is built from; a change means a new session.
 #[derive(Debug, Clone, PartialEq)]
@@ -145,93 +132,16 @@ struct PeerSession {
 
 /// Builds the session config of a BGPPeer for this node.
 fn session_config(name: &str, s: &PeerSettings, restarting: bool) -> Result<SessionConfig, PeerError> {
-    let spec = &s.spec;
-    let err = |field, problem: String, fix| PeerError { peer: name.to_owned(), field, problem, fix };
-    let peer_ip: IpAddr = spec.peer_address.parse().map_err(|_| {
-        err(
-            "spec.peerAddress",
-            format!("{:?} is not an IP address", spec.peer_address),
-            "write an IPv4 or IPv6 address",
-        )
-    })?;
-    let secs = |d: Result<ferrolb_api::Duration, ferrolb_api::DurationError>, field| {
-        d.map(|d| d.0).map_err(|e| err(field, e.to_string(), "write a duration such as 90s"))
-    };
-    let hold = secs(spec.hold_time(), "spec.holdTime")?;
-    let keepalive = secs(spec.keepalive_time(), "spec.keepaliveTime")?;
-    let connect = secs(spec.connect_time(), "spec.connectTime")?;
-    let mut peer = PeerConfig::new(spec.my_asn, spec.peer_asn, s.router_id);
-    peer.hold_time = u16::try_from(hold.as_secs()).unwrap_or(u16::MAX);
-    // Hold time 0 leaves a dead peer to BFD: only where this process runs BFD for the
-    // session (ferrolb-bootstrap runs none).
-    peer.allow_zero_hold_time = s.bfd.is_some();
-    if peer.hold_time == 0 && !peer.allow_zero_hold_time {
-        return Err(err(
-            "spec.holdTime",
-            "0s turns off keepalives and the hold timer, and no BFD session watches this peer here".into(),
-            "set holdTime to 3s..65535s, or 0s only with a bfdProfile on a speaker (ferrolb-bootstrap runs no BFD)",
-        ));
-    }
-    peer.keepalive_time = Some(u16::try_from(keepalive.as_secs()).unwrap_or(u16::MAX));
-    peer.connect_retry = connect.max(Duration::from_millis(100));
-    peer.connect_retry_max = peer.connect_retry.max(Duration::from_secs(120));
-    peer.passive = spec.passive;
-    peer.families = spec
-        .address_families
-        .iter()
-        .map(|f| match f {
-            AddressFamily::Ipv4Unicast => Family::IPV4_UNICAST,
-            AddressFamily::Ipv6Unicast => Family::IPV6_UNICAST,
-        })
-        .collect();
-    if let Some(gr) = spec.graceful_restart.as_ref().filter(|g| g.enabled) {
-        let t = secs(gr.restart_time(), "spec.gracefulRestart.restartTime")?;
-        peer.graceful_restart = Some(GracefulRestartConfig {
-            restart_time: u16::try_from(t.as_secs()).unwrap_or(4095).min(4095),
-            // RFC 4724 §4.1: the first OPEN of a new process announces the restart;
-            // the FSM clears the bit once the session is up. The node keeps forwarding
-            // (the addresses live on the node, not in this process).
-            restarting,
-            forwarding_preserved: true,
-        });
-    }
-    let mut cfg = SessionConfig::new(peer, SocketAddr::new(peer_ip, spec.peer_port));
-    if let Some(src) = &spec.source_address {
-        cfg.local_addr = Some(src.parse().map_err(|_| {
-            err(
-                "spec.sourceAddress",
-                format!("{src:?} is not an IP address"),
-                "write one of this node's addresses",
-            )
-        })?);
-    }
-    cfg.ebgp_multihop = spec.ebgp_multi_hop;
-    cfg.ttl_security = spec.ttl_security;
-    cfg.password = s.password.clone();
-    // The connection's local address is the next hop of its own family; the other
-    // family's next hop comes from the node's addresses.
-    if peer_ip.is_ipv4() {
-        cfg.export.next_hop_v6 = s.next_hop_v6;
-    } else {
-        cfg.export.next_hop_v4 = s.next_hop_v4;
-    }
-    Ok(cfg)
-}
-
-/// The session config of BGPPeer `name` on a node with these next hops (v4, v6) and
-/// router id: the one translation of BGPPeer fields into session settings, shared with
-/// ferrolb-bootstrap. `restarting`: the first OPEN of a new process (RFC 4724 §4.1).
-pub fn peer_session_config(
-    name: &str,
-    spec: &BgpPeerSpec,
-    password: Option<Password>,
-    router_id: Ipv4Addr,
-    next_hops: (Option<Ipv4Addr>, Option<std::net::Ipv6Addr>),
-    restarting: bool,
-) -> Result<SessionConfig, PeerError> {
-    let (next_hop_v4, next_hop_v6) = next_hops;
-    let s = PeerSettings { spec: spec.clone(), password, router_id, next_hop_v4, next_hop_v6, bfd: None };
-    session_config(name, &s, restarting)
+    let next_hops = (s.next_hop_v4, s.next_hop_v6);
+    crd::peer_session_config(
+        name,
+        &s.spec,
+        s.password.clone(),
+        s.router_id,
+        next_hops,
+        restarting,
+        s.bfd.is_some(),
+    )
 }
 
 /// Converts plan attributes to path attributes, sharing one `Arc` per distinct set.
@@ -332,21 +242,7 @@ impl BgpAnnouncer {
             IpAddr::V6(v6) => Some(*v6),
             IpAddr::V4(_) => None,
         });
-        let src_v4 = spec.source_address.as_deref().and_then(|s| s.parse::<Ipv4Addr>().ok());
-        let router_id = match &spec.router_id {
-            Some(r) => r.parse().map_err(|_| PeerError {
-                peer: name.to_owned(),
-                field: "spec.routerID",
-                problem: format!("{r:?} is not an IPv4 address"),
-                fix: "write an IPv4 address such as 192.0.2.11",
-            })?,
-            None => node_v4.or(src_v4).ok_or_else(|| PeerError {
-                peer: name.to_owned(),
-                field: "spec.routerID",
-                problem: format!("node {} has no IPv4 InternalIP to default to", self.node),
-                fix: "set spec.routerID to an IPv4 address",
-            })?,
-        };
+        let router_id = crd::router_id(name, &spec, node_v4, &format!("node {}", self.node))?;
         // Static mode: from passwordFile; Kubernetes mode: from the passwordSecret.
         let password = passwords.get(name).cloned();
         let bfd = match &spec.bfd_profile {
@@ -358,7 +254,7 @@ impl BgpAnnouncer {
                     problem: format!("no BFDProfile is named {profile:?}"),
                     fix: "create the BFDProfile or remove spec.bfdProfile",
                 })?;
-                Some(bfd::driver::session_config(p).map_err(|e| PeerError {
+                Some(crd::bfd_session_config(p).map_err(|e| PeerError {
                     peer: name.to_owned(),
                     field: "spec.bfdProfile",
                     problem: e.to_string(),
@@ -638,6 +534,9 @@ async fn watch_bfd(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use ferrolb_api::AddressFamily;
+    use ferrolb_proto::bgp::Family;
+    use ferrolb_proto::bgp::fsm::PeerConfig;
 
     fn settings(spec: BgpPeerSpec) -> PeerSettings {
         PeerSettings {
@@ -708,7 +607,7 @@ mod tests {
     /// (Up → Down → Up seen as Up with `downs` grown) are handled as RFC 5882 says.
     #[tokio::test]
     async fn bfd_state_drives_the_bgp_session() {
-        use crate::bfd::State as Bfd;
+        use ferrolb_proto::bfd::State as Bfd;
         let mut peer = PeerConfig::new(64513, 64512, Ipv4Addr::new(192, 0, 2, 11));
         peer.passive = true; // never connects: only the held-down flag matters here
         let session = session::spawn(SessionConfig::new(peer, "192.0.2.1:179".parse().unwrap()));
@@ -752,7 +651,7 @@ mod tests {
     /// hold the session down: the hold-down ends after its limit all the same.
     #[tokio::test]
     async fn bfd_hold_down_ends_after_its_limit_when_bfd_stays_down() {
-        use crate::bfd::State as Bfd;
+        use ferrolb_proto::bfd::State as Bfd;
         let mut peer = PeerConfig::new(64513, 64512, Ipv4Addr::new(192, 0, 2, 11));
         peer.passive = true;
         let session = session::spawn(SessionConfig::new(peer, "192.0.2.1:179".parse().unwrap()));
@@ -776,7 +675,7 @@ mod tests {
     /// that does not answer, and goes when the plan withdraws it or drops the peer.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn announced_state_lists_prefixes_per_peer_once_sent() {
-        use crate::bgp::session::Listener;
+        use ferrolb_proto::bgp::session::Listener;
         let router = Ipv4Addr::LOCALHOST;
         // The "router": a passive session on 127.0.0.1 accepting our node's connection.
         let listener = Listener::bind(SocketAddr::new(IpAddr::V4(router), 0)).unwrap();

@@ -6,7 +6,7 @@
 //! Both report what they *really* announce, which can lag the plan: a BGP prefix
 //! counts once its UPDATE was written to an Established session
 //! ([`bgp::BgpAnnouncer::announced`]), an L2 address once its first gratuitous ARP /
-//! unsolicited NA went out ([`crate::l2::L2Status::announced`]). [`AnnouncedFeed`]
+//! unsolicited NA went out ([`ferrolb_proto::l2::L2Status::announced`]). [`AnnouncedFeed`]
 //! merges the two into one [`Announced`] watch, which pod readiness gates read
 //! ([`crate::readiness`]).
 pub mod bgp;
@@ -18,8 +18,8 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use tokio::sync::watch;
 
-use crate::l2::L2Status;
 use bgp::BgpAnnounced;
+use ferrolb_proto::l2::L2Status;
 
 /// What this node really announces right now (not what it plans to).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -132,7 +132,7 @@ async fn merge(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::l2::AddressStatus;
+    use ferrolb_proto::l2::AddressStatus;
     use std::time::Duration;
 
     fn ip(s: &str) -> IpAddr {

@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrolb_api::{MEMBERSHIP_SECRET_KEY, MEMBERSHIP_SECRET_NAME, MembershipKey, SecretKeyRef};
+use ferrolb_api::{MEMBERSHIP_SECRET_KEY, MEMBERSHIP_SECRET_NAME, SecretKeyRef};
+use ferrolb_proto::membership::MembershipKey;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -17,8 +18,8 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
-use crate::bgp::socket::Password;
 use crate::model::ClusterModel;
+use ferrolb_proto::bgp::socket::Password;
 
 /// How long one Secret read may take before it counts as failed.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);

@@ -19,7 +19,7 @@ use ferrolb_api::{StreamError, parse_stream};
 use tokio::sync::mpsc;
 
 use super::ClusterModel;
-use crate::bgp::socket::Password;
+use ferrolb_proto::bgp::socket::Password;
 
 /// Why a static file was rejected (the last good content stays in force).
 #[derive(Debug, thiserror::Error)]

@@ -191,7 +191,7 @@ fn load_reads_password_files() {
     assert!(e.contains("create the file or fix the path"), "{e}");
     std::fs::write(&pw, "s3cret\n").unwrap();
     let l = static_file::load(&path, DEFAULT_LB_CLASS).unwrap();
-    assert_eq!(l.passwords["router-a"], crate::bgp::socket::Password::new("s3cret"));
+    assert_eq!(l.passwords["router-a"], ferrolb_proto::bgp::socket::Password::new("s3cret"));
     assert!(!format!("{:?}", l.passwords).contains("s3cret"));
 }
 

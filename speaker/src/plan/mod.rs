@@ -14,8 +14,8 @@ mod incremental;
 
 pub use incremental::Planner;
 
-use crate::election;
 use crate::model::{Changes, ClusterModel, EndpointCounts, NodeInfo, ServiceInfo, ServiceKey, TrafficPolicy};
+use ferrolb_proto::election;
 
 /// Attributes of one announced prefix, as the advertisement(s) asked.
 #[derive(Debug, Clone, PartialEq, Eq, Default, PartialOrd, Ord)]

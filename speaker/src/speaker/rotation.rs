@@ -4,7 +4,7 @@
 //! BGP passwords (BGPPeer `spec.passwordSecret`, or `spec.passwordFile` in static mode)
 //! are followed while the speaker runs: Secrets through a watch on each by name, files by
 //! re-reading them every [`FILE_POLL`]. A new membership key goes to membership, which
-//! rotates without a split ([`crate::membership::auth::Keyring`]); a new password goes
+//! rotates without a split ([`ferrolb_proto::membership::auth::Keyring`]); a new password goes
 //! through the plan to the BGP announcer, which restarts only that peer's session (its
 //! settings changed) with the new TCP MD5 key on the connection and the listener. A key
 //! or password that cannot be used leaves the current one in force, with one error line.
@@ -12,14 +12,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use ferrolb_api::{MEMBERSHIP_SECRET_NAME, MembershipKey};
+use ferrolb_api::MEMBERSHIP_SECRET_NAME;
+use ferrolb_proto::membership::MembershipKey;
 use tokio::sync::watch;
 
 use super::{Cause, State, one_line};
-use crate::bgp::socket::Password;
 use crate::cluster::secrets::{self, SecretName, Watched};
-use crate::membership;
 use crate::model::static_file;
+use ferrolb_proto::bgp::socket::Password;
+use ferrolb_proto::membership;
 
 /// How often key and password files are re-read.
 pub(super) const FILE_POLL: Duration = Duration::from_secs(2);

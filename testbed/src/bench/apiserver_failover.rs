@@ -194,7 +194,7 @@ spec:
         procs.push(lab.spawn(lab.node(i), Spawn::new(format!("bootstrap-{node}"), &argv))?);
     }
     let names: Vec<String> = (1..=NODES).map(plan::node_name).collect();
-    let winner = ferrolb_speaker::election::owner(vip, names.iter().map(String::as_str))
+    let winner = ferrolb_proto::election::owner(vip, names.iter().map(String::as_str))
         .and_then(|w| (1..=NODES).find(|i| plan::node_name(*i) == w))
         .ok_or_else(|| Error::Parse("no election winner".into()))?;
     let phase = p.interval;

@@ -11,7 +11,7 @@ use crate::process::{Proc, Spawn};
 use crate::routers::{self, BfdSpec, Bird, Frr, Router, RouterSpec};
 use crate::{Error, Lab, LabConfig, plan, wait};
 
-/// Where `cargo build -p ferrolb-speaker --example bfd-peer` puts the binary, or
+/// Where `cargo build -p ferrolb-proto --example bfd-peer` puts the binary, or
 /// `$FERROLB_BFD_PEER`. Builds it when missing (`cargo test -p ferrolb-testbed` alone does
 /// not build other packages' examples).
 pub fn peer_binary() -> Result<PathBuf, Error> {
@@ -26,7 +26,7 @@ pub fn peer_binary() -> Result<PathBuf, Error> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(&cargo)
-        .args(["build", "-q", "-p", "ferrolb-speaker", "--example", "bfd-peer"])
+        .args(["build", "-q", "-p", "ferrolb-proto", "--example", "bfd-peer"])
         .current_dir(&workspace)
         .output()
         .map_err(|e| Error::Command {
@@ -35,19 +35,18 @@ pub fn peer_binary() -> Result<PathBuf, Error> {
         })?;
     if !out.status.success() {
         return Err(Error::Command {
-            command: "cargo build -p ferrolb-speaker --example bfd-peer".into(),
+            command: "cargo build -p ferrolb-proto --example bfd-peer".into(),
             detail: String::from_utf8_lossy(&out.stderr).into_owned(),
         });
     }
     find().ok_or_else(|| {
         Error::Missing(
-            "bfd-peer: run `cargo build -p ferrolb-speaker --example bfd-peer` or set FERROLB_BFD_PEER"
-                .into(),
+            "bfd-peer: run `cargo build -p ferrolb-proto --example bfd-peer` or set FERROLB_BFD_PEER".into(),
         )
     })
 }
 
-/// One ferrolb BFD session (`speaker/examples/bfd-peer.rs`) running in a lab namespace.
+/// One ferrolb BFD session (`proto/examples/bfd-peer.rs`) running in a lab namespace.
 #[derive(Debug)]
 pub struct BfdPeer {
     proc: Proc,

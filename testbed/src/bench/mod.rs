@@ -6,6 +6,7 @@ pub mod bfd;
 pub mod bgp_scale;
 pub mod failover;
 pub mod file_latency;
+#[cfg(feature = "plan-bench")]
 pub mod plan;
 
 use std::time::Duration;

@@ -1,0 +1,757 @@
+//! Path attributes (RFC 4271 §4.3, §5): ORIGIN, AS_PATH, NEXT_HOP, MED, LOCAL_PREF,
+//! ATOMIC_AGGREGATE, AGGREGATOR, COMMUNITIES (RFC 1997), MP_REACH/MP_UNREACH (RFC 4760),
+//! AS4_PATH (RFC 6793), LARGE_COMMUNITIES (RFC 8092), and unknown ones kept raw.
+use super::error::{DecodeError, ErrorAction, subcode};
+use super::nlri::{Family, decode_prefixes, encode_prefix};
+use super::reader::Reader;
+use bytes::{BufMut, Bytes, BytesMut};
+use ipnet::IpNet;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// AS number that stands in for a 4-octet AS towards 2-octet speakers (RFC 6793).
+pub const AS_TRANS: u32 = 23456;
+
+/// Attribute flag bits (RFC 4271 §4.3).
+pub mod flag {
+    /// Optional.
+    pub const OPTIONAL: u8 = 0x80;
+    /// Transitive.
+    pub const TRANSITIVE: u8 = 0x40;
+    /// Partial.
+    pub const PARTIAL: u8 = 0x20;
+    /// Extended length (2-octet length).
+    pub const EXTENDED: u8 = 0x10;
+}
+
+/// Attribute type codes.
+pub mod attr_type {
+    /// ORIGIN.
+    pub const ORIGIN: u8 = 1;
+    /// AS_PATH.
+    pub const AS_PATH: u8 = 2;
+    /// NEXT_HOP.
+    pub const NEXT_HOP: u8 = 3;
+    /// MULTI_EXIT_DISC.
+    pub const MED: u8 = 4;
+    /// LOCAL_PREF.
+    pub const LOCAL_PREF: u8 = 5;
+    /// ATOMIC_AGGREGATE.
+    pub const ATOMIC_AGGREGATE: u8 = 6;
+    /// AGGREGATOR.
+    pub const AGGREGATOR: u8 = 7;
+    /// COMMUNITIES.
+    pub const COMMUNITIES: u8 = 8;
+    /// MP_REACH_NLRI.
+    pub const MP_REACH: u8 = 14;
+    /// MP_UNREACH_NLRI.
+    pub const MP_UNREACH: u8 = 15;
+    /// AS4_PATH.
+    pub const AS4_PATH: u8 = 17;
+    /// LARGE_COMMUNITY.
+    pub const LARGE_COMMUNITIES: u8 = 32;
+}
+
+/// ORIGIN values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Origin {
+    /// Learned from an interior protocol.
+    Igp = 0,
+    /// Learned from EGP.
+    Egp = 1,
+    /// Learned some other way.
+    Incomplete = 2,
+}
+
+/// One AS_PATH segment.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AsSegment {
+    /// Ordered ASes the route traversed.
+    Sequence(Vec<u32>),
+    /// Unordered ASes (aggregation).
+    Set(Vec<u32>),
+}
+
+/// AS_PATH (or AS4_PATH) as a list of segments, ASNs always held as 4 octets.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct AsPath {
+    /// Segments in wire order.
+    pub segments: Vec<AsSegment>,
+}
+
+impl AsPath {
+    /// A path made of one AS_SEQUENCE.
+    pub fn sequence(asns: impl Into<Vec<u32>>) -> Self {
+        Self { segments: vec![AsSegment::Sequence(asns.into())] }
+    }
+
+    /// Prepends `asn` to the first AS_SEQUENCE, creating one if needed (RFC 4271 §5.1.2).
+    pub fn prepend(&mut self, asn: u32) {
+        if let Some(AsSegment::Sequence(s)) = self.segments.first_mut()
+            && s.len() < 255
+        {
+            s.insert(0, asn);
+            return;
+        }
+        self.segments.insert(0, AsSegment::Sequence(vec![asn]));
+    }
+
+    /// Number of ASes for path selection (an AS_SET counts as one, RFC 4271 §9.1.2.2).
+    pub fn path_len(&self) -> usize {
+        self.segments
+            .iter()
+            .map(|s| match s {
+                AsSegment::Sequence(v) => v.len(),
+                AsSegment::Set(_) => 1,
+            })
+            .sum()
+    }
+
+    /// True when some ASN needs 4 octets.
+    pub fn has_four_octet(&self) -> bool {
+        self.segments.iter().any(|s| match s {
+            AsSegment::Sequence(v) | AsSegment::Set(v) => v.iter().any(|a| *a > 0xffff),
+        })
+    }
+
+    /// Merges AS_PATH and AS4_PATH received from a 2-octet speaker (RFC 6793 §4.2.3).
+    pub fn merge_as4(&self, as4: &AsPath) -> AsPath {
+        let (n, n4) = (self.path_len(), as4.path_len());
+        if n4 > n {
+            return self.clone();
+        }
+        // Keep the leading (n - n4) ASes of AS_PATH, then append AS4_PATH.
+        let mut keep = n - n4;
+        let mut segments = Vec::new();
+        for s in &self.segments {
+            if keep == 0 {
+                break;
+            }
+            match s {
+                AsSegment::Sequence(v) => {
+                    let take = v.len().min(keep);
+                    segments.push(AsSegment::Sequence(v.get(..take).unwrap_or_default().to_vec()));
+                    keep -= take;
+                }
+                AsSegment::Set(v) => {
+                    segments.push(AsSegment::Set(v.clone()));
+                    keep -= 1;
+                }
+            }
+        }
+        segments.extend(as4.segments.iter().cloned());
+        AsPath { segments }
+    }
+
+    fn encode_value(&self, four_octet: bool, out: &mut BytesMut) {
+        for s in &self.segments {
+            let (t, v) = match s {
+                AsSegment::Set(v) => (1u8, v),
+                AsSegment::Sequence(v) => (2u8, v),
+            };
+            // A segment holds at most 255 ASes: split longer ones.
+            for chunk in v.chunks(255) {
+                out.put_u8(t);
+                out.put_u8(chunk.len() as u8);
+                for a in chunk {
+                    if four_octet {
+                        out.put_u32(*a);
+                    } else {
+                        out.put_u16(if *a > 0xffff { AS_TRANS as u16 } else { *a as u16 });
+                    }
+                }
+            }
+        }
+    }
+
+    fn decode_value(value: Bytes, four_octet: bool) -> Option<AsPath> {
+        let mut r = Reader::new(value);
+        let mut segments = Vec::new();
+        while !r.is_empty() {
+            let t = r.u8()?;
+            let n = r.u8()?;
+            if n == 0 {
+                return None; // RFC 7606 §7.2: a zero-length segment is malformed.
+            }
+            let mut v = Vec::with_capacity(usize::from(n));
+            for _ in 0..n {
+                v.push(if four_octet { r.u32()? } else { u32::from(r.u16()?) });
+            }
+            segments.push(match t {
+                1 => AsSegment::Set(v),
+                2 => AsSegment::Sequence(v),
+                _ => return None,
+            });
+        }
+        Some(AsPath { segments })
+    }
+}
+
+/// A standard community (RFC 1997), `asn:value` in its two halves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Community(pub u32);
+
+impl Community {
+    /// GRACEFUL_SHUTDOWN (RFC 8326).
+    pub const GRACEFUL_SHUTDOWN: Community = Community(0xffff_0000);
+    /// NO_EXPORT (RFC 1997).
+    pub const NO_EXPORT: Community = Community(0xffff_ff01);
+
+    /// Builds `high:low`.
+    pub fn new(high: u16, low: u16) -> Self {
+        Community(u32::from(high) << 16 | u32::from(low))
+    }
+}
+
+/// A large community (RFC 8092): global administrator and two local data parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LargeCommunity {
+    /// Global administrator (an ASN).
+    pub global: u32,
+    /// Local data part 1.
+    pub local1: u32,
+    /// Local data part 2.
+    pub local2: u32,
+}
+
+/// AGGREGATOR: AS and address of the aggregating speaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Aggregator {
+    /// AS (AS_TRANS from a 2-octet speaker for 4-octet ASes).
+    pub asn: u32,
+    /// BGP identifier of the aggregator.
+    pub address: Ipv4Addr,
+}
+
+/// Next hop carried in MP_REACH_NLRI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MpNextHop {
+    /// IPv4 next hop (4 octets).
+    V4(Ipv4Addr),
+    /// IPv6 global next hop, with the optional link-local one (16 or 32 octets, RFC 2545 §3).
+    V6 {
+        /// Global address.
+        global: Ipv6Addr,
+        /// Link-local address, when the peer shares a link.
+        link_local: Option<Ipv6Addr>,
+    },
+}
+
+/// MP_REACH_NLRI for IPv4/IPv6 unicast (RFC 4760 §3).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MpReach {
+    /// AFI/SAFI.
+    pub family: Family,
+    /// Next hop.
+    pub next_hop: MpNextHop,
+    /// Reachable prefixes.
+    pub nlri: Vec<IpNet>,
+}
+
+/// MP_UNREACH_NLRI (RFC 4760 §4); empty `withdrawn` is End-of-RIB (RFC 4724 §2).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MpUnreach {
+    /// AFI/SAFI.
+    pub family: Family,
+    /// Withdrawn prefixes.
+    pub withdrawn: Vec<IpNet>,
+}
+
+/// An attribute we do not interpret, preserved as raw bytes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RawAttribute {
+    /// Optional, transitive and partial bits as received (extended length is recomputed on encode).
+    pub flags: u8,
+    /// Type code.
+    pub type_code: u8,
+    /// Value.
+    pub value: Bytes,
+}
+
+/// The path attributes of an UPDATE.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct PathAttributes {
+    /// ORIGIN.
+    pub origin: Option<Origin>,
+    /// AS_PATH.
+    pub as_path: Option<AsPath>,
+    /// NEXT_HOP (IPv4 NLRI only).
+    pub next_hop: Option<Ipv4Addr>,
+    /// MULTI_EXIT_DISC.
+    pub med: Option<u32>,
+    /// LOCAL_PREF (iBGP only).
+    pub local_pref: Option<u32>,
+    /// ATOMIC_AGGREGATE present.
+    pub atomic_aggregate: bool,
+    /// AGGREGATOR.
+    pub aggregator: Option<Aggregator>,
+    /// COMMUNITIES.
+    pub communities: Vec<Community>,
+    /// LARGE_COMMUNITY.
+    pub large_communities: Vec<LargeCommunity>,
+    /// AS4_PATH (only between a 4-octet and a 2-octet speaker).
+    pub as4_path: Option<AsPath>,
+    /// MP_REACH_NLRI.
+    pub mp_reach: Option<MpReach>,
+    /// MP_UNREACH_NLRI.
+    pub mp_unreach: Option<MpUnreach>,
+    /// Unknown optional transitive attributes (and MP attributes of other families).
+    pub unknown: Vec<RawAttribute>,
+}
+
+fn put_attr(out: &mut BytesMut, flags: u8, type_code: u8, value: &[u8]) {
+    let flags = flags & !flag::EXTENDED;
+    if value.len() > 255 {
+        out.put_u8(flags | flag::EXTENDED);
+        out.put_u8(type_code);
+        out.put_u16(value.len().min(0xffff) as u16);
+    } else {
+        out.put_u8(flags);
+        out.put_u8(type_code);
+        out.put_u8(value.len() as u8);
+    }
+    out.put_slice(value.get(..value.len().min(0xffff)).unwrap_or_default());
+}
+
+/// Result of decoding an attribute list: attributes plus the non-fatal errors met.
+#[derive(Debug, Default)]
+pub(crate) struct DecodedAttributes {
+    pub(crate) attrs: PathAttributes,
+    pub(crate) errors: Vec<DecodeError>,
+    /// The list held (or began) an attribute other than MP_UNREACH_NLRI (RFC 7606 §5.2).
+    pub(crate) other_than_mp_unreach: bool,
+}
+
+impl DecodedAttributes {
+    /// Records a non-fatal error; a session-resetting one is returned instead.
+    fn push_error(&mut self, e: DecodeError) -> Result<(), DecodeError> {
+        if e.action == ErrorAction::SessionReset {
+            return Err(e);
+        }
+        self.errors.push(e);
+        Ok(())
+    }
+}
+
+impl PathAttributes {
+    /// Appends the attribute list; `four_octet` selects the AS_PATH encoding (RFC 6793).
+    pub fn encode(&self, four_octet: bool, out: &mut BytesMut) {
+        let mut v = BytesMut::with_capacity(64);
+        if let Some(o) = self.origin {
+            put_attr(out, flag::TRANSITIVE, attr_type::ORIGIN, &[o as u8]);
+        }
+        if let Some(p) = &self.as_path {
+            p.encode_value(four_octet, &mut v);
+            put_attr(out, flag::TRANSITIVE, attr_type::AS_PATH, &v);
+            v.clear();
+        }
+        if let Some(nh) = self.next_hop {
+            put_attr(out, flag::TRANSITIVE, attr_type::NEXT_HOP, &nh.octets());
+        }
+        if let Some(m) = self.med {
+            put_attr(out, flag::OPTIONAL, attr_type::MED, &m.to_be_bytes());
+        }
+        if let Some(l) = self.local_pref {
+            put_attr(out, flag::TRANSITIVE, attr_type::LOCAL_PREF, &l.to_be_bytes());
+        }
+        if self.atomic_aggregate {
+            put_attr(out, flag::TRANSITIVE, attr_type::ATOMIC_AGGREGATE, &[]);
+        }
+        if let Some(a) = self.aggregator {
+            if four_octet {
+                v.put_u32(a.asn);
+            } else {
+                v.put_u16(if a.asn > 0xffff { AS_TRANS as u16 } else { a.asn as u16 });
+            }
+            v.put_slice(&a.address.octets());
+            put_attr(out, flag::OPTIONAL | flag::TRANSITIVE, attr_type::AGGREGATOR, &v);
+            v.clear();
+        }
+        if !self.communities.is_empty() {
+            for c in &self.communities {
+                v.put_u32(c.0);
+            }
+            put_attr(out, flag::OPTIONAL | flag::TRANSITIVE, attr_type::COMMUNITIES, &v);
+            v.clear();
+        }
+        if let Some(mp) = &self.mp_reach {
+            v.put_u16(mp.family.afi);
+            v.put_u8(mp.family.safi);
+            match mp.next_hop {
+                MpNextHop::V4(a) => {
+                    v.put_u8(4);
+                    v.put_slice(&a.octets());
+                }
+                MpNextHop::V6 { global, link_local: None } => {
+                    v.put_u8(16);
+                    v.put_slice(&global.octets());
+                }
+                MpNextHop::V6 { global, link_local: Some(ll) } => {
+                    v.put_u8(32);
+                    v.put_slice(&global.octets());
+                    v.put_slice(&ll.octets());
+                }
+            }
+            v.put_u8(0); // Reserved.
+            for p in &mp.nlri {
+                encode_prefix(p, &mut v);
+            }
+            put_attr(out, flag::OPTIONAL, attr_type::MP_REACH, &v);
+            v.clear();
+        }
+        if let Some(mp) = &self.mp_unreach {
+            v.put_u16(mp.family.afi);
+            v.put_u8(mp.family.safi);
+            for p in &mp.withdrawn {
+                encode_prefix(p, &mut v);
+            }
+            put_attr(out, flag::OPTIONAL, attr_type::MP_UNREACH, &v);
+            v.clear();
+        }
+        if let Some(p) = &self.as4_path {
+            p.encode_value(true, &mut v);
+            put_attr(out, flag::OPTIONAL | flag::TRANSITIVE, attr_type::AS4_PATH, &v);
+            v.clear();
+        }
+        if !self.large_communities.is_empty() {
+            for c in &self.large_communities {
+                v.put_u32(c.global);
+                v.put_u32(c.local1);
+                v.put_u32(c.local2);
+            }
+            put_attr(out, flag::OPTIONAL | flag::TRANSITIVE, attr_type::LARGE_COMMUNITIES, &v);
+            v.clear();
+        }
+        for u in &self.unknown {
+            put_attr(out, u.flags, u.type_code, &u.value);
+        }
+    }
+
+    /// Decodes an attribute list, applying RFC 7606 per attribute.
+    ///
+    /// Returns `Err` only for errors that reset the session; lesser errors are listed
+    /// in `errors` and the offending attribute is left out.
+    pub(crate) fn decode(buf: Bytes, four_octet: bool) -> Result<DecodedAttributes, DecodeError> {
+        let mut r = Reader::new(buf);
+        let mut out = DecodedAttributes::default();
+        let mut seen = [false; 256];
+        while !r.is_empty() {
+            let start = r.clone();
+            let flags = r.u8().unwrap_or(0); // The loop runs while bytes remain.
+            let type_code = r.u8();
+            let is_mp = matches!(type_code, Some(attr_type::MP_REACH | attr_type::MP_UNREACH));
+            out.other_than_mp_unreach |= type_code != Some(attr_type::MP_UNREACH);
+            let len =
+                if flags & flag::EXTENDED != 0 { r.u16().map(usize::from) } else { r.u8().map(usize::from) };
+            let (Some(type_code), Some(len)) = (type_code, len) else {
+                // RFC 7606 §4: too few octets left for a header is treat-as-withdraw, the
+                // NLRI field being delimited by the Total Path Attribute Length; but an MP
+                // attribute cut here takes its NLRI with it (§3, last paragraph).
+                let e = DecodeError::withdraw(
+                    subcode::MALFORMED_ATTRIBUTE_LIST,
+                    Bytes::new(),
+                    "truncated attribute header",
+                );
+                let e = if is_mp { e.handled_as(ErrorAction::SessionReset) } else { e };
+                return out.push_error(e).map(|()| out);
+            };
+            let Some(value) = r.take(len) else {
+                // RFC 7606 §4: the attribute overruns the list: treat-as-withdraw, unless it is
+                // MP_REACH/MP_UNREACH, whose NLRI can then not be located (§3, §5.2).
+                let e = DecodeError::withdraw(
+                    subcode::ATTRIBUTE_LENGTH_ERROR,
+                    start.clone().rest(),
+                    "attribute overruns attribute list",
+                );
+                let e = if is_mp { e.handled_as(ErrorAction::SessionReset) } else { e };
+                return out.push_error(e).map(|()| out);
+            };
+            let hdr_len = if flags & flag::EXTENDED != 0 { 4 } else { 3 };
+            let raw = {
+                let mut s = start;
+                s.take(hdr_len + len).unwrap_or_default()
+            };
+            let idx = usize::from(type_code);
+            if seen.get(idx).copied().unwrap_or(false) {
+                // RFC 7606 §3(g): keep the first, except for MP attributes.
+                if is_mp {
+                    return Err(DecodeError::reset(
+                        super::error::code::UPDATE_MESSAGE,
+                        subcode::MALFORMED_ATTRIBUTE_LIST,
+                        Bytes::new(),
+                        "duplicate MP_REACH/MP_UNREACH attribute",
+                    ));
+                }
+                continue;
+            }
+            if let Some(s) = seen.get_mut(idx) {
+                *s = true;
+            }
+            if let Err(e) = out.attrs.decode_one(flags, type_code, value, raw, four_octet) {
+                out.push_error(e)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn decode_one(
+        &mut self,
+        flags: u8,
+        type_code: u8,
+        value: Bytes,
+        raw: Bytes,
+        four_octet: bool,
+    ) -> Result<(), DecodeError> {
+        let optional = flags & flag::OPTIONAL != 0;
+        if let Some(want) = expected_flags(type_code)
+            && flags & (flag::OPTIONAL | flag::TRANSITIVE) != want
+        {
+            // RFC 7606 §3(c): conflicting Optional/Transitive bits make the attribute
+            // malformed, handled as §7 says for that attribute.
+            let e = DecodeError::withdraw(
+                subcode::ATTRIBUTE_FLAGS_ERROR,
+                raw,
+                "attribute flags conflict with the attribute type",
+            );
+            return Err(e.handled_as(malformed_action(type_code)));
+        }
+        let len = value.len();
+        let mut v = Reader::new(value.clone());
+        let len_err = |raw: &Bytes| {
+            DecodeError::withdraw(subcode::ATTRIBUTE_LENGTH_ERROR, raw.clone(), "bad attribute length")
+        };
+        match type_code {
+            attr_type::ORIGIN => {
+                if len != 1 {
+                    return Err(len_err(&raw));
+                }
+                self.origin = Some(match v.u8() {
+                    Some(0) => Origin::Igp,
+                    Some(1) => Origin::Egp,
+                    Some(2) => Origin::Incomplete,
+                    _ => {
+                        return Err(DecodeError::withdraw(subcode::INVALID_ORIGIN, raw, "invalid ORIGIN"));
+                    }
+                });
+            }
+            attr_type::AS_PATH => {
+                let p = AsPath::decode_value(value, four_octet).ok_or_else(|| {
+                    DecodeError::withdraw(subcode::MALFORMED_AS_PATH, Bytes::new(), "malformed AS_PATH")
+                })?;
+                self.as_path = Some(p);
+            }
+            attr_type::NEXT_HOP => {
+                let a = v.u32().filter(|_| len == 4).ok_or_else(|| len_err(&raw))?;
+                self.next_hop = Some(Ipv4Addr::from(a));
+            }
+            attr_type::MED => {
+                self.med = Some(v.u32().filter(|_| len == 4).ok_or_else(|| len_err(&raw))?);
+            }
+            attr_type::LOCAL_PREF => {
+                self.local_pref = Some(v.u32().filter(|_| len == 4).ok_or_else(|| len_err(&raw))?);
+            }
+            attr_type::ATOMIC_AGGREGATE => {
+                if len != 0 {
+                    // RFC 7606 §7.6.
+                    return Err(DecodeError::discard(
+                        subcode::ATTRIBUTE_LENGTH_ERROR,
+                        raw,
+                        "bad ATOMIC_AGGREGATE length",
+                    ));
+                }
+                self.atomic_aggregate = true;
+            }
+            attr_type::AGGREGATOR => {
+                let want = if four_octet { 8 } else { 6 };
+                if len != want {
+                    // RFC 7606 §7.7.
+                    return Err(DecodeError::discard(
+                        subcode::ATTRIBUTE_LENGTH_ERROR,
+                        raw,
+                        "bad AGGREGATOR length",
+                    ));
+                }
+                let asn = if four_octet { v.u32() } else { v.u16().map(u32::from) };
+                if let (Some(asn), Some(a)) = (asn, v.u32()) {
+                    self.aggregator = Some(Aggregator { asn, address: Ipv4Addr::from(a) });
+                }
+            }
+            attr_type::COMMUNITIES => {
+                // RFC 7606 §7.8.
+                if !len.is_multiple_of(4) || len == 0 {
+                    return Err(DecodeError::withdraw(
+                        subcode::OPTIONAL_ATTRIBUTE_ERROR,
+                        raw,
+                        "COMMUNITIES length not a non-zero multiple of 4",
+                    ));
+                }
+                while let Some(c) = v.u32() {
+                    self.communities.push(Community(c));
+                }
+            }
+            attr_type::LARGE_COMMUNITIES => {
+                if !len.is_multiple_of(12) || len == 0 {
+                    return Err(DecodeError::withdraw(
+                        subcode::OPTIONAL_ATTRIBUTE_ERROR,
+                        raw,
+                        "LARGE_COMMUNITY length not a non-zero multiple of 12",
+                    ));
+                }
+                while let (Some(global), Some(local1), Some(local2)) = (v.u32(), v.u32(), v.u32()) {
+                    self.large_communities.push(LargeCommunity { global, local1, local2 });
+                }
+            }
+            attr_type::AS4_PATH => match AsPath::decode_value(value, true) {
+                Some(p) => self.as4_path = Some(p),
+                // RFC 6793 §6 / RFC 7606 §7.2: discard a malformed AS4_PATH.
+                None => {
+                    return Err(DecodeError::discard(
+                        subcode::MALFORMED_AS_PATH,
+                        Bytes::new(),
+                        "malformed AS4_PATH",
+                    ));
+                }
+            },
+            attr_type::MP_REACH => self.decode_mp_reach(value, raw, flags, type_code)?,
+            attr_type::MP_UNREACH => self.decode_mp_unreach(value, raw, flags, type_code)?,
+            _ if !optional => {
+                return Err(DecodeError::reset(
+                    super::error::code::UPDATE_MESSAGE,
+                    subcode::UNRECOGNIZED_WELL_KNOWN_ATTRIBUTE,
+                    raw,
+                    "unrecognized well-known attribute",
+                ));
+            }
+            // Unknown optional non-transitive: quietly ignored (RFC 4271 §5).
+            _ if flags & flag::TRANSITIVE == 0 => {}
+            _ => self.unknown.push(RawAttribute {
+                // Keep only the meaningful bits: extended length is recomputed on encode
+                // and the low four bits are ignored on receipt (RFC 4271 §4.3).
+                flags: flags & (flag::OPTIONAL | flag::TRANSITIVE | flag::PARTIAL),
+                type_code,
+                value,
+            }),
+        }
+        Ok(())
+    }
+
+    fn decode_mp_reach(
+        &mut self,
+        value: Bytes,
+        raw: Bytes,
+        flags: u8,
+        type_code: u8,
+    ) -> Result<(), DecodeError> {
+        // RFC 7606 §7.11: a malformed MP_REACH resets the session (we do not do AFI/SAFI
+        // disable); RFC 4271 §6.3: Optional Attribute Error carries the attribute.
+        let bad = || {
+            DecodeError::reset(
+                super::error::code::UPDATE_MESSAGE,
+                subcode::OPTIONAL_ATTRIBUTE_ERROR,
+                raw.clone(),
+                "malformed MP_REACH_NLRI",
+            )
+        };
+        let mut r = Reader::new(value.clone());
+        let afi = r.u16().ok_or_else(bad)?;
+        let safi = r.u8().ok_or_else(bad)?;
+        let family = Family { afi, safi };
+        if family != Family::IPV4_UNICAST && family != Family::IPV6_UNICAST {
+            self.unknown.push(RawAttribute { flags, type_code, value });
+            return Ok(());
+        }
+        let nh_len = r.u8().ok_or_else(bad)?;
+        let nh = r.take(usize::from(nh_len)).ok_or_else(bad)?;
+        let next_hop = match (family.afi, nh.len()) {
+            (1, 4) => MpNextHop::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&nh[..]).map_err(|_| bad())?)),
+            (2, 16) => MpNextHop::V6 {
+                global: Ipv6Addr::from(<[u8; 16]>::try_from(&nh[..]).map_err(|_| bad())?),
+                link_local: None,
+            },
+            (2, 32) => {
+                let g = nh.get(..16).ok_or_else(bad)?;
+                let l = nh.get(16..).ok_or_else(bad)?;
+                MpNextHop::V6 {
+                    global: Ipv6Addr::from(<[u8; 16]>::try_from(g).map_err(|_| bad())?),
+                    link_local: Some(Ipv6Addr::from(<[u8; 16]>::try_from(l).map_err(|_| bad())?)),
+                }
+            }
+            _ => return Err(bad()),
+        };
+        let _reserved = r.u8().ok_or_else(bad)?;
+        let nlri = decode_prefixes(&mut r, family.afi == 2).map_err(|_| bad())?;
+        self.mp_reach = Some(MpReach { family, next_hop, nlri });
+        Ok(())
+    }
+
+    fn decode_mp_unreach(
+        &mut self,
+        value: Bytes,
+        raw: Bytes,
+        flags: u8,
+        type_code: u8,
+    ) -> Result<(), DecodeError> {
+        // RFC 7606 §7.12, as for MP_REACH.
+        let bad = || {
+            DecodeError::reset(
+                super::error::code::UPDATE_MESSAGE,
+                subcode::OPTIONAL_ATTRIBUTE_ERROR,
+                raw.clone(),
+                "malformed MP_UNREACH_NLRI",
+            )
+        };
+        let mut r = Reader::new(value.clone());
+        let afi = r.u16().ok_or_else(bad)?;
+        let safi = r.u8().ok_or_else(bad)?;
+        let family = Family { afi, safi };
+        if family != Family::IPV4_UNICAST && family != Family::IPV6_UNICAST {
+            self.unknown.push(RawAttribute { flags, type_code, value });
+            return Ok(());
+        }
+        let withdrawn = decode_prefixes(&mut r, family.afi == 2).map_err(|_| bad())?;
+        self.mp_unreach = Some(MpUnreach { family, withdrawn });
+        Ok(())
+    }
+
+    /// The AS path to use for a route from a 2-octet speaker, merging AS4_PATH (RFC 6793 §4.2.3).
+    pub fn effective_as_path(&self) -> Option<AsPath> {
+        match (&self.as_path, &self.as4_path) {
+            (Some(p), Some(p4)) => Some(p.merge_as4(p4)),
+            (p, _) => p.clone(),
+        }
+    }
+
+    /// Adds AS4_PATH when sending a 4-octet AS_PATH to a 2-octet speaker (RFC 6793 §4.2.2).
+    pub fn prepare_for_two_octet_peer(&mut self) {
+        if let Some(p) = &self.as_path
+            && p.has_four_octet()
+        {
+            self.as4_path = Some(p.clone());
+        }
+    }
+}
+
+/// The Optional and Transitive bits a recognised attribute must carry (RFC 4271 §5, RFC 4760 §3-4,
+/// RFC 6793 §3, RFC 8092 §3); `None` for attributes we do not recognise.
+fn expected_flags(type_code: u8) -> Option<u8> {
+    use attr_type::*;
+    let (o, t) = (flag::OPTIONAL, flag::TRANSITIVE);
+    match type_code {
+        ORIGIN | AS_PATH | NEXT_HOP | LOCAL_PREF | ATOMIC_AGGREGATE => Some(t),
+        MED | MP_REACH | MP_UNREACH => Some(o),
+        AGGREGATOR | COMMUNITIES | AS4_PATH | LARGE_COMMUNITIES => Some(o | t),
+        _ => None,
+    }
+}
+
+/// How a malformed recognised attribute is handled (RFC 7606 §7).
+fn malformed_action(type_code: u8) -> ErrorAction {
+    match type_code {
+        // §7.6, §7.7; RFC 6793 §6 for AS4_PATH.
+        attr_type::ATOMIC_AGGREGATE | attr_type::AGGREGATOR | attr_type::AS4_PATH => {
+            ErrorAction::AttributeDiscard
+        }
+        // §7.11, §7.12: no AFI/SAFI disable here.
+        attr_type::MP_REACH | attr_type::MP_UNREACH => ErrorAction::SessionReset,
+        _ => ErrorAction::TreatAsWithdraw,
+    }
+}

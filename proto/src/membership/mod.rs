@@ -1,0 +1,685 @@
+//! SWIM membership between speakers: who is alive, so every speaker elects the same
+//! L2 owner from the same live set.
+//!
+//! [`foca`] is the sans-IO SWIM core (with suspicion, indirect probes, periodic gossip
+//! and announce-to-down extensions); [`auth`] seals every datagram with HMAC-SHA256
+//! under the shared key and drops unauthenticated and replayed ones, without looking at
+//! any clock. The task started by [`Membership::spawn`] owns the UDP socket and the
+//! timers and publishes the live set on a watch channel. [`guard`] decides whether a
+//! lone view may be trusted (a node that cannot read its peers must claim nothing).
+//!
+//! Identities carry the node name, its address, a generation and the start time; a
+//! member that was declared down (a partition) renews its identity (generation + 1)
+//! and rejoins by itself, and every `rejoin_interval` each node announces itself to
+//! seeds it does not see live. Nothing needs the nodes' clocks to agree: the start time
+//! only breaks ties between identities of one name, and a restart whose clock stepped
+//! back (its start time older than its previous identity's) is told it is down by the
+//! peers that remember the previous identity and renews until it wins.
+
+pub mod auth;
+pub mod guard;
+pub mod key;
+
+pub use key::{KEY_MIN_LEN, MembershipKey, MembershipKeyError};
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::num::{NonZeroU8, NonZeroUsize};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use foca::{Config, Foca, OwnedNotification, PeriodicParams, PostcardCodec, Timer};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use auth::{DropReason, KeyEvent, KeyRole, Sealer};
+
+/// Environment variable that shortens the key rotation window, in milliseconds: for
+/// tests only (the lab rotates keys in seconds); production uses [`auth::ROTATION_WINDOW`].
+pub const TEST_ROTATION_WINDOW_ENV: &str = "FERROLB_TEST_MEMBERSHIP_ROTATION_WINDOW_MS";
+
+/// The key rotation window: [`auth::ROTATION_WINDOW`], unless a test set
+/// [`TEST_ROTATION_WINDOW_ENV`].
+pub fn rotation_window() -> Duration {
+    std::env::var(TEST_ROTATION_WINDOW_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(auth::ROTATION_WINDOW, Duration::from_millis)
+}
+
+/// The speakers' membership port (API.md).
+pub const DEFAULT_PORT: u16 = 7946;
+
+/// Reads a membership key file (`--membership-key-file`). The error names the file
+/// and the fix, never the key.
+pub fn read_key_file(path: &std::path::Path) -> Result<MembershipKey, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--membership-key-file {}: cannot read: {e}", path.display()))?;
+    MembershipKey::parse(&text).map_err(|e| {
+        format!(
+            "--membership-key-file {}: {e}; write the cluster's key (at least 32 characters) into it",
+            path.display()
+        )
+    })
+}
+
+/// A member's identity on the wire: node name, where it listens, and (generation,
+/// start time), which orders the identities of one name: the greater one wins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberId {
+    /// Node name (unique in the cluster).
+    pub name: String,
+    /// Where it receives membership datagrams.
+    pub addr: SocketAddr,
+    /// Renewals of this instance's identity: +1 every time it was declared down (a
+    /// partition) or lost to an identity of its name that peers still remember.
+    pub generation: u32,
+    /// Wall-clock start time in unix ms: breaks ties between equal generations, so a
+    /// restart normally wins at once; when the clock stepped back it loses, is told it
+    /// is down and renews. No other node's clock is ever compared with it.
+    pub started: u64,
+}
+
+impl foca::Identity for MemberId {
+    type Addr = String;
+
+    fn renew(&self) -> Option<Self> {
+        let generation = self.generation.checked_add(1)?;
+        Some(MemberId { generation, ..self.clone() })
+    }
+
+    fn addr(&self) -> String {
+        self.name.clone()
+    }
+
+    fn win_addr_conflict(&self, adversary: &Self) -> bool {
+        (self.generation, self.started) > (adversary.generation, adversary.started)
+    }
+}
+
+/// A member to contact at start: (name, address), from the Nodes' InternalIPs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seed {
+    /// Node name.
+    pub name: String,
+    /// Membership address (InternalIP:7946).
+    pub addr: SocketAddr,
+}
+
+/// SWIM timings; the defaults detect a dead member on a LAN in well under a second.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timings {
+    /// How often a member is probed.
+    pub probe_period: Duration,
+    /// How long to wait for a direct ack before asking others to probe.
+    pub probe_rtt: Duration,
+    /// How long a suspect stays suspect before it is declared down.
+    pub suspect_to_down_after: Duration,
+    /// How often updates are gossiped besides probes.
+    pub gossip_interval: Duration,
+    /// How often seeds not seen live (and down members) are announced to.
+    pub rejoin_interval: Duration,
+    /// How long a starting node waits to join before it takes its lone view as
+    /// settled (see [`MembershipHandle::settled`]).
+    pub join_timeout: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            probe_period: Duration::from_millis(100),
+            probe_rtt: Duration::from_millis(50),
+            suspect_to_down_after: Duration::from_millis(250),
+            gossip_interval: Duration::from_millis(100),
+            rejoin_interval: Duration::from_secs(1),
+            join_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Configuration of a membership instance.
+#[derive(Debug, Clone)]
+pub struct MembershipConfig {
+    /// This node's name.
+    pub name: String,
+    /// Where to bind the UDP socket (`--membership-bind`, default 0.0.0.0:7946).
+    pub bind: SocketAddr,
+    /// The address peers reach this node at (its InternalIP and the port).
+    pub advertise: SocketAddr,
+    /// Members to contact; this node's own entry is skipped.
+    pub seeds: Vec<Seed>,
+    /// The shared key.
+    pub key: MembershipKey,
+    /// SWIM timings.
+    pub timings: Timings,
+    /// The identity's start time in unix ms (default: the wall clock at spawn). Tests
+    /// set it to play a node whose clock is off.
+    pub started_ms: Option<u64>,
+    /// How long a key change takes to be sealed with, and then to retire the old key
+    /// ([`auth::ROTATION_WINDOW`]; see [`MembershipHandle::set_key`]).
+    pub rotation_window: Duration,
+}
+
+impl MembershipConfig {
+    /// A configuration with default bind (0.0.0.0:7946) and timings.
+    pub fn new(name: &str, advertise: SocketAddr, seeds: Vec<Seed>, key: MembershipKey) -> Self {
+        MembershipConfig {
+            name: name.into(),
+            bind: SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), advertise.port()),
+            advertise,
+            seeds,
+            key,
+            timings: Timings::default(),
+            started_ms: None,
+            rotation_window: auth::ROTATION_WINDOW,
+        }
+    }
+
+    fn foca_config(&self) -> Result<Config, MembershipError> {
+        let t = &self.timings;
+        if t.probe_rtt.is_zero() || t.probe_rtt >= t.probe_period || t.suspect_to_down_after.is_zero() {
+            return Err(MembershipError::Timings(
+                "probe_rtt must be non-zero and shorter than probe_period; suspect_to_down_after non-zero"
+                    .into(),
+            ));
+        }
+        let n = |v: usize| NonZeroUsize::new(v).unwrap_or(NonZeroUsize::MIN);
+        Ok(Config {
+            probe_period: t.probe_period,
+            probe_rtt: t.probe_rtt,
+            num_indirect_probes: n(3),
+            max_transmissions: NonZeroU8::new(6).unwrap_or(NonZeroU8::MIN),
+            suspect_to_down_after: t.suspect_to_down_after,
+            remove_down_after: Some(Duration::from_secs(3600)),
+            max_packet_size: n(1400),
+            notify_down_members: true,
+            periodic_announce: Some(PeriodicParams { frequency: t.rejoin_interval * 10, num_members: n(1) }),
+            periodic_announce_to_down_members: Some(PeriodicParams {
+                frequency: t.rejoin_interval,
+                num_members: n(2),
+            }),
+            periodic_gossip: Some(PeriodicParams { frequency: t.gossip_interval, num_members: n(2) }),
+        })
+    }
+}
+
+/// Errors starting membership.
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    /// The UDP socket could not be bound.
+    #[error("membership: cannot bind UDP {addr}: {source}; pick a free --membership-bind address")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    /// Timings that SWIM cannot run with.
+    #[error("membership timings: {0}")]
+    Timings(String),
+    /// The key could not be used (never shows the key).
+    #[error("membership key unusable for HMAC-SHA256")]
+    Key,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyLabels {
+    key: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+/// Membership metrics (`ferrolb_membership_*`).
+#[derive(Clone, Debug, Default)]
+pub struct MembershipMetrics {
+    size: Gauge,
+    dropped: Family<ReasonLabels, Counter>,
+    blind: Gauge,
+    rotation_phase: Gauge,
+    key_changes: Family<ResultLabels, Counter>,
+    rotation_opened: Family<KeyLabels, Counter>,
+}
+
+impl MembershipMetrics {
+    /// Metrics registered in `registry`.
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = MembershipMetrics::default();
+        registry.register("ferrolb_membership_members", "Live members, this node included", m.size.clone());
+        registry.register(
+            "ferrolb_membership_dropped_packets",
+            "Membership datagrams dropped, by reason",
+            m.dropped.clone(),
+        );
+        registry.register(
+            "ferrolb_membership_blind",
+            "1 while datagrams from other nodes arrive that this node cannot read (key, version, replays) and no other node is live: it claims no L2 address",
+            m.blind.clone(),
+        );
+        registry.register(
+            "ferrolb_membership_key_rotation_phase",
+            "Membership key rotation: 0 one key; 1 a new key is accepted, datagrams still sealed with the old one; 2 sealed with the new key, the old one still accepted",
+            m.rotation_phase.clone(),
+        );
+        registry.register(
+            "ferrolb_membership_key_changes",
+            "Membership key changes seen: applied (a rotation started), rejected (unusable key: the current one stays)",
+            m.key_changes.clone(),
+        );
+        registry.register(
+            "ferrolb_membership_rotation_datagrams",
+            "Datagrams opened with a key other than the one this node seals with, during a rotation: next (the peer switched first), previous (the peer has not switched yet)",
+            m.rotation_opened.clone(),
+        );
+        m
+    }
+
+    /// Counts a key change that could not be used (the current key stays).
+    pub fn key_rejected(&self) {
+        self.key_changes.get_or_create(&ResultLabels { result: "rejected".into() }).inc();
+    }
+
+    /// Key changes counted with `result` (`applied` or `rejected`).
+    pub fn key_changes(&self, result: &str) -> u64 {
+        self.key_changes.get_or_create(&ResultLabels { result: result.into() }).get()
+    }
+
+    /// The rotation phase (`ferrolb_membership_key_rotation_phase`).
+    pub fn rotation_phase(&self) -> i64 {
+        self.rotation_phase.get()
+    }
+
+    /// Datagrams dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.dropped.get_or_create(&ReasonLabels { reason: reason.as_str().into() }).get()
+    }
+
+    /// Datagrams dropped that most likely came from a peer this node cannot read
+    /// ([`DropReason::from_unreadable_peer`]), in all.
+    pub fn unreadable(&self) -> u64 {
+        DropReason::ALL.into_iter().filter(|r| r.from_unreadable_peer()).map(|r| self.dropped(r)).sum()
+    }
+
+    /// The unreadable datagrams by reason, for a log line ("3 unauthenticated, …").
+    pub fn unreadable_summary(&self) -> String {
+        DropReason::ALL
+            .into_iter()
+            .filter(|r| r.from_unreadable_peer())
+            .map(|r| (r, self.dropped(r)))
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| format!("{n} {}", r.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Sets `ferrolb_membership_blind` (see [`guard`]).
+    pub fn set_blind(&self, blind: bool) {
+        self.blind.set(i64::from(blind));
+    }
+
+    /// True while `ferrolb_membership_blind` is 1.
+    pub fn blind(&self) -> bool {
+        self.blind.get() != 0
+    }
+
+    /// Current live-set size.
+    pub fn size(&self) -> i64 {
+        self.size.get()
+    }
+}
+
+/// Starts membership.
+#[derive(Debug)]
+pub struct Membership;
+
+impl Membership {
+    /// Binds the socket (in the calling thread's network namespace) and starts the
+    /// membership task on the current tokio runtime.
+    pub fn spawn(
+        cfg: MembershipConfig,
+        metrics: MembershipMetrics,
+    ) -> Result<MembershipHandle, MembershipError> {
+        let std_sock = std::net::UdpSocket::bind(cfg.bind)
+            .and_then(|s| s.set_nonblocking(true).map(|()| s))
+            .map_err(|source| MembershipError::Bind { addr: cfg.bind, source })?;
+        let socket = UdpSocket::from_std(std_sock)
+            .map_err(|source| MembershipError::Bind { addr: cfg.bind, source })?;
+        let config = cfg.foca_config()?;
+        let sealer = Sealer::with_window(cfg.key.expose(), rand::random(), cfg.rotation_window)
+            .map_err(|_| MembershipError::Key)?;
+        let (key_tx, key_rx) = watch::channel(cfg.key.clone());
+        let started = cfg.started_ms.unwrap_or_else(unix_ms);
+        let me = MemberId { name: cfg.name.clone(), addr: cfg.advertise, generation: 0, started };
+        let rng: StdRng = rand::make_rng();
+        let foca = Foca::new(me, config, rng, PostcardCodec);
+        let (live_tx, live_rx) = watch::channel(BTreeSet::from([cfg.name.clone()]));
+        let (cmd_tx, cmd_rx) = mpsc::channel(4);
+        let seeds: Vec<Seed> = cfg.seeds.into_iter().filter(|s| s.name != cfg.name).collect();
+        let (settled_tx, settled_rx) = watch::channel(seeds.is_empty());
+        let join_deadline = Instant::now() + cfg.timings.join_timeout;
+        let driver = Driver {
+            foca,
+            runtime: foca::AccumulatingRuntime::new(),
+            timers: BTreeMap::new(),
+            timer_seq: 0,
+            sealer,
+            socket,
+            seeds,
+            rejoin_interval: cfg.timings.rejoin_interval,
+            name: cfg.name,
+            live: live_tx,
+            settled: settled_tx,
+            join_deadline,
+            metrics,
+            key: Some(key_rx),
+        };
+        metrics_size(&driver);
+        let task = tokio::spawn(driver.run(cmd_rx));
+        Ok(MembershipHandle { live: live_rx, settled: settled_rx, cmd: cmd_tx, key: key_tx, task })
+    }
+}
+
+fn metrics_size(d: &Driver) {
+    d.metrics.size.set(i64::try_from(d.live.borrow().len()).unwrap_or(i64::MAX));
+}
+
+/// Drives a running membership instance.
+#[derive(Debug)]
+pub struct MembershipHandle {
+    live: watch::Receiver<BTreeSet<String>>,
+    settled: watch::Receiver<bool>,
+    cmd: mpsc::Sender<oneshot::Sender<()>>,
+    key: watch::Sender<MembershipKey>,
+    task: JoinHandle<()>,
+}
+
+impl MembershipHandle {
+    /// Names of the live members, this node included; updated on every change.
+    pub fn live(&self) -> watch::Receiver<BTreeSet<String>> {
+        self.live.clone()
+    }
+
+    /// True once this node joined the cluster, or waited `join_timeout` with no seed
+    /// answering (the first node up). Elect owners only from a settled view: before it,
+    /// a starting node sees only itself and would claim every address for a moment.
+    pub fn settled(&self) -> watch::Receiver<bool> {
+        self.settled.clone()
+    }
+
+    /// Rotates to `key` without a split ([`auth::Keyring`]): accepted at once, sealed with
+    /// after the rotation window, the old key retired after twice the window. The key in
+    /// use again changes nothing.
+    pub fn set_key(&self, key: MembershipKey) {
+        self.key.send_if_modified(|k| {
+            let differs = *k != key;
+            if differs {
+                *k = key;
+            }
+            differs
+        });
+    }
+
+    /// Announces that this node leaves (peers drop it at once) and stops.
+    pub async fn leave(self) {
+        let (tx, rx) = oneshot::channel();
+        if self.cmd.send(tx).await.is_ok() {
+            let _ = rx.await;
+        }
+        let _ = self.task.await;
+    }
+
+    /// Stops without a word, as a crash would (peers detect it by probing).
+    pub fn abort(self) {
+        self.task.abort();
+    }
+}
+
+type Swim = Foca<MemberId, PostcardCodec, StdRng, foca::NoCustomBroadcast>;
+
+struct Driver {
+    foca: Swim,
+    runtime: foca::AccumulatingRuntime<MemberId>,
+    timers: BTreeMap<(Instant, u64), Timer<MemberId>>,
+    timer_seq: u64,
+    sealer: Sealer,
+    socket: UdpSocket,
+    seeds: Vec<Seed>,
+    rejoin_interval: Duration,
+    name: String,
+    live: watch::Sender<BTreeSet<String>>,
+    settled: watch::Sender<bool>,
+    join_deadline: Instant,
+    metrics: MembershipMetrics,
+    /// Key changes from [`MembershipHandle::set_key`] (None once the handle is gone).
+    key: Option<watch::Receiver<MembershipKey>>,
+}
+
+impl Driver {
+    async fn run(mut self, mut cmds: mpsc::Receiver<oneshot::Sender<()>>) {
+        let mut buf = vec![0u8; 2048];
+        self.announce_to_seeds().await;
+        let mut rejoin = tokio::time::interval(self.rejoin_interval);
+        rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let next_timer = self.timers.keys().next().map(|(t, _)| *t);
+            let join_wait = (!*self.settled.borrow()).then_some(self.join_deadline);
+            let key_timer = self.sealer.keys().poll_timeout().map(Instant::from_std);
+            let key_changed = async {
+                match self.key.as_mut() {
+                    Some(k) => k.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                ok = key_changed => self.on_key_change(ok),
+                _ = sleep_until(key_timer), if key_timer.is_some() => self.on_key_timer(),
+                r = self.socket.recv_from(&mut buf) => match r {
+                    Ok((n, _from)) => {
+                        let datagram = buf.get(..n).unwrap_or_default().to_vec();
+                        self.on_datagram(&datagram).await;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "membership receive failed"),
+                },
+                _ = sleep_until(next_timer), if next_timer.is_some() => self.fire_timers().await,
+                _ = rejoin.tick() => self.announce_to_seeds().await,
+                _ = sleep_until(join_wait), if join_wait.is_some() => {
+                    tracing::info!(node = %self.name, "membership: no seed answered in time; settled alone");
+                    self.settled.send_replace(true);
+                }
+                cmd = cmds.recv() => {
+                    let res = self.foca.leave_cluster(&mut self.runtime);
+                    if let Err(e) = res {
+                        tracing::warn!(error = %e, "membership: leave failed");
+                    }
+                    self.flush().await;
+                    tracing::info!(node = %self.name, "membership: left the cluster");
+                    if let Some(done) = cmd {
+                        let _ = done.send(());
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A new key from the handle (`ok`), or the handle is gone.
+    fn on_key_change(&mut self, ok: bool) {
+        let key = match self.key.as_mut() {
+            Some(k) if ok => k.borrow_and_update().clone(),
+            _ => {
+                self.key = None;
+                return;
+            }
+        };
+        match self.sealer.keys().learn(Instant::now().into_std(), key.expose()) {
+            Ok(true) => {
+                self.metrics.key_changes.get_or_create(&ResultLabels { result: "applied".into() }).inc();
+            }
+            Ok(false) => {}
+            Err(_) => self.metrics.key_rejected(),
+        }
+        self.report_key_events();
+    }
+
+    fn on_key_timer(&mut self) {
+        self.sealer.keys().handle_timeout(Instant::now().into_std());
+        self.report_key_events();
+    }
+
+    /// One log line per step of a rotation; the phase gauge.
+    fn report_key_events(&mut self) {
+        let now = std::time::Instant::now();
+        let node = &self.name;
+        while let Some(e) = self.sealer.keys().poll_event() {
+            match e {
+                KeyEvent::Learned { seal_from } => tracing::info!(
+                    %node,
+                    seal_in = ?seal_from.saturating_duration_since(now),
+                    "membership key changed: accepting both keys, sealing with the new key after the rotation window \
+                     (every node must have the new key by then)"
+                ),
+                KeyEvent::Sealing { previous_until } => tracing::info!(
+                    %node,
+                    retire_in = ?previous_until.saturating_duration_since(now),
+                    "membership key rotation: sealing with the new key; the old key is still accepted"
+                ),
+                KeyEvent::Retired => tracing::info!(%node, "membership key rotation: old key retired"),
+            }
+        }
+        self.metrics.rotation_phase.set(self.sealer.keys().phase() as i64);
+    }
+
+    async fn on_datagram(&mut self, datagram: &[u8]) {
+        let payload = match self.sealer.open_with_role(datagram) {
+            Ok((p, role)) => {
+                let key = match role {
+                    KeyRole::Sealing => None,
+                    KeyRole::Next => Some("next"),
+                    KeyRole::Previous => Some("previous"),
+                };
+                if let Some(key) = key {
+                    self.metrics.rotation_opened.get_or_create(&KeyLabels { key: key.into() }).inc();
+                }
+                p.to_vec()
+            }
+            Err(reason) => {
+                self.drop_packet(reason);
+                return;
+            }
+        };
+        if let Err(e) = self.foca.handle_data(&payload, &mut self.runtime) {
+            tracing::trace!(error = %e, "membership: foca rejected a datagram");
+            self.drop_packet(DropReason::Protocol);
+        }
+        self.flush().await;
+    }
+
+    fn drop_packet(&self, reason: DropReason) {
+        self.metrics.dropped.get_or_create(&ReasonLabels { reason: reason.as_str().into() }).inc();
+    }
+
+    async fn fire_timers(&mut self) {
+        let now = Instant::now();
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let timer = entry.remove();
+            if let Err(e) = self.foca.handle_timer(timer, &mut self.runtime) {
+                tracing::debug!(error = %e, "membership: timer failed");
+            }
+        }
+        self.flush().await;
+    }
+
+    async fn announce_to_seeds(&mut self) {
+        let live = self.live.borrow().clone();
+        let targets: Vec<MemberId> = self
+            .seeds
+            .iter()
+            .filter(|s| !live.contains(&s.name))
+            .map(|s| MemberId { name: s.name.clone(), addr: s.addr, generation: 0, started: 0 })
+            .collect();
+        for t in targets {
+            if let Err(e) = self.foca.announce(t, &mut self.runtime) {
+                tracing::debug!(error = %e, "membership: announce failed");
+            }
+        }
+        self.flush().await;
+    }
+
+    /// Sends what foca wants sent, arms its timers, publishes membership changes.
+    async fn flush(&mut self) {
+        while let Some((to, data)) = self.runtime.to_send() {
+            let sealed = self.sealer.seal(&data);
+            if let Err(e) = self.socket.send_to(&sealed, to.addr).await {
+                tracing::debug!(to = %to.addr, error = %e, "membership send failed");
+            }
+        }
+        let now = Instant::now();
+        while let Some((after, timer)) = self.runtime.to_schedule() {
+            self.timer_seq += 1;
+            self.timers.insert((now + after, self.timer_seq), timer);
+        }
+        let mut changed = false;
+        while let Some(n) = self.runtime.to_notify() {
+            match &n {
+                OwnedNotification::MemberUp(_)
+                | OwnedNotification::MemberDown(_)
+                | OwnedNotification::Rename(..)
+                | OwnedNotification::Idle => changed = true,
+                OwnedNotification::Active => {
+                    changed = true;
+                    self.settled.send_replace(true);
+                }
+                OwnedNotification::Rejoin(id) => {
+                    tracing::info!(node = %self.name, generation = id.generation, "membership: told this identity is down (a partition, or peers remember an earlier identity of this name that outranks it); rejoined");
+                    changed = true;
+                }
+                OwnedNotification::Defunct => {
+                    tracing::warn!(node = %self.name, "membership: declared down");
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            let mut live: BTreeSet<String> = self.foca.iter_members().map(|m| m.id().name.clone()).collect();
+            live.insert(self.name.clone());
+            // The gauge first: whoever sees the new live set sees the matching size.
+            self.metrics.size.set(i64::try_from(live.len()).unwrap_or(i64::MAX));
+            self.live.send_if_modified(|cur| {
+                if *cur != live {
+                    tracing::info!(node = %self.name, live = ?live, "membership changed");
+                    *cur = live.clone();
+                    true
+                } else {
+                    false
+                }
+            });
+        }
+    }
+}
+
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
