@@ -26,7 +26,7 @@ use crate::plan::{self, Announcements};
 use crate::readiness::{self, GatedPod, Readiness, RemoteAnnounced, RemoteWatch};
 use ferrolb_proto::bgp::socket::Password;
 use ferrolb_proto::l2::{InterfaceChoice, L2Announcer, L2Config, L2Handle, Owned};
-use ferrolb_proto::membership::guard::{Guard, Observation, Verdict};
+use ferrolb_proto::membership::claim_gate::{ClaimGate, Observation, Verdict};
 use ferrolb_proto::membership::{self, Membership, MembershipConfig, MembershipHandle, Seed};
 
 mod rotation;
@@ -194,7 +194,7 @@ struct L2Part {
     settled: watch::Receiver<bool>,
     /// Whether the view may be elected from: settled, not alone for a moment only, and
     /// not blind (datagrams from peers this node cannot read, nobody live).
-    guard: Guard,
+    guard: ClaimGate,
     /// The live set last used for planning (None: not claiming).
     used: Option<BTreeSet<String>>,
 }
@@ -209,14 +209,14 @@ impl L2Part {
             live_others: live.len().saturating_sub(1),
             unreadable: metrics.membership.unreadable(),
         };
-        (self.guard.observe(now, seen) == Verdict::Claim).then_some(live)
+        (self.guard.handle(now, seen) == Verdict::Claim).then_some(live)
     }
 }
 
 /// Logs, exports and (Kubernetes mode) records on this node's Node object that it became
 /// blind (it cannot read its peers: it claims no L2 address) or no longer is.
 fn report_blindness(l2: Option<&mut L2Part>, metrics: &Metrics, cluster: Option<&ClusterPart>, node: &str) {
-    let Some(blind) = l2.and_then(|p| p.guard.poll_change()) else { return };
+    let Some(blind) = l2.and_then(|p| p.guard.poll_event()) else { return };
     let m = &metrics.membership;
     m.set_blind(blind);
     let (warning, reason, note) = if blind {
@@ -859,7 +859,7 @@ fn start_l2(
         settled: membership.settled(),
         announcer,
         membership,
-        guard: Guard::new(others),
+        guard: ClaimGate::new(others),
         used: None,
     })
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ferrolb_proto::membership::MembershipKey;
 use ferrolb_proto::membership::auth::{DropReason, Sealer};
-use ferrolb_proto::membership::guard::{self, Guard, Observation, Verdict};
+use ferrolb_proto::membership::claim_gate::{self, ClaimGate, Observation, Verdict};
 use ferrolb_proto::membership::{Membership, MembershipConfig, MembershipHandle, MembershipMetrics, Seed};
 use tokio::sync::watch;
 
@@ -185,20 +185,20 @@ async fn a_node_that_cannot_read_its_peer_claims_nothing() {
             let peer = tokio::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
             let seeds = [Seed { name: "peer".into(), addr: peer.local_addr().unwrap() }];
             let (h, metrics) = start("me", me, &seeds, KEY);
-            let mut guard = Guard::new(1);
+            let mut guard = ClaimGate::new(1);
             let mut next = unreadable_datagrams(kind);
-            let observe = |guard: &mut Guard| {
+            let observe = |guard: &mut ClaimGate| {
                 let seen = Observation {
                     settled: *h.settled().borrow(),
                     live_others: h.live().borrow().len() - 1,
                     unreadable: metrics.unreadable(),
                 };
-                guard.observe(tokio::time::Instant::now(), seen)
+                guard.handle(tokio::time::Instant::now(), seen)
             };
             let start = std::time::Instant::now();
             let mut verdicts = Vec::new();
             // The peer sends every 200 ms (a real one announces at least every second).
-            while start.elapsed() < guard::ALONE_WAIT * 2 {
+            while start.elapsed() < claim_gate::ALONE_WAIT * 2 {
                 peer.send_to(&next(), me).await.unwrap();
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 verdicts.push(observe(&mut guard));
@@ -207,17 +207,19 @@ async fn a_node_that_cannot_read_its_peer_claims_nothing() {
             assert!(metrics.unreadable() >= 10, "{kind:?}: the datagrams were counted");
             assert!(!verdicts.contains(&Verdict::Claim), "{kind:?}: claimed from a lone view: {verdicts:?}");
             assert_eq!(verdicts.last(), Some(&Verdict::Blind), "{kind:?}");
-            assert_eq!(guard.poll_change(), Some(true), "{kind:?}: blindness reported");
+            assert_eq!(guard.poll_event(), Some(true), "{kind:?}: blindness reported");
             // The peer goes quiet: after UNREADABLE_MEMORY the lone view is believed.
             let quiet = tokio::time::Instant::now();
             loop {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 match observe(&mut guard) {
                     Verdict::Claim => break,
-                    v => assert!(quiet.elapsed() < guard::UNREADABLE_MEMORY * 2, "{kind:?}: still {v:?}"),
+                    v => {
+                        assert!(quiet.elapsed() < claim_gate::UNREADABLE_MEMORY * 2, "{kind:?}: still {v:?}")
+                    }
                 }
             }
-            assert_eq!(guard.poll_change(), Some(false));
+            assert_eq!(guard.poll_event(), Some(false));
             h.leave().await;
             kind
         })

@@ -26,7 +26,7 @@ use ferrolb_proto::election;
 use ferrolb_proto::membership::DEFAULT_PORT;
 use ferrolb_proto::membership::MembershipKey;
 use ferrolb_proto::membership::auth::Sealer;
-use ferrolb_proto::membership::guard::ALONE_WAIT;
+use ferrolb_proto::membership::claim_gate::ALONE_WAIT;
 use ferrolb_testbed::client;
 use ferrolb_testbed::https::{HealthServer, TestCa};
 use ferrolb_testbed::netns;

@@ -24,7 +24,7 @@ pub mod holder;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use ferrolb_proto::membership::guard::{Guard, Observation, Verdict};
+use ferrolb_proto::membership::claim_gate::{ClaimGate, Observation, Verdict};
 use ferrolb_proto::membership::{
     Membership, MembershipConfig, MembershipError, MembershipHandle, MembershipMetrics, Seed,
 };
@@ -33,7 +33,7 @@ use tokio::task::JoinHandle;
 
 /// A member that settled alone although others are listed waits this long before
 /// claiming, listening for datagrams it cannot read (the speaker's rule, one copy).
-pub const ALONE_WAIT: Duration = ferrolb_proto::membership::guard::ALONE_WAIT;
+pub const ALONE_WAIT: Duration = ferrolb_proto::membership::claim_gate::ALONE_WAIT;
 
 /// Suffix of the membership name of a member whose local apiserver is unhealthy.
 pub const UNHEALTHY_SUFFIX: &str = "~unhealthy";
@@ -137,8 +137,8 @@ fn spawn(
 
 /// Logs and exports (`ferrolb_membership_blind`) that this member became blind (it
 /// cannot read the other members: it claims nothing) or no longer is.
-fn report_blindness(guard: &mut Guard, metrics: &MembershipMetrics) {
-    match guard.poll_change() {
+fn report_blindness(guard: &mut ClaimGate, metrics: &MembershipMetrics) {
+    match guard.poll_event() {
         Some(true) => {
             metrics.set_blind(true);
             tracing::error!(
@@ -174,7 +174,7 @@ async fn drive(
     // ALONE_WAIT, and one that never saw another member while datagrams it cannot read
     // arrive (another key, another version, replays) is blind: it must not claim the
     // VIP from its lone view.
-    let mut guard = Guard::new(cfg.seeds.iter().filter(|s| s.name != node).count());
+    let mut guard = ClaimGate::new(cfg.seeds.iter().filter(|s| s.name != node).count());
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         let mut live = handle.live();
@@ -201,7 +201,7 @@ async fn drive(
                 live_others: view.len().saturating_sub(1),
                 unreadable: metrics.unreadable(),
             };
-            let verdict = guard.observe(tokio::time::Instant::now(), seen);
+            let verdict = guard.handle(tokio::time::Instant::now(), seen);
             report_blindness(&mut guard, &metrics);
             if healthy {
                 set.insert(node.clone());
@@ -323,7 +323,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_member_that_cannot_read_the_others_claims_nothing() {
         use ferrolb_proto::membership::auth::Sealer;
-        use ferrolb_proto::membership::guard::UNREADABLE_MEMORY;
+        use ferrolb_proto::membership::claim_gate::UNREADABLE_MEMORY;
         for replayed in [true, false] {
             let (p1, _) = free_ports();
             let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();

@@ -5,7 +5,7 @@
 //! and announce-to-down extensions); [`auth`] seals every datagram with HMAC-SHA256
 //! under the shared key and drops unauthenticated and replayed ones, without looking at
 //! any clock. The task started by [`Membership::spawn`] owns the UDP socket and the
-//! timers and publishes the live set on a watch channel. [`guard`] decides whether a
+//! timers and publishes the live set on a watch channel. [`claim_gate`] decides whether a
 //! lone view may be trusted (a node that cannot read its peers must claim nothing).
 //!
 //! Identities carry the node name, its address, a generation and the start time; a
@@ -17,7 +17,7 @@
 //! peers that remember the previous identity and renews until it wins.
 
 pub mod auth;
-pub mod guard;
+pub mod claim_gate;
 pub mod key;
 
 pub use key::{KEY_MIN_LEN, MembershipKey, MembershipKeyError};
@@ -322,7 +322,7 @@ impl MembershipMetrics {
             .join(", ")
     }
 
-    /// Sets `ferrolb_membership_blind` (see [`guard`]).
+    /// Sets `ferrolb_membership_blind` (see [`claim_gate`]).
     pub fn set_blind(&self, blind: bool) {
         self.blind.set(i64::from(blind));
     }

@@ -1,5 +1,6 @@
-//! Whether this node may elect L2 owners from its membership view (sans IO): the one
-//! rule of the speaker and of bootstrap.
+//! The claim gate: whether this node may elect L2 owners from its membership view. One
+//! sans-IO rule for the speaker and bootstrap: `handle(now, Observation) -> Verdict`,
+//! then `poll_event()` for a change of blindness (to log and count).
 //!
 //! A settled view holding only this node, although other nodes are listed, means that
 //! the others are down — or that this node cannot hear them: another membership key,
@@ -44,7 +45,7 @@ pub struct Observation {
     pub unreadable: u64,
 }
 
-/// The guard's answer.
+/// The gate's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Not settled yet: claim nothing.
@@ -57,9 +58,9 @@ pub enum Verdict {
     Claim,
 }
 
-/// The guard of one node, kept for the life of its L2 announcements.
+/// The claim gate of one node, kept for the life of its L2 announcements.
 #[derive(Debug, Clone)]
-pub struct Guard {
+pub struct ClaimGate {
     others: usize,
     ever_joined: bool,
     alone_since: Option<Instant>,
@@ -69,10 +70,10 @@ pub struct Guard {
     change: Option<bool>,
 }
 
-impl Guard {
-    /// A guard for a node that lists `others` other nodes.
+impl ClaimGate {
+    /// A gate for a node that lists `others` other nodes.
     pub fn new(others: usize) -> Self {
-        Guard {
+        ClaimGate {
             others,
             ever_joined: false,
             alone_since: None,
@@ -84,7 +85,7 @@ impl Guard {
     }
 
     /// The verdict at `now` for what membership shows.
-    pub fn observe(&mut self, now: Instant, o: Observation) -> Verdict {
+    pub fn handle(&mut self, now: Instant, o: Observation) -> Verdict {
         if o.unreadable > self.unreadable {
             self.unreadable = o.unreadable;
             self.unreadable_at = Some(now);
@@ -117,8 +118,8 @@ impl Guard {
     }
 
     /// Some(true) once when this node became blind, Some(false) once when it stopped.
-    /// Call it after every [`Guard::observe`]: only the latest change is kept.
-    pub fn poll_change(&mut self) -> Option<bool> {
+    /// Call it after every [`ClaimGate::handle`]: only the latest change is kept.
+    pub fn poll_event(&mut self) -> Option<bool> {
         self.change.take()
     }
 
@@ -138,59 +139,59 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    /// The clock-skew bug of membership wire version 1, at the guard: every datagram
+    /// The clock-skew bug of membership wire version 1, at the gate: every datagram
     /// from the peer was dropped (then as stale), the node settled alone and claimed
     /// everything after ALONE_WAIT. Datagrams it cannot read keep it from claiming, for
     /// as long as they keep coming, and a log line / metric / Event is due once.
     #[test]
     fn a_lone_node_that_cannot_read_its_peer_claims_nothing() {
         let t0 = Instant::now();
-        let mut g = Guard::new(1);
-        assert_eq!(g.observe(t0, obs(false, 0, 0)), Verdict::Unsettled);
-        assert_eq!(g.observe(t0 + 1000 * MS, obs(true, 0, 0)), Verdict::Waiting);
-        assert_eq!(g.poll_change(), None);
+        let mut g = ClaimGate::new(1);
+        assert_eq!(g.handle(t0, obs(false, 0, 0)), Verdict::Unsettled);
+        assert_eq!(g.handle(t0 + 1000 * MS, obs(true, 0, 0)), Verdict::Waiting);
+        assert_eq!(g.poll_event(), None);
         let mut unreadable = 0;
         for step in 0..60u32 {
             // The peer announces itself every second; each datagram is dropped.
             unreadable += 1;
             let now = t0 + 1200 * MS + step * 1000 * MS;
-            assert_eq!(g.observe(now, obs(true, 0, unreadable)), Verdict::Blind, "step {step}");
-            assert_eq!(g.observe(now + 500 * MS, obs(true, 0, unreadable)), Verdict::Blind);
+            assert_eq!(g.handle(now, obs(true, 0, unreadable)), Verdict::Blind, "step {step}");
+            assert_eq!(g.handle(now + 500 * MS, obs(true, 0, unreadable)), Verdict::Blind);
         }
-        assert_eq!(g.poll_change(), Some(true));
-        assert_eq!(g.poll_change(), None, "reported once");
+        assert_eq!(g.poll_event(), Some(true));
+        assert_eq!(g.poll_event(), None, "reported once");
         assert!(g.is_blind());
     }
 
     #[test]
     fn blindness_ends_when_a_peer_is_heard_or_the_datagrams_stop() {
         let t0 = Instant::now();
-        let mut g = Guard::new(2);
-        assert_eq!(g.observe(t0, obs(true, 0, 3)), Verdict::Blind);
-        assert_eq!(g.observe(t0 + 4999 * MS, obs(true, 0, 3)), Verdict::Blind);
-        assert_eq!(g.poll_change(), Some(true));
+        let mut g = ClaimGate::new(2);
+        assert_eq!(g.handle(t0, obs(true, 0, 3)), Verdict::Blind);
+        assert_eq!(g.handle(t0 + 4999 * MS, obs(true, 0, 3)), Verdict::Blind);
+        assert_eq!(g.poll_event(), Some(true));
         // Nothing more for UNREADABLE_MEMORY: the peers are gone, the lone view is true.
-        assert_eq!(g.observe(t0 + 5000 * MS, obs(true, 0, 3)), Verdict::Claim);
-        assert_eq!(g.poll_change(), Some(false));
+        assert_eq!(g.handle(t0 + 5000 * MS, obs(true, 0, 3)), Verdict::Claim);
+        assert_eq!(g.poll_event(), Some(false));
         // Back again, then a peer is heard (the key fixed): claim from the view.
         let t1 = t0 + 6000 * MS;
-        assert_eq!(g.observe(t1, obs(true, 0, 4)), Verdict::Blind);
-        assert_eq!(g.poll_change(), Some(true));
-        assert_eq!(g.observe(t1 + MS, obs(true, 1, 9)), Verdict::Claim);
-        assert_eq!(g.poll_change(), Some(false));
+        assert_eq!(g.handle(t1, obs(true, 0, 4)), Verdict::Blind);
+        assert_eq!(g.poll_event(), Some(true));
+        assert_eq!(g.handle(t1 + MS, obs(true, 1, 9)), Verdict::Claim);
+        assert_eq!(g.poll_event(), Some(false));
     }
 
     #[test]
     fn a_lone_node_waits_then_claims_when_nothing_arrives() {
         let t0 = Instant::now();
-        let mut g = Guard::new(1);
-        assert_eq!(g.observe(t0, obs(true, 0, 0)), Verdict::Waiting);
-        assert_eq!(g.observe(t0 + ALONE_WAIT - MS, obs(true, 0, 0)), Verdict::Waiting);
-        assert_eq!(g.observe(t0 + ALONE_WAIT, obs(true, 0, 0)), Verdict::Claim);
-        assert_eq!(g.poll_change(), None);
+        let mut g = ClaimGate::new(1);
+        assert_eq!(g.handle(t0, obs(true, 0, 0)), Verdict::Waiting);
+        assert_eq!(g.handle(t0 + ALONE_WAIT - MS, obs(true, 0, 0)), Verdict::Waiting);
+        assert_eq!(g.handle(t0 + ALONE_WAIT, obs(true, 0, 0)), Verdict::Claim);
+        assert_eq!(g.poll_event(), None);
         // The only node listed, or a node that joined: no wait.
-        assert_eq!(Guard::new(0).observe(t0, obs(true, 0, 5)), Verdict::Claim);
-        assert_eq!(Guard::new(3).observe(t0, obs(true, 2, 0)), Verdict::Claim);
+        assert_eq!(ClaimGate::new(0).handle(t0, obs(true, 0, 5)), Verdict::Claim);
+        assert_eq!(ClaimGate::new(3).handle(t0, obs(true, 2, 0)), Verdict::Claim);
     }
 
     /// A node that was a member keeps claiming alone (its peers died) whatever arrives:
@@ -198,24 +199,24 @@ mod tests {
     #[test]
     fn a_node_that_joined_once_is_not_silenced() {
         let t0 = Instant::now();
-        let mut g = Guard::new(1);
-        assert_eq!(g.observe(t0, obs(true, 1, 0)), Verdict::Claim);
-        assert_eq!(g.observe(t0 + MS, obs(true, 0, 50)), Verdict::Claim);
-        assert_eq!(g.observe(t0 + 2 * MS, obs(false, 0, 60)), Verdict::Unsettled);
-        assert_eq!(g.observe(t0 + 3 * MS, obs(true, 0, 70)), Verdict::Claim);
-        assert_eq!(g.poll_change(), None);
+        let mut g = ClaimGate::new(1);
+        assert_eq!(g.handle(t0, obs(true, 1, 0)), Verdict::Claim);
+        assert_eq!(g.handle(t0 + MS, obs(true, 0, 50)), Verdict::Claim);
+        assert_eq!(g.handle(t0 + 2 * MS, obs(false, 0, 60)), Verdict::Unsettled);
+        assert_eq!(g.handle(t0 + 3 * MS, obs(true, 0, 70)), Verdict::Claim);
+        assert_eq!(g.poll_event(), None);
     }
 
-    /// Bootstrap rejoins on every health change: the guard outlives the instance, and
+    /// Bootstrap rejoins on every health change: the gate outlives the instance, and
     /// an unsettled moment neither starts nor ends blindness.
     #[test]
     fn an_unsettled_moment_keeps_the_state() {
         let t0 = Instant::now();
-        let mut g = Guard::new(1);
-        assert_eq!(g.observe(t0, obs(true, 0, 1)), Verdict::Blind);
-        assert_eq!(g.observe(t0 + MS, obs(false, 0, 2)), Verdict::Unsettled);
+        let mut g = ClaimGate::new(1);
+        assert_eq!(g.handle(t0, obs(true, 0, 1)), Verdict::Blind);
+        assert_eq!(g.handle(t0 + MS, obs(false, 0, 2)), Verdict::Unsettled);
         assert!(g.is_blind());
-        assert_eq!(g.observe(t0 + 2 * MS, obs(true, 0, 2)), Verdict::Blind);
-        assert_eq!(g.poll_change(), Some(true));
+        assert_eq!(g.handle(t0 + 2 * MS, obs(true, 0, 2)), Verdict::Blind);
+        assert_eq!(g.poll_event(), Some(true));
     }
 }
