@@ -2,22 +2,22 @@
 //!
 //! * [`ipam`]: the pure allocator (no Kubernetes types).
 //! * [`model`]: Kubernetes objects → allocator inputs (the only place reading their fields).
-//! * [`reconcile`]: `reconcile(service, ctx)` / `error_policy`; [`pools`]: pool validation and status.
+//! * [`reconcile`]: `reconcile(service, ctx)` / `error_policy`; [`pool_sync`]: pool validation and status.
 //! * [`run`]: leader election, crash-consistent startup, watches; [`leader`]: the Lease decision.
 //! * [`fence`]: deadlines on API calls, and the fence that stops a leader's writes when its term ends.
 //! * [`migrate`]: `migrate-from-metallb`, MetalLB objects and annotations → ferrolb objects.
-//! * [`metrics`], [`http`]: `/metrics`, `/healthz`, `/readyz`; [`membership`]: the speakers' Secret.
+//! * [`metrics`], [`http`]: `/metrics`, `/healthz`, `/readyz`; [`membership_secret`]: the speakers' membership-key Secret.
 pub mod context;
 pub mod error;
 pub mod fence;
 pub mod http;
 pub mod ipam;
 pub mod leader;
-pub mod membership;
+pub mod membership_secret;
 pub mod metrics;
 pub mod migrate;
 pub mod model;
-pub mod pools;
+pub mod pool_sync;
 pub mod queue;
 pub mod reconcile;
 pub mod run;

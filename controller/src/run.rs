@@ -28,9 +28,9 @@ use crate::ipam::{AllocError, Placement, ServiceKey};
 use crate::leader::Elector;
 use crate::metrics::Metrics;
 use crate::model::{self, Class};
-use crate::pools::PoolSync;
+use crate::pool_sync::PoolSync;
 use crate::queue::WorkQueue;
-use crate::{membership, reconcile};
+use crate::{membership_secret, reconcile};
 
 /// Runs the controller until `shutdown` resolves (then returns `Ok` after releasing the
 /// lease) or leadership is lost (an error: the process should exit and restart as standby).
@@ -384,7 +384,7 @@ async fn pools_task(
 /// Creates the membership Secret when absent, retrying until it exists.
 async fn membership_task(ctx: Arc<Context>) -> Result<(), Error> {
     loop {
-        match membership::ensure_secret(&ctx.client, &ctx.fence, &ctx.settings.namespace).await {
+        match membership_secret::ensure_secret(&ctx.client, &ctx.fence, &ctx.settings.namespace).await {
             Ok(true) => {
                 info!(namespace = %ctx.settings.namespace, "created the membership Secret");
                 break;

@@ -47,7 +47,7 @@ async fn assigns_status_annotation_event_pool_status_and_releases() {
         Api::<Secret>::namespaced(client.clone(), NS).get_opt(MEMBERSHIP_SECRET_NAME).await.unwrap()
     })
     .await;
-    let key = &secret.data.unwrap()[ferrolb_controller::membership::MEMBERSHIP_SECRET_KEY];
+    let key = &secret.data.unwrap()[ferrolb_controller::membership_secret::MEMBERSHIP_SECRET_KEY];
     assert!(key.0.len() >= 32);
 
     // Type change releases the address and clears what we wrote.

@@ -273,7 +273,7 @@ impl Allocator {
         // Keep whichever old addresses still qualify (e.g. SingleStack -> DualStack keeps
         // the IPv4 address and adds IPv6) rather than jumping to the lowest free one.
         let keep: Vec<IpAddr> = old.iter().flat_map(|h| h.addrs.iter().map(|a| a.addr)).collect();
-        match self.plan(&req, &keep) {
+        match self.choose_addresses(&req, &keep) {
             Ok(addrs) => {
                 self.attach(req, addrs.clone());
                 Ok(addrs)
@@ -420,9 +420,9 @@ impl Allocator {
     }
 
     /// Chooses addresses for a request without changing any state.
-    fn plan(&self, req: &ServiceRequest, keep: &[IpAddr]) -> Result<Vec<Assigned>, AllocError> {
+    fn choose_addresses(&self, req: &ServiceRequest, keep: &[IpAddr]) -> Result<Vec<Assigned>, AllocError> {
         if !req.requested.is_empty() {
-            return self.plan_requested(req);
+            return self.check_requested(req);
         }
         let candidates = self.candidates(req)?;
         let wanted = req.families.families();
@@ -531,7 +531,7 @@ impl Allocator {
 
     /// Checks explicitly requested addresses: in a pool that allows the Service (the
     /// annotated one if set), shareable with their holders, and fitting the family policy.
-    fn plan_requested(&self, req: &ServiceRequest) -> Result<Vec<Assigned>, AllocError> {
+    fn check_requested(&self, req: &ServiceRequest) -> Result<Vec<Assigned>, AllocError> {
         let families: Vec<Family> = req.requested.iter().map(Family::of).collect();
         if !req.families.accepts(&families) {
             return Err(AllocError::FamilyMismatch {

@@ -2,7 +2,8 @@
 //!
 //! * [`message`], [`attributes`], [`capability`], [`nlri`]: the codec
 //!   (`Message::decode(&mut buf, &DecodeContext)`, `Message::encode(&mut out, &EncodeContext)`).
-//! * [`fsm`]: RFC 4271 §8 state machine, `Fsm::handle(now, Event)` + `Fsm::poll_output()`.
+//! * [`fsm`]: RFC 4271 §8 state machine, `Fsm::handle(now, Input)`, drained by
+//!   `poll_transmit()`, `poll_event()` and `poll_timeout()`.
 //! * [`rib_out`]: per-peer Adj-RIB-Out, `RibOut::sync(&desired) -> Vec<Update>`.
 //! * [`session`], [`socket`]: the tokio driver, the listener, TCP MD5 and TTL.
 //!

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 struct Side {
     fsm: Fsm,
-    timers: HashMap<Timer, Instant>,
     /// My connection id → the peer's id for the same TCP connection.
     links: HashMap<ConnId, ConnId>,
     sent: Vec<(Instant, ConnId, Message)>,
@@ -22,7 +21,6 @@ impl Side {
     fn new(cfg: PeerConfig) -> Self {
         Self {
             fsm: Fsm::new(cfg),
-            timers: HashMap::new(),
             links: HashMap::new(),
             sent: Vec::new(),
             ups: Vec::new(),
@@ -47,7 +45,7 @@ struct Pair {
     sides: [Side; 2],
     now: Instant,
     next_id: u64,
-    queue: VecDeque<(usize, Event)>,
+    queue: VecDeque<(usize, Input)>,
     /// When false, connects fail and nothing is delivered.
     network_up: bool,
     /// Drop messages sent by this side (simulates a dead peer with an open connection).
@@ -83,8 +81,8 @@ impl Pair {
     }
 
     fn start(&mut self) {
-        self.queue.push_back((A, Event::ManualStart));
-        self.queue.push_back((B, Event::ManualStart));
+        self.queue.push_back((A, Input::ManualStart));
+        self.queue.push_back((B, Input::ManualStart));
         self.drive();
     }
 
@@ -92,17 +90,22 @@ impl Pair {
         self.sides[s].fsm.state()
     }
 
-    /// Delivers events and executes outputs until nothing is left to do.
+    /// Delivers inputs, then carries out each side's transmits and events, until nothing
+    /// is left to do.
     fn drive(&mut self) {
         loop {
-            if let Some((s, ev)) = self.queue.pop_front() {
-                self.sides[s].fsm.handle(self.now, ev);
+            if let Some((s, input)) = self.queue.pop_front() {
+                self.sides[s].fsm.handle(self.now, input);
             }
             let mut progressed = false;
             for s in [A, B] {
-                while let Some(out) = self.sides[s].fsm.poll_output() {
+                while let Some(t) = self.sides[s].fsm.poll_transmit() {
                     progressed = true;
-                    self.execute(s, out);
+                    self.transmit(s, t);
+                }
+                while let Some(ev) = self.sides[s].fsm.poll_event() {
+                    progressed = true;
+                    self.event(s, ev);
                 }
             }
             if !progressed && self.queue.is_empty() {
@@ -111,51 +114,48 @@ impl Pair {
         }
     }
 
-    fn execute(&mut self, s: usize, out: Output) {
+    fn transmit(&mut self, s: usize, t: Transmit) {
         let o = 1 - s;
-        match out {
-            Output::Connect => {
+        let Transmit { conn: id, message: msg } = t;
+        self.sides[s].sent.push((self.now, id, msg.clone()));
+        let Some(peer_id) = self.sides[s].links.get(&id).copied() else {
+            return;
+        };
+        if self.blackhole == Some(s) || !self.network_up {
+            return;
+        }
+        let wire = msg.to_bytes(&EncodeContext::default());
+        let decoded =
+            Message::decode(&mut wire.clone(), &DecodeContext::default()).expect("own encoding decodes");
+        assert_eq!(decoded, msg);
+        self.queue.push_back((o, Input::Message(peer_id, decoded)));
+    }
+
+    fn event(&mut self, s: usize, ev: Event) {
+        let o = 1 - s;
+        match ev {
+            Event::Connect => {
                 self.sides[s].connects.push(self.now);
                 if self.network_up {
                     let (mine, theirs) = (ConnId(self.next_id), ConnId(self.next_id + 1));
                     self.next_id += 2;
                     self.sides[s].links.insert(mine, theirs);
                     self.sides[o].links.insert(theirs, mine);
-                    self.queue.push_back((s, Event::TcpCrAcked(mine)));
-                    self.queue.push_back((o, Event::TcpConnectionConfirmed(theirs)));
+                    self.queue.push_back((s, Input::TcpCrAcked(mine)));
+                    self.queue.push_back((o, Input::TcpConnectionConfirmed(theirs)));
                 } else {
-                    self.queue.push_back((s, Event::TcpConnectionFails(ConnId(0))));
+                    self.queue.push_back((s, Input::TcpConnectionFails(ConnId(0))));
                 }
             }
-            Output::Send(id, msg) => {
-                self.sides[s].sent.push((self.now, id, msg.clone()));
-                let Some(peer_id) = self.sides[s].links.get(&id).copied() else {
-                    return;
-                };
-                if self.blackhole == Some(s) || !self.network_up {
-                    return;
-                }
-                let wire = msg.to_bytes(&EncodeContext::default());
-                let decoded = Message::decode(&mut wire.clone(), &DecodeContext::default())
-                    .expect("own encoding decodes");
-                assert_eq!(decoded, msg);
-                self.queue.push_back((o, Event::Message(peer_id, decoded)));
-            }
-            Output::Close(id) => {
+            Event::Close(id) => {
                 if let Some(peer_id) = self.sides[s].links.remove(&id) {
                     self.sides[o].links.remove(&peer_id);
-                    self.queue.push_back((o, Event::TcpConnectionFails(peer_id)));
+                    self.queue.push_back((o, Input::TcpConnectionFails(peer_id)));
                 }
             }
-            Output::ArmTimer(t, at) => {
-                self.sides[s].timers.insert(t, at);
-            }
-            Output::CancelTimer(t) => {
-                self.sides[s].timers.remove(&t);
-            }
-            Output::StateChanged { .. } => {}
-            Output::SessionUp(n) => self.sides[s].ups.push(n),
-            Output::SessionDown(r) => self.sides[s].downs.push(r),
+            Event::StateChanged { .. } => {}
+            Event::SessionUp(n) => self.sides[s].ups.push(n),
+            Event::SessionDown(r) => self.sides[s].downs.push(r),
         }
     }
 
@@ -165,18 +165,12 @@ impl Pair {
         loop {
             let next = [A, B]
                 .into_iter()
-                .flat_map(|s| self.sides[s].timers.iter().map(move |(t, at)| (*at, s, *t)))
-                .filter(|(at, _, _)| *at <= end)
-                .min_by_key(|(at, _, _)| *at);
-            let Some((at, s, t)) = next else { break };
+                .filter_map(|s| self.sides[s].fsm.poll_timeout().map(|at| (at, s)))
+                .filter(|(at, _)| *at <= end)
+                .min_by_key(|(at, _)| *at);
+            let Some((at, s)) = next else { break };
             self.now = at.max(self.now);
-            self.sides[s].timers.remove(&t);
-            let ev = match t {
-                Timer::ConnectRetry => Event::ConnectRetryTimerExpires,
-                Timer::Hold => Event::HoldTimerExpires,
-                Timer::Keepalive => Event::KeepaliveTimerExpires,
-            };
-            self.queue.push_back((s, ev));
+            self.queue.push_back((s, Input::Timeout));
             self.drive();
         }
         self.now = end;
@@ -404,8 +398,8 @@ fn notification_from_peer_goes_idle_then_reconnects_after_backoff() {
     let mut p = Pair::active_passive();
     p.start();
     // B is shut down administratively and restarted at once.
-    p.queue.push_back((B, Event::ManualStop { subcode: subcode::CEASE_ADMIN_SHUTDOWN }));
-    p.queue.push_back((B, Event::ManualStart));
+    p.queue.push_back((B, Input::ManualStop { subcode: subcode::CEASE_ADMIN_SHUTDOWN }));
+    p.queue.push_back((B, Input::ManualStart));
     p.drive();
     assert_eq!(p.state(A), State::Idle);
     assert!(
@@ -442,8 +436,8 @@ fn stable_session_resets_backoff() {
     p.advance(Duration::from_secs(130));
     assert_eq!(p.state(A), State::Established);
     p.advance(Duration::from_secs(120)); // longer than stable_time (60 s)
-    p.queue.push_back((B, Event::ManualStop { subcode: subcode::CEASE_ADMIN_RESET }));
-    p.queue.push_back((B, Event::ManualStart));
+    p.queue.push_back((B, Input::ManualStop { subcode: subcode::CEASE_ADMIN_RESET }));
+    p.queue.push_back((B, Input::ManualStart));
     p.drive();
     let down_at = p.now;
     p.advance(Duration::from_secs(6));
@@ -465,8 +459,8 @@ fn graceful_restart_r_bit_only_on_first_open() {
     assert_eq!(gr.restart_time, 120);
     assert!(gr.families.iter().all(|f| f.forwarding_preserved));
     assert_eq!(gr.families.len(), 2);
-    p.queue.push_back((B, Event::ManualStop { subcode: subcode::CEASE_ADMIN_RESET }));
-    p.queue.push_back((B, Event::ManualStart));
+    p.queue.push_back((B, Input::ManualStop { subcode: subcode::CEASE_ADMIN_RESET }));
+    p.queue.push_back((B, Input::ManualStart));
     p.drive();
     p.advance(Duration::from_secs(10));
     let gr = p.sides[B].ups[1].peer_graceful_restart.clone().expect("GR advertised");
@@ -477,7 +471,7 @@ fn graceful_restart_r_bit_only_on_first_open() {
 fn manual_stop_sends_cease_and_stays_idle() {
     let mut p = Pair::active_passive();
     p.start();
-    p.queue.push_back((A, Event::ManualStop { subcode: subcode::CEASE_ADMIN_SHUTDOWN }));
+    p.queue.push_back((A, Input::ManualStop { subcode: subcode::CEASE_ADMIN_SHUTDOWN }));
     p.drive();
     assert_eq!(p.sides[A].notifications().last().map(|n| (n.code, n.subcode)), Some((6, 2)));
     let connects = p.sides[A].connects.len();
@@ -490,14 +484,13 @@ fn manual_stop_sends_cease_and_stays_idle() {
 fn unexpected_update_in_opensent_is_an_fsm_error() {
     let mut fsm = Fsm::new(config(65001, 65002, [192, 0, 2, 1]));
     let now = Instant::now();
-    fsm.handle(now, Event::ManualStart);
-    fsm.handle(now, Event::TcpCrAcked(ConnId(7)));
+    fsm.handle(now, Input::ManualStart);
+    fsm.handle(now, Input::TcpCrAcked(ConnId(7)));
     assert_eq!(fsm.state(), State::OpenSent);
-    fsm.handle(now, Event::Message(ConnId(7), Message::Update(Update::default())));
-    let outs: Vec<Output> = std::iter::from_fn(|| fsm.poll_output()).collect();
+    fsm.handle(now, Input::Message(ConnId(7), Message::Update(Update::default())));
+    let sent: Vec<Transmit> = std::iter::from_fn(|| fsm.poll_transmit()).collect();
     assert!(
-        outs.iter()
-            .any(|o| matches!(o, Output::Send(_, Message::Notification(n)) if n.code == 5 && n.subcode == 1))
+        sent.iter().any(|t| matches!(&t.message, Message::Notification(n) if n.code == 5 && n.subcode == 1))
     );
     assert_eq!(fsm.state(), State::Idle);
 }
@@ -509,7 +502,7 @@ fn decode_error_sends_its_notification() {
     let conn = p.sides[A].ups[0].conn;
     let err = Message::decode(&mut bytes::Bytes::from_static(&[0; 19]), &DecodeContext::default())
         .expect_err("bad marker");
-    p.queue.push_back((A, Event::MessageError(conn, err)));
+    p.queue.push_back((A, Input::MessageError(conn, err)));
     p.drive();
     assert_eq!(p.sides[A].notifications().last().map(|n| (n.code, n.subcode)), Some((1, 1)));
     assert_eq!(p.state(A), State::Idle);
@@ -521,7 +514,7 @@ fn inbound_connection_while_established_is_ceased_and_session_kept() {
     p.start();
     let up = p.sides[B].ups[0].conn;
     // A second connection arrives at B (e.g. A restarted its connect by mistake).
-    p.queue.push_back((B, Event::TcpConnectionConfirmed(ConnId(999))));
+    p.queue.push_back((B, Input::TcpConnectionConfirmed(ConnId(999))));
     p.drive();
     assert_eq!(p.state(B), State::Established);
     let last = p.sides[B].sent.iter().rev().find(|(_, c, _)| *c == ConnId(999)).map(|(_, _, m)| m.clone());

@@ -1,111 +1,30 @@
 //! The BGP finite state machine of RFC 4271 §8 as a plain struct: no sockets, no
-//! tokio, no clock. Drive it with [`Fsm::handle`] and drain [`Fsm::poll_output`].
+//! tokio, no clock. Drive it with [`Fsm::handle`] (an [`Input`] at an instant) and
+//! drain [`Fsm::poll_transmit`] (messages to write), [`Fsm::poll_event`] (connections
+//! to open or close, state changes, session up/down) and [`Fsm::poll_timeout`] (when to
+//! call `handle(now, Input::Timeout)`), the shape of [`bfd::Session`](crate::bfd::Session).
 //!
 //! Connections are named by [`ConnId`]s the driver picks. The FSM tracks at most two
 //! connections at once so it can resolve connection collisions (RFC 4271 §6.8).
+mod config;
+mod events;
+
+pub use config::{GracefulRestartConfig, PeerConfig};
+pub use events::{ConnId, DownReason, Event, Input, Negotiated, State, Transmit};
+
 use super::capability::{Capability, GrFamily, GracefulRestart};
 use super::error::{DecodeError, ErrorAction, code, subcode};
 use super::message::{Message, Notification, Open};
-use super::nlri::Family;
 use bytes::Bytes;
 use std::collections::VecDeque;
-use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 /// Hold time used while waiting for the peer's OPEN (RFC 4271 §8.2.2, "4 minutes").
 pub const OPEN_HOLD_TIME: Duration = Duration::from_secs(240);
 
-/// Graceful restart as the restarting speaker (RFC 4724).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GracefulRestartConfig {
-    /// Seconds the peer should keep our routes after the session drops (at most 4095).
-    pub restart_time: u16,
-    /// Set the R-bit in the next OPEN: this process has just restarted.
-    pub restarting: bool,
-    /// Set the F-bit: forwarding state survived the restart.
-    pub forwarding_preserved: bool,
-}
-
-/// Per-peer session parameters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeerConfig {
-    /// Our AS.
-    pub local_as: u32,
-    /// The AS the peer must announce in its OPEN.
-    pub peer_as: u32,
-    /// Our BGP identifier.
-    pub router_id: Ipv4Addr,
-    /// Proposed hold time in seconds (0, or at least 3; 0 only with `allow_zero_hold_time`).
-    pub hold_time: u16,
-    /// Accept a negotiated hold time of 0 (no keepalives, no hold timer): only when
-    /// something else, BFD, notices a dead peer. Otherwise an OPEN that would make it 0
-    /// is refused with Unacceptable Hold Time.
-    pub allow_zero_hold_time: bool,
-    /// Keepalive interval in seconds; `None` means a third of the negotiated hold time.
-    pub keepalive_time: Option<u16>,
-    /// First reconnect delay (ConnectRetryTime); doubled after each failure.
-    pub connect_retry: Duration,
-    /// Upper bound of the reconnect delay.
-    pub connect_retry_max: Duration,
-    /// A session up this long resets the reconnect backoff.
-    pub stable_time: Duration,
-    /// Never connect; wait for the peer (RFC 4271 §8.1.1 PassiveTcpEstablishment).
-    pub passive: bool,
-    /// Families to offer with the multiprotocol capability.
-    pub families: Vec<Family>,
-    /// Graceful restart capability to advertise, if any.
-    pub graceful_restart: Option<GracefulRestartConfig>,
-}
-
-impl PeerConfig {
-    /// Defaults from API.md: hold 90 s, keepalive hold/3, retry 5 s doubling to 120 s, both families.
-    pub fn new(local_as: u32, peer_as: u32, router_id: Ipv4Addr) -> Self {
-        Self {
-            local_as,
-            peer_as,
-            router_id,
-            hold_time: 90,
-            allow_zero_hold_time: false,
-            keepalive_time: None,
-            connect_retry: Duration::from_secs(5),
-            connect_retry_max: Duration::from_secs(120),
-            stable_time: Duration::from_secs(60),
-            passive: false,
-            families: vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST],
-            graceful_restart: None,
-        }
-    }
-
-    /// True when the peer is in another AS.
-    pub fn is_ebgp(&self) -> bool {
-        self.local_as != self.peer_as
-    }
-}
-
-/// Identifies one TCP connection; chosen by the driver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub u64);
-
-/// FSM states (RFC 4271 §8.2.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum State {
-    /// Refusing connections; waiting for a start (or the reconnect delay).
-    Idle,
-    /// Waiting for our outgoing TCP connection.
-    Connect,
-    /// Waiting for the peer to connect to us.
-    Active,
-    /// OPEN sent, waiting for the peer's.
-    OpenSent,
-    /// OPENs exchanged, waiting for KEEPALIVE.
-    OpenConfirm,
-    /// Session up.
-    Established,
-}
-
-/// Timers the driver runs for the FSM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Timer {
+/// The FSM's timers (RFC 4271 §8); their order breaks ties between equal deadlines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
     /// ConnectRetryTimer, also used for the reconnect backoff in Idle.
     ConnectRetry,
     /// HoldTimer.
@@ -114,106 +33,8 @@ pub enum Timer {
     Keepalive,
 }
 
-/// Inputs (RFC 4271 §8.1 event names where they exist).
-// Messages dominate; boxing them would allocate per message.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    /// Event 1: start the session.
-    ManualStart,
-    /// Event 2: stop the session, sending Cease with this subcode (RFC 4486).
-    ManualStop {
-        /// Cease subcode, e.g. 2 (administrative shutdown).
-        subcode: u8,
-    },
-    /// Event 9.
-    ConnectRetryTimerExpires,
-    /// Event 10.
-    HoldTimerExpires,
-    /// Event 11.
-    KeepaliveTimerExpires,
-    /// Event 16: our outgoing connection is up.
-    TcpCrAcked(ConnId),
-    /// Event 17: the peer connected to us.
-    TcpConnectionConfirmed(ConnId),
-    /// Event 18: a connection failed or closed.
-    TcpConnectionFails(ConnId),
-    /// Events 19, 25, 26, 27: a message arrived.
-    Message(ConnId, Message),
-    /// Events 21, 22, 28: a message could not be decoded.
-    MessageError(ConnId, DecodeError),
-}
-
-/// What the peer and we agreed on when the session came up.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Negotiated {
-    /// The peer's AS.
-    pub peer_as: u32,
-    /// The peer's BGP identifier.
-    pub peer_id: Ipv4Addr,
-    /// Negotiated hold time in seconds (0: no keepalives, no hold timer).
-    pub hold_time: u16,
-    /// Keepalive interval in seconds (0 when hold time is 0).
-    pub keepalive_time: u16,
-    /// Both sides support 4-octet AS numbers.
-    pub four_octet_as: bool,
-    /// Families both sides support.
-    pub families: Vec<Family>,
-    /// The peer supports ROUTE-REFRESH.
-    pub route_refresh: bool,
-    /// The peer's graceful restart capability.
-    pub peer_graceful_restart: Option<GracefulRestart>,
-    /// The connection the session runs on.
-    pub conn: ConnId,
-}
-
-/// Why a session went down or a connection attempt failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DownReason {
-    /// Stopped on request.
-    #[error("stopped locally ({0})")]
-    ManualStop(Notification),
-    /// No message from the peer within the hold time.
-    #[error("hold timer expired")]
-    HoldTimerExpired,
-    /// The peer sent a NOTIFICATION.
-    #[error("peer sent NOTIFICATION {0}")]
-    NotificationReceived(Notification),
-    /// We sent a NOTIFICATION because of the peer's message.
-    #[error("sent NOTIFICATION {0}: {1}")]
-    NotificationSent(Notification, &'static str),
-    /// The TCP connection failed or closed.
-    #[error("TCP connection failed or closed")]
-    ConnectionFailed,
-}
-
-/// Commands for the driver.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Output {
-    /// Open an outgoing TCP connection (dropping any attempt in progress).
-    Connect,
-    /// Send a message on a connection.
-    Send(ConnId, Message),
-    /// Close a connection (after flushing what was sent).
-    Close(ConnId),
-    /// (Re)arm a timer to fire at the deadline.
-    ArmTimer(Timer, Instant),
-    /// Stop a timer.
-    CancelTimer(Timer),
-    /// The state changed; `reason` says why, for the one log line per change.
-    StateChanged {
-        /// Previous state.
-        from: State,
-        /// New state.
-        to: State,
-        /// Why.
-        reason: String,
-    },
-    /// The session reached Established.
-    SessionUp(Negotiated),
-    /// The session left Established.
-    SessionDown(DownReason),
+impl Timer {
+    const ALL: [Timer; 3] = [Timer::ConnectRetry, Timer::Hold, Timer::Keepalive];
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,11 +63,14 @@ pub struct Fsm {
     failures: u32,
     established_at: Option<Instant>,
     negotiated: Option<Negotiated>,
-    out: VecDeque<Output>,
+    /// Deadlines of the armed timers, indexed by [`Timer`].
+    timers: [Option<Instant>; 3],
+    transmit: VecDeque<Transmit>,
+    events: VecDeque<Event>,
 }
 
 impl Fsm {
-    /// A stopped FSM in Idle; send [`Event::ManualStart`] to start it.
+    /// A stopped FSM in Idle; send [`Input::ManualStart`] to start it.
     pub fn new(config: PeerConfig) -> Self {
         Self {
             config,
@@ -257,7 +81,9 @@ impl Fsm {
             failures: 0,
             established_at: None,
             negotiated: None,
-            out: VecDeque::new(),
+            timers: [None; 3],
+            transmit: VecDeque::new(),
+            events: VecDeque::new(),
         }
     }
 
@@ -276,9 +102,20 @@ impl Fsm {
         &self.config
     }
 
-    /// Next command for the driver.
-    pub fn poll_output(&mut self) -> Option<Output> {
-        self.out.pop_front()
+    /// The next message to write, if any.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmit.pop_front()
+    }
+
+    /// When to call `handle(now, Input::Timeout)` next; `None` while no timer runs.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.iter().flatten().min().copied()
+    }
+
+    /// The next connection to open or close, state change or session up/down, if any.
+    /// Messages from [`Fsm::poll_transmit`] go out before the connection they are on closes.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
     }
 
     /// The reconnect delay after the current number of consecutive failures.
@@ -288,32 +125,38 @@ impl Fsm {
         base.checked_mul(factor).unwrap_or(self.config.connect_retry_max).min(self.config.connect_retry_max)
     }
 
-    /// Feeds one event.
-    pub fn handle(&mut self, now: Instant, event: Event) {
-        match event {
-            Event::ManualStart => self.manual_start(now),
-            Event::ManualStop { subcode } => self.manual_stop(subcode),
-            Event::ConnectRetryTimerExpires => self.connect_retry_expired(now),
-            Event::HoldTimerExpires => {
-                if self.primary.is_some()
-                    && matches!(self.state, State::OpenSent | State::OpenConfirm | State::Established)
-                {
-                    let n = Notification { code: code::HOLD_TIMER_EXPIRED, subcode: 0, data: Bytes::new() };
-                    self.send_primary(Message::Notification(n));
-                    self.fail(now, DownReason::HoldTimerExpired);
-                }
+    /// Feeds one input at `now`.
+    pub fn handle(&mut self, now: Instant, input: Input) {
+        match input {
+            Input::ManualStart => self.manual_start(now),
+            Input::ManualStop { subcode } => self.manual_stop(subcode),
+            Input::Timeout => self.timeout(now),
+            Input::TcpCrAcked(id) => self.connection_up(now, id, Direction::Outbound),
+            Input::TcpConnectionConfirmed(id) => self.connection_up(now, id, Direction::Inbound),
+            Input::TcpConnectionFails(id) => self.connection_failed(now, id),
+            Input::Message(id, msg) => self.message(now, id, msg),
+            Input::MessageError(id, err) => self.message_error(now, id, err),
+        }
+    }
+
+    /// Fires every timer due at `now`, earliest first; a timer that an earlier one
+    /// stopped or re-armed does not fire.
+    fn timeout(&mut self, now: Instant) {
+        let mut due: Vec<(Instant, Timer)> = Timer::ALL
+            .into_iter()
+            .filter_map(|t| self.timers[t as usize].filter(|at| *at <= now).map(|at| (at, t)))
+            .collect();
+        due.sort();
+        for (at, t) in due {
+            if self.timers[t as usize] != Some(at) {
+                continue;
             }
-            Event::KeepaliveTimerExpires => {
-                if matches!(self.state, State::OpenConfirm | State::Established) {
-                    self.send_primary(Message::Keepalive);
-                    self.arm_keepalive(now);
-                }
+            self.timers[t as usize] = None;
+            match t {
+                Timer::ConnectRetry => self.connect_retry_expired(now),
+                Timer::Hold => self.hold_timer_expired(now),
+                Timer::Keepalive => self.keepalive_timer_expired(now),
             }
-            Event::TcpCrAcked(id) => self.connection_up(now, id, Direction::Outbound),
-            Event::TcpConnectionConfirmed(id) => self.connection_up(now, id, Direction::Inbound),
-            Event::TcpConnectionFails(id) => self.connection_failed(now, id),
-            Event::Message(id, msg) => self.message(now, id, msg),
-            Event::MessageError(id, err) => self.message_error(now, id, err),
         }
     }
 
@@ -321,7 +164,7 @@ impl Fsm {
         if self.state != to {
             let from = self.state;
             self.state = to;
-            self.out.push_back(Output::StateChanged { from, to, reason: reason.into() });
+            self.events.push_back(Event::StateChanged { from, to, reason: reason.into() });
         }
     }
 
@@ -338,8 +181,8 @@ impl Fsm {
         if self.config.passive {
             self.set_state(State::Active, format!("{reason}, passive"));
         } else {
-            self.out.push_back(Output::Connect);
-            self.out.push_back(Output::ArmTimer(Timer::ConnectRetry, now + self.config.connect_retry));
+            self.events.push_back(Event::Connect);
+            self.arm(Timer::ConnectRetry, now + self.config.connect_retry);
             self.set_state(State::Connect, reason);
         }
     }
@@ -350,7 +193,7 @@ impl Fsm {
             self.send_primary(Message::Notification(n.clone()));
         }
         if let Some(c) = self.secondary.take() {
-            self.out.push_back(Output::Close(c.id));
+            self.close(c.id);
         }
         let was_up = self.state == State::Established;
         self.drop_primary();
@@ -358,24 +201,44 @@ impl Fsm {
         self.started = false;
         self.failures = 0;
         if was_up {
-            self.out.push_back(Output::SessionDown(DownReason::ManualStop(n.clone())));
+            self.events.push_back(Event::SessionDown(DownReason::ManualStop(n.clone())));
         }
         self.negotiated = None;
         self.established_at = None;
         self.set_state(State::Idle, format!("manual stop, sent {n}"));
     }
 
+    /// Event 10.
+    fn hold_timer_expired(&mut self, now: Instant) {
+        if self.primary.is_some()
+            && matches!(self.state, State::OpenSent | State::OpenConfirm | State::Established)
+        {
+            let n = Notification { code: code::HOLD_TIMER_EXPIRED, subcode: 0, data: Bytes::new() };
+            self.send_primary(Message::Notification(n));
+            self.fail(now, DownReason::HoldTimerExpired);
+        }
+    }
+
+    /// Event 11.
+    fn keepalive_timer_expired(&mut self, now: Instant) {
+        if matches!(self.state, State::OpenConfirm | State::Established) {
+            self.send_primary(Message::Keepalive);
+            self.arm_keepalive(now);
+        }
+    }
+
+    /// Event 9.
     fn connect_retry_expired(&mut self, now: Instant) {
         match self.state {
             State::Idle if self.started => self.start(now, "reconnect delay over"),
             State::Connect => {
                 // RFC 4271 §8.2.2 Connect state, event 9: drop the attempt and retry.
-                self.out.push_back(Output::Connect);
-                self.out.push_back(Output::ArmTimer(Timer::ConnectRetry, now + self.backoff()));
+                self.events.push_back(Event::Connect);
+                self.arm(Timer::ConnectRetry, now + self.backoff());
             }
             State::Active if !self.config.passive => {
-                self.out.push_back(Output::Connect);
-                self.out.push_back(Output::ArmTimer(Timer::ConnectRetry, now + self.backoff()));
+                self.events.push_back(Event::Connect);
+                self.arm(Timer::ConnectRetry, now + self.backoff());
                 self.set_state(State::Connect, "connect retry timer expired");
             }
             _ => {}
@@ -387,26 +250,26 @@ impl Fsm {
         match self.state {
             State::Connect | State::Active => {
                 self.primary = Some(conn);
-                self.out.push_back(Output::CancelTimer(Timer::ConnectRetry));
+                self.cancel(Timer::ConnectRetry);
                 let open = self.our_open();
-                self.out.push_back(Output::Send(id, Message::Open(open)));
-                self.out.push_back(Output::ArmTimer(Timer::Hold, now + OPEN_HOLD_TIME));
+                self.send(id, Message::Open(open));
+                self.arm(Timer::Hold, now + OPEN_HOLD_TIME);
                 let how = if dir == Direction::Outbound { "connected to peer" } else { "peer connected" };
                 self.set_state(State::OpenSent, format!("{how}, OPEN sent"));
             }
             State::OpenSent | State::OpenConfirm if self.secondary.is_none() => {
                 // Possible collision: run both until an OPEN tells us the peer's identifier.
                 let open = self.our_open();
-                self.out.push_back(Output::Send(id, Message::Open(open)));
+                self.send(id, Message::Open(open));
                 self.secondary = Some(conn);
             }
             State::Established => {
                 // RFC 4271 §6.8: a collision with an Established session closes the new one.
                 let n = Notification::cease(subcode::CEASE_CONNECTION_COLLISION);
-                self.out.push_back(Output::Send(id, Message::Notification(n)));
-                self.out.push_back(Output::Close(id));
+                self.send(id, Message::Notification(n));
+                self.close(id);
             }
-            _ => self.out.push_back(Output::Close(id)),
+            _ => self.close(id),
         }
     }
 
@@ -418,7 +281,7 @@ impl Fsm {
         if self.primary.as_ref().is_none_or(|c| c.id != id) {
             if self.state == State::Connect {
                 // Event 18 in Connect: the outgoing attempt failed (RFC 4271 §8.2.2).
-                self.out.push_back(Output::ArmTimer(Timer::ConnectRetry, now + self.backoff()));
+                self.arm(Timer::ConnectRetry, now + self.backoff());
                 self.failures = self.failures.saturating_add(1);
                 self.set_state(State::Active, "connect failed");
             }
@@ -468,8 +331,8 @@ impl Fsm {
     fn message_error(&mut self, now: Instant, id: ConnId, err: DecodeError) {
         if self.secondary.as_ref().is_some_and(|c| c.id == id) {
             if let Some(c) = self.secondary.take() {
-                self.out.push_back(Output::Send(c.id, Message::Notification(Notification::from(&err))));
-                self.out.push_back(Output::Close(c.id));
+                self.send(c.id, Message::Notification(Notification::from(&err)));
+                self.close(c.id);
             }
             return;
         }
@@ -535,8 +398,8 @@ impl Fsm {
         let hold = neg.hold_time;
         self.negotiated = Some(neg);
         if hold == 0 {
-            self.out.push_back(Output::CancelTimer(Timer::Hold));
-            self.out.push_back(Output::CancelTimer(Timer::Keepalive));
+            self.cancel(Timer::Hold);
+            self.cancel(Timer::Keepalive);
         } else {
             self.arm_hold(now);
             self.arm_keepalive(now);
@@ -549,7 +412,7 @@ impl Fsm {
             Message::Open(open) => {
                 if self.check_open(&open).is_err() {
                     if let Some(c) = self.secondary.take() {
-                        self.out.push_back(Output::Close(c.id));
+                        self.close(c.id);
                     }
                     return;
                 }
@@ -560,7 +423,7 @@ impl Fsm {
             }
             Message::Notification(_) => {
                 if let Some(c) = self.secondary.take() {
-                    self.out.push_back(Output::Close(c.id));
+                    self.close(c.id);
                 }
             }
             _ => {}
@@ -583,21 +446,21 @@ impl Fsm {
         if primary.dir == keep_dir || secondary.dir != keep_dir {
             // The primary wins: close the secondary.
             self.secondary = None;
-            self.out.push_back(Output::Send(secondary.id, Message::Notification(n)));
-            self.out.push_back(Output::Close(secondary.id));
+            self.send(secondary.id, Message::Notification(n));
+            self.close(secondary.id);
             false
         } else {
             // The secondary wins: it becomes the primary.
-            self.out.push_back(Output::Send(primary.id, Message::Notification(n)));
-            self.out.push_back(Output::Close(primary.id));
+            self.send(primary.id, Message::Notification(n));
+            self.close(primary.id);
             self.secondary = None;
             let sec_open = secondary.open.clone();
             self.primary = Some(Conn { open: None, ..secondary });
             self.negotiated = None;
             // Our OPEN already went out on it; we are in OpenSent there unless its OPEN arrived.
             self.set_state(State::OpenSent, "connection collision: kept the other connection");
-            self.out.push_back(Output::ArmTimer(Timer::Hold, now + OPEN_HOLD_TIME));
-            self.out.push_back(Output::CancelTimer(Timer::Keepalive));
+            self.arm(Timer::Hold, now + OPEN_HOLD_TIME);
+            self.cancel(Timer::Keepalive);
             if let Some(o) = sec_open {
                 self.accept_open(now, o);
             }
@@ -644,14 +507,14 @@ impl Fsm {
             }
             let reason = format!("KEEPALIVE received, peer AS {} id {}", n.peer_as, n.peer_id);
             self.set_state(State::Established, reason);
-            self.out.push_back(Output::SessionUp(n));
+            self.events.push_back(Event::SessionUp(n));
         }
     }
 
     /// Any error: close, go Idle, reconnect after the backoff delay.
     fn fail(&mut self, now: Instant, reason: DownReason) {
         if let Some(c) = self.secondary.take() {
-            self.out.push_back(Output::Close(c.id));
+            self.close(c.id);
         }
         self.drop_primary();
         self.cancel_all();
@@ -662,7 +525,7 @@ impl Fsm {
             {
                 self.failures = 0;
             }
-            self.out.push_back(Output::SessionDown(reason.clone()));
+            self.events.push_back(Event::SessionDown(reason.clone()));
         }
         self.negotiated = None;
         self.established_at = None;
@@ -675,26 +538,40 @@ impl Fsm {
         let delay = self.backoff();
         self.failures = self.failures.saturating_add(1);
         if self.started {
-            self.out.push_back(Output::ArmTimer(Timer::ConnectRetry, now + delay));
+            self.arm(Timer::ConnectRetry, now + delay);
         }
         self.set_state(State::Idle, format!("{reason}; retry in {}s", delay.as_secs()));
     }
 
     fn drop_primary(&mut self) {
         if let Some(c) = self.primary.take() {
-            self.out.push_back(Output::Close(c.id));
+            self.close(c.id);
         }
     }
 
     fn cancel_all(&mut self) {
-        for t in [Timer::ConnectRetry, Timer::Hold, Timer::Keepalive] {
-            self.out.push_back(Output::CancelTimer(t));
-        }
+        self.timers = [None; 3];
+    }
+
+    fn arm(&mut self, timer: Timer, at: Instant) {
+        self.timers[timer as usize] = Some(at);
+    }
+
+    fn cancel(&mut self, timer: Timer) {
+        self.timers[timer as usize] = None;
+    }
+
+    fn close(&mut self, conn: ConnId) {
+        self.events.push_back(Event::Close(conn));
+    }
+
+    fn send(&mut self, conn: ConnId, message: Message) {
+        self.transmit.push_back(Transmit { conn, message });
     }
 
     fn send_primary(&mut self, msg: Message) {
-        if let Some(c) = &self.primary {
-            self.out.push_back(Output::Send(c.id, msg));
+        if let Some(id) = self.primary.as_ref().map(|c| c.id) {
+            self.send(id, msg);
         }
     }
 
@@ -702,8 +579,8 @@ impl Fsm {
         if let Some(n) = &self.negotiated
             && n.hold_time > 0
         {
-            self.out
-                .push_back(Output::ArmTimer(Timer::Hold, now + Duration::from_secs(u64::from(n.hold_time))));
+            let d = Duration::from_secs(u64::from(n.hold_time));
+            self.arm(Timer::Hold, now + d);
         }
     }
 
@@ -712,7 +589,7 @@ impl Fsm {
             && n.keepalive_time > 0
         {
             let d = Duration::from_secs(u64::from(n.keepalive_time));
-            self.out.push_back(Output::ArmTimer(Timer::Keepalive, now + d));
+            self.arm(Timer::Keepalive, now + d);
         }
     }
 
