@@ -247,7 +247,7 @@ pub fn parse_stream(file: &str, text: &str) -> Result<ObjectStream, StreamError>
 /// the way users count them: empty ones between separators count, a leading `---` does
 /// not start an empty first document. Splitting here rather than in the YAML parser keeps
 /// document numbers right, since the parser drops empty documents.
-fn split_documents(text: &str) -> Vec<(usize, &str)> {
+pub fn split_documents(text: &str) -> Vec<(usize, &str)> {
     let mut docs = Vec::new();
     let mut start = 0;
     let mut start_line = 1;

@@ -54,22 +54,11 @@ fn render(dir: &Path) -> String {
 
 /// The documents of a YAML stream as JSON values (empty documents dropped).
 fn documents(text: &str) -> Vec<Value> {
-    let mut docs = Vec::new();
-    let mut current = String::new();
-    for line in text.lines().chain(std::iter::once("---")) {
-        if line.trim_end() == "---" {
-            let doc: Value =
-                serde_saphyr::from_str(&current).unwrap_or_else(|e| panic!("invalid YAML: {e}\n{current}"));
-            if !doc.is_null() {
-                docs.push(doc);
-            }
-            current.clear();
-        } else {
-            current.push_str(line);
-            current.push('\n');
-        }
-    }
-    docs
+    ferrolb_api::split_documents(text)
+        .into_iter()
+        .map(|(_, d)| serde_saphyr::from_str::<Value>(d).unwrap_or_else(|e| panic!("invalid YAML: {e}\n{d}")))
+        .filter(|d| !d.is_null())
+        .collect()
 }
 
 fn read(path: &Path) -> String {

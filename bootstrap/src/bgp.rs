@@ -30,17 +30,31 @@ pub enum Phase {
     },
 }
 
-/// Pure announce/drain state machine of one node.
+/// What the drain learns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// The health gate's verdict changed (or was re-asserted).
+    Health(bool),
+    /// Shutting down: drain whatever is announced.
+    Shutdown,
+    /// [`Drain::poll_timeout`] passed.
+    Timeout,
+}
+
+/// The announce/drain state machine of one node, sans IO: driven by [`Drain::handle`],
+/// drained by [`Drain::poll_event`] (the phase to apply) and [`Drain::poll_timeout`]
+/// (when to call `handle(now, Input::Timeout)`).
 #[derive(Debug, Clone)]
 pub struct Drain {
     phase: Phase,
     delay: Duration,
+    change: Option<Phase>,
 }
 
 impl Drain {
     /// Starts withdrawn; `delay` is how long a draining route stays announced.
     pub fn new(delay: Duration) -> Self {
-        Self { phase: Phase::Withdrawn, delay }
+        Self { phase: Phase::Withdrawn, delay, change: None }
     }
 
     /// The current phase.
@@ -48,36 +62,33 @@ impl Drain {
         self.phase
     }
 
-    /// Health changed (or was re-asserted) at `now`.
-    pub fn set_healthy(&mut self, now: Instant, healthy: bool) {
-        self.phase = match (self.phase, healthy) {
-            (_, true) => Phase::Announced,
-            (Phase::Announced, false) => Phase::Draining { until: now + self.delay },
-            (p, false) => p,
+    /// Processes one input at `now`.
+    pub fn handle(&mut self, now: Instant, input: Input) {
+        let phase = match (self.phase, input) {
+            (_, Input::Health(true)) => Phase::Announced,
+            (Phase::Announced, Input::Health(false) | Input::Shutdown) => {
+                Phase::Draining { until: now + self.delay }
+            }
+            // A drain that is due ends in a withdrawal.
+            (Phase::Draining { until }, Input::Timeout) if now >= until => Phase::Withdrawn,
+            (p, _) => p,
         };
-    }
-
-    /// Shutting down: drain whatever is announced.
-    pub fn shutdown(&mut self, now: Instant) {
-        if self.phase == Phase::Announced {
-            self.phase = Phase::Draining { until: now + self.delay };
+        if phase != self.phase {
+            self.phase = phase;
+            self.change = Some(phase);
         }
     }
 
-    /// When [`Self::handle_timeout`] must run next.
+    /// The new phase, once after it changed (call after every [`Drain::handle`]).
+    pub fn poll_event(&mut self) -> Option<Phase> {
+        self.change.take()
+    }
+
+    /// When to call `handle(now, Input::Timeout)` next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.phase {
             Phase::Draining { until } => Some(until),
             _ => None,
-        }
-    }
-
-    /// Time passed: a drain that is due ends in a withdrawal.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if let Phase::Draining { until } = self.phase
-            && now >= until
-        {
-            self.phase = Phase::Withdrawn;
         }
     }
 }
@@ -232,19 +243,19 @@ mod tests {
         let d5 = Duration::from_secs(5);
         let mut d = Drain::new(d5);
         assert_eq!(d.phase(), Phase::Withdrawn);
-        d.set_healthy(t0, false);
+        d.handle(t0, Input::Health(false));
         assert_eq!(d.phase(), Phase::Withdrawn, "never announced, nothing to drain");
-        d.set_healthy(t0, true);
+        d.handle(t0, Input::Health(true));
         assert_eq!(d.phase(), Phase::Announced);
         let t1 = t0 + Duration::from_secs(10);
-        d.set_healthy(t1, false);
+        d.handle(t1, Input::Health(false));
         assert_eq!(d.phase(), Phase::Draining { until: t1 + d5 });
         // Re-asserting unhealthy does not push the deadline.
-        d.set_healthy(t1 + Duration::from_secs(1), false);
+        d.handle(t1 + Duration::from_secs(1), Input::Health(false));
         assert_eq!(d.poll_timeout(), Some(t1 + d5));
-        d.handle_timeout(t1 + Duration::from_secs(4));
+        d.handle(t1 + Duration::from_secs(4), Input::Timeout);
         assert!(matches!(d.phase(), Phase::Draining { .. }));
-        d.handle_timeout(t1 + d5);
+        d.handle(t1 + d5, Input::Timeout);
         assert_eq!(d.phase(), Phase::Withdrawn);
         assert_eq!(d.poll_timeout(), None);
     }
@@ -253,9 +264,9 @@ mod tests {
     fn healthy_again_while_draining_announces_at_once() {
         let t0 = Instant::now();
         let mut d = Drain::new(Duration::from_secs(5));
-        d.set_healthy(t0, true);
-        d.set_healthy(t0, false);
-        d.set_healthy(t0 + Duration::from_secs(1), true);
+        d.handle(t0, Input::Health(true));
+        d.handle(t0, Input::Health(false));
+        d.handle(t0 + Duration::from_secs(1), Input::Health(true));
         assert_eq!(d.phase(), Phase::Announced);
     }
 
@@ -263,10 +274,10 @@ mod tests {
     fn shutdown_drains_only_what_is_announced() {
         let t0 = Instant::now();
         let mut d = Drain::new(Duration::from_secs(2));
-        d.shutdown(t0);
+        d.handle(t0, Input::Shutdown);
         assert_eq!(d.phase(), Phase::Withdrawn);
-        d.set_healthy(t0, true);
-        d.shutdown(t0);
+        d.handle(t0, Input::Health(true));
+        d.handle(t0, Input::Shutdown);
         assert_eq!(d.phase(), Phase::Draining { until: t0 + Duration::from_secs(2) });
     }
 

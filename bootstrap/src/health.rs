@@ -23,7 +23,28 @@ use tokio::time::Instant;
 /// VIP back (the cost is one interval of delay, 1 s by default).
 pub const SUCCESS_THRESHOLD: u32 = 2;
 
-/// Pure health state machine; time comes in as `now`.
+/// What the gate learns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    /// A probe handed out by [`Gate::poll_transmit`] ended: it started at `started`
+    /// (the next one is due an interval after that) and `ok` says it got a 200.
+    Probed {
+        /// When the probe started.
+        started: Instant,
+        /// Whether it succeeded.
+        ok: bool,
+    },
+    /// [`Gate::poll_timeout`] passed: the next probe is due.
+    Timeout,
+}
+
+/// One GET of the health check URL, to run now (see [`Gate::poll_transmit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe;
+
+/// The health state machine, sans IO: driven by [`Gate::handle`], drained by
+/// [`Gate::poll_transmit`] (a probe to run), [`Gate::poll_event`] (health changed) and
+/// [`Gate::poll_timeout`] (when to call `handle(now, Input::Timeout)`).
 #[derive(Debug, Clone)]
 pub struct Gate {
     interval: Duration,
@@ -32,11 +53,15 @@ pub struct Gate {
     healthy: bool,
     successes: u32,
     failures: u32,
+    /// When the next probe is due; None while one is pending or running.
     next_probe: Option<Instant>,
+    /// A probe to hand out.
+    probe: bool,
+    change: Option<bool>,
 }
 
 impl Gate {
-    /// A gate that starts unhealthy and wants its first probe at once.
+    /// A gate that starts unhealthy with its first probe to run at once.
     pub fn new(interval: Duration, failure_threshold: u32, success_threshold: u32) -> Self {
         Self {
             interval,
@@ -46,6 +71,8 @@ impl Gate {
             successes: 0,
             failures: 0,
             next_probe: None,
+            probe: true,
+            change: None,
         }
     }
 
@@ -54,34 +81,54 @@ impl Gate {
         self.healthy
     }
 
-    /// When the next probe is due (`None`: at once).
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.next_probe
+    /// Processes one input at `now`.
+    pub fn handle(&mut self, now: Instant, input: Input) {
+        match input {
+            Input::Timeout => {
+                if self.next_probe.is_some_and(|at| now >= at) {
+                    self.next_probe = None;
+                    self.probe = true;
+                }
+            }
+            Input::Probed { started, ok } => {
+                self.next_probe = Some(started + self.interval);
+                self.probed(ok);
+            }
+        }
     }
 
-    /// A probe starts at `now`: the next one is due an interval later.
-    pub fn probe_started(&mut self, now: Instant) {
-        self.next_probe = Some(now + self.interval);
-    }
-
-    /// The result of a probe; returns the new health when it changed.
-    pub fn handle(&mut self, ok: bool) -> Option<bool> {
+    fn probed(&mut self, ok: bool) {
         if ok {
             self.failures = 0;
             self.successes = self.successes.saturating_add(1);
             if !self.healthy && self.successes >= self.success_threshold {
                 self.healthy = true;
-                return Some(true);
+                self.change = Some(true);
             }
         } else {
             self.successes = 0;
             self.failures = self.failures.saturating_add(1);
             if self.healthy && self.failures >= self.failure_threshold {
                 self.healthy = false;
-                return Some(false);
+                self.change = Some(false);
             }
         }
-        None
+    }
+
+    /// The probe to run now, if one is due.
+    pub fn poll_transmit(&mut self) -> Option<Probe> {
+        std::mem::take(&mut self.probe).then_some(Probe)
+    }
+
+    /// The new health, once after it changed (call after every [`Gate::handle`]).
+    pub fn poll_event(&mut self) -> Option<bool> {
+        self.change.take()
+    }
+
+    /// When to call `handle(now, Input::Timeout)` next (`None`: a probe is to run or
+    /// running).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.next_probe
     }
 }
 
@@ -394,22 +441,28 @@ pub async fn run(
 ) {
     metrics.healthy.set(0);
     loop {
-        if let Some(at) = gate.poll_timeout() {
-            tokio::time::sleep_until(at).await;
-        }
-        gate.probe_started(Instant::now());
-        let result = prober.probe().await;
-        metrics.probe_finished(Instant::now(), result.is_ok());
-        if let Some(healthy) = gate.handle(result.is_ok()) {
-            metrics.healthy.set(i64::from(healthy));
-            match &result {
-                Ok(()) => tracing::info!(healthy, "local apiserver is healthy"),
-                Err(e) => tracing::warn!(healthy, error = %e, "local apiserver is unhealthy"),
+        while let Some(Probe) = gate.poll_transmit() {
+            let started = Instant::now();
+            let result = prober.probe().await;
+            metrics.probe_finished(Instant::now(), result.is_ok());
+            gate.handle(Instant::now(), Input::Probed { started, ok: result.is_ok() });
+            if let Some(healthy) = gate.poll_event() {
+                metrics.healthy.set(i64::from(healthy));
+                match &result {
+                    Ok(()) => tracing::info!(healthy, "local apiserver is healthy"),
+                    Err(e) => tracing::warn!(healthy, error = %e, "local apiserver is unhealthy"),
+                }
+                tx.send_replace(healthy);
+            } else if let Err(e) = &result {
+                tracing::debug!(error = %e, "health probe failed");
             }
-            tx.send_replace(healthy);
-        } else if let Err(e) = &result {
-            tracing::debug!(error = %e, "health probe failed");
         }
+        match gate.poll_timeout() {
+            Some(at) => tokio::time::sleep_until(at).await,
+            // Not reached: a gate hands out a probe or schedules the next one.
+            None => std::future::pending().await,
+        }
+        gate.handle(Instant::now(), Input::Timeout);
     }
 }
 
@@ -423,9 +476,13 @@ mod tests {
         let mut now = start;
         let mut changes = Vec::new();
         for ok in results {
-            now = gate.poll_timeout().unwrap_or(now);
-            gate.probe_started(now);
-            if let Some(h) = gate.handle(*ok) {
+            if let Some(at) = gate.poll_timeout() {
+                now = at;
+                gate.handle(now, Input::Timeout);
+            }
+            assert_eq!(gate.poll_transmit(), Some(Probe), "a probe is due");
+            gate.handle(now, Input::Probed { started: now, ok: *ok });
+            if let Some(h) = gate.poll_event() {
                 changes.push((now - start, h));
             }
         }
@@ -471,7 +528,8 @@ mod tests {
     fn probes_are_spaced_by_the_interval() {
         let mut g = Gate::new(Duration::from_secs(2), 3, 2);
         let t0 = Instant::now();
-        g.probe_started(t0);
+        assert_eq!(g.poll_transmit(), Some(Probe));
+        g.handle(t0, Input::Probed { started: t0, ok: true });
         assert_eq!(g.poll_timeout(), Some(t0 + Duration::from_secs(2)));
     }
 

@@ -221,7 +221,7 @@ impl Metrics {
     }
 
     /// The answer to `GET path`: (status line, content type, body).
-    pub fn answer(&self, path: &str, now: Instant) -> (&'static str, &'static str, String) {
+    pub fn answer(&self, path: &str, now: Instant) -> ferrolb_proto::http::Answer {
         const TEXT: &str = "text/plain";
         match path {
             "/metrics" => {

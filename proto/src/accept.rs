@@ -1,7 +1,7 @@
 //! Accepting connections without spinning: an accept error (EMFILE, ENFILE, ENOBUFS…)
 //! is usually still there on the next call, and a loop that retries at once burns a core
-//! and floods the log. Every listener of the speaker and of bootstrap (BGP, metrics)
-//! accepts through [`accept`].
+//! and floods the log. Every listener of the speaker, the controller and bootstrap (BGP,
+//! metrics) accepts through [`accept`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -127,6 +127,20 @@ mod tests {
         // A success resets the pause, not the log interval: a flapping error stays quiet.
         b.succeeded();
         assert_eq!(b.failed(t0 + Duration::from_millis(1500)).log, None);
+    }
+
+    #[test]
+    fn accept_errors_pause_5ms_doubling_to_1s_and_log_once_a_second() {
+        let mut b = AcceptBackoff::default();
+        let t0 = Instant::now();
+        let pauses: Vec<u128> = (0..10).map(|_| b.failed(t0).pause.as_millis()).collect();
+        assert_eq!(pauses, [5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        b.succeeded();
+        assert_eq!(b.failed(t0).pause, AcceptBackoff::MIN);
+        let mut b = AcceptBackoff::default();
+        assert_eq!(b.failed(t0).log, Some(0));
+        assert_eq!(b.failed(t0 + Duration::from_millis(500)).log, None);
+        assert_eq!(b.failed(t0 + Duration::from_secs(1)).log, Some(1));
     }
 
     /// Fails every accept, like a process out of file descriptors.

@@ -7,6 +7,7 @@ use kube::ResourceExt;
 
 use super::*;
 use crate::crd::*;
+use crate::duration::Duration;
 
 fn pool(name: &str, addresses: &[&str]) -> IpAddressPool {
     IpAddressPool::new(name, IpAddressPoolSpec::new(addresses.iter().copied()))

@@ -429,11 +429,8 @@ mod tests {
     }
 
     async fn until(m: &Member, what: &str, f: impl Fn(&(BTreeSet<String>, bool)) -> bool) {
-        let mut state = m.state.clone();
-        tokio::time::timeout(Duration::from_secs(10), state.wait_for(|s| f(s)))
-            .await
-            .unwrap_or_else(|_| panic!("timed out waiting for {what}: {:?}", *m.state.borrow()))
-            .unwrap();
+        ferrolb_fakeapi::wait::until_watched_within(what, Duration::from_secs(10), &mut m.state.clone(), f)
+            .await;
     }
 
     async fn both_healthy(ms: &[Member]) -> usize {

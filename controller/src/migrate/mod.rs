@@ -25,7 +25,9 @@ mod service;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use ferrolb_api::{Config, Object, Origin, StreamError, ValidationError, validate, write_stream};
+use ferrolb_api::{
+    Config, Object, Origin, StreamError, ValidationError, split_documents, validate, write_stream,
+};
 use serde_json::Value;
 
 use fields::Report;
@@ -151,19 +153,11 @@ fn is_metallb(doc: &Value) -> bool {
     doc["apiVersion"].as_str().is_some_and(|v| v.starts_with("metallb.io/"))
 }
 
-/// The objects of the stream, with `kind: List` items flattened.
+/// The objects of the stream, with `kind: List` items flattened; documents split and
+/// numbered as ferrolb's own streams ([`split_documents`]).
 fn documents(input: &str, file: &str) -> Result<Vec<Value>, Error> {
     let mut out = Vec::new();
-    let mut chunks = vec![String::new()];
-    for line in input.lines() {
-        if line.trim_end() == "---" || line.starts_with("--- ") {
-            chunks.push(String::new());
-        } else if let Some(chunk) = chunks.last_mut() {
-            chunk.push_str(line);
-            chunk.push('\n');
-        }
-    }
-    for (i, chunk) in chunks.iter().enumerate() {
+    for (i, (_, chunk)) in split_documents(input).into_iter().enumerate() {
         let doc: Value = serde_saphyr::from_str(chunk).map_err(|e| Error::Yaml {
             file: file.to_owned(),
             document: i + 1,

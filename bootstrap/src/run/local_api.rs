@@ -1,0 +1,65 @@
+//! The refresh's client of the local apiserver: loopback only, with deadlines.
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::bail;
+use ferrolb_bootstrap::metrics::Metrics;
+use ferrolb_bootstrap::{credentials, refresh};
+use tokio::sync::watch;
+
+/// Starts the checkpoint refresh from the local apiserver with `kubeconfig`, and the
+/// watch on its client certificate's expiry.
+pub(super) async fn start_refresh(
+    kubeconfig: &Path,
+    checkpoint: &Path,
+    vip_name: &str,
+    written: watch::Sender<u64>,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<()> {
+    let config = local_config(kubeconfig).await?;
+    match credentials::ClientCertificate::of(&config, kubeconfig) {
+        Ok(Some(cert)) => {
+            tokio::spawn(credentials::watch_expiry(cert, metrics.clone()));
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the refresh client certificate's expiry"),
+    }
+    let client = kube::Client::try_from(with_deadlines(config))?;
+    let resync = Duration::from_secs(60);
+    let path = checkpoint.to_path_buf();
+    tokio::spawn(refresh::run(client, vip_name.into(), path, resync, Some(written), metrics.clone()));
+    Ok(())
+}
+
+/// The client configuration of `kubeconfig`, refused unless it points at the local apiserver.
+async fn local_config(kubeconfig: &Path) -> anyhow::Result<kube::Config> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    let host = config.cluster_url.host().unwrap_or_default().trim_matches(['[', ']']).to_string();
+    let loopback = host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if !loopback {
+        bail!(
+            "{}: server {} is not the local apiserver (loopback only, never the VIP)",
+            kubeconfig.display(),
+            config.cluster_url
+        );
+    }
+    Ok(config)
+}
+
+/// Deadlines on every request of the client, as in the speaker and the controller (kube's
+/// defaults have no read timeout: a request the apiserver accepted and never answers would
+/// wait forever). The refresh's reads have a tighter one (`refresh::CALL_TIMEOUT`); these
+/// bound the watch's list and start and a stream that goes silent. The read timeout must
+/// outlast a quiet watch, which the apiserver ends after the 290 s kube-runtime asks for.
+fn with_deadlines(mut config: kube::Config) -> kube::Config {
+    config.connect_timeout = Some(Duration::from_secs(10));
+    config.write_timeout = Some(Duration::from_secs(30));
+    config.read_timeout = Some(Duration::from_secs(300));
+    // From when each request is sent, not from when its pooled connection went idle.
+    config.reset_reader_on_write = true;
+    config
+}
