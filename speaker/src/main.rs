@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use ferrolb_speaker::error::one_line;
 use ferrolb_speaker::metrics::Metrics;
 use ferrolb_speaker::model::DEFAULT_LB_CLASS;
-use ferrolb_speaker::speaker::{self, KubeOptions, Options, StaticOptions};
+use ferrolb_speaker::run::{self, KubeOptions, Options, StaticOptions};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tracing_subscriber::EnvFilter;
 
@@ -50,11 +51,11 @@ struct Args {
     membership_key_file: Option<PathBuf>,
     /// Longest time a prefix stays announced as draining (GRACEFUL_SHUTDOWN 65535:0,
     /// LOCAL_PREF 0 on iBGP) before it is withdrawn, e.g. 30s, 500ms.
-    #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", default_value = "30s", value_parser = duration_flag)]
     drain_max_delay: Duration,
     /// On SIGTERM, how long every prefix stays announced as draining before the BGP
     /// sessions close with Cease (capped by --drain-max-delay).
-    #[arg(long, value_name = "D", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", default_value = "5s", value_parser = duration_flag)]
     drain_on_shutdown: Duration,
     /// loadBalancerClass served besides Services without one.
     #[arg(long, default_value = DEFAULT_LB_CLASS)]
@@ -64,17 +65,16 @@ struct Args {
     log_format: LogFormat,
 }
 
-/// "30s", "500ms", "2m" or plain seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
+/// `--drain-*`: "30s", "500ms", "2m" or plain seconds, read by [`ferrolb_api::Duration`];
+/// whole numbers of s, ms or m only, as these flags always took.
+fn duration_flag(s: &str) -> Result<Duration, String> {
     let bad = || format!("{s:?} is not a duration; write e.g. 30s, 500ms or 2m");
-    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, ""), |i| s.split_at(i));
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    match unit {
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "ms" => Ok(Duration::from_millis(n)),
-        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
-        _ => Err(bad()),
+    let unit = s.trim_start_matches(|c: char| c.is_ascii_digit());
+    if unit.len() == s.len() || !matches!(unit, "" | "s" | "ms" | "m") {
+        return Err(bad());
     }
+    let text = if unit.is_empty() { format!("{s}s") } else { s.to_owned() };
+    text.parse::<ferrolb_api::Duration>().map(ferrolb_api::Duration::std).map_err(|_| bad())
 }
 
 fn init_logs(format: LogFormat) {
@@ -87,7 +87,7 @@ fn init_logs(format: LogFormat) {
 }
 
 fn fail(msg: &str) -> ExitCode {
-    eprintln!("ferrolb-speaker: {}", speaker::one_line(msg));
+    eprintln!("ferrolb-speaker: {}", one_line(msg));
     ExitCode::FAILURE
 }
 
@@ -164,12 +164,12 @@ fn main() -> ExitCode {
                     drain_max_delay: options.drain_max_delay,
                     drain_on_shutdown: options.drain_on_shutdown,
                 };
-                speaker::run_static(opts, metrics).await.map_err(|e| e.to_string())
+                run::run_static(opts, metrics).await.map_err(|e| e.to_string())
             }
             None => {
                 let client = client(kubeconfig.as_ref()).await?;
                 let opts = KubeOptions { options, namespace, plans: None };
-                speaker::run_kube(opts, client, metrics).await.map_err(|e| e.to_string())
+                run::run_kube(opts, client, metrics).await.map_err(|e| e.to_string())
             }
         }
     });
@@ -204,12 +204,12 @@ mod tests {
 
     #[test]
     fn durations_parse_with_units_and_bad_ones_say_how_to_write_them() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert_eq!(duration_flag("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(duration_flag("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration_flag("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(duration_flag("7"), Ok(Duration::from_secs(7)));
         for bad in ["", "s", "1h", "-1s", "1.5s"] {
-            let e = parse_duration(bad).unwrap_err();
+            let e = duration_flag(bad).unwrap_err();
             assert!(e.contains("30s, 500ms or 2m"), "{e}");
         }
     }

@@ -384,7 +384,7 @@ mod tests {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         s.write_all(b"GET /rea").await.unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        s.write_all(b"dyz HTTP/1.0\r\nHost: x\r\n\r\n").await.unwrap();
+        s.write_all(b"dyz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
         assert!(out.starts_with("HTTP/1.1 200"), "{out}");

@@ -1,7 +1,7 @@
 //! Announcers: take the plan's desired set and converge to it.
 //!
-//! [`bgp`] owns the BGP sessions. The L2 responder (ARP/NDP) consumes
-//! [`crate::plan::Announcements::l2`] and lives with the L2 module.
+//! [`bgp`] owns the BGP sessions; [`l2`] hands [`crate::plan::Announcements::l2`] to
+//! the ARP/NDP responder of [`ferrolb_proto::l2`].
 //!
 //! Both report what they *really* announce, which can lag the plan: a BGP prefix
 //! counts once its UPDATE was written to an Established session
@@ -10,6 +10,7 @@
 //! merges the two into one [`Announced`] watch, which pod readiness gates read
 //! ([`crate::readiness`]).
 pub mod bgp;
+pub mod l2;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -140,10 +141,7 @@ mod tests {
     }
 
     async fn until(rx: &mut watch::Receiver<Announced>, f: impl Fn(&Announced) -> bool) -> Announced {
-        let ok = tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|a| f(a))).await.is_ok();
-        let now = rx.borrow().clone();
-        assert!(ok, "timed out; now {now:?}");
-        now
+        ferrolb_fakeapi::wait::until_watched_within("the announced set", Duration::from_secs(5), rx, f).await
     }
 
     #[test]

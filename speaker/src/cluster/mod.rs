@@ -5,7 +5,12 @@
 //! one, but a (re)list is buffered and applied only once it completed (`InitDone`), and
 //! only then are objects missing from it removed. A failed watch or a 410 Gone relists
 //! without touching the model in between, so the announcements stay exactly as they are.
+//!
+//! Beside the watchers live the speaker's other API clients: [`status`] writes the
+//! ServiceAnnouncements, [`readiness`] the pod readiness gates, [`secrets`] reads keys
+//! and passwords.
 
+pub mod readiness;
 pub mod secrets;
 pub mod status;
 
@@ -201,7 +206,7 @@ where
             Ok(Event::InitDone) => wrap(Change::Listed(std::mem::take(&mut listing))),
             Ok(Event::Apply(o)) => wrap(Change::Apply(Box::new(o))),
             Ok(Event::Delete(o)) => wrap(Change::Delete(Box::new(o))),
-            Err(e) => Update::WatchFailed { kind, error: crate::speaker::one_line(&e.to_string()) },
+            Err(e) => Update::WatchFailed { kind, error: crate::error::one_line(&e.to_string()) },
         };
         if tx.send(update).await.is_err() {
             return;

@@ -33,7 +33,7 @@ async fn get(client: &kube::Client, namespace: &str, name: &str) -> Result<Optio
              (manifests/components)",
             s.message
         )),
-        Ok(Err(e)) => Err(crate::speaker::one_line(&e.to_string())),
+        Ok(Err(e)) => Err(crate::error::one_line(&e.to_string())),
         Err(_) => Err(format!("no answer from the apiserver within {READ_TIMEOUT:?}")),
     }
 }
@@ -97,7 +97,7 @@ pub fn password_in(peer: &str, r: &SecretKeyRef, secret: Option<&Secret>) -> Res
 }
 
 /// Reads the TCP MD5 password of every BGPPeer in `refs`, all at once and within
-/// [`PASSWORDS_TIMEOUT`]. A peer whose Secret cannot be read keeps its `previous`
+/// `PASSWORDS_TIMEOUT`. A peer whose Secret cannot be read keeps its `previous`
 /// password (if any) and is reported, one line each.
 pub async fn bgp_passwords(
     client: &kube::Client,
@@ -210,7 +210,7 @@ async fn watch_one(api: Api<Secret>, key: SecretName, out: Arc<watch::Sender<Wat
             Ok(Event::Delete(_)) => None,
             Err(e) => {
                 if !failing {
-                    let error = crate::speaker::one_line(&e.to_string());
+                    let error = crate::error::one_line(&e.to_string());
                     tracing::warn!(%error, "{object}: watch failed; its last content stays in force, retrying with back-off (the speaker needs `list` and `watch` on it)");
                 }
                 failing = true;

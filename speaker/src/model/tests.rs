@@ -4,87 +4,8 @@
 use super::*;
 use ferrolb_api::parse_stream;
 
-/// A static file with two nodes, one LoadBalancer Service per policy, endpoints, and
-/// a BGP and an L2 setup.
-pub(crate) const FIXTURE: &str = r#"
-apiVersion: v1
-kind: Node
-metadata: {name: node1, labels: {rack: a}}
-status:
-  conditions: [{type: Ready, status: "True"}]
-  addresses: [{type: InternalIP, address: 192.0.2.11}]
----
-apiVersion: v1
-kind: Node
-metadata: {name: node2, labels: {rack: b}}
-status:
-  conditions: [{type: Ready, status: "True"}, {type: NetworkUnavailable, status: "False"}]
-  addresses: [{type: InternalIP, address: 192.0.2.12}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: default, labels: {app: web}}
-spec:
-  type: LoadBalancer
-  ports: [{port: 80, protocol: TCP}]
-status: {loadBalancer: {ingress: [{ip: 203.0.113.10}, {ip: "2001:db8:3::10"}]}}
----
-apiVersion: v1
-kind: Service
-metadata: {name: local, namespace: default}
-spec:
-  type: LoadBalancer
-  externalTrafficPolicy: Local
-  ports: [{port: 53, protocol: UDP}]
-status: {loadBalancer: {ingress: [{ip: 203.0.113.20}]}}
----
-apiVersion: v1
-kind: Service
-metadata: {name: other-class, namespace: default}
-spec: {type: LoadBalancer, loadBalancerClass: example.com/other}
-status: {loadBalancer: {ingress: [{ip: 203.0.113.30}]}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: local-abc, namespace: default, labels: {kubernetes.io/service-name: local}}
-addressType: IPv4
-endpoints:
-- {addresses: [10.0.0.1], nodeName: node2, conditions: {ready: true}}
-- {addresses: [10.0.0.2], nodeName: node1, conditions: {ready: false, serving: true, terminating: true}}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: IPAddressPool
-metadata: {name: public}
-spec: {addresses: [203.0.113.0/24, "2001:db8:3::/120"]}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: IPAddressPool
-metadata: {name: lan}
-spec: {addresses: [192.0.2.200-192.0.2.250]}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: BGPPeer
-metadata: {name: router-a}
-spec: {myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.1}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: BGPPeer
-metadata: {name: router-ibgp}
-spec: {myASN: 64512, peerASN: 64512, peerAddress: 192.0.2.2, nodeSelectors: [{matchLabels: {rack: a}}]}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: BGPAdvertisement
-metadata: {name: public}
-spec:
-  ipAddressPools: [public]
-  localPref: 150
-  communities: ["64512:100", "large:64512:1:2"]
----
-apiVersion: ferrolb.io/v1alpha1
-kind: L2Advertisement
-metadata: {name: lan}
-spec: {ipAddressPools: [lan], interfaces: [eth0]}
-"#;
+/// Two nodes, one LoadBalancer Service per policy, endpoints, a BGP and an L2 setup.
+pub(crate) use ferrolb_testbed::fixtures::PLANNER as FIXTURE;
 
 pub(crate) fn fixture_model() -> ClusterModel {
     model_of(FIXTURE)

@@ -16,8 +16,9 @@ use ferrolb_api::MEMBERSHIP_SECRET_NAME;
 use ferrolb_proto::membership::MembershipKey;
 use tokio::sync::watch;
 
-use super::{Cause, State, one_line};
+use super::state::{Cause, State};
 use crate::cluster::secrets::{self, SecretName, Watched};
+use crate::error::one_line;
 use crate::model::static_file;
 use ferrolb_proto::bgp::socket::Password;
 use ferrolb_proto::membership;

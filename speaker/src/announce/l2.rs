@@ -1,0 +1,79 @@
+//! The L2 announcer as the speaker drives it: the plan's L2 addresses handed to the
+//! ARP/NDP responder of [`ferrolb_proto::l2`], as [`super::bgp`] hands routes to sessions.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ferrolb_proto::l2::{self, InterfaceChoice, L2Config, L2Handle, L2Status, Owned};
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+use crate::plan::Announcements;
+
+/// Answers ARP/NDP for the addresses the plan gives this node.
+#[derive(Debug)]
+pub struct L2Announcer {
+    handle: L2Handle,
+}
+
+impl L2Announcer {
+    /// Starts the responder (it answers for nothing until [`L2Announcer::apply`]).
+    pub fn spawn(metrics: &Metrics) -> Result<Self, String> {
+        let handle =
+            l2::L2Announcer::spawn(L2Config::default(), metrics.l2.clone()).map_err(|e| e.to_string())?;
+        Ok(L2Announcer { handle })
+    }
+
+    /// Converges to the plan's L2 addresses.
+    pub fn apply(&self, plan: &Announcements) {
+        self.handle.set_owned(owned_set(&plan.l2));
+    }
+
+    /// Sends the takeover burst again for every owned address (a member rejoined after
+    /// a false suspicion and may have drawn clients away).
+    pub fn reannounce(&self) {
+        self.handle.reannounce();
+    }
+
+    /// What is really announced ([`crate::announce::AnnouncedFeed::set_l2`]).
+    pub fn status(&self) -> watch::Receiver<L2Status> {
+        self.handle.status()
+    }
+
+    /// Stops answering.
+    pub async fn shutdown(self) {
+        self.handle.shutdown().await;
+    }
+}
+
+/// The announcer's desired set from the plan (no interface listed: automatic choice).
+fn owned_set(l2: &BTreeMap<IpAddr, Vec<String>>) -> Owned {
+    l2.iter()
+        .map(|(ip, ifs)| {
+            let choice = if ifs.is_empty() {
+                InterfaceChoice::Auto
+            } else {
+                InterfaceChoice::Named(ifs.iter().cloned().collect())
+            };
+            (*ip, choice)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn plan_interfaces_become_the_announcer_choice() {
+        let a: IpAddr = "192.0.2.200".parse().unwrap();
+        let b: IpAddr = "2001:db8::200".parse().unwrap();
+        let l2 = BTreeMap::from([(a, vec![]), (b, vec!["eth1".to_string()])]);
+        let owned = owned_set(&l2);
+        assert_eq!(owned[&a], InterfaceChoice::Auto);
+        assert_eq!(owned[&b], InterfaceChoice::Named(BTreeSet::from(["eth1".to_string()])));
+    }
+}

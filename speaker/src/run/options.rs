@@ -1,0 +1,78 @@
+//! What the speaker is started with, in each mode.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::plan::Announcements;
+
+/// Options of both modes.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// This node's name (`--node-name`).
+    pub node_name: String,
+    /// loadBalancerClass served besides "none".
+    pub lb_class: String,
+    /// Membership bind address (`--membership-bind`).
+    pub membership_bind: Option<SocketAddr>,
+    /// Membership key file (`--membership-key-file`); in Kubernetes mode the Secret
+    /// `ferrolb-membership` is read instead when this is absent.
+    pub membership_key_file: Option<PathBuf>,
+    /// `--drain-max-delay`.
+    pub drain_max_delay: Duration,
+    /// `--drain-on-shutdown`.
+    pub drain_on_shutdown: Duration,
+}
+
+impl From<&StaticOptions> for Options {
+    fn from(o: &StaticOptions) -> Self {
+        Options {
+            node_name: o.node_name.clone(),
+            lb_class: o.lb_class.clone(),
+            membership_bind: o.membership_bind,
+            membership_key_file: o.membership_key_file.clone(),
+            drain_max_delay: o.drain_max_delay,
+            drain_on_shutdown: o.drain_on_shutdown,
+        }
+    }
+}
+
+/// Options of Kubernetes mode.
+#[derive(Debug, Clone)]
+pub struct KubeOptions {
+    /// What both modes share.
+    pub options: Options,
+    /// The speaker's namespace (`--namespace`): where Secret `ferrolb-membership` is.
+    pub namespace: String,
+    /// Every new plan is sent here (tests and embedding programs follow it).
+    pub plans: Option<mpsc::UnboundedSender<Announcements>>,
+}
+
+/// Options of static mode.
+#[derive(Debug, Clone)]
+pub struct StaticOptions {
+    /// This node's name (`--node-name`).
+    pub node_name: String,
+    /// The static file (`--static`).
+    pub file: PathBuf,
+    /// loadBalancerClass served besides "none".
+    pub lb_class: String,
+    /// Membership bind address (`--membership-bind`); default `0.0.0.0:7946` (or `[::]:7946`
+    /// when this node has IPv6 InternalIPs only).
+    pub membership_bind: Option<SocketAddr>,
+    /// Membership key file (`--membership-key-file`); needed where L2Advertisements exist.
+    pub membership_key_file: Option<PathBuf>,
+    /// `--drain-max-delay`: the longest a prefix stays announced as draining
+    /// (GRACEFUL_SHUTDOWN) before it is withdrawn even though its cause lingers.
+    pub drain_max_delay: Duration,
+    /// `--drain-on-shutdown`: on SIGTERM, how long every prefix stays announced as
+    /// draining before the sessions close (at most `drain_max_delay`).
+    pub drain_on_shutdown: Duration,
+}
+
+/// Default of `--drain-max-delay`.
+pub const DEFAULT_DRAIN_MAX_DELAY: Duration = Duration::from_secs(30);
+/// Default of `--drain-on-shutdown`.
+pub const DEFAULT_DRAIN_ON_SHUTDOWN: Duration = Duration::from_secs(5);

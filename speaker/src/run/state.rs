@@ -1,0 +1,181 @@
+//! What the event loop owns, and the one path every change ends in: [`State::replan`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ferrolb_proto::bgp::socket::Password;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::drain::{DrainTimers, HANDOVER_GRACE};
+use super::kube::ClusterPart;
+use super::l2::L2Part;
+use super::options::Options;
+use super::rotation;
+use crate::announce::bgp::BgpAnnouncer;
+use crate::cluster::status;
+use crate::metrics::{Metrics, OwnershipLabel, ProtocolLabel};
+use crate::model::ClusterModel;
+use crate::plan::{self, Announcements};
+use crate::readiness;
+
+/// Why the L2 owned set changed (log text and metric label).
+pub(super) struct Cause {
+    pub(super) label: &'static str,
+    pub(super) text: String,
+}
+
+impl Cause {
+    pub(super) fn new(label: &'static str, text: impl Into<String>) -> Self {
+        Cause { label, text: text.into() }
+    }
+}
+
+/// Everything the event loop owns.
+pub(super) struct State {
+    pub(super) opts: Options,
+    /// Static mode: the file.
+    pub(super) file: Option<PathBuf>,
+    /// Kubernetes mode.
+    pub(super) cluster: Option<ClusterPart>,
+    /// Where each new plan is sent, if anywhere.
+    pub(super) plans: Option<mpsc::UnboundedSender<Announcements>>,
+    pub(super) model: ClusterModel,
+    pub(super) passwords: BTreeMap<String, Password>,
+    pub(super) fingerprint: Vec<u8>,
+    pub(super) bgp: BgpAnnouncer,
+    /// Recomputes only the Services the model marks changed.
+    pub(super) planner: plan::Planner,
+    pub(super) plan: Announcements,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) peer_errors: Vec<String>,
+    pub(super) l2: Option<L2Part>,
+    /// The last L2 start error, logged once.
+    pub(super) l2_error: Option<String>,
+    /// When each draining address started draining.
+    pub(super) drains: DrainTimers,
+    /// Key and password rotation ([`rotation`]).
+    pub(super) rotation: rotation::Rotation,
+}
+
+impl State {
+    pub(super) fn new(opts: Options, metrics: Arc<Metrics>) -> Self {
+        State {
+            bgp: BgpAnnouncer::new(&opts.node_name, metrics.clone()),
+            model: ClusterModel::new(&opts.lb_class),
+            passwords: BTreeMap::new(),
+            fingerprint: Vec::new(),
+            plan: Announcements::default(),
+            metrics,
+            peer_errors: Vec::new(),
+            l2: None,
+            l2_error: None,
+            drains: DrainTimers::new(opts.drain_max_delay),
+            rotation: rotation::Rotation::default(),
+            planner: plan::Planner::new(),
+            file: None,
+            cluster: None,
+            plans: None,
+            opts,
+        }
+    }
+
+    /// Plans anew and hands the plan to the announcers, the status writer and the gates.
+    pub(super) async fn replan(&mut self, cause: &Cause) {
+        // The Local chicken-and-egg: this node's pods waiting only for the gate count as
+        // serving (slices and Services change too, so recount on every plan).
+        if let Some(c) = &self.cluster {
+            readiness::apply_gate_pending(&mut self.model, &c.gate.pods, &self.opts.node_name);
+        }
+        let live = self.live_members();
+        let mut new = self.planner.plan(&mut self.model, &self.opts.node_name, &live).clone();
+        self.drains.handle(Instant::now(), &mut new);
+        log_changes(&self.plan, &new);
+        if let Some(p) = &self.l2 {
+            for ip in new.l2.keys().filter(|ip| !self.plan.l2.contains_key(ip)) {
+                tracing::info!(address = %ip, reason = %cause.text, "L2: this node now owns the address");
+                self.metrics
+                    .l2_ownership_changes
+                    .get_or_create(&OwnershipLabel { change: "acquired".into(), reason: cause.label.into() })
+                    .inc();
+            }
+            for ip in self.plan.l2.keys().filter(|ip| !new.l2.contains_key(ip)) {
+                let owner = new.withdrawn.get(ip).cloned().unwrap_or_default();
+                tracing::info!(address = %ip, reason = %cause.text, why = %owner, "L2: this node no longer owns the address");
+                self.metrics
+                    .l2_ownership_changes
+                    .get_or_create(&OwnershipLabel { change: "released".into(), reason: cause.label.into() })
+                    .inc();
+            }
+            p.announcer.apply(&new);
+        }
+        let errors = self.bgp.apply(&self.model, &self.passwords, &new).await;
+        let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        if errors != self.peer_errors {
+            for e in &errors {
+                tracing::error!("{e}");
+            }
+            self.peer_errors = errors;
+        }
+        let bgp_addrs: BTreeSet<IpAddr> = new.bgp_addresses().iter().map(|n| n.addr()).collect();
+        self.metrics
+            .announced
+            .get_or_create(&ProtocolLabel { protocol: "bgp".into() })
+            .set(len_i64(&bgp_addrs));
+        self.metrics.announced.get_or_create(&ProtocolLabel { protocol: "l2".into() }).set(len_i64(&new.l2));
+        if let Some(c) = &self.cluster {
+            let want = status::desired(&self.model, &new, &self.opts.node_name, &c.feed.uids);
+            c.status.send_if_modified(|d| {
+                let differs = d.as_ref() != Some(&want);
+                if differs {
+                    *d = Some(want);
+                }
+                differs
+            });
+        }
+        if let Some(p) = &self.plans {
+            let _ = p.send(new.clone());
+        }
+        self.plan = new;
+        self.update_gates();
+    }
+}
+
+/// One line per address whose announcement or withdrawal reason changed.
+fn log_changes(old: &Announcements, new: &Announcements) {
+    let (o, n) = (old.bgp_addresses(), new.bgp_addresses());
+    for p in n.difference(&o) {
+        let peers: Vec<&str> =
+            new.bgp.iter().filter(|(_, r)| r.contains_key(p)).map(|(n, _)| n.as_str()).collect();
+        tracing::info!(prefix = %p, peers = ?peers, "announcing by BGP");
+    }
+    for p in o.difference(&n) {
+        tracing::info!(prefix = %p, "no longer announcing by BGP");
+    }
+    for (ip, ifs) in &new.l2 {
+        if !old.l2.contains_key(ip) {
+            tracing::info!(address = %ip, interfaces = ?ifs, "this node owns the address for ARP/NDP");
+        }
+    }
+    for (ip, why) in &new.draining {
+        if old.draining.get(ip) != Some(why) {
+            tracing::info!(address = %ip, reason = %why, "draining: announced with GRACEFUL_SHUTDOWN (65535:0) until withdrawn");
+        }
+    }
+    for (ip, why) in &new.l2_draining {
+        if old.l2_draining.get(ip) != Some(why) {
+            tracing::info!(address = %ip, reason = %why, grace = ?HANDOVER_GRACE, "L2 handover: still answering ARP/NDP while the successor announces");
+        }
+    }
+    for (ip, why) in &new.withdrawn {
+        if old.withdrawn.get(ip) != Some(why) {
+            tracing::info!(address = %ip, reason = %why, "not announced");
+        }
+    }
+}
+
+pub(super) fn len_i64<T>(c: impl IntoIterator<Item = T>) -> i64 {
+    i64::try_from(c.into_iter().count()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,71 @@
+//! Static mode: the model comes from a file, re-read whenever it changes.
+
+use std::sync::Arc;
+
+use super::event_loop::{serve, signals};
+use super::options::{Options, StaticOptions};
+use super::state::{Cause, State};
+use crate::error::{SpeakerError, one_line};
+use crate::metrics::{Metrics, ResultLabel};
+use crate::model::static_file;
+
+/// Runs static mode until SIGTERM or SIGINT; sessions end with Cease.
+pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<(), SpeakerError> {
+    let signals = signals()?;
+    let loaded = static_file::load(&opts.file, &opts.lb_class)?;
+    for w in &loaded.warnings {
+        tracing::warn!("{w}");
+    }
+    let changes = static_file::watch(&opts.file).map_err(|source| SpeakerError::Io {
+        what: format!("watching the directory of {}", opts.file.display()),
+        source,
+    })?;
+    metrics.config_loads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
+    let mut state = State::new(Options::from(&opts), metrics.clone());
+    state.model = loaded.model;
+    state.passwords = loaded.passwords;
+    state.fingerprint = loaded.fingerprint;
+    state.file = Some(opts.file.clone());
+    tracing::info!(node = %state.opts.node_name, file = %opts.file.display(), "speaker started in static mode");
+    if !state.model.nodes.contains_key(&state.opts.node_name) {
+        tracing::warn!(
+            node = %state.opts.node_name,
+            "the static file has no Node of this name: nothing will be announced until it does"
+        );
+    }
+    state.ensure_l2().await.map_err(SpeakerError::L2)?;
+    state.replan(&Cause::new("config", "speaker started")).await;
+    metrics.set_ready();
+    serve(state, Some(changes), None, signals).await
+}
+
+impl State {
+    /// Applies the static file when its content changed; an invalid one leaves the last
+    /// good content in force.
+    pub(super) async fn reload(&mut self) {
+        let Some(file) = self.file.clone() else { return };
+        match static_file::load(&file, &self.opts.lb_class) {
+            Ok(l) if l.fingerprint == self.fingerprint => {}
+            Ok(l) => {
+                for w in &l.warnings {
+                    tracing::warn!("{w}");
+                }
+                tracing::info!(file = %file.display(), "static file changed: applying");
+                self.metrics.config_loads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
+                // Only what differs is marked changed: the planner recomputes just that.
+                self.model.replace_with(l.model);
+                self.passwords = l.passwords;
+                self.fingerprint = l.fingerprint;
+                self.ensure_l2_logged().await;
+                self.replan(&Cause::new("config", "static file changed")).await;
+            }
+            Err(e) => {
+                self.metrics.config_loads.get_or_create(&ResultLabel { result: "rejected".into() }).inc();
+                tracing::error!(
+                    "static file rejected, the last good content stays in force: {}",
+                    one_line(&e.to_string())
+                );
+            }
+        }
+    }
+}
