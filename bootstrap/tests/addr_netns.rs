@@ -3,27 +3,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
+mod common;
+
 use std::net::IpAddr;
 
+use common::veth_namespace;
 use ferrolb_bootstrap::addr::{Addresses, Ensured};
-use ferrolb_testbed::netns::Netns;
+use ferrolb_testbed::netns::{Netns, TempNetns};
 
-struct Ns(Netns);
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = self.0.delete();
-    }
-}
-
-fn namespace(role: &str) -> Ns {
-    ferrolb_testbed::lab::check_prerequisites().unwrap();
-    // Named like the testbed's labs so `ferrolb-testbed down --stale` finds leftovers.
-    let name = format!("flb{}x9{}-{role}", std::process::id(), role.len());
-    let ns = Netns::create(&name).unwrap();
-    ns.ip(&["link", "add", "d0", "type", "veth", "peer", "name", "d1"]).unwrap();
-    ns.ip(&["link", "set", "d0", "up"]).unwrap();
-    Ns(ns)
+fn namespace(role: &str) -> TempNetns {
+    veth_namespace(&format!("9{}-{role}", role.len()))
 }
 
 fn has(ns: &Netns, ip: &str) -> bool {
@@ -48,14 +37,14 @@ fn in_ns<T: Send + 'static>(
 #[test]
 fn a_foreign_address_of_the_same_value_is_never_removed() {
     let ns = namespace("foreign");
-    ns.0.ip(&["addr", "add", "192.0.2.200/32", "dev", "d0"]).unwrap();
+    ns.ip(&["addr", "add", "192.0.2.200/32", "dev", "d0"]).unwrap();
     let ip: IpAddr = "192.0.2.200".parse().unwrap();
-    let (ensured, released) = in_ns(&ns.0, move |a| {
+    let (ensured, released) = in_ns(&ns, move |a| {
         Box::pin(async move { (a.ensure("d0", ip, 32).await.unwrap(), a.release("d0", ip).await.unwrap()) })
     });
     assert_eq!(ensured, Ensured::Foreign);
     assert!(!released);
-    assert!(has(&ns.0, "192.0.2.200"), "the foreign address was removed");
+    assert!(has(&ns, "192.0.2.200"), "the foreign address was removed");
 }
 
 #[test]
@@ -63,7 +52,7 @@ fn our_address_is_marked_added_once_and_removed() {
     let ns = namespace("ours");
     let v4: IpAddr = "192.0.2.201".parse().unwrap();
     let v6: IpAddr = "2001:db8::201".parse().unwrap();
-    let (first, second, v6_added) = in_ns(&ns.0, move |a| {
+    let (first, second, v6_added) = in_ns(&ns, move |a| {
         Box::pin(async move {
             (
                 a.ensure("d0", v4, 32).await.unwrap(),
@@ -73,17 +62,17 @@ fn our_address_is_marked_added_once_and_removed() {
         })
     });
     assert_eq!((first, second, v6_added), (Ensured::Added, Ensured::AlreadyOurs, Ensured::Added));
-    assert!(has(&ns.0, "192.0.2.201") && has(&ns.0, "2001:db8::201"));
+    assert!(has(&ns, "192.0.2.201") && has(&ns, "2001:db8::201"));
     // The IPv6 VIP is usable at once: no duplicate address detection, never tentative.
-    let shown = ns.0.ip(&["-o", "-6", "addr", "show", "dev", "d0"]).unwrap();
+    let shown = ns.ip(&["-o", "-6", "addr", "show", "dev", "d0"]).unwrap();
     assert!(
         shown.contains("2001:db8::201/128") && shown.contains("nodad") && !shown.contains("tentative"),
         "{shown}"
     );
     // An address someone else adds later on the same interface stays.
-    ns.0.ip(&["addr", "add", "192.0.2.202/32", "dev", "d0"]).unwrap();
+    ns.ip(&["addr", "add", "192.0.2.202/32", "dev", "d0"]).unwrap();
     let other: IpAddr = "192.0.2.202".parse().unwrap();
-    let (r4, r6, r_other) = in_ns(&ns.0, move |a| {
+    let (r4, r6, r_other) = in_ns(&ns, move |a| {
         Box::pin(async move {
             (
                 a.release("d0", v4).await.unwrap(),
@@ -93,15 +82,15 @@ fn our_address_is_marked_added_once_and_removed() {
         })
     });
     assert_eq!((r4, r6, r_other), (true, true, false));
-    assert!(!has(&ns.0, "192.0.2.201") && !has(&ns.0, "2001:db8::201"));
-    assert!(has(&ns.0, "192.0.2.202"));
+    assert!(!has(&ns, "192.0.2.201") && !has(&ns, "2001:db8::201"));
+    assert!(has(&ns, "192.0.2.202"));
 }
 
 #[test]
 fn the_default_interface_is_the_one_whose_subnet_holds_the_vip() {
     let ns = namespace("iface");
-    ns.0.ip(&["addr", "add", "192.0.2.11/24", "dev", "d0"]).unwrap();
-    let found = in_ns(&ns.0, |a| {
+    ns.ip(&["addr", "add", "192.0.2.11/24", "dev", "d0"]).unwrap();
+    let found = in_ns(&ns, |a| {
         Box::pin(async move {
             (
                 a.interface_for("192.0.2.200".parse().unwrap()).await.unwrap(),

@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use common::{Logs, wait_for};
+use common::{Logs, PATIENCE};
 use ferrolb_bootstrap::credentials::{self, ClientCertificate};
 use ferrolb_bootstrap::metrics::Metrics;
+use ferrolb_fakeapi::wait::until_within;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tracing::instrument::WithSubscriber;
 
@@ -84,7 +85,10 @@ async fn watch(kubeconfig: &Path) -> (Arc<Metrics>, Logs, tokio::task::JoinHandl
     let cert = certificate_of(kubeconfig).await;
     let task =
         tokio::spawn(credentials::watch_expiry(cert, metrics.clone()).with_subscriber(logs.dispatch()));
-    wait_for("the expiry metric", || metrics.client_certificate_expiry.get() != 0).await;
+    until_within("the expiry metric", PATIENCE, || async {
+        (metrics.client_certificate_expiry.get() != 0).then_some(())
+    })
+    .await;
     (metrics, logs, task)
 }
 
@@ -139,7 +143,8 @@ async fn the_warning_repeats_once_a_day() {
     tokio::task::yield_now().await;
     assert_eq!(logs.at("WARN").len(), 1, "not again within the day");
     tokio::time::advance(Duration::from_secs(60)).await;
-    wait_for("the next day's warning", || logs.at("WARN").len() == 2).await;
+    until_within("the next day's warning", PATIENCE, || async { (logs.at("WARN").len() == 2).then_some(()) })
+        .await;
     task.abort();
 }
 

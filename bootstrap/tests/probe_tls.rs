@@ -6,15 +6,7 @@
 use ferrolb_api::HealthCheck;
 use ferrolb_bootstrap::health::{ProbeError, Prober};
 use ferrolb_testbed::https::{HealthServer, TestCa};
-use ferrolb_testbed::netns::Netns;
-
-struct Ns(Netns);
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = self.0.delete();
-    }
-}
+use ferrolb_testbed::netns::{Netns, TempNetns};
 
 fn probe_in(ns: &Netns, hc: HealthCheck) -> Result<(), String> {
     ns.run(move || {
@@ -33,14 +25,14 @@ fn probe_in(ns: &Netns, hc: HealthCheck) -> Result<(), String> {
 #[test]
 fn verifies_the_apiserver_against_the_cluster_ca() {
     ferrolb_testbed::lab::check_prerequisites().unwrap();
-    let ns = Ns(Netns::create(&format!("flb{}x97-probe", std::process::id())).unwrap());
+    let ns = TempNetns::create(&format!("flb{}x97-probe", std::process::id())).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new().unwrap();
     ca.write(dir.path()).unwrap();
     let other = TestCa::new().unwrap();
     std::fs::write(dir.path().join("other.crt"), other.cert_pem()).unwrap();
     let server = HealthServer::start(
-        &ns.0,
+        &ns,
         "127.0.0.1:6443".parse().unwrap(),
         &ca,
         &["kubernetes", "kubernetes.default.svc", "10.96.0.1"],
@@ -53,25 +45,25 @@ fn verifies_the_apiserver_against_the_cluster_ca() {
         ..HealthCheck::default()
     };
 
-    assert_eq!(probe_in(&ns.0, hc("ca.crt", false)), Ok(()));
+    assert_eq!(probe_in(&ns, hc("ca.crt", false)), Ok(()));
     server.set_healthy(false);
-    assert_eq!(probe_in(&ns.0, hc("ca.crt", false)), Err("status 503".into()));
+    assert_eq!(probe_in(&ns, hc("ca.crt", false)), Err("status 503".into()));
     server.set_healthy(true);
 
     // A certificate from another CA is refused...
-    let e = probe_in(&ns.0, hc("other.crt", false)).unwrap_err();
+    let e = probe_in(&ns, hc("other.crt", false)).unwrap_err();
     assert!(e.contains("certificate"), "{e}");
     // ...unless verification is skipped, which only loopback URLs may do.
-    assert_eq!(probe_in(&ns.0, hc("other.crt", true)), Ok(()));
+    assert_eq!(probe_in(&ns, hc("other.crt", true)), Ok(()));
     // A missing CA file is named.
-    let e = probe_in(&ns.0, hc("missing.crt", false)).unwrap_err();
+    let e = probe_in(&ns, hc("missing.crt", false)).unwrap_err();
     assert!(e.contains("missing.crt"), "{e}");
     // A CA that appears later (kubeadm init writes it after the static pod started) is
     // picked up by the same prober.
     let late = hc("late.crt", false);
     let (ca_src, ca_dst) = (dir.path().join("ca.crt"), dir.path().join("late.crt"));
-    let (before, after) =
-        ns.0.run(move || {
+    let (before, after) = ns
+        .run(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
                 let p = Prober::new(&late, "kubernetes").unwrap();
@@ -86,6 +78,6 @@ fn verifies_the_apiserver_against_the_cluster_ca() {
     // Nothing listening: a clear failure, not a hang.
     let mut closed = hc("ca.crt", false);
     closed.url = "https://127.0.0.1:6444/readyz".into();
-    assert!(probe_in(&ns.0, closed).is_err());
+    assert!(probe_in(&ns, closed).is_err());
     assert!(server.requests() >= 4);
 }

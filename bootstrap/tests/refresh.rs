@@ -9,12 +9,13 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Logs, wait_for};
+use common::{Logs, PATIENCE};
 use ferrolb_api::{BgpPeer, BgpPeerSpec, ControlPlaneVip, ControlPlaneVipBgp, ControlPlaneVipSpec, VipMode};
 use ferrolb_bootstrap::checkpoint;
 use ferrolb_bootstrap::metrics::Metrics;
 use ferrolb_bootstrap::refresh::{self, CALL_TIMEOUT, Outcome, RefreshError};
 use ferrolb_fakeapi::FakeApiServer;
+use ferrolb_fakeapi::wait::until_within;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use tracing::instrument::WithSubscriber;
@@ -85,7 +86,7 @@ async fn a_changed_vip_rewrites_the_checkpoint_and_keeps_prev() {
         Some(written_tx),
         Arc::new(Metrics::new()),
     ));
-    wait_for("the first checkpoint", || path.exists()).await;
+    until_within("the first checkpoint", PATIENCE, || async { path.exists().then_some(()) }).await;
     let first = checkpoint::load(&path).unwrap();
     assert_eq!(first.vip().spec.address, "203.0.113.100");
     let peer_names: Vec<String> = first.config.peers.iter().map(kube::ResourceExt::name_any).collect();
@@ -101,14 +102,15 @@ async fn a_changed_vip_rewrites_the_checkpoint_and_keeps_prev() {
     )
     .await
     .unwrap();
-    wait_for("the refreshed checkpoint", || {
-        std::fs::read_to_string(&path).is_ok_and(|t| t.contains("203.0.113.101"))
+    until_within("the refreshed checkpoint", PATIENCE, || async {
+        std::fs::read_to_string(&path).is_ok_and(|t| t.contains("203.0.113.101")).then_some(())
     })
     .await;
     assert_eq!(std::fs::read_to_string(checkpoint::prev_path(&path)).unwrap(), first_text);
     assert_eq!(checkpoint::load(&path).unwrap().vip().spec.address, "203.0.113.101");
     // The running announcer is told about each rewrite.
-    wait_for("two rewrites signalled", || *written.borrow() == 2).await;
+    until_within("two rewrites signalled", PATIENCE, || async { (*written.borrow() == 2).then_some(()) })
+        .await;
     // No temp files left behind.
     let names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -218,7 +220,10 @@ async fn a_failing_refresh_is_counted_and_logged_at_warn_once() {
         refresh::run(client, "apiserver".into(), path.clone(), resync, None, metrics.clone())
             .with_subscriber(logs.dispatch()),
     );
-    wait_for("three failed refreshes counted", || metrics.refresh_errors("api") >= 3).await;
+    until_within("three failed refreshes counted", PATIENCE, || async {
+        (metrics.refresh_errors("api") >= 3).then_some(())
+    })
+    .await;
     let warnings = logs.at("WARN");
     assert_eq!(warnings.len(), 1, "the same failure is logged once: {:#?}", logs.lines());
     assert!(
@@ -239,7 +244,10 @@ async fn a_failing_refresh_is_counted_and_logged_at_warn_once() {
 
     // Back: the checkpoint is written, and the recovery logged.
     server.set_unavailable(false);
-    wait_for("the checkpoint", || path.exists()).await;
-    wait_for("the recovery logged", || logs.at("INFO").iter().any(|l| l.contains("works again"))).await;
+    until_within("the checkpoint", PATIENCE, || async { path.exists().then_some(()) }).await;
+    until_within("the recovery logged", PATIENCE, || async {
+        logs.at("INFO").iter().any(|l| l.contains("works again")).then_some(())
+    })
+    .await;
     task.abort();
 }

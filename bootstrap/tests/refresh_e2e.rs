@@ -5,35 +5,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
+use common::{on_d0, veth_namespace};
 use ferrolb_api::{ControlPlaneVip, Object};
 use ferrolb_fakeapi::FakeApiServer;
 use ferrolb_testbed::https::{HealthServer, TestCa};
 use ferrolb_testbed::netns::{self, Netns};
 use ferrolb_testbed::process::{Proc, Spawn};
+use ferrolb_testbed::wait;
 use http_body_util::BodyExt;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use nix::sys::signal::Signal;
-
-struct Ns(Netns);
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = self.0.delete();
-    }
-}
-
-fn wait(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < Duration::from_secs(30), "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// Serves `server` over HTTPS on 127.0.0.1:6443 inside `ns`; creates the checkpoint's
 /// objects first, then patches the VIP address when told.
@@ -120,22 +108,17 @@ fn serve_fake_apiserver(
     tx
 }
 
-fn on_d0(ns: &Netns, ip: &str) -> bool {
-    ns.ip(&["-o", "addr", "show", "dev", "d0"]).unwrap().contains(&format!(" {ip}/32"))
-}
+/// How long a wait may take (a bound, not a speed check).
+const T: Duration = Duration::from_secs(30);
 
 #[test]
 fn the_binary_refreshes_its_checkpoint_and_moves_to_the_new_vip() {
-    ferrolb_testbed::lab::check_prerequisites().unwrap();
-    let ns = Ns(Netns::create(&format!("flb{}x96-e2e", std::process::id())).unwrap());
-    ns.0.ip(&["link", "add", "d0", "type", "veth", "peer", "name", "d1"]).unwrap();
-    ns.0.ip(&["link", "set", "d0", "up"]).unwrap();
-    ns.0.ip(&["addr", "add", "192.0.2.11/24", "dev", "d0"]).unwrap();
+    let ns = veth_namespace("96-e2e");
+    ns.ip(&["addr", "add", "192.0.2.11/24", "dev", "d0"]).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new().unwrap();
     ca.write(dir.path()).unwrap();
-    let _health =
-        HealthServer::start(&ns.0, "127.0.0.1:6444".parse().unwrap(), &ca, &["kubernetes"]).unwrap();
+    let _health = HealthServer::start(&ns, "127.0.0.1:6444".parse().unwrap(), &ca, &["kubernetes"]).unwrap();
     let cp = dir.path().join("bootstrap/checkpoint.yaml");
     let bin = env!("CARGO_BIN_EXE_ferrolb-bootstrap");
     let (cps, ca_crt, ca_key) = (
@@ -172,35 +155,38 @@ fn the_binary_refreshes_its_checkpoint_and_moves_to_the_new_vip() {
         .output()
         .unwrap();
     assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
-    let set_address = serve_fake_apiserver(&ns.0, &ca, &cp);
+    let set_address = serve_fake_apiserver(&ns, &ca, &cp);
 
     let spec = Spawn::new("bootstrap", &[bin, "run", "--checkpoint", &cps, "--node-name", "node1"])
         .env("RUST_LOG", "info,ferrolb_bootstrap=debug");
-    let mut p = Proc::start(&ns.0, dir.path(), &spec).unwrap();
-    wait("the VIP on d0", || on_d0(&ns.0, "192.0.2.200"));
+    let mut p = Proc::start(&ns, dir.path(), &spec).unwrap();
+    wait::until_holds("the VIP on d0", T, || on_d0(&ns, "192.0.2.200")).unwrap();
 
     let first = std::fs::read_to_string(&cp).unwrap();
     set_address.send("192.0.2.201".into()).unwrap();
-    wait("the refreshed checkpoint", || {
+    wait::until_holds("the refreshed checkpoint", T, || {
         std::fs::read_to_string(&cp).is_ok_and(|t| t.contains("192.0.2.201"))
-    });
+    })
+    .unwrap();
     assert_eq!(std::fs::read_to_string(ferrolb_bootstrap::checkpoint::prev_path(&cp)).unwrap(), first);
-    wait("the new VIP on d0 and the old one gone", || {
-        on_d0(&ns.0, "192.0.2.201") && !on_d0(&ns.0, "192.0.2.200")
-    });
+    wait::until_holds("the new VIP on d0 and the old one gone", T, || {
+        on_d0(&ns, "192.0.2.201") && !on_d0(&ns, "192.0.2.200")
+    })
+    .unwrap();
     assert!(p.logs().contains("checkpoint changed"), "{}", p.logs());
     // The metrics say so too: a second checkpoint generation, at least one refresh.
     let metrics = || {
         let addr = "127.0.0.1:7949".parse().unwrap();
-        ferrolb_testbed::client::http_get(&ns.0, addr, "/metrics", Duration::from_secs(2)).unwrap_or_default()
+        ferrolb_testbed::client::http_get(&ns, addr, "/metrics", Duration::from_secs(2)).unwrap_or_default()
     };
-    wait("checkpoint generation 2 in the metrics", || {
+    wait::until_holds("checkpoint generation 2 in the metrics", T, || {
         let m = metrics();
         m.lines().any(|l| l == "ferrolb_bootstrap_checkpoint_generation 2")
             && m.lines()
                 .any(|l| l.starts_with("ferrolb_bootstrap_checkpoint_refreshes_total ") && !l.ends_with(" 0"))
             && m.lines().any(|l| l == "ferrolb_bootstrap_vip_owned 1")
-    });
+    })
+    .unwrap();
     // The client certificate `checkpoint init` made (a year) is exported and not warned about.
     let now =
         i64::try_from(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()).unwrap();
@@ -215,5 +201,5 @@ fn the_binary_refreshes_its_checkpoint_and_moves_to_the_new_vip() {
     p.signal(Signal::SIGTERM);
     let status = p.wait_exit(Duration::from_secs(20)).expect("no exit on SIGTERM");
     assert!(status.success(), "{status:?}\n{}", p.logs());
-    assert!(!on_d0(&ns.0, "192.0.2.201"), "the VIP stayed after SIGTERM");
+    assert!(!on_d0(&ns, "192.0.2.201"), "the VIP stayed after SIGTERM");
 }

@@ -10,29 +10,11 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use ferrolb_api::ANNOTATION_ALLOW_SHARED_IP;
+use ferrolb_testbed::rng::Rng;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
-
-/// splitmix64: a seeded generator so a failing run can be replayed exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
-        &v[self.below(v.len() as u64) as usize]
-    }
-}
 
 const NAMESPACES: [&str; 2] = ["churn-a", "churn-b"];
 
@@ -141,7 +123,7 @@ async fn killed_at_random_points_during_churn_of_1000_services() {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
     });
     println!("crash test seed: {seed} (rerun with FERROLB_CRASH_SEED={seed})");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let started = Instant::now();
 
     let (client, server) = cluster().await;
@@ -166,7 +148,7 @@ async fn killed_at_random_points_during_churn_of_1000_services() {
             let api: Api<Service> = Api::namespaced(client.clone(), &ns);
             api.patch(&name, &PatchParams::default(), &Patch::Merge(random_update(&mut rng))).await.unwrap();
         } else if roll < 97 {
-            let i = rng.below(live.len() as u64) as usize;
+            let i = rng.index(live.len());
             let (ns, name) = live.swap_remove(i);
             Api::<Service>::namespaced(client.clone(), &ns)
                 .delete(&name, &DeleteParams::default())

@@ -20,6 +20,7 @@ mod resource;
 mod selector;
 mod service;
 mod store;
+pub mod wait;
 mod watch;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -11,6 +11,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::watcher;
 use serde_json::json;
 
+use ferrolb_fakeapi::wait::until;
 use ferrolb_fakeapi::{FakeApiServer, ROOT_CA_CONFIGMAP, Verb};
 
 fn cm(name: &str) -> ConfigMap {
@@ -45,8 +46,10 @@ async fn hanging_requests_wait_for_the_apiserver_to_return() {
     let (client, fake) = FakeApiServer::new().client();
     let cms: Api<ConfigMap> = Api::default_namespaced(client);
     fake.set_hanging(true);
+    let before = fake.total_requests();
     let pending = tokio::spawn(async move { cms.create(&PostParams::default(), &cm("late")).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Proof the request reached the apiserver (which holds it) before asserting it waits.
+    until("the request to arrive", || async { (fake.total_requests() > before).then_some(()) }).await;
     assert!(!pending.is_finished());
     assert!(fake.get_json("v1", "configmaps", Some("default"), "late").is_none());
     fake.set_hanging(false);

@@ -14,14 +14,17 @@ use std::time::Duration;
 use ferrolb_api::{
     AnnouncementProtocol, Object, ServiceAnnouncement, ServiceAnnouncementSpec, ServiceRef, parse_stream,
 };
+use ferrolb_fakeapi::wait::until;
 use ferrolb_fakeapi::{FakeApiServer, FakeService, ResponseBody};
 use ferrolb_speaker::cluster::{self, Feed};
 use ferrolb_speaker::metrics::{KindLabel, Metrics};
 use ferrolb_speaker::model::{ClusterModel, DEFAULT_LB_CLASS};
 use ferrolb_speaker::plan::Announcements;
-use ferrolb_speaker::speaker::{self, KubeOptions, Options};
-use ferrolb_testbed::netns::{Netns, PREFIX};
-use k8s_openapi::api::core::v1::{Node, Service};
+use ferrolb_speaker::run::{self, KubeOptions, Options};
+use ferrolb_testbed::fixtures::TWO_RACKS;
+use ferrolb_testbed::kubeapi;
+use ferrolb_testbed::netns::{PREFIX, TempNetns};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -29,66 +32,6 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{CustomResourceExt, Resource, ResourceExt};
 use serde_json::json;
 use std::sync::Mutex;
-
-const OBJECTS: &str = r#"
-apiVersion: v1
-kind: Node
-metadata: {name: node1, labels: {rack: a}}
-status:
-  conditions: [{type: Ready, status: "True"}]
-  addresses: [{type: InternalIP, address: 192.0.2.11}]
----
-apiVersion: v1
-kind: Node
-metadata: {name: node2, labels: {rack: b}}
-status:
-  conditions: [{type: Ready, status: "True"}]
-  addresses: [{type: InternalIP, address: 192.0.2.12}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: default, labels: {app: web}}
-spec: {type: LoadBalancer, ports: [{port: 80, protocol: TCP}]}
-status: {loadBalancer: {ingress: [{ip: 203.0.113.10}]}}
----
-apiVersion: v1
-kind: Service
-metadata: {name: local, namespace: default}
-spec: {type: LoadBalancer, externalTrafficPolicy: Local, ports: [{port: 53, protocol: UDP}]}
-status: {loadBalancer: {ingress: [{ip: 203.0.113.20}]}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: local-a, namespace: default, labels: {kubernetes.io/service-name: local}}
-addressType: IPv4
-endpoints:
-- {addresses: [10.0.0.1], nodeName: node1, conditions: {ready: true}}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: IPAddressPool
-metadata: {name: public}
-spec: {addresses: [203.0.113.0/24]}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: BGPPeer
-metadata: {name: router-a}
-spec: {myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.1, bfdProfile: fast}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: BFDProfile
-metadata: {name: fast}
-spec: {receiveInterval: 300ms}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: BGPAdvertisement
-metadata: {name: public}
-spec: {ipAddressPools: [public], communities: ["64512:100"]}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: L2Advertisement
-metadata: {name: lan}
-spec: {ipAddressPools: [public], nodeSelectors: [{matchLabels: {rack: none}}]}
-"#;
 
 /// Serves every ferrolb kind except those named in `skip`.
 fn register_crds(server: &FakeApiServer, skip: &[&str]) {
@@ -105,61 +48,22 @@ fn without_bfd(text: &str) -> String {
     docs.join("\n---\n").replace(", bfdProfile: fast", "")
 }
 
-/// Creates every object of the stream (status through the status subresource, as the
-/// controller and the kubelet write it).
-async fn create_all(client: &kube::Client, text: &str) {
-    let pp = PostParams::default();
-    let status = |s: serde_json::Value| Patch::Merge(json!({ "status": s }));
-    for (_, o) in parse_stream("objects.yaml", text).unwrap().objects {
-        match o {
-            Object::Node(n) => {
-                let api: Api<Node> = Api::all(client.clone());
-                api.create(&pp, &n).await.unwrap();
-                let st = serde_json::to_value(&n.status).unwrap();
-                api.patch_status(&n.name_any(), &PatchParams::default(), &status(st)).await.unwrap();
-            }
-            Object::Service(s) => {
-                let api: Api<Service> = Api::namespaced(client.clone(), &s.namespace().unwrap());
-                api.create(&pp, &s).await.unwrap();
-                let st = serde_json::to_value(&s.status).unwrap();
-                api.patch_status(&s.name_any(), &PatchParams::default(), &status(st)).await.unwrap();
-            }
-            Object::EndpointSlice(e) => {
-                Api::<EndpointSlice>::namespaced(client.clone(), &e.namespace().unwrap())
-                    .create(&pp, &e)
-                    .await
-                    .unwrap();
-            }
-            Object::IpAddressPool(x) => drop(Api::all(client.clone()).create(&pp, &x).await.unwrap()),
-            Object::BgpPeer(x) => drop(Api::all(client.clone()).create(&pp, &x).await.unwrap()),
-            Object::BgpAdvertisement(x) => drop(Api::all(client.clone()).create(&pp, &x).await.unwrap()),
-            Object::L2Advertisement(x) => drop(Api::all(client.clone()).create(&pp, &x).await.unwrap()),
-            Object::BfdProfile(x) => drop(Api::all(client.clone()).create(&pp, &x).await.unwrap()),
-            other => panic!("unexpected {}", other.kind()),
-        }
+/// Applies what the watchers send to a fresh model until every kind was listed once.
+async fn synced(rx: &mut tokio::sync::mpsc::Receiver<cluster::Update>) -> (Feed, ClusterModel) {
+    let mut feed = Feed::default();
+    let mut model = ClusterModel::new(DEFAULT_LB_CLASS);
+    while !feed.synced() {
+        let u = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap();
+        feed.apply(&mut model, u);
     }
-}
-
-async fn until<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    (feed, model)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_model_from_the_api_equals_the_model_from_the_same_objects_as_a_static_file() {
     let (client, server) = FakeApiServer::new().client();
     register_crds(&server, &[]);
-    create_all(&client, OBJECTS).await;
+    kubeapi::apply_stream(&client, TWO_RACKS).await.unwrap();
     // Objects outside ferrolb's concern change nothing: a ClusterIP Service.
     let other = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "internal", "namespace": "default"},
         "spec": {"type": "ClusterIP"}});
@@ -170,13 +74,8 @@ async fn the_model_from_the_api_equals_the_model_from_the_same_objects_as_a_stat
 
     let (tx, mut rx) = cluster::channel();
     let _watchers = cluster::spawn_watchers(&client, &tx);
-    let mut feed = Feed::default();
-    let mut model = ClusterModel::new(DEFAULT_LB_CLASS);
-    while !feed.synced() {
-        let u = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap();
-        feed.apply(&mut model, u);
-    }
-    let stream = parse_stream("objects.yaml", OBJECTS).unwrap();
+    let (_, model) = synced(&mut rx).await;
+    let stream = parse_stream("objects.yaml", TWO_RACKS).unwrap();
     let from_file = ClusterModel::from_stream(&stream, "objects.yaml", DEFAULT_LB_CLASS).unwrap();
     assert_eq!(model, from_file);
     assert!(
@@ -190,12 +89,7 @@ async fn a_stalled_event_loop_holds_back_the_watchers_instead_of_queueing_withou
     register_crds(&server, &[]);
     let (tx, mut rx) = cluster::channel();
     let _watchers = cluster::spawn_watchers(&client, &tx);
-    let mut feed = Feed::default();
-    let mut model = ClusterModel::new(DEFAULT_LB_CLASS);
-    while !feed.synced() {
-        let u = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap();
-        feed.apply(&mut model, u);
-    }
+    let (mut feed, mut model) = synced(&mut rx).await;
     // The event loop stalls while a burst four times the queue's depth is created.
     let burst = 4 * cluster::UPDATE_QUEUE;
     let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
@@ -260,14 +154,8 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = ()>,
 {
-    struct Guard(Netns);
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            let _ = self.0.delete();
-        }
-    }
-    let ns = Guard(Netns::create(&format!("{PREFIX}{}xkm-{tag}", std::process::id())).unwrap());
-    ns.0.run(move || {
+    let ns = TempNetns::create(&format!("{PREFIX}{}xkm-{tag}", std::process::id())).unwrap();
+    ns.run(move || {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         rt.block_on(body());
     })
@@ -351,10 +239,10 @@ fn announced(plan: &Announcements) -> BTreeSet<String> {
 #[test]
 fn announcements_status_events_crash_consistency_and_an_apiserver_outage() {
     in_netns("status", || async {
-        let (client, server) = FakeApiServer::new().client();
+        let (client, server) = FakeApiServer::new().with_request_log().client();
         // BFDProfiles are not served yet: the speaker must wait for every list.
         register_crds(&server, &["BFDProfile"]);
-        create_all(&client, &without_bfd(OBJECTS)).await;
+        kubeapi::apply_stream(&client, &without_bfd(TWO_RACKS)).await.unwrap();
         let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
         let web = svcs.get("web").await.unwrap();
         let sas: Api<ServiceAnnouncement> = Api::namespaced(client.clone(), "default");
@@ -382,13 +270,13 @@ fn announcements_status_events_crash_consistency_and_an_apiserver_outage() {
                 lb_class: DEFAULT_LB_CLASS.into(),
                 membership_bind: None,
                 membership_key_file: None,
-                drain_max_delay: speaker::DEFAULT_DRAIN_MAX_DELAY,
-                drain_on_shutdown: speaker::DEFAULT_DRAIN_ON_SHUTDOWN,
+                drain_max_delay: run::DEFAULT_DRAIN_MAX_DELAY,
+                drain_on_shutdown: run::DEFAULT_DRAIN_ON_SHUTDOWN,
             },
             namespace: "ferrolb-system".into(),
             plans: Some(plans_tx),
         };
-        let run = tokio::spawn(speaker::run_kube(opts, speaker_client, metrics.clone()));
+        let run = tokio::spawn(run::run_kube(opts, speaker_client, metrics.clone()));
 
         // Not every kind listed: not ready, nothing planned, nothing written or deleted.
         until("the BFDProfile watch to fail", || async {
@@ -396,7 +284,24 @@ fn announcements_status_events_crash_consistency_and_an_apiserver_outage() {
                 .then_some(())
         })
         .await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Proof the other kinds were processed: each was listed, and its watch opened.
+        until("every other kind listed and watched", || async {
+            let log = server.request_log();
+            let watched = |plural: &str| {
+                log.iter().any(|r| r.verb == Some(ferrolb_fakeapi::Verb::Watch) && r.path.ends_with(plural))
+            };
+            const OTHERS: [&str; 7] = [
+                "nodes",
+                "services",
+                "endpointslices",
+                "ipaddresspools",
+                "bgppeers",
+                "bgpadvertisements",
+                "l2advertisements",
+            ];
+            OTHERS.into_iter().all(watched).then_some(())
+        })
+        .await;
         assert!(!metrics.is_ready());
         assert_eq!(plans.count(), 0, "planned before every kind was listed");
         assert_eq!(announcements(&client).await.len(), 3);
@@ -448,10 +353,11 @@ fn announcements_status_events_crash_consistency_and_an_apiserver_outage() {
         let note =
             until("a Withdrawn event", || event_note(&client, "local", "Withdrawn", "203.0.113.20")).await;
         assert!(note.contains("no serving endpoint on node node1"), "{note}");
-        let slice = parse_stream("s.yaml", OBJECTS).unwrap().objects.into_iter().find_map(|(_, o)| match o {
-            Object::EndpointSlice(e) => Some(*e),
-            _ => None,
-        });
+        let slice =
+            parse_stream("s.yaml", TWO_RACKS).unwrap().objects.into_iter().find_map(|(_, o)| match o {
+                Object::EndpointSlice(e) => Some(*e),
+                _ => None,
+            });
         slices.create(&pp, &slice.unwrap()).await.unwrap();
         until("local announced again", || async {
             plans.latest().filter(|p| announced(p).contains("203.0.113.20"))

@@ -5,8 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -16,8 +14,8 @@ use ferrolb_proto::l2::{InterfaceChoice, L2Announcer, L2Config, L2Metrics, L2Sta
 use ferrolb_proto::membership::MembershipKey;
 use ferrolb_proto::membership::{DEFAULT_PORT, Membership, MembershipConfig, MembershipMetrics, Seed};
 use ferrolb_testbed::client::{self, ProbeStream};
+use ferrolb_testbed::runtime::NsRuntime;
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
-use support::NsRuntime;
 use tokio::sync::watch;
 
 const T: Duration = Duration::from_secs(20);
@@ -66,6 +64,7 @@ fn speaker(lab: &Lab, i: usize, n: usize) -> (watch::Receiver<L2Status>, NsRunti
         });
         status
     })
+    .unwrap()
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -105,13 +104,13 @@ fn survivor_takes_over_when_the_owner_dies() {
         client::wait_neighbour_mac(lab.client(), "eth0", vip(), &plan::node_mac(owner), T).unwrap();
 
         let probe = ProbeStream::start(lab.client(), vip(), Duration::from_millis(10)).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        probe.wait_sent(30, T).unwrap();
         println!("  killing {owner_name}");
         // The owner's node dies: its speaker stops and its link goes down.
         lab.node(owner).ip(&["link", "set", "eth0", "down"]).unwrap();
         owner_rt.stop();
         client::wait_neighbour_mac(lab.client(), "eth0", vip(), &plan::node_mac(survivor), T).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        probe.wait_sent(30, T).unwrap();
         let report = probe.stop(Duration::from_millis(100));
         println!(
             "trial {trial}: owner {owner_name} died; client outage {:?} ({} of {} probes lost)",

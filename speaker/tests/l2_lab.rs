@@ -4,8 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::time::Duration;
@@ -15,9 +13,9 @@ use ferrolb_proto::l2::{
 };
 use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::netns::Netns;
+use ferrolb_testbed::runtime::NsRuntime;
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use support::NsRuntime;
 
 const T: Duration = Duration::from_secs(20);
 
@@ -42,7 +40,8 @@ struct Node {
 fn announcer(ns: &Netns) -> Node {
     let metrics = L2Metrics::default();
     let m = metrics.clone();
-    let (handle, rt) = NsRuntime::start(ns, move || L2Announcer::spawn(L2Config::default(), m).unwrap());
+    let (handle, rt) =
+        NsRuntime::start(ns, move || L2Announcer::spawn(L2Config::default(), m).unwrap()).unwrap();
     Node { handle, metrics, _rt: rt }
 }
 
@@ -60,16 +59,6 @@ fn wait_announced(node: &Node, addrs: &[IpAddr]) -> L2Status {
         },
     )
     .unwrap()
-}
-
-/// MACs that answered `arping` for `addr` from the client.
-fn arping_macs(lab: &Lab, addr: IpAddr, count: u32) -> BTreeSet<String> {
-    client::arp_responders(lab.client(), "eth0", addr, count).unwrap()
-}
-
-/// Every link-layer address that answers `ndisc6` for `addr` from the client.
-fn ndisc6_macs(lab: &Lab, addr: IpAddr) -> BTreeSet<String> {
-    client::ndp_responders(lab.client(), "eth0", addr).unwrap()
 }
 
 fn ping(lab: &Lab, addr: IpAddr) {
@@ -91,8 +80,8 @@ fn client_resolves_to_the_owner_only_and_follows_a_takeover() {
     wait_announced(&node1, &[vip4(), vip6()]);
 
     // Exactly one MAC answers, the owner's; the kernel of node2 stays silent too.
-    assert_eq!(arping_macs(&lab, vip4(), 3), BTreeSet::from([mac1.clone()]));
-    assert_eq!(ndisc6_macs(&lab, vip6()), BTreeSet::from([mac1.clone()]));
+    assert_eq!(lab.arp_answers(vip4(), 3).unwrap(), BTreeSet::from([mac1.clone()]));
+    assert_eq!(lab.ndp_answers(vip6()).unwrap(), BTreeSet::from([mac1.clone()]));
     for vip in [vip4(), vip6()] {
         ping(&lab, vip);
         client::wait_neighbour_mac(lab.client(), "eth0", vip, &mac1, T).unwrap();
@@ -107,7 +96,9 @@ fn client_resolves_to_the_owner_only_and_follows_a_takeover() {
     // Takeover, make before break: node2 owns first, then node1 lets go.
     let probe4 = ProbeStream::start(lab.client(), vip4(), Duration::from_millis(10)).unwrap();
     let probe6 = ProbeStream::start(lab.client(), vip6(), Duration::from_millis(10)).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    for p in [&probe4, &probe6] {
+        p.wait_sent(20, T).unwrap();
+    }
     let replies1 = node1.metrics.replies_sent(vip4());
     node2.handle.set_owned(both());
     node1.handle.set_owned(Owned::new());
@@ -115,7 +106,9 @@ fn client_resolves_to_the_owner_only_and_follows_a_takeover() {
         client::wait_neighbour_mac(lab.client(), "eth0", vip, &mac2, T).unwrap();
     }
     wait_announced(&node2, &[vip4(), vip6()]);
-    std::thread::sleep(Duration::from_millis(200));
+    for p in [&probe4, &probe6] {
+        p.wait_sent(20, T).unwrap();
+    }
     for (name, p) in [("IPv4", probe4), ("IPv6", probe6)] {
         let r = p.stop(Duration::from_millis(100));
         println!(
@@ -136,8 +129,8 @@ fn client_resolves_to_the_owner_only_and_follows_a_takeover() {
         settled <= replies1 + 1,
         "old owner kept answering: {settled} replies, {replies1} before the handover"
     );
-    assert_eq!(arping_macs(&lab, vip4(), 2), BTreeSet::from([mac2.clone()]));
-    assert_eq!(ndisc6_macs(&lab, vip6()), BTreeSet::from([mac2.clone()]));
+    assert_eq!(lab.arp_answers(vip4(), 2).unwrap(), BTreeSet::from([mac2.clone()]));
+    assert_eq!(lab.ndp_answers(vip6()).unwrap(), BTreeSet::from([mac2.clone()]));
     assert_eq!(node1.metrics.replies_sent(vip4()), settled, "old owner must stop answering at once");
 }
 
@@ -243,7 +236,7 @@ fn malformed_arp_and_ndp_are_ignored() {
         |(a, n)| *a == 1 && *n == 1,
     )
     .unwrap();
-    assert_eq!(ndisc6_macs(&lab, vip6()), BTreeSet::from([plan::node_mac(1)]));
+    assert_eq!(lab.ndp_answers(vip6()).unwrap(), BTreeSet::from([plan::node_mac(1)]));
 }
 
 #[test]

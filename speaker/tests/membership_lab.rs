@@ -3,8 +3,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -15,8 +13,8 @@ use ferrolb_proto::membership::{
     DEFAULT_PORT, Membership, MembershipConfig, MembershipHandle, MembershipMetrics, Seed,
 };
 use ferrolb_testbed::netns::Netns;
+use ferrolb_testbed::runtime::{NsRuntime, block_on};
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
-use support::{NsRuntime, block_on};
 
 const T: Duration = Duration::from_secs(20);
 const KEY: &str = "lab-membership-key-0123456789abcdef";
@@ -40,7 +38,7 @@ fn member(ns: &Netns, name: &str, me: SocketAddr, seeds: Vec<Seed>, key: &str) -
     let m = metrics.clone();
     let mut cfg = MembershipConfig::new(name, me, seeds, MembershipKey::parse(key).unwrap());
     cfg.bind = me;
-    let (handle, rt) = NsRuntime::start(ns, move || Membership::spawn(cfg, m).unwrap());
+    let (handle, rt) = NsRuntime::start(ns, move || Membership::spawn(cfg, m).unwrap()).unwrap();
     Member { handle: Some(handle), metrics, rt: Some(rt) }
 }
 
@@ -109,7 +107,7 @@ fn members_see_each_other_and_converge_after_failures() {
 
     // Graceful leave of node3: dropped at once.
     let t0 = Instant::now();
-    block_on(n3.handle.take().unwrap().leave());
+    block_on(n3.handle.take().unwrap().leave()).unwrap();
     wait_all(&[&n1], &set(&[1]), "node3 left");
     println!("graceful leave seen after {:?}", t0.elapsed());
     assert_eq!(n1.metrics.size(), 1);

@@ -8,60 +8,23 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferrolb_fakeapi::wait::{until, until_watched_within};
 use ferrolb_fakeapi::{FakeApiServer, Verb};
 use ferrolb_speaker::announce::Announced;
 use ferrolb_speaker::announce::bgp::BgpAnnounced;
+use ferrolb_speaker::cluster::readiness::Readiness;
 use ferrolb_speaker::model::ClusterModel;
 use ferrolb_speaker::plan;
-use ferrolb_speaker::readiness::{self, CONDITION_TYPE, Inputs, Readiness, RemoteAnnounced, reason};
+use ferrolb_speaker::readiness::{self, CONDITION_TYPE, Inputs, RemoteAnnounced, reason};
+use ferrolb_testbed::fixtures::SHOP;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 const ME: &str = "node1";
 
-const FIXTURE: &str = r#"
-apiVersion: v1
-kind: Node
-metadata: {name: node1}
-status:
-  conditions: [{type: Ready, status: "True"}]
-  addresses: [{type: InternalIP, address: 192.0.2.11}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: shop, namespace: default}
-spec: {type: LoadBalancer, externalTrafficPolicy: Local, selector: {app: shop}}
-status: {loadBalancer: {ingress: [{ip: 203.0.113.20}]}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: shop-1, namespace: default, labels: {kubernetes.io/service-name: shop}}
-addressType: IPv4
-endpoints:
-- addresses: [10.0.0.5]
-  nodeName: node1
-  conditions: {ready: false, serving: false}
-  targetRef: {kind: Pod, name: shop-0, namespace: default}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: IPAddressPool
-metadata: {name: public}
-spec: {addresses: [203.0.113.0/24]}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: BGPPeer
-metadata: {name: router-a}
-spec: {myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.1}
----
-apiVersion: ferrolb.io/v1alpha1
-kind: BGPAdvertisement
-metadata: {name: public}
-spec: {ipAddressPools: [public]}
-"#;
-
 fn model() -> ClusterModel {
-    let s = ferrolb_api::parse_stream("static.yaml", FIXTURE).unwrap();
+    let s = ferrolb_api::parse_stream("static.yaml", SHOP).unwrap();
     ClusterModel::from_stream(&s, "static.yaml", ferrolb_speaker::model::DEFAULT_LB_CLASS).unwrap()
 }
 
@@ -92,21 +55,23 @@ fn stored(server: &FakeApiServer, name: &str) -> Value {
     server.get_json("v1", "pods", Some("default"), name).expect("pod stored")
 }
 
+/// The types of the stored pod's conditions, in order.
+fn condition_types(server: &FakeApiServer, name: &str) -> Vec<Value> {
+    stored(server, name)["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].clone())
+        .collect()
+}
+
 fn gate_of(pod: &Value) -> Option<Value> {
     pod["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == CONDITION_TYPE).cloned()
 }
 
 /// Waits until the stored pod's gate condition satisfies `f`.
 async fn wait_gate(server: &FakeApiServer, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..500 {
-        if let Some(c) = gate_of(&stored(server, name))
-            && f(&c)
-        {
-            return c;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting for {what}; pod now: {}", stored(server, name));
+    until(what, || async { gate_of(&stored(server, name)).filter(|c| f(c)) }).await
 }
 
 /// What the speaker's event loop does on any change: count gate-pending pods, plan,
@@ -138,12 +103,8 @@ async fn gate_turns_true_only_once_announced_and_false_with_a_reason_when_withdr
 
     let mut readiness = Readiness::start(client.clone(), ME);
     // The reflector lists this node's pods (and only those).
-    for _ in 0..500 {
-        if !readiness.gated_pods().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("the reflector lists a gated pod", || async { (!readiness.gated_pods().is_empty()).then_some(()) })
+        .await;
     let gated: Vec<String> = readiness.gated_pods().into_iter().map(|p| p.key.name).collect();
     assert_eq!(gated, ["shop-0"], "only this node's pods with the gate");
 
@@ -167,12 +128,7 @@ async fn gate_turns_true_only_once_announced_and_false_with_a_reason_when_withdr
     assert!(c["message"].as_str().unwrap().contains("by BGP to router-a"), "{c}");
     let true_since = c["lastTransitionTime"].clone();
     // The kubelet's conditions are untouched.
-    let types: Vec<Value> = stored(&server, "shop-0")["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["type"].clone())
-        .collect();
+    let types = condition_types(&server, "shop-0");
     assert_eq!(
         types,
         [json!("PodScheduled"), json!("ContainersReady"), json!("Ready"), json!(CONDITION_TYPE)]
@@ -183,8 +139,11 @@ async fn gate_turns_true_only_once_announced_and_false_with_a_reason_when_withdr
     let patches = server.request_count(Verb::Patch);
     evaluate(&readiness, &mut m, &sent_to_router("203.0.113.20/32"));
     let kubelet = json!({"metadata": {"labels": {"app": "shop", "touched": "yes"}}});
+    let mut seen = readiness.pod_changes();
+    seen.borrow_and_update();
     pods.patch("shop-0", &PatchParams::default(), &Patch::Merge(&kubelet)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The speaker saw the unrelated pod event before it evaluates again.
+    tokio::time::timeout(Duration::from_secs(10), seen.changed()).await.unwrap().unwrap();
     evaluate(&readiness, &mut m, &sent_to_router("203.0.113.20/32"));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(server.request_count(Verb::Patch), patches + 1, "only the test's own label patch");
@@ -243,8 +202,14 @@ async fn gate_turns_true_only_once_announced_and_false_with_a_reason_when_withdr
         readiness::PodKey { namespace: "default".into(), name: "plain-0".into() },
         readiness::GateCondition { status: true, reason: "X".into(), message: "x".into() },
     );
+    // With it, a change for the gated pod: once that is written, the writer has handled
+    // this input (it handles plain-0 first, in key order).
+    bogus.insert(
+        readiness::PodKey { namespace: "default".into(), name: "shop-0".into() },
+        readiness::GateCondition { status: false, reason: "Marker".into(), message: "m".into() },
+    );
     readiness.publish(bogus);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_gate(&server, "shop-0", "the marker written", |c| c["reason"] == "Marker").await;
     assert_eq!(
         stored(&server, "plain-0")["metadata"]["resourceVersion"],
         plain_before["metadata"]["resourceVersion"]
@@ -269,12 +234,8 @@ async fn a_write_racing_the_kubelet_is_retried_without_losing_its_change() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     create_pod(&pods, "shop-0", ME, true, "10.0.0.5").await;
     let readiness = Readiness::start(client.clone(), ME);
-    for _ in 0..500 {
-        if !readiness.gated_pods().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("the reflector lists a gated pod", || async { (!readiness.gated_pods().is_empty()).then_some(()) })
+        .await;
     let mut m = model();
     evaluate(&readiness, &mut m, &Announced::default());
     wait_gate(&server, "shop-0", "False", |c| c["status"] == "False").await;
@@ -291,12 +252,7 @@ async fn a_write_racing_the_kubelet_is_retried_without_losing_its_change() {
     .await
     .unwrap();
     wait_gate(&server, "shop-0", "True", |c| c["status"] == "True").await;
-    let types: Vec<Value> = stored(&server, "shop-0")["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["type"].clone())
-        .collect();
+    let types = condition_types(&server, "shop-0");
     assert!(types.contains(&json!("example.com/kubelet-seen")), "kubelet's change kept: {types:?}");
     assert_eq!(types.iter().filter(|t| **t == json!(CONDITION_TYPE)).count(), 1);
 }
@@ -326,7 +282,7 @@ async fn gate_follows_the_real_bgp_session() {
     let (client, server) = FakeApiServer::new().client();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     create_pod(&pods, "shop-0", ME, true, "10.0.0.5").await;
-    let text = FIXTURE.replace(
+    let text = SHOP.replace(
         "spec: {myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.1}",
         &format!("spec: {{myASN: 64513, peerASN: 64512, peerAddress: 127.0.0.1, peerPort: {port}, connectTime: 1s}}"),
     );
@@ -372,10 +328,10 @@ async fn gate_follows_the_real_bgp_session() {
     let c = wait_gate(&server, "shop-0", "True once the UPDATE went out", |c| c["status"] == "True").await;
     assert!(c["message"].as_str().unwrap().contains("by BGP to router-a"), "{c}");
     let mut rs = router.watch_status();
-    let got = tokio::time::timeout(Duration::from_secs(10), rs.wait_for(|s| s.prefixes_received >= 1))
-        .await
-        .is_ok();
-    assert!(got, "the router received the prefix: {:?}", router.status());
+    until_watched_within("the router to receive the prefix", Duration::from_secs(10), &mut rs, |s| {
+        s.prefixes_received >= 1
+    })
+    .await;
 
     // The router goes away: the route is gone with the session.
     router.shutdown(2).await;

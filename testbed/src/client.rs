@@ -203,6 +203,22 @@ impl ProbeStream {
             .unwrap_or_default()
     }
 
+    /// Waits until `n` more probes than so far have been answered: the path works, and
+    /// the report will hold at least `n` answers from here on.
+    pub fn wait_answered(&self, n: u64, timeout: Duration) -> Result<(), Error> {
+        let base = self.counts().1;
+        crate::wait::until_holds(&format!("{n} more answered probes"), timeout, || {
+            self.counts().1 >= base + n
+        })
+    }
+
+    /// Waits until `n` more probes than so far have been sent, answered or not: the
+    /// stream has covered `n` intervals from here.
+    pub fn wait_sent(&self, n: u64, timeout: Duration) -> Result<(), Error> {
+        let base = self.counts().0;
+        crate::wait::until_holds(&format!("{n} more probes sent"), timeout, || self.counts().0 >= base + n)
+    }
+
     /// Stops sending, waits `linger` for late replies, and reports.
     pub fn stop(mut self, linger: Duration) -> ProbeReport {
         self.stop_send.store(true, Ordering::Relaxed);

@@ -110,53 +110,17 @@ pub trait Objects {
     /// Creates or replaces `obj` (any served kind; namespaced when
     /// `metadata.namespace` is set) by server-side apply as the test's field manager.
     fn apply(&self, obj: &serde_json::Value) -> Result<(), Error> {
-        let (kind, name, api) = self.dynamic(obj);
-        let params = PatchParams::apply("ferrolb-testbed").force();
-        self.block_on(api.patch(&name, &params, &Patch::Apply(obj)))
-            .map(|_| ())
-            .map_err(|e| Error::Parse(format!("applying {kind} {name}: {e}")))
+        self.block_on(apply(&self.client(), obj))
     }
 
-    /// Applies every object of a YAML stream (the static-file format, `speaker::yaml`
-    /// builders); a Node's or Service's `status` then goes through the status
-    /// subresource, as the kubelet and the controller write it.
+    /// [`apply_stream`] on this cluster.
     fn apply_stream(&self, text: &str) -> Result<(), Error> {
-        let stream =
-            ferrolb_api::parse_stream("objects.yaml", text).map_err(|e| Error::Parse(e.to_string()))?;
-        for (_, o) in stream.objects {
-            let with_status = matches!(o, ferrolb_api::Object::Node(_) | ferrolb_api::Object::Service(_));
-            let obj = serde_json::to_value(&o).map_err(|e| Error::Parse(e.to_string()))?;
-            self.apply(&obj)?;
-            if with_status && !obj["status"].is_null() {
-                self.patch_status(&obj)?;
-            }
-        }
-        Ok(())
+        self.block_on(apply_stream(&self.client(), text))
     }
 
-    /// Replaces the `status` of `obj` (its kind, namespace and name) by a merge patch
-    /// of the status subresource.
+    /// [`patch_status`] on this cluster.
     fn patch_status(&self, obj: &serde_json::Value) -> Result<(), Error> {
-        let (kind, name, api) = self.dynamic(obj);
-        let patch = Patch::Merge(serde_json::json!({"status": obj["status"]}));
-        self.block_on(api.patch_status(&name, &PatchParams::default(), &patch))
-            .map(|_| ())
-            .map_err(|e| Error::Parse(format!("writing the status of {kind} {name}: {e}")))
-    }
-
-    /// The kind, name and dynamic API of `obj` (namespaced when `metadata.namespace` is set).
-    fn dynamic(&self, obj: &serde_json::Value) -> (String, String, Api<DynamicObject>) {
-        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
-        let kind = obj["kind"].as_str().unwrap_or_default();
-        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-        let client = self.client();
-        let api = match obj["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(client, ns, &ar),
-            None => Api::all_with(client, &ar),
-        };
-        (kind.to_string(), name, api)
+        self.block_on(patch_status(&self.client(), obj))
     }
 
     /// Deletes the object of `api_version`/`kind` named `name` (in `namespace`, if any).
@@ -178,6 +142,68 @@ pub trait Objects {
             .map(|_| ())
             .map_err(|e| Error::Parse(format!("deleting {kind} {name}: {e}")))
     }
+}
+
+/// Creates or replaces `obj` (any served kind; namespaced when `metadata.namespace` is
+/// set) by server-side apply as the test's field manager.
+pub async fn apply(client: &kube::Client, obj: &serde_json::Value) -> Result<(), Error> {
+    let (kind, name, api) = dynamic(client, obj);
+    let params = PatchParams::apply("ferrolb-testbed").force();
+    api.patch(&name, &params, &Patch::Apply(obj))
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::Parse(format!("applying {kind} {name}: {e}")))
+}
+
+/// Applies every object of a YAML stream (the static-file format, [`crate::fixtures`],
+/// `speaker::yaml` builders); a Node's or Service's `status` then goes through the
+/// status subresource, as the kubelet and the controller write it.
+pub async fn apply_stream(client: &kube::Client, text: &str) -> Result<(), Error> {
+    let stream = ferrolb_api::parse_stream("objects.yaml", text).map_err(|e| Error::Parse(e.to_string()))?;
+    for (_, o) in stream.objects {
+        let with_status = matches!(o, ferrolb_api::Object::Node(_) | ferrolb_api::Object::Service(_));
+        let obj = serde_json::to_value(&o).map_err(|e| Error::Parse(e.to_string()))?;
+        apply(client, &obj).await?;
+        if with_status && !obj["status"].is_null() {
+            patch_status(client, &obj).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Replaces the `status` of `obj` (its kind, namespace and name) by a merge patch of the
+/// status subresource.
+pub async fn patch_status(client: &kube::Client, obj: &serde_json::Value) -> Result<(), Error> {
+    let (kind, name, api) = dynamic(client, obj);
+    let patch = Patch::Merge(serde_json::json!({"status": obj["status"]}));
+    api.patch_status(&name, &PatchParams::default(), &patch)
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::Parse(format!("writing the status of {kind} {name}: {e}")))
+}
+
+/// The kind, name and dynamic API of `obj` (namespaced when `metadata.namespace` is set).
+fn dynamic(client: &kube::Client, obj: &serde_json::Value) -> (String, String, Api<DynamicObject>) {
+    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    let api = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    (kind.to_string(), name, api)
+}
+
+/// The ingress IPs in a Service's `status.loadBalancer`.
+pub fn ingress_ips(s: &k8s_openapi::api::core::v1::Service) -> Vec<String> {
+    s.status
+        .iter()
+        .flat_map(|st| st.load_balancer.iter())
+        .flat_map(|lb| lb.ingress.iter().flatten())
+        .filter_map(|i| i.ip.clone())
+        .collect()
 }
 
 impl Drop for FakeCluster {

@@ -214,6 +214,16 @@ impl Lab {
         addr(ns, "lo", &vip, if vip.is_ipv4() { 32 } else { 128 })
     }
 
+    /// The MACs answering ARP for `addr` on the LAN, asked `count` times from the client.
+    pub fn arp_answers(&self, addr: IpAddr, count: u32) -> Result<std::collections::BTreeSet<String>, Error> {
+        crate::client::arp_responders(self.client(), "eth0", addr, count)
+    }
+
+    /// The link-layer addresses answering NDP for `addr` on the LAN, asked from the client.
+    pub fn ndp_answers(&self, addr: IpAddr) -> Result<std::collections::BTreeSet<String>, Error> {
+        crate::client::ndp_responders(self.client(), "eth0", addr)
+    }
+
     /// The last lines of every log in the lab directory.
     pub fn logs(&self, lines: usize) -> String {
         let mut out = String::new();

@@ -9,6 +9,7 @@ pub mod binary;
 pub mod client;
 pub mod cluster;
 pub mod demo;
+pub mod fixtures;
 pub mod https;
 pub mod keepalived;
 pub mod kubeapi;
@@ -17,7 +18,9 @@ pub mod mrt;
 pub mod netns;
 pub mod plan;
 pub mod process;
+pub mod rng;
 pub mod routers;
+pub mod runtime;
 pub mod speaker;
 pub mod wait;
 

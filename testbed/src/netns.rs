@@ -131,6 +131,32 @@ impl Netns {
     }
 }
 
+/// A namespace of a test's own, outside any lab: deleted (with whatever runs in it)
+/// when dropped, on success and on panic alike.
+#[derive(Debug)]
+pub struct TempNetns(Netns);
+
+impl TempNetns {
+    /// Creates the namespace `name` (give it a per-run name: `flb<pid>x<tag>`).
+    pub fn create(name: &str) -> Result<Self, Error> {
+        Netns::create(name).map(TempNetns)
+    }
+}
+
+impl std::ops::Deref for TempNetns {
+    type Target = Netns;
+
+    fn deref(&self) -> &Netns {
+        &self.0
+    }
+}
+
+impl Drop for TempNetns {
+    fn drop(&mut self) {
+        let _ = self.0.delete();
+    }
+}
+
 /// Moves the calling thread into the namespace at `path`.
 pub fn enter(path: &std::path::Path) -> Result<(), Error> {
     let file = File::open(path).map_err(|e| Error::Namespace(format!("open {}: {e}", path.display())))?;

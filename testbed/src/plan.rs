@@ -89,6 +89,43 @@ pub fn node_name(i: usize) -> String {
     format!("node{i}")
 }
 
+/// Node `i`'s IPv4 LAN address as an [`IpAddr`].
+pub fn node_ip(i: usize) -> IpAddr {
+    node_v4(i).into()
+}
+
+/// Node `i`'s IPv6 LAN address as an [`IpAddr`].
+pub fn node_ip6(i: usize) -> IpAddr {
+    node_v6(i).into()
+}
+
+/// An address of the LAN (192.0.2.0/24): 192.0.2.`last`.
+pub fn lan_v4(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(192, 0, 2, last))
+}
+
+/// An address of the LAN (2001:db8::/64): 2001:db8::`last` (hex digits as written).
+pub fn lan_v6(last: u16) -> IpAddr {
+    IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, last))
+}
+
+/// The node among `members` (lab indexes) that ferrolb's election picks for `vip`
+/// (0 only when `members` is empty).
+pub fn owner(vip: IpAddr, members: &[usize]) -> usize {
+    let names: Vec<String> = members.iter().map(|i| node_name(*i)).collect();
+    let winner = ferrolb_proto::election::owner(vip, names.iter().map(String::as_str));
+    members.iter().copied().find(|i| Some(node_name(*i).as_str()) == winner).unwrap_or(0)
+}
+
+/// An L2 address pair one node owns among node1 and node2: 192.0.2.200 and the first
+/// of 2001:db8::200–250 the same node wins; and that node.
+pub fn l2_vip_pair() -> ([IpAddr; 2], usize) {
+    let a = lan_v4(200);
+    let o = owner(a, &[1, 2]);
+    let b = (0x200..=0x250).map(lan_v6).find(|b| owner(*b, &[1, 2]) == o).unwrap_or(lan_v6(0x200));
+    ([a, b], o)
+}
+
 /// A service address from the BGP range: 203.0.113.n.
 pub fn bgp_vip_v4(n: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(203, 0, 113, n))

@@ -88,7 +88,8 @@ impl Speaker {
             format!("{}-{}", self.name, self.generation)
         };
         let argv: Vec<&str> = self.argv.iter().map(String::as_str).collect();
-        let mut spec = Spawn::new(name, &argv).env("RUST_LOG", "info,ferrolb_speaker=debug");
+        let mut spec =
+            Spawn::new(name, &argv).env("RUST_LOG", "info,ferrolb_speaker=debug,ferrolb_proto=debug");
         for (k, v) in &self.env {
             spec = spec.env(k, v);
         }
@@ -209,7 +210,8 @@ pub fn start_kube(
         argv.extend(["--metrics-addr".into(), m.to_string()]);
     }
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let spec = Spawn::new(format!("{tag}-{node}"), &argv).env("RUST_LOG", "info,ferrolb_speaker=debug");
+    let spec = Spawn::new(format!("{tag}-{node}"), &argv)
+        .env("RUST_LOG", "info,ferrolb_speaker=debug,ferrolb_proto=debug");
     lab.spawn(lab.node(i), spec)
 }
 
@@ -314,6 +316,14 @@ pub mod yaml {
             let _ = writeln!(s, "  {e}");
         }
         s
+    }
+
+    /// The `members` items of a ControlPlaneVIP: lab nodes 1..=`n` by name and IPv4
+    /// address, each line indented four spaces.
+    pub fn vip_members(n: usize) -> String {
+        (1..=n)
+            .map(|i| format!("    - {{name: {}, address: {}}}\n", plan::node_name(i), plan::node_v4(i)))
+            .collect()
     }
 
     /// Joins objects into one `---`-separated stream.

@@ -29,6 +29,11 @@ pub fn until<T>(
     }
 }
 
+/// Polls `check` until it holds.
+pub fn until_holds(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> Result<(), Error> {
+    until(what, timeout, || Ok(check().then_some(())))
+}
+
 /// Polls `observe` until `ok(observation)` holds; the error shows the last observation.
 pub fn until_value<T: Debug>(
     what: &str,

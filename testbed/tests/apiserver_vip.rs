@@ -220,13 +220,6 @@ fn arp_answers(lab: &Lab) -> BTreeSet<String> {
     client::arp_responders(lab.client(), "eth0", vip(), 2).unwrap()
 }
 
-/// The member the election picks among `candidates`.
-fn winner_among(candidates: &[usize]) -> usize {
-    let names: Vec<String> = candidates.iter().map(|i| plan::node_name(*i)).collect();
-    let w = ferrolb_proto::election::owner(vip(), names.iter().map(String::as_str)).unwrap();
-    candidates.iter().copied().find(|i| plan::node_name(*i) == w).unwrap()
-}
-
 /// A `ferrolb_bootstrap_*` sample from node `i`'s metrics endpoint (labels included in `name`).
 fn metric(lab: &Lab, m: &Member, name: &str) -> Option<f64> {
     let text = client::http_get(lab.node(m.i), m.liveness, "/metrics", Duration::from_secs(2)).ok()?;
@@ -493,7 +486,7 @@ fn the_apiserver_vip_follows_healthy_real_apiservers() {
     // Every member's bootstrap, as its static pod runs it.
     let mut procs: Vec<Proc> = members.iter().map(|m| m.start(&lab, &bin, 1)).collect();
     let all: Vec<usize> = (1..=MEMBERS).collect();
-    let owner = winner_among(&all);
+    let owner = plan::owner(vip(), &all);
     wait_vip_at(&lab, owner, "the VIP at the election winner among three healthy members");
     for m in &members {
         let (addr, path) = &m.readiness;
@@ -513,7 +506,7 @@ fn the_apiserver_vip_follows_healthy_real_apiservers() {
     // failureThreshold × interval + 1 s.
     let bound = INTERVAL * FAILURE_THRESHOLD + Duration::from_secs(1);
     let candidates: Vec<usize> = all.iter().copied().filter(|i| *i != owner).collect();
-    let successor = winner_among(&candidates);
+    let successor = plan::owner(vip(), &candidates);
     let killed_at = Instant::now();
     cluster.kill_apiserver(owner);
     let stream = KubectlStream::start(&k, Duration::from_millis(100));
@@ -617,7 +610,7 @@ fn the_apiserver_vip_follows_healthy_real_apiservers() {
         cluster.restart_apiserver(i).unwrap();
         let ready = Instant::now();
         up.push(i);
-        let want = winner_among(&up);
+        let want = plan::owner(vip(), &up);
         let what = format!("the VIP at node{want} once {up:?} are up");
         wait::until_value(&what, T, || Ok(holders(&lab)), |h| h == &vec![want]).unwrap();
         let held = ready.elapsed();

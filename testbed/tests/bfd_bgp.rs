@@ -13,16 +13,13 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use ferrolb_testbed::plan::node_ip as v4;
 use ferrolb_testbed::routers::{self, BfdSpec, Bird, Frr, Router, RouterSpec};
 use ferrolb_testbed::speaker::{Speaker, yaml};
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
 const HOLD: u16 = 90;
-
-fn v4(i: usize) -> IpAddr {
-    plan::node_v4(i).into()
-}
 
 fn router_spec() -> RouterSpec {
     let nodes = [v4(1), v4(2)];

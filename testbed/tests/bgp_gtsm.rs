@@ -10,23 +10,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use ferrolb_testbed::netns::Netns;
+use ferrolb_testbed::plan::{node_ip as v4, node_ip6 as v6};
 use ferrolb_testbed::routers::{self, Bird, Router, RouterSpec};
 use ferrolb_testbed::speaker::{Speaker, yaml};
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
-
-fn v4(i: usize) -> IpAddr {
-    plan::node_v4(i).into()
-}
-
-fn v6(i: usize) -> IpAddr {
-    plan::node_v6(i).into()
-}
 
 fn min_ttl_drops(ns: &Netns) -> u64 {
     ns.tcp_ext_counter("TCPMinTTLDrop").unwrap()

@@ -7,7 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use ferrolb_testbed::routers::exabgp::Record;
@@ -17,24 +16,10 @@ use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
 
-/// NOTIFICATIONs the speaker sent, as (code, subcode).
-fn notifications(peer: &ExaBgp) -> Vec<(u8, u8)> {
-    peer.records()
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::Notification { code, subcode, .. } => Some((code, subcode)),
-            _ => None,
-        })
-        .collect()
-}
-
 #[test]
 fn zero_hold_time_from_a_peer_is_refused_without_bfd() {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
-    let node: IpAddr = plan::node_v4(1).into();
-    let mut n = ExaNeighbor::to_router(plan::CLIENT_V4.into(), node, plan::CLIENT_V4);
-    n.passive = true;
-    (n.local_as, n.peer_as) = (plan::ROUTER_ASN, plan::NODE_ASN);
+    let mut n = ExaNeighbor::passive(plan::CLIENT_V4, 1, plan::ROUTER_ASN, plan::NODE_ASN);
     n.hold_time = Some(0);
     let peer = ExaBgp::start(&lab, lab.client(), "peer", &[n]).unwrap();
     let file = yaml::stream(&[
@@ -46,11 +31,11 @@ fn zero_hold_time_from_a_peer_is_refused_without_bfd() {
     let r = wait::until_value(
         "two Unacceptable Hold Time NOTIFICATIONs",
         T,
-        || Ok(notifications(&peer)),
+        || Ok(peer.notifications()),
         |n| n.len() >= 2,
     );
     assert!(r.is_ok(), "{r:?}\n{}", lab.logs(40));
-    assert!(notifications(&peer).iter().all(|n| *n == (2, 6)), "{:?}", notifications(&peer));
+    assert!(peer.notifications().iter().all(|n| *n == (2, 6)), "{:?}", peer.notifications());
     assert!(
         !peer.records().iter().any(|r| matches!(r, Record::State { state, .. } if state == "up")),
         "{:?}",

@@ -33,16 +33,6 @@ fn ups(peer: &ExaBgp) -> usize {
     peer.records().iter().filter(|r| matches!(r, Record::State { state, .. } if state == "up")).count()
 }
 
-fn notifications(peer: &ExaBgp) -> Vec<(u8, u8)> {
-    peer.records()
-        .into_iter()
-        .filter_map(|r| match r {
-            Record::Notification { code, subcode, .. } => Some((code, subcode)),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Times `prefix` was announced to the peer.
 fn announced(peer: &ExaBgp, prefix: &str) -> usize {
     peer.records()
@@ -64,9 +54,7 @@ fn malformed_updates_from_exabgp_are_handled_per_rfc7606() {
     let node: IpAddr = plan::node_v4(1).into();
     // The peer sits on the client's LAN address, iBGP, passive; what it sends through
     // the API is sent once, not again on the next session.
-    let mut n = ExaNeighbor::to_router(plan::CLIENT_V4.into(), node, plan::CLIENT_V4);
-    n.passive = true;
-    (n.local_as, n.peer_as) = (plan::ROUTER_ASN, plan::ROUTER_ASN);
+    let mut n = ExaNeighbor::recorder(1);
     n.adj_rib_out = false;
     let peer = ExaBgp::start(&lab, lab.client(), "peer", &[n]).unwrap();
 
@@ -95,7 +83,7 @@ fn malformed_updates_from_exabgp_are_handled_per_rfc7606() {
     ] {
         send(&peer, attribute);
         speaker.wait_log(&format!("attribute flags conflict with the attribute type {handled}"), T).unwrap();
-        assert_eq!(notifications(&peer), vec![], "{attribute}: no NOTIFICATION");
+        assert_eq!(peer.notifications(), vec![], "{attribute}: no NOTIFICATION");
         assert_eq!(ups(&peer), 1, "{attribute}: the session stayed up");
         assert!(peer.established().unwrap().contains(&node), "{attribute}");
         assert_eq!(announced(&peer, &vip_prefix), 1, "{attribute}: the speaker's route stayed");
@@ -116,7 +104,7 @@ fn malformed_updates_from_exabgp_are_handled_per_rfc7606() {
             |r| matches!(r, Record::Notification { code, subcode, .. } if (*code, *subcode) == expected),
         );
         assert!(notified.is_ok(), "{attribute}: {notified:?}\n{}", lab.logs(40));
-        assert_eq!(notifications(&peer).len(), i + 1, "{attribute}: one NOTIFICATION each");
+        assert_eq!(peer.notifications().len(), i + 1, "{attribute}: one NOTIFICATION each");
         let line = format!("sent NOTIFICATION UPDATE message error ({}/{})", expected.0, expected.1);
         speaker.wait_log(&line, T).unwrap();
         // The session comes back (the speaker reconnects) and the route is sent again.

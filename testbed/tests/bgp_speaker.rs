@@ -11,20 +11,13 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use ferrolb_testbed::client::ProbeStream;
+use ferrolb_testbed::plan::{node_ip as v4, node_ip6 as v6};
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Frr, GoBgp, Router, RouterSpec};
 use ferrolb_testbed::speaker::{Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan};
+use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
-
-fn v4(i: usize) -> IpAddr {
-    plan::node_v4(i).into()
-}
-
-fn v6(i: usize) -> IpAddr {
-    plan::node_v6(i).into()
-}
 
 /// Node 1 peers with the lab router over IPv4 (ipv4-unicast) and IPv6 (ipv6-unicast).
 fn router_peers(my_asn: u32, peer_asn: u32, extra: &[&str]) -> Vec<String> {
@@ -146,10 +139,7 @@ fn speaker_follows_static_file_edits_with_bird_and_recorder() {
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let bird = Bird::start(&lab, &RouterSpec::default()).unwrap();
     // The recorder sits on the client's LAN address, iBGP, passive.
-    let mut rec = ExaNeighbor::to_router(plan::CLIENT_V4.into(), v4(1), plan::CLIENT_V4);
-    rec.passive = true;
-    (rec.local_as, rec.peer_as) = (plan::ROUTER_ASN, plan::ROUTER_ASN);
-    let recorder = ExaBgp::start(&lab, lab.client(), "recorder", &[rec]).unwrap();
+    let recorder = ExaBgp::start(&lab, lab.client(), "recorder", &[ExaNeighbor::recorder(1)]).unwrap();
     let recorder_peer =
         || yaml::peer("recorder", plan::ROUTER_ASN, plan::ROUTER_ASN, plan::CLIENT_V4.into(), &[]);
 
@@ -300,11 +290,15 @@ fn md5_and_graceful_restart_with_bird() {
     }
 
     let probe = ProbeStream::start(lab.client(), vip, Duration::from_millis(10)).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    probe.wait_answered(30, T).unwrap();
     good.kill();
     // While the speaker is down its file loses 203.0.113.12: a stale route after restart.
     good.replace_file(&file(&pw(&right), vec![vip])).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Proof BIRD handled the dead session before asserting what it kept.
+    wait::until_holds("BIRD saw node1's session go down", T, || {
+        bird.established().is_ok_and(|up| !up.contains(&v4(1)))
+    })
+    .unwrap();
     // Graceful restart: BIRD keeps the routes of the dead session (as stale).
     let kept = routers::kernel_routes(bird.netns()).unwrap();
     assert!(kept.iter().any(|r| r.prefix == "203.0.113.12/32"), "GR kept nothing: {kept:?}");
@@ -312,7 +306,7 @@ fn md5_and_graceful_restart_with_bird() {
     good.wait_log("BGP session state changed", T).unwrap();
     routers::wait_kernel_route(bird.netns(), "203.0.113.12/32", &[], T).unwrap();
     routers::wait_kernel_route(bird.netns(), "203.0.113.10/32", &[v4(1)], T).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    probe.wait_answered(30, T).unwrap();
     let report = probe.stop(Duration::from_millis(200));
     assert!(report.sent > 50, "{report:?}");
     assert_eq!(report.lost(), 0, "probe stream across the restart: {report:?}\n{}", lab.logs(30));

@@ -13,6 +13,7 @@ use ferrolb_testbed::https::{self, HealthServer, TestCa};
 use ferrolb_testbed::process::{Proc, Spawn};
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Router, RouterSpec};
+use ferrolb_testbed::speaker::yaml;
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 use nix::sys::signal::Signal;
 
@@ -45,9 +46,7 @@ fn checkpoint_probing(
 ) -> PathBuf {
     let dir = lab.subdir(&format!("bootstrap{node}")).unwrap();
     ca.write(&dir).unwrap();
-    let members: String = (1..=lab.nodes().len())
-        .map(|i| format!("    - {{name: {}, address: {}}}\n", plan::node_name(i), plan::node_v4(i)))
-        .collect();
+    let members = yaml::vip_members(lab.nodes().len());
     let text = format!(
         "apiVersion: ferrolb.io/v1alpha1
 kind: ControlPlaneVIP
@@ -134,13 +133,6 @@ fn l2_checkpoints(lab: &Lab, ca: &TestCa, vip: &str, url: &str) -> Vec<PathBuf> 
         .collect()
 }
 
-/// The node that wins the election for `vip` among `candidates`.
-fn winner_among(vip: IpAddr, candidates: &[usize]) -> usize {
-    let names: Vec<String> = candidates.iter().map(|i| plan::node_name(*i)).collect();
-    let w = ferrolb_proto::election::owner(vip, names.iter().map(String::as_str)).unwrap();
-    candidates.iter().copied().find(|i| plan::node_name(*i) == w).unwrap()
-}
-
 fn start(lab: &Lab, i: usize, checkpoint: &Path, extra: &[&str], run: usize) -> Proc {
     let bin = binary();
     let cp = checkpoint.display().to_string();
@@ -178,7 +170,7 @@ fn bgp_two_healthy_members_give_ecmp_at_the_router() {
     // The VIP sits on each node's lo, so the client's pings are answered through r1.
     let vip: IpAddr = BGP_VIP.parse().unwrap();
     let probe = ProbeStream::start(lab.client(), vip, Duration::from_millis(10)).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    probe.wait_answered(30, T).unwrap();
     let r = probe.stop(Duration::from_millis(200));
     assert!(r.sent >= 10 && r.lost() == 0, "client → {vip}: {r:?}");
 
@@ -236,9 +228,7 @@ fn wait_announced(rec: &ExaBgp, prefix: &str, from: usize, what: &str) -> usize 
 #[test]
 fn bgp_unhealthy_member_drains_with_graceful_shutdown_then_withdraws() {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
-    let mut n = ExaNeighbor::to_router(plan::ROUTER_V4.into(), plan::node_v4(1).into(), plan::ROUTER_V4);
-    n.passive = true;
-    (n.local_as, n.peer_as) = (plan::ROUTER_ASN, plan::NODE_ASN);
+    let n = ExaNeighbor::passive(plan::ROUTER_V4, 1, plan::ROUTER_ASN, plan::NODE_ASN);
     let rec = ExaBgp::start(&lab, lab.router(), "recorder", &[n]).unwrap();
     let ca = TestCa::new().unwrap();
     let health = apiserver(&lab, 1, &ca);
@@ -352,9 +342,7 @@ fn l2_owner_holds_the_vip_and_it_moves_when_the_owner_turns_unhealthy() {
         procs.push(start(&lab, i, &cp, &[], 1));
     }
     let vip: IpAddr = L2_VIP.parse().unwrap();
-    let names: Vec<String> = (1..=n).map(plan::node_name).collect();
-    let winner = ferrolb_proto::election::owner(vip, names.iter().map(String::as_str)).unwrap();
-    let owner = (1..=n).find(|i| plan::node_name(*i) == winner).unwrap();
+    let owner = plan::owner(vip, &(1..=n).collect::<Vec<_>>());
     wait::until_value(
         "exactly one owner, the election winner",
         T,
@@ -363,7 +351,7 @@ fn l2_owner_holds_the_vip_and_it_moves_when_the_owner_turns_unhealthy() {
     )
     .unwrap();
     let probe = ProbeStream::start(lab.client(), vip, Duration::from_millis(10)).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    probe.wait_sent(30, T).unwrap();
     let r = probe.stop(Duration::from_millis(200));
     assert!(r.sent >= 10 && r.received > 0, "client → {vip}: {r:?}");
     client::wait_neighbour_mac(lab.client(), "eth0", vip, &plan::node_mac(owner), T).unwrap();
@@ -392,7 +380,7 @@ fn l2_owner_holds_the_vip_and_it_moves_when_the_owner_turns_unhealthy() {
         Ok((received > 0).then_some(()))
     })
     .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    probe.wait_sent(30, T).unwrap();
     let r = probe.stop(Duration::from_millis(200));
     println!(
         "L2 failover node{owner} → node{second} (unhealthy apiserver): max outage {:?}, lost {} of {} probes",
@@ -451,9 +439,7 @@ fn l2_member_with_another_membership_key_claims_nothing() {
     let ca = TestCa::new().unwrap();
     let _health: Vec<HealthServer> = (1..=2).map(|i| apiserver(&lab, i, &ca)).collect();
     let vip: IpAddr = L2_VIP.parse().unwrap();
-    let names: Vec<String> = (1..=2).map(plan::node_name).collect();
-    let winner = ferrolb_proto::election::owner(vip, names.iter().map(String::as_str)).unwrap();
-    let winner = (1..=2).find(|i| plan::node_name(*i) == winner).unwrap();
+    let winner = plan::owner(vip, &[1, 2]);
     let first = 3 - winner;
     let cp = |i: usize, key: &str| {
         let dir = lab.subdir(&format!("bootstrap{i}")).unwrap();
@@ -518,7 +504,7 @@ fn l2_cold_start_waits_for_a_ready_apiserver_and_a_kill_of_every_member_reads_no
     // One member becomes ready — not the one the election would pick among all three,
     // so only the health gate can put the VIP there.
     let all: Vec<usize> = (1..=n).collect();
-    let winner = winner_among(vip, &all);
+    let winner = plan::owner(vip, &all);
     let ready = all.iter().copied().find(|i| *i != winner).unwrap();
     api[ready - 1].set_healthy(true);
     wait::until_value("the VIP on the ready member", T, || Ok(holders(&lab)), |h| h == &vec![ready]).unwrap();
@@ -574,7 +560,7 @@ fn l2_ipv6_vip_moves_by_unsolicited_na_and_the_client_reaches_it() {
     let cps = l2_checkpoints(&lab, &ca, L2_VIP6, "https://[::1]:6443/readyz");
     let _procs: Vec<Proc> = (1..=n).map(|i| start(&lab, i, &cps[i - 1], &[], 1)).collect();
     let vip: IpAddr = L2_VIP6.parse().unwrap();
-    let owner = winner_among(vip, &[1, 2]);
+    let owner = plan::owner(vip, &[1, 2]);
     let holders6 = || Ok((1..=n).filter(|i| holds6(&lab, *i)).collect::<Vec<usize>>());
     wait::until_value("one owner of the IPv6 VIP", T, holders6, |h| h == &vec![owner]).unwrap();
     let body =

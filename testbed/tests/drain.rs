@@ -13,7 +13,6 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use ferrolb_proto::election;
 use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{ExaBgp, ExaNeighbor};
@@ -74,11 +73,7 @@ fn position(records: &[Record], pred: impl Fn(&Record) -> bool) -> Option<usize>
 #[test]
 fn draining_announces_graceful_shutdown_before_every_withdrawal() {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
-    let node = plan::node_v4(1).into();
-    let mut rec = ExaNeighbor::to_router(plan::CLIENT_V4.into(), node, plan::CLIENT_V4);
-    rec.passive = true;
-    (rec.local_as, rec.peer_as) = (plan::ROUTER_ASN, plan::ROUTER_ASN);
-    let recorder = ExaBgp::start(&lab, lab.client(), "recorder", &[rec]).unwrap();
+    let recorder = ExaBgp::start(&lab, lab.client(), "recorder", &[ExaNeighbor::recorder(1)]).unwrap();
     let mut sp = Speaker::start_with(
         &lab,
         1,
@@ -165,28 +160,11 @@ fn l2_file(vips: &[IpAddr], conds: [&str; 2]) -> String {
     ])
 }
 
-/// An IPv4 and an IPv6 VIP owned by the same node among node1 and node2, and that node.
-fn l2_vips() -> ([IpAddr; 2], usize) {
-    let owner = |ip: IpAddr| {
-        election::owner(ip, [plan::node_name(1), plan::node_name(2)].iter().map(String::as_str))
-            .unwrap()
-            .to_owned()
-    };
-    let a = IpAddr::from([192, 0, 2, 200]);
-    let o = owner(a);
-    let b = (0x200..=0x250u16)
-        .map(|l| IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, l]))
-        .find(|b| owner(*b) == o)
-        .unwrap();
-    let i = if o == plan::node_name(1) { 1 } else { 2 };
-    ([a, b], i)
-}
-
 #[test]
 fn an_l2_owner_whose_local_endpoints_terminate_hands_over_before_it_stops() {
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let key = write_membership_key(&lab, "cluster-key").unwrap();
-    let (vips, o) = l2_vips();
+    let (vips, o) = plan::l2_vip_pair();
     let other = 3 - o;
     for n in lab.nodes() {
         for v in vips {

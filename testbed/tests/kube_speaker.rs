@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use ferrolb_proto::election;
 use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
+use ferrolb_testbed::plan::node_ip as v4;
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Router, RouterSpec};
@@ -24,10 +24,6 @@ const T: Duration = Duration::from_secs(30);
 /// How long the apiserver stays unreachable (issue 6's acceptance).
 const OUTAGE: Duration = Duration::from_secs(60);
 const METRICS_PORT: u16 = 9121;
-
-fn v4(i: usize) -> IpAddr {
-    plan::node_v4(i).into()
-}
 
 fn speaker(lab: &Lab, cluster: &FakeCluster, i: usize) -> Proc {
     start_kube(lab, cluster.kubeconfig(), i, "kspeaker", Some(SocketAddr::new(v4(i), METRICS_PORT))).unwrap()
@@ -67,13 +63,9 @@ fn kubernetes_mode_announces_from_the_right_nodes_and_rides_out_an_apiserver_out
     let bird = Bird::start(&lab, &RouterSpec::default()).unwrap();
     // The recorder (iBGP, on the client's LAN address) logs every UPDATE each node sends:
     // a withdrawal too short for the RIB poll to see still shows there.
-    let recorder_to = |i: usize| {
-        let mut n = ExaNeighbor::to_router(plan::CLIENT_V4.into(), v4(i), plan::CLIENT_V4);
-        n.passive = true;
-        (n.local_as, n.peer_as) = (plan::ROUTER_ASN, plan::ROUTER_ASN);
-        n
-    };
-    let recorder = ExaBgp::start(&lab, lab.client(), "recorder", &[recorder_to(1), recorder_to(2)]).unwrap();
+    let recorder =
+        ExaBgp::start(&lab, lab.client(), "recorder", &[ExaNeighbor::recorder(1), ExaNeighbor::recorder(2)])
+            .unwrap();
     let updates = || recorder.records().into_iter().filter(|r| matches!(r, Record::Update(_))).count();
     let cluster = FakeCluster::start(&lab).unwrap();
     // The membership key from Secret ferrolb-membership, as the controller creates it.
@@ -95,9 +87,7 @@ fn kubernetes_mode_announces_from_the_right_nodes_and_rides_out_an_apiserver_out
     routers::wait_rib(&bird, "203.0.113.20/32", &[v4(2)], T).unwrap();
     // L2: exactly the elected node answers ARP.
     let l2: IpAddr = [192, 0, 2, 200].into();
-    let names = [plan::node_name(1), plan::node_name(2)];
-    let owner = election::owner(l2, names.iter().map(String::as_str)).unwrap();
-    let owner_mac = plan::node_mac(if owner == names[0] { 1 } else { 2 });
+    let owner_mac = plan::node_mac(plan::owner(l2, &[1, 2]));
     let r = wait::until_value(
         "exactly the elected node answers ARP",
         T,

@@ -12,21 +12,13 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use ferrolb_proto::election;
 use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::netns::Netns;
+use ferrolb_testbed::plan::{lan_v4 as v4, owner};
 use ferrolb_testbed::speaker::{Speaker, write_membership_key, yaml};
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
-
-fn v4(last: u8) -> IpAddr {
-    IpAddr::from([192, 0, 2, last])
-}
-
-fn v6(last: u16) -> IpAddr {
-    IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, last])
-}
 
 /// Nodes 1..=n, the L2 pool, one L2Advertisement and a Service holding `vips`.
 fn static_file(n: usize, vips: &[IpAddr]) -> String {
@@ -35,23 +27,6 @@ fn static_file(n: usize, vips: &[IpAddr]) -> String {
     objs.push(yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]));
     objs.push(yaml::service("web", vips));
     yaml::stream(&objs)
-}
-
-/// The node index election picks for `vip` among nodes `members`.
-fn owner(vip: IpAddr, members: &[usize]) -> usize {
-    let names: Vec<String> = members.iter().map(|i| plan::node_name(*i)).collect();
-    let o = election::owner(vip, names.iter().map(String::as_str)).unwrap();
-    members.iter().copied().find(|i| plan::node_name(*i) == o).unwrap()
-}
-
-/// MACs that answered `arping` for `addr` from the client.
-fn arping_macs(lab: &Lab, addr: IpAddr, count: u32) -> BTreeSet<String> {
-    client::arp_responders(lab.client(), "eth0", addr, count).unwrap()
-}
-
-/// Every link-layer address that answers `ndisc6` for `addr` from the client.
-fn ndisc6_macs(lab: &Lab, addr: IpAddr) -> BTreeSet<String> {
-    client::ndp_responders(lab.client(), "eth0", addr).unwrap()
 }
 
 /// Pings `vip` until the client's neighbour entry holds node `i`'s MAC.
@@ -77,12 +52,14 @@ fn del_vip_on_lo(ns: &Netns, vip: IpAddr) {
     ns.ip(&["addr", "del", &prefix(vip), "dev", "lo"]).unwrap();
 }
 
-/// An IPv4 and an IPv6 VIP that the same node owns among node1 and node2.
-fn vip_pair() -> (IpAddr, IpAddr) {
-    let a = v4(200);
-    let o = owner(a, &[1, 2]);
-    let b = (0x200..=0x250).map(v6).find(|b| owner(*b, &[1, 2]) == o).unwrap();
-    (a, b)
+/// A two-node lab, its L2 pair ([`plan::l2_vip_pair`]) on both nodes' `lo`, a speaker
+/// on each, and the pair's owner.
+fn owned_pair() -> (Lab, [IpAddr; 2], Vec<Speaker>, usize) {
+    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
+    let key = write_membership_key(&lab, "cluster-key").unwrap();
+    let (vips, o) = plan::l2_vip_pair();
+    let speakers = two_speakers(&lab, &vips, &key);
+    (lab, vips, speakers, o)
 }
 
 /// Two nodes with both VIPs on `lo` and a speaker each; both VIPs resolved to the owner.
@@ -106,26 +83,26 @@ fn two_speakers(lab: &Lab, vips: &[IpAddr], key: &Path) -> Vec<Speaker> {
 /// the old owner stops accepting the addresses right after it exits.
 #[test]
 fn one_owner_answers_and_sigterm_hands_over_without_loss() {
-    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
-    let key = write_membership_key(&lab, "cluster-key").unwrap();
-    let (a, b) = vip_pair();
-    let mut speakers = two_speakers(&lab, &[a, b], &key);
-    let o = owner(a, &[1, 2]);
+    let (lab, [a, b], mut speakers, o) = owned_pair();
     let other = 3 - o;
-    assert_eq!(arping_macs(&lab, a, 3), BTreeSet::from([plan::node_mac(o)]), "{}", lab.logs(30));
-    assert_eq!(ndisc6_macs(&lab, b), BTreeSet::from([plan::node_mac(o)]), "{}", lab.logs(30));
+    assert_eq!(lab.arp_answers(a, 3).unwrap(), BTreeSet::from([plan::node_mac(o)]), "{}", lab.logs(30));
+    assert_eq!(lab.ndp_answers(b).unwrap(), BTreeSet::from([plan::node_mac(o)]), "{}", lab.logs(30));
 
     for trial in 1..=3 {
         let p4 = ProbeStream::start(lab.client(), a, Duration::from_millis(10)).unwrap();
         let p6 = ProbeStream::start(lab.client(), b, Duration::from_millis(10)).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        for p in [&p4, &p6] {
+            p.wait_answered(30, T).unwrap();
+        }
         let code = speakers[o - 1].terminate(Duration::from_secs(15));
         assert_eq!(code, Some(0), "SIGTERM exits 0\n{}", speakers[o - 1].logs());
         // The node stops serving the addresses at once: a client still sending to it
         // would lose probes from here on.
         del_vip_on_lo(lab.node(o), a);
         del_vip_on_lo(lab.node(o), b);
-        std::thread::sleep(Duration::from_millis(300));
+        for p in [&p4, &p6] {
+            p.wait_answered(30, T).unwrap();
+        }
         for (name, p) in [("IPv4", p4), ("IPv6", p6)] {
             let r = p.stop(Duration::from_millis(100));
             println!("SIGTERM trial {trial} {name}: {} probes, {} lost, gaps {:?}", r.sent, r.lost(), r.gaps);
@@ -143,8 +120,8 @@ fn one_owner_answers_and_sigterm_hands_over_without_loss() {
             client::wait_neighbour_mac(lab.client(), "eth0", v, &plan::node_mac(o), T).unwrap();
         }
     }
-    assert_eq!(arping_macs(&lab, a, 2), BTreeSet::from([plan::node_mac(o)]));
-    assert_eq!(ndisc6_macs(&lab, b), BTreeSet::from([plan::node_mac(o)]));
+    assert_eq!(lab.arp_answers(a, 2).unwrap(), BTreeSet::from([plan::node_mac(o)]));
+    assert_eq!(lab.ndp_answers(b).unwrap(), BTreeSet::from([plan::node_mac(o)]));
 }
 
 /// Probes the VIPs while `fail` runs; waits until the survivor answers both again.
@@ -153,7 +130,9 @@ fn failover(lab: &Lab, what: &str, vips: [IpAddr; 2], survivor: usize, fail: imp
         .iter()
         .map(|v| ProbeStream::start(lab.client(), *v, Duration::from_millis(10)).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    for p in &probes {
+        p.wait_sent(30, T).unwrap();
+    }
     let before: Vec<u64> = probes.iter().map(|p| p.counts().1).collect();
     fail();
     for (p, b) in probes.iter().zip(&before) {
@@ -175,11 +154,7 @@ fn failover(lab: &Lab, what: &str, vips: [IpAddr; 2], survivor: usize, fail: imp
 /// client's probes resume through the other node each time.
 #[test]
 fn owner_failure_moves_the_addresses_to_the_survivor() {
-    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
-    let key = write_membership_key(&lab, "cluster-key").unwrap();
-    let (a, b) = vip_pair();
-    let mut speakers = two_speakers(&lab, &[a, b], &key);
-    let o = owner(a, &[1, 2]);
+    let (lab, [a, b], mut speakers, o) = owned_pair();
     let other = 3 - o;
     let node = lab.node(o).clone();
 
@@ -201,18 +176,13 @@ fn owner_failure_moves_the_addresses_to_the_survivor() {
     assert!(speakers[other - 1].logs().contains("left membership"), "{}", speakers[other - 1].logs());
 }
 
-/// Which node answers ARP for `vip` (exactly one must).
-fn answering(lab: &Lab, vip: IpAddr) -> BTreeSet<String> {
-    arping_macs(lab, vip, 1)
-}
-
 fn wait_owners(lab: &Lab, vips: &[IpAddr], members: &[usize]) {
     for v in vips {
         let want = BTreeSet::from([plan::node_mac(owner(*v, members))]);
         let r = wait::until_value(
             &format!("{v} answered by its owner only"),
             T,
-            || Ok(answering(lab, *v)),
+            || Ok(lab.arp_answers(*v, 1).unwrap()),
             |m| *m == want,
         );
         assert!(r.is_ok(), "{r:?}\n{}", lab.logs(40));

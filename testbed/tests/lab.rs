@@ -57,7 +57,7 @@ fn router_learns_routes_and_forwards(lab: &Lab, router: &dyn Router) {
 
     for vip in [plan::bgp_vip_v4(10), plan::bgp_vip_v6(0x10)] {
         let probe = ProbeStream::start(lab.client(), vip, Duration::from_millis(10)).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        probe.wait_answered(30, T).unwrap();
         let r = probe.stop(Duration::from_millis(200));
         assert!(r.sent >= 10 && r.lost() == 0, "client → {vip} through {}: {r:?}", router.kind());
     }
@@ -90,9 +90,7 @@ fn gobgp_learns_v4_and_v6_routes_into_its_kernel_with_ecmp() {
 fn recorder_reports_attributes_faithfully() {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
     let asn = plan::ROUTER_ASN;
-    let mut rec = ExaNeighbor::to_router(plan::ROUTER_V4.into(), plan::node_v4(1).into(), plan::ROUTER_V4);
-    rec.passive = true;
-    (rec.local_as, rec.peer_as) = (asn, asn);
+    let rec = ExaNeighbor::passive(plan::ROUTER_V4, 1, asn, asn);
     let recorder = ExaBgp::start(&lab, lab.router(), "recorder", &[rec]).unwrap();
 
     let mut route = StaticRoute::new("203.0.113.20/32", plan::node_v4(1).into());
@@ -166,7 +164,7 @@ fn client_neighbour_entry_follows_gratuitous_arp() {
     lab.node(1).ip(&["addr", "add", "192.0.2.200/32", "dev", "eth0"]).unwrap();
     // A real resolution creates the entry (a gratuitous ARP never creates one).
     let probe = ProbeStream::start(lab.client(), vip, Duration::from_millis(10)).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    probe.wait_answered(1, T).unwrap();
     assert!(probe.stop(Duration::from_millis(100)).received > 0);
     client::wait_neighbour_mac(lab.client(), "eth0", vip, &plan::node_mac(1), T).unwrap();
 
@@ -183,11 +181,13 @@ fn probe_stream_reports_loss_gaps() {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
     let target: IpAddr = plan::node_v4(1).into();
     let probe = ProbeStream::start(lab.client(), target, Duration::from_millis(10)).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    probe.wait_answered(30, T).unwrap();
     lab.node(1).ip(&["link", "set", "eth0", "down"]).unwrap();
+    // The outage the stream must see (the input, not a wait).
     std::thread::sleep(Duration::from_millis(400));
     lab.node(1).ip(&["link", "set", "eth0", "up"]).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // The gap is closed once the stream is answered again.
+    probe.wait_answered(30, T).unwrap();
     let r = probe.stop(Duration::from_millis(200));
     assert_eq!(r.gaps.len(), 1, "{r:?}");
     let g = &r.gaps[0];
@@ -236,7 +236,7 @@ fn labs_are_isolated_and_leave_nothing_behind() {
     }
     // The other lab is untouched.
     let probe = ProbeStream::start(b.client(), plan::ROUTER_V4.into(), Duration::from_millis(10)).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    probe.wait_answered(20, T).unwrap();
     assert_eq!(probe.stop(Duration::from_millis(100)).lost(), 0);
 
     let names = std::thread::spawn(|| {

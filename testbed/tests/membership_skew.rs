@@ -22,14 +22,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ferrolb_proto::election;
 use ferrolb_proto::membership::DEFAULT_PORT;
 use ferrolb_proto::membership::MembershipKey;
 use ferrolb_proto::membership::auth::Sealer;
 use ferrolb_proto::membership::claim_gate::ALONE_WAIT;
-use ferrolb_testbed::client;
 use ferrolb_testbed::https::{HealthServer, TestCa};
 use ferrolb_testbed::netns;
+use ferrolb_testbed::plan::{lan_v4 as v4, owner};
 use ferrolb_testbed::process::{Proc, Spawn};
 use ferrolb_testbed::speaker::{Speaker, faketime, write_membership_key, yaml};
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
@@ -40,10 +39,6 @@ const STEADY: Duration = Duration::from_secs(5);
 /// The skewed node.
 const SKEWED: usize = 2;
 
-fn v4(last: u8) -> IpAddr {
-    IpAddr::from([192, 0, 2, last])
-}
-
 /// Nodes 1 and 2, the L2 pool, one L2Advertisement and a Service holding `vips`.
 fn static_file(vips: &[IpAddr]) -> String {
     let mut objs: Vec<String> = (1..=2).map(yaml::node).collect();
@@ -53,22 +48,10 @@ fn static_file(vips: &[IpAddr]) -> String {
     yaml::stream(&objs)
 }
 
-/// The node election picks for `vip` among `members`.
-fn owner(vip: IpAddr, members: &[usize]) -> usize {
-    let names: Vec<String> = members.iter().map(|i| plan::node_name(*i)).collect();
-    let o = election::owner(vip, names.iter().map(String::as_str)).unwrap();
-    members.iter().copied().find(|i| plan::node_name(*i) == o).unwrap()
-}
-
 /// Two VIPs: node1 owns the first, node2 the second, when both are live.
 fn vips() -> [IpAddr; 2] {
     let of = |n: usize| (200..=250).map(v4).find(|v| owner(*v, &[1, 2]) == n).unwrap();
     [of(1), of(2)]
-}
-
-/// The MACs answering one ARP request for `vip` from the client.
-fn answering(lab: &Lab, vip: IpAddr) -> BTreeSet<String> {
-    client::arp_responders(lab.client(), "eth0", vip, 1).unwrap()
 }
 
 fn macs(nodes: &[usize]) -> BTreeSet<String> {
@@ -102,7 +85,7 @@ fn exactly_one(
         let r = wait::until_value(
             &format!("{what}: {v} answered by its owner alone"),
             T,
-            || Ok(answering(lab, *v)),
+            || Ok(lab.arp_answers(*v, 1).unwrap()),
             |m| *m == want,
         );
         assert!(r.is_ok(), "{r:?}\n{}", diag());
@@ -117,7 +100,7 @@ fn exactly_one(
                     let start = Instant::now();
                     let (mut samples, mut wrong) = (0, Vec::new());
                     while start.elapsed() < STEADY {
-                        let seen = answering(lab, *v);
+                        let seen = lab.arp_answers(*v, 1).unwrap();
                         samples += 1;
                         if seen != want {
                             wrong.push(seen);
@@ -230,7 +213,7 @@ fn a_speaker_that_cannot_read_its_peer_claims_nothing() {
     let mut samples = 0;
     while t.elapsed() < Duration::from_secs(1) + ALONE_WAIT * 2 {
         for v in vips {
-            let seen = answering(&lab, v);
+            let seen = lab.arp_answers(v, 1).unwrap();
             assert!(seen.is_empty(), "{v} answered by {seen:?} from a lone view\n{}", logs(&lab, &[&s1]));
             samples += 1;
         }
@@ -265,9 +248,7 @@ fn bootstrap_checkpoint(lab: &Lab, i: usize, ca: &TestCa, vip: IpAddr) -> std::p
     ca.write(&dir).unwrap();
     let key = dir.join("membership.key");
     std::fs::write(&key, "lab-membership-key-0123456789abcdef\n").unwrap();
-    let members: String = (1..=2)
-        .map(|n| format!("    - {{name: {}, address: {}}}\n", plan::node_name(n), plan::node_v4(n)))
-        .collect();
+    let members = yaml::vip_members(2);
     let text = format!(
         "apiVersion: ferrolb.io/v1alpha1
 kind: ControlPlaneVIP

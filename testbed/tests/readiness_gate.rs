@@ -10,10 +10,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
+use ferrolb_testbed::plan::node_ip as v4;
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::{self, Bird, RouterSpec};
 use ferrolb_testbed::speaker::{start_kube, yaml};
@@ -29,10 +30,6 @@ const GATE: &str = "ferrolb.io/load-balancer-ready";
 const LOCAL_VIP: &str = "203.0.113.20";
 /// Cluster Service `web`, from a pool only node2 advertises.
 const WEB_VIP: &str = "203.0.113.70";
-
-fn v4(i: usize) -> IpAddr {
-    plan::node_v4(i).into()
-}
 
 fn speaker(lab: &Lab, cluster: &FakeCluster, i: usize) -> Proc {
     start_kube(lab, cluster.kubeconfig(), i, "gspeaker", Some(SocketAddr::new(v4(i), METRICS_PORT))).unwrap()

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use ferrolb_testbed::client::{self, HttpServer};
 use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
+use ferrolb_testbed::plan::{node_ip as v4, node_ip6 as v6};
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::{self, Bird, RouterSpec};
 use ferrolb_testbed::speaker::yaml;
@@ -32,14 +33,6 @@ const T: Duration = Duration::from_secs(60);
 const NS: &str = "e2e";
 const PASSWORD: &str = "lab-md5-secret";
 const GATE: &str = "ferrolb.io/load-balancer-ready";
-
-fn v4(i: usize) -> IpAddr {
-    plan::node_v4(i).into()
-}
-
-fn v6(i: usize) -> IpAddr {
-    plan::node_v6(i).into()
-}
 
 /// Pools, peers (IPv4 and IPv6 sessions, TCP MD5 from a Secret) and advertisements.
 fn configuration() -> String {

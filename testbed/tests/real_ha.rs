@@ -26,9 +26,11 @@ use std::time::{Duration, Instant};
 use ferrolb_api::IpAddressPool;
 use ferrolb_speaker::cluster::KINDS;
 use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
-use ferrolb_testbed::kubeapi::Objects;
+use ferrolb_testbed::kubeapi::{Objects, ingress_ips as ingress};
 use ferrolb_testbed::netns::Netns;
+use ferrolb_testbed::plan::node_ip as v4;
 use ferrolb_testbed::process::Proc;
+use ferrolb_testbed::rng::Rng;
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, RibPath, Router, RouterSpec};
 use ferrolb_testbed::speaker::yaml;
@@ -70,10 +72,6 @@ const SPEAKER_METRICS_PORT: u16 = 9121;
 const LEASE_NAME: &str = "ferrolb-controller";
 /// What a controller logs once it leads and has rebuilt its state.
 const ALLOCATING: &str = "state rebuilt from the API; allocating";
-
-fn v4(i: usize) -> IpAddr {
-    plan::node_v4(i).into()
-}
 
 // ---------------------------------------------------------------------------------------
 // Controller replicas and what their logs say about leadership.
@@ -297,15 +295,6 @@ fn holder(cluster: &Cluster, c: &kube::Client) -> Option<String> {
     lease(cluster, c)?.spec?.holder_identity.filter(|h| !h.is_empty())
 }
 
-fn ingress(s: &Service) -> Vec<String> {
-    s.status
-        .iter()
-        .flat_map(|st| st.load_balancer.iter())
-        .flat_map(|lb| lb.ingress.iter().flatten())
-        .filter_map(|i| i.ip.clone())
-        .collect()
-}
-
 fn lb_service(name: &str, namespace: &str, selector: Option<&str>, local: bool) -> Service {
     let mut spec = json!({"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]});
     if let Some(app) = selector {
@@ -336,23 +325,6 @@ fn wait_addresses(cluster: &Cluster, c: &kube::Client, namespace: &str, name: &s
 // ---------------------------------------------------------------------------------------
 // Part 1: two controllers, one real Lease, a churn with the leader killed.
 
-/// splitmix64: a seeded generator so a failing churn can be replayed exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 #[derive(Debug, Clone)]
 enum Op {
     Create(String),
@@ -370,12 +342,12 @@ fn churn_plan(rng: &mut Rng) -> (Vec<Op>, BTreeSet<String>) {
         ops.push(Op::Create(name.clone()));
         live.push(name);
         if rng.below(4) == 0 {
-            let n = live.swap_remove(rng.below(live.len()));
+            let n = live.swap_remove(rng.index(live.len()));
             ops.push(Op::Delete(n.clone()));
             gone.push(n);
         }
         if !gone.is_empty() && rng.below(3) == 0 {
-            let n = gone.swap_remove(rng.below(gone.len()));
+            let n = gone.swap_remove(rng.index(gone.len()));
             ops.push(Op::Create(n.clone()));
             live.push(n);
         }
@@ -463,7 +435,7 @@ fn two_controllers_on_a_real_lease_survive_leader_kills_during_a_churn_of_200_se
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
     });
     println!("churn seed: {seed} (rerun with FERROLB_HA_SEED={seed})");
-    let (ops, expected) = churn_plan(&mut Rng(seed));
+    let (ops, expected) = churn_plan(&mut Rng::new(seed));
 
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let cluster = Cluster::start(&lab, &ClusterConfig::default()).unwrap();
@@ -733,6 +705,17 @@ fn unrecovered(log: &str) -> BTreeSet<String> {
     failing
 }
 
+/// The RIB is `before` plus `prefix`'s routes: nothing else was added or withdrawn.
+fn only_added(bird: &Bird, before: &[RibPath], prefix: &str, when: &str) {
+    let order = |a: &RibPath, b: &RibPath| (&a.prefix, a.next_hop).cmp(&(&b.prefix, b.next_hop));
+    let mut expected = before.to_vec();
+    expected.extend(bird.rib().unwrap().into_iter().filter(|r| r.prefix == prefix));
+    expected.sort_by(order);
+    let mut now = bird.rib().unwrap();
+    now.sort_by(order);
+    assert_eq!(now, expected, "{when}, only the new Service's routes were added");
+}
+
 fn count(logs: &str, needle: &str) -> usize {
     logs.matches(needle).count()
 }
@@ -743,13 +726,9 @@ fn speakers_on_the_real_apiserver_withdraw_nothing_when_it_freezes_or_dies() {
     let bird = Bird::start(&lab, &RouterSpec::default()).unwrap();
     // The recorder (iBGP, on the client's LAN address) logs every UPDATE each node sends:
     // a withdrawal too short for the RIB poll to see still shows there.
-    let recorder_to = |i: usize| {
-        let mut n = ExaNeighbor::to_router(plan::CLIENT_V4.into(), v4(i), plan::CLIENT_V4);
-        n.passive = true;
-        (n.local_as, n.peer_as) = (plan::ROUTER_ASN, plan::ROUTER_ASN);
-        n
-    };
-    let recorder = ExaBgp::start(&lab, lab.client(), "recorder", &[recorder_to(1), recorder_to(2)]).unwrap();
+    let recorder =
+        ExaBgp::start(&lab, lab.client(), "recorder", &[ExaNeighbor::recorder(1), ExaNeighbor::recorder(2)])
+            .unwrap();
     let mut cluster = Cluster::start(&lab, &ClusterConfig::default()).unwrap();
     ferrolb::install(&cluster, "l2-bgp").unwrap();
     let c = cluster.client();
@@ -825,12 +804,7 @@ fn speakers_on_the_real_apiserver_withdraw_nothing_when_it_freezes_or_dies() {
     let p = deploy(&cluster, &c, &bird, &lab, &fresh, T);
     println!("a new Service announced {:?} after SIGCONT", resumed.elapsed());
     wait_recorded(&recorder, &p, &fresh.announcers());
-    let mut rib_expected = rib_before.clone();
-    rib_expected.extend(bird.rib().unwrap().into_iter().filter(|r| r.prefix == p));
-    rib_expected.sort_by(|a, b| (&a.prefix, a.next_hop).cmp(&(&b.prefix, b.next_hop)));
-    let mut now = bird.rib().unwrap();
-    now.sort_by(|a, b| (&a.prefix, a.next_hop).cmp(&(&b.prefix, b.next_hop)));
-    assert_eq!(now, rib_expected, "after the freeze, only the new Service's routes were added");
+    only_added(&bird, &rib_before, &p, "after the freeze");
     only_announced(&recorder, updates_before, &p);
     assert_eq!(forbidden(&controller.logs(), None), Vec::<String>::new(), "controller: requests refused");
 
@@ -874,12 +848,7 @@ fn speakers_on_the_real_apiserver_withdraw_nothing_when_it_freezes_or_dies() {
     let p = deploy(&cluster, &c, &bird, &lab, &fresh, KCM_RECOVERY);
     println!("a new Service announced {:?} after the apiserver restart began", restart.elapsed());
     wait_recorded(&recorder, &p, &fresh.announcers());
-    let mut rib_expected = rib_before.clone();
-    rib_expected.extend(bird.rib().unwrap().into_iter().filter(|r| r.prefix == p));
-    rib_expected.sort_by(|a, b| (&a.prefix, a.next_hop).cmp(&(&b.prefix, b.next_hop)));
-    let mut now = bird.rib().unwrap();
-    now.sort_by(|a, b| (&a.prefix, a.next_hop).cmp(&(&b.prefix, b.next_hop)));
-    assert_eq!(now, rib_expected, "after the restart, only the new Service's routes were added");
+    only_added(&bird, &rib_before, &p, "after the restart");
     only_announced(&recorder, updates_before, &p);
     for (i, s) in speakers.iter().enumerate() {
         let refused = forbidden(&plain(&s.logs()), starting);

@@ -127,7 +127,7 @@ impl Cluster<'_> {
     /// Replaces the pod on each node in turn; returns (sent, lost, longest outage).
     fn rolling_update(&mut self, drain: bool) -> (u64, u64, Duration) {
         let probe = ProbeStream::start(self.lab.client(), vip(), PROBE).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        probe.wait_sent(150, T).unwrap(); // 300 ms of probes
         for (node, other) in [(1, 2), (2, 1)] {
             if drain {
                 // The old pod terminates but keeps serving; the router moves away
@@ -141,7 +141,7 @@ impl Cluster<'_> {
             self.pod_up(node);
             self.wait_route(&[1, 2], "ECMP over both nodes again");
         }
-        std::thread::sleep(Duration::from_millis(300));
+        probe.wait_sent(150, T).unwrap(); // 300 ms of probes
         let r = probe.stop(Duration::from_millis(200));
         (r.sent, r.lost(), r.max_outage())
     }

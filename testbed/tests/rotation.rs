@@ -28,10 +28,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ferrolb_proto::election;
 use ferrolb_proto::membership::auth::Sealer;
 use ferrolb_proto::membership::{DEFAULT_PORT, TEST_ROTATION_WINDOW_ENV};
 use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
+use ferrolb_testbed::plan::{lan_v4 as v4, owner};
 use ferrolb_testbed::routers::{self, Bird, Router, RouterSpec, bird};
 use ferrolb_testbed::speaker::{Speaker, binary, start_kube, yaml};
 use ferrolb_testbed::{Lab, LabConfig, client, plan, wait};
@@ -47,19 +47,8 @@ const METRICS_PORT: u16 = 9121;
 const OLD_KEY: &str = "the-old-membership-key-of-the-rotation-lab";
 const NEW_KEY: &str = "the-new-membership-key-of-the-rotation-lab";
 
-fn v4(last: u8) -> IpAddr {
-    IpAddr::from([192, 0, 2, last])
-}
-
 fn node_v4(i: usize) -> IpAddr {
     plan::node_v4(i).into()
-}
-
-/// The node election picks for `vip` among `members`.
-fn owner(vip: IpAddr, members: &[usize]) -> usize {
-    let names: Vec<String> = members.iter().map(|i| plan::node_name(*i)).collect();
-    let o = election::owner(vip, names.iter().map(String::as_str)).unwrap();
-    members.iter().copied().find(|i| plan::node_name(*i) == o).unwrap()
 }
 
 /// Writes `key` into `path` as an operator would: a temporary file renamed into place.

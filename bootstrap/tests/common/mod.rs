@@ -1,18 +1,28 @@
-//! Shared helpers of the bootstrap tests: bounded waits and captured logs.
+//! Shared helpers of the bootstrap tests: the bound of their waits, captured logs, a
+//! namespace with a veth.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Polls `f` every 25 ms until it holds; panics after 5 s (of tokio time: instant when paused).
-pub async fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..200 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("timed out waiting for {what}");
+use ferrolb_testbed::netns::{Netns, TempNetns};
+
+/// How long a wait of these tests may take, in tokio time (instant when paused).
+pub const PATIENCE: Duration = Duration::from_secs(5);
+
+/// A namespace of the test's own, `flb<pid>x<tag>` (so `ferrolb-testbed down --stale`
+/// finds leftovers), with a veth `d0` (peer `d1`) up.
+pub fn veth_namespace(tag: &str) -> TempNetns {
+    ferrolb_testbed::lab::check_prerequisites().unwrap();
+    let ns = TempNetns::create(&format!("flb{}x{tag}", std::process::id())).unwrap();
+    ns.ip(&["link", "add", "d0", "type", "veth", "peer", "name", "d1"]).unwrap();
+    ns.ip(&["link", "set", "d0", "up"]).unwrap();
+    ns
+}
+
+/// Whether `d0` in `ns` carries `ip`/32.
+pub fn on_d0(ns: &Netns, ip: &str) -> bool {
+    ns.ip(&["-o", "addr", "show", "dev", "d0"]).unwrap().contains(&format!(" {ip}/32"))
 }
 
 /// The log lines of what runs under [`Logs::dispatch`] (e.g. a future given it with

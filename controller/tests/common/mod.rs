@@ -2,7 +2,6 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::time::Duration;
 
 use ferrolb_api::{IpAddressPool, IpAddressPoolSpec};
@@ -11,6 +10,10 @@ use ferrolb_controller::leader::LeaseConfig;
 use ferrolb_controller::metrics::Metrics;
 use ferrolb_controller::{Error, Settings};
 use ferrolb_fakeapi::FakeApiServer;
+/// The kit's bounded poll, for every test of this crate.
+pub use ferrolb_fakeapi::wait::until;
+/// The kit's reading of a Service's ingress IPs.
+pub use ferrolb_testbed::kubeapi::ingress_ips as ingress;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -130,24 +133,6 @@ impl Running {
     }
 }
 
-/// Polls `f` until it returns `Some`, for at most 60 s (a generous bound, not a speed check).
-pub async fn until<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out waiting until {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Service fixture builder: `svc("ns", "web").port(80).annot(..)`.
 pub struct Svc(pub Service);
 
@@ -205,15 +190,6 @@ impl Svc {
         let ns = self.0.namespace().unwrap();
         Api::<Service>::namespaced(client.clone(), &ns).create(&PostParams::default(), &self.0).await.unwrap()
     }
-}
-
-pub fn ingress(s: &Service) -> Vec<String> {
-    s.status
-        .iter()
-        .flat_map(|st| st.load_balancer.iter())
-        .flat_map(|lb| lb.ingress.iter().flatten())
-        .filter_map(|i| i.ip.clone())
-        .collect()
 }
 
 pub async fn get_svc(client: &kube::Client, ns: &str, name: &str) -> Service {

@@ -1,6 +1,5 @@
 //! Objects and waits the bodies share.
 
-use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -80,21 +79,4 @@ pub(super) async fn next_change<K>(
             other => return other,
         }
     }
-}
-
-/// Polls `check` until it gives a value, for at most [`PATIENCE`].
-pub(super) async fn until<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let poll = async {
-        loop {
-            if let Some(v) = check().await {
-                return v;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    tokio::time::timeout(PATIENCE, poll).await.unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }

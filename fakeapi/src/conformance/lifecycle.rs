@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::Env;
-use super::fixtures::{api_code, cm, service, until};
+use super::fixtures::{api_code, cm, service};
+use crate::wait::until;
 
 fn owned_by(name: &str, owner: &Service) -> ConfigMap {
     let mut c = cm(name, &[]);

@@ -88,7 +88,7 @@ impl Env {
         // kube-controller-manager adds these to every namespace; pods need the ServiceAccount.
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
         let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-        fixtures::until(&format!("namespace {ns} set up"), || async {
+        crate::wait::until(&format!("namespace {ns} set up"), || async {
             let ca = cms.get_opt(ROOT_CA_CONFIGMAP).await.unwrap().is_some();
             let sa = sas.get_opt("default").await.unwrap().is_some();
             (ca && sa).then_some(())

@@ -14,8 +14,9 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde_json::json;
 
 use super::Env;
-use super::fixtures::{PATIENCE, api_code, cm, until};
+use super::fixtures::{PATIENCE, api_code, cm};
 use crate::ROOT_CA_CONFIGMAP;
+use crate::wait::until;
 
 type Events = BoxStream<'static, Result<watcher::Event<ConfigMap>, watcher::Error>>;
 

@@ -151,9 +151,7 @@ pub fn ferrolb(p: &Params) -> Result<Vec<Duration>, Error> {
     println!("  ferrolb-bootstrap binary: {}", bin.display());
     let ca = TestCa::new()?;
     let api = apiservers(&lab, &ca)?;
-    let members: String = (1..=NODES)
-        .map(|i| format!("    - {{name: {}, address: {}}}\n", plan::node_name(i), plan::node_v4(i)))
-        .collect();
+    let members = crate::speaker::yaml::vip_members(NODES);
     let timeout = p.interval.min(Duration::from_secs(1));
     let mut procs: Vec<Proc> = Vec::new();
     for i in 1..=NODES {

@@ -88,11 +88,10 @@ pub fn down(name: &str) -> anyhow::Result<()> {
     };
     if netns::pid_alive(pid) {
         let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while netns::pid_alive(pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        if netns::pid_alive(pid) {
+        let exited = crate::wait::until_holds("the cluster server to exit", Duration::from_secs(30), || {
+            !netns::pid_alive(pid)
+        });
+        if exited.is_err() {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             std::thread::sleep(Duration::from_millis(200));
         }

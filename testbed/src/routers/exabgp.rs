@@ -61,6 +61,21 @@ impl ExaNeighbor {
         }
     }
 
+    /// A passive neighbour listening on `local` (also its router id) for node `node`'s
+    /// session, as AS `local_as` expecting AS `peer_as`.
+    pub fn passive(local: Ipv4Addr, node: usize, local_as: u32, peer_as: u32) -> Self {
+        let mut n = Self::to_router(local.into(), crate::plan::node_ip(node), local);
+        n.passive = true;
+        (n.local_as, n.peer_as) = (local_as, peer_as);
+        n
+    }
+
+    /// The recording peer of node `node`: passive, iBGP (the router's ASN), on the
+    /// client's LAN address.
+    pub fn recorder(node: usize) -> Self {
+        Self::passive(crate::plan::CLIENT_V4, node, crate::plan::ROUTER_ASN, crate::plan::ROUTER_ASN)
+    }
+
     /// Adds a route.
     pub fn route(mut self, r: StaticRoute) -> Self {
         self.routes.push(r);
@@ -183,6 +198,17 @@ impl ExaBgp {
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
             .map(Record::from_json)
+            .collect()
+    }
+
+    /// The NOTIFICATIONs received so far, as (code, subcode).
+    pub fn notifications(&self) -> Vec<(u8, u8)> {
+        self.records()
+            .into_iter()
+            .filter_map(|r| match r {
+                Record::Notification { code, subcode, .. } => Some((code, subcode)),
+                _ => None,
+            })
             .collect()
     }
 

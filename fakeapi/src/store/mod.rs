@@ -1,18 +1,22 @@
 //! The object store: every write goes through here, under one lock, in resourceVersion order.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use crate::ROOT_CA_CONFIGMAP;
 use crate::error::ApiError;
 use crate::events;
 use crate::fields::{self, Scope, Writer};
 use crate::resource::{Registry, ResourceInfo};
 use crate::selector::{FieldSelector, LabelSelector};
+
+mod controllers;
+mod gc;
+
+use gc::OwnerIndex;
 
 /// A change, as watchers see it.
 #[derive(Debug)]
@@ -73,11 +77,8 @@ pub(crate) struct Store {
     pub(crate) compacted: u64,
     pub(crate) registry: Registry,
     objects: BTreeMap<ResKey, BTreeMap<ObjKey, Value>>,
-    /// Every stored object's uid, and which objects name each uid as an owner: the
-    /// garbage collector's indexes, kept by `commit` (a scan of every object per delete
-    /// made deleting n owners cost n² — minutes at 10 000 Services).
-    uids: HashSet<String>,
-    dependents: HashMap<String, BTreeSet<(ResKey, ObjKey)>>,
+    /// The garbage collector's index, kept by `commit`.
+    owners: OwnerIndex,
     log: Vec<Arc<LogEntry>>,
     counter: u64,
     pub(crate) tx: broadcast::Sender<WatchMsg>,
@@ -86,10 +87,6 @@ pub(crate) struct Store {
 pub(crate) fn now() -> String {
     Timestamp::now().round(k8s_openapi::jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_default()
 }
-
-const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
-/// The fake serves no TLS; its CA bundle is a placeholder.
-const FAKE_CA: &str = "-----BEGIN CERTIFICATE-----\nZmVycm9sYi1mYWtlYXBp\n-----END CERTIFICATE-----\n";
 
 fn meta(obj: &Value, field: &str) -> Option<String> {
     obj.get("metadata")?.get(field)?.as_str().map(String::from)
@@ -144,8 +141,7 @@ impl Store {
             compacted: 0,
             registry: Registry::builtins(),
             objects: BTreeMap::new(),
-            uids: HashSet::new(),
-            dependents: HashMap::new(),
+            owners: OwnerIndex::default(),
             log: Vec::new(),
             counter: 0,
             tx,
@@ -168,8 +164,7 @@ impl Store {
             compacted: self.compacted,
             registry: self.registry.clone(),
             objects: self.objects.clone(),
-            uids: self.uids.clone(),
-            dependents: self.dependents.clone(),
+            owners: self.owners.clone(),
             log: Vec::new(),
             counter: self.counter,
             tx,
@@ -337,27 +332,13 @@ impl Store {
         } else {
             bucket.insert(key.1.clone(), obj.clone())
         };
-        // The indexes: forget what the replaced (or deleted) object said, learn the new.
+        // The garbage collector's index: forget what the replaced (or deleted) object
+        // said, learn the new.
         if let Some(before) = &previous {
-            if let Some(uid) = meta(before, "uid") {
-                self.uids.remove(&uid);
-            }
-            for owner in owner_uids(before) {
-                if let Some(set) = self.dependents.get_mut(&owner) {
-                    set.remove(&key);
-                    if set.is_empty() {
-                        self.dependents.remove(&owner);
-                    }
-                }
-            }
+            self.owners.forget(&key, before);
         }
         if etype != "DELETED" {
-            if let Some(uid) = meta(&obj, "uid") {
-                self.uids.insert(uid);
-            }
-            for owner in owner_uids(&obj) {
-                self.dependents.entry(owner).or_default().insert(key.clone());
-            }
+            self.owners.learn(&key, &obj);
         }
         let (group, plural) = res_key(info);
         let entry =
@@ -420,27 +401,6 @@ impl Store {
         Ok(Self::show(t, &created))
     }
 
-    /// What kube-controller-manager puts into every new namespace (there, moments later):
-    /// the `kube-root-ca.crt` ConfigMap and the `default` ServiceAccount pods run as.
-    fn populate_namespace(&mut self, ns: &str) {
-        let objects = [
-            (
-                "configmaps",
-                json!({
-                    "metadata": {"name": ROOT_CA_CONFIGMAP, "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
-                    "data": {"ca.crt": FAKE_CA},
-                }),
-            ),
-            ("serviceaccounts", json!({"metadata": {"name": "default"}})),
-        ];
-        for (plural, obj) in objects {
-            if let Some(info) = self.registry.lookup("", "v1", plural).cloned() {
-                let t = Target { info, version: "v1".into(), namespace: Some(ns.into()) };
-                let _ = self.create(&t, obj, "kube-controller-manager", Managed::Update);
-            }
-        }
-    }
-
     fn writer(t: &Target, manager: &str, scope: Scope) -> Writer {
         Writer {
             manager: manager.to_string(),
@@ -470,39 +430,6 @@ impl Store {
             return Err(ApiError::NotFound { kind: "namespaces".into(), name: ns.clone() });
         }
         Ok(())
-    }
-
-    /// What the real cluster's controllers would do right away: CRDs become Established, namespaces Active.
-    fn controllers_on_write(&mut self, t: &Target, obj: &mut Value) {
-        match (t.info.group.as_str(), t.info.plural.as_str()) {
-            ("apiextensions.k8s.io", "customresourcedefinitions") => {
-                if let Some(info) = ResourceInfo::from_crd(obj) {
-                    self.registry.insert(info);
-                }
-                let names = obj.pointer("/spec/names").cloned().unwrap_or(Value::Null);
-                let ts = now();
-                if let Some(m) = obj.as_object_mut() {
-                    m.insert(
-                        "status".into(),
-                        json!({
-                            "acceptedNames": names,
-                            "conditions": [
-                                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "lastTransitionTime": ts},
-                                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "lastTransitionTime": ts},
-                            ],
-                        }),
-                    );
-                }
-            }
-            ("", "namespaces") => {
-                if let Some(m) = obj.as_object_mut()
-                    && !m.contains_key("status")
-                {
-                    m.insert("status".into(), json!({"phase": "Active"}));
-                }
-            }
-            _ => {}
-        }
     }
 
     /// Writes `candidate` over the existing object within `scope` (PUT, PATCH, apply on an existing object).
@@ -663,100 +590,8 @@ impl Store {
         Ok(Self::show(t, &gone))
     }
 
-    fn all_infos(&self) -> Vec<ResourceInfo> {
-        self.objects.keys().filter_map(|(g, p)| self.registry.get(g, p).cloned()).collect()
-    }
-
-    fn target_for(info: &ResourceInfo, ns: &str) -> Target {
-        Target {
-            version: info.versions.first().cloned().unwrap_or_default(),
-            namespace: if info.namespaced { Some(ns.to_string()) } else { None },
-            info: info.clone(),
-        }
-    }
-
-    /// Deletes every object of a resource whose definition went away, as the real CRD finalizer does.
-    fn drop_all(&mut self, info: &ResourceInfo) {
-        let objs: Vec<Value> =
-            self.objects.get(&res_key(info)).map(|m| m.values().cloned().collect()).unwrap_or_default();
-        for o in objs {
-            self.commit(info, "DELETED", o.clone(), Some(o));
-        }
-    }
-
-    /// Deletes everything in a namespace (the real namespace controller does this asynchronously).
-    fn drop_namespace(&mut self, ns: &str) {
-        for info in self.all_infos().into_iter().filter(|i| i.namespaced) {
-            let objs: Vec<Value> = self
-                .objects
-                .get(&res_key(&info))
-                .map(|m| m.iter().filter(|((n, _), _)| n == ns).map(|(_, o)| o.clone()).collect())
-                .unwrap_or_default();
-            for o in objs {
-                self.commit(&info, "DELETED", o.clone(), Some(o));
-            }
-        }
-    }
-
-    fn uid_exists(&self, uid: &str) -> bool {
-        self.uids.contains(uid)
-    }
-
-    /// Owner-reference garbage collection; the real collector is asynchronous, this one runs inline.
-    fn collect_garbage(&mut self, first_uid: &str, propagation: Propagation) {
-        let mut pending = vec![first_uid.to_string()];
-        while let Some(owner_uid) = pending.pop() {
-            let keys: Vec<(ResKey, ObjKey)> =
-                self.dependents.get(&owner_uid).map(|d| d.iter().cloned().collect()).unwrap_or_default();
-            for (res, obj_key) in keys {
-                let Some(info) = self.registry.get(&res.0, &res.1).cloned() else { continue };
-                let dependents: Vec<Value> =
-                    self.objects.get(&res).and_then(|m| m.get(&obj_key)).cloned().into_iter().collect();
-                for dep in dependents {
-                    let t = Self::target_for(&info, &meta(&dep, "namespace").unwrap_or_default());
-                    let name = meta(&dep, "name").unwrap_or_default();
-                    let refs = dep
-                        .pointer("/metadata/ownerReferences")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default();
-                    let remaining: Vec<Value> = refs
-                        .iter()
-                        .filter(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid.as_str()))
-                        .cloned()
-                        .collect();
-                    let alive = remaining
-                        .iter()
-                        .any(|r| r.get("uid").and_then(Value::as_str).is_some_and(|u| self.uid_exists(u)));
-                    if propagation == Propagation::Orphan || alive {
-                        let mut new = dep.clone();
-                        set_meta(
-                            &mut new,
-                            "ownerReferences",
-                            if remaining.is_empty() { Value::Null } else { json!(remaining) },
-                        );
-                        self.commit(&info, "MODIFIED", new, Some(dep));
-                    } else {
-                        // delete() honours the dependent's finalizers and collects its own dependents.
-                        let _ = self.delete(&t, &name, Propagation::Cascade, None, None);
-                    }
-                }
-            }
-        }
-    }
-
     /// Registers a resource type directly (no CRD object).
     pub(crate) fn register(&mut self, info: ResourceInfo) {
         self.registry.insert(info);
     }
-}
-
-/// The uids an object's `metadata.ownerReferences` name.
-fn owner_uids(obj: &Value) -> Vec<String> {
-    obj.pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .map(|refs| {
-            refs.iter().filter_map(|r| r.get("uid").and_then(Value::as_str).map(str::to_owned)).collect()
-        })
-        .unwrap_or_default()
 }
