@@ -1,22 +1,30 @@
 //! ferrolb's protocols, without Kubernetes: BGP-4 ([`bgp`]), BFD ([`bfd`]), ARP/NDP
 //! announcements ([`l2`]), SWIM membership ([`membership`]) and the L2 owner election
 //! ([`election`]). The speaker and ferrolb-bootstrap drive them; the fuzz targets
-//! (`proto/fuzz`) feed their decoders. With feature `crd`, [`crd`] translates the
+//! (`proto/fuzz`) feed their decoders. With feature `crd`, module `crd` translates the
 //! BGPPeer and BFDProfile resources into their settings.
 //!
 //! # One sans-IO shape
 //!
-//! Every state machine here owns no socket, task or clock and is driven the way quinn
+//! The protocol state machines own no socket, task or clock and are driven the way quinn
 //! drives QUIC: the caller passes time in and polls work out. `handle(now, input)` feeds
-//! one input (a received packet, a timer firing, a command) at instant `now`;
-//! `poll_transmit()` returns the next bytes or message to send until `None`;
-//! `poll_timeout()` says when the machine next wants `handle` called with a timer
-//! input, `None` if it waits for nothing; `poll_event()` returns what happened for the
-//! application (a state change, a route to withdraw) until `None`. A driver loops:
-//! wait for a packet or the earliest `poll_timeout`, call `handle`, then drain
-//! `poll_transmit` and `poll_event`. Tests drive the same machines with a fake clock
-//! and no sockets. The tokio drivers ([`bgp::session`], [`bfd::driver`],
-//! [`membership::Membership`], [`l2::L2Announcer`]) are thin loops of that kind.
+//! one input (a received packet or message, a timer firing, a command) at instant `now`;
+//! `poll_transmit()` returns the next packet or message to send until `None`;
+//! `poll_timeout()` says when the machine next wants `handle(now, Input::Timeout)`,
+//! `None` if it waits for nothing; `poll_event()` returns what happened for the driver
+//! (a state change, a connection to open or close, a session up or down) until `None`.
+//! A driver loops: wait for a packet or the earliest `poll_timeout`, call `handle`, then
+//! drain `poll_transmit` and `poll_event`. [`bfd::Session`] and [`bgp::fsm::Fsm`] speak
+//! all four, and their tokio drivers, [`bfd::driver`] and [`bgp::session`], are thin
+//! loops of that kind; tests drive the same machines with a fake clock and no sockets.
+//! Smaller pieces use the part they need: the membership [`membership::auth::Keyring`]
+//! (`handle_timeout(now)`, `poll_timeout`, `poll_event`) and
+//! [`membership::claim_gate::ClaimGate`] (`handle` returns its verdict, `poll_event`).
+//! SWIM itself is foca's sans-IO core, run by [`membership::Membership`]; the ARP/NDP
+//! codecs are sans-IO and the [`l2::L2Announcer`] responder tasks answer with them.
+//! The binaries' own timers are spelled the same way: ferrolb-bootstrap's health gate
+//! (`handle`, `poll_transmit` for the next probe, `poll_timeout`, `poll_event`), its
+//! BGP drain and L2 holder, and the speaker's drain timers (`handle`, `poll_timeout`).
 pub mod accept;
 pub mod bfd;
 pub mod bgp;
