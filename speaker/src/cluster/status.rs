@@ -405,10 +405,12 @@ impl Writer {
             },
         };
         let now = Instant::now();
+        let (mut announced, mut withdrawn) = (0usize, 0usize);
         for ((svc, proto), spec) in &new {
             if old.get(&(svc.clone(), proto)).is_some_and(|o| o.addresses == spec.addresses) {
                 continue;
             }
+            announced += 1;
             let to = if spec.peers.is_empty() {
                 String::new()
             } else {
@@ -426,6 +428,7 @@ impl Writer {
             if new.contains_key(&(svc.clone(), proto)) {
                 continue;
             }
+            withdrawn += 1;
             let why = want
                 .reasons
                 .get(svc)
@@ -439,12 +442,19 @@ impl Writer {
             );
             self.event(want, svc, "Withdrawn", note, now).await;
         }
+        if announced + withdrawn > 0 {
+            tracing::info!(
+                announced,
+                withdrawn,
+                "Services announced or withdrawn by this node (each at debug, and as an Event)"
+            );
+        }
         self.shown = Some(new);
         self.limiter.prune(now);
     }
 
     async fn event(&mut self, want: &Desired, svc: &ServiceKey, reason: &str, note: String, now: Instant) {
-        tracing::info!(service = %svc, "{note}");
+        tracing::debug!(service = %svc, "{note}");
         if !self.limiter.allow(svc, now) {
             self.metrics.events_suppressed.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
             return;

@@ -144,36 +144,70 @@ impl State {
 }
 
 /// One line per address whose announcement or withdrawal reason changed.
+/// Logs what a new plan changed: each address at debug, and at info one summary line
+/// per change with counts and the first few addresses (a 50k-Service file must not
+/// write 50k info lines, nor cost their formatting).
 fn log_changes(old: &Announcements, new: &Announcements) {
     let (o, n) = (old.bgp_addresses(), new.bgp_addresses());
-    for p in n.difference(&o) {
-        let peers: Vec<&str> =
-            new.bgp.iter().filter(|(_, r)| r.contains_key(p)).map(|(n, _)| n.as_str()).collect();
-        tracing::info!(prefix = %p, peers = ?peers, "announcing by BGP");
-    }
-    for p in o.difference(&n) {
-        tracing::info!(prefix = %p, "no longer announcing by BGP");
-    }
-    for (ip, ifs) in &new.l2 {
-        if !old.l2.contains_key(ip) {
-            tracing::info!(address = %ip, interfaces = ?ifs, "this node owns the address for ARP/NDP");
+    let announced: Vec<_> = n.difference(&o).collect();
+    let unannounced: Vec<_> = o.difference(&n).collect();
+    let owned: Vec<_> = new.l2.keys().filter(|ip| !old.l2.contains_key(ip)).collect();
+    let draining: Vec<_> =
+        new.draining.iter().filter(|(ip, why)| old.draining.get(ip) != Some(why)).collect();
+    let handover: Vec<_> =
+        new.l2_draining.iter().filter(|(ip, why)| old.l2_draining.get(ip) != Some(why)).collect();
+    let withdrawn: Vec<_> =
+        new.withdrawn.iter().filter(|(ip, why)| old.withdrawn.get(ip) != Some(why)).collect();
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        for p in &announced {
+            let peers: Vec<&str> =
+                new.bgp.iter().filter(|(_, r)| r.contains_key(p)).map(|(n, _)| n.as_str()).collect();
+            tracing::debug!(prefix = %p, peers = ?peers, "announcing by BGP");
+        }
+        for p in &unannounced {
+            tracing::debug!(prefix = %p, "no longer announcing by BGP");
+        }
+        for ip in &owned {
+            tracing::debug!(address = %ip, interfaces = ?new.l2[ip], "this node owns the address for ARP/NDP");
+        }
+        for (ip, why) in &draining {
+            tracing::debug!(address = %ip, reason = %why, "draining: announced with GRACEFUL_SHUTDOWN (65535:0) until withdrawn");
+        }
+        for (ip, why) in &handover {
+            tracing::debug!(address = %ip, reason = %why, grace = ?HANDOVER_GRACE, "L2 handover: still answering ARP/NDP while the successor announces");
+        }
+        for (ip, why) in &withdrawn {
+            tracing::debug!(address = %ip, reason = %why, "not announced");
         }
     }
-    for (ip, why) in &new.draining {
-        if old.draining.get(ip) != Some(why) {
-            tracing::info!(address = %ip, reason = %why, "draining: announced with GRACEFUL_SHUTDOWN (65535:0) until withdrawn");
-        }
+    let counts =
+        [announced.len(), unannounced.len(), owned.len(), draining.len(), handover.len(), withdrawn.len()];
+    if counts.iter().any(|c| *c > 0) {
+        tracing::info!(
+            bgp_announced = announced.len(),
+            bgp_withdrawn = unannounced.len(),
+            l2_owned = owned.len(),
+            draining = draining.len(),
+            l2_handover = handover.len(),
+            not_announced = withdrawn.len(),
+            first = %first_few(announced.iter().map(|p| p.to_string())
+                .chain(unannounced.iter().map(|p| format!("-{p}")))
+                .chain(owned.iter().map(|ip| format!("l2:{ip}")))
+                .chain(draining.iter().map(|(ip, _)| format!("draining:{ip}")))
+                .chain(handover.iter().map(|(ip, _)| format!("handover:{ip}")))
+                .chain(withdrawn.iter().map(|(ip, why)| format!("{ip} ({why})"))), counts.iter().sum()),
+            "announcements changed (each address at debug)"
+        );
     }
-    for (ip, why) in &new.l2_draining {
-        if old.l2_draining.get(ip) != Some(why) {
-            tracing::info!(address = %ip, reason = %why, grace = ?HANDOVER_GRACE, "L2 handover: still answering ARP/NDP while the successor announces");
-        }
+}
+
+/// The first three of `total` items, then how many more (formats only those three).
+pub(super) fn first_few(items: impl Iterator<Item = String>, total: usize) -> String {
+    let mut out: Vec<String> = items.take(3).collect();
+    if total > out.len() {
+        out.push(format!("… +{} more", total - out.len()));
     }
-    for (ip, why) in &new.withdrawn {
-        if old.withdrawn.get(ip) != Some(why) {
-            tracing::info!(address = %ip, reason = %why, "not announced");
-        }
-    }
+    out.join(", ")
 }
 
 pub(super) fn len_i64<T>(c: impl IntoIterator<Item = T>) -> i64 {

@@ -133,3 +133,19 @@ fn the_gate_hold_ends_once_the_plan_is_really_announced() {
     announced.l2.insert(vip);
     assert!(caught_up(&plan, &announced));
 }
+
+/// The info summary names at most three addresses and counts the rest, without
+/// formatting them.
+#[test]
+fn summary_names_three_and_counts_the_rest() {
+    let items = || (1..=5).map(|i| format!("203.0.113.{i}"));
+    assert_eq!(state::first_few(items(), 5), "203.0.113.1, 203.0.113.2, 203.0.113.3, … +2 more");
+    assert_eq!(state::first_few(items().take(2), 2), "203.0.113.1, 203.0.113.2");
+    let mut formatted = 0;
+    let lazy = (1..=50_000).map(|i| {
+        formatted += 1;
+        i.to_string()
+    });
+    assert_eq!(state::first_few(lazy, 50_000), "1, 2, 3, … +49997 more");
+    assert_eq!(formatted, 3, "only the named items are formatted");
+}
