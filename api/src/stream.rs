@@ -216,11 +216,47 @@ pub fn read_stream(path: &Path) -> Result<ObjectStream, StreamError> {
 /// Parses a stream; `file` only names the source in errors and warnings.
 ///
 /// The whole stream is rejected on the first invalid document, so a half-read file never
-/// replaces the last good one.
+/// replaces the last good one. Large streams are parsed on every core, in contiguous runs
+/// of documents joined in file order: the objects, warnings and the first error come out
+/// exactly as a single pass would give them.
 pub fn parse_stream(file: &str, text: &str) -> Result<ObjectStream, StreamError> {
+    let docs = split_documents(text);
+    let threads = std::thread::available_parallelism().map_or(1, usize::from).min(MAX_THREADS);
+    if threads < 2 || docs.len() < PARALLEL_FROM {
+        return parse_documents(file, 0, &docs);
+    }
+    let per_thread = docs.len().div_ceil(threads);
+    let parts: Vec<Result<ObjectStream, StreamError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = docs
+            .chunks(per_thread)
+            .enumerate()
+            .map(|(k, run)| scope.spawn(move || parse_documents(file, k * per_thread, run)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
+    });
     let mut out = ObjectStream::default();
-    for (i, (first_line, chunk)) in split_documents(text).into_iter().enumerate() {
-        let source = Source { document: i + 1, item: None };
+    for part in parts {
+        let part = part?;
+        out.objects.extend(part.objects);
+        out.warnings.extend(part.warnings);
+    }
+    Ok(out)
+}
+
+/// Below this many documents one thread parses the stream: threads cost more than they save.
+const PARALLEL_FROM: usize = 512;
+/// A static file is read beside the speaker's own work: leave it some cores on big hosts.
+const MAX_THREADS: usize = 4;
+
+/// Parses documents `docs`, the first of which is document `skip + 1` of the file.
+fn parse_documents(file: &str, skip: usize, docs: &[(usize, &str)]) -> Result<ObjectStream, StreamError> {
+    let mut out = ObjectStream::default();
+    for (i, &(first_line, chunk)) in docs.iter().enumerate() {
+        let number = skip + i + 1;
+        let source = Source { document: number, item: None };
         let doc: Value = serde_saphyr::from_str(chunk).map_err(|e| StreamError::Yaml {
             file: file.to_owned(),
             message: yaml_message(source, first_line, &e),
@@ -233,7 +269,7 @@ pub fn parse_stream(file: &str, text: &str) -> Result<ObjectStream, StreamError>
                 return Err(object_error(file, source, "items", "a List needs an items array"));
             };
             for (j, item) in items.into_iter().enumerate() {
-                let source = Source { document: i + 1, item: Some(j) };
+                let source = Source { document: number, item: Some(j) };
                 decode_into(file, source, item, &mut out)?;
             }
         } else {

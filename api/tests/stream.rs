@@ -325,3 +325,51 @@ fn misspelt_ferrolb_field_rejects_the_file() {
         s.warnings
     );
 }
+
+/// `n` documents: Services, with an ignored kind at every tenth and, at each place
+/// in `broken`, a document that is not valid YAML.
+fn big_stream(n: usize, broken: &[usize]) -> String {
+    (1..=n)
+        .map(|d| {
+            if broken.contains(&d) {
+                format!("apiVersion: v1\nkind: [Broken{d}\n")
+            } else if d % 10 == 0 {
+                format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{d}}}\n")
+            } else {
+                format!(
+                    "apiVersion: v1\nkind: Service\nmetadata: {{name: s{d}, namespace: default}}\nspec: {{type: LoadBalancer}}\n"
+                )
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+#[test]
+fn a_large_stream_reads_in_file_order_with_every_document_numbered() {
+    // Far above the size from which the stream is parsed on several threads.
+    let n = 5_000;
+    let s = parse_stream("big.yaml", &big_stream(n, &[])).unwrap();
+    let names: Vec<String> = s.objects.iter().map(|(_, o)| o.name()).collect();
+    let want: Vec<String> = (1..=n).filter(|d| d % 10 != 0).map(|d| format!("s{d}")).collect();
+    assert_eq!(names, want);
+    assert!(s.objects.iter().all(|(src, o)| o.name() == format!("s{}", src.document)));
+    assert_eq!(s.warnings.len(), n / 10);
+    for (k, w) in s.warnings.iter().enumerate() {
+        let d = (k + 1) * 10;
+        assert!(w.starts_with(&format!("big.yaml: document {d}: ignoring v1 ConfigMap \"cm-{d}\"")), "{w}");
+    }
+}
+
+#[test]
+fn a_large_stream_is_rejected_on_its_first_bad_document_in_file_order() {
+    let n = 5_000;
+    // One error late in the file, one early (each in a run of its own): the earlier is the one reported,
+    // with its line counted from the start of the file.
+    let text = big_stream(n, &[4_900, 1_200]);
+    let err = parse_stream("big.yaml", &text).unwrap_err().to_string();
+    let line = text[..text.find("kind: [Broken1200").unwrap()].matches('\n').count() + 1;
+    assert!(err.starts_with(&format!("big.yaml: invalid YAML: document 1200: line {line}, column")), "{err}");
+    let err = parse_stream("big.yaml", &big_stream(n, &[4_999])).unwrap_err().to_string();
+    assert!(err.contains("document 4999"), "{err}");
+}
