@@ -47,20 +47,7 @@ fn setup_with(
 }
 
 async fn wait_for(h: &SessionHandle, what: &str, f: impl Fn(&SessionStatus) -> bool) -> SessionStatus {
-    let mut rx = h.watch_status();
-    let r = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            if f(&rx.borrow_and_update()) {
-                return;
-            }
-            if rx.changed().await.is_err() {
-                return;
-            }
-        }
-    })
-    .await;
-    assert!(r.is_ok(), "timed out waiting for {what}: {:?}", h.status());
-    h.status()
+    crate::wait::until_watched_within(what, Duration::from_secs(10), &mut h.watch_status(), f).await
 }
 
 fn routes() -> BTreeMap<IpNet, Arc<PathAttributes>> {
