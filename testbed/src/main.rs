@@ -117,12 +117,16 @@ enum Bench {
         #[arg(long, default_value_t = 3)]
         multiplier: u8,
     },
-    /// BGP scale: time to announce and withdraw N /32 prefixes, bytes, peak RSS.
+    /// BGP scale: time from the input change to N /32s in the router's RIB and kernel,
+    /// withdraw time, bytes per prefix, peak RSS; BIRD as the speaker is the reference.
     BgpScale {
         /// Table sizes to measure.
-        #[arg(long, value_delimiter = ',', default_values_t = [1_000u32, 10_000, 100_000])]
+        #[arg(long, value_delimiter = ',', default_values_t = [10_000u32, 50_000, 100_000])]
         sizes: Vec<u32>,
-        /// Skip the GoBGP baseline.
+        /// Speakers to measure (bird, ferrolb, gobgp, exabgp); BIRD runs first, the reference.
+        #[arg(long, value_delimiter = ',', default_value = "bird,ferrolb,gobgp,exabgp")]
+        systems: Vec<bench::bgp_scale::System>,
+        /// ferrolb only (same as --systems ferrolb).
         #[arg(long)]
         ferrolb_only: bool,
     },
@@ -195,13 +199,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench { bench: Bench::Bfd { trials, interval_ms, multiplier } } => {
             Ok(bench::bfd::run(trials, std::time::Duration::from_millis(interval_ms), multiplier)?)
         }
-        Cmd::Bench { bench: Bench::BgpScale { sizes, ferrolb_only } } => {
-            let systems = if ferrolb_only {
-                bench::bgp_scale::Systems::Ferrolb
-            } else {
-                bench::bgp_scale::Systems::Both
-            };
-            Ok(bench::bgp_scale::run(&sizes, systems)?)
+        Cmd::Bench { bench: Bench::BgpScale { sizes, systems, ferrolb_only } } => {
+            let systems = if ferrolb_only { vec![bench::bgp_scale::System::Ferrolb] } else { systems };
+            Ok(bench::bgp_scale::run(&sizes, &systems)?)
         }
         Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(bench::file_latency::run(trials)?),
         #[cfg(feature = "plan-bench")]

@@ -13,6 +13,17 @@ pub const POLL: Duration = Duration::from_millis(50);
 pub fn until<T>(
     what: &str,
     timeout: Duration,
+    probe: impl FnMut() -> Result<Option<T>, Error>,
+) -> Result<T, Error> {
+    until_every(what, timeout, POLL, probe)
+}
+
+/// [`until`], polling every `poll`: for probes cheap enough to run every few
+/// milliseconds when the thing timed takes a tenth of a second.
+pub fn until_every<T>(
+    what: &str,
+    timeout: Duration,
+    poll: Duration,
     mut probe: impl FnMut() -> Result<Option<T>, Error>,
 ) -> Result<T, Error> {
     let start = Instant::now();
@@ -25,7 +36,7 @@ pub fn until<T>(
         if start.elapsed() >= timeout {
             return Err(Error::Timeout { what: what.into(), after: timeout, last });
         }
-        std::thread::sleep(POLL);
+        std::thread::sleep(poll);
     }
 }
 

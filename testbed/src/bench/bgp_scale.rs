@@ -1,51 +1,74 @@
-//! `bench bgp-scale`: N /32 prefixes from 198.18.0.0/15 announced by a speaker on
-//! node1 to BIRD on r1 — time until all are in BIRD's RIB and r1's kernel, time to
-//! withdraw them, bytes on the wire, the speaker's peak RSS.
+//! `bench bgp-scale`: N /32 prefixes from 198.18.0.0/15 announced by one speaker on
+//! node1 to BIRD on r1, every system timed from the moment its user's input changes.
+//!
+//! Each speaker starts with an empty table and is Established with r1 before the
+//! clock starts; then its input changes (ferrolb: a static file of N Services renamed
+//! into place; BIRD: an included file of N static routes and `birdc configure`; GoBGP:
+//! `gobgp mrt inject`; ExaBGP: N `announce route` lines on its API). Measured: time to
+//! the last prefix in r1 BIRD's RIB and in r1's kernel, time from the input change that
+//! removes them to the last one gone from the kernel, bytes on the wire per prefix and
+//! the speaker's peak RSS. BIRD as the speaker is the reference: a C implementation
+//! feeding the same router, the practical limit of r1's import.
 
-use std::net::IpAddr;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::{ms, peak_rss};
 use crate::netns::Netns;
-use crate::process::Spawn;
-use crate::routers::{self, Bird, RouterSpec};
+use crate::process::{Proc, Spawn};
+use crate::routers::{self, Bird, ExaNeighbor, PeerAs, RouterSpec};
 use crate::speaker::{self, Speaker, yaml};
 use crate::{Error, Lab, LabConfig, mrt, plan, wait};
 
-/// What one speaker achieved for one table size.
+/// What one speaker achieved for one table size; times run from the input change.
 #[derive(Debug, Clone)]
 pub struct ScaleResult {
     /// Speaker measured.
     pub system: String,
     /// Prefixes announced.
     pub prefixes: u32,
-    /// From session Established to the last prefix in BIRD's RIB.
+    /// How long the input change itself took (file written and renamed, `birdc
+    /// configure` returned, the last `mrt inject` returned, the API lines written).
+    pub input: Duration,
+    /// From the input change to the last prefix in BIRD's RIB.
     pub to_rib: Duration,
-    /// From session Established to the last prefix in r1's kernel.
+    /// From the input change to the last prefix in r1's kernel.
     pub to_kernel: Duration,
-    /// From the withdraw command to the last prefix gone from r1's kernel.
+    /// From the input change that removes them to the last prefix gone from r1's kernel.
     pub withdraw: Duration,
     /// UPDATE messages sent, where the speaker counts them.
     pub updates: Option<u64>,
-    /// TCP payload bytes BIRD received on the session.
+    /// TCP payload bytes BIRD received on the session while the prefixes were announced.
     pub bytes: u64,
     /// Peak resident memory of the speaker.
     pub rss: Option<u64>,
 }
 
+mod feeds;
+mod observe;
+
+use feeds::{BirdFeed, ExaBgpFeed, FerrolbFeed, GoBgpFeed};
+
+use observe::{BirdCtl, KernelRoutes};
+
 /// Networks in BIRD's tables (`show route count`).
 pub fn bird_route_count(bird: &Bird) -> Result<u64, Error> {
-    let text = bird.birdc("show route count")?;
-    Ok(text
-        .lines()
-        .filter(|l| l.contains("routes for"))
-        .filter_map(|l| l.split(" for ").nth(1)?.split_whitespace().next()?.parse::<u64>().ok())
-        .sum())
+    Ok(parse_route_count(&bird.birdc("show route count")?))
 }
 
-/// IPv4 routes BIRD installed in the kernel of `ns`.
+/// Networks in the per-table lines of `show route count` (`N of M routes for K networks
+/// in table master4`); the `Total:` line repeats their sum.
+fn parse_route_count(text: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.contains("routes for") && !l.contains("Total:"))
+        .filter_map(|l| l.split(" for ").nth(1)?.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// IPv4 routes BIRD installed in the main table of `ns` (`ip -4 route show proto bird`).
 pub fn kernel_count(ns: &Netns) -> Result<u64, Error> {
-    Ok(ns.ip(&["-4", "route", "show", "proto", "bird"])?.lines().count() as u64)
+    KernelRoutes::open(ns)?.count()
 }
 
 /// Payload bytes received on established BGP sessions in `ns`.
@@ -58,124 +81,70 @@ pub fn bgp_bytes_received(ns: &Netns) -> Result<u64, Error> {
         .sum())
 }
 
-/// The GoBGP speaker starts with no neighbour: the table is loaded first.
-fn gobgp_speaker_config() -> String {
-    format!(
-        "[global.config]\n  as = {}\n  router-id = \"{}\"\n  port = -1\n",
-        plan::NODE_ASN,
-        plan::node_v4(1)
-    )
+/// A speaker measured: BIRD, ferrolb, GoBGP or ExaBGP on node1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum System {
+    /// BIRD 2 with a static protocol fed from an included file: the reference.
+    Bird,
+    /// ferrolb-speaker in static mode, one Service per address.
+    Ferrolb,
+    /// GoBGP 3 fed with `gobgp mrt inject`.
+    Gobgp,
+    /// ExaBGP 4 fed through its API.
+    Exabgp,
 }
 
-/// Destinations in GoBGP's global IPv4 RIB (`gobgp global rib summary`).
-fn gobgp_rib_count(cli: &dyn Fn(&[&str]) -> Result<String, Error>) -> Result<u64, Error> {
-    let text = cli(&["global", "rib", "-a", "ipv4", "summary"])?;
-    text.split_whitespace()
-        .skip_while(|w| *w != "Destination:")
-        .nth(1)
-        .and_then(|n| n.trim_end_matches(',').parse().ok())
-        .ok_or_else(|| Error::Parse(format!("gobgp rib summary: {text}")))
-}
-
-/// GoBGP as the speaker: routes injected from an MRT dump, then the session comes up.
-pub fn gobgp(n: u32) -> Result<ScaleResult, Error> {
-    let lab = Lab::up(LabConfig::nodes(1))?;
-    let bird = Bird::start(&lab, &RouterSpec::default())?;
-    let dir = lab.subdir("gobgp-speaker")?;
-    let conf = dir.join("gobgpd.toml");
-    std::fs::write(&conf, gobgp_speaker_config())?;
-    let node = lab.node(1);
-    let mut proc = lab.spawn(
-        node,
-        Spawn::new(
-            "gobgpd-speaker",
-            &[
-                "gobgpd",
-                "-f",
-                &conf.to_string_lossy(),
-                "-t",
-                "toml",
-                "--api-hosts",
-                "127.0.0.1:50051",
-                "--pprof-disable",
-            ],
-        ),
-    )?;
-    let cli = |args: &[&str]| -> Result<String, Error> {
-        let mut argv = vec!["gobgp", "-u", "127.0.0.1", "-p", "50051"];
-        argv.extend_from_slice(args);
-        node.exec(&argv)
-    };
-    wait::until("gobgpd API", Duration::from_secs(15), || Ok(cli(&["global"]).ok().map(|_| ())))?;
-    // `gobgp mrt inject` (3.10) may exit before its stream is flushed, dropping the tail
-    // of the file. Injecting a path twice changes nothing, so each chunk file carries
-    // the chunk four times over: a lost tail only loses copies.
-    let all: Vec<_> = mrt::bulk_prefixes(n).collect();
-    let dump = dir.join("chunk.mrt");
-    let mut loaded = 0u64;
-    for chunk in all.chunks(250) {
-        let copies = chunk.iter().copied().cycle().take(chunk.len() * 4);
-        std::fs::write(&dump, mrt::dump_host_routes(copies, plan::node_v4(1)))?;
-        let want = loaded + chunk.len() as u64;
-        let mut tries = 0;
-        while gobgp_rib_count(&cli)? < want {
-            tries += 1;
-            if tries > 20 {
-                return Err(Error::Parse(format!("GoBGP never held {want} injected prefixes")));
-            }
-            cli(&["mrt", "inject", "global", &dump.to_string_lossy()])?;
-            // Injection is processed asynchronously: give it time before injecting again.
-            let _ = wait::until("GoBGP to hold an injected chunk", Duration::from_secs(2), || {
-                Ok((gobgp_rib_count(&cli)? >= want).then_some(()))
-            });
+impl System {
+    /// The row label: the system and how its input is given.
+    pub fn label(self, n: u32) -> String {
+        match self {
+            System::Bird => "BIRD 2 (include+configure)".into(),
+            System::Ferrolb => format!("ferrolb ({n} Services)"),
+            System::Gobgp => "GoBGP 3 (mrt inject)".into(),
+            System::Exabgp => "ExaBGP 4 (API lines)".into(),
         }
-        loaded = want;
     }
-    cli(&["neighbor", "add", &plan::ROUTER_V4.to_string(), "as", &plan::ROUTER_ASN.to_string()])?;
-    let peer: IpAddr = plan::node_v4(1).into();
-    // GoBGP waits 5–10 s before its first connect; the clock starts at Established.
-    routers::wait_established(&bird, &[peer], Duration::from_secs(60))?;
-    let t0 = Instant::now();
-    let long = Duration::from_secs(600);
-    wait::until("all prefixes in BIRD's RIB", long, || {
-        Ok((bird_route_count(&bird)? >= u64::from(n)).then_some(()))
-    })?;
-    let to_rib = t0.elapsed();
-    wait::until("all prefixes in the kernel", long, || {
-        Ok((kernel_count(lab.router())? >= u64::from(n)).then_some(()))
-    })?;
-    let to_kernel = t0.elapsed();
-    let bytes = bgp_bytes_received(lab.router())?;
-    let stats: serde_json::Value =
-        serde_json::from_str(&cli(&["neighbor", &plan::ROUTER_V4.to_string(), "-j"])?)
-            .map_err(|e| Error::Parse(format!("gobgp neighbor: {e}")))?;
-    let updates = stats["state"]["messages"]["sent"]["update"].as_u64();
-    let t1 = Instant::now();
-    cli(&["global", "rib", "-a", "ipv4", "del", "all"])?;
-    wait::until("all prefixes withdrawn from the kernel", long, || {
-        Ok((kernel_count(lab.router())? == 0).then_some(()))
-    })?;
-    let withdraw = t1.elapsed();
-    let rss = peak_rss(proc.pid());
-    proc.kill();
-    Ok(ScaleResult {
-        system: "GoBGP 3".into(),
-        prefixes: n,
-        to_rib,
-        to_kernel,
-        withdraw,
-        updates,
-        bytes,
-        rss,
-    })
 }
 
-/// The speaker's static file: node1, Services holding `n` bulk addresses (10 000 per
-/// Service: the stream reader caps one YAML document's size), a pool, BIRD on r1 as the peer.
+impl std::str::FromStr for System {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "bird" => Ok(System::Bird),
+            "ferrolb" => Ok(System::Ferrolb),
+            "gobgp" => Ok(System::Gobgp),
+            "exabgp" => Ok(System::Exabgp),
+            other => Err(format!("unknown system {other:?}: say bird, ferrolb, gobgp or exabgp")),
+        }
+    }
+}
+
+/// A speaker on node1 with an empty table, whose input the bench changes.
+trait Feed {
+    /// How long the speaker may take to reach Established with r1.
+    fn connect_timeout(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+    /// The input change that announces the prepared prefixes; returns when it is made.
+    fn announce(&mut self) -> Result<(), Error>;
+    /// The input change that removes them all.
+    fn withdraw(&mut self) -> Result<(), Error>;
+    /// UPDATE messages sent, where the speaker counts them.
+    fn updates_sent(&mut self) -> Option<u64> {
+        None
+    }
+    /// The speaker's process.
+    fn pid(&mut self) -> Option<i32>;
+}
+
+/// The speaker's static file: node1, `n` Services holding one bulk /32 each (as an
+/// operator has them: one Service per address), a pool, BIRD on r1 as the peer.
 pub fn ferrolb_static_file(n: u32) -> String {
-    let ips: Vec<IpAddr> = mrt::bulk_prefixes(n).map(IpAddr::V4).collect();
     let mut objs = vec![yaml::node(1), yaml::pool("bulk", &[plan::BULK_V4])];
-    objs.extend(ips.chunks(10_000).enumerate().map(|(i, c)| yaml::service(&format!("bulk-{i}"), c)));
+    objs.extend(
+        mrt::bulk_prefixes(n).enumerate().map(|(i, ip)| yaml::service(&format!("bulk-{i}"), &[ip.into()])),
+    );
     objs.extend([
         yaml::peer(
             "r1",
@@ -206,87 +175,143 @@ pub fn scrape_updates_sent(ns: &Netns, addr: std::net::SocketAddr) -> Result<Opt
         .reduce(|a, b| a + b))
 }
 
-/// ferrolb-speaker (release build if present, else debug) as the speaker: the table
-/// comes from its static file; the clock starts at Established; withdrawal is a file edit.
-pub fn ferrolb(n: u32) -> Result<ScaleResult, Error> {
-    let bin = speaker::binary("release").or_else(|_| speaker::binary("debug"))?;
+/// The ferrolb-speaker binary the bench runs: release if built, else debug.
+pub fn ferrolb_binary() -> Result<(PathBuf, &'static str), Error> {
+    speaker::binary("release").map(|p| (p, "release")).or_else(|_| Ok((speaker::binary("debug")?, "debug")))
+}
+
+/// Measures `system` announcing and withdrawing `n` prefixes in a fresh one-node lab;
+/// ferrolb runs `ferrolb_bin` ([`ferrolb_binary`] when None).
+pub fn measure_system(system: System, n: u32, ferrolb_bin: Option<&Path>) -> Result<ScaleResult, Error> {
     let lab = Lab::up(LabConfig::nodes(1))?;
-    let bird = Bird::start(&lab, &RouterSpec::default())?;
-    let metrics: std::net::SocketAddr = "127.0.0.1:9473".parse().map_err(|_| Error::Parse("addr".into()))?;
-    let mut sp = Speaker::start_with(
-        &lab,
-        1,
-        &ferrolb_static_file(n),
-        &bin,
-        &["--metrics-addr", &metrics.to_string()],
-    )?;
-    let peer: IpAddr = plan::node_v4(1).into();
-    routers::wait_established(&bird, &[peer], Duration::from_secs(120))?;
-    let t0 = Instant::now();
+    let r = measure_in(&lab, system, n, ferrolb_bin);
+    if r.is_err() {
+        // The lab directory goes with the lab: show why before it does.
+        eprintln!(
+            "bgp-scale: {} with {n} prefixes failed; lab {} logs:\n{}",
+            system.label(n),
+            lab.id(),
+            lab.logs(30)
+        );
+    }
+    r
+}
+
+fn measure_in(lab: &Lab, system: System, n: u32, ferrolb_bin: Option<&Path>) -> Result<ScaleResult, Error> {
+    let router = Bird::start(lab, &RouterSpec::default())?;
+    let mut feed: Box<dyn Feed> = match system {
+        System::Bird => Box::new(BirdFeed::start(lab, n)?),
+        System::Ferrolb => {
+            let bin = match ferrolb_bin {
+                Some(b) => b.to_path_buf(),
+                None => ferrolb_binary()?.0,
+            };
+            Box::new(FerrolbFeed::start(lab, &bin, n)?)
+        }
+        System::Gobgp => Box::new(GoBgpFeed::start(lab, n)?),
+        System::Exabgp => Box::new(ExaBgpFeed::start(lab, n)?),
+    };
+    routers::wait_established(&router, &[plan::node_ip(1)], feed.connect_timeout())?;
+    let r = measure(lab, n, feed.as_mut())?;
+    Ok(ScaleResult { system: system.label(n), ..r })
+}
+
+/// The clock runs from each input change; the speaker is Established and empty.
+fn measure(lab: &Lab, n: u32, feed: &mut dyn Feed) -> Result<ScaleResult, Error> {
     let long = Duration::from_secs(600);
-    wait::until("all prefixes in BIRD's RIB", long, || {
-        Ok((bird_route_count(&bird)? >= u64::from(n)).then_some(()))
-    })?;
+    let want = u64::from(n);
+    // r1's BIRD, started by `Bird::start`, listens in its lab subdirectory "bird".
+    let mut rib = BirdCtl::connect(&lab.dir().join("bird").join("bird.ctl"))?;
+    let mut kernel = KernelRoutes::open(lab.router())?;
+    let bytes_before = bgp_bytes_received(lab.router())?;
+    let t0 = Instant::now();
+    feed.announce()?;
+    let input = t0.elapsed();
+    observe::until("all prefixes in BIRD's RIB", long, || Ok((rib.route_count()? >= want).then_some(())))?;
     let to_rib = t0.elapsed();
-    wait::until("all prefixes in the kernel", long, || {
-        Ok((kernel_count(lab.router())? >= u64::from(n)).then_some(()))
-    })?;
+    observe::until("all prefixes in the kernel", long, || Ok((kernel.count()? >= want).then_some(())))?;
     let to_kernel = t0.elapsed();
-    let bytes = bgp_bytes_received(lab.router())?;
-    // The metrics tick once a second.
-    std::thread::sleep(Duration::from_millis(1200));
-    let updates = scrape_updates_sent(lab.node(1), metrics).ok().flatten();
+    let bytes = bgp_bytes_received(lab.router())?.saturating_sub(bytes_before);
+    let updates = feed.updates_sent();
     let t1 = Instant::now();
-    sp.replace_file(&ferrolb_static_file(0))?;
-    wait::until("all prefixes withdrawn from the kernel", long, || {
-        Ok((kernel_count(lab.router())? == 0).then_some(()))
+    feed.withdraw()?;
+    observe::until("all prefixes withdrawn from the kernel", long, || {
+        Ok((kernel.count()? == 0).then_some(()))
     })?;
     let withdraw = t1.elapsed();
-    let rss = sp.pid().and_then(peak_rss);
-    sp.kill();
     Ok(ScaleResult {
-        system: "ferrolb".into(),
+        system: String::new(),
         prefixes: n,
+        input,
         to_rib,
         to_kernel,
         withdraw,
         updates,
         bytes,
-        rss,
+        rss: feed.pid().and_then(peak_rss),
     })
 }
 
-/// Which speakers to measure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Systems {
-    /// GoBGP and ferrolb, side by side.
-    Both,
-    /// ferrolb only.
-    Ferrolb,
-}
-
-/// Runs the speakers for every size and prints a table.
-pub fn run(sizes: &[u32], systems: Systems) -> Result<(), Error> {
-    println!("bench bgp-scale: N /32s from 198.18.0.0/15, speaker on node1 → BIRD 2 on r1 (eBGP)");
-    for &n in sizes {
-        if systems == Systems::Both {
-            print_row(&gobgp(n)?);
-        }
-        print_row(&ferrolb(n)?);
-    }
-    Ok(())
-}
-
-fn print_row(r: &ScaleResult) {
+/// Runs `systems` (BIRD first, the reference) for every size and prints one table per size.
+pub fn run(sizes: &[u32], systems: &[System]) -> Result<(), Error> {
+    let mut systems = systems.to_vec();
+    systems.sort();
+    systems.dedup();
+    let bin = if systems.contains(&System::Ferrolb) { Some(ferrolb_binary()?) } else { None };
     println!(
-        "{:<10} {:>7} prefixes: RIB {:>8.0} ms, kernel {:>8.0} ms, withdraw {:>8.0} ms, {} UPDATEs, {:>10} bytes, RSS {}",
-        r.system,
-        r.prefixes,
-        ms(r.to_rib),
-        ms(r.to_kernel),
-        ms(r.withdraw),
-        r.updates.map_or("?".into(), |u| u.to_string()),
-        r.bytes,
-        r.rss.map_or("?".into(), |b| format!("{:.1} MB", b as f64 / 1e6)),
+        "bench bgp-scale: N /32s from 198.18.0.0/15, one speaker on node1 → BIRD 2 on r1 (eBGP).\n\
+         Each speaker starts empty and Established; times run from the input change. \
+         Ratios are to BIRD→BIRD."
     );
+    if let Some((path, profile)) = &bin {
+        println!("ferrolb-speaker: {profile} build, {}", path.display());
+    }
+    let mut first_err = None;
+    for &n in sizes {
+        println!("\n{n} prefixes");
+        println!(
+            "{:<28} {:>9} {:>22} {:>22} {:>22} {:>8} {:>8} {:>9}",
+            "system", "input", "RIB", "kernel", "withdraw", "B/prefix", "UPDATEs", "peak RSS"
+        );
+        let mut reference: Option<ScaleResult> = None;
+        for &system in &systems {
+            match measure_system(system, n, bin.as_ref().map(|(p, _)| p.as_path())) {
+                Ok(r) => {
+                    println!("{}", row(&r, reference.as_ref()));
+                    if system == System::Bird {
+                        reference = Some(r);
+                    }
+                }
+                Err(e) => {
+                    println!("{:<28} failed: {e}", system.label(n));
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+    }
+    first_err.map_or(Ok(()), Err)
 }
+
+/// One table row; each time with its ratio to `reference` when there is one.
+fn row(r: &ScaleResult, reference: Option<&ScaleResult>) -> String {
+    let cell = |d: Duration, base: Option<Duration>| match base {
+        Some(b) if !b.is_zero() => {
+            format!("{:.0} ms {:>5.2}× BIRD", ms(d), d.as_secs_f64() / b.as_secs_f64())
+        }
+        _ => format!("{:.0} ms", ms(d)),
+    };
+    format!(
+        "{:<28} {:>9} {:>22} {:>22} {:>22} {:>8.1} {:>8} {:>9}",
+        r.system,
+        format!("{:.0} ms", ms(r.input)),
+        cell(r.to_rib, reference.map(|b| b.to_rib)),
+        cell(r.to_kernel, reference.map(|b| b.to_kernel)),
+        cell(r.withdraw, reference.map(|b| b.withdraw)),
+        r.bytes as f64 / f64::from(r.prefixes.max(1)),
+        r.updates.map_or("—".into(), |u| u.to_string()),
+        r.rss.map_or("?".into(), |b| format!("{:.1} MB", b as f64 / 1e6)),
+    )
+}
+
+#[cfg(test)]
+mod tests;
