@@ -24,19 +24,19 @@ use crate::validate::{Config, Origin, ValidConfig, ValidationError};
 #[serde(untagged)]
 pub enum Object {
     /// ferrolb.io IPAddressPool.
-    IpAddressPool(IpAddressPool),
+    IpAddressPool(Box<IpAddressPool>),
     /// ferrolb.io BGPPeer.
-    BgpPeer(BgpPeer),
+    BgpPeer(Box<BgpPeer>),
     /// ferrolb.io BGPAdvertisement.
-    BgpAdvertisement(BgpAdvertisement),
+    BgpAdvertisement(Box<BgpAdvertisement>),
     /// ferrolb.io L2Advertisement.
-    L2Advertisement(L2Advertisement),
+    L2Advertisement(Box<L2Advertisement>),
     /// ferrolb.io BFDProfile.
-    BfdProfile(BfdProfile),
+    BfdProfile(Box<BfdProfile>),
     /// ferrolb.io ControlPlaneVIP.
-    ControlPlaneVip(ControlPlaneVip),
+    ControlPlaneVip(Box<ControlPlaneVip>),
     /// ferrolb.io ServiceAnnouncement.
-    ServiceAnnouncement(ServiceAnnouncement),
+    ServiceAnnouncement(Box<ServiceAnnouncement>),
     /// core/v1 Node.
     Node(Box<Node>),
     /// core/v1 Service.
@@ -448,12 +448,12 @@ impl ObjectStream {
         let mut c = Config::default();
         for (_, o) in &self.objects {
             match o {
-                Object::IpAddressPool(x) => c.pools.push(x.clone()),
-                Object::BgpPeer(x) => c.peers.push(x.clone()),
-                Object::BgpAdvertisement(x) => c.bgp_advertisements.push(x.clone()),
-                Object::L2Advertisement(x) => c.l2_advertisements.push(x.clone()),
-                Object::BfdProfile(x) => c.bfd_profiles.push(x.clone()),
-                Object::ControlPlaneVip(x) => c.control_plane_vips.push(x.clone()),
+                Object::IpAddressPool(x) => c.pools.push((**x).clone()),
+                Object::BgpPeer(x) => c.peers.push((**x).clone()),
+                Object::BgpAdvertisement(x) => c.bgp_advertisements.push((**x).clone()),
+                Object::L2Advertisement(x) => c.l2_advertisements.push((**x).clone()),
+                Object::BfdProfile(x) => c.bfd_profiles.push((**x).clone()),
+                Object::ControlPlaneVip(x) => c.control_plane_vips.push((**x).clone()),
                 Object::ServiceAnnouncement(_)
                 | Object::Node(_)
                 | Object::Service(_)

@@ -137,11 +137,11 @@ pub fn convert(input: &str, file: &str) -> Result<Conversion, Error> {
     let mut config = Config::default();
     for o in &objects {
         match o {
-            Object::IpAddressPool(x) => config.pools.push(x.clone()),
-            Object::BgpPeer(x) => config.peers.push(x.clone()),
-            Object::BgpAdvertisement(x) => config.bgp_advertisements.push(x.clone()),
-            Object::L2Advertisement(x) => config.l2_advertisements.push(x.clone()),
-            Object::BfdProfile(x) => config.bfd_profiles.push(x.clone()),
+            Object::IpAddressPool(x) => config.pools.push((**x).clone()),
+            Object::BgpPeer(x) => config.peers.push((**x).clone()),
+            Object::BgpAdvertisement(x) => config.bgp_advertisements.push((**x).clone()),
+            Object::L2Advertisement(x) => config.l2_advertisements.push((**x).clone()),
+            Object::BfdProfile(x) => config.bfd_profiles.push((**x).clone()),
             _ => {}
         }
     }

@@ -39,19 +39,19 @@ fn listed() -> Vec<Update> {
             Object::IpAddressPool(mut p) => {
                 server_meta(&mut p.metadata, i);
                 p.status = Some(ferrolb_api::IpAddressPoolStatus { assigned_ipv4: 7, ..Default::default() });
-                pools.push(p);
+                pools.push(*p);
             }
             Object::BgpPeer(mut p) => {
                 server_meta(&mut p.metadata, i);
-                peers.push(p);
+                peers.push(*p);
             }
             Object::BgpAdvertisement(mut a) => {
                 server_meta(&mut a.metadata, i);
-                bgp.push(a);
+                bgp.push(*a);
             }
             Object::L2Advertisement(mut a) => {
                 server_meta(&mut a.metadata, i);
-                l2.push(a);
+                l2.push(*a);
             }
             _ => {}
         }
