@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Service};
@@ -71,6 +72,9 @@ pub struct Context {
     pub queue: Arc<WorkQueue>,
     /// Pool statistics changed: the pool task rewrites pool status.
     pub pools_dirty: Notify,
+    /// Every Service's status has been replayed into the allocator: pool counts are true
+    /// from here on. Before, a pool status write would say 0 assigned, then be corrected.
+    pub replayed: AtomicBool,
 }
 
 impl Context {
@@ -78,6 +82,11 @@ impl Context {
     /// abandoned when it ends or after [`CALL_TIMEOUT`].
     pub async fn call<T>(&self, call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, CallError> {
         self.fence.call(CALL_TIMEOUT, call).await
+    }
+
+    /// Whether pool counts may be written (see [`Context::replayed`]).
+    pub fn counts_known(&self) -> bool {
+        self.replayed.load(Ordering::Acquire)
     }
 
     /// Locks the allocator state (a poisoned lock only follows a panic in a test; keep going).

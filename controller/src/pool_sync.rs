@@ -120,8 +120,13 @@ impl PoolSync {
         self.write_statuses(ctx).await;
     }
 
-    /// Writes every pool's status (counts and `Valid`) where it differs from what is stored.
+    /// Writes every pool's status (counts and `Valid`) where it differs from what is stored;
+    /// nothing until the Services are replayed (the replay asks for a write when done), so
+    /// a restart that changes nothing writes nothing.
     pub async fn write_statuses(&mut self, ctx: &Context) {
+        if !ctx.counts_known() {
+            return;
+        }
         let api: Api<IpAddressPool> = Api::all(ctx.client.clone());
         let objects = self.pools.state();
         let (stats, orphans) = {

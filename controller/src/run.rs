@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -138,6 +139,7 @@ async fn serve(
         namespaces: ns_reader.clone(),
         queue: queue.clone(),
         pools_dirty: Notify::new(),
+        replayed: AtomicBool::new(false),
     });
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
 
@@ -267,6 +269,7 @@ async fn replay(ctx: &Context) {
         )
         .await;
     }
+    ctx.replayed.store(true, Ordering::Release);
     ctx.pools_dirty.notify_one();
 }
 
