@@ -125,7 +125,15 @@ fn with_deadlines(mut config: kube::Config) -> kube::Config {
     config
 }
 
+/// Heap profiling build (`--features dhat-heap`): every allocation is counted.
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
 fn main() -> ExitCode {
+    // Writes dhat-heap.json in the working directory when main returns (SIGTERM).
+    #[cfg(feature = "dhat-heap")]
+    let _profiler = dhat::Profiler::new_heap();
     let args = Args::parse();
     init_logs(args.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
