@@ -68,6 +68,12 @@ pub fn kube() -> Result<PathBuf, Error> {
     }
 }
 
-fn from_env(name: &str) -> Option<PathBuf> {
-    std::env::var(format!("{}_BIN", name.replace('-', "_").to_uppercase())).ok().map(PathBuf::from)
+/// `$FERROLB_<NAME>_BIN` for `name` (`ferrolb-speaker`: `$FERROLB_SPEAKER_BIN`), when set.
+pub fn from_env(name: &str) -> Option<PathBuf> {
+    std::env::var(env_var(name)).ok().map(PathBuf::from)
+}
+
+/// The variable naming `name`'s binary: `ferrolb-speaker` → `FERROLB_SPEAKER_BIN`.
+pub fn env_var(name: &str) -> String {
+    format!("{}_BIN", name.replace('-', "_").to_uppercase())
 }

@@ -152,6 +152,16 @@ enum Bench {
         #[arg(long, default_value_t = 20)]
         trials: usize,
     },
+    /// The real control plane: Service created → address → route in BIRD's RIB; controller
+    /// cold start and speaker restart with many Services (issue #15 point 4).
+    WholePath {
+        /// Services created one after another for the latency figures.
+        #[arg(long, default_value_t = 200)]
+        services: usize,
+        /// Services holding addresses during the controller and speaker restarts.
+        #[arg(long, default_value_t = 10_000)]
+        existing: usize,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -204,6 +214,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(bench::bgp_scale::run(&sizes, &systems)?)
         }
         Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(bench::file_latency::run(trials)?),
+        Cmd::Bench { bench: Bench::WholePath { services, existing } } => {
+            Ok(bench::whole_path::run(&bench::whole_path::Params { services, existing })?)
+        }
         #[cfg(feature = "plan-bench")]
         Cmd::Bench { bench: Bench::Plan { services, nodes, changes, no_speaker } } => {
             Ok(bench::plan::run(services, &nodes, changes, !no_speaker)?)

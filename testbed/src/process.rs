@@ -165,6 +165,25 @@ pub fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// A log without its ANSI escape sequences (`ESC [ … letter`): tracing writes its
+/// colours to files too.
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[allow(unsafe_code)]
 fn die_with_parent(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;

@@ -4,7 +4,7 @@
 //! workspace (`testbed/test.sh` builds it before `cargo test`; [`crate::binary`]).
 
 use std::fmt::Write as _;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -192,9 +192,15 @@ pub fn start_kube(
     kubeconfig: &Path,
     i: usize,
     tag: &str,
-    metrics: Option<std::net::SocketAddr>,
+    metrics: Option<SocketAddr>,
 ) -> Result<Proc, Error> {
-    let bin = binary("debug")?.display().to_string();
+    lab.spawn(lab.node(i), kube_spawn(&binary("debug")?, kubeconfig, i, tag, metrics))
+}
+
+/// How [`start_kube`] starts `bin` on node `i`: for a caller running another build (e.g.
+/// a release one) with `lab.spawn(lab.node(i), …)`.
+pub fn kube_spawn(bin: &Path, kubeconfig: &Path, i: usize, tag: &str, metrics: Option<SocketAddr>) -> Spawn {
+    let bin = bin.display().to_string();
     let node = plan::node_name(i);
     let kubeconfig = kubeconfig.display().to_string();
     let mut argv = vec![
@@ -210,9 +216,8 @@ pub fn start_kube(
         argv.extend(["--metrics-addr".into(), m.to_string()]);
     }
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let spec = Spawn::new(format!("{tag}-{node}"), &argv)
-        .env("RUST_LOG", "info,ferrolb_speaker=debug,ferrolb_proto=debug");
-    lab.spawn(lab.node(i), spec)
+    Spawn::new(format!("{tag}-{node}"), &argv)
+        .env("RUST_LOG", "info,ferrolb_speaker=debug,ferrolb_proto=debug")
 }
 
 /// The environment that runs a program with its clocks `offset` off (e.g. `"+60s"`):
@@ -288,6 +293,19 @@ pub mod yaml {
             let _ = writeln!(s, "  {e}");
         }
         s
+    }
+
+    /// The lab's router as BGPPeer `router` on its IPv4 LAN address, IPv4 unicast only;
+    /// `extra` holds further `spec` lines.
+    pub fn router_peer_v4(extra: &[&str]) -> String {
+        let mut lines = vec!["addressFamilies: [ipv4-unicast]"];
+        lines.extend_from_slice(extra);
+        peer("router", plan::NODE_ASN, plan::ROUTER_ASN, plan::ROUTER_V4.into(), &lines)
+    }
+
+    /// The `spec` line of a BGPPeer asking for graceful restart with `restart_time`.
+    pub fn graceful_restart(restart_time: Duration) -> String {
+        format!("gracefulRestart: {{enabled: true, restartTime: {}s}}", restart_time.as_secs())
     }
 
     /// A BGPAdvertisement; `extra` holds `spec` lines.

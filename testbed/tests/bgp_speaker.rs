@@ -259,17 +259,7 @@ fn md5_and_graceful_restart_with_bird() {
     lab.add_vip_on_lo(lab.node(1), vip).unwrap();
     let pw = |p: &std::path::Path| format!("passwordFile: {}", p.display());
     let file = |pw_line: &str, ips: Vec<IpAddr>| {
-        let peer = yaml::peer(
-            "router",
-            plan::NODE_ASN,
-            plan::ROUTER_ASN,
-            plan::ROUTER_V4.into(),
-            &[
-                "addressFamilies: [ipv4-unicast]",
-                pw_line,
-                "gracefulRestart: {enabled: true, restartTime: 60s}",
-            ],
-        );
+        let peer = yaml::router_peer_v4(&[pw_line, &yaml::graceful_restart(Duration::from_secs(60))]);
         static_file(&[("web", ips)], vec![peer], &["ipAddressPools: [public]"])
     };
     let mut good = Speaker::start(&lab, 1, &file(&pw(&right), vec![vip, vip12])).unwrap();

@@ -29,7 +29,7 @@ use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
 use ferrolb_testbed::kubeapi::{Objects, ingress_ips as ingress};
 use ferrolb_testbed::netns::Netns;
 use ferrolb_testbed::plan::node_ip as v4;
-use ferrolb_testbed::process::Proc;
+use ferrolb_testbed::process::{Proc, strip_ansi};
 use ferrolb_testbed::rng::Rng;
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, RibPath, Router, RouterSpec};
@@ -138,7 +138,7 @@ impl Replica {
     }
 
     fn logs(&self) -> String {
-        plain(&self.proc.logs())
+        strip_ansi(&self.proc.logs())
     }
 
     fn metrics_addr(&self) -> SocketAddr {
@@ -176,24 +176,6 @@ impl Replica {
         close(&mut open, end, &mut spans);
         spans
     }
-}
-
-/// The log without tracing's colour escapes (it writes them to files too).
-fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Lines that start with a tracing timestamp, with it parsed.
@@ -761,7 +743,7 @@ fn speakers_on_the_real_apiserver_withdraw_nothing_when_it_freezes_or_dies() {
     for (w, p) in webs.iter().zip(&prefixes) {
         wait_recorded(&recorder, p, &w.announcers());
     }
-    let speaker_logs = |i: usize| plain(&speakers[i].logs());
+    let speaker_logs = |i: usize| strip_ansi(&speakers[i].logs());
 
     // ---- The apiserver frozen for a minute: connections stay open, nothing answers.
     let rib_before = bird.rib().unwrap();
@@ -851,7 +833,7 @@ fn speakers_on_the_real_apiserver_withdraw_nothing_when_it_freezes_or_dies() {
     only_added(&bird, &rib_before, &p, "after the restart");
     only_announced(&recorder, updates_before, &p);
     for (i, s) in speakers.iter().enumerate() {
-        let refused = forbidden(&plain(&s.logs()), starting);
+        let refused = forbidden(&strip_ansi(&s.logs()), starting);
         assert_eq!(refused, Vec::<String>::new(), "speaker {}: requests refused", i + 1);
     }
     assert_eq!(forbidden(&controller.logs(), starting), Vec::<String>::new(), "controller: requests refused");

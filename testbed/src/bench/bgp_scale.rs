@@ -50,7 +50,8 @@ mod observe;
 
 use feeds::{BirdFeed, ExaBgpFeed, FerrolbFeed, GoBgpFeed};
 
-use observe::{BirdCtl, KernelRoutes};
+use super::bird_ctl::BirdCtl;
+use observe::KernelRoutes;
 
 /// Networks in BIRD's tables (`show route count`).
 pub fn bird_route_count(bird: &Bird) -> Result<u64, Error> {

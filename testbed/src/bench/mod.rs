@@ -4,10 +4,12 @@
 pub mod apiserver_failover;
 pub mod bfd;
 pub mod bgp_scale;
+mod bird_ctl;
 pub mod failover;
 pub mod file_latency;
 #[cfg(feature = "plan-bench")]
 pub mod plan;
+pub mod whole_path;
 
 use std::time::Duration;
 

@@ -68,7 +68,14 @@ pub fn start_controller_with(
     kubeconfig: &Path,
     extra: &[&str],
 ) -> Result<Proc, Error> {
-    let bin = binary::workspace("ferrolb-controller", "debug")?.display().to_string();
+    let bin = binary::workspace("ferrolb-controller", "debug")?;
+    lab.spawn(lab.node(i), controller_spawn(&bin, kubeconfig, i, tag, extra))
+}
+
+/// How [`start_controller_with`] starts `bin` on node `i`: for a caller running another
+/// build (e.g. a release one) with `lab.spawn(lab.node(i), …)`.
+pub fn controller_spawn(bin: &Path, kubeconfig: &Path, i: usize, tag: &str, extra: &[&str]) -> Spawn {
+    let bin = bin.display().to_string();
     let conf = kubeconfig.display().to_string();
     let metrics = SocketAddr::new(plan::node_v4(i).into(), CONTROLLER_METRICS_PORT).to_string();
     let mut argv = vec![
@@ -84,8 +91,7 @@ pub fn start_controller_with(
         &metrics,
     ];
     argv.extend_from_slice(extra);
-    let spec = Spawn::new(tag.to_string(), &argv).env("RUST_LOG", "info,ferrolb_controller=debug");
-    lab.spawn(lab.node(i), spec)
+    Spawn::new(tag.to_string(), &argv).env("RUST_LOG", "info,ferrolb_controller=debug")
 }
 
 /// Starts the debug `ferrolb-speaker` on node `i` with the speaker ServiceAccount's token.

@@ -1,19 +1,18 @@
 //! What r1 holds, read cheaply enough to poll every few milliseconds: BIRD's route
-//! count over its control socket, the kernel's BIRD routes over rtnetlink.
+//! count over its control socket ([`BirdCtl`]), the kernel's BIRD routes over rtnetlink.
 //!
 //! BIRD as the speaker fills r1 with 10 000 routes in about 0.1 s, so the reference
 //! needs a finer clock than [`crate::wait::until`]'s 50 ms, and polls that fork
 //! `ip netns exec birdc` or `ip route` would take CPU from the routers being timed on
 //! a 2-core machine.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::io::Read;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::Error;
+use crate::bench::bird_ctl::BirdCtl;
 use crate::netns::Netns;
 
 /// How often [`until`] polls.
@@ -28,47 +27,7 @@ pub fn until<T>(
     crate::wait::until_every(what, timeout, POLL, probe)
 }
 
-/// A session on a BIRD control socket (what `birdc` speaks), kept open between commands.
-#[derive(Debug)]
-pub struct BirdCtl {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-}
-
 impl BirdCtl {
-    /// Connects to the control socket at `path` and reads BIRD's greeting.
-    pub fn connect(path: &Path) -> Result<Self, Error> {
-        let stream = UnixStream::connect(path)?;
-        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-        let mut ctl = BirdCtl { reader: BufReader::new(stream.try_clone()?), writer: stream };
-        ctl.reply()?;
-        Ok(ctl)
-    }
-
-    /// Runs one command; returns the reply's text, codes stripped.
-    pub fn command(&mut self, cmd: &str) -> Result<String, Error> {
-        self.writer.write_all(format!("{cmd}\n").as_bytes())?;
-        self.reply()
-    }
-
-    /// Reads lines up to the last one of a reply: four digits and a space (`0014 Total…`);
-    /// `NNNN-` and ` ` start the lines before it.
-    fn reply(&mut self) -> Result<String, Error> {
-        let mut text = String::new();
-        loop {
-            let mut line = String::new();
-            if self.reader.read_line(&mut line)? == 0 {
-                return Err(Error::Parse(format!("BIRD closed its control socket; so far: {text}")));
-            }
-            let code = line.get(..4).filter(|c| c.bytes().all(|b| b.is_ascii_digit()));
-            let body = if code.is_some() { &line[5.min(line.len())..] } else { line.trim_start() };
-            text.push_str(body);
-            if code.is_some() && line.as_bytes().get(4) == Some(&b' ') {
-                return Ok(text);
-            }
-        }
-    }
-
     /// Networks in BIRD's tables (`show route count`).
     pub fn route_count(&mut self) -> Result<u64, Error> {
         Ok(super::parse_route_count(&self.command("show route count")?))
