@@ -15,6 +15,7 @@ use std::time::Duration;
 use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::netns::Netns;
 use ferrolb_testbed::plan::{lan_v4 as v4, owner};
+use ferrolb_testbed::process::Spawn;
 use ferrolb_testbed::speaker::{Speaker, write_membership_key, yaml};
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
@@ -78,9 +79,24 @@ fn two_speakers(lab: &Lab, vips: &[IpAddr], key: &Path) -> Vec<Speaker> {
     speakers
 }
 
+/// The link-layer addresses `vip` took in the client's neighbour table, in order, from
+/// the output of `ip monitor neigh`.
+fn macs_seen(monitor: &str, vip: IpAddr) -> Vec<String> {
+    let prefix = format!("{vip} ");
+    monitor
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "lladdr").nth(1).map(str::to_owned))
+        .collect()
+}
+
 /// Exactly one MAC, the owner's, answers ARP and NDP; SIGTERM of the owner (three
 /// times) hands both addresses over without losing a single 10 ms probe, even though
-/// the old owner stops accepting the addresses right after it exits.
+/// the old owner stops accepting the addresses right after it exits. The owner of
+/// trials 2 and 3 took the addresses back less than a second before its SIGTERM, so its
+/// own takeover announcements were still pending: once the successor has announced, the
+/// client's entry must never move back to the old owner (it did, for up to a second,
+/// and a probe sent in that window to a node that had stopped answering was lost).
 #[test]
 fn one_owner_answers_and_sigterm_hands_over_without_loss() {
     let (lab, [a, b], mut speakers, o) = owned_pair();
@@ -94,6 +110,25 @@ fn one_owner_answers_and_sigterm_hands_over_without_loss() {
         for p in [&p4, &p6] {
             p.wait_answered(30, T).unwrap();
         }
+        let monitor = lab
+            .spawn(
+                lab.client(),
+                Spawn::new(format!("neigh-monitor-{trial}"), &["stdbuf", "-oL", "ip", "monitor", "neigh"]),
+            )
+            .unwrap();
+        // Listening (line-buffered: its output is a file) once it reports a marker entry,
+        // an unused LAN address, rewritten until it does: the monitor subscribes a moment
+        // after it starts.
+        let mut flip = 0u8;
+        wait::until_holds("the neighbour monitor listening", T, || {
+            flip ^= 1;
+            let mac = format!("00:00:5e:00:53:f{flip}");
+            let marker =
+                ["neigh", "replace", "192.0.2.254", "lladdr", &mac, "dev", "eth0", "nud", "permanent"];
+            lab.client().ip(&marker).is_ok() && monitor.logs().contains("192.0.2.254 ")
+        })
+        .unwrap();
+        lab.client().ip(&["neigh", "del", "192.0.2.254", "dev", "eth0"]).unwrap();
         let code = speakers[o - 1].terminate(Duration::from_secs(15));
         assert_eq!(code, Some(0), "SIGTERM exits 0\n{}", speakers[o - 1].logs());
         // The node stops serving the addresses at once: a client still sending to it
@@ -110,6 +145,20 @@ fn one_owner_answers_and_sigterm_hands_over_without_loss() {
         }
         for v in [a, b] {
             assert_eq!(neighbour_mac(&lab, v), Some(plan::node_mac(other)), "{v} moved to node{other}");
+        }
+        let mut monitor = monitor;
+        monitor.kill();
+        let seen = monitor.logs();
+        for v in [a, b] {
+            let macs = macs_seen(&seen, v);
+            let (old, new) = (plan::node_mac(o), plan::node_mac(other));
+            let moved = macs.iter().position(|m| *m == new);
+            assert!(moved.is_some(), "trial {trial}: {v} never moved to node{other}: {macs:?}\n{seen}");
+            let back = moved.and_then(|i| macs.iter().skip(i).position(|m| *m == old));
+            assert_eq!(
+                back, None,
+                "trial {trial}: {v} moved back to the old owner node{o}: {macs:?}\n{seen}"
+            );
         }
         assert!(speakers[o - 1].logs().contains("left membership"), "{}", speakers[o - 1].logs());
         // Back to two nodes: the owner returns and takes its addresses back.

@@ -224,6 +224,7 @@ impl L2Announcer {
         let (desired_tx, desired_rx) = watch::channel(Owned::new());
         let (status_tx, status_rx) = watch::channel(L2Status::default());
         let (reannounce_tx, reannounce_rx) = watch::channel(0);
+        let (quiet_tx, quiet_rx) = watch::channel(BTreeSet::new());
         let announcer = Announcer {
             allowed: cfg.allowed_interfaces,
             takeover: cfg.takeover.into(),
@@ -231,10 +232,18 @@ impl L2Announcer {
             table: LinkTable::default(),
             workers: BTreeMap::new(),
             announced: BTreeSet::new(),
+            quiet: BTreeSet::new(),
             status: status_tx,
         };
-        let task = tokio::spawn(announcer.run(handle, messages, desired_rx, reannounce_rx, conn_task));
-        Ok(L2Handle { desired: desired_tx, status: status_rx, reannounce: reannounce_tx, task })
+        let task =
+            tokio::spawn(announcer.run(handle, messages, desired_rx, reannounce_rx, quiet_rx, conn_task));
+        Ok(L2Handle {
+            desired: desired_tx,
+            status: status_rx,
+            reannounce: reannounce_tx,
+            quiet: quiet_tx,
+            task,
+        })
     }
 }
 
@@ -258,6 +267,7 @@ pub struct L2Handle {
     desired: watch::Sender<Owned>,
     status: watch::Receiver<L2Status>,
     reannounce: watch::Sender<u64>,
+    quiet: watch::Sender<BTreeSet<IpAddr>>,
     task: JoinHandle<()>,
 }
 
@@ -274,6 +284,22 @@ impl L2Handle {
     /// owner, whose owned set did not change, must move them back.
     pub fn reannounce(&self) {
         self.reannounce.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// The owned set last given to [`L2Handle::set_owned`].
+    pub fn owned(&self) -> BTreeSet<IpAddr> {
+        self.desired.borrow().keys().copied().collect()
+    }
+
+    /// Owned addresses this node is handing over: still answered, but no takeover
+    /// announcement of them leaves any more (a pending one would move clients back from
+    /// the successor). Leaving the set while owned announces the address again.
+    pub fn set_quiet(&self, quiet: BTreeSet<IpAddr>) {
+        self.quiet.send_if_modified(|cur| {
+            let changed = *cur != quiet;
+            *cur = quiet;
+            changed
+        });
     }
 
     /// The announcer's status, updated on every change.
@@ -304,6 +330,8 @@ struct Announcer {
     workers: BTreeMap<u32, responder::Worker>,
     /// Owned addresses whose first announcement went out.
     announced: BTreeSet<IpAddr>,
+    /// Owned addresses being handed over ([`L2Handle::set_quiet`]).
+    quiet: BTreeSet<IpAddr>,
     status: watch::Sender<L2Status>,
 }
 
@@ -319,6 +347,7 @@ impl Announcer {
         mut messages: Messages,
         mut desired: watch::Receiver<Owned>,
         mut reannounce: watch::Receiver<u64>,
+        mut quiet: watch::Receiver<BTreeSet<IpAddr>>,
         conn_task: JoinHandle<()>,
     ) {
         // Subscribed before dumping: an event racing the dump is applied after it.
@@ -327,8 +356,10 @@ impl Announcer {
         }
         let (report_tx, mut report_rx) = mpsc::unbounded_channel();
         let mut reannounce_open = true;
+        let mut quiet_open = true;
         loop {
             let want = desired.borrow_and_update().clone();
+            self.quiet = quiet.borrow_and_update().clone();
             self.reconcile(&want, &report_tx);
             tokio::select! {
                 changed = desired.changed() => {
@@ -345,6 +376,11 @@ impl Announcer {
                     }
                     Err(_) => reannounce_open = false,
                 },
+                r = quiet.changed(), if quiet_open => {
+                    if r.is_err() {
+                        quiet_open = false;
+                    }
+                }
                 msg = messages.next() => match msg {
                     Some((msg, _)) => {
                         if let NetlinkPayload::InnerMessage(inner) = msg.payload {
@@ -402,6 +438,7 @@ impl Announcer {
                 match responder::Worker::spawn(
                     link,
                     owned.clone(),
+                    self.quiet.clone(),
                     self.takeover.clone(),
                     self.metrics.clone(),
                     report_tx.clone(),
@@ -420,6 +457,13 @@ impl Announcer {
             w.owned.send_if_modified(|cur| {
                 let changed = *cur != owned;
                 *cur = owned.clone();
+                changed
+            });
+            // Owned first: an address leaving both sets must be gone from the owned set
+            // when the responder sees it leave the quiet one, or it would announce it.
+            w.quiet.send_if_modified(|cur| {
+                let changed = *cur != self.quiet;
+                cur.clone_from(&self.quiet);
                 changed
             });
             for a in &owned {
@@ -507,6 +551,7 @@ mod tests {
             table: LinkTable::default(),
             workers: BTreeMap::new(),
             announced: BTreeSet::new(),
+            quiet: BTreeSet::new(),
             status,
         };
         let (report_tx, _report_rx) = mpsc::unbounded_channel();

@@ -25,6 +25,8 @@ pub(super) struct Worker {
     pub(super) owned: watch::Sender<BTreeSet<IpAddr>>,
     /// Bumped to announce every owned address again (see [`super::L2Handle::reannounce`]).
     pub(super) reannounce: watch::Sender<u64>,
+    /// Owned addresses answered but not announced (see [`super::L2Handle::set_quiet`]).
+    pub(super) quiet: watch::Sender<BTreeSet<IpAddr>>,
     task: JoinHandle<()>,
 }
 
@@ -39,6 +41,7 @@ impl Worker {
     pub(super) fn spawn(
         link: &Link,
         owned: BTreeSet<IpAddr>,
+        quiet: BTreeSet<IpAddr>,
         takeover: Arc<[Duration]>,
         metrics: L2Metrics,
         reports: mpsc::UnboundedSender<Report>,
@@ -48,6 +51,7 @@ impl Worker {
         let ndp = NdpSocket::open(&link.name, link.index)?;
         let (tx, rx) = watch::channel(owned);
         let (re_tx, re_rx) = watch::channel(0);
+        let (quiet_tx, quiet_rx) = watch::channel(quiet);
         let r = Responder {
             interface: link.name.clone(),
             mac,
@@ -59,9 +63,10 @@ impl Worker {
             owned: BTreeSet::new(),
             groups: BTreeSet::new(),
             bursts: BTreeMap::new(),
+            quiet: BTreeSet::new(),
         };
-        let task = tokio::spawn(r.run(rx, re_rx));
-        Ok(Worker { name: link.name.clone(), mac, owned: tx, reannounce: re_tx, task })
+        let task = tokio::spawn(r.run(rx, re_rx, quiet_rx));
+        Ok(Worker { name: link.name.clone(), mac, owned: tx, reannounce: re_tx, quiet: quiet_tx, task })
     }
 }
 
@@ -78,6 +83,8 @@ struct Responder {
     groups: BTreeSet<Ipv6Addr>,
     /// Pending announcements: (due, address) → (burst start, step).
     bursts: BTreeMap<(Instant, IpAddr), (Instant, usize)>,
+    /// Addresses being handed over: answered, never announced.
+    quiet: BTreeSet<IpAddr>,
 }
 
 impl Responder {
@@ -85,11 +92,14 @@ impl Responder {
         mut self,
         mut owned: watch::Receiver<BTreeSet<IpAddr>>,
         mut reannounce: watch::Receiver<u64>,
+        mut quiet: watch::Receiver<BTreeSet<IpAddr>>,
     ) {
         let mut arp_buf = vec![0u8; 2048];
         let mut ndp_buf = vec![0u8; 2048];
+        self.quiet = quiet.borrow_and_update().clone();
         let initial = owned.borrow_and_update().clone();
         self.set_owned(initial);
+        let mut quiet_open = true;
         let mut reannounce_open = true;
         loop {
             let next = self.bursts.keys().next().map(|(due, _)| *due);
@@ -108,6 +118,13 @@ impl Responder {
                         self.restart_bursts();
                     }
                     Err(_) => reannounce_open = false,
+                },
+                r = quiet.changed(), if quiet_open => match r {
+                    Ok(()) => {
+                        let new = quiet.borrow_and_update().clone();
+                        self.set_quiet(new);
+                    }
+                    Err(_) => quiet_open = false,
                 },
                 _ = sleep_until(next), if next.is_some() => self.send_due().await,
                 r = self.arp.recv(&mut arp_buf) => match r {
@@ -128,7 +145,7 @@ impl Responder {
     fn set_owned(&mut self, new: BTreeSet<IpAddr>) {
         let now = Instant::now();
         if let Some(first) = self.takeover.first() {
-            for a in new.difference(&self.owned) {
+            for a in new.difference(&self.owned).filter(|a| !self.quiet.contains(a)) {
                 self.bursts.insert((now + *first, *a), (now, 0));
             }
         }
@@ -159,9 +176,24 @@ impl Responder {
         let Some(first) = self.takeover.first() else { return };
         let now = Instant::now();
         self.bursts.clear();
-        for a in &self.owned {
+        for a in self.owned.difference(&self.quiet) {
             self.bursts.insert((now + *first, *a), (now, 0));
         }
+    }
+
+    /// Make before break: an address being handed over keeps being answered, but an
+    /// announcement of it still pending from this node's own takeover would move clients
+    /// back from the successor, and lose their traffic once this node stops answering.
+    /// An address that stops being quiet while still owned is announced afresh.
+    fn set_quiet(&mut self, new: BTreeSet<IpAddr>) {
+        self.bursts.retain(|(_, a), _| !new.contains(a));
+        if let Some(first) = self.takeover.first() {
+            let now = Instant::now();
+            for a in self.quiet.difference(&new).filter(|a| self.owned.contains(a)) {
+                self.bursts.insert((now + *first, *a), (now, 0));
+            }
+        }
+        self.quiet = new;
     }
 
     async fn send_due(&mut self) {

@@ -24,9 +24,17 @@ impl L2Announcer {
         Ok(L2Announcer { handle })
     }
 
-    /// Converges to the plan's L2 addresses.
+    /// Converges to the plan's L2 addresses; those it hands over to a successor are
+    /// answered but no longer announced (owned set first: see [`L2Handle::set_quiet`]).
     pub fn apply(&self, plan: &Announcements) {
         self.handle.set_owned(owned_set(&plan.l2));
+        self.handle.set_quiet(plan.l2_draining.keys().copied().collect());
+    }
+
+    /// Shutdown: every owned address is handed over; it stays answered for the grace,
+    /// and this node announces none of them any more.
+    pub fn hand_over_all(&self) {
+        self.handle.set_quiet(self.handle.owned());
     }
 
     /// Sends the takeover burst again for every owned address (a member rejoined after

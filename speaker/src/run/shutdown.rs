@@ -23,6 +23,7 @@ pub(super) async fn shutdown(mut state: State) {
     if let Some(p) = state.l2.take() {
         // Make before break: peers drop this node at once and their takeover
         // announcements go out while this node still answers.
+        p.announcer.hand_over_all();
         p.membership.leave().await;
         tracing::info!(grace = ?HANDOVER_GRACE, "left membership; still answering ARP/NDP during the handover grace");
         tokio::time::sleep(HANDOVER_GRACE).await;
