@@ -228,15 +228,19 @@ fn measure(lab: &Lab, n: u32, feed: &mut dyn Feed) -> Result<ScaleResult, Error>
     let t0 = Instant::now();
     feed.announce()?;
     let input = t0.elapsed();
-    observe::until("all prefixes in BIRD's RIB", long, || Ok((rib.route_count()? >= want).then_some(())))?;
+    wait::until_every("all prefixes in BIRD's RIB", long, observe::POLL, || {
+        Ok((rib.route_count()? >= want).then_some(()))
+    })?;
     let to_rib = t0.elapsed();
-    observe::until("all prefixes in the kernel", long, || Ok((kernel.count()? >= want).then_some(())))?;
+    wait::until_every("all prefixes in the kernel", long, observe::POLL, || {
+        Ok((kernel.count()? >= want).then_some(()))
+    })?;
     let to_kernel = t0.elapsed();
     let bytes = bgp_bytes_received(lab.router())?.saturating_sub(bytes_before);
     let updates = feed.updates_sent();
     let t1 = Instant::now();
     feed.withdraw()?;
-    observe::until("all prefixes withdrawn from the kernel", long, || {
+    wait::until_every("all prefixes withdrawn from the kernel", long, observe::POLL, || {
         Ok((kernel.count()? == 0).then_some(()))
     })?;
     let withdraw = t1.elapsed();

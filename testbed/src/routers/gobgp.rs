@@ -29,6 +29,12 @@ pub struct GoBgp {
     sync: Option<JoinHandle<()>>,
 }
 
+/// gobgpd named `name`, reading TOML config `conf`, its API on [`API`] (pprof off).
+pub fn daemon(name: &str, conf: &std::path::Path) -> Spawn {
+    let conf = conf.to_string_lossy();
+    Spawn::new(name, &["gobgpd", "-f", &conf, "-t", "toml", "--api-hosts", API, "--pprof-disable"])
+}
+
 impl GoBgp {
     /// Starts gobgpd in the lab's router namespace.
     pub fn start(lab: &Lab, spec: &RouterSpec) -> Result<Self, Error> {
@@ -36,22 +42,7 @@ impl GoBgp {
         let dir = lab.subdir("gobgp")?;
         let conf = dir.join("gobgpd.toml");
         std::fs::write(&conf, config(spec))?;
-        let proc = lab.spawn(
-            &ns,
-            Spawn::new(
-                "gobgpd",
-                &[
-                    "gobgpd",
-                    "-f",
-                    &conf.to_string_lossy(),
-                    "-t",
-                    "toml",
-                    "--api-hosts",
-                    API,
-                    "--pprof-disable",
-                ],
-            ),
-        )?;
+        let proc = lab.spawn(&ns, daemon("gobgpd", &conf))?;
         let stop = Arc::new(AtomicBool::new(false));
         let mut g = GoBgp { ns, proc, stop, sync: None };
         wait::until("gobgpd API", Duration::from_secs(15), || Ok(g.gobgp(&["global"]).ok().map(|_| ())))?;

@@ -178,22 +178,7 @@ impl GoBgpFeed {
         let conf = dir.join("gobgpd.toml");
         std::fs::write(&conf, gobgp_speaker_config())?;
         let node = lab.node(1);
-        let proc = lab.spawn(
-            node,
-            Spawn::new(
-                "gobgpd-speaker",
-                &[
-                    "gobgpd",
-                    "-f",
-                    &conf.to_string_lossy(),
-                    "-t",
-                    "toml",
-                    "--api-hosts",
-                    "127.0.0.1:50051",
-                    "--pprof-disable",
-                ],
-            ),
-        )?;
+        let proc = lab.spawn(node, routers::gobgp::daemon("gobgpd-speaker", &conf))?;
         let prefixes: Vec<_> = mrt::bulk_prefixes(n).collect();
         let dump = dir.join("all.mrt");
         let feed = GoBgpFeed { ns: node.clone(), proc, dir, prefixes, dump };

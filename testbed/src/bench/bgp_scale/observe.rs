@@ -18,15 +18,6 @@ use crate::netns::Netns;
 /// How often [`until`] polls.
 pub const POLL: Duration = Duration::from_millis(5);
 
-/// [`crate::wait::until`], polling every [`POLL`].
-pub fn until<T>(
-    what: &str,
-    timeout: Duration,
-    probe: impl FnMut() -> Result<Option<T>, Error>,
-) -> Result<T, Error> {
-    crate::wait::until_every(what, timeout, POLL, probe)
-}
-
 impl BirdCtl {
     /// Networks in BIRD's tables (`show route count`).
     pub fn route_count(&mut self) -> Result<u64, Error> {
