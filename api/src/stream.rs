@@ -442,11 +442,12 @@ fn decode<T: DeserializeOwned>(
     })
 }
 
-impl ObjectStream {
-    /// The ferrolb configuration objects of the stream, for [`Config::validate`].
-    pub fn config(&self) -> Config {
+impl Config {
+    /// The ferrolb configuration kinds among `objects`, in their order; other kinds are
+    /// left out.
+    pub fn from_objects<'a>(objects: impl IntoIterator<Item = &'a Object>) -> Config {
         let mut c = Config::default();
-        for (_, o) in &self.objects {
+        for o in objects {
             match o {
                 Object::IpAddressPool(x) => c.pools.push((**x).clone()),
                 Object::BgpPeer(x) => c.peers.push((**x).clone()),
@@ -461,6 +462,13 @@ impl ObjectStream {
             }
         }
         c
+    }
+}
+
+impl ObjectStream {
+    /// The ferrolb configuration objects of the stream, for [`Config::validate`].
+    pub fn config(&self) -> Config {
+        Config::from_objects(self.objects.iter().map(|(_, o)| o))
     }
 
     /// Validates [`Self::config`] as file content, naming the document of each object in errors.

@@ -134,17 +134,7 @@ pub fn convert(input: &str, file: &str) -> Result<Conversion, Error> {
         objects.extend(converted);
     }
 
-    let mut config = Config::default();
-    for o in &objects {
-        match o {
-            Object::IpAddressPool(x) => config.pools.push((**x).clone()),
-            Object::BgpPeer(x) => config.peers.push((**x).clone()),
-            Object::BgpAdvertisement(x) => config.bgp_advertisements.push((**x).clone()),
-            Object::L2Advertisement(x) => config.l2_advertisements.push((**x).clone()),
-            Object::BfdProfile(x) => config.bfd_profiles.push((**x).clone()),
-            _ => {}
-        }
-    }
+    let config = Config::from_objects(&objects);
     let invalid = validate(&config, Origin::Cluster);
     Ok(Conversion { objects, unconverted: report.into_lines(), invalid })
 }
