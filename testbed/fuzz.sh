@@ -17,7 +17,7 @@
 # fewer files than -merge=1); committed files are never removed.
 #
 # Needs: cargo-fuzz; installed from crates.io (pinned, --locked) when missing.
-# testbed/test.sh calls this with FERROLB_FUZZ_SECONDS (default 60) per target.
+# testbed/test.sh calls this with FERROLB_FUZZ_SECONDS (default 30) per target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -11,7 +11,7 @@ cargo build -p ferrolb-speaker -p ferrolb-controller -p ferrolb-bootstrap
 cargo test --workspace --no-fail-fast || status=$?
 # Every fuzz target for a bounded time from its committed corpus (the corpora are also
 # replayed by `cargo test`: proto/tests/fuzz_corpus.rs). A crash fails the suite.
-bash testbed/fuzz.sh "${FERROLB_FUZZ_SECONDS:-60}" || status=$?
+bash testbed/fuzz.sh "${FERROLB_FUZZ_SECONDS:-30}" || status=$?
 # Labs tear down on drop and on panic; this catches a test process that was killed.
 cargo run -q -p ferrolb-testbed -- down --stale >/dev/null || true
 exit "$status"
