@@ -480,7 +480,8 @@ fn workloads_keep_their_promises() {
         let c = container(pod);
         assert_eq!(pod["hostNetwork"], true, "{what}");
         assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet", "{what}");
-        let want: BTreeSet<String> = ["NET_ADMIN", "NET_RAW"].map(String::from).into();
+        // SYS_NICE: the L2 heartbeat thread's real-time priority (speaker/README-l2.md).
+        let want: BTreeSet<String> = ["NET_ADMIN", "NET_RAW", "SYS_NICE"].map(String::from).into();
         assert_eq!(capabilities_added(c), want, "{what}");
         assert_locked_down("speaker", c);
         assert_probes("speaker", c);

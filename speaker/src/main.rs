@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use ferrolb_proto::membership::HeartbeatConfig;
 use ferrolb_speaker::error::one_line;
 use ferrolb_speaker::metrics::Metrics;
 use ferrolb_speaker::model::DEFAULT_LB_CLASS;
@@ -57,6 +58,14 @@ struct Args {
     /// sessions close with Cease (capped by --drain-max-delay).
     #[arg(long, value_name = "D", default_value = "5s", value_parser = duration_flag)]
     drain_on_shutdown: Duration,
+    /// L2: how often the owner of an address sends a heartbeat to the node that takes
+    /// it over if the owner fails; 0 turns heartbeats off (failover then takes SWIM's
+    /// few hundred milliseconds).
+    #[arg(long, value_name = "D", default_value = "10ms", value_parser = duration_flag)]
+    l2_heartbeat_interval: Duration,
+    /// L2: missed heartbeats after which the successor takes the owner's addresses over.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..))]
+    l2_heartbeat_misses: u32,
     /// loadBalancerClass served besides Services without one.
     #[arg(long, default_value = DEFAULT_LB_CLASS)]
     lb_class: String,
@@ -147,6 +156,11 @@ fn main() -> ExitCode {
         membership_key_file: args.membership_key_file,
         drain_max_delay: args.drain_max_delay,
         drain_on_shutdown: args.drain_on_shutdown,
+        heartbeat: HeartbeatConfig {
+            interval: args.l2_heartbeat_interval,
+            misses: args.l2_heartbeat_misses,
+            ..HeartbeatConfig::default()
+        },
     };
     let static_file = args.static_file;
     let kubeconfig = args.kubeconfig;
@@ -171,6 +185,7 @@ fn main() -> ExitCode {
                     membership_key_file: options.membership_key_file,
                     drain_max_delay: options.drain_max_delay,
                     drain_on_shutdown: options.drain_on_shutdown,
+                    heartbeat: options.heartbeat,
                 };
                 run::run_static(opts, metrics).await.map_err(|e| e.to_string())
             }

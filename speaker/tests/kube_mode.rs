@@ -272,6 +272,7 @@ fn announcements_status_events_crash_consistency_and_an_apiserver_outage() {
                 membership_key_file: None,
                 drain_max_delay: run::DEFAULT_DRAIN_MAX_DELAY,
                 drain_on_shutdown: run::DEFAULT_DRAIN_ON_SHUTDOWN,
+                heartbeat: ferrolb_proto::membership::HeartbeatConfig::default(),
             },
             namespace: "ferrolb-system".into(),
             plans: Some(plans_tx),

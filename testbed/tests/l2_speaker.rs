@@ -200,18 +200,23 @@ fn failover(lab: &Lab, what: &str, vips: [IpAddr; 2], survivor: usize, fail: imp
 }
 
 /// The owner SIGKILLed with its link cut, then (restored) its link cut alone: the
-/// client's probes resume through the other node each time.
+/// client's probes resume through the other node each time, and it is the successor
+/// that noticed the missed heartbeats and took over, each time, not SWIM (which needs
+/// several probe periods).
 #[test]
 fn owner_failure_moves_the_addresses_to_the_survivor() {
     let (lab, [a, b], mut speakers, o) = owned_pair();
     let other = 3 - o;
     let node = lab.node(o).clone();
 
+    let missed = format!("no heartbeat from node{o}");
     let victim = &mut speakers[o - 1];
     failover(&lab, "SIGKILL + link down", [a, b], other, || {
         victim.kill();
         node.ip(&["link", "set", "eth0", "down"]).unwrap();
     });
+    let logs = speakers[other - 1].logs();
+    assert_eq!(logs.matches(missed.as_str()).count(), 1, "{logs}");
     node.ip(&["link", "set", "eth0", "up"]).unwrap();
     speakers[o - 1].restart().unwrap();
     for v in [a, b] {
@@ -222,7 +227,64 @@ fn owner_failure_moves_the_addresses_to_the_survivor() {
         node.ip(&["link", "set", "eth0", "down"]).unwrap();
     });
     node.ip(&["link", "set", "eth0", "up"]).unwrap();
-    assert!(speakers[other - 1].logs().contains("left membership"), "{}", speakers[other - 1].logs());
+    let logs = speakers[other - 1].logs();
+    assert_eq!(logs.matches(missed.as_str()).count(), 2, "{logs}");
+}
+
+/// A starved successor does not cause a failover: the successor gets no CPU at all
+/// (SIGSTOP) for 15 heartbeat intervals, three times the silence that makes it suspect
+/// the owner, while the owner keeps beating; once it runs again it reads the queued
+/// beats (and knows its own tick came late) before it judges, so it suspects nobody and
+/// the addresses stay where they are.
+#[test]
+fn a_starved_successor_takes_nothing_over() {
+    let (lab, [a, b], speakers, o) = owned_pair();
+    let successor = &speakers[2 - o];
+    // Watching the owner: without its beats this test would prove nothing.
+    successor.wait_log(&format!("hearing heartbeats from node{o}"), T).unwrap();
+    let mark = successor.logs().len();
+    for _ in 0..3 {
+        signal(successor, "STOP");
+        std::thread::sleep(Duration::from_millis(150));
+        signal(successor, "CONT");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let logs = successor.logs();
+    let since = logs.get(mark..).unwrap_or_default();
+    assert!(!since.contains("stopped sending heartbeats"), "{since}");
+    assert!(!since.contains("now owns the address"), "{since}");
+    for v in [a, b] {
+        assert_eq!(neighbour_mac(&lab, v), Some(plan::node_mac(o)), "{v} stays with node{o}");
+    }
+}
+
+/// Sends `signal` (STOP, CONT) to a speaker.
+fn signal(s: &Speaker, signal: &str) {
+    let pid = s.pid().expect("the speaker runs").to_string();
+    let status = std::process::Command::new("kill").args([&format!("-{signal}"), &pid]).status().unwrap();
+    assert!(status.success());
+}
+
+/// A false suspicion heals at once: the owner gets no CPU for 120 ms (past the 50 ms
+/// heartbeat silence, short of SWIM's detection), so its successor takes the addresses
+/// over and the client follows; the owner, running again, reads the successor's
+/// "took over" notice and announces its addresses again while the successor, hearing
+/// its beats, lets go. Without the notice the client would keep sending to the
+/// successor until its neighbour entry went stale (tens of seconds).
+#[test]
+fn a_falsely_suspected_owner_takes_its_addresses_back_at_once() {
+    let (lab, [a, b], speakers, o) = owned_pair();
+    let (owner_s, successor) = (&speakers[o - 1], &speakers[2 - o]);
+    successor.wait_log(&format!("hearing heartbeats from node{o}"), T).unwrap();
+    signal(owner_s, "STOP");
+    let r = client::wait_neighbour_mac(lab.client(), "eth0", a, &plan::node_mac(3 - o), T);
+    signal(owner_s, "CONT");
+    r.unwrap();
+    owner_s.wait_log("took over its addresses; announcing them again", T).unwrap();
+    successor.wait_log("ended (beats_resumed)", T).unwrap();
+    for v in [a, b] {
+        client::wait_neighbour_mac(lab.client(), "eth0", v, &plan::node_mac(o), Duration::from_secs(5)).unwrap();
+    }
 }
 
 fn wait_owners(lab: &Lab, vips: &[IpAddr], members: &[usize]) {

@@ -3,7 +3,11 @@
 //! ```text
 //! "FLBM" | version 2 | session (u64) | counter (u64) | payload | HMAC-SHA256 (32)
 //! ```
-//! The MAC covers everything before it, keyed with the shared membership key.
+//! The MAC covers everything before it, keyed with the shared membership key. The magic
+//! names the [`Kind`]: "FLBM" carries SWIM, "FLBH" an L2 heartbeat
+//! ([`super::heartbeat`]). A release without heartbeats drops "FLBH" as
+//! [`DropReason::Malformed`] (not a sign of an unreadable peer), so both kinds share
+//! the membership port through a rolling upgrade.
 //!
 //! **Replay protection without clocks.** Each [`Sealer`] (one per membership instance:
 //! a process start, or a bootstrap rejoin) picks a random 64-bit *session* and numbers
@@ -50,7 +54,28 @@ use std::time::{Duration, Instant};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
 
-const MAGIC: &[u8; 4] = b"FLBM";
+/// What a datagram carries; its magic says which, under the MAC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A SWIM message ("FLBM").
+    Swim,
+    /// An L2 heartbeat ("FLBH", [`super::heartbeat`]).
+    Beat,
+}
+
+impl Kind {
+    fn magic(self) -> &'static [u8; 4] {
+        match self {
+            Kind::Swim => b"FLBM",
+            Kind::Beat => b"FLBH",
+        }
+    }
+
+    fn of(magic: &[u8]) -> Option<Kind> {
+        [Kind::Swim, Kind::Beat].into_iter().find(|k| k.magic() == magic)
+    }
+}
+
 /// The wire version; datagrams of another version are dropped as [`DropReason::Version`].
 pub const VERSION: u8 = 2;
 const HEADER_LEN: usize = 4 + 1 + 8 + 8;
@@ -365,10 +390,15 @@ impl Sealer {
         &mut self.keys
     }
 
-    /// Wraps `payload` for sending.
+    /// Wraps a SWIM `payload` for sending.
     pub fn seal(&mut self, payload: &[u8]) -> Vec<u8> {
+        self.seal_kind(Kind::Swim, payload)
+    }
+
+    /// Wraps `payload` of `kind` for sending.
+    pub fn seal_kind(&mut self, kind: Kind, payload: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_LEN + payload.len() + TAG_LEN);
-        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(kind.magic());
         out.push(VERSION);
         out.extend_from_slice(&self.session.to_be_bytes());
         out.extend_from_slice(&self.next_counter.to_be_bytes());
@@ -380,18 +410,23 @@ impl Sealer {
         out
     }
 
-    /// Verifies a received datagram; returns its payload.
+    /// Verifies a received SWIM datagram; returns its payload (a heartbeat is
+    /// [`DropReason::Malformed`] here).
     pub fn open<'a>(&mut self, datagram: &'a [u8]) -> Result<&'a [u8], DropReason> {
-        self.open_with_role(datagram).map(|(p, _)| p)
+        match self.open_kind(datagram)? {
+            (p, _, Kind::Swim) => Ok(p),
+            (_, _, Kind::Beat) => Err(DropReason::Malformed),
+        }
     }
 
-    /// Like [`Sealer::open`], also saying which key of the schedule opened it.
-    pub fn open_with_role<'a>(&mut self, datagram: &'a [u8]) -> Result<(&'a [u8], KeyRole), DropReason> {
-        if datagram.len() < 5 || &datagram[..4] != MAGIC {
-            return Err(DropReason::Malformed);
-        }
-        if datagram[4] != VERSION {
-            return Err(DropReason::Version);
+    /// Verifies a received datagram of either kind; returns its payload, which key of
+    /// the schedule opened it, and its kind.
+    pub fn open_kind<'a>(&mut self, datagram: &'a [u8]) -> Result<(&'a [u8], KeyRole, Kind), DropReason> {
+        let kind = datagram.get(..4).and_then(Kind::of).ok_or(DropReason::Malformed)?;
+        match datagram.get(4) {
+            None => return Err(DropReason::Malformed),
+            Some(v) if *v != VERSION => return Err(DropReason::Version),
+            Some(_) => {}
         }
         if datagram.len() < HEADER_LEN + TAG_LEN {
             return Err(DropReason::Malformed);
@@ -404,7 +439,7 @@ impl Sealer {
             u64::from_be_bytes(b)
         };
         self.check_replay(field(5), field(13))?;
-        Ok((&body[HEADER_LEN..], role))
+        Ok((&body[HEADER_LEN..], role, kind))
     }
 
     fn check_replay(&mut self, session: u64, counter: u64) -> Result<(), DropReason> {

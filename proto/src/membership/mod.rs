@@ -4,8 +4,9 @@
 //! [`foca`] is the sans-IO SWIM core (with suspicion, indirect probes, periodic gossip
 //! and announce-to-down extensions); [`auth`] seals every datagram with HMAC-SHA256
 //! under the shared key and drops unauthenticated and replayed ones, without looking at
-//! any clock. The task started by [`Membership::spawn`] owns the UDP socket and the
-//! timers and publishes the live set on a watch channel. [`claim_gate`] decides whether a
+//! any clock. [`Membership::spawn`] starts a task that runs SWIM's timers and publishes
+//! the live set on a watch channel, and a thread ([`reader`]) that reads the UDP socket,
+//! opens every datagram and runs the L2 [`heartbeat`] at real-time priority. [`claim_gate`] decides whether a
 //! lone view may be trusted (a node that cannot read its peers must claim nothing).
 //!
 //! Identities carry the node name, its address, a generation and the start time; a
@@ -18,7 +19,9 @@
 
 pub mod auth;
 pub mod claim_gate;
+pub mod heartbeat;
 pub mod key;
+mod reader;
 
 pub use key::{KEY_MIN_LEN, MembershipKey, MembershipKeyError};
 
@@ -41,6 +44,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use auth::{DropReason, KeyEvent, KeyRole, Sealer};
+pub use heartbeat::HeartbeatConfig;
 
 /// Environment variable that shortens the key rotation window, in milliseconds: for
 /// tests only (the lab rotates keys in seconds); production uses [`auth::ROTATION_WINDOW`].
@@ -166,6 +170,9 @@ pub struct MembershipConfig {
     /// How long a key change takes to be sealed with, and then to retire the old key
     /// ([`auth::ROTATION_WINDOW`]; see [`MembershipHandle::set_key`]).
     pub rotation_window: Duration,
+    /// L2 heartbeats ([`heartbeat`]; on by default, beating whom
+    /// [`MembershipHandle::set_successors`] names).
+    pub heartbeat: HeartbeatConfig,
 }
 
 impl MembershipConfig {
@@ -180,6 +187,7 @@ impl MembershipConfig {
             timings: Timings::default(),
             started_ms: None,
             rotation_window: auth::ROTATION_WINDOW,
+            heartbeat: HeartbeatConfig::default(),
         }
     }
 
@@ -249,6 +257,12 @@ pub struct MembershipMetrics {
     rotation_phase: Gauge,
     key_changes: Family<ResultLabels, Counter>,
     rotation_opened: Family<KeyLabels, Counter>,
+    heartbeat_sent: Counter,
+    heartbeat_received: Counter,
+    heartbeat_suspicions: Counter,
+    heartbeat_cleared: Family<ReasonLabels, Counter>,
+    heartbeat_late_ticks: Counter,
+    heartbeat_realtime: Gauge,
 }
 
 impl MembershipMetrics {
@@ -281,7 +295,65 @@ impl MembershipMetrics {
             "Datagrams opened with a key other than the one this node seals with, during a rotation: next (the peer switched first), previous (the peer has not switched yet)",
             m.rotation_opened.clone(),
         );
+        registry.register(
+            "ferrolb_membership_heartbeats_sent",
+            "L2 heartbeats sent to successors",
+            m.heartbeat_sent.clone(),
+        );
+        registry.register(
+            "ferrolb_membership_heartbeats_received",
+            "L2 heartbeats received (authenticated)",
+            m.heartbeat_received.clone(),
+        );
+        registry.register(
+            "ferrolb_membership_heartbeat_suspicions",
+            "Members suspected after missed heartbeats: this node took over the addresses it is successor of",
+            m.heartbeat_suspicions.clone(),
+        );
+        registry.register(
+            "ferrolb_membership_heartbeat_suspicions_cleared",
+            "Heartbeat suspicions ended without SWIM: beats_resumed (the member lives: a false suspicion or a restart), expired (SWIM did not confirm within the hold)",
+            m.heartbeat_cleared.clone(),
+        );
+        registry.register(
+            "ferrolb_membership_heartbeat_late_ticks",
+            "Heartbeat ticks that came an interval or more late: this node was starved of CPU and judged nobody",
+            m.heartbeat_late_ticks.clone(),
+        );
+        registry.register(
+            "ferrolb_membership_heartbeat_realtime",
+            "1 when the heartbeat thread runs at real-time priority (SCHED_FIFO)",
+            m.heartbeat_realtime.clone(),
+        );
         m
+    }
+
+    fn drop_packet(&self, reason: DropReason) {
+        self.dropped.get_or_create(&ReasonLabels { reason: reason.as_str().into() }).inc();
+    }
+
+    fn heartbeat_cleared(&self, reason: &str) {
+        self.heartbeat_cleared.get_or_create(&ReasonLabels { reason: reason.into() }).inc();
+    }
+
+    /// Members suspected after missed heartbeats, in all.
+    pub fn heartbeat_suspicions(&self) -> u64 {
+        self.heartbeat_suspicions.get()
+    }
+
+    /// Heartbeat suspicions that ended without SWIM, by `reason` (`beats_resumed`, `expired`).
+    pub fn heartbeat_suspicions_cleared(&self, reason: &str) -> u64 {
+        self.heartbeat_cleared.get_or_create(&ReasonLabels { reason: reason.into() }).get()
+    }
+
+    /// Heartbeats received.
+    pub fn heartbeats_received(&self) -> u64 {
+        self.heartbeat_received.get()
+    }
+
+    /// Heartbeat ticks that came late (this node was starved).
+    pub fn heartbeat_late_ticks(&self) -> u64 {
+        self.heartbeat_late_ticks.get()
     }
 
     /// Counts a key change that could not be used (the current key stays).
@@ -349,13 +421,16 @@ impl Membership {
         cfg: MembershipConfig,
         metrics: MembershipMetrics,
     ) -> Result<MembershipHandle, MembershipError> {
+        let bind_err = |source| MembershipError::Bind { addr: cfg.bind, source };
         let std_sock = std::net::UdpSocket::bind(cfg.bind)
             .and_then(|s| s.set_nonblocking(true).map(|()| s))
-            .map_err(|source| MembershipError::Bind { addr: cfg.bind, source })?;
-        let socket = UdpSocket::from_std(std_sock)
-            .map_err(|source| MembershipError::Bind { addr: cfg.bind, source })?;
+            .map_err(bind_err)?;
+        let reader_sock = std_sock.try_clone().map_err(bind_err)?;
+        let socket = UdpSocket::from_std(std_sock).map_err(bind_err)?;
         let config = cfg.foca_config()?;
         let sealer = Sealer::with_window(cfg.key.expose(), rand::random(), cfg.rotation_window)
+            .map_err(|_| MembershipError::Key)?;
+        let opener = Sealer::with_window(cfg.key.expose(), rand::random(), cfg.rotation_window)
             .map_err(|_| MembershipError::Key)?;
         let (key_tx, key_rx) = watch::channel(cfg.key.clone());
         let started = cfg.started_ms.unwrap_or_else(unix_ms);
@@ -363,6 +438,27 @@ impl Membership {
         let rng: StdRng = rand::make_rng();
         let foca = Foca::new(me, config, rng, PostcardCodec);
         let (live_tx, live_rx) = watch::channel(BTreeSet::from([cfg.name.clone()]));
+        let (members_tx, members_rx) = watch::channel(BTreeMap::new());
+        let (successors_tx, successors_rx) = watch::channel(BTreeSet::new());
+        let (suspected_tx, suspected_rx) = watch::channel(BTreeSet::new());
+        let (taken_over_tx, taken_over_rx) = watch::channel(0);
+        let (swim_tx, swim_rx) = mpsc::channel(1024);
+        let reader = reader::Reader {
+            name: cfg.name.clone(),
+            socket: reader_sock,
+            sealer: opener,
+            heartbeats: heartbeat::Heartbeats::new(cfg.heartbeat),
+            metrics: metrics.clone(),
+            swim: swim_tx,
+            key: key_tx.subscribe(),
+            successors: successors_rx,
+            members: members_rx,
+            suspected: suspected_tx,
+            taken_over: taken_over_tx,
+            late_reported: 0,
+        }
+        .spawn()
+        .map_err(bind_err)?;
         let (cmd_tx, cmd_rx) = mpsc::channel(4);
         let seeds: Vec<Seed> = cfg.seeds.into_iter().filter(|s| s.name != cfg.name).collect();
         let (settled_tx, settled_rx) = watch::channel(seeds.is_empty());
@@ -378,14 +474,26 @@ impl Membership {
             rejoin_interval: cfg.timings.rejoin_interval,
             name: cfg.name,
             live: live_tx,
+            members: members_tx,
             settled: settled_tx,
             join_deadline,
             metrics,
             key: Some(key_rx),
+            swim: swim_rx,
+            _reader: reader,
         };
         metrics_size(&driver);
         let task = tokio::spawn(driver.run(cmd_rx));
-        Ok(MembershipHandle { live: live_rx, settled: settled_rx, cmd: cmd_tx, key: key_tx, task })
+        Ok(MembershipHandle {
+            live: live_rx,
+            settled: settled_rx,
+            cmd: cmd_tx,
+            key: key_tx,
+            successors: successors_tx,
+            suspected: suspected_rx,
+            taken_over: taken_over_rx,
+            task,
+        })
     }
 }
 
@@ -400,6 +508,9 @@ pub struct MembershipHandle {
     settled: watch::Receiver<bool>,
     cmd: mpsc::Sender<oneshot::Sender<()>>,
     key: watch::Sender<MembershipKey>,
+    successors: watch::Sender<BTreeSet<String>>,
+    suspected: watch::Receiver<BTreeSet<String>>,
+    taken_over: watch::Receiver<u64>,
     task: JoinHandle<()>,
 }
 
@@ -427,6 +538,30 @@ impl MembershipHandle {
             }
             differs
         });
+    }
+
+    /// The members to send L2 heartbeats to: the successors of the addresses this node
+    /// owns ([`heartbeat`]). The same set again changes nothing.
+    pub fn set_successors(&self, names: BTreeSet<String>) {
+        self.successors.send_if_modified(|s| {
+            let differs = *s != names;
+            if differs {
+                *s = names;
+            }
+            differs
+        });
+    }
+
+    /// Members that beat this node and fell silent: elect without them (SWIM has not
+    /// declared them down yet). Updated on every change.
+    pub fn suspected(&self) -> watch::Receiver<BTreeSet<String>> {
+        self.suspected.clone()
+    }
+
+    /// Counts the notices of members that missed this node's heartbeats and took its
+    /// addresses over: on a change, announce the addresses this node still owns again.
+    pub fn taken_over(&self) -> watch::Receiver<u64> {
+        self.taken_over.clone()
     }
 
     /// Announces that this node leaves (peers drop it at once) and stops.
@@ -457,16 +592,21 @@ struct Driver {
     rejoin_interval: Duration,
     name: String,
     live: watch::Sender<BTreeSet<String>>,
+    /// Live members other than this node and where they listen, for the heartbeats.
+    members: watch::Sender<BTreeMap<String, SocketAddr>>,
     settled: watch::Sender<bool>,
     join_deadline: Instant,
     metrics: MembershipMetrics,
     /// Key changes from [`MembershipHandle::set_key`] (None once the handle is gone).
     key: Option<watch::Receiver<MembershipKey>>,
+    /// Opened SWIM payloads from the reader thread.
+    swim: mpsc::Receiver<(Vec<u8>, KeyRole)>,
+    /// Stops the reader thread with the task.
+    _reader: reader::ReaderGuard,
 }
 
 impl Driver {
     async fn run(mut self, mut cmds: mpsc::Receiver<oneshot::Sender<()>>) {
-        let mut buf = vec![0u8; 2048];
         self.announce_to_seeds().await;
         let mut rejoin = tokio::time::interval(self.rejoin_interval);
         rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -483,12 +623,12 @@ impl Driver {
             tokio::select! {
                 ok = key_changed => self.on_key_change(ok),
                 _ = sleep_until(key_timer), if key_timer.is_some() => self.on_key_timer(),
-                r = self.socket.recv_from(&mut buf) => match r {
-                    Ok((n, _from)) => {
-                        let datagram = buf.get(..n).unwrap_or_default().to_vec();
-                        self.on_datagram(&datagram).await;
+                opened = self.swim.recv() => match opened {
+                    Some((payload, role)) => self.on_payload(&payload, role).await,
+                    None => {
+                        tracing::error!(node = %self.name, "membership: the socket reader stopped; membership stops");
+                        return;
                     }
-                    Err(e) => tracing::debug!(error = %e, "membership receive failed"),
                 },
                 _ = sleep_until(next_timer), if next_timer.is_some() => self.fire_timers().await,
                 _ = rejoin.tick() => self.announce_to_seeds().await,
@@ -559,33 +699,21 @@ impl Driver {
         self.metrics.rotation_phase.set(self.sealer.keys().phase() as i64);
     }
 
-    async fn on_datagram(&mut self, datagram: &[u8]) {
-        let payload = match self.sealer.open_with_role(datagram) {
-            Ok((p, role)) => {
-                let key = match role {
-                    KeyRole::Sealing => None,
-                    KeyRole::Next => Some("next"),
-                    KeyRole::Previous => Some("previous"),
-                };
-                if let Some(key) = key {
-                    self.metrics.rotation_opened.get_or_create(&KeyLabels { key: key.into() }).inc();
-                }
-                p.to_vec()
-            }
-            Err(reason) => {
-                self.drop_packet(reason);
-                return;
-            }
+    /// A SWIM payload the reader opened, with the key that opened it.
+    async fn on_payload(&mut self, payload: &[u8], role: KeyRole) {
+        let key = match role {
+            KeyRole::Sealing => None,
+            KeyRole::Next => Some("next"),
+            KeyRole::Previous => Some("previous"),
         };
-        if let Err(e) = self.foca.handle_data(&payload, &mut self.runtime) {
+        if let Some(key) = key {
+            self.metrics.rotation_opened.get_or_create(&KeyLabels { key: key.into() }).inc();
+        }
+        if let Err(e) = self.foca.handle_data(payload, &mut self.runtime) {
             tracing::trace!(error = %e, "membership: foca rejected a datagram");
-            self.drop_packet(DropReason::Protocol);
+            self.metrics.drop_packet(DropReason::Protocol);
         }
         self.flush().await;
-    }
-
-    fn drop_packet(&self, reason: DropReason) {
-        self.metrics.dropped.get_or_create(&ReasonLabels { reason: reason.as_str().into() }).inc();
     }
 
     async fn fire_timers(&mut self) {
@@ -657,6 +785,15 @@ impl Driver {
             live.insert(self.name.clone());
             // The gauge first: whoever sees the new live set sees the matching size.
             self.metrics.size.set(i64::try_from(live.len()).unwrap_or(i64::MAX));
+            let members: BTreeMap<String, SocketAddr> =
+                self.foca.iter_members().map(|m| (m.id().name.clone(), m.id().addr)).collect();
+            self.members.send_if_modified(|cur| {
+                let differs = *cur != members;
+                if differs {
+                    *cur = members;
+                }
+                differs
+            });
             self.live.send_if_modified(|cur| {
                 if *cur != live {
                     tracing::info!(node = %self.name, live = ?live, "membership changed");

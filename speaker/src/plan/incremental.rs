@@ -218,6 +218,7 @@ impl Planner {
         let mut draining: Option<&String> = None;
         let mut l2: Option<Vec<String>> = None;
         let mut handover: Option<(Vec<String>, &String)> = None;
+        let mut successors: Vec<String> = Vec::new();
         for f in self.by_ip.get(&ip).into_iter().flat_map(Holders::fragments) {
             for o in f.outcomes.iter().filter(|o| o.ip == ip) {
                 announced |= o.done;
@@ -229,6 +230,11 @@ impl Planner {
                 }
                 if let Some(ifs) = &o.l2 {
                     merge_interfaces(l2.get_or_insert_with(|| ifs.clone()), ifs);
+                    for next in &o.l2_successors {
+                        if !successors.contains(next) {
+                            successors.push(next.clone());
+                        }
+                    }
                 }
                 if let Some((ifs, why)) = &o.l2_handover {
                     merge_interfaces(&mut handover.get_or_insert_with(|| (ifs.clone(), why)).0, ifs);
@@ -238,11 +244,15 @@ impl Planner {
         let out = &mut self.out;
         out.l2.remove(&ip);
         out.l2_draining.remove(&ip);
+        out.l2_successors.remove(&ip);
         out.withdrawn.remove(&ip);
         self.drain_candidates.remove(&ip);
         match (l2, handover) {
             (Some(ifs), _) => {
                 out.l2.insert(ip, ifs);
+                if !successors.is_empty() {
+                    out.l2_successors.insert(ip, successors);
+                }
             }
             (None, Some((ifs, why))) => {
                 out.l2.insert(ip, ifs);

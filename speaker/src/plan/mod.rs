@@ -73,9 +73,23 @@ pub struct Announcements {
     /// Addresses of `l2` this node answers for only while it hands them over to the
     /// successor (make before break), with the reason.
     pub l2_draining: BTreeMap<IpAddr, String>,
+    /// Addresses of `l2` this node owns (not handing over) → the nodes elected next if
+    /// it fails: it sends them heartbeats, so they take over in tens of milliseconds
+    /// ([`ferrolb_proto::membership::heartbeat`]).
+    pub l2_successors: BTreeMap<IpAddr, Vec<String>>,
 }
 
 impl Announcements {
+    /// The nodes this node sends L2 heartbeats to: the successors of every address it
+    /// owns and does not hand over.
+    pub fn heartbeat_targets(&self) -> BTreeSet<String> {
+        self.l2_successors
+            .iter()
+            .filter(|(ip, _)| !self.l2_draining.contains_key(ip))
+            .flat_map(|(_, s)| s.iter().cloned())
+            .collect()
+    }
+
     /// Addresses announced by BGP to at least one peer.
     pub fn bgp_addresses(&self) -> BTreeSet<IpNet> {
         self.bgp.values().flat_map(|r| r.keys().copied()).collect()
@@ -98,6 +112,7 @@ impl Announcements {
         for ip in expired {
             if let Some(why) = self.l2_draining.remove(ip) {
                 self.l2.remove(ip);
+                self.l2_successors.remove(ip);
                 self.withdrawn.insert(*ip, format!("{why}; handover grace of {grace:?} passed"));
             }
         }
@@ -267,6 +282,9 @@ struct Outcome {
     l2: Option<Vec<String>>,
     /// Answered for ARP/NDP only while handing over to the successor, on these interfaces, and why.
     l2_handover: Option<(Vec<String>, String)>,
+    /// Owned for ARP/NDP: the nodes elected next if this one fails (one per
+    /// L2Advertisement that elects it), which it sends heartbeats to.
+    l2_successors: Vec<String>,
 }
 
 /// What one Service contributes to the plan.
@@ -287,7 +305,15 @@ fn fragment(model: &ClusterModel, g: &Globals<'_>, key: &ServiceKey, svc: &Servi
     for &ip in &svc.ingress {
         let pools: Vec<(&String, &IpAddressPool)> =
             model.pools.iter().filter(|(_, p)| pool_contains(p, ip)).collect();
-        let mut o = Outcome { ip, done: false, why: Vec::new(), draining: None, l2: None, l2_handover: None };
+        let mut o = Outcome {
+            ip,
+            done: false,
+            why: Vec::new(),
+            draining: None,
+            l2: None,
+            l2_handover: None,
+            l2_successors: Vec::new(),
+        };
         if pools.is_empty() {
             o.why.push(format!("{key}: {ip} is in no IPAddressPool"));
         }
@@ -438,6 +464,10 @@ impl Ctx<'_> {
             let owner = election::owner(ip, candidates.iter().copied());
             if owner == Some(me) {
                 merge_interfaces(o.l2.get_or_insert_with(|| s.interfaces.clone()), &s.interfaces);
+                let successor = election::owner(ip, candidates.iter().copied().filter(|c| *c != me));
+                if let Some(next) = successor.filter(|n| !o.l2_successors.iter().any(|s| s == n)) {
+                    o.l2_successors.push(next.to_owned());
+                }
                 continue;
             }
             // Make before break: the owner whose last serving endpoints turn terminating

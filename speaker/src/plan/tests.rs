@@ -373,3 +373,27 @@ fn a_node_that_did_not_own_the_address_has_nothing_to_hand_over() {
     assert!(a.l2.contains_key(&vip) && a.l2_draining.is_empty(), "{a:?}");
     assert!(!plan(&m, other, &live).l2.contains_key(&vip));
 }
+
+/// The owner names its successor (the node elected when it leaves the candidates), and
+/// beats it; a node handing the address over, or owning nothing, beats nobody; a Local
+/// Service's successor is a node with a serving endpoint, not merely the next node.
+#[test]
+fn an_l2_owner_beats_the_node_elected_after_it() {
+    let vip = ip("192.0.2.202");
+    let m = l2_local(READY, READY);
+    let live = all_live(&m);
+    let owner = election::owner(vip, ["node1", "node2"]).unwrap();
+    let other = if owner == "node1" { "node2" } else { "node1" };
+    let a = plan(&m, owner, &live);
+    assert_eq!(a.l2_successors.get(&vip), Some(&vec![other.to_string()]), "{a:?}");
+    assert_eq!(a.heartbeat_targets(), BTreeSet::from([other.to_string()]));
+    assert!(plan(&m, other, &live).heartbeat_targets().is_empty());
+    // The other node's endpoint stops serving: nobody could take over, nobody is beaten.
+    let (c1, c2) = if other == "node1" { (GONE, READY) } else { (READY, GONE) };
+    let a = plan(&l2_local(c1, c2), owner, &live);
+    assert!(a.l2.contains_key(&vip) && a.heartbeat_targets().is_empty(), "{a:?}");
+    // The owner hands over: it answers during the grace but beats nobody for it.
+    let (c1, c2) = if owner == "node1" { (TERMINATING, READY) } else { (READY, TERMINATING) };
+    let a = plan(&l2_local(c1, c2), owner, &live);
+    assert!(a.l2_draining.contains_key(&vip) && a.heartbeat_targets().is_empty(), "{a:?}");
+}

@@ -69,7 +69,7 @@ pub(super) async fn serve(
     let mut file_poll = tokio::time::interval(rotation::FILE_POLL);
     loop {
         state.metrics.beat();
-        let watched = state.l2.as_ref().map(|p| (p.live.clone(), p.settled.clone()));
+        let watched = state.l2.as_ref().map(super::l2::L2Part::watch);
         let next_drain = state.drains.poll_timeout();
         let retry_l2 = state.cluster.is_some() && state.l2_error.is_some();
         let gate = state.gate_watch();

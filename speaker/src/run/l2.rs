@@ -23,6 +23,10 @@ pub(super) struct L2Part {
     pub(super) membership: MembershipHandle,
     pub(super) live: watch::Receiver<BTreeSet<String>>,
     pub(super) settled: watch::Receiver<bool>,
+    /// Members whose heartbeats stopped (SWIM has not declared them down yet).
+    pub(super) suspected: watch::Receiver<BTreeSet<String>>,
+    /// Changes when a member that missed this node's heartbeats took its addresses over.
+    pub(super) taken_over: watch::Receiver<u64>,
     /// Whether the view may be elected from: settled, not alone for a moment only, and
     /// not blind (datagrams from peers this node cannot read, nobody live).
     guard: ClaimGate,
@@ -34,7 +38,10 @@ impl L2Part {
     /// The live set to elect from, or None while this node may not claim.
     fn usable_live(&mut self, metrics: &Metrics, now: Instant) -> Option<BTreeSet<String>> {
         let settled = *self.settled.borrow_and_update();
-        let live = self.live.borrow_and_update().clone();
+        let mut live = self.live.borrow_and_update().clone();
+        for gone in self.suspected.borrow_and_update().iter() {
+            live.remove(gone);
+        }
         let seen = Observation {
             settled,
             live_others: live.len().saturating_sub(1),
@@ -187,8 +194,14 @@ impl State {
     pub(super) async fn on_l2_change(&mut self) {
         let now = Instant::now();
         let Some(p) = self.l2.as_mut() else { return };
+        if p.taken_over.has_changed().unwrap_or(false) {
+            p.taken_over.borrow_and_update();
+            // A false suspicion: clients may have followed the successor's announcement.
+            p.announcer.reannounce();
+        }
         let before = p.used.clone();
         let after = p.usable_live(&self.metrics, now);
+        let suspected = p.suspected.borrow().clone();
         report_blindness(self.l2.as_mut(), &self.metrics, self.cluster.as_ref(), &self.opts.node_name);
         if before == after {
             return;
@@ -197,8 +210,18 @@ impl State {
             (Some(b), Some(a)) => {
                 let mut parts: Vec<String> = Vec::new();
                 parts.extend(a.difference(b).map(|n| format!("{n} joined membership")));
-                parts.extend(b.difference(a).map(|n| format!("{n} left membership")));
-                let label = if b.difference(a).next().is_some() { "member_left" } else { "member_joined" };
+                parts.extend(b.difference(a).map(|n| {
+                    if suspected.contains(n) {
+                        format!("{n} stopped sending heartbeats")
+                    } else {
+                        format!("{n} left membership")
+                    }
+                }));
+                let label = match b.difference(a).next() {
+                    Some(n) if suspected.contains(n) => "heartbeat_missed",
+                    Some(_) => "member_left",
+                    None => "member_joined",
+                };
                 Cause::new(label, parts.join(", "))
             }
             (None, Some(a)) => Cause::new(
@@ -266,12 +289,15 @@ fn start_l2(
     let mut cfg = MembershipConfig::new(me, SocketAddr::new(advertise_ip, port), seeds, key);
     cfg.bind = bind;
     cfg.rotation_window = membership::rotation_window();
+    cfg.heartbeat = opts.heartbeat;
     let announcer = L2Announcer::spawn(metrics)?;
     let membership = Membership::spawn(cfg, metrics.membership.clone()).map_err(|e| e.to_string())?;
     tracing::info!(bind = %bind, advertise = %SocketAddr::new(advertise_ip, port), seeds = others, "membership started for L2 announcements");
     Ok(L2Part {
         live: membership.live(),
         settled: membership.settled(),
+        suspected: membership.suspected(),
+        taken_over: membership.taken_over(),
         announcer,
         membership,
         guard: ClaimGate::new(others),
@@ -279,14 +305,32 @@ fn start_l2(
     })
 }
 
-/// Resolves when membership's live set or settledness changes (never without L2).
-pub(super) async fn l2_changed(part: Option<(watch::Receiver<BTreeSet<String>>, watch::Receiver<bool>)>) {
-    let Some((mut live, mut settled)) = part else {
+/// What [`l2_changed`] waits on: membership's live set, settledness and heartbeat suspects.
+pub(super) type L2Watch = (
+    watch::Receiver<BTreeSet<String>>,
+    watch::Receiver<bool>,
+    watch::Receiver<BTreeSet<String>>,
+    watch::Receiver<u64>,
+);
+
+impl L2Part {
+    /// The receivers [`l2_changed`] waits on.
+    pub(super) fn watch(&self) -> L2Watch {
+        (self.live.clone(), self.settled.clone(), self.suspected.clone(), self.taken_over.clone())
+    }
+}
+
+/// Resolves when membership's live set, settledness or heartbeat suspects change (never
+/// without L2).
+pub(super) async fn l2_changed(part: Option<L2Watch>) {
+    let Some((mut live, mut settled, mut suspected, mut taken_over)) = part else {
         return std::future::pending().await;
     };
     let ok = tokio::select! {
         r = live.changed() => r.is_ok(),
         r = settled.changed() => r.is_ok(),
+        r = suspected.changed() => r.is_ok(),
+        r = taken_over.changed() => r.is_ok(),
     };
     if !ok {
         std::future::pending::<()>().await;

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ferrolb_proto::membership::HeartbeatConfig;
 use tokio::sync::mpsc;
 
 use crate::plan::Announcements;
@@ -24,6 +25,8 @@ pub struct Options {
     pub drain_max_delay: Duration,
     /// `--drain-on-shutdown`.
     pub drain_on_shutdown: Duration,
+    /// `--l2-heartbeat-interval`, `--l2-heartbeat-misses`.
+    pub heartbeat: HeartbeatConfig,
 }
 
 impl From<&StaticOptions> for Options {
@@ -35,6 +38,7 @@ impl From<&StaticOptions> for Options {
             membership_key_file: o.membership_key_file.clone(),
             drain_max_delay: o.drain_max_delay,
             drain_on_shutdown: o.drain_on_shutdown,
+            heartbeat: o.heartbeat,
         }
     }
 }
@@ -70,6 +74,8 @@ pub struct StaticOptions {
     /// `--drain-on-shutdown`: on SIGTERM, how long every prefix stays announced as
     /// draining before the sessions close (at most `drain_max_delay`).
     pub drain_on_shutdown: Duration,
+    /// L2 heartbeats (`--l2-heartbeat-interval`, `--l2-heartbeat-misses`).
+    pub heartbeat: HeartbeatConfig,
 }
 
 /// Default of `--drain-max-delay`.

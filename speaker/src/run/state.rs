@@ -110,6 +110,7 @@ impl State {
                     .inc();
             }
             p.announcer.apply(&new);
+            p.membership.set_successors(new.heartbeat_targets());
         }
         let errors = self.bgp.apply(&self.model, &self.passwords, &new).await;
         let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();

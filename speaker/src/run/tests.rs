@@ -27,6 +27,7 @@ fn opts(dir: &std::path::Path, key: Option<PathBuf>) -> StaticOptions {
         membership_key_file: key,
         drain_max_delay: DEFAULT_DRAIN_MAX_DELAY,
         drain_on_shutdown: DEFAULT_DRAIN_ON_SHUTDOWN,
+        heartbeat: ferrolb_proto::membership::HeartbeatConfig::default(),
     }
 }
 

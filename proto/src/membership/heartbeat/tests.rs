@@ -1,0 +1,203 @@
+use super::*;
+
+const MS: Duration = Duration::from_millis(1);
+
+fn names(n: &[&str]) -> BTreeSet<String> {
+    n.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// A node driven tick by tick on a fake clock: `at(ms)` is `ms` after the start.
+struct Node {
+    hb: Heartbeats,
+    t0: Instant,
+    now: Instant,
+}
+
+impl Node {
+    fn new() -> Self {
+        let t0 = Instant::now();
+        let mut hb = Heartbeats::new(HeartbeatConfig::default());
+        hb.handle(t0, Input::Timeout);
+        Node { hb, t0, now: t0 }
+    }
+
+    fn at(&mut self, ms: u64) -> Instant {
+        self.now = self.t0 + MS * u32::try_from(ms).unwrap_or(u32::MAX);
+        self.now
+    }
+
+    /// Ticks on time from now to `until_ms`, hearing `beats` from `beater` at each tick.
+    fn run(&mut self, until_ms: u64, beater: Option<&str>) {
+        while let Some(due) = self.hb.poll_timeout() {
+            if due > self.t0 + MS * u32::try_from(until_ms).unwrap_or(u32::MAX) {
+                break;
+            }
+            self.now = due;
+            if let Some(b) = beater {
+                self.hb.handle(due, Input::Beat(b.into()));
+            }
+            self.hb.handle(due, Input::Timeout);
+        }
+    }
+
+    /// Events since the last call, but for `Watching` (see `a_member_is_watched_from_its_first_beat`).
+    fn events(&mut self) -> Vec<Event> {
+        std::iter::from_fn(|| self.hb.poll_event()).filter(|e| !matches!(e, Event::Watching(_))).collect()
+    }
+}
+
+/// The successor claims after `misses` intervals of silence, not before: 40 ms of
+/// silence is nothing, 50 ms is a suspicion, and the suspect leaves the election.
+#[test]
+fn a_successor_suspects_its_owner_after_missed_beats() {
+    let mut n = Node::new();
+    n.run(200, Some("owner"));
+    assert!(n.events().is_empty());
+    let last_beat = n.now;
+    n.run(200 + 40, None);
+    assert!(n.events().is_empty(), "4 missed beats are not yet a failure");
+    assert!(n.hb.suspected().is_empty());
+    n.run(200 + 50, None);
+    assert_eq!(n.events(), vec![Event::Suspected("owner".into())]);
+    assert_eq!(n.hb.suspected(), names(&["owner"]));
+    assert_eq!(n.now.duration_since(last_beat), 50 * MS);
+}
+
+/// A member is watched from its first beat, and said so once.
+#[test]
+fn a_member_is_watched_from_its_first_beat() {
+    let mut n = Node::new();
+    n.run(100, Some("owner"));
+    let all: Vec<Event> = std::iter::from_fn(|| n.hb.poll_event()).collect();
+    assert_eq!(all, vec![Event::Watching("owner".into())]);
+    assert_eq!(n.hb.watched().collect::<Vec<_>>(), ["owner"]);
+}
+
+/// A member that never beat is never suspected: a starting owner, or one running a
+/// release without heartbeats, is SWIM's to judge.
+#[test]
+fn nothing_is_watched_before_it_beats() {
+    let mut n = Node::new();
+    n.hb.handle(n.now, Input::Live(names(&["me", "owner"])));
+    n.run(1000, None);
+    assert!(n.events().is_empty());
+    assert_eq!(n.hb.watched().count(), 0);
+}
+
+/// A starved node does not cause a failover: when its own tick comes late (it got no
+/// CPU), the beats it missed may be queued behind it, so it judges nobody until its
+/// ticks have come on time for `misses` intervals again.
+#[test]
+fn a_starved_node_suspects_nobody() {
+    let mut n = Node::new();
+    n.run(100, Some("owner"));
+    // No CPU for 300 ms: the next tick runs at 400 ms instead of 110 ms. The owner's
+    // beats of that time were not read (say they were lost): still no suspicion.
+    let late = n.at(400);
+    n.hb.handle(late, Input::Timeout);
+    assert!(n.events().is_empty(), "a late tick judges nobody");
+    assert_eq!(n.hb.late_ticks(), 1);
+    // On time again, the owner still silent: it is suspected once this node has been
+    // healthy for the silence period.
+    n.run(440, None);
+    assert!(n.events().is_empty());
+    n.run(460, None);
+    assert_eq!(n.events(), vec![Event::Suspected("owner".into())]);
+}
+
+/// Beats that come again clear the suspicion at once: the owner keeps its addresses.
+#[test]
+fn beats_resuming_clear_a_suspicion() {
+    let mut n = Node::new();
+    n.run(100, Some("owner"));
+    n.run(200, None);
+    assert_eq!(n.events(), vec![Event::Suspected("owner".into())]);
+    let now = n.now;
+    n.hb.handle(now, Input::Beat("owner".into()));
+    assert_eq!(n.events(), vec![Event::Cleared { name: "owner".into(), why: Cleared::BeatsResumed }]);
+    assert!(n.hb.suspected().is_empty());
+    n.run(300, Some("owner"));
+    assert!(n.events().is_empty());
+}
+
+/// A suspicion SWIM does not confirm within `hold` ends, and the member is not watched
+/// until it beats again: two nodes never both claim for longer than that.
+#[test]
+fn an_unconfirmed_suspicion_expires_and_disarms() {
+    let mut n = Node::new();
+    n.run(100, Some("owner"));
+    n.run(200, None);
+    assert_eq!(n.events(), vec![Event::Suspected("owner".into())]);
+    n.run(150 + 3000 - 10, None);
+    assert!(n.events().is_empty());
+    n.run(150 + 3000 + 10, None);
+    assert_eq!(n.events(), vec![Event::Cleared { name: "owner".into(), why: Cleared::Expired }]);
+    n.run(10_000, None);
+    assert!(n.events().is_empty(), "not watched again until it beats");
+    n.run(10_100, Some("owner"));
+    n.run(10_200, None);
+    assert_eq!(n.events(), vec![Event::Suspected("owner".into())]);
+}
+
+/// When SWIM drops a member (it confirmed the death, or the member left), the watch ends
+/// without an event: the member is out of the live set anyway.
+#[test]
+fn swim_taking_over_ends_the_watch() {
+    let mut n = Node::new();
+    n.run(100, Some("owner"));
+    n.run(200, None);
+    assert_eq!(n.events(), vec![Event::Suspected("owner".into())]);
+    let now = n.now;
+    n.hb.handle(now, Input::Live(names(&["me"])));
+    assert!(n.hb.suspected().is_empty());
+    assert!(n.events().is_empty());
+}
+
+/// An owner beats its targets once per tick, the first time at once.
+#[test]
+fn an_owner_beats_its_targets_every_interval() {
+    let mut n = Node::new();
+    let t = n.now;
+    n.hb.handle(t, Input::Targets(names(&["a", "b"])));
+    assert_eq!(n.hb.poll_transmit(), Some(&names(&["a", "b"])));
+    assert_eq!(n.hb.poll_transmit(), None);
+    let mut beats = 0;
+    while let Some(due) = n.hb.poll_timeout() {
+        if due > t + 100 * MS {
+            break;
+        }
+        n.hb.handle(due, Input::Timeout);
+        beats += usize::from(n.hb.poll_transmit().is_some());
+    }
+    assert_eq!(beats, 10);
+    n.hb.handle(n.hb.poll_timeout().unwrap_or(t), Input::Targets(BTreeSet::new()));
+    let due = n.hb.poll_timeout().unwrap_or(t);
+    n.hb.handle(due, Input::Timeout);
+    assert_eq!(n.hb.poll_transmit(), None, "an owner of nothing beats nobody");
+}
+
+/// Heartbeats off (interval 0): nothing is watched, beaten or suspected.
+#[test]
+fn off_means_swim_alone() {
+    let cfg = HeartbeatConfig { interval: Duration::ZERO, ..HeartbeatConfig::default() };
+    assert!(!cfg.enabled());
+    let mut hb = Heartbeats::new(cfg);
+    let t = Instant::now();
+    hb.handle(t, Input::Beat("owner".into()));
+    hb.handle(t, Input::Targets(names(&["a"])));
+    hb.handle(t + Duration::from_secs(1), Input::Timeout);
+    assert_eq!(hb.poll_timeout(), None);
+    assert_eq!(hb.poll_transmit(), None);
+    assert_eq!(hb.poll_event(), None);
+}
+
+/// The payload round-trips; anything else is refused, never a panic.
+#[test]
+fn messages_round_trip() {
+    for m in [Message::Beat("node1".into()), Message::TookOver("node-2.example".into())] {
+        assert_eq!(Message::decode(&m.encode()), Some(m));
+    }
+    for bad in [&b""[..], b"\x00", b"\x02node1", b"\x00\xff\xfe"] {
+        assert_eq!(Message::decode(bad), None, "{bad:?}");
+    }
+}

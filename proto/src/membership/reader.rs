@@ -1,0 +1,275 @@
+//! The membership socket's reader: a thread of its own that opens every datagram,
+//! keeps the L2 [`heartbeat`](super::heartbeat) and hands SWIM payloads to the
+//! membership task.
+//!
+//! The heartbeat must tick every 10 ms on a node whose cores are saturated, so it does
+//! not share tokio's workers: this thread asks for SCHED_FIFO (priority
+//! [`RT_PRIORITY`], CAP_SYS_NICE), else for nice -20, else runs as it is and says so once
+//! (`ferrolb_membership_heartbeat_realtime` 0). Each wake-up reads every queued datagram
+//! before the heartbeat judges silence, so a beat that waited in the socket while this
+//! node was starved still counts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use tokio::sync::{mpsc, watch};
+
+use super::auth::{KeyRole, Kind, Sealer};
+use super::heartbeat::{Cleared, Event, Heartbeats, Input, Message};
+use super::{MembershipKey, MembershipMetrics};
+
+/// The real-time priority of the reader thread (low among real-time threads: above
+/// every normal process, below the kernel's own and any the operator raised).
+pub const RT_PRIORITY: i32 = 10;
+
+/// Longest wait when no heartbeat tick is due.
+const IDLE_WAIT: Duration = Duration::from_millis(500);
+
+/// What the reader needs; built by [`super::Membership::spawn`].
+pub(super) struct Reader {
+    pub(super) name: String,
+    pub(super) socket: UdpSocket,
+    pub(super) sealer: Sealer,
+    pub(super) heartbeats: Heartbeats,
+    pub(super) metrics: MembershipMetrics,
+    /// Opened SWIM payloads for the membership task.
+    pub(super) swim: mpsc::Sender<(Vec<u8>, KeyRole)>,
+    pub(super) key: watch::Receiver<MembershipKey>,
+    /// Whom to beat ([`super::MembershipHandle::set_successors`]).
+    pub(super) successors: watch::Receiver<BTreeSet<String>>,
+    /// Live members and where they listen, from the membership task.
+    pub(super) members: watch::Receiver<BTreeMap<String, SocketAddr>>,
+    pub(super) suspected: watch::Sender<BTreeSet<String>>,
+    /// Take-over notices received ([`Message::TookOver`]).
+    pub(super) taken_over: watch::Sender<u64>,
+    /// Late ticks already counted in the metric.
+    pub(super) late_reported: u64,
+}
+
+/// Stops the reader thread when dropped (and waits for it: the socket is closed when the
+/// drop returns).
+#[derive(Debug)]
+pub(super) struct ReaderGuard {
+    waker: UnixStream,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for ReaderGuard {
+    fn drop(&mut self) {
+        let _ = self.waker.write_all(&[1]);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Reader {
+    /// Starts the thread.
+    pub(super) fn spawn(self) -> std::io::Result<ReaderGuard> {
+        let (waker, stop) = UnixStream::pair()?;
+        let thread =
+            std::thread::Builder::new().name("membership-rx".into()).spawn(move || self.run(&stop))?;
+        Ok(ReaderGuard { waker, thread: Some(thread) })
+    }
+
+    fn run(mut self, mut stop: &UnixStream) {
+        let realtime = raise_priority();
+        self.metrics.heartbeat_realtime.set(i64::from(realtime == Priority::Realtime));
+        if realtime == Priority::Normal && self.heartbeats.config().enabled() {
+            tracing::warn!(
+                node = %self.name,
+                "membership: cannot run the L2 heartbeat at real-time priority or nice -20 (needs CAP_SYS_NICE): \
+                 on a node whose CPUs are saturated, beats may come late and a successor may take an address over \
+                 for up to the heartbeat hold"
+            );
+        }
+        let mut buf = vec![0u8; 2048];
+        loop {
+            let now = Instant::now();
+            let wait = self.heartbeats.poll_timeout().map_or(IDLE_WAIT, |t| t.saturating_duration_since(now));
+            let wait = PollTimeout::try_from(wait.min(IDLE_WAIT)).unwrap_or(PollTimeout::ZERO);
+            let mut fds = [
+                PollFd::new(self.socket.as_fd(), PollFlags::POLLIN),
+                PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+            ];
+            if let Err(e) = poll(&mut fds, wait)
+                && e != nix::errno::Errno::EINTR
+            {
+                tracing::error!(error = %e, "membership: poll failed; the reader stops");
+                return;
+            }
+            if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+                let _ = stop.read(&mut [0u8; 1]);
+                return;
+            }
+            if !self.drain(&mut buf) {
+                return;
+            }
+            self.step(Instant::now());
+        }
+    }
+
+    /// Reads every queued datagram. False when the membership task is gone.
+    fn drain(&mut self, buf: &mut [u8]) -> bool {
+        loop {
+            match self.socket.recv_from(buf) {
+                Ok((n, _)) => {
+                    let datagram = buf.get(..n).unwrap_or_default();
+                    if !self.on_datagram(datagram) {
+                        return false;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "membership receive failed");
+                    return true;
+                }
+            }
+        }
+    }
+
+    fn on_datagram(&mut self, datagram: &[u8]) -> bool {
+        match self.sealer.open_kind(datagram) {
+            Ok((payload, _, Kind::Beat)) => {
+                match Message::decode(payload) {
+                    Some(Message::Beat(name)) if name != self.name => {
+                        self.metrics.heartbeat_received.inc();
+                        self.heartbeats.handle(Instant::now(), Input::Beat(name));
+                    }
+                    Some(Message::TookOver(by)) if by != self.name => {
+                        tracing::warn!(node = %self.name, by = %by,
+                            "membership: {by} missed this node's heartbeats and took over its addresses; announcing them again");
+                        self.taken_over.send_modify(|n| *n += 1);
+                    }
+                    _ => self.metrics.drop_packet(super::auth::DropReason::Protocol),
+                }
+                true
+            }
+            Ok((payload, role, Kind::Swim)) => match self.swim.try_send((payload.to_vec(), role)) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::debug!("membership: task behind, datagram dropped");
+                    true
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            },
+            Err(reason) => {
+                self.metrics.drop_packet(reason);
+                true
+            }
+        }
+    }
+
+    /// Follows the handle and the task, ticks, beats, reports.
+    fn step(&mut self, now: Instant) {
+        if self.key.has_changed().unwrap_or(false) {
+            let key = self.key.borrow_and_update().clone();
+            // The task counts and logs the change; a bad key fails there the same way.
+            let _ = self.sealer.keys().learn(now, key.expose());
+        }
+        if self.sealer.keys().poll_timeout().is_some_and(|t| t <= now) {
+            self.sealer.keys().handle_timeout(now);
+        }
+        while self.sealer.keys().poll_event().is_some() {}
+        if self.members.has_changed().unwrap_or(false) {
+            let live = self.members.borrow_and_update().keys().cloned().collect();
+            self.heartbeats.handle(now, Input::Live(live));
+        }
+        if self.successors.has_changed().unwrap_or(false) {
+            let targets = self.successors.borrow_and_update().clone();
+            self.heartbeats.handle(now, Input::Targets(targets));
+        }
+        self.heartbeats.handle(now, Input::Timeout);
+        self.beat();
+        self.report();
+    }
+
+    fn beat(&mut self) {
+        let Some(targets) = self.heartbeats.poll_transmit() else { return };
+        let members = self.members.borrow();
+        let to: Vec<SocketAddr> = targets.iter().filter_map(|t| members.get(t).copied()).collect();
+        drop(members);
+        for addr in to {
+            let beat = self.sealer.seal_kind(Kind::Beat, &Message::Beat(self.name.clone()).encode());
+            match self.socket.send_to(&beat, addr) {
+                Ok(_) => {
+                    self.metrics.heartbeat_sent.inc();
+                }
+                Err(e) => tracing::debug!(to = %addr, error = %e, "membership: heartbeat send failed"),
+            }
+        }
+    }
+
+    /// Tells `member` that this node took its addresses over (it may be alive after all).
+    fn tell_taken_over(&mut self, member: &str) {
+        let Some(addr) = self.members.borrow().get(member).copied() else { return };
+        let notice = self.sealer.seal_kind(Kind::Beat, &Message::TookOver(self.name.clone()).encode());
+        if let Err(e) = self.socket.send_to(&notice, addr) {
+            tracing::debug!(to = %addr, error = %e, "membership: take-over notice not sent");
+        }
+    }
+
+    fn report(&mut self) {
+        let m = self.metrics.clone();
+        let late = self.heartbeats.late_ticks();
+        m.heartbeat_late_ticks.inc_by(late.saturating_sub(self.late_reported));
+        self.late_reported = late;
+        let mut changed = false;
+        while let Some(e) = self.heartbeats.poll_event() {
+            changed |= !matches!(e, Event::Watching(_));
+            match e {
+                Event::Watching(name) => {
+                    tracing::info!(node = %self.name, member = %name,
+                        "membership: hearing heartbeats from {name}: this node takes over from it within the heartbeat silence if they stop");
+                }
+                Event::Suspected(name) => {
+                    m.heartbeat_suspicions.inc();
+                    self.tell_taken_over(&name);
+                    tracing::info!(node = %self.name, member = %name, silence = ?self.heartbeats.config().silence(),
+                        "membership: no heartbeat from {name}: taking over the addresses this node is successor of");
+                }
+                Event::Cleared { name, why } => {
+                    let reason = match why {
+                        Cleared::BeatsResumed => "beats_resumed",
+                        Cleared::Expired => "expired",
+                    };
+                    m.heartbeat_cleared(reason);
+                    tracing::warn!(node = %self.name, member = %name, reason,
+                        "membership: suspicion of {name} ended ({reason}); it is elected again");
+                }
+            }
+        }
+        if changed {
+            self.suspected.send_replace(self.heartbeats.suspected());
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Priority {
+    Realtime,
+    Nice,
+    Normal,
+}
+
+/// SCHED_FIFO at [`RT_PRIORITY`] for the calling thread, else nice -20, else nothing.
+#[allow(unsafe_code)]
+fn raise_priority() -> Priority {
+    let param = libc::sched_param { sched_priority: RT_PRIORITY };
+    // SAFETY: pthread_self is always valid for the calling thread; param outlives the call.
+    if unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) } == 0 {
+        return Priority::Realtime;
+    }
+    let who = libc::id_t::try_from(nix::unistd::gettid().as_raw()).unwrap_or(0);
+    // SAFETY: plain syscall with integer arguments; a thread id names the calling thread.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, who, -20) } == 0 {
+        return Priority::Nice;
+    }
+    Priority::Normal
+}
