@@ -220,9 +220,7 @@ impl Reader {
         let late = self.heartbeats.late_ticks();
         m.heartbeat_late_ticks.inc_by(late.saturating_sub(self.late_reported));
         self.late_reported = late;
-        let mut changed = false;
         while let Some(e) = self.heartbeats.poll_event() {
-            changed |= !matches!(e, Event::Watching(_));
             match e {
                 Event::Watching(name) => {
                     tracing::info!(node = %self.name, member = %name,
@@ -245,9 +243,17 @@ impl Reader {
                 }
             }
         }
-        if changed {
-            self.suspected.send_replace(self.heartbeats.suspected());
-        }
+        // Compared, not only sent on events: a suspicion also ends silently when SWIM
+        // drops the member (a restarted member then joins with a new identity, and a
+        // stale suspicion would keep it out of every election).
+        let suspected = self.heartbeats.suspected();
+        self.suspected.send_if_modified(|cur| {
+            let differs = *cur != suspected;
+            if differs {
+                *cur = suspected;
+            }
+            differs
+        });
     }
 }
 
