@@ -13,7 +13,7 @@ declare -A FERROLB_PKGS=(
   [ip]=iproute2 [nstat]=iproute2 [ping]=iputils-ping [bird]=bird2 [birdc]=bird2
   [vtysh]=frr [gobgpd]=gobgpd [gobgp]=gobgpd [exabgp]=exabgp [python3]=python3
   [arping]=arping [ndisc6]=ndisc6 [tcpdump]=tcpdump [keepalived]=keepalived
-  [kubectl]=kubernetes-client [faketime]=faketime
+  [kubectl]=kubernetes-client [faketime]=faketime [stress-ng]=stress-ng
 )
 missing=()
 for bin in "${!FERROLB_PKGS[@]}"; do

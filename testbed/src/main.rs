@@ -87,11 +87,26 @@ enum ClusterCmd {
 
 #[derive(Subcommand, Debug)]
 enum Bench {
-    /// L2 failover: client-visible outage when the VIP owner's link goes down.
+    /// L2 failover: client-visible outage and takeover time when the VIP owner fails,
+    /// ferrolb vs keepalived (defaults, VRRPv3 100 ms and 10 ms adverts), IPv4 and IPv6.
     Failover {
-        /// Number of trials per system.
+        /// Number of trials per system, failure and family.
         #[arg(long, default_value_t = 10)]
         trials: usize,
+        /// Only this address family: v4 or v6 (both when absent).
+        #[arg(long)]
+        family: Option<bench::failover::Family>,
+        /// Only this failure: kill (the owner's daemon SIGKILLed, link up) or link (the
+        /// owner's link down); both, plus ferrolb's SIGTERM handover, when absent.
+        #[arg(long)]
+        failure: Option<bench::failover::Failure>,
+    },
+    /// L2 soak: false failovers of ferrolb (3 nodes) and keepalived (VRRPv3, 10 ms adverts)
+    /// while stress-ng saturates every core and nothing fails.
+    L2Soak {
+        /// Length of each system's soak, seconds.
+        #[arg(long, default_value_t = 300)]
+        seconds: u64,
     },
     /// Apiserver VIP: client-visible outage when the owner's apiserver dies, ferrolb-bootstrap vs keepalived.
     ApiserverFailover {
@@ -197,7 +212,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Cluster { cmd: ClusterCmd::Serve { name, control_planes, nodes } } => {
             ferrolb_testbed::cluster::cli::serve(&name, control_planes, nodes)
         }
-        Cmd::Bench { bench: Bench::Failover { trials } } => Ok(bench::failover::run(trials)?),
+        Cmd::Bench { bench: Bench::Failover { trials, family, failure } } => {
+            Ok(bench::failover::run(&bench::failover::Params { trials, family, failure })?)
+        }
+        Cmd::Bench { bench: Bench::L2Soak { seconds } } => Ok(bench::l2_soak::run(seconds)?),
         Cmd::Bench { bench: Bench::ApiserverFailover { trials, interval_ms, failure_threshold } } => {
             let interval = std::time::Duration::from_millis(interval_ms);
             Ok(bench::apiserver_failover::run(&bench::apiserver_failover::Params {

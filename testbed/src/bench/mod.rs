@@ -7,6 +7,7 @@ pub mod bgp_scale;
 mod bird_ctl;
 pub mod failover;
 pub mod file_latency;
+pub mod l2_soak;
 #[cfg(feature = "plan-bench")]
 pub mod plan;
 pub mod whole_path;
