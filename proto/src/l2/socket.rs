@@ -22,8 +22,10 @@ pub struct ArpSocket {
 impl ArpSocket {
     /// Opens the socket on interface `ifindex`.
     pub fn open(ifindex: u32) -> io::Result<Self> {
-        let proto = i32::from(ETHERTYPE_ARP.to_be());
-        let s = Socket::new(Domain::PACKET, Type::RAW, Some(Protocol::from(proto)))?;
+        // Protocol 0 at creation, ARP at bind: a packet socket created with a protocol
+        // already receives, and binding it then waits for an RCU grace period
+        // (synchronize_net, ~20 ms) to move its hook: 20 ms of every L2 takeover.
+        let s = Socket::new(Domain::PACKET, Type::RAW, None)?;
         s.bind(&link_addr(ifindex, ETHERTYPE_ARP)?)?;
         s.set_nonblocking(true)?;
         Ok(ArpSocket { fd: register(s)? })
