@@ -61,10 +61,10 @@ struct Args {
     /// L2: how often the owner of an address sends a heartbeat to the node that takes
     /// it over if the owner fails; 0 turns heartbeats off (failover then takes SWIM's
     /// few hundred milliseconds).
-    #[arg(long, value_name = "D", default_value = "10ms", value_parser = duration_flag)]
+    #[arg(long, value_name = "D", default_value = "5ms", value_parser = duration_flag)]
     l2_heartbeat_interval: Duration,
     /// L2: missed heartbeats after which the successor takes the owner's addresses over.
-    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..))]
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..))]
     l2_heartbeat_misses: u32,
     /// loadBalancerClass served besides Services without one.
     #[arg(long, default_value = DEFAULT_LB_CLASS)]

@@ -235,8 +235,8 @@ fn owner_failure_moves_the_addresses_to_the_survivor() {
 }
 
 /// A starved successor does not cause a failover: the successor gets no CPU at all
-/// (SIGSTOP) for 15 heartbeat intervals, three times the silence that makes it suspect
-/// the owner, while the owner keeps beating; once it runs again it reads the queued
+/// (SIGSTOP) for 150 ms, seven times the heartbeat silence that makes it suspect the
+/// owner, while the owner keeps beating; once it runs again it reads the queued
 /// beats (and knows its own tick came late) before it judges, so it suspects nobody and
 /// the addresses stay where they are.
 #[test]
@@ -268,8 +268,8 @@ fn signal(s: &Speaker, signal: &str) {
     assert!(status.success());
 }
 
-/// A false suspicion heals at once: the owner gets no CPU for 120 ms (past the 50 ms
-/// heartbeat silence, short of SWIM's detection), so its successor takes the addresses
+/// A false suspicion heals at once: the owner gets no CPU until the client follows the
+/// successor (past the 20 ms heartbeat silence, short of SWIM's detection), so its successor takes the addresses
 /// over and the client follows; the owner, running again, reads the successor's
 /// "took over" notice and announces its addresses again while the successor, hearing
 /// its beats, lets go. Without the notice the client would keep sending to the

@@ -84,9 +84,9 @@ pub struct HeartbeatConfig {
 }
 
 impl Default for HeartbeatConfig {
-    /// 10 ms beats, suspected after 50 ms of silence, suspicion held up to 3 s.
+    /// 5 ms beats, suspected after 20 ms of silence, suspicion held up to 3 s.
     fn default() -> Self {
-        HeartbeatConfig { interval: Duration::from_millis(10), misses: 5, hold: Duration::from_secs(3) }
+        HeartbeatConfig { interval: Duration::from_millis(5), misses: 4, hold: Duration::from_secs(3) }
     }
 }
 

@@ -1,6 +1,9 @@
 use super::*;
 
 const MS: Duration = Duration::from_millis(1);
+/// 10 ms beats, 5 missed: round figures for the timelines below.
+const CFG: HeartbeatConfig =
+    HeartbeatConfig { interval: Duration::from_millis(10), misses: 5, hold: Duration::from_secs(3) };
 
 fn names(n: &[&str]) -> BTreeSet<String> {
     n.iter().map(|s| (*s).to_owned()).collect()
@@ -16,7 +19,7 @@ struct Node {
 impl Node {
     fn new() -> Self {
         let t0 = Instant::now();
-        let mut hb = Heartbeats::new(HeartbeatConfig::default());
+        let mut hb = Heartbeats::new(CFG);
         hb.handle(t0, Input::Timeout);
         Node { hb, t0, now: t0 }
     }
@@ -179,7 +182,7 @@ fn an_owner_beats_its_targets_every_interval() {
 /// Heartbeats off (interval 0): nothing is watched, beaten or suspected.
 #[test]
 fn off_means_swim_alone() {
-    let cfg = HeartbeatConfig { interval: Duration::ZERO, ..HeartbeatConfig::default() };
+    let cfg = HeartbeatConfig { interval: Duration::ZERO, ..CFG };
     assert!(!cfg.enabled());
     let mut hb = Heartbeats::new(cfg);
     let t = Instant::now();
