@@ -195,14 +195,13 @@ pub fn run() -> Result<(), Error> {
         ProbeStream::start(lab.client(), l2v6, Duration::from_millis(10))?,
     ];
     std::thread::sleep(Duration::from_millis(500));
+    // The node dies as a whole: the client's outage runs from the link cut, as in
+    // `bench failover --failure link`.
+    lab.node(victim).ip(&["link", "set", "eth0", "down"])?;
     if let Some(s) = speakers.get_mut(victim - 1).and_then(Option::take) {
         drop(s); // SIGKILL
     }
-    for v in [l2v4, l2v6] {
-        let cidr = format!("{v}/{}", if v.is_ipv4() { 32 } else { 128 });
-        lab.node(victim).ip(&["addr", "del", &cidr, "dev", "lo"])?;
-    }
-    t.say(format!("node{victim}'s speaker SIGKILLed and node{victim} stops accepting {l2v4} and {l2v6}"));
+    t.say(format!("node{victim} dies: its LAN link cut, its speaker SIGKILLed"));
     for v in [l2v4, l2v6] {
         client::wait_neighbour_mac(
             lab.client(),
