@@ -161,6 +161,22 @@ enum Bench {
         #[arg(long)]
         no_speaker: bool,
     },
+    /// The report: failover, L2 soak and BGP scale with their peers in one run, written as
+    /// BENCHMARKS.md and SVG figures under benchmarks/, with the machine and versions.
+    Report {
+        /// Failover trials per system, failure and family.
+        #[arg(long, default_value_t = 5)]
+        trials: usize,
+        /// Length of each system's soak, seconds.
+        #[arg(long, default_value_t = 300)]
+        soak_seconds: u64,
+        /// BGP table sizes to measure.
+        #[arg(long, value_delimiter = ',', default_values_t = [10_000u32, 50_000, 100_000])]
+        sizes: Vec<u32>,
+        /// Directory receiving BENCHMARKS.md and benchmarks/ (default: the workspace root).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
     /// Static-file edit → UPDATE at an ExaBGP recorder (receive timestamp).
     FileLatency {
         /// Number of edits.
@@ -230,6 +246,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench { bench: Bench::BgpScale { sizes, systems, ferrolb_only } } => {
             let systems = if ferrolb_only { vec![bench::bgp_scale::System::Ferrolb] } else { systems };
             Ok(bench::bgp_scale::run(&sizes, &systems)?)
+        }
+        Cmd::Bench { bench: Bench::Report { trials, soak_seconds, sizes, out } } => {
+            let out = out.unwrap_or_else(bench::report::workspace_root);
+            Ok(bench::report::run(&bench::report::Params { trials, soak_seconds, sizes, out })?)
         }
         Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(bench::file_latency::run(trials)?),
         Cmd::Bench { bench: Bench::WholePath { services, existing } } => {

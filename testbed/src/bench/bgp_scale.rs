@@ -43,6 +43,9 @@ pub struct ScaleResult {
     pub bytes: u64,
     /// Peak resident memory of the speaker.
     pub rss: Option<u64>,
+    /// Networks in BIRD's RIB just before the input change, then at each poll until the
+    /// last prefix arrived: (time from the input change, count).
+    pub rib_series: Vec<(Duration, u64)>,
 }
 
 mod feeds;
@@ -96,6 +99,19 @@ pub enum System {
 }
 
 impl System {
+    /// Every speaker, the reference first.
+    pub const ALL: [System; 4] = [System::Bird, System::Ferrolb, System::Gobgp, System::Exabgp];
+
+    /// The speaker's short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Bird => "BIRD 2",
+            System::Ferrolb => "ferrolb",
+            System::Gobgp => "GoBGP 3",
+            System::Exabgp => "ExaBGP 4",
+        }
+    }
+
     /// The row label: the system and how its input is given.
     pub fn label(self, n: u32) -> String {
         match self {
@@ -225,11 +241,15 @@ fn measure(lab: &Lab, n: u32, feed: &mut dyn Feed) -> Result<ScaleResult, Error>
     let mut rib = BirdCtl::connect(&lab.dir().join("bird").join("bird.ctl"))?;
     let mut kernel = KernelRoutes::open(lab.router())?;
     let bytes_before = bgp_bytes_received(lab.router())?;
+    let before = rib.route_count()?;
     let t0 = Instant::now();
     feed.announce()?;
     let input = t0.elapsed();
+    let mut rib_series = vec![(Duration::ZERO, before)];
     wait::until_every("all prefixes in BIRD's RIB", long, observe::POLL, || {
-        Ok((rib.route_count()? >= want).then_some(()))
+        let count = rib.route_count()?;
+        rib_series.push((t0.elapsed(), count));
+        Ok((count >= want).then_some(()))
     })?;
     let to_rib = t0.elapsed();
     wait::until_every("all prefixes in the kernel", long, observe::POLL, || {
@@ -254,11 +274,29 @@ fn measure(lab: &Lab, n: u32, feed: &mut dyn Feed) -> Result<ScaleResult, Error>
         updates,
         bytes,
         rss: feed.pid().and_then(peak_rss),
+        rib_series,
     })
+}
+
+/// One speaker at one table size: its figures, or why it could not be measured.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The speaker.
+    pub system: System,
+    /// Prefixes announced.
+    pub prefixes: u32,
+    /// The figures.
+    pub result: Result<ScaleResult, Error>,
 }
 
 /// Runs `systems` (BIRD first, the reference) for every size and prints one table per size.
 pub fn run(sizes: &[u32], systems: &[System]) -> Result<(), Error> {
+    measure_all(sizes, systems)?.into_iter().find_map(|o| o.result.err()).map_or(Ok(()), Err)
+}
+
+/// Measures `systems` (BIRD first, the reference) for every size, printing one table per
+/// size as the rows come; a speaker that fails is a row saying why, and the rest go on.
+pub fn measure_all(sizes: &[u32], systems: &[System]) -> Result<Vec<Outcome>, Error> {
     let mut systems = systems.to_vec();
     systems.sort();
     systems.dedup();
@@ -271,7 +309,7 @@ pub fn run(sizes: &[u32], systems: &[System]) -> Result<(), Error> {
     if let Some((path, profile)) = &bin {
         println!("ferrolb-speaker: {profile} build, {}", path.display());
     }
-    let mut first_err = None;
+    let mut outcomes = Vec::new();
     for &n in sizes {
         println!("\n{n} prefixes");
         println!(
@@ -280,21 +318,20 @@ pub fn run(sizes: &[u32], systems: &[System]) -> Result<(), Error> {
         );
         let mut reference: Option<ScaleResult> = None;
         for &system in &systems {
-            match measure_system(system, n, bin.as_ref().map(|(p, _)| p.as_path())) {
+            let result = measure_system(system, n, bin.as_ref().map(|(p, _)| p.as_path()));
+            match &result {
                 Ok(r) => {
-                    println!("{}", row(&r, reference.as_ref()));
+                    println!("{}", row(r, reference.as_ref()));
                     if system == System::Bird {
-                        reference = Some(r);
+                        reference = Some(r.clone());
                     }
                 }
-                Err(e) => {
-                    println!("{:<28} failed: {e}", system.label(n));
-                    first_err.get_or_insert(e);
-                }
+                Err(e) => println!("{:<28} failed: {e}", system.label(n)),
             }
+            outcomes.push(Outcome { system, prefixes: n, result });
         }
     }
-    first_err.map_or(Ok(()), Err)
+    Ok(outcomes)
 }
 
 /// One table row; each time with its ratio to `reference` when there is one.

@@ -12,7 +12,7 @@
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::Summary;
 use crate::client::{self, ProbeReport, ProbeStream};
@@ -360,16 +360,25 @@ fn start_keepalived(
     Ok((Daemons::Keepalived(daemons), vips.iter().map(|v| (*v, 1)).collect()))
 }
 
-/// One trial's figures for one VIP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One trial's figures for one VIP, and its probes for a timeline.
+#[derive(Debug, Clone)]
 pub struct Takeover {
     /// The VIP.
     pub vip: IpAddr,
-    /// The longest run without answers the client saw.
-    pub outage: Duration,
     /// From the failure to the client's entry pointing at another node; None when it
     /// still pointed at the failed one after a minute.
     pub moved: Option<Duration>,
+    /// When the owner failed, from the start of the probe stream.
+    pub failed_at: Duration,
+    /// The client's probes of the VIP: probe `i` went out `i` intervals after the start.
+    pub probes: ProbeReport,
+}
+
+impl Takeover {
+    /// The longest run without answers the client saw.
+    pub fn outage(&self) -> Duration {
+        self.probes.max_outage()
+    }
 }
 
 /// One system running in a lab of its own, holding the VIPs, the client watching them.
@@ -426,12 +435,17 @@ impl Bed {
 
     /// Probe streams from the client to every VIP, each answered 20 times already.
     pub fn probe(&self) -> Result<Vec<ProbeStream>, Error> {
+        Ok(self.probe_timed()?.into_iter().map(|(p, _)| p).collect())
+    }
+
+    /// [`Bed::probe`], each stream with when it started (to within a thread spawn).
+    fn probe_timed(&self) -> Result<Vec<(ProbeStream, Instant)>, Error> {
         let probes = self
             .vips
             .iter()
-            .map(|(v, _)| ProbeStream::start(self.lab.client(), *v, PROBE_EVERY))
-            .collect::<Result<Vec<_>, _>>()?;
-        for p in &probes {
+            .map(|(v, _)| Ok((ProbeStream::start(self.lab.client(), *v, PROBE_EVERY)?, Instant::now())))
+            .collect::<Result<Vec<_>, Error>>()?;
+        for (p, _) in &probes {
             p.wait_answered(20, Duration::from_secs(10))?;
         }
         Ok(probes)
@@ -467,25 +481,29 @@ impl Bed {
     pub fn trial(&mut self, failure: Failure) -> Result<Vec<Takeover>, Error> {
         let home = self.home()?;
         self.settle()?;
-        let probes = self.probe()?;
-        let failed = SystemTime::now();
+        let probes = self.probe_timed()?;
+        let (failed, failed_mono) = (SystemTime::now(), Instant::now());
         let observed = self.fail(home, failure).map(|()| {
             let moved = self.wait_moved(home, failed);
             if moved.iter().all(Option::is_some) {
                 // Probes never answered again make the outage last to the stream's end.
-                let _ = probes.iter().try_for_each(|p| p.wait_answered(20, TAKEOVER_LIMIT));
+                let _ = probes.iter().try_for_each(|(p, _)| p.wait_answered(20, TAKEOVER_LIMIT));
             }
             moved
         });
-        let reports: Vec<ProbeReport> =
-            probes.into_iter().map(|p| p.stop(Duration::from_millis(200))).collect();
+        let reports: Vec<(ProbeReport, Duration)> = probes
+            .into_iter()
+            .map(|(p, started)| {
+                (p.stop(Duration::from_millis(200)), failed_mono.saturating_duration_since(started))
+            })
+            .collect();
         self.restore(home, failure)?;
         let moved = observed?;
         Ok(self
             .vips
             .iter()
-            .zip(reports.iter().zip(moved))
-            .map(|((vip, _), (r, moved))| Takeover { vip: *vip, outage: r.max_outage(), moved })
+            .zip(reports.into_iter().zip(moved))
+            .map(|((vip, _), ((probes, failed_at), moved))| Takeover { vip: *vip, moved, failed_at, probes })
             .collect())
     }
 
@@ -573,23 +591,76 @@ pub struct Params {
     pub failure: Option<Failure>,
 }
 
-/// The figures of one (system, failure, family).
+/// The trials of one (system, failure, family), in order.
 #[derive(Debug, Clone)]
-struct Row {
-    system: String,
-    failure: Failure,
-    vip: IpAddr,
-    outages: Vec<Duration>,
-    moved: Vec<Option<Duration>>,
+pub struct Row {
+    /// The system measured.
+    pub system: System,
+    /// How its owner failed.
+    pub failure: Failure,
+    /// The VIP probed (its family is the row's).
+    pub vip: IpAddr,
+    /// Each trial's figures.
+    pub trials: Vec<Takeover>,
+}
+
+impl Row {
+    /// The VIP's address family.
+    pub fn family(&self) -> Family {
+        Family::of(self.vip)
+    }
+
+    /// Each trial's client-visible outage.
+    pub fn outages(&self) -> Vec<Duration> {
+        self.trials.iter().map(Takeover::outage).collect()
+    }
+
+    /// Each trial's failure → client moved, None where it did not move.
+    pub fn moved(&self) -> Vec<Option<Duration>> {
+        self.trials.iter().map(|t| t.moved).collect()
+    }
+}
+
+/// Everything `bench failover` measured.
+#[derive(Debug, Clone, Default)]
+pub struct Results {
+    /// One row per (system, failure, family), in the order measured.
+    pub rows: Vec<Row>,
+    /// ferrolb's SIGTERM handover trials (none when a single failure was asked for).
+    pub handovers: Vec<Handover>,
 }
 
 /// Runs every system and prints a table.
 pub fn run(p: &Params) -> Result<(), Error> {
+    let results = measure(p)?;
+    print_tables(&results);
+    Ok(())
+}
+
+/// Runs every system, printing each trial as it ends.
+pub fn measure(p: &Params) -> Result<Results, Error> {
     let families: Vec<Family> =
         Family::ALL.into_iter().filter(|f| p.family.is_none_or(|x| x == *f)).collect();
     let failures: Vec<Failure> =
         Failure::ALL.into_iter().filter(|f| p.failure.is_none_or(|x| x == *f)).collect();
     let vips = vips(&families);
+    print_intro(p, &vips)?;
+    let mut results = Results::default();
+    for system in System::all() {
+        println!("{}:", system.label());
+        // A lab per failure mode: what one leaves behind must not colour the other.
+        for failure in &failures {
+            results.rows.extend(measure_rows(system, *failure, &vips, p.trials)?);
+        }
+        if system == System::Ferrolb && p.failure.is_none() {
+            results.handovers = measure_handovers(&vips, p.trials)?;
+        }
+    }
+    Ok(results)
+}
+
+/// What the bench does, before it starts.
+fn print_intro(p: &Params, vips: &[IpAddr]) -> Result<(), Error> {
     let names: Vec<String> = vips.iter().map(IpAddr::to_string).collect();
     println!(
         "bench failover: the owner of {} fails, the client probes each every 10 ms; {} trials per system and failure",
@@ -604,65 +675,72 @@ pub fn run(p: &Params) -> Result<(), Error> {
         "  outage: the longest run of unanswered probes; moved: failure → the client's entry points elsewhere"
     );
     println!("  ferrolb speaker binary: {}", crate::binary::newest("ferrolb-speaker")?.display());
-    let mut rows = Vec::new();
-    let mut handover = Vec::new();
-    for system in System::all() {
-        println!("{}:", system.label());
-        // A lab per failure mode: what one leaves behind must not colour the other.
-        for failure in &failures {
-            let mut bed = Bed::up(system, 2, &vips)?;
-            let first = rows.len();
-            rows.extend(vips.iter().map(|v| Row {
-                system: system.label(),
-                failure: *failure,
-                vip: *v,
-                outages: Vec::new(),
-                moved: Vec::new(),
-            }));
-            for t in 1..=p.trials {
-                let takeovers = bed.trial(*failure)?;
-                let line: Vec<String> = takeovers
-                    .iter()
-                    .map(|o| {
-                        let fam = Family::of(o.vip);
-                        let moved = o.moved.map_or_else(
-                            || format!("not within {} s", TAKEOVER_LIMIT.as_secs()),
-                            |m| format!("{:>5.0} ms", super::ms(m)),
-                        );
-                        format!("{fam} outage {:>5.0} ms, moved {moved}", super::ms(o.outage))
-                    })
-                    .collect();
-                println!("  {failure:<4} trial {t:>2}: {}", line.join("; "));
-                for (row, o) in rows[first..].iter_mut().zip(takeovers) {
-                    row.outages.push(o.outage);
-                    row.moved.push(o.moved);
-                }
-            }
-        }
-        if system == System::Ferrolb && p.failure.is_none() {
-            let mut bed = Bed::up(system, 2, &vips)?;
-            for t in 1..=p.trials {
-                let h = bed.handover()?;
-                let line: Vec<String> = h
-                    .probes
-                    .iter()
-                    .map(|(v, r)| format!("{} {} probes, {} lost", Family::of(*v), r.sent, r.lost()))
-                    .collect();
-                println!("  SIGTERM trial {t:>2}: exit {:?}, {}", h.exit, line.join("; "));
-                handover.push(h.probes.iter().map(|(_, r)| r.lost()).sum::<u64>());
-            }
+    Ok(())
+}
+
+/// `trials` trials of `system` and `failure` in a lab of their own: a row per VIP.
+fn measure_rows(system: System, failure: Failure, vips: &[IpAddr], trials: usize) -> Result<Vec<Row>, Error> {
+    let mut bed = Bed::up(system, 2, vips)?;
+    let mut rows: Vec<Row> =
+        vips.iter().map(|v| Row { system, failure, vip: *v, trials: Vec::new() }).collect();
+    for t in 1..=trials {
+        let takeovers = bed.trial(failure)?;
+        let line: Vec<String> = takeovers
+            .iter()
+            .map(|o| {
+                let fam = Family::of(o.vip);
+                let moved = o.moved.map_or_else(
+                    || format!("not within {} s", TAKEOVER_LIMIT.as_secs()),
+                    |m| format!("{:>5.0} ms", super::ms(m)),
+                );
+                format!("{fam} outage {:>5.0} ms, moved {moved}", super::ms(o.outage()))
+            })
+            .collect();
+        println!("  {failure:<4} trial {t:>2}: {}", line.join("; "));
+        for (row, o) in rows.iter_mut().zip(takeovers) {
+            row.trials.push(o);
         }
     }
-    print_table("client-visible outage", &rows, |r| r.outages.iter().copied().map(Some).collect());
-    print_table("failure → client moved to another node", &rows, |r| r.moved.clone());
-    if !handover.is_empty() {
+    Ok(rows)
+}
+
+/// `trials` SIGTERM handovers of ferrolb in a lab of their own.
+fn measure_handovers(vips: &[IpAddr], trials: usize) -> Result<Vec<Handover>, Error> {
+    let mut bed = Bed::up(System::Ferrolb, 2, vips)?;
+    let mut out = Vec::new();
+    for t in 1..=trials {
+        let h = bed.handover()?;
+        let line: Vec<String> = h
+            .probes
+            .iter()
+            .map(|(v, r)| format!("{} {} probes, {} lost", Family::of(*v), r.sent, r.lost()))
+            .collect();
+        println!("  SIGTERM trial {t:>2}: exit {:?}, {}", h.exit, line.join("; "));
+        out.push(h);
+    }
+    Ok(out)
+}
+
+impl Handover {
+    /// Probes lost over every VIP.
+    pub fn lost(&self) -> u64 {
+        self.probes.iter().map(|(_, r)| r.lost()).sum()
+    }
+}
+
+/// The tables `bench failover` prints at the end.
+pub fn print_tables(results: &Results) {
+    let rows = &results.rows;
+    print_table("client-visible outage", rows, |r| r.outages().into_iter().map(Some).collect());
+    print_table("failure → client moved to another node", rows, Row::moved);
+    if !results.handovers.is_empty() {
+        let handover: Vec<u64> = results.handovers.iter().map(Handover::lost).collect();
         let zero = handover.iter().filter(|l| **l == 0).count();
         println!(
             "\nferrolb SIGTERM handover: {zero}/{} trials with zero lost probes (lost per trial {handover:?})",
             handover.len()
         );
     }
-    Ok(())
 }
 
 /// One row per (system, failure, family): min / median / max of `figures`, and how many
@@ -676,7 +754,7 @@ fn print_table(title: &str, rows: &[Row], figures: impl Fn(&Row) -> Vec<Option<D
         if got.len() < all.len() {
             s.push_str(&format!("  ({} of {} trials: none)", all.len() - got.len(), all.len()));
         }
-        println!("{:<27} {:<7} {:<6} {s}", r.system, r.failure.to_string(), Family::of(r.vip).to_string());
+        println!("{:<27} {:<7} {:<6} {s}", r.system.label(), r.failure.to_string(), r.family().to_string());
     }
 }
 

@@ -64,13 +64,37 @@ impl Drop for Stress {
     }
 }
 
-/// What one system did during the soak, per VIP.
-#[derive(Debug)]
-struct Soaked {
-    system: String,
-    start: SystemTime,
-    seconds: f64,
-    vips: Vec<(IpAddr, ProbeReport, Vec<MacChange>)>,
+/// What one system did during the soak.
+#[derive(Debug, Clone)]
+pub struct Soaked {
+    /// The system soaked.
+    pub system: System,
+    /// Nodes it ran on.
+    pub nodes: usize,
+    /// When the soak started.
+    pub start: SystemTime,
+    /// How long it lasted.
+    pub seconds: f64,
+    /// What the client saw of each VIP.
+    pub vips: Vec<SoakedVip>,
+}
+
+impl Soaked {
+    /// The row label: the system and its node count.
+    pub fn label(&self) -> String {
+        format!("{} ({} nodes)", self.system.label(), self.nodes)
+    }
+}
+
+/// What the client saw of one VIP during a soak.
+#[derive(Debug, Clone)]
+pub struct SoakedVip {
+    /// The VIP.
+    pub vip: IpAddr,
+    /// Its probes.
+    pub probes: ProbeReport,
+    /// Every change of the MAC it resolved to: each a false failover.
+    pub changes: Vec<MacChange>,
 }
 
 /// Soaks the system of `bed`: probes every VIP for `duration` under stress-ng.
@@ -92,15 +116,21 @@ fn soak(bed: &Bed, duration: Duration) -> Result<Soaked, Error> {
         .map(|((vip, _), p)| {
             let moved =
                 changes.iter().filter(|c| c.addr == *vip && c.at >= start && c.at <= end).cloned().collect();
-            (*vip, p.stop(Duration::from_millis(200)), moved)
+            SoakedVip { vip: *vip, probes: p.stop(Duration::from_millis(200)), changes: moved }
         })
         .collect();
-    let system = format!("{} ({} nodes)", bed.system().label(), bed.lab().nodes().len());
-    Ok(Soaked { system, start, seconds, vips })
+    Ok(Soaked { system: bed.system(), nodes: bed.lab().nodes().len(), start, seconds, vips })
 }
 
 /// Runs the soak for ferrolb and keepalived and prints a table.
 pub fn run(seconds: u64) -> Result<(), Error> {
+    let results = measure(seconds)?;
+    print_table(&results);
+    Ok(())
+}
+
+/// Soaks ferrolb, then keepalived, printing each false failover as it is found.
+pub fn measure(seconds: u64) -> Result<Vec<Soaked>, Error> {
     let duration = Duration::from_secs(seconds);
     let vips = failover::vips(&Family::ALL);
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
@@ -116,12 +146,13 @@ pub fn run(seconds: u64) -> Result<(), Error> {
         println!("{} ({nodes} nodes): soaking", system.label());
         let bed = Bed::up(system, nodes, &vips)?;
         let s = soak(&bed, duration)?;
-        for (vip, _, moved) in &s.vips {
-            for c in moved {
+        for v in &s.vips {
+            for c in &v.changes {
                 let node = failover::node_of_mac(bed.lab(), Some(&c.mac)).map_or("?".into(), plan::node_name);
                 let after = c.at.duration_since(s.start).unwrap_or_default().as_secs_f64();
                 println!(
-                    "  false failover: {vip} → {node} ({}) at {} UTC, +{after:.3} s",
+                    "  false failover: {} → {node} ({}) at {} UTC, +{after:.3} s",
+                    v.vip,
                     c.mac,
                     failover::clock(c.at)
                 );
@@ -129,23 +160,27 @@ pub fn run(seconds: u64) -> Result<(), Error> {
         }
         results.push(s);
     }
+    Ok(results)
+}
+
+/// The table `bench l2-soak` prints at the end.
+pub fn print_table(results: &[Soaked]) {
     println!(
         "\n{:<34} {:<14} {:>7} {:>11} {:>6} {:>12} {:>14}",
         "system", "VIP", "seconds", "probes sent", "lost", "longest gap", "owner changes"
     );
-    for s in &results {
-        for (vip, r, moved) in &s.vips {
+    for s in results {
+        for v in &s.vips {
             println!(
                 "{:<34} {:<14} {:>7.1} {:>11} {:>6} {:>9.0} ms {:>14}",
-                s.system,
-                vip.to_string(),
+                s.label(),
+                v.vip.to_string(),
                 s.seconds,
-                r.sent,
-                r.lost(),
-                super::ms(r.max_outage()),
-                moved.len()
+                v.probes.sent,
+                v.probes.lost(),
+                super::ms(v.probes.max_outage()),
+                v.changes.len()
             );
         }
     }
-    Ok(())
 }

@@ -10,6 +10,8 @@ pub mod file_latency;
 pub mod l2_soak;
 #[cfg(feature = "plan-bench")]
 pub mod plan;
+pub mod report;
+pub mod svg;
 pub mod whole_path;
 
 use std::time::Duration;
