@@ -422,9 +422,8 @@ impl Membership {
         metrics: MembershipMetrics,
     ) -> Result<MembershipHandle, MembershipError> {
         let bind_err = |source| MembershipError::Bind { addr: cfg.bind, source };
-        let std_sock = std::net::UdpSocket::bind(cfg.bind)
-            .and_then(|s| s.set_nonblocking(true).map(|()| s))
-            .map_err(bind_err)?;
+        let std_sock =
+            bind_udp(cfg.bind).and_then(|s| s.set_nonblocking(true).map(|()| s)).map_err(bind_err)?;
         let reader_sock = std_sock.try_clone().map_err(bind_err)?;
         let socket = UdpSocket::from_std(std_sock).map_err(bind_err)?;
         let config = cfg.foca_config()?;
@@ -494,6 +493,24 @@ impl Membership {
             taken_over: taken_over_rx,
             task,
         })
+    }
+}
+
+/// How long [`bind_udp`] waits for the port to come free.
+const BIND_RETRY_FOR: Duration = Duration::from_secs(1);
+
+/// Binds the membership socket. A port in use is tried again for up to
+/// [`BIND_RETRY_FOR`]: the previous membership instance of this process (stopped, or
+/// aborted as a crash is simulated) may still be closing its socket and reader thread.
+fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let deadline = std::time::Instant::now() + BIND_RETRY_FOR;
+    loop {
+        match std::net::UdpSocket::bind(addr) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r,
+        }
     }
 }
 
