@@ -246,29 +246,8 @@ fn neigh_line(line: &str) -> Option<(SystemTime, IpAddr, String)> {
 
 /// `2026-11-26T04:52:35.688602`, in UTC.
 fn utc(ts: &str) -> Option<SystemTime> {
-    let (date, time) = ts.split_once('T')?;
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut d = date.splitn(3, '-').map(str::parse::<i64>);
-    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
-    let mut t = hms.splitn(3, ':').map(str::parse::<u64>);
-    let (h, min, s) = (t.next()?.ok()?, t.next()?.ok()?, t.next()?.ok()?);
-    let days = u64::try_from(days_from_civil(y, m, day)).ok()?;
-    let micros: u64 = format!("{frac:0<6}").get(..6)?.parse().ok()?;
-    Some(
-        UNIX_EPOCH
-            + Duration::from_secs(days * 86_400 + h * 3600 + min * 60 + s)
-            + Duration::from_micros(micros),
-    )
-}
-
-/// Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let t = ts.parse::<jiff::civil::DateTime>().ok()?.to_zoned(jiff::tz::TimeZone::UTC).ok()?;
+    Some(SystemTime::from(t.timestamp()))
 }
 
 /// A time of day in UTC, to the millisecond (`04:52:35.688`).

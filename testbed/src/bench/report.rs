@@ -235,23 +235,8 @@ fn build_profile(path: &Path) -> &'static str {
 
 /// Seconds since the epoch as `2026-11-26 04:52 UTC`.
 fn utc_date(secs: u64) -> String {
-    let days = i64::try_from(secs / 86_400).unwrap_or_default();
-    let (y, m, d) = civil_from_days(days);
-    let s = secs % 86_400;
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02} UTC", s / 3600, s / 60 % 60)
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (H. Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+    let t = i64::try_from(secs).ok().and_then(|s| jiff::Timestamp::from_second(s).ok()).unwrap_or_default();
+    t.strftime("%Y-%m-%d %H:%M UTC").to_string()
 }
 
 /// Everything measured, ready to write.
