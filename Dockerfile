@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # One image with the three ferrolb binaries. Build from the repository root:
-#   docker build -t REGISTRY/ferrolb:0.1.0 .
+#   docker build --build-arg FERROLB_REVISION=$(git rev-parse --short HEAD) -t REGISTRY/ferrolb:0.1.0 .
 # The controller runs as the image's non-root user; the speaker and bootstrap pods run
 # as root with only NET_ADMIN and NET_RAW (see manifests/), which Kubernetes grants to
 # root only.
@@ -11,6 +11,10 @@ ARG BINARIES="ferrolb-controller ferrolb-speaker ferrolb-bootstrap"
 
 FROM docker.io/library/rust:1.89-bookworm AS build
 ARG BINARIES
+# The revision --version and ferrolb_build_info name (buildinfo/build.rs); the build
+# context has no .git, so without it they say "unknown":
+#   docker build --build-arg FERROLB_REVISION=$(git rev-parse --short HEAD) -t ... .
+ARG FERROLB_REVISION
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

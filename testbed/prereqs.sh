@@ -14,6 +14,8 @@ declare -A FERROLB_PKGS=(
   [vtysh]=frr [gobgpd]=gobgpd [gobgp]=gobgpd [exabgp]=exabgp [python3]=python3
   [arping]=arping [ndisc6]=ndisc6 [tcpdump]=tcpdump [keepalived]=keepalived
   [kubectl]=kubernetes-client [faketime]=faketime [stress-ng]=stress-ng
+  # promtool: the alert rules' unit tests (testbed/tests/monitoring_rules.rs).
+  [promtool]=prometheus
 )
 missing=()
 for bin in "${!FERROLB_PKGS[@]}"; do

@@ -8,7 +8,7 @@ use ferrolb_bootstrap::manifest;
 
 /// Announces the kube-apiserver VIP from a checkpoint, gated on the local apiserver's health.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version = env!("FERROLB_VERSION"), about)]
 pub(crate) struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]

@@ -82,6 +82,7 @@ impl Metrics {
     /// Every metric registered under `ferrolb_bootstrap_`.
     pub fn new() -> Self {
         let mut root = Registry::default();
+        register_build_info(&mut root);
         let membership = ferrolb_proto::membership::MembershipMetrics::new(&mut root);
         let l2 = ferrolb_proto::l2::L2Metrics::new(&mut root);
         let registry = root.sub_registry_with_prefix("ferrolb_bootstrap");
@@ -241,6 +242,19 @@ impl Metrics {
     }
 }
 
+/// `ferrolb_build_info{version, revision} 1`: which build runs (the revision comes from
+/// buildinfo/build.rs, as in `--version`).
+fn register_build_info(registry: &mut Registry) {
+    let info = Family::<[(&'static str, &'static str); 2], Gauge>::default();
+    info.get_or_create(&[("version", env!("CARGO_PKG_VERSION")), ("revision", env!("FERROLB_REVISION"))])
+        .set(1);
+    registry.register(
+        "ferrolb_build_info",
+        "1, labelled with the version and git revision of this build",
+        info,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -276,6 +290,17 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
         }
         assert!(text.ends_with("# EOF\n"), "OpenMetrics text ends with # EOF: {text}");
+    }
+
+    #[test]
+    fn build_info_names_the_version_and_revision() {
+        let text = Metrics::new().encode();
+        let line = format!(
+            "ferrolb_build_info{{version=\"{}\",revision=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION"),
+            env!("FERROLB_REVISION")
+        );
+        assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -16,7 +16,7 @@ use tracing_subscriber::EnvFilter;
 
 /// ferrolb controller: assigns addresses to LoadBalancer Services from IPAddressPools.
 #[derive(Parser, Debug)]
-#[command(name = "ferrolb-controller", version, about, args_conflicts_with_subcommands = true)]
+#[command(name = "ferrolb-controller", version = env!("FERROLB_VERSION"), about, args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,

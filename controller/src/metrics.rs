@@ -99,6 +99,21 @@ impl Metrics {
             m.invalid_pools.clone(),
         );
         r.register("ferrolb_controller_leader", "1 while this replica is the leader", m.leader.clone());
+        // Which build runs (the revision comes from buildinfo/build.rs, as in `--version`).
+        let build_info = Family::<[(&'static str, &'static str); 2], Gauge>::default();
+        build_info
+            .get_or_create(&[("version", env!("CARGO_PKG_VERSION")), ("revision", env!("FERROLB_REVISION"))])
+            .set(1);
+        r.register(
+            "ferrolb_build_info",
+            "1, labelled with the version and git revision of this build",
+            build_info,
+        );
+        // Exported at 0 from the start, so that the first failure is an increase
+        // (FerrolbAllocationFailing in manifests/components/monitoring).
+        for result in ["assigned", "failed"] {
+            let _ = m.allocations.get_or_create(&vec![("result".to_owned(), result.to_owned())]);
+        }
         Metrics { registry: std::sync::Arc::new(r), ..m }
     }
 
@@ -153,5 +168,26 @@ mod tests {
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert!(line.starts_with("ferrolb_"), "{line}");
         }
+    }
+
+    #[test]
+    fn build_info_names_the_version_and_revision() {
+        let text = Metrics::new().encode();
+        let line = format!(
+            "ferrolb_build_info{{version=\"{}\",revision=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION"),
+            env!("FERROLB_REVISION")
+        );
+        assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
+    }
+
+    #[test]
+    fn failed_allocations_are_exported_from_zero() {
+        // The first failure is then an increase (FerrolbAllocationFailing).
+        let text = Metrics::new().encode();
+        assert!(
+            text.lines().any(|l| l == "ferrolb_allocator_allocations_total{result=\"failed\"} 0"),
+            "{text}"
+        );
     }
 }

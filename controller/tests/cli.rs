@@ -20,7 +20,8 @@ fn help_and_version() {
     assert!(out.status.success());
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        format!("ferrolb-controller {}", env!("CARGO_PKG_VERSION"))
+        // Version and git revision (buildinfo/build.rs; testbed/tests/version.rs checks the latter).
+        format!("ferrolb-controller {}", env!("FERROLB_VERSION"))
     );
 }
 

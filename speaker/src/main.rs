@@ -22,7 +22,7 @@ enum LogFormat {
 
 /// ferrolb speaker: announces this node's service addresses by BGP (and ARP/NDP).
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version = env!("FERROLB_VERSION"), about)]
 struct Args {
     /// This node's name, as in its Node object.
     #[arg(long, env = "NODE_NAME")]

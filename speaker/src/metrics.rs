@@ -161,6 +161,19 @@ fn heap_in_use() -> Option<u64> {
     None
 }
 
+/// `ferrolb_build_info{version, revision} 1`: which build runs (the revision comes from
+/// buildinfo/build.rs, as in `--version`).
+fn register_build_info(registry: &mut Registry) {
+    let info = Family::<[(&'static str, &'static str); 2], Gauge>::default();
+    info.get_or_create(&[("version", env!("CARGO_PKG_VERSION")), ("revision", env!("FERROLB_REVISION"))])
+        .set(1);
+    registry.register(
+        "ferrolb_build_info",
+        "1, labelled with the version and git revision of this build",
+        info,
+    );
+}
+
 /// `/healthz` fails once the event loop has not beaten for this long.
 pub const HEARTBEAT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -174,6 +187,7 @@ impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
         let mut root = Registry::default();
+        register_build_info(&mut root);
         // These three register their own `ferrolb_`-prefixed names.
         let l2 = L2Metrics::new(&mut root);
         let membership = MembershipMetrics::new(&mut root);
@@ -187,6 +201,11 @@ impl Metrics {
         let prefixes_received = Family::<PeerLabel, Counter>::default();
         let announced = Family::<ProtocolLabel, Gauge>::default();
         let config_loads = Family::<ResultLabel, Counter>::default();
+        // Exported at 0 from the start, so that the first rejection is an increase
+        // (FerrolbSpeakerConfigRejected in manifests/components/monitoring).
+        for result in ["ok", "rejected"] {
+            let _ = config_loads.get_or_create(&ResultLabel { result: result.into() });
+        }
         let status_writes = Family::<ResultLabel, Counter>::default();
         let events = Family::<ReasonLabel, Counter>::default();
         let events_suppressed = Family::<ReasonLabel, Counter>::default();
@@ -372,6 +391,27 @@ mod tests {
         assert!(text.contains("ferrolb_bfd_session_up{peer=\"192.0.2.1\"} 1"), "{text}");
         assert!(!text.contains("ferrolb_ferrolb"), "{text}");
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn build_info_names_the_version_and_revision() {
+        let text = Metrics::new().encode();
+        let line = format!(
+            "ferrolb_build_info{{version=\"{}\",revision=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION"),
+            env!("FERROLB_REVISION")
+        );
+        assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
+    }
+
+    #[test]
+    fn rejected_configurations_are_exported_from_zero() {
+        // The first rejection is then an increase (FerrolbSpeakerConfigRejected).
+        let text = Metrics::new().encode();
+        assert!(
+            text.lines().any(|l| l == "ferrolb_speaker_config_loads_total{result=\"rejected\"} 0"),
+            "{text}"
+        );
     }
 
     fn heap_gauge(text: &str) -> u64 {

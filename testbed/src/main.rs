@@ -8,7 +8,7 @@ use ferrolb_testbed::netns;
 use ferrolb_testbed::routers::{Bird, Frr, GoBgp, RouterSpec};
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Network-namespace labs with real routers for ferrolb")]
+#[command(version = env!("FERROLB_VERSION"), about = "Network-namespace labs with real routers for ferrolb")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
