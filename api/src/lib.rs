@@ -40,7 +40,9 @@ pub mod stream;
 pub mod validate;
 
 pub use address::{AddressError, AddressRange};
-pub use annotations::{LoadBalancerIpsError, parse_load_balancer_ips};
+pub use annotations::{
+    AnnotationValue, LoadBalancerIpsError, SERVICE_ANNOTATIONS, parse_load_balancer_ips, service_annotation,
+};
 pub use community::{Community, CommunityError};
 pub use crd::*;
 pub use duration::{Duration, DurationError};

@@ -187,3 +187,52 @@ fn api_field_names_are_as_documented() {
         assert_eq!(have, want, "{kind}");
     }
 }
+
+/// Names other resources in the clusters ferrolb runs in already answer to. A CRD short
+/// name that another resource also has makes `kubectl get NAME` pick one of the two
+/// (by group priority), so users may see the other project's objects and not ours.
+const TAKEN_NAMES: &[(&str, &str)] = &[
+    ("ippool", "Cilium CiliumLoadBalancerIPPool short name; Calico IPPool singular"),
+    ("ippools", "Cilium CiliumLoadBalancerIPPool short name; Calico IPPool plural"),
+    ("lbippool", "Cilium CiliumLoadBalancerIPPool short name"),
+    ("lbippools", "Cilium CiliumLoadBalancerIPPool short name"),
+    ("bgpp", "Cilium CiliumBGPPeeringPolicy short name"),
+    ("bgppeer", "MetalLB and Calico BGPPeer singular"),
+    ("bgppeers", "MetalLB and Calico BGPPeer plural"),
+    ("ipaddresspool", "MetalLB IPAddressPool singular"),
+    ("ipaddresspools", "MetalLB IPAddressPool plural"),
+    ("bgpadvertisement", "MetalLB BGPAdvertisement singular"),
+    ("bgpadvertisements", "MetalLB BGPAdvertisement plural"),
+    ("l2advertisement", "MetalLB L2Advertisement singular"),
+    ("l2advertisements", "MetalLB L2Advertisement plural"),
+    ("bfdprofile", "MetalLB BFDProfile singular"),
+    ("bfdprofiles", "MetalLB BFDProfile plural"),
+    ("community", "MetalLB Community singular"),
+    ("eip", "Antrea ExternalIPPool short name"),
+    ("svc", "kubectl: services"),
+    ("ep", "kubectl: endpoints"),
+    ("ev", "kubectl: events"),
+    ("ns", "kubectl: namespaces"),
+    ("no", "kubectl: nodes"),
+    ("po", "kubectl: pods"),
+    ("netpol", "kubectl: networkpolicies"),
+];
+
+/// `kubectl get ferrolb` lists every kind, and no short name is another resource's.
+#[test]
+fn every_crd_is_in_the_ferrolb_category_and_its_short_names_are_ferrolbs_own() {
+    for crd in ferrolb_api::crds() {
+        let names = &crd.spec.names;
+        let categories = names.categories.clone().unwrap_or_default();
+        assert!(categories.iter().any(|c| c == "ferrolb"), "{}: categories {categories:?}", names.kind);
+        let short = names.short_names.clone().unwrap_or_default();
+        assert!(!short.is_empty(), "{}: no short name", names.kind);
+        for s in &short {
+            if let Some((_, whose)) = TAKEN_NAMES.iter().find(|(t, _)| t == s) {
+                panic!("{}: short name {s:?} is taken ({whose})", names.kind);
+            }
+            // One prefix for all: nothing else uses it, and users can guess the names.
+            assert!(s.starts_with("fl"), "{}: short name {s:?} lacks the fl prefix", names.kind);
+        }
+    }
+}

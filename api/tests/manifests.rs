@@ -331,9 +331,18 @@ fn rbac_is_exactly_the_least_privilege_of_each_component() {
         ("cluster", "", "services", "list,watch,patch", "*"),
         ("cluster", "", "services/status", "patch", "*"),
         ("cluster", "", "namespaces", "list,watch", "*"),
-        ("cluster", "events.k8s.io", "events", "create,patch", "*"),
-        ("cluster", "ferrolb.io", "ipaddresspools", "list,watch", "*"),
-        ("cluster", "ferrolb.io", "ipaddresspools/status", "patch", "*"),
+        // list: its MetalLBAnnotation Events, read back on start.
+        ("cluster", "events.k8s.io", "events", "create,patch,list", "*"),
+        // Every configuration kind: validated together, each one's Valid condition written.
+        ("cluster", "ferrolb.io", &format!("{config},controlplanevips"), "list,watch", "*"),
+        (
+            "cluster",
+            "ferrolb.io",
+            "ipaddresspools/status,bgppeers/status,bgpadvertisements/status,l2advertisements/status,\
+             bfdprofiles/status,controlplanevips/status",
+            "patch",
+            "*",
+        ),
         (NAMESPACE, "coordination.k8s.io", "leases", "create", "*"),
         (NAMESPACE, "coordination.k8s.io", "leases", "get,update", "ferrolb-controller"),
         (NAMESPACE, "", "secrets", "create", "*"),

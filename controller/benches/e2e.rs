@@ -15,7 +15,6 @@ use ferrolb_controller::{Settings, run};
 use ferrolb_fakeapi::FakeApiServer;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::CustomResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 
 fn cpu_time() -> Duration {
@@ -67,7 +66,9 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async move {
         let (client, server) = FakeApiServer::new().client();
-        server.register_crd(&IpAddressPool::crd()).unwrap();
+        for crd in ferrolb_api::crds() {
+            server.register_crd(&crd).unwrap();
+        }
         let ns = Namespace { metadata: ObjectMeta { name: Some("ferrolb-system".into()), ..Default::default() }, ..Default::default() };
         Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
         let pool = IpAddressPool::new("bench", IpAddressPoolSpec::new(["198.18.0.0/16", "2001:db8::/112"]));

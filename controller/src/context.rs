@@ -19,6 +19,9 @@ use crate::ipam::{Allocator, ServiceKey};
 use crate::metrics::Metrics;
 use crate::queue::WorkQueue;
 
+/// `reportingController` of the controller's Events.
+pub const REPORTING_CONTROLLER: &str = "ferrolb-controller";
+
 /// Controller settings from the command line.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -75,6 +78,16 @@ pub struct Context {
     /// Every Service's status has been replayed into the allocator: pool counts are true
     /// from here on. Before, a pool status write would say 0 assigned, then be corrected.
     pub replayed: AtomicBool,
+    /// The MetalLB-spelling notice each Service got (see [`crate::metallb_notice`]).
+    pub metallb_notices: crate::metallb_notice::Notices,
+    /// Pools changed: the configuration task re-validates the other kinds, which refer to them.
+    pub config_dirty: Notify,
+}
+
+/// A reference to this version of an object, for an Event whose note is about this
+/// version: a later version's Event is then a new Event, not a repeat of the first.
+pub fn versioned_ref<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectReference {
+    ObjectReference { resource_version: obj.meta().resource_version.clone(), ..obj.object_ref(&()) }
 }
 
 impl Context {
@@ -115,6 +128,7 @@ impl Context {
             ipam.reported.remove(key);
             ipam.alloc.release(key)
         };
+        self.metallb_notices.forget(key);
         if released {
             self.metrics.releases.inc();
             self.pools_dirty.notify_one();
@@ -146,6 +160,9 @@ impl Context {
     }
 
     /// Publishes an Event; a failure is logged, never fatal (Events are best effort).
+    /// kube's Recorder folds an Event with the same reason about the same `regarding`
+    /// (compared with its resourceVersion) into the first one's series for 6 minutes,
+    /// keeping the first note: give a [`versioned_ref`] when the note may differ.
     pub async fn event(&self, regarding: &ObjectReference, type_: EventType, reason: &str, note: String) {
         let ev = Event {
             type_,

@@ -2,10 +2,12 @@
 //!
 //! * [`ipam`]: the pure allocator (no Kubernetes types).
 //! * [`model`]: Kubernetes objects → allocator inputs (the only place reading their fields).
-//! * [`reconcile`]: `reconcile(service, ctx)` / `error_policy`; [`pool_sync`]: pool validation and status.
+//! * [`reconcile`]: `reconcile(service, ctx)` / `error_policy`; [`pool_sync`]: pool validation and status;
+//!   [`validity`]: the `Valid` condition of every configuration kind.
 //! * [`run`]: leader election, crash-consistent startup, watches; [`leader`]: the Lease decision.
 //! * [`fence`]: deadlines on API calls, and the fence that stops a leader's writes when its term ends.
-//! * [`migrate`]: `migrate-from-metallb`, MetalLB objects and annotations → ferrolb objects.
+//! * [`migrate`]: `migrate-from-metallb`, MetalLB objects and annotations → ferrolb objects;
+//!   [`metallb_notice`]: the one Event on a Service whose annotations are read in MetalLB's spelling.
 //! * [`metrics`], [`http`]: `/metrics`, `/healthz`, `/readyz`; [`membership_secret`]: the speakers' membership-key Secret.
 pub mod context;
 pub mod error;
@@ -14,6 +16,7 @@ pub mod http;
 pub mod ipam;
 pub mod leader;
 pub mod membership_secret;
+pub mod metallb_notice;
 pub mod metrics;
 pub mod migrate;
 pub mod model;
@@ -21,6 +24,7 @@ pub mod pool_sync;
 pub mod queue;
 pub mod reconcile;
 pub mod run;
+pub mod validity;
 
 pub use context::Settings;
 pub use error::Error;

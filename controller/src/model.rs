@@ -6,7 +6,8 @@ use std::net::IpAddr;
 
 use ferrolb_api::{
     ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_IP_ALLOCATED_FROM_POOL,
-    ANNOTATION_LOAD_BALANCER_IPS, IpAddressPool, parse_load_balancer_ips,
+    ANNOTATION_LOAD_BALANCER_IPS, IpAddressPool, SERVICE_ANNOTATIONS, parse_load_balancer_ips,
+    service_annotation,
 };
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -51,11 +52,13 @@ pub fn service_key(svc: &Service) -> ServiceKey {
 /// A Service whose request cannot be built; the message names the field and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
-    /// `ferrolb.io/loadBalancerIPs` does not parse.
-    #[error("service {service}: annotation {ANNOTATION_LOAD_BALANCER_IPS}: {source}")]
+    /// `ferrolb.io/loadBalancerIPs` (or MetalLB's spelling) does not parse.
+    #[error("service {service}: annotation {annotation}: {source}")]
     LoadBalancerIps {
         /// The Service.
         service: ServiceKey,
+        /// The spelling that was read.
+        annotation: &'static str,
         /// Why.
         source: ferrolb_api::LoadBalancerIpsError,
     },
@@ -71,7 +74,8 @@ pub enum RequestError {
     },
 }
 
-/// Maps a Service and its namespace's labels onto what the allocator needs.
+/// Maps a Service and its namespace's labels onto what the allocator needs. The
+/// annotations are read in ferrolb's spelling or MetalLB's ([`SERVICE_ANNOTATIONS`]).
 pub fn service_request(
     svc: &Service,
     namespace_labels: &BTreeMap<String, String>,
@@ -80,9 +84,12 @@ pub fn service_request(
     let annotations = svc.annotations();
     let spec = svc.spec.clone().unwrap_or_default();
     let requested =
-        match annotations.get(ANNOTATION_LOAD_BALANCER_IPS) {
-            Some(v) => parse_load_balancer_ips(v)
-                .map_err(|source| RequestError::LoadBalancerIps { service: key.clone(), source })?,
+        match service_annotation(annotations, ANNOTATION_LOAD_BALANCER_IPS) {
+            Some(a) => parse_load_balancer_ips(a.value).map_err(|source| RequestError::LoadBalancerIps {
+                service: key.clone(),
+                annotation: a.key,
+                source,
+            })?,
             None => match spec.load_balancer_ip.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
                 Some(v) => vec![v.parse::<IpAddr>().map_err(|_| RequestError::LoadBalancerIp {
                     service: key.clone(),
@@ -91,16 +98,16 @@ pub fn service_request(
                 None => Vec::new(),
             },
         };
+    let text = |k: &str| {
+        service_annotation(annotations, k).map(|a| a.value.trim().to_owned()).filter(|v| !v.is_empty())
+    };
     Ok(ServiceRequest {
         namespace_labels: namespace_labels.clone(),
         service_labels: svc.labels().clone(),
         families: family_policy(&spec),
         requested,
-        pool: annotations.get(ANNOTATION_ADDRESS_POOL).map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()),
-        sharing_key: annotations
-            .get(ANNOTATION_ALLOW_SHARED_IP)
-            .map(|k| k.trim().to_owned())
-            .filter(|k| !k.is_empty()),
+        pool: text(ANNOTATION_ADDRESS_POOL),
+        sharing_key: text(ANNOTATION_ALLOW_SHARED_IP),
         ports: spec
             .ports
             .iter()
@@ -128,7 +135,13 @@ pub fn replay_request(svc: &Service, namespace_labels: &BTreeMap<String, String>
         Err(_) => {
             let mut lenient = svc.clone();
             if let Some(a) = lenient.metadata.annotations.as_mut() {
-                a.remove(ANNOTATION_LOAD_BALANCER_IPS);
+                for (key, metallb) in
+                    SERVICE_ANNOTATIONS.iter().filter(|(k, _)| *k == ANNOTATION_LOAD_BALANCER_IPS)
+                {
+                    for k in std::iter::once(key).chain(metallb) {
+                        a.remove(*k);
+                    }
+                }
             }
             if let Some(s) = lenient.spec.as_mut() {
                 s.load_balancer_ip = None;
@@ -138,6 +151,33 @@ pub fn replay_request(svc: &Service, namespace_labels: &BTreeMap<String, String>
                 .unwrap_or_else(|_| ServiceRequest { key: service_key(svc), ..ServiceRequest::default() })
         }
     }
+}
+
+/// The note of the one Event saying which MetalLB spellings a Service's annotations are
+/// read in (and which lose to another spelling); `None` when it uses none. It depends on
+/// the annotation keys only, so a new note means the set of spellings changed.
+pub fn metallb_note(svc: &Service) -> Option<String> {
+    let annotations = svc.annotations();
+    let (mut read, mut ignored) = (Vec::new(), Vec::new());
+    for (key, _) in SERVICE_ANNOTATIONS {
+        let Some(a) = service_annotation(annotations, key) else { continue };
+        if a.is_metallb() {
+            read.push(format!("{} as {key}", a.key));
+        }
+        ignored.extend(a.shadowed.iter().map(|s| format!("{s} ({} is set and wins)", a.key)));
+    }
+    let mut parts = Vec::new();
+    if !read.is_empty() {
+        parts.push(format!(
+            "reads MetalLB's annotation {}: MetalLB's spelling is accepted for migration; rename it to the \
+             ferrolb.io one (`ferrolb-controller migrate-from-metallb` converts it)",
+            read.join(", ")
+        ));
+    }
+    if !ignored.is_empty() {
+        parts.push(format!("ignores {}", ignored.join(", ")));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 fn protocol(p: Option<&str>) -> Protocol {
@@ -318,6 +358,38 @@ mod tests {
         let s = svc(&[], ServiceSpec { load_balancer_ip: Some("x".into()), ..Default::default() });
         let e = service_request(&s, &BTreeMap::new()).unwrap_err().to_string();
         assert!(e.contains("spec.loadBalancerIP"), "{e}");
+    }
+
+    #[test]
+    fn metallb_spellings_are_read_and_named_in_the_note() {
+        let s = svc(
+            &[
+                ("metallb.universe.tf/loadBalancerIPs", "192.0.2.7"),
+                ("metallb.io/address-pool", "lan"),
+                ("metallb.universe.tf/address-pool", "old"),
+                (ANNOTATION_ALLOW_SHARED_IP, "k"),
+                ("metallb.io/allow-shared-ip", "other"),
+            ],
+            ServiceSpec::default(),
+        );
+        let r = service_request(&s, &BTreeMap::new()).unwrap();
+        assert_eq!(r.requested, vec!["192.0.2.7".parse::<IpAddr>().unwrap()]);
+        assert_eq!((r.pool.as_deref(), r.sharing_key.as_deref()), (Some("lan"), Some("k")));
+        let note = metallb_note(&s).unwrap();
+        assert_eq!(
+            note,
+            "reads MetalLB's annotation metallb.universe.tf/loadBalancerIPs as ferrolb.io/loadBalancerIPs, \
+             metallb.io/address-pool as ferrolb.io/address-pool: MetalLB's spelling is accepted for migration; \
+             rename it to the ferrolb.io one (`ferrolb-controller migrate-from-metallb` converts it); ignores \
+             metallb.universe.tf/address-pool (metallb.io/address-pool is set and wins), metallb.io/allow-shared-ip \
+             (ferrolb.io/allow-shared-ip is set and wins)"
+        );
+        assert_eq!(metallb_note(&svc(&[(ANNOTATION_ADDRESS_POOL, "lan")], ServiceSpec::default())), None);
+        // A bad MetalLB value is reported under its own name, and replay ignores it.
+        let s = svc(&[("metallb.io/loadBalancerIPs", "nope")], ServiceSpec::default());
+        let e = service_request(&s, &BTreeMap::new()).unwrap_err().to_string();
+        assert!(e.contains("annotation metallb.io/loadBalancerIPs: \"nope\" is not an IP address"), "{e}");
+        assert!(replay_request(&s, &BTreeMap::new()).requested.is_empty());
     }
 
     #[test]

@@ -1,25 +1,24 @@
 //! IPAddressPools: validated with the one validator, fed to the allocator (an invalid pool
-//! keeps its last good config), and their status (counts, `Valid`) kept current.
+//! keeps its last good config), and their status (counts, `Valid` as every kind writes
+//! it: [`crate::validity`]) kept current.
 
 use std::collections::BTreeMap;
 
 use ferrolb_api::validate::kind::IP_ADDRESS_POOL;
 use ferrolb_api::{
-    Config, IpAddressPool, IpAddressPoolStatus, Origin, ValidationError, errors_for, set_condition,
-    valid_condition, validate,
+    Config, IpAddressPool, IpAddressPoolStatus, Origin, ValidationError, errors_for, validate,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
-use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
 use crate::context::Context;
 use crate::ipam::{Moved, Placement, PoolSpec};
 use crate::model;
+use crate::validity::{ConfigKind, Unseen, announce, valid_update};
 
 /// The pool side of the controller; owned by the pool task.
 pub struct PoolSync {
@@ -28,6 +27,8 @@ pub struct PoolSync {
     in_force: BTreeMap<String, PoolSpec>,
     /// Current validation errors per pool (empty = valid).
     errors: BTreeMap<String, Vec<ValidationError>>,
+    /// Pools whose status write the cache does not show yet.
+    unseen: Unseen,
 }
 
 fn saturate(x: u128) -> i64 {
@@ -37,7 +38,7 @@ fn saturate(x: u128) -> i64 {
 impl PoolSync {
     /// A pool side reading from this watch cache.
     pub fn new(pools: Store<IpAddressPool>) -> Self {
-        PoolSync { pools, in_force: BTreeMap::new(), errors: BTreeMap::new() }
+        PoolSync { pools, in_force: BTreeMap::new(), errors: BTreeMap::new(), unseen: Unseen::default() }
     }
 
     /// Re-validates every pool and applies what changed to the allocator. Only the Services
@@ -47,7 +48,6 @@ impl PoolSync {
         let config = Config { pools: objects.iter().map(|p| (**p).clone()).collect(), ..Config::default() };
         let all_errors = validate(&config, Origin::Cluster);
         let mut moved: Vec<Moved> = Vec::new();
-        let mut newly_invalid = Vec::new();
         let mut changed = false;
         {
             let mut ipam = ctx.ipam();
@@ -72,10 +72,7 @@ impl PoolSync {
                         }),
                     }
                 }
-                let was = self.errors.insert(name.clone(), errs.clone()).unwrap_or_default();
-                if !errs.is_empty() && was != errs {
-                    newly_invalid.push((pool.clone(), errs));
-                }
+                self.errors.insert(name.clone(), errs);
             }
             let live: Vec<String> = objects.iter().map(|p| p.name_any()).collect();
             let gone: Vec<String> = self.in_force.keys().filter(|n| !live.contains(n)).cloned().collect();
@@ -90,17 +87,6 @@ impl PoolSync {
             self.errors.retain(|n, _| live.contains(n));
         }
         ctx.metrics.invalid_pools.set(self.errors.values().filter(|e| !e.is_empty()).count() as i64);
-        for (pool, errs) in newly_invalid {
-            let kept = if self.in_force.contains_key(&pool.name_any()) {
-                "the last valid configuration stays in force"
-            } else {
-                "the pool is not used until it is fixed"
-            };
-            let msg = errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
-            warn!(pool = %pool.name_any(), "invalid IPAddressPool ({kept}): {msg}");
-            ctx.event(&pool.object_ref(&()), EventType::Warning, "InvalidConfig", format!("{msg}; {kept}"))
-                .await;
-        }
         for m in &moved {
             ctx.enqueue(&m.service);
             if let Placement::Orphaned(why) = &m.placement {
@@ -120,9 +106,10 @@ impl PoolSync {
         self.write_statuses(ctx).await;
     }
 
-    /// Writes every pool's status (counts and `Valid`) where it differs from what is stored;
-    /// nothing until the Services are replayed (the replay asks for a write when done), so
-    /// a restart that changes nothing writes nothing.
+    /// Writes every pool's status (counts and `Valid`) where it differs from what is stored,
+    /// with an Event when `Valid` flips or its errors change; nothing until the Services
+    /// are replayed (the replay asks for a write when done), so a restart that changes
+    /// nothing writes nothing.
     pub async fn write_statuses(&mut self, ctx: &Context) {
         if !ctx.counts_known() {
             return;
@@ -140,16 +127,19 @@ impl PoolSync {
         ctx.metrics.orphaned.set(i64::try_from(orphans).unwrap_or(i64::MAX));
         for pool in &objects {
             let name = pool.name_any();
-            let current = pool.status.clone().unwrap_or_default();
-            let mut desired =
-                IpAddressPoolStatus { conditions: current.conditions.clone(), ..Default::default() };
-            let errs = self.errors.get(&name).cloned().unwrap_or_default();
-            set_condition(
-                &mut desired.conditions,
-                valid_condition(&errs, pool.metadata.generation, Time(Timestamp::now())),
-            );
-            if let Some(s) = stats.get(&name) {
+            let stat = stats.get(&name);
+            if let Some(s) = stat {
                 ctx.metrics.set_pool(&name, s);
+            }
+            if self.unseen.pending(IpAddressPool::KIND, &**pool) {
+                // Its watch event is on the way and brings another pass.
+                continue;
+            }
+            let current = pool.status.clone().unwrap_or_default();
+            let errs = self.errors.get(&name).cloned().unwrap_or_default();
+            let (conditions, change) = valid_update(&current.conditions, &errs, pool.metadata.generation);
+            let mut desired = IpAddressPoolStatus { conditions, ..Default::default() };
+            if let Some(s) = stat {
                 desired.assigned_ipv4 = saturate(s.v4.assigned);
                 desired.assigned_ipv6 = saturate(s.v6.assigned);
                 desired.available_ipv4 = saturate(s.v4.available);
@@ -160,7 +150,17 @@ impl PoolSync {
             }
             let patch = json!({"status": desired});
             match ctx.call(api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))).await {
-                Ok(_) => {}
+                Ok(_) => {
+                    self.unseen.wrote(IpAddressPool::KIND, &**pool);
+                    if let Some(change) = change {
+                        let while_invalid = if self.in_force.contains_key(&name) {
+                            IpAddressPool::WHILE_INVALID
+                        } else {
+                            "the pool is not used until it is fixed"
+                        };
+                        announce(ctx, &**pool, IpAddressPool::KIND, &errs, change, while_invalid).await;
+                    }
+                }
                 Err(e) if e.status() == Some(404) => {}
                 // The next change or watch event writes it again.
                 Err(e) => warn!(pool = %name, error = %e, "cannot write IPAddressPool status"),

@@ -20,6 +20,7 @@ use tracing::{debug, info, warn};
 use crate::context::Context;
 use crate::error::{CallError, Error};
 use crate::ipam::{Assigned, Placement};
+use crate::metallb_notice;
 use crate::model::{self, Class};
 
 /// What the allocator decided for one Service.
@@ -86,10 +87,12 @@ pub async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, E
             Ok(Action::await_change())
         }
         Decision::Assigned(cur, addrs) => {
+            metallb_notice::notify(&cur, &ctx).await;
             write(&cur, &addrs, &ctx).await?;
             Ok(Action::await_change())
         }
         Decision::Failed(cur, msg, announce) => {
+            metallb_notice::notify(&cur, &ctx).await;
             if announce {
                 warn!(service = %model::service_key(&cur), "{msg}");
                 ctx.metrics.allocation("failed");

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferrolb_api::IpAddressPool;
+use ferrolb_api::{BfdProfile, BgpAdvertisement, BgpPeer, ControlPlaneVip, IpAddressPool, L2Advertisement};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::ResourceExt;
@@ -21,7 +21,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
-use crate::context::{Context, Ipam, Settings};
+use crate::context::{Context, Ipam, REPORTING_CONTROLLER, Settings};
 use crate::error::Error;
 use crate::fence::{Fence, Term};
 use crate::http::Health;
@@ -31,6 +31,7 @@ use crate::metrics::Metrics;
 use crate::model::{self, Class};
 use crate::pool_sync::PoolSync;
 use crate::queue::WorkQueue;
+use crate::validity::ConfigStores;
 use crate::{membership_secret, reconcile};
 
 /// Runs the controller until `shutdown` resolves (then returns `Ok` after releasing the
@@ -127,7 +128,7 @@ async fn serve(
     let (pool_reader, pool_writer) = reflector::store::<IpAddressPool>();
     let queue = Arc::new(WorkQueue::default());
     let reporter =
-        Reporter { controller: "ferrolb-controller".into(), instance: Some(settings.identity.clone()) };
+        Reporter { controller: REPORTING_CONTROLLER.into(), instance: Some(settings.identity.clone()) };
     let ctx = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client: client.clone(),
@@ -140,6 +141,8 @@ async fn serve(
         queue: queue.clone(),
         pools_dirty: Notify::new(),
         replayed: AtomicBool::new(false),
+        metallb_notices: Default::default(),
+        config_dirty: Notify::new(),
     });
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
 
@@ -153,6 +156,8 @@ async fn serve(
         synced_tx,
     ));
     tasks.spawn(membership_task(ctx.clone()));
+    let (stores, config_events) = config_watches(&client, pool_reader.clone());
+    tasks.spawn(config_task(ctx.clone(), stores, config_events));
 
     // Crash consistency: every pool, namespace and Service is known, and every address in
     // Service status replayed, before the first allocation.
@@ -160,6 +165,8 @@ async fn serve(
         let _ = svc_reader.wait_until_ready().await;
         let _ = ns_reader.wait_until_ready().await;
         let _ = synced_rx.await;
+        // Before the first reconcile, so that no notice is published twice.
+        ctx.metallb_notices.load(&ctx).await;
     };
     tokio::select! {
         _ = ready => {}
@@ -370,6 +377,8 @@ async fn pools_task(
                 None => return Err(Error::WatchStopped("IPAddressPool")),
                 Some(Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone)) => {
                     sync.resync(&ctx).await;
+                    // The other kinds refer to pools: they are judged again.
+                    ctx.config_dirty.notify_one();
                     if let Some(tx) = synced.take() {
                         let _ = tx.send(());
                     }
@@ -380,6 +389,91 @@ async fn pools_task(
             _ = ctx.pools_dirty.notified(), if synced.is_none() => {
                 sync.write_statuses(&ctx).await;
             }
+        }
+    }
+}
+
+/// What a configuration watch reported, whatever the kind.
+enum ConfigEvent {
+    /// The cache changed (or was listed afresh).
+    Changed,
+    /// Nothing the configuration depends on.
+    Nothing,
+    /// The watch failed (it retries by itself).
+    Failed(&'static str, watcher::Error),
+}
+
+/// One watch of a configuration kind, its events reduced to [`ConfigEvent`].
+fn config_watch<K: crate::validity::ConfigKind>(
+    client: &kube::Client,
+) -> (Store<K>, futures::stream::BoxStream<'static, ConfigEvent>) {
+    let (reader, writer) = reflector::store::<K>();
+    let events = watch(Api::<K>::all(client.clone()), writer)
+        .map(|ev| match ev {
+            Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone) => ConfigEvent::Changed,
+            Ok(Event::Init | Event::InitApply(_)) => ConfigEvent::Nothing,
+            Err(e) => ConfigEvent::Failed(K::KIND, e),
+        })
+        .boxed();
+    (reader, events)
+}
+
+/// Watches of every configuration kind but pools (whose watch the pool task owns).
+fn config_watches(
+    client: &kube::Client,
+    pools: Store<IpAddressPool>,
+) -> (ConfigStores, impl Stream<Item = ConfigEvent> + Send + 'static) {
+    let (peers, a) = config_watch::<BgpPeer>(client);
+    let (bgp_advertisements, b) = config_watch::<BgpAdvertisement>(client);
+    let (l2_advertisements, c) = config_watch::<L2Advertisement>(client);
+    let (bfd_profiles, d) = config_watch::<BfdProfile>(client);
+    let (control_plane_vips, e) = config_watch::<ControlPlaneVip>(client);
+    let stores = ConfigStores {
+        pools,
+        peers,
+        bgp_advertisements,
+        l2_advertisements,
+        bfd_profiles,
+        control_plane_vips,
+    };
+    (stores, futures::stream::select_all([a, b, c, d, e]))
+}
+
+/// How soon a `Valid` condition that could not be written is tried again.
+const CONFIG_RETRY: Duration = Duration::from_secs(5);
+
+/// Keeps every configuration object's `Valid` condition current: once every kind is
+/// listed, after every change of any kind (pools included), and again after a failed write.
+async fn config_task(
+    ctx: Arc<Context>,
+    stores: ConfigStores,
+    events: impl Stream<Item = ConfigEvent>,
+) -> Result<(), Error> {
+    let mut events = std::pin::pin!(events);
+    let ready = stores.wait_until_ready();
+    let mut ready = std::pin::pin!(ready);
+    let (mut listed, mut dirty, mut retry) = (false, false, false);
+    let mut unseen = crate::validity::Unseen::default();
+    loop {
+        tokio::select! {
+            _ = &mut ready, if !listed => {
+                listed = true;
+                dirty = true;
+            }
+            ev = events.next() => match ev {
+                None => return Err(Error::WatchStopped("configuration")),
+                Some(ConfigEvent::Changed) => dirty = true,
+                Some(ConfigEvent::Nothing) => {}
+                Some(ConfigEvent::Failed(kind, e)) => {
+                    warn!(kind, error = %e, "watch failed (is the CRD installed?); retrying");
+                }
+            },
+            _ = ctx.config_dirty.notified() => dirty = true,
+            _ = tokio::time::sleep(CONFIG_RETRY), if retry => dirty = true,
+        }
+        if listed && dirty {
+            dirty = false;
+            retry = !stores.sync(&ctx, &mut unseen).await;
         }
     }
 }

@@ -60,7 +60,33 @@ fn configuration() -> String {
         peer("router-v6", plan::ROUTER_V6.into(), "ipv6-unicast"),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
         yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]),
+        // Unused by the speakers; here so that every kind's Valid condition is written
+        // (the least-privilege check below sees the controller use each kind's grants).
+        "apiVersion: ferrolb.io/v1alpha1\nkind: BFDProfile\nmetadata: {name: slow}\nspec: {}\n".into(),
+        "apiVersion: ferrolb.io/v1alpha1\nkind: ControlPlaneVIP\nmetadata: {name: apiserver}\n\
+         spec: {address: 203.0.113.200, mode: BGP, bgp: {peers: [router-v4]}}\n"
+            .into(),
     ])
+}
+
+/// Every configuration object (`kubectl get ferrolb`: the category) carries Valid=True
+/// from the controller.
+fn every_object_valid(cluster: &Cluster) {
+    let r = wait::until("Valid=True on every configuration object", T, || {
+        let list: Value = serde_json::from_str(&cluster.kubectl(&["get", "ferrolb", "-o", "json"])?).unwrap();
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        let not_yet: Vec<String> = items
+            .iter()
+            .filter(|o| {
+                let conditions = o["status"]["conditions"].as_array().cloned().unwrap_or_default();
+                !conditions.iter().any(|c| c["type"] == "Valid" && c["status"] == "True")
+            })
+            .map(|o| format!("{}/{}", o["kind"].as_str().unwrap_or(""), o["metadata"]["name"]))
+            .collect();
+        // 2 pools, 2 peers, 1 of each other kind; no ServiceAnnouncement in `default`.
+        Ok((items.len() == 8 && not_yet.is_empty()).then_some(()))
+    });
+    assert!(r.is_ok(), "{r:?}\n{}", cluster.kubectl(&["get", "ferrolb"]).unwrap_or_default());
 }
 
 /// The workload: pods (bound to nodes; the testbed acts as their kubelet) and Services.
@@ -175,6 +201,7 @@ fn ferrolb_on_the_real_apiserver_end_to_end_with_least_privilege() {
     let pools: Value = serde_json::from_str(&pools).unwrap();
     assert_eq!(pools["assignedIPv4"], 5, "public: web, dual, requested, shared, local: {pools}");
     assert_eq!(pools["assignedIPv6"], 2, "public: web6, dual: {pools}");
+    every_object_valid(&cluster);
 
     // No router yet: the gated pod behind the Local Service is held back by the speaker.
     let c = wait::until_value(

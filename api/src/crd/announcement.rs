@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "ServiceAnnouncement",
     plural = "serviceannouncements",
-    shortname = "svcann",
+    shortname = "flsvcann",
     category = "ferrolb",
     namespaced,
     status = "ServiceAnnouncementStatus",

@@ -15,7 +15,7 @@ use super::defaults;
     kind = "BFDProfile",
     root = "BfdProfile",
     plural = "bfdprofiles",
-    shortname = "bfd",
+    shortname = "flbfd",
     category = "ferrolb",
     status = "BfdProfileStatus",
     derive = "PartialEq",

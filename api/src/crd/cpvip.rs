@@ -15,7 +15,7 @@ use super::defaults;
     kind = "ControlPlaneVIP",
     root = "ControlPlaneVip",
     plural = "controlplanevips",
-    shortname = "cpvip",
+    shortname = "flcpvip",
     category = "ferrolb",
     status = "ControlPlaneVipStatus",
     derive = "PartialEq",

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "L2Advertisement",
     plural = "l2advertisements",
-    shortname = "l2adv",
+    shortname = "fll2adv",
     category = "ferrolb",
     status = "L2AdvertisementStatus",
     derive = "PartialEq",

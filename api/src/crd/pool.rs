@@ -15,7 +15,7 @@ use super::defaults;
     kind = "IPAddressPool",
     root = "IpAddressPool",
     plural = "ipaddresspools",
-    shortname = "ippool",
+    shortname = "flpool",
     category = "ferrolb",
     status = "IpAddressPoolStatus",
     derive = "PartialEq",

@@ -7,8 +7,7 @@
 use std::collections::BTreeMap;
 
 use ferrolb_api::{
-    ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_LOAD_BALANCER_IPS,
-    DEFAULT_LOAD_BALANCER_CLASS, parse_load_balancer_ips,
+    ANNOTATION_LOAD_BALANCER_IPS, DEFAULT_LOAD_BALANCER_CLASS, SERVICE_ANNOTATIONS, parse_load_balancer_ips,
 };
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -28,8 +27,9 @@ pub(super) fn convert(doc: &Value, report: &mut Report) -> Option<Service> {
         };
         let field = format!("metadata.annotations[{key}]");
         let value = value.as_str().unwrap_or_default().trim();
-        let target = match suffix {
-            "loadBalancerIPs" => match parse_load_balancer_ips(value) {
+        // The runtime reads the same spellings (`SERVICE_ANNOTATIONS`); here they are renamed.
+        let target = match SERVICE_ANNOTATIONS.iter().find(|(_, metallb)| metallb.contains(&key.as_str())) {
+            Some((ANNOTATION_LOAD_BALANCER_IPS, _)) => match parse_load_balancer_ips(value) {
                 Ok(ips) => {
                     let list: Vec<String> = ips.iter().map(ToString::to_string).collect();
                     Some((ANNOTATION_LOAD_BALANCER_IPS, list.join(",")))
@@ -39,9 +39,8 @@ pub(super) fn convert(doc: &Value, report: &mut Report) -> Option<Service> {
                     None
                 }
             },
-            "address-pool" => Some((ANNOTATION_ADDRESS_POOL, value.to_owned())),
-            "allow-shared-ip" => Some((ANNOTATION_ALLOW_SHARED_IP, value.to_owned())),
-            "ip-allocated-from-pool" => {
+            Some((target, _)) => Some((*target, value.to_owned())),
+            None if suffix == "ip-allocated-from-pool" => {
                 report.push(
                     &object,
                     &field,
@@ -50,7 +49,7 @@ pub(super) fn convert(doc: &Value, report: &mut Report) -> Option<Service> {
                 );
                 None
             }
-            _ => {
+            None => {
                 report.push(&object, &field, "not a MetalLB annotation ferrolb has an equivalent for");
                 None
             }

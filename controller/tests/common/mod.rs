@@ -17,14 +17,14 @@ pub use ferrolb_testbed::kubeapi::ingress_ips as ingress;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
-use kube::{CustomResourceExt, ResourceExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub const NS: &str = "ferrolb-system";
 
-/// A fake cluster with the IPAddressPool CRD and the controller's namespace.
+/// A fake cluster with ferrolb's CRDs and the controller's namespace.
 pub async fn cluster() -> (kube::Client, FakeApiServer) {
     cluster_on(FakeApiServer::new()).await
 }
@@ -32,7 +32,9 @@ pub async fn cluster() -> (kube::Client, FakeApiServer) {
 /// [`cluster`] on a fake built beforehand (e.g. `FakeApiServer::new().with_request_log()`).
 pub async fn cluster_on(server: FakeApiServer) -> (kube::Client, FakeApiServer) {
     let (client, server) = server.client();
-    server.register_crd(&IpAddressPool::crd()).unwrap();
+    for crd in ferrolb_api::crds() {
+        server.register_crd(&crd).unwrap();
+    }
     namespace(&client, NS, &[]).await;
     (client, server)
 }
