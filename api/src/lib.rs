@@ -35,6 +35,7 @@ pub mod annotations;
 pub mod community;
 pub mod crd;
 pub mod duration;
+mod fast_yaml;
 pub mod selector;
 pub mod stream;
 pub mod validate;

@@ -257,10 +257,13 @@ fn parse_documents(file: &str, skip: usize, docs: &[(usize, &str)]) -> Result<Ob
     for (i, &(first_line, chunk)) in docs.iter().enumerate() {
         let number = skip + i + 1;
         let source = Source { document: number, item: None };
-        let doc: Value = serde_saphyr::from_str(chunk).map_err(|e| StreamError::Yaml {
-            file: file.to_owned(),
-            message: yaml_message(source, first_line, &e),
-        })?;
+        let doc: Value = match crate::fast_yaml::parse(chunk) {
+            Some(doc) => doc,
+            None => serde_saphyr::from_str(chunk).map_err(|e| StreamError::Yaml {
+                file: file.to_owned(),
+                message: yaml_message(source, first_line, &e),
+            })?,
+        };
         if doc.is_null() {
             continue; // an empty document, e.g. `---` twice
         }
