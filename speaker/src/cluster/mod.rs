@@ -467,13 +467,16 @@ impl Feed {
     }
 
     fn service(&mut self, model: &mut ClusterModel, c: Change<Service>) -> bool {
-        let key = |(namespace, name): (String, String)| ServiceKey { namespace, name };
+        let key = |(namespace, name): (String, String)| ServiceKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
         match c {
             Change::Apply(s) => {
                 let k = key(ns_name(&s.metadata));
                 let before = model.services.get(&k).cloned();
                 self.note_uid(&s);
-                self.services.insert((k.namespace.clone(), k.name.clone()));
+                self.services.insert((k.namespace.to_string(), k.name.to_string()));
                 model.upsert_service(&s);
                 model.services.get(&k) != before.as_ref()
             }
@@ -506,7 +509,7 @@ impl Feed {
     fn note_uid(&mut self, s: &Service) {
         let (namespace, name) = ns_name(&s.metadata);
         if let Some(uid) = &s.metadata.uid {
-            self.uids.insert(ServiceKey { namespace, name }, uid.clone());
+            self.uids.insert(ServiceKey { namespace: namespace.into(), name: name.into() }, uid.clone());
         }
     }
 
@@ -516,7 +519,7 @@ impl Feed {
             model
                 .endpoint_slices
                 .iter()
-                .filter(|(k, s)| k.namespace == ns && s.contains_key(n))
+                .filter(|(k, s)| *k.namespace == *ns && s.contains_key(n))
                 .map(|(k, _)| k.clone())
                 .collect()
         };
@@ -530,7 +533,7 @@ impl Feed {
                 if let Some(svc) =
                     e.metadata.labels.as_ref().and_then(|l| l.get(crate::model::SERVICE_NAME_LABEL))
                 {
-                    keys.push(ServiceKey { namespace: ns.clone(), name: svc.clone() });
+                    keys.push(ServiceKey { namespace: ns.as_str().into(), name: svc.as_str().into() });
                 }
                 let before = snapshot(model, &keys);
                 model.upsert_endpoint_slice(&e);

@@ -116,7 +116,7 @@ pub fn desired(
             let obj = ServiceAnnouncement {
                 metadata: ObjectMeta {
                     name: Some(name.clone()),
-                    namespace: Some(key.namespace.clone()),
+                    namespace: Some(key.namespace.to_string()),
                     labels: Some(BTreeMap::from([
                         (NODE_LABEL.to_owned(), label_value(me)),
                         ("app.kubernetes.io/managed-by".to_owned(), MANAGER.to_owned()),
@@ -124,7 +124,7 @@ pub fn desired(
                     owner_references: Some(vec![OwnerReference {
                         api_version: "v1".into(),
                         kind: "Service".into(),
-                        name: key.name.clone(),
+                        name: key.name.to_string(),
                         uid: uid.clone(),
                         controller: Some(false),
                         block_owner_deletion: Some(false),
@@ -133,7 +133,7 @@ pub fn desired(
                 },
                 spec: ServiceAnnouncementSpec {
                     node: me.to_owned(),
-                    service: ServiceRef { namespace: key.namespace.clone(), name: key.name.clone() },
+                    service: ServiceRef { namespace: key.namespace.to_string(), name: key.name.to_string() },
                     protocol,
                     addresses,
                     interfaces,
@@ -141,7 +141,7 @@ pub fn desired(
                 },
                 status: None,
             };
-            out.objects.insert((key.namespace.clone(), name), obj);
+            out.objects.insert((key.namespace.to_string(), name), obj);
         };
         add(AnnouncementProtocol::Bgp, bgp_addrs, Vec::new(), peers.into_iter().collect());
         add(AnnouncementProtocol::L2, l2_addrs, ifs.into_iter().collect(), Vec::new());
@@ -217,8 +217,10 @@ fn shown<'a>(objects: impl IntoIterator<Item = &'a ServiceAnnouncement>) -> Show
     objects
         .into_iter()
         .map(|o| {
-            let key =
-                ServiceKey { namespace: o.spec.service.namespace.clone(), name: o.spec.service.name.clone() };
+            let key = ServiceKey {
+                namespace: o.spec.service.namespace.as_str().into(),
+                name: o.spec.service.name.as_str().into(),
+            };
             ((key, proto_name(o.spec.protocol)), o.spec.clone())
         })
         .collect()
@@ -462,8 +464,8 @@ impl Writer {
         let regarding = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Service".into()),
-            namespace: Some(svc.namespace.clone()),
-            name: Some(svc.name.clone()),
+            namespace: Some(svc.namespace.to_string()),
+            name: Some(svc.name.to_string()),
             uid: want.uids.get(svc).cloned(),
             ..ObjectReference::default()
         };
@@ -573,7 +575,7 @@ mod tests {
     fn buckets_are_forgotten_once_refilled() {
         let mut l = EventLimiter::default();
         let t0 = Instant::now();
-        let key = |i: usize| ServiceKey { namespace: "churn".into(), name: format!("svc-{i}") };
+        let key = |i: usize| ServiceKey { namespace: "churn".into(), name: format!("svc-{i}").into() };
         for i in 0..10_000 {
             assert!(l.allow(&key(i), t0));
         }

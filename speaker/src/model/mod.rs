@@ -9,6 +9,7 @@ pub mod static_file;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ferrolb_api::{
     BfdProfile, BgpAdvertisement, BgpPeer, IpAddressPool, L2Advertisement, ObjectStream, StreamError,
@@ -31,9 +32,9 @@ pub const DEFAULT_LB_CLASS: &str = "ferrolb.io/lb";
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceKey {
     /// Namespace ("default" when absent).
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name.
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 impl std::fmt::Display for ServiceKey {
@@ -195,7 +196,10 @@ fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) ->
 }
 
 fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ServiceKey {
-    ServiceKey { namespace: meta.namespace.clone().unwrap_or_else(|| "default".into()), name: name_of(meta) }
+    ServiceKey {
+        namespace: meta.namespace.as_deref().unwrap_or("default").into(),
+        name: name_of(meta).into(),
+    }
 }
 
 /// Whether two name → object maps hold the same objects, as far as `eq` compares them.
@@ -430,7 +434,7 @@ impl ClusterModel {
             self.remove_endpoint_slice(&namespace, &slice_name);
             return;
         };
-        let key = ServiceKey { namespace, name: svc.clone() };
+        let key = ServiceKey { namespace: namespace.as_str().into(), name: svc.as_str().into() };
         let mut per_node: BTreeMap<String, EndpointCounts> = BTreeMap::new();
         let mut refs = Vec::with_capacity(slice.endpoints.len());
         for ep in &slice.endpoints {
@@ -466,7 +470,7 @@ impl ClusterModel {
         // The slice may have moved to another Service (its label changed).
         self.remove_endpoint_slice(&key.namespace, &slice_name);
         self.mark(&key);
-        self.slice_owners.insert((key.namespace.clone(), slice_name.clone()), key.clone());
+        self.slice_owners.insert((key.namespace.to_string(), slice_name.clone()), key.clone());
         self.slice_endpoints.entry(key.clone()).or_default().insert(slice_name.clone(), refs);
         self.endpoint_slices.entry(key).or_default().insert(slice_name, per_node);
     }

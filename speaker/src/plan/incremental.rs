@@ -194,7 +194,7 @@ impl Planner {
         let mut merged: BTreeMap<&str, RouteAttrs> = BTreeMap::new();
         for f in self.by_prefix.get(&prefix).into_iter().flat_map(Holders::fragments) {
             for (peer, _, a) in f.routes.iter().filter(|(_, p, _)| *p == prefix) {
-                merged.entry(peer.as_str()).and_modify(|e| e.merge(a)).or_insert_with(|| a.clone());
+                merged.entry(&**peer).and_modify(|e| e.merge(a)).or_insert_with(|| a.clone());
             }
         }
         for (peer, routes) in &mut self.out.bgp {

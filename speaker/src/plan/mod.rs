@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ferrolb_api::{AddressRange, IpAddressPool, selectors_match};
 use ipnet::IpNet;
@@ -158,12 +159,9 @@ fn pool_selected(
     if names.is_empty() && selectors.is_empty() {
         return true;
     }
-    let labels = pool.metadata.labels.clone().unwrap_or_default();
-    names.iter().any(|n| n == pool_name) || (!selectors.is_empty() && selectors_match(selectors, &labels))
-}
-
-fn pool_contains(pool: &IpAddressPool, ip: IpAddr) -> bool {
-    pool.spec.addresses.iter().filter_map(|a| AddressRange::parse(a).ok()).any(|r| r.contains(ip))
+    let empty = BTreeMap::new();
+    let labels = pool.metadata.labels.as_ref().unwrap_or(&empty);
+    names.iter().any(|n| n == pool_name) || (!selectors.is_empty() && selectors_match(selectors, labels))
 }
 
 fn attrs_of(spec: &ferrolb_api::BgpAdvertisementSpec) -> RouteAttrs {
@@ -214,8 +212,10 @@ pub fn plan(model: &ClusterModel, me: &str, live_members: &BTreeSet<String>) -> 
 struct Globals<'a> {
     me: &'a str,
     my_labels: &'a BTreeMap<String, String>,
-    /// BGPPeers whose nodeSelectors match this node.
-    my_peers: Vec<(&'a String, &'a ferrolb_api::BgpPeer)>,
+    /// BGPPeers whose nodeSelectors match this node, their names shared by every route.
+    my_peers: Vec<(Arc<str>, &'a ferrolb_api::BgpPeer)>,
+    /// Every IPAddressPool with its ranges, parsed once per plan rather than per address.
+    pools: Vec<(&'a String, &'a IpAddressPool, Vec<AddressRange>)>,
     /// Why this node announces nothing at all, if so.
     blocker: Option<String>,
     /// Why this node drains every BGP announcement, if so.
@@ -232,12 +232,25 @@ impl<'a> Globals<'a> {
     ) -> Self {
         let my_node = model.nodes.get(me);
         let my_labels = my_node.map_or(empty, |n| &n.labels);
-        let my_peers =
-            model.peers.iter().filter(|(_, p)| selectors_match(&p.spec.node_selectors, my_labels)).collect();
+        let my_peers = model
+            .peers
+            .iter()
+            .filter(|(_, p)| selectors_match(&p.spec.node_selectors, my_labels))
+            .map(|(name, p)| (Arc::from(name.as_str()), p))
+            .collect();
+        // The validator rejected unparsable ranges; skip rather than panic.
+        let pools = model
+            .pools
+            .iter()
+            .map(|(name, p)| {
+                (name, p, p.spec.addresses.iter().filter_map(|a| AddressRange::parse(a).ok()).collect())
+            })
+            .collect();
         Globals {
             me,
             my_labels,
             my_peers,
+            pools,
             blocker: node_blocker(me, my_node),
             node_drain: my_node.and_then(|n| n.draining.clone()),
             live,
@@ -247,9 +260,9 @@ impl<'a> Globals<'a> {
     /// Every session this node has (present even with no routes), and which are iBGP.
     fn sessions(&self, out: &mut Announcements) {
         for (name, p) in &self.my_peers {
-            out.bgp.insert((*name).clone(), BTreeMap::new());
+            out.bgp.insert(name.to_string(), BTreeMap::new());
             if p.spec.my_asn == p.spec.peer_asn {
-                out.ibgp.insert((*name).clone());
+                out.ibgp.insert(name.to_string());
             }
         }
     }
@@ -293,7 +306,7 @@ struct Fragment {
     /// One per ingress address, in order.
     outcomes: Vec<Outcome>,
     /// BGP routes before merging: (peer, prefix, attributes).
-    routes: Vec<(String, IpNet, RouteAttrs)>,
+    routes: Vec<(Arc<str>, IpNet, RouteAttrs)>,
 }
 
 /// Computes what Service `key` contributes.
@@ -301,10 +314,17 @@ fn fragment(model: &ClusterModel, g: &Globals<'_>, key: &ServiceKey, svc: &Servi
     let eps = model.endpoints(key);
     let serving = crate::model::serving_among(&eps);
     let mine = eps.get(g.me).copied().unwrap_or_default();
-    let mut f = Fragment::default();
+    let mut f = Fragment {
+        outcomes: Vec::with_capacity(svc.ingress.len()),
+        routes: Vec::with_capacity(svc.ingress.len() * g.my_peers.len()),
+    };
     for &ip in &svc.ingress {
-        let pools: Vec<(&String, &IpAddressPool)> =
-            model.pools.iter().filter(|(_, p)| pool_contains(p, ip)).collect();
+        let pools: Vec<(&String, &IpAddressPool)> = g
+            .pools
+            .iter()
+            .filter(|(_, _, ranges)| ranges.iter().any(|r| r.contains(ip)))
+            .map(|(name, p, _)| (*name, *p))
+            .collect();
         let mut o = Outcome {
             ip,
             done: false,
@@ -340,8 +360,9 @@ fn fragment(model: &ClusterModel, g: &Globals<'_>, key: &ServiceKey, svc: &Servi
     }
     // Kept for as long as the Service is: a pushed Vec holds room for 4 (576 and 448
     // bytes for the usual one address and one route, 10 MB with 10k Services, dhat).
-    f.outcomes.shrink_to_fit();
-    f.routes.shrink_to_fit();
+    if f.routes.capacity() > f.routes.len() {
+        f.routes.shrink_to_fit();
+    }
     f
 }
 
@@ -374,7 +395,7 @@ impl Ctx<'_> {
     }
 
     /// Returns (some advertisement applies, announced to at least one peer).
-    fn bgp(&self, routes: &mut Vec<(String, IpNet, RouteAttrs)>, o: &mut Outcome) -> (bool, bool) {
+    fn bgp(&self, routes: &mut Vec<(Arc<str>, IpNet, RouteAttrs)>, o: &mut Outcome) -> (bool, bool) {
         let (key, ip, me) = (self.key, self.ip, self.g.me);
         let mut any = false;
         let mut done = false;
@@ -404,7 +425,7 @@ impl Ctx<'_> {
             let prefix = prefix_of(ip, s);
             let mut sent = false;
             for (peer_name, peer) in &self.g.my_peers {
-                if !s.peers.is_empty() && !s.peers.iter().any(|p| p == *peer_name) {
+                if !s.peers.is_empty() && !s.peers.iter().any(|p| **p == **peer_name) {
                     continue;
                 }
                 let family_ok = peer.spec.address_families.iter().any(|f| match f {
@@ -418,7 +439,7 @@ impl Ctx<'_> {
                 if peer.spec.my_asn != peer.spec.peer_asn {
                     a.local_pref = None;
                 }
-                routes.push(((*peer_name).clone(), prefix, a));
+                routes.push((peer_name.clone(), prefix, a));
                 sent = true;
             }
             if sent {

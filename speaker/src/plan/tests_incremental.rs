@@ -144,7 +144,7 @@ fn apply(m: &mut ClusterModel, live: &mut BTreeSet<String>, configs: &[ValidConf
             });
         }
         Edit::RemoveService(svc) => {
-            m.remove_service(&ServiceKey { namespace: "default".into(), name: format!("svc{svc}") })
+            m.remove_service(&ServiceKey { namespace: "default".into(), name: format!("svc{svc}").into() })
         }
         Edit::Slice { slice, svc, eps } => {
             let endpoints = eps

@@ -326,8 +326,8 @@ fn in_namespace<'m, V>(
     map: &'m BTreeMap<ServiceKey, V>,
     namespace: &str,
 ) -> impl Iterator<Item = (&'m ServiceKey, &'m V)> {
-    map.range(ServiceKey { namespace: namespace.to_owned(), name: String::new() }..)
-        .take_while(move |(k, _)| k.namespace == namespace)
+    map.range(ServiceKey { namespace: namespace.into(), name: "".into() }..)
+        .take_while(move |(k, _)| *k.namespace == *namespace)
 }
 
 /// The endpoints of this node that wait only for the gate, per Service: what

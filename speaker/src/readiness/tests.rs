@@ -192,10 +192,10 @@ fn backing_comes_from_selectors_slices_or_addresses() {
     assert_eq!((c.status, c.reason.as_str()), (true, reason::NO_LOAD_BALANCER_SERVICE));
     // A hand-made slice without targetRef names the pod by its address.
     let p = gated(&pod("manual", "node1", "nothing", "10.0.0.9", true));
-    assert_eq!(services_of(&p, &model).iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["web"]);
+    assert_eq!(services_of(&p, &model).iter().map(|k| &*k.name).collect::<Vec<_>>(), ["web"]);
     // By targetRef, even without matching labels.
     let p = gated(&pod("shop-0", "node1", "relabelled", "10.9.9.9", true));
-    assert_eq!(services_of(&p, &model).iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["shop"]);
+    assert_eq!(services_of(&p, &model).iter().map(|k| &*k.name).collect::<Vec<_>>(), ["shop"]);
 }
 
 /// The Local chicken-and-egg: the gated pod's endpoint is not ready, yet its node
