@@ -22,7 +22,7 @@ pub enum Community {
 pub struct CommunityError(pub String);
 
 /// Well-known communities (RFC 1997, 3765, 7999, 8326, 7611, 9494).
-const WELL_KNOWN: &[(&str, u16, u16)] = &[
+pub(crate) const WELL_KNOWN: &[(&str, u16, u16)] = &[
     ("graceful-shutdown", 65535, 0),
     ("accept-own", 65535, 1),
     ("llgr-stale", 65535, 6),

@@ -22,6 +22,9 @@ pub enum DurationError {
     /// The value does not fit.
     #[error("{0:?} is too large")]
     Overflow(String),
+    /// Longer than [`crate::crd::rules::DURATION_MAX_LEN`] characters (the CRD's `maxLength`).
+    #[error("{0:?} is longer than 24 characters")]
+    TooLong(String),
 }
 
 impl Duration {
@@ -51,9 +54,12 @@ impl FromStr for Duration {
     type Err = DurationError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim();
+        // No trimming: the CRD pattern, which must accept exactly what parses, has no spaces.
         if s.is_empty() {
             return Err(DurationError::Empty);
+        }
+        if s.chars().count() > crate::crd::rules::DURATION_MAX_LEN {
+            return Err(DurationError::TooLong(s.to_owned()));
         }
         if s.starts_with('-') {
             return Err(DurationError::Negative(s.to_owned()));
@@ -164,7 +170,9 @@ mod tests {
         assert!(matches!(p("5 days"), Err(DurationError::Malformed(_))));
         assert!(matches!(p("1.2.3s"), Err(DurationError::Malformed(_))));
         assert!(matches!(p("-1s"), Err(DurationError::Negative(_))));
+        assert!(matches!(p("999999999999999999999999h"), Err(DurationError::TooLong(_))));
         assert!(matches!(p("99999999999999999999999h"), Err(DurationError::Overflow(_))));
+        assert!(matches!(p(" 90s"), Err(DurationError::Malformed(_))));
     }
 
     #[test]

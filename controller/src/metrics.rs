@@ -12,6 +12,16 @@ use crate::ipam::PoolStats;
 
 type Labels = Vec<(String, String)>;
 
+/// The kinds `ferrolb_controller_invalid_objects` counts.
+pub const INVALID_OBJECT_KINDS: [&str; 6] = [
+    ferrolb_api::validate::kind::IP_ADDRESS_POOL,
+    ferrolb_api::validate::kind::BGP_PEER,
+    ferrolb_api::validate::kind::BGP_ADVERTISEMENT,
+    ferrolb_api::validate::kind::L2_ADVERTISEMENT,
+    ferrolb_api::validate::kind::BFD_PROFILE,
+    ferrolb_api::validate::kind::CONTROL_PLANE_VIP,
+];
+
 /// Every metric the controller exports; cheap to clone (the metrics are shared handles).
 #[derive(Clone)]
 pub struct Metrics {
@@ -34,6 +44,8 @@ pub struct Metrics {
     pub reconcile_errors: Family<Labels, Counter>,
     /// IPAddressPools rejected by the validator (their last good config stays in force).
     pub invalid_pools: Gauge,
+    /// Objects whose `Valid` condition is False, by kind (validity.rs sets it).
+    pub invalid_objects: Family<Labels, Gauge>,
     /// 1 while this replica leads.
     pub leader: Gauge,
 }
@@ -59,6 +71,7 @@ impl Metrics {
             reconciles: Counter::default(),
             reconcile_errors: Family::default(),
             invalid_pools: Gauge::default(),
+            invalid_objects: Family::default(),
             leader: Gauge::default(),
         };
         r.register(
@@ -98,6 +111,11 @@ impl Metrics {
             "IPAddressPools rejected by the validator",
             m.invalid_pools.clone(),
         );
+        r.register(
+            "ferrolb_controller_invalid_objects",
+            "Configuration objects the validator rejects (Valid=False), by kind",
+            m.invalid_objects.clone(),
+        );
         r.register("ferrolb_controller_leader", "1 while this replica is the leader", m.leader.clone());
         // Which build runs (the revision comes from buildinfo/build.rs, as in `--version`).
         let build_info = Family::<[(&'static str, &'static str); 2], Gauge>::default();
@@ -114,7 +132,17 @@ impl Metrics {
         for result in ["assigned", "failed"] {
             let _ = m.allocations.get_or_create(&vec![("result".to_owned(), result.to_owned())]);
         }
+        // Every kind at 0 from the start, so FerrolbConfigInvalid sees a series to compare.
+        for kind in INVALID_OBJECT_KINDS {
+            m.set_invalid(kind, 0);
+        }
         Metrics { registry: std::sync::Arc::new(r), ..m }
+    }
+
+    /// Publishes how many objects of `kind` are invalid.
+    pub fn set_invalid(&self, kind: &str, count: usize) {
+        let labels = vec![("kind".to_owned(), kind.to_owned())];
+        self.invalid_objects.get_or_create(&labels).set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Publishes one pool's statistics.

@@ -196,6 +196,9 @@ impl ConfigStores {
     pub async fn sync(&self, ctx: &Context, unseen: &mut Unseen) -> bool {
         let config = self.config();
         let errors = validate(&config, Origin::Cluster);
+        for (kind, count) in invalid_counts(&config, &errors) {
+            ctx.metrics.set_invalid(kind, count);
+        }
         // Every write is attempted: one failure does not hold up the others.
         let results = [
             sync_kind(ctx, &config.peers, &errors, unseen).await,
@@ -206,6 +209,22 @@ impl ConfigStores {
         ];
         results.iter().all(|ok| *ok)
     }
+}
+
+/// How many objects of each kind the validator rejects: those whose `Valid` is False
+/// (pools included, though pool_sync.rs writes their condition).
+pub fn invalid_counts(config: &Config, errors: &[ValidationError]) -> [(&'static str, usize); 6] {
+    fn count<K: ResourceExt>(objects: &[K], kind: &str, errors: &[ValidationError]) -> usize {
+        objects.iter().filter(|o| errors_for(errors, kind, &o.name_any()).next().is_some()).count()
+    }
+    [
+        (kind::IP_ADDRESS_POOL, count(&config.pools, kind::IP_ADDRESS_POOL, errors)),
+        (kind::BGP_PEER, count(&config.peers, kind::BGP_PEER, errors)),
+        (kind::BGP_ADVERTISEMENT, count(&config.bgp_advertisements, kind::BGP_ADVERTISEMENT, errors)),
+        (kind::L2_ADVERTISEMENT, count(&config.l2_advertisements, kind::L2_ADVERTISEMENT, errors)),
+        (kind::BFD_PROFILE, count(&config.bfd_profiles, kind::BFD_PROFILE, errors)),
+        (kind::CONTROL_PLANE_VIP, count(&config.control_plane_vips, kind::CONTROL_PLANE_VIP, errors)),
+    ]
 }
 
 /// Writes each object's `Valid` condition where it differs from the stored one.
@@ -275,6 +294,37 @@ mod tests {
             problem: "bad".into(),
             fix: "fix it".into(),
         }
+    }
+
+    #[test]
+    fn invalid_objects_are_counted_per_kind_and_exported() {
+        let peer = |name: &str, hold: &str| {
+            let mut spec = ferrolb_api::BgpPeerSpec::new(64513, 64512, format!("192.0.2.{}", name.len()));
+            spec.hold_time = hold.into();
+            BgpPeer::new(name, spec)
+        };
+        let bad_adv = BgpAdvertisement::new(
+            "adv",
+            ferrolb_api::BgpAdvertisementSpec { peers: vec!["missing".into()], ..Default::default() },
+        );
+        let config = Config {
+            peers: vec![peer("a", "90s"), peer("bb", "2s"), peer("ccc", "1s")],
+            bgp_advertisements: vec![bad_adv],
+            ..Config::default()
+        };
+        let errors = validate(&config, Origin::Cluster);
+        let counts = invalid_counts(&config, &errors);
+        assert!(counts.contains(&(kind::BGP_PEER, 2)), "{counts:?}");
+        assert!(counts.contains(&(kind::BGP_ADVERTISEMENT, 1)), "{counts:?}");
+        assert!(counts.contains(&(kind::IP_ADDRESS_POOL, 0)), "{counts:?}");
+
+        let metrics = crate::metrics::Metrics::new();
+        for (kind, count) in counts {
+            metrics.set_invalid(kind, count);
+        }
+        let text = metrics.encode();
+        assert!(text.contains("ferrolb_controller_invalid_objects{kind=\"BGPPeer\"} 2"), "{text}");
+        assert!(text.contains("ferrolb_controller_invalid_objects{kind=\"ControlPlaneVIP\"} 0"), "{text}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub const REGENERATE: &str = "cargo run -p ferrolb-api --example crdgen -- manif
 
 /// Every ferrolb CRD.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    let mut crds = vec![
         IpAddressPool::crd(),
         BgpPeer::crd(),
         BgpAdvertisement::crd(),
@@ -21,7 +21,22 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         BfdProfile::crd(),
         ControlPlaneVip::crd(),
         ServiceAnnouncement::crd(),
-    ]
+    ];
+    for crd in &mut crds {
+        let kind = crd.spec.names.kind.clone();
+        for version in &mut crd.spec.versions {
+            let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) else {
+                continue;
+            };
+            // Round trip through JSON: the rules are written as JSON, like the apiserver reads them.
+            let Ok(mut value) = serde_json::to_value(&*schema) else { continue };
+            super::rules::harden(&kind, &mut value);
+            if let Ok(hardened) = serde_json::from_value(value) {
+                *schema = hardened;
+            }
+        }
+    }
+    crds
 }
 
 /// Why the manifests could not be rendered.

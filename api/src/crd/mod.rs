@@ -11,6 +11,7 @@ pub mod defaults;
 mod l2;
 mod manifests;
 mod pool;
+pub mod rules;
 
 pub use announcement::{
     AnnouncementProtocol, ServiceAnnouncement, ServiceAnnouncementSpec, ServiceAnnouncementStatus, ServiceRef,

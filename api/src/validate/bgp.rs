@@ -60,7 +60,7 @@ pub(super) fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet
         );
     }
     if let Some(id) = &spec.router_id
-        && id.trim().parse::<std::net::Ipv4Addr>().is_err()
+        && id.parse::<std::net::Ipv4Addr>().is_err()
     {
         c.err(
             "spec.routerID",

@@ -63,7 +63,9 @@ impl<'a> Check<'a> {
 
     pub(super) fn communities(&mut self, field: &str, communities: &[String]) {
         for (i, s) in communities.iter().enumerate() {
-            if let Err(e) = s.parse::<Community>() {
+            if s.trim() != s {
+                self.err(format!("{field}[{i}]"), format!("{s:?} has surrounding spaces"), "remove them");
+            } else if let Err(e) = s.parse::<Community>() {
                 self.err(
                     format!("{field}[{i}]"),
                     e.to_string(),
@@ -92,7 +94,7 @@ impl<'a> Check<'a> {
     }
 
     pub(super) fn ip(&mut self, field: &str, value: &str) -> Option<IpAddr> {
-        match value.trim().parse::<IpAddr>() {
+        match value.parse::<IpAddr>() {
             Ok(ip) => Some(ip),
             Err(_) => {
                 self.err(

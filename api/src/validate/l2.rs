@@ -16,13 +16,13 @@ pub(super) fn check_l2_advertisement(c: &mut Check<'_>, adv: &L2Advertisement, p
     }
 }
 
-/// Linux interface names: 1..=15 bytes, no '/', no whitespace, not "." or "..".
+/// Linux interface names: 1..=15 printable ASCII characters, no '/' or ':', not "." or "..".
 pub(super) fn check_interface(c: &mut Check<'_>, field: &str, name: &str) {
     let ok = !name.is_empty()
         && name.len() <= 15
         && name != "."
         && name != ".."
-        && !name.chars().any(|ch| ch == '/' || ch == ':' || ch.is_whitespace());
+        && name.chars().all(|ch| ch.is_ascii_graphic() && ch != '/' && ch != ':');
     if !ok {
         c.err(
             field,

@@ -19,6 +19,11 @@ pub(super) fn check_pool(c: &mut Check<'_>, pool: &IpAddressPool, ranges: &mut V
         c.err("spec.addresses", "the pool has no addresses", "list at least one CIDR or range");
     }
     for (i, entry) in spec.addresses.iter().enumerate() {
+        if entry.contains(char::is_whitespace) {
+            // The CRD pattern has no spaces; the parser would forgive them.
+            c.err(format!("spec.addresses[{i}]"), format!("{entry:?} contains spaces"), "remove them");
+            continue;
+        }
         match AddressRange::parse(entry) {
             Ok(range) => ranges.push(PoolRange { pool: c.name.clone(), index: i, range }),
             Err(e) => c.err(
