@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use ferrolb_api::{Config, Origin, parse_stream, validate};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Oldest Kubernetes version ferrolb supports (API.md).
 const OLDEST_KUBERNETES: &str = "1.29.0";
@@ -396,6 +396,36 @@ fn rbac_is_exactly_the_least_privilege_of_each_component() {
     }
 }
 
+/// The viewer role every overlay ships (for people and `kubectl ferrolb`): exactly read
+/// access to every ferrolb kind and what the plugin explains them with, never a write,
+/// never Secrets, and bound to no one.
+#[test]
+fn viewer_role_is_read_only_and_unbound() {
+    let kinds = "ipaddresspools,bgppeers,bgpadvertisements,l2advertisements,bfdprofiles,controlplanevips,\
+                 serviceannouncements";
+    let want = expand(&[
+        ("cluster", "ferrolb.io", kinds, "get,list,watch", "*"),
+        ("cluster", "", "services,nodes,pods,events", "get,list,watch", "*"),
+        ("cluster", "events.k8s.io", "events", "get,list,watch", "*"),
+    ]);
+    for r in rendered() {
+        let role = find(&r.objects, "ClusterRole", "ferrolb-viewer");
+        let binding = json!({
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "probe"},
+            "roleRef": {"kind": "ClusterRole", "name": "ferrolb-viewer"},
+            "subjects": [{"kind": "User", "name": "viewer"}],
+        });
+        let have = permissions(&[role.clone(), binding]).remove("user:viewer").unwrap_or_default();
+        assert_eq!(have, want, "overlay {}", r.overlay);
+        let bound = r.objects.iter().any(|o| {
+            (o["kind"] == "ClusterRoleBinding" || o["kind"] == "RoleBinding")
+                && o["roleRef"]["name"] == "ferrolb-viewer"
+        });
+        assert!(!bound, "overlay {}: ferrolb-viewer must not be bound by the manifests", r.overlay);
+    }
+}
+
 fn container(pod_spec: &Value) -> &Value {
     let containers = pod_spec["containers"].as_array().unwrap();
     assert_eq!(containers.len(), 1);
@@ -571,6 +601,8 @@ fn shipped_binaries() -> BTreeSet<String> {
         }
     }
     bins.remove("ferrolb-testbed");
+    // The kubectl plugin runs on the user's machine, not in the cluster.
+    bins.remove("kubectl-ferrolb");
     bins
 }
 

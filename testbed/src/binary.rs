@@ -13,7 +13,7 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("target"))
 }
 
-/// One of this workspace's binaries (`ferrolb-speaker`, `ferrolb-controller`,
+/// One of this workspace's binaries (`ferrolb-speaker`, `ferrolb-controller`, `kubectl-ferrolb`,
 /// `ferrolb-bootstrap`) for `profile`: `$FERROLB_<NAME>_BIN` (e.g. `FERROLB_SPEAKER_BIN`),
 /// else `target/<profile>/<name>`.
 pub fn workspace(name: &str, profile: &str) -> Result<PathBuf, Error> {
