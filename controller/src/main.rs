@@ -35,6 +35,10 @@ enum Command {
     MigrateFromMetallb {
         /// YAML stream or List, e.g. from `kubectl get -A -o yaml ipaddresspools,...,services`; `-` reads stdin.
         file: PathBuf,
+        /// Write the BGP password Secrets the conversion creates in ferrolb-system (they
+        /// hold the passwords) to this new file, mode 0600; they are never printed.
+        #[arg(long, value_name = "FILE")]
+        secrets_file: Option<PathBuf>,
     },
 }
 
@@ -183,7 +187,9 @@ fn main() {
             .build()
             .context("cannot start the async runtime")
             .and_then(|rt| rt.block_on(run_controller(cli.run))),
-        Some(Command::MigrateFromMetallb { file }) => migrate_from_metallb(&file),
+        Some(Command::MigrateFromMetallb { file, secrets_file }) => {
+            migrate_from_metallb(&file, secrets_file.as_deref())
+        }
     };
     if let Err(e) = result {
         // One line: the chain of causes, joined.
@@ -192,7 +198,19 @@ fn main() {
     }
 }
 
-fn migrate_from_metallb(file: &std::path::Path) -> anyhow::Result<()> {
+/// A new file only its owner can read: it holds passwords.
+fn write_secrets(path: &std::path::Path, yaml: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    f.write_all(yaml.as_bytes())?;
+    f.sync_all()
+}
+
+fn migrate_from_metallb(
+    file: &std::path::Path,
+    secrets_file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
     use std::io::{Read, Write};
     let name = file.display().to_string();
     let input = if name == "-" {
@@ -211,6 +229,23 @@ fn migrate_from_metallb(file: &std::path::Path) -> anyhow::Result<()> {
     }
     if conversion.objects.is_empty() {
         anyhow::bail!("{name}: nothing to convert: no MetalLB objects or MetalLB-annotated Services");
+    }
+    match secrets_file {
+        Some(path) if !conversion.secrets.is_empty() => write_secrets(path, &conversion.secrets_yaml()?)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
+        Some(_) => {}
+        None => {
+            for s in &conversion.secrets {
+                eprintln!(
+                    "not written: Secret {}/{} (BGPPeer {}'s password): rerun with --secrets-file FILE and \
+                     apply FILE first",
+                    s.namespace, s.name, s.peer
+                );
+            }
+        }
+    }
+    for c in &conversion.commands {
+        eprintln!("run before applying: {c}");
     }
     std::io::stdout().write_all(conversion.to_yaml()?.as_bytes())?;
     Ok(())

@@ -110,7 +110,14 @@ fn every_metallb_kind_converts_into_valid_ferrolb_objects() {
     assert_eq!(b.spec.connect_time, "10s");
     assert_eq!(b.spec.source_address.as_deref(), Some("2001:db8::11"));
     let secret = b.spec.password_secret.as_ref().unwrap();
-    assert_eq!((secret.namespace.as_str(), secret.name.as_str()), ("metallb-system", "router-b-auth"));
+    assert_eq!(
+        (secret.namespace.as_str(), secret.name.as_str()),
+        ("ferrolb-system", "router-b-auth"),
+        "a copy the speaker may read, not MetalLB's Secret"
+    );
+    let emitted: Vec<&str> = c.secrets.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(emitted, ["router-a-bgp-password"], "the inline password becomes a Secret");
+    assert!(c.commands.iter().any(|c| c.starts_with("kubectl -n metallb-system get secret router-b-auth ")));
 
     let Object::BgpAdvertisement(adv) = find(&c, "BGPAdvertisement", "public") else { unreachable!() };
     assert_eq!(adv.spec.communities, ["64512:1", "64512:200", "large:64512:2:3", "65535:65282"], "aliases");
@@ -137,7 +144,6 @@ fn what_cannot_be_converted_is_listed_exactly() {
             ("IPAddressPool metallb-system/team-a", "spec.addresses[2]"),
             ("BFDProfile metallb-system/fast", "spec.echoMode"),
             ("BFDProfile metallb-system/fast", "spec.echoInterval"),
-            ("BGPPeer metallb-system/router-a", "spec.password"),
             ("BGPPeer metallb-system/router-vrf", "spec.vrf"),
             ("BGPPeer metallb-system/unnumbered", "spec.interface"),
             ("BGPPeer metallb-system/unnumbered", "spec.dynamicASN"),
@@ -150,7 +156,6 @@ fn what_cannot_be_converted_is_listed_exactly() {
     );
     let why = |field: &str| c.unconverted.iter().find(|u| u.field == field).unwrap().why.clone();
     assert!(why("spec.vrf").contains("the BGPPeer was not converted"));
-    assert!(why("spec.password").contains("ferrolb-system/router-a-bgp-password"));
     assert!(why("spec.communities[0]").contains("\"no-such-alias\""));
     for u in &c.unconverted {
         assert!(!u.to_string().contains("hunter2"), "a password leaked: {u}");
@@ -281,8 +286,14 @@ fn cli_prints_a_ferrolb_stream_and_one_stderr_line_per_unconverted_field() {
     let config = parse_stream("stdout", &stdout).unwrap().config().validate(Origin::Cluster).unwrap();
     assert_eq!((config.pools.len(), config.peers.len(), config.bfd_profiles.len()), (3, 2, 2));
     let stderr = String::from_utf8(out.stderr).unwrap();
-    let expected: Vec<String> =
-        converted("config.yaml").unconverted.iter().map(|u| format!("not converted: {u}")).collect();
+    let c = converted("config.yaml");
+    let mut expected: Vec<String> = c.unconverted.iter().map(|u| format!("not converted: {u}")).collect();
+    expected.push(
+        "not written: Secret ferrolb-system/router-a-bgp-password (BGPPeer router-a's password): rerun with \
+         --secrets-file FILE and apply FILE first"
+            .to_owned(),
+    );
+    expected.extend(c.commands.iter().map(|c| format!("run before applying: {c}")));
     assert_eq!(stderr.lines().collect::<Vec<_>>(), expected);
     assert!(!stdout.contains("hunter2") && !stderr.contains("hunter2"), "a password leaked");
 
@@ -293,6 +304,116 @@ fn cli_prints_a_ferrolb_stream_and_one_stderr_line_per_unconverted_field() {
     let out = run_cli(empty.to_str().unwrap());
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to convert"));
+}
+
+/// MetalLB's documented examples convert into a configuration ferrolb's validator
+/// accepts, and every Secret a BGPPeer names is one the speaker can read: in ferrolb's
+/// namespace, and either emitted (with the password from the input) or created by a
+/// printed command that copies it, with the speaker's Role extended to it.
+#[test]
+fn metallb_documented_samples_convert_and_every_password_secret_is_provided() {
+    let c = converted("samples.yaml");
+    assert!(c.invalid.is_empty(), "{:#?}", c.invalid);
+    assert!(c.unconverted.is_empty(), "{:#?}", c.unconverted);
+    let stream = parse_stream("converted", &c.to_yaml().unwrap()).unwrap();
+    let config = stream.config().validate(Origin::Cluster).unwrap();
+    assert_eq!(
+        (config.pools.len(), config.l2_advertisements.len(), config.bgp_advertisements.len()),
+        (1, 1, 2)
+    );
+    assert_eq!((config.peers.len(), config.bfd_profiles.len()), (4, 1));
+
+    let Object::BgpAdvertisement(local) = find(&c, "BGPAdvertisement", "local") else { unreachable!() };
+    assert_eq!(
+        (local.spec.aggregation_length, local.spec.communities.as_slice()),
+        (32, &["65535:65282".to_owned()][..])
+    );
+    let Object::BgpAdvertisement(ext) = find(&c, "BGPAdvertisement", "external") else { unreachable!() };
+    assert_eq!((ext.spec.aggregation_length, ext.spec.aggregation_length_v6), (24, 124));
+
+    let mut referenced = Vec::new();
+    for peer in &config.peers {
+        let Some(r) = &peer.spec.password_secret else { continue };
+        assert_eq!((r.namespace.as_str(), r.key.as_str()), ("ferrolb-system", "password"), "{r:?}");
+        let emitted = c.secrets.iter().any(|s| s.namespace == r.namespace && s.name == r.name);
+        let copy = format!(
+            "kubectl -n ferrolb-system create secret generic {} --from-file=password=/dev/stdin",
+            r.name
+        );
+        let copied = c.commands.iter().any(|cmd| cmd.ends_with(&copy));
+        assert!(emitted != copied, "Secret {} must be emitted or copied, once: {:#?}", r.name, c.commands);
+        let grant = format!("\"value\":\"{}\"}}]'", r.name);
+        assert!(
+            c.commands
+                .iter()
+                .any(|cmd| cmd.contains("patch role ferrolb-speaker-bgp-passwords") && cmd.ends_with(&grant))
+        );
+        referenced.push(r.name.clone());
+    }
+    assert_eq!(referenced, ["example-inline-bgp-password", "secretname", "not-in-input"]);
+    assert_eq!(
+        c.commands.iter().filter(|cmd| cmd.contains("get secret")).collect::<Vec<_>>(),
+        ["kubectl -n metallb-system get secret not-in-input -o jsonpath='{.data.password}' | base64 -d | \
+          kubectl -n ferrolb-system create secret generic not-in-input --from-file=password=/dev/stdin"]
+    );
+
+    // The emitted Secrets hold the input's passwords, under the key the BGPPeers name.
+    let secrets: Vec<k8s_openapi::api::core::v1::Secret> = c
+        .secrets_yaml()
+        .unwrap()
+        .split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_saphyr::from_str(d).unwrap())
+        .collect();
+    let passwords: Vec<(String, String, Vec<u8>)> = secrets
+        .into_iter()
+        .map(|s| {
+            let p = s.data.unwrap()["password"].0.clone();
+            (s.metadata.namespace.unwrap(), s.metadata.name.unwrap(), p)
+        })
+        .collect();
+    assert_eq!(
+        passwords,
+        [
+            ("ferrolb-system".into(), "example-inline-bgp-password".into(), b"hunter2".to_vec()),
+            ("ferrolb-system".into(), "secretname".into(), b"hunter3".to_vec()),
+        ]
+    );
+    assert!(!format!("{c:?}").contains("hunter"), "Debug hides passwords");
+}
+
+/// The CLI prints no password: the Secrets go only to --secrets-file, readable by its
+/// owner alone, and without it stderr says which Secrets were not written.
+#[test]
+fn cli_writes_passwords_only_to_the_secrets_file() {
+    let (path, _) = fixture("samples.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("secrets.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_ferrolb-controller"))
+        .args(["migrate-from-metallb", &path, "--secrets-file", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (stdout, stderr) = (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap());
+    assert!(!stdout.contains("hunter") && !stderr.contains("hunter"), "a password leaked");
+    assert!(!stdout.contains("aHVudGVy") && !stderr.contains("aHVudGVy"), "a password leaked in base64");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), converted("samples.yaml").secrets_yaml().unwrap());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(!stderr.contains("not written"), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("run before applying: kubectl -n metallb-system get secret not-in-input"))
+    );
+
+    let out = run_cli(&path);
+    assert!(out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!stderr.contains("hunter") && !String::from_utf8(out.stdout).unwrap().contains("hunter"));
+    assert!(
+        stderr.contains("not written: Secret ferrolb-system/secretname (BGPPeer example-secret's password)")
+    );
 }
 
 proptest::proptest! {

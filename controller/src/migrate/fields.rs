@@ -45,6 +45,11 @@ impl<'r> Spec<'r> {
     }
 
     /// Reports a field of this object.
+    /// The report, for lines about other objects than this one.
+    pub(super) fn report(&mut self) -> &mut Report {
+        self.report
+    }
+
     pub(super) fn unconverted(&mut self, field: impl Into<String>, why: impl Into<String>) {
         self.report.push(&self.object, field.into(), why);
     }

@@ -7,20 +7,17 @@ use std::net::IpAddr;
 use ferrolb_api::{
     AddressError, AddressFamily, AddressRange, BfdProfile, BfdProfileSpec, BgpAdvertisement,
     BgpAdvertisementSpec, BgpPeer, BgpPeerSpec, Community, Duration, GracefulRestart, IpAddressPool,
-    IpAddressPoolSpec, L2Advertisement, L2AdvertisementSpec, SecretKeyRef, ServiceAllocation,
+    IpAddressPoolSpec, L2Advertisement, L2AdvertisementSpec, ServiceAllocation,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::fields::{Report, Spec, metadata};
+use super::secrets::Passwords;
 
 /// Namespace MetalLB runs in unless told otherwise.
-const METALLB_NAMESPACE: &str = "metallb-system";
-/// Key MetalLB reads from a BGP password Secret (type kubernetes.io/basic-auth).
-const METALLB_PASSWORD_KEY: &str = "password";
-/// Where converted Secret references point when MetalLB had the password inline.
-const FERROLB_NAMESPACE: &str = "ferrolb-system";
+pub(super) const METALLB_NAMESPACE: &str = "metallb-system";
 
 fn name(doc: &Value) -> String {
     doc["metadata"]["name"].as_str().unwrap_or_default().to_owned()
@@ -152,7 +149,7 @@ pub(super) fn bgp_advertisement(
     Some(out)
 }
 
-pub(super) fn bgp_peer(doc: &Value, report: &mut Report) -> Option<BgpPeer> {
+pub(super) fn bgp_peer(doc: &Value, passwords: &mut Passwords, report: &mut Report) -> Option<BgpPeer> {
     #[derive(Deserialize)]
     struct SecretReference {
         name: String,
@@ -185,32 +182,25 @@ pub(super) fn bgp_peer(doc: &Value, report: &mut Report) -> Option<BgpPeer> {
     if s.take::<bool>("enableGracefulRestart") == Some(true) {
         spec.graceful_restart = Some(GracefulRestart::default());
     }
-    if let Some(secret) = s.take::<SecretReference>("passwordSecret") {
-        spec.password_secret = Some(SecretKeyRef {
-            name: secret.name,
-            namespace: secret.namespace.unwrap_or_else(|| namespace(doc)),
-            key: METALLB_PASSWORD_KEY.to_owned(),
-        });
-    }
-    if s.take::<String>("password").is_some_and(|p| !p.is_empty()) {
-        let secret = format!("{}-bgp-password", name(doc));
+    let secret = s.take::<SecretReference>("passwordSecret");
+    let password = s.take::<String>("password").filter(|p| !p.is_empty());
+    if secret.is_some() && password.is_some() {
         // The password itself is never printed.
         s.unconverted(
             "spec.password",
-            format!(
-                "ferrolb reads BGP passwords only from Secrets; spec.passwordSecret now names Secret \
-                 {FERROLB_NAMESPACE}/{secret}: create it with `kubectl -n {FERROLB_NAMESPACE} create secret \
-                 generic {secret} --from-literal=password=...` and list it in manifests/components/bgp"
-            ),
+            "set as well as spec.passwordSecret, which MetalLB rejects; the Secret is used",
         );
-        if spec.password_secret.is_none() {
-            spec.password_secret = Some(SecretKeyRef {
-                name: secret,
-                namespace: FERROLB_NAMESPACE.to_owned(),
-                key: METALLB_PASSWORD_KEY.to_owned(),
-            });
-        }
     }
+    // MetalLB's Secret lives in MetalLB's namespace, which the speaker cannot read: the
+    // BGPPeer names a copy in ferrolb's.
+    spec.password_secret = match (secret, password) {
+        (Some(r), _) => {
+            let ns = r.namespace.unwrap_or_else(|| namespace(doc));
+            Some(passwords.copied(&name(doc), &ns, &r.name, s.report()))
+        }
+        (None, Some(p)) => Some(passwords.inline(&name(doc), p)),
+        (None, None) => None,
+    };
     // disableMP: MetalLB announces only the peer address's family on the session.
     if s.take::<bool>("disableMP") == Some(true) {
         match peer_address.as_deref().and_then(|a| a.trim().parse::<IpAddr>().ok()) {

@@ -20,7 +20,10 @@
 
 mod fields;
 mod kinds;
+mod secrets;
 mod service;
+
+pub use secrets::PasswordSecret;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -58,12 +61,36 @@ pub struct Conversion {
     pub unconverted: Vec<Unconverted>,
     /// What ferrolb's validator says about the converted configuration.
     pub invalid: Vec<ValidationError>,
+    /// BGP password Secrets to create in ferrolb's namespace (passwords MetalLB had
+    /// inline, or in a Secret the input holds). Kept apart from `objects` so that
+    /// password material is written only where asked for.
+    pub secrets: Vec<PasswordSecret>,
+    /// Commands to run before applying `objects`: copy the password Secrets the input
+    /// does not hold into ferrolb's namespace, and let the speaker read each Secret a
+    /// BGPPeer names. They print no password.
+    pub commands: Vec<String>,
 }
 
 impl Conversion {
     /// The objects as a YAML stream (`---`-separated documents).
     pub fn to_yaml(&self) -> Result<String, Error> {
         Ok(write_stream(&self.objects)?)
+    }
+
+    /// The password Secrets as a YAML stream. It holds the passwords: write it only
+    /// where the user asked for it, never to a log.
+    pub fn secrets_yaml(&self) -> Result<String, Error> {
+        let mut out = String::new();
+        for s in &self.secrets {
+            let yaml = serde_saphyr::to_string(&s.to_secret())
+                .map_err(|e| Error::Secret { name: s.name.clone(), message: e.to_string() })?;
+            out.push_str("---\n");
+            out.push_str(&yaml);
+            if !yaml.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -78,6 +105,14 @@ pub enum Error {
         /// Document number, from 1.
         document: usize,
         /// Parser message.
+        message: String,
+    },
+    /// Writing a password Secret failed (the message holds no password).
+    #[error("Secret {name}: cannot be written: {message}")]
+    Secret {
+        /// Secret name.
+        name: String,
+        /// Serializer message.
         message: String,
     },
     /// Writing the result failed.
@@ -97,6 +132,11 @@ pub fn convert(input: &str, file: &str) -> Result<Conversion, Error> {
         kinds::community_aliases(doc, &mut aliases, &mut report);
     }
 
+    let mut passwords = secrets::Passwords::default();
+    for doc in docs.iter().filter(|d| is_secret(d)) {
+        passwords.add_input(doc, kinds::METALLB_NAMESPACE);
+    }
+
     let mut objects = Vec::new();
     for doc in &docs {
         let kind = doc["kind"].as_str().unwrap_or_default();
@@ -105,7 +145,7 @@ pub fn convert(input: &str, file: &str) -> Result<Conversion, Error> {
                 "IPAddressPool" => kinds::pool(doc, &mut report).map(Object::from),
                 "L2Advertisement" => kinds::l2_advertisement(doc, &mut report).map(Object::from),
                 "BGPAdvertisement" => kinds::bgp_advertisement(doc, &aliases, &mut report).map(Object::from),
-                "BGPPeer" => kinds::bgp_peer(doc, &mut report).map(Object::from),
+                "BGPPeer" => kinds::bgp_peer(doc, &mut passwords, &mut report).map(Object::from),
                 "BFDProfile" => kinds::bfd_profile(doc, &mut report).map(Object::from),
                 "Community" => None, // folded into BGPAdvertisement.spec.communities
                 _ => {
@@ -119,6 +159,8 @@ pub fn convert(input: &str, file: &str) -> Result<Conversion, Error> {
             }
         } else if kind == "Service" && doc["apiVersion"] == "v1" {
             service::convert(doc, &mut report).map(Object::from)
+        } else if is_secret(doc) {
+            None // read by the BGPPeers that name it
         } else if kind == "ConfigMap" && doc["data"].get("config").is_some() {
             report.push(
                 &fields::describe(doc),
@@ -134,9 +176,21 @@ pub fn convert(input: &str, file: &str) -> Result<Conversion, Error> {
         objects.extend(converted);
     }
 
+    passwords.report_unused(&mut report);
+
     let config = Config::from_objects(&objects);
     let invalid = validate(&config, Origin::Cluster);
-    Ok(Conversion { objects, unconverted: report.into_lines(), invalid })
+    Ok(Conversion {
+        objects,
+        unconverted: report.into_lines(),
+        invalid,
+        secrets: passwords.secrets,
+        commands: passwords.commands,
+    })
+}
+
+fn is_secret(doc: &Value) -> bool {
+    doc["kind"] == "Secret" && doc["apiVersion"] == "v1"
 }
 
 fn is_metallb(doc: &Value) -> bool {
