@@ -115,6 +115,8 @@ pub struct Metrics {
     pub prefixes_received: Family<PeerLabel, Counter>,
     /// Addresses this node announces, per protocol.
     pub announced: Family<ProtocolLabel, Gauge>,
+    /// L2 addresses no node can own ([`crate::plan::Announcements::l2_unowned`]).
+    pub l2_unowned: Gauge,
     /// Static file loads, by result.
     pub config_loads: Family<ResultLabel, Counter>,
     /// L2 addresses this node started or stopped owning, by reason.
@@ -200,6 +202,7 @@ impl Metrics {
         let updates_received = Family::<PeerLabel, Counter>::default();
         let prefixes_received = Family::<PeerLabel, Counter>::default();
         let announced = Family::<ProtocolLabel, Gauge>::default();
+        let l2_unowned = Gauge::default();
         let config_loads = Family::<ResultLabel, Counter>::default();
         // Exported at 0 from the start, so that the first rejection is an increase
         // (FerrolbSpeakerConfigRejected in manifests/components/monitoring).
@@ -246,6 +249,11 @@ impl Metrics {
         registry.register("bgp_updates_received", "BGP UPDATE messages received", updates_received.clone());
         registry.register("bgp_prefixes_received", "prefixes received (dropped)", prefixes_received.clone());
         registry.register("speaker_announced", "addresses this node announces", announced.clone());
+        registry.register(
+            "speaker_l2_unowned_addresses",
+            "addresses an L2Advertisement selects that no Ready, live, selected node can own",
+            l2_unowned.clone(),
+        );
         registry.register("speaker_config_loads", "static file loads by result", config_loads.clone());
         registry.register(
             "l2_ownership_changes",
@@ -264,6 +272,7 @@ impl Metrics {
             updates_received,
             prefixes_received,
             announced,
+            l2_unowned,
             config_loads,
             status_writes,
             events,
@@ -402,6 +411,15 @@ mod tests {
             env!("FERROLB_REVISION")
         );
         assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
+    }
+
+    #[test]
+    fn unowned_l2_addresses_are_exported() {
+        let m = Metrics::new();
+        assert!(m.encode().lines().any(|l| l == "ferrolb_speaker_l2_unowned_addresses 0"));
+        m.l2_unowned.set(2);
+        let text = m.encode();
+        assert!(text.lines().any(|l| l == "ferrolb_speaker_l2_unowned_addresses 2"), "{text}");
     }
 
     #[test]

@@ -219,9 +219,11 @@ impl Planner {
         let mut l2: Option<Vec<String>> = None;
         let mut handover: Option<(Vec<String>, &String)> = None;
         let mut successors: Vec<String> = Vec::new();
+        let mut unowned = false;
         for f in self.by_ip.get(&ip).into_iter().flat_map(Holders::fragments) {
             for o in f.outcomes.iter().filter(|o| o.ip == ip) {
                 announced |= o.done;
+                unowned |= o.l2_unowned;
                 if !o.done {
                     reasons.get_or_insert_with(Vec::new).extend(o.why.iter().map(String::as_str));
                 }
@@ -246,6 +248,11 @@ impl Planner {
         out.l2_draining.remove(&ip);
         out.l2_successors.remove(&ip);
         out.withdrawn.remove(&ip);
+        if unowned {
+            out.l2_unowned.insert(ip);
+        } else {
+            out.l2_unowned.remove(&ip);
+        }
         self.drain_candidates.remove(&ip);
         match (l2, handover) {
             (Some(ifs), _) => {

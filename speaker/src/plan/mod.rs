@@ -78,6 +78,12 @@ pub struct Announcements {
     /// it fails: it sends them heartbeats, so they take over in tens of milliseconds
     /// ([`ferrolb_proto::membership::heartbeat`]).
     pub l2_successors: BTreeMap<IpAddr, Vec<String>>,
+    /// Addresses an L2Advertisement selects that no node can own: no node it selects is
+    /// Ready, live and not excluded. Every node computes the same set; the speakers
+    /// export its size (`ferrolb_speaker_l2_unowned_addresses`) for the "no L2 owner"
+    /// alert. A Local Service with no serving endpoint anywhere is not counted: that is
+    /// the application's state, not the load balancer's.
+    pub l2_unowned: BTreeSet<IpAddr>,
 }
 
 impl Announcements {
@@ -298,6 +304,8 @@ struct Outcome {
     /// Owned for ARP/NDP: the nodes elected next if this one fails (one per
     /// L2Advertisement that elects it), which it sends heartbeats to.
     l2_successors: Vec<String>,
+    /// Some L2Advertisement selects the address and none has a node that could own it.
+    l2_unowned: bool,
 }
 
 /// What one Service contributes to the plan.
@@ -333,6 +341,7 @@ fn fragment(model: &ClusterModel, g: &Globals<'_>, key: &ServiceKey, svc: &Servi
             l2: None,
             l2_handover: None,
             l2_successors: Vec::new(),
+            l2_unowned: false,
         };
         if pools.is_empty() {
             o.why.push(format!("{key}: {ip} is in no IPAddressPool"));
@@ -460,6 +469,8 @@ impl Ctx<'_> {
     fn l2(&self, o: &mut Outcome) -> (bool, bool) {
         let (key, ip, me) = (self.key, self.ip, self.g.me);
         let mut any = false;
+        // Whether some advertisement has a node that could own the address, endpoints aside.
+        let mut ownable = false;
         for (ad_name, ad) in &self.model.l2_advertisements {
             let s = &ad.spec;
             if !self.selects_pool(&s.ip_address_pools, &s.ip_address_pool_selectors)
@@ -475,13 +486,13 @@ impl Ctx<'_> {
                     && !n.network_unavailable
                     && self.g.live.contains(name)
             };
-            let candidates: Vec<&str> = self
-                .model
-                .nodes
-                .iter()
-                .filter(|(name, n)| eligible(name, n) && !self.local_without_endpoint(name))
-                .map(|(name, _)| name.as_str())
-                .collect();
+            let mut candidates: Vec<&str> = Vec::new();
+            for (name, _) in self.model.nodes.iter().filter(|(name, n)| eligible(name, n)) {
+                ownable = true;
+                if !self.local_without_endpoint(name) {
+                    candidates.push(name);
+                }
+            }
             let owner = election::owner(ip, candidates.iter().copied());
             if owner == Some(me) {
                 merge_interfaces(o.l2.get_or_insert_with(|| s.interfaces.clone()), &s.interfaces);
@@ -522,6 +533,7 @@ impl Ctx<'_> {
                 )),
             }
         }
+        o.l2_unowned = any && !ownable;
         (any, o.l2.is_some() || o.l2_handover.is_some())
     }
 }

@@ -206,6 +206,27 @@ fn l2_owner_is_the_elected_live_candidate() {
 }
 
 #[test]
+fn an_address_no_node_can_own_is_counted_on_every_node() {
+    let m = model_of(&(FIXTURE.to_string() + L2_SVC));
+    let vip = ip("192.0.2.201");
+    assert!(plan(&m, "node1", &all_live(&m)).l2_unowned.is_empty());
+    let mut down = m.clone();
+    for n in down.nodes.values_mut() {
+        n.ready = false;
+    }
+    for me in ["node1", "node2"] {
+        assert_eq!(plan(&down, me, &all_live(&down)).l2_unowned, BTreeSet::from([vip]), "{me}");
+    }
+    // Nobody live in membership: the same.
+    assert_eq!(plan(&m, "node1", &BTreeSet::new()).l2_unowned, BTreeSet::from([vip]));
+    // A Local Service with no serving endpoint anywhere is the application's state.
+    let local = l2_local(GONE, GONE);
+    let a = plan(&local, "node1", &all_live(&local));
+    assert!(!a.l2.contains_key(&ip("192.0.2.202")));
+    assert!(a.l2_unowned.is_empty(), "{:?}", a.l2_unowned);
+}
+
+#[test]
 fn l2_skips_nodes_that_are_not_ready() {
     let m = model_of(&(FIXTURE.to_string() + L2_SVC));
     let vip = ip("192.0.2.201");

@@ -126,6 +126,7 @@ impl State {
             .get_or_create(&ProtocolLabel { protocol: "bgp".into() })
             .set(len_i64(&bgp_addrs));
         self.metrics.announced.get_or_create(&ProtocolLabel { protocol: "l2".into() }).set(len_i64(&new.l2));
+        self.metrics.l2_unowned.set(len_i64(&new.l2_unowned));
         if let Some(c) = &self.cluster {
             let want = status::desired(&self.model, &new, &self.opts.node_name, &c.feed.uids);
             c.status.send_if_modified(|d| {
