@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . testbed/prereqs.sh
 bash testbed/kube/build.sh
-cargo build -q -p ferrolb-testbed -p ferrolb-speaker
+cargo build -q -p ferrolb-testbed -p ferrolb-speaker -p kubectl-ferrolb
 exec ./target/debug/ferrolb-testbed demo "$@"

@@ -170,6 +170,25 @@ pub fn run() -> Result<(), Error> {
         "--- kubectl get serviceannouncements ---\n{}",
         cluster.kubectl(&["get", "serviceannouncements"])?
     );
+    // The operator's view of the same: the kubectl plugin (plugin/README.md).
+    let plugin = crate::binary::workspace("kubectl-ferrolb", "debug")?;
+    let ferrolb_cli = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(&plugin);
+        cmd.arg("--kubeconfig").arg(cluster.kubeconfig()).args(args);
+        crate::netns::run(&mut cmd)
+    };
+    let status =
+        wait::until("kubectl ferrolb status: both Services announced", Duration::from_secs(30), || {
+            let out = ferrolb_cli(&["status", "-A"])?;
+            let announced = |svc: &str, proto: &str| {
+                out.lines().any(|l| {
+                    l.split_whitespace().take(5).collect::<Vec<_>>().ends_with(&[proto]) && l.contains(svc)
+                })
+            };
+            Ok((announced("web-bgp", "BGP") && announced("web-l2", "L2")).then_some(out))
+        })?;
+    println!("--- kubectl ferrolb status -A ---\n{status}");
+    println!("--- kubectl ferrolb pools ---\n{}", ferrolb_cli(&["pools"])?);
 
     let body = client::http_get(lab.client(), SocketAddr::new(vip4, 80), "/", Duration::from_secs(5))?;
     t.say(format!("client → http://{vip4}/ through the router: {}", body.trim()));
