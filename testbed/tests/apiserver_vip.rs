@@ -24,7 +24,6 @@ use ferrolb_testbed::netns::Netns;
 use ferrolb_testbed::process::{Proc, Spawn};
 use ferrolb_testbed::{Error, Lab, LabConfig, client, plan, wait};
 use k8s_openapi::api::core::v1::Pod;
-use serde_json::Value;
 
 const T: Duration = Duration::from_secs(30);
 const MEMBERS: usize = 3;
@@ -368,17 +367,11 @@ fn wait_vip_at(lab: &Lab, want: usize, what: &str) {
     .unwrap();
 }
 
-/// The audit log entries of one user in one file, but for the test's own kubectl.
-fn audit_entries(path: &Path, user: &str) -> Vec<Value> {
-    let mut text = String::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
-        f.read_to_string(&mut text).unwrap();
-    }
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["user"]["username"] == user)
-        .filter(|e| !e["userAgent"].as_str().unwrap_or_default().starts_with("kubectl/"))
-        .collect()
+/// The audit log events of one user in one file, but for the test's own kubectl.
+fn audit_entries(path: &Path, user: &str) -> Vec<cluster::audit::Request> {
+    let mut events = cluster::audit::read(path, 0, Some(user));
+    events.retain(|e| !e.user_agent.starts_with("kubectl/"));
+    events
 }
 
 /// The refresh read the ControlPlaneVIP the real apiserver serves (kubectl's
@@ -529,20 +522,17 @@ fn the_apiserver_vip_follows_healthy_real_apiservers() {
         let user = format!("system:ferrolb-bootstrap:{}", plan::node_name(m.i));
         let own = audit_entries(&cluster.paths().audit_log(m.i), &user);
         assert!(
-            own.iter()
-                .any(|e| e["objectRef"]["resource"] == "controlplanevips"
-                    && e["responseStatus"]["code"] == 200),
+            own.iter().any(|e| e.resource == "controlplanevips" && e.code == Some(200)),
             "{user} never read its ControlPlaneVIP from its local apiserver"
         );
-        let denied: Vec<&Value> =
-            own.iter().filter(|e| e["responseStatus"]["code"].as_u64().is_none_or(|c| c >= 400)).collect();
+        let denied: Vec<_> = own.iter().filter(|e| e.code.is_none_or(|c| c >= 400)).collect();
         assert!(denied.is_empty(), "{user}: {denied:?}");
         // The health probes: /readyz of the local apiserver, anonymous, answered 200.
         let probes = audit_entries(&cluster.paths().audit_log(m.i), "system:anonymous");
         assert!(
-            probes.iter().any(|e| e["userAgent"] == "ferrolb-bootstrap"
-                && e["requestURI"] == "/readyz"
-                && e["responseStatus"]["code"] == 200),
+            probes
+                .iter()
+                .any(|e| e.user_agent == "ferrolb-bootstrap" && e.uri == "/readyz" && e.code == Some(200)),
             "no anonymous /readyz probe of node{}'s apiserver answered 200",
             m.i
         );

@@ -20,6 +20,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use ferrolb_testbed::client::{self, HttpServer};
+use ferrolb_testbed::cluster::audit::Request;
 use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
 use ferrolb_testbed::plan::{node_ip as v4, node_ip6 as v6};
 use ferrolb_testbed::process::Proc;
@@ -335,40 +336,9 @@ fn ferrolb_on_the_real_apiserver_end_to_end_with_least_privilege() {
     least_privilege(&cluster);
 }
 
-/// One request in the audit log.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Request {
-    user: String,
-    verb: String,
-    group: String,
-    resource: String,
-    name: String,
-    decision: String,
-}
-
+/// The requests that named an object, from every apiserver's audit log.
 fn audit(cluster: &Cluster) -> Vec<Request> {
-    cluster
-        .audit_log()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["objectRef"].is_object())
-        .map(|e| {
-            let o = &e["objectRef"];
-            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-            let resource = match o["subresource"].as_str() {
-                Some(sub) => format!("{}/{sub}", s(&o["resource"])),
-                None => s(&o["resource"]),
-            };
-            Request {
-                user: s(&e["user"]["username"]),
-                verb: s(&e["verb"]),
-                group: s(&o["apiGroup"]),
-                resource,
-                name: s(&o["name"]),
-                decision: s(&e["annotations"]["authorization.k8s.io/decision"]),
-            }
-        })
-        .collect()
+    cluster.audit().into_iter().filter(|r| r.object).collect()
 }
 
 /// (apiGroup, resource[/subresource], verb).

@@ -98,18 +98,10 @@ fn assert_shows(what: &str, out: &str, wants: &[&str]) {
 fn viewer_requests(cluster: &Cluster) -> Vec<(String, String, String)> {
     let user = format!("system:serviceaccount:{VIEWER_NS}:{VIEWER}");
     cluster
-        .audit_log()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["user"]["username"] == user.as_str() && e["stage"] == "ResponseComplete")
-        .map(|e| {
-            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-            (
-                s(&e["verb"]),
-                s(&e["objectRef"]["resource"]),
-                s(&e["annotations"]["authorization.k8s.io/decision"]),
-            )
-        })
+        .audit()
+        .into_iter()
+        .filter(|r| r.user == user && r.stage == "ResponseComplete")
+        .map(|r| (r.verb, r.resource, r.decision))
         .collect()
 }
 

@@ -21,6 +21,7 @@
 //! # Ok::<(), ferrolb_testbed::Error>(())
 //! ```
 
+pub mod audit;
 pub mod cli;
 pub mod ferrolb;
 pub mod forward;
@@ -412,9 +413,9 @@ impl Cluster {
             .ok_or_else(|| Error::Parse(format!("TokenRequest for {namespace}/{name}: no token")))
     }
 
-    /// The audit log of every apiserver, concatenated.
-    pub fn audit_log(&self) -> String {
-        (1..=self.control_planes).map(|i| read_lossy(&self.paths.audit_log(i))).collect()
+    /// Every event of every apiserver's audit log.
+    pub fn audit(&self) -> Vec<audit::Request> {
+        (1..=self.control_planes).flat_map(|i| audit::read(&self.paths.audit_log(i), 0, None)).collect()
     }
 
     /// Sends `sig` to apiserver `i` (SIGSTOP / SIGCONT / SIGKILL …).

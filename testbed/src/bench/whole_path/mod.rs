@@ -29,6 +29,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, PostParams};
 
 use crate::bench::bird_ctl::BirdCtl;
+use crate::cluster::audit::rfc3339_us;
 use crate::cluster::{self, Cluster, ClusterConfig, ferrolb};
 use crate::process::{Proc, read_lossy, strip_ansi};
 use crate::routers::{self, Bird, RouterSpec};
@@ -278,32 +279,18 @@ fn audit_len(cluster: &Cluster) -> u64 {
 }
 
 /// The requests of `user` received at or after `since_us`, in log order, read from byte
-/// `offset` of the audit log on (tens of MB with thousands of Services: read only the tail).
+/// `offset` of the audit log on.
 fn audit(cluster: &Cluster, offset: u64, user: &str, since_us: i64) -> Vec<Audited> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut text = Vec::new();
-    if let Ok(mut f) = std::fs::File::open(audit_path(cluster)) {
-        let _ = f.seek(SeekFrom::Start(offset)).and_then(|_| f.read_to_end(&mut text));
-    }
-    let quoted = format!("\"{user}\"");
-    String::from_utf8_lossy(&text)
-        .lines()
-        .filter(|l| l.contains(&quoted))
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["user"]["username"] == user && e["objectRef"].is_object())
-        .filter_map(|e| {
-            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-            let o = &e["objectRef"];
-            let resource = match o["subresource"].as_str() {
-                Some(sub) => format!("{}/{sub}", s(&o["resource"])),
-                None => s(&o["resource"]),
-            };
+    cluster::audit::read(&audit_path(cluster), offset, Some(user))
+        .into_iter()
+        .filter(|r| r.object)
+        .filter_map(|r| {
             Some(Audited {
-                verb: s(&e["verb"]),
-                resource,
-                name: s(&o["name"]),
-                received_us: rfc3339_us(e["requestReceivedTimestamp"].as_str()?)?,
-                done_us: rfc3339_us(e["stageTimestamp"].as_str()?)?,
+                received_us: r.received_us?,
+                done_us: r.stage_us?,
+                verb: r.verb,
+                resource: r.resource,
+                name: r.name,
             })
         })
         .filter(|a| a.received_us >= since_us)
@@ -335,11 +322,6 @@ fn field(line: &str, key: &str) -> Option<String> {
     let plain = strip_ansi(line);
     let prefix = format!("{key}=");
     plain.split_whitespace().find_map(|w| w.strip_prefix(&prefix).map(str::to_string))
-}
-
-fn rfc3339_us(s: &str) -> Option<i64> {
-    let t: k8s_openapi::jiff::Timestamp = s.parse().ok()?;
-    Some(t.as_microsecond())
 }
 
 fn unix_us() -> i64 {
