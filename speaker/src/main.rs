@@ -177,16 +177,7 @@ fn main() -> ExitCode {
         }
         match static_file {
             Some(file) => {
-                let opts = StaticOptions {
-                    node_name: options.node_name,
-                    file,
-                    lb_class: options.lb_class,
-                    membership_bind: options.membership_bind,
-                    membership_key_file: options.membership_key_file,
-                    drain_max_delay: options.drain_max_delay,
-                    drain_on_shutdown: options.drain_on_shutdown,
-                    heartbeat: options.heartbeat,
-                };
+                let opts = StaticOptions { options, file };
                 run::run_static(opts, metrics).await.map_err(|e| e.to_string())
             }
             None => {

@@ -16,31 +16,21 @@ pub struct Options {
     pub node_name: String,
     /// loadBalancerClass served besides "none".
     pub lb_class: String,
-    /// Membership bind address (`--membership-bind`).
+    /// Membership bind address (`--membership-bind`); default `0.0.0.0:7946` (or `[::]:7946`
+    /// when this node has IPv6 InternalIPs only).
     pub membership_bind: Option<SocketAddr>,
-    /// Membership key file (`--membership-key-file`); in Kubernetes mode the Secret
-    /// `ferrolb-membership` is read instead when this is absent.
+    /// Membership key file (`--membership-key-file`), needed where L2Advertisements
+    /// exist; in Kubernetes mode the Secret `ferrolb-membership` is read instead when
+    /// this is absent.
     pub membership_key_file: Option<PathBuf>,
-    /// `--drain-max-delay`.
+    /// `--drain-max-delay`: the longest a prefix stays announced as draining
+    /// (GRACEFUL_SHUTDOWN) before it is withdrawn even though its cause lingers.
     pub drain_max_delay: Duration,
-    /// `--drain-on-shutdown`.
+    /// `--drain-on-shutdown`: on SIGTERM, how long every prefix stays announced as
+    /// draining before the sessions close (at most `drain_max_delay`).
     pub drain_on_shutdown: Duration,
-    /// `--l2-heartbeat-interval`, `--l2-heartbeat-misses`.
+    /// L2 heartbeats (`--l2-heartbeat-interval`, `--l2-heartbeat-misses`).
     pub heartbeat: HeartbeatConfig,
-}
-
-impl From<&StaticOptions> for Options {
-    fn from(o: &StaticOptions) -> Self {
-        Options {
-            node_name: o.node_name.clone(),
-            lb_class: o.lb_class.clone(),
-            membership_bind: o.membership_bind,
-            membership_key_file: o.membership_key_file.clone(),
-            drain_max_delay: o.drain_max_delay,
-            drain_on_shutdown: o.drain_on_shutdown,
-            heartbeat: o.heartbeat,
-        }
-    }
 }
 
 /// Options of Kubernetes mode.
@@ -57,25 +47,10 @@ pub struct KubeOptions {
 /// Options of static mode.
 #[derive(Debug, Clone)]
 pub struct StaticOptions {
-    /// This node's name (`--node-name`).
-    pub node_name: String,
+    /// What both modes share.
+    pub options: Options,
     /// The static file (`--static`).
     pub file: PathBuf,
-    /// loadBalancerClass served besides "none".
-    pub lb_class: String,
-    /// Membership bind address (`--membership-bind`); default `0.0.0.0:7946` (or `[::]:7946`
-    /// when this node has IPv6 InternalIPs only).
-    pub membership_bind: Option<SocketAddr>,
-    /// Membership key file (`--membership-key-file`); needed where L2Advertisements exist.
-    pub membership_key_file: Option<PathBuf>,
-    /// `--drain-max-delay`: the longest a prefix stays announced as draining
-    /// (GRACEFUL_SHUTDOWN) before it is withdrawn even though its cause lingers.
-    pub drain_max_delay: Duration,
-    /// `--drain-on-shutdown`: on SIGTERM, how long every prefix stays announced as
-    /// draining before the sessions close (at most `drain_max_delay`).
-    pub drain_on_shutdown: Duration,
-    /// L2 heartbeats (`--l2-heartbeat-interval`, `--l2-heartbeat-misses`).
-    pub heartbeat: HeartbeatConfig,
 }
 
 /// Default of `--drain-max-delay`.

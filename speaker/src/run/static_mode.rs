@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::event_loop::{serve, signals};
-use super::options::{Options, StaticOptions};
+use super::options::StaticOptions;
 use super::state::{Cause, State};
 use crate::error::{SpeakerError, one_line};
 use crate::metrics::{Metrics, ResultLabel};
@@ -12,21 +12,22 @@ use crate::model::static_file;
 /// Runs static mode until SIGTERM or SIGINT; sessions end with Cease.
 pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<(), SpeakerError> {
     let signals = signals()?;
-    let loaded = static_file::load(&opts.file, &opts.lb_class)?;
+    let StaticOptions { options, file } = opts;
+    let loaded = static_file::load(&file, &options.lb_class)?;
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
-    let changes = static_file::watch(&opts.file).map_err(|source| SpeakerError::Io {
-        what: format!("watching the directory of {}", opts.file.display()),
+    let changes = static_file::watch(&file).map_err(|source| SpeakerError::Io {
+        what: format!("watching the directory of {}", file.display()),
         source,
     })?;
     metrics.config_loads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
-    let mut state = State::new(Options::from(&opts), metrics.clone());
+    let mut state = State::new(options, metrics.clone());
     state.model = loaded.model;
     state.passwords = loaded.passwords;
     state.fingerprint = loaded.fingerprint;
-    state.file = Some(opts.file.clone());
-    tracing::info!(node = %state.opts.node_name, file = %opts.file.display(), "speaker started in static mode");
+    tracing::info!(node = %state.opts.node_name, file = %file.display(), "speaker started in static mode");
+    state.file = Some(file);
     if !state.model.nodes.contains_key(&state.opts.node_name) {
         tracing::warn!(
             node = %state.opts.node_name,
