@@ -16,6 +16,9 @@ declare -A FERROLB_PKGS=(
   [kubectl]=kubernetes-client [faketime]=faketime [stress-ng]=stress-ng
   # promtool: the alert rules' unit tests (testbed/tests/monitoring_rules.rs).
   [promtool]=prometheus
+  # The image without a registry, imported and run by a private containerd
+  # (testbed/tests/image.rs); the CA bundle goes into the image as distroless's does.
+  [containerd]=containerd [ctr]=containerd [runc]=runc [update-ca-certificates]=ca-certificates
 )
 missing=()
 for bin in "${!FERROLB_PKGS[@]}"; do

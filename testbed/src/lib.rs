@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod demo;
 pub mod fixtures;
 pub mod https;
+pub mod image;
 pub mod keepalived;
 pub mod kubeapi;
 pub mod lab;
@@ -49,6 +50,9 @@ pub enum Error {
     /// The machine lacks something the lab needs.
     #[error("missing prerequisite: {0}")]
     Missing(String),
+    /// An image archive that is malformed or differs from what the Dockerfile builds.
+    #[error("image {archive}: {problem}")]
+    Image { archive: String, problem: String },
     /// File or socket I/O.
     #[error(transparent)]
     Io(#[from] std::io::Error),

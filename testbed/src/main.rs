@@ -50,6 +50,28 @@ enum Cmd {
         #[command(subcommand)]
         bench: Bench,
     },
+    /// The ferrolb image without a registry: an OCI archive for `ctr images import`.
+    Image {
+        #[command(subcommand)]
+        cmd: ImageCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ImageCmd {
+    /// Assemble the Dockerfile's image (its BINARIES, USER, ENTRYPOINT on a locally
+    /// assembled base) from this workspace's built binaries, and check it against the Dockerfile.
+    Build {
+        /// Image name containerd gives it on import.
+        #[arg(long, default_value = ferrolb_testbed::image::DEFAULT_NAME)]
+        tag: String,
+        /// The archive to write.
+        #[arg(long, default_value = "ferrolb-image.tar")]
+        out: std::path::PathBuf,
+        /// Cargo profile of the binaries (target/<profile>/; `$FERROLB_<NAME>_BIN` wins).
+        #[arg(long, default_value = "release")]
+        profile: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -255,6 +277,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench { bench: Bench::WholePath { services, existing } } => {
             Ok(bench::whole_path::run(&bench::whole_path::Params { services, existing })?)
         }
+        Cmd::Image { cmd: ImageCmd::Build { tag, out, profile } } => image_build(&tag, &out, &profile),
         #[cfg(feature = "plan-bench")]
         Cmd::Bench { bench: Bench::Plan { services, nodes, changes, no_speaker } } => {
             Ok(bench::plan::run(services, &nodes, changes, !no_speaker)?)
@@ -264,6 +287,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             anyhow::bail!("bench plan: this ferrolb-testbed was built without feature plan-bench")
         }
     }
+}
+
+fn image_build(tag: &str, out: &std::path::Path, profile: &str) -> anyhow::Result<()> {
+    use ferrolb_testbed::image;
+    let dockerfile = image::Dockerfile::workspace()?;
+    let binaries = image::workspace_binaries(&dockerfile, profile)?;
+    let built = image::build(&dockerfile, &binaries, tag, out)?;
+    image::check(out, &dockerfile)?;
+    println!(
+        "{}: {} ({} bytes, layer {} bytes); import with: ctr images import {}",
+        built.archive.display(),
+        built.name,
+        built.archive_bytes,
+        built.layer_bytes,
+        built.archive.display()
+    );
+    Ok(())
 }
 
 fn up(nodes: usize, router: RouterKind) -> anyhow::Result<()> {

@@ -185,7 +185,7 @@ pub fn strip_ansi(text: &str) -> String {
 }
 
 #[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut Command) {
+pub(crate) fn die_with_parent(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs between fork and exec and only calls prctl(2), which is
     // async-signal-safe; it touches no memory shared with the parent.
