@@ -65,16 +65,17 @@ pub fn load(path: &Path, lb_class: &str) -> Result<Loaded, LoadError> {
         std::fs::read_to_string(path).map_err(|source| StreamError::Io { file: file.clone(), source })?;
     let mut fingerprint = Sha256::new();
     fingerprint.update(text.as_bytes());
-    let stream = parse_stream(&file, &text)?;
+    let mut stream = parse_stream(&file, &text)?;
     drop(text);
-    let model = ClusterModel::from_stream(&stream, &file, lb_class)?;
+    let warnings = std::mem::take(&mut stream.warnings);
+    let model = ClusterModel::from_stream(stream, &file, lb_class)?;
     let mut passwords = BTreeMap::new();
     for (name, secret) in read_password_files(&model, &file)? {
         fingerprint.update([0]);
         fingerprint.update(secret.as_bytes());
         passwords.insert(name, Password::new(secret));
     }
-    Ok(Loaded { model, passwords, warnings: stream.warnings, fingerprint: fingerprint.finalize().into() })
+    Ok(Loaded { model, passwords, warnings, fingerprint: fingerprint.finalize().into() })
 }
 
 /// Reads the `passwordFile` of every BGPPeer of `model` (read from static file `file`);
