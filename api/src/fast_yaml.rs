@@ -178,7 +178,7 @@ fn split_key(text: &str) -> Option<(String, &str)> {
     } else {
         let colon = find_key_colon(text)?;
         let key = &text[..colon];
-        if key.ends_with(' ') || !matches!(plain_scalar(key)?, Value::String(_)) {
+        if key.ends_with(' ') || !matches!(plain_kind(key)?, Plain::Str) {
             return None;
         }
         (key.to_owned(), &text[colon..])
@@ -234,19 +234,41 @@ fn inline_value(rest: &str) -> Option<Value> {
 /// and anything that some schema would read as a number, boolean, null or timestamp is
 /// left to the general parser.
 fn plain_scalar(s: &str) -> Option<Value> {
+    Some(match plain_kind(s)? {
+        Plain::Bool(b) => Value::Bool(b),
+        Plain::Null => Value::Null,
+        Plain::Int(n) => Value::Number(Number::from(n)),
+        Plain::Str => Value::String(s.to_owned()),
+    })
+}
+
+/// What a plain scalar reads as, without building it (keys are only checked).
+enum Plain {
+    Bool(bool),
+    Null,
+    Int(i64),
+    Str,
+}
+
+fn plain_kind(s: &str) -> Option<Plain> {
     let first = *s.as_bytes().first()?;
     if b"-?:,[]{}#&*!|>'\"%@`".contains(&first) && !(first == b'-' && s.len() > 1 && s.as_bytes()[1] != b' ')
     {
         return None;
     }
     match s {
-        "true" => return Some(Value::Bool(true)),
-        "false" => return Some(Value::Bool(false)),
-        "null" | "~" => return Some(Value::Null),
+        "true" => return Some(Plain::Bool(true)),
+        "false" => return Some(Plain::Bool(false)),
+        "null" | "~" => return Some(Plain::Null),
         _ => {}
     }
     if s.len() <= 9 {
-        let lower = s.to_ascii_lowercase();
+        // Lower-cased on the stack: most keys and short values pass here.
+        let mut buf = [0u8; 9];
+        let buf = &mut buf[..s.len()];
+        buf.copy_from_slice(s.as_bytes());
+        buf.make_ascii_lowercase();
+        let lower = std::str::from_utf8(buf).unwrap_or("");
         let lower = lower.trim_start_matches(['+', '-', '.']);
         if matches!(
             lower,
@@ -278,10 +300,10 @@ fn plain_scalar(s: &str) -> Option<Value> {
             && (digits == "0" || !digits.starts_with('0'))
         {
             let n: i64 = s.parse().ok()?;
-            return Some(Value::Number(Number::from(n)));
+            return Some(Plain::Int(n));
         }
         if is_address_or_prefix(s) {
-            return Some(Value::String(s.to_owned()));
+            return Some(Plain::Str);
         }
         // Every YAML 1.1 or 1.2 int or float: a radix prefix, or nothing but digits,
         // signs, `_`, `.`, `:` (sexagesimal) and an exponent's `e`.
@@ -298,7 +320,7 @@ fn plain_scalar(s: &str) -> Option<Value> {
     } else if first == b'.' {
         return None;
     }
-    Some(Value::String(s.to_owned()))
+    Some(Plain::Str)
 }
 
 fn is_address_or_prefix(s: &str) -> bool {

@@ -428,20 +428,24 @@ fn decode<T: DeserializeOwned>(
     doc: Value,
     unknown: &mut Vec<String>,
 ) -> Result<T, StreamError> {
-    let mut track = serde_path_to_error::Track::new();
-    let de = serde_path_to_error::Deserializer::new(doc, &mut track);
-    let result = serde_ignored::deserialize(de, |path| {
+    // The happy path reads without tracking where it is; only a failure reads the
+    // document again to name the field.
+    let result = serde_ignored::deserialize(&doc, |path| {
         let path = field_path(&path.to_string());
         // Some types read apiVersion and kind through their own means and skip the fields.
         if path != "apiVersion" && path != "kind" {
             unknown.push(path);
         }
     });
-    result.map_err(|e| StreamError::Object {
-        file: file.to_owned(),
-        at: source,
-        path: track.path().to_string(),
-        message: e.to_string(),
+    result.or_else(|_| {
+        let mut track = serde_path_to_error::Track::new();
+        let de = serde_path_to_error::Deserializer::new(&doc, &mut track);
+        T::deserialize(de).map_err(|e| StreamError::Object {
+            file: file.to_owned(),
+            at: source,
+            path: track.path().to_string(),
+            message: e.to_string(),
+        })
     })
 }
 
