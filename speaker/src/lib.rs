@@ -7,8 +7,19 @@
 pub mod announce;
 pub mod cluster;
 pub mod error;
+pub mod heap;
 pub mod metrics;
 pub mod model;
 pub mod plan;
 pub mod readiness;
 pub mod run;
+
+/// Drops `value` on a thread of its own when it is large, so freeing the old model or
+/// plan of 50k Services (tens of milliseconds) does not delay the new announcements.
+/// Small values, or any when no thread can be had, are dropped here.
+pub(crate) fn drop_later<T: Send + 'static>(value: T, large: bool) {
+    if large {
+        // A failed spawn drops the closure, and `value` with it.
+        let _ = std::thread::Builder::new().name("drop".into()).spawn(move || drop(value));
+    }
+}

@@ -28,6 +28,9 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// The loadBalancerClass ferrolb serves by default (besides Services with none).
 pub const DEFAULT_LB_CLASS: &str = "ferrolb.io/lb";
 
+/// More Services than this, and a replaced model is freed on a thread of its own.
+const LARGE: usize = 1000;
+
 /// `namespace/name` of a Service.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceKey {
@@ -271,7 +274,12 @@ impl ClusterModel {
     /// Takes over everything `new` holds, marking changed only what differs, so a
     /// re-read static file recomputes only the Services it changed.
     pub fn replace_with(&mut self, new: ClusterModel) {
-        let global = self.lb_class != new.lb_class || self.nodes != new.nodes || !same_config(self, &new);
+        // From or to no Service at all, every Service changed: no need to compare them.
+        let global = self.lb_class != new.lb_class
+            || self.nodes != new.nodes
+            || !same_config(self, &new)
+            || self.services.is_empty()
+            || new.services.is_empty();
         if global {
             self.changes.all = true;
         } else if !self.changes.all {
@@ -281,7 +289,9 @@ impl ClusterModel {
             self.changes.services.extend(changed);
         }
         let changes = std::mem::replace(&mut self.changes, Changes::none());
-        *self = ClusterModel { changes, ..new };
+        let old = std::mem::replace(self, ClusterModel { changes, ..new });
+        let large = old.services.len() + old.endpoint_slices.len() > LARGE;
+        crate::drop_later(old, large);
     }
 
     /// Marks one Service changed (after editing what its plan reads directly, such as

@@ -23,6 +23,13 @@ use crate::model::{Changes, ClusterModel, ServiceKey};
 struct Holders(Vec<(ServiceKey, Arc<Fragment>)>);
 
 impl Holders {
+    /// The Services at indexes `run` (in key order) of `frags`.
+    fn of<T>(frags: &[(ServiceKey, Arc<Fragment>)], run: &[(T, usize)]) -> Self {
+        let mut h = Vec::with_capacity(run.len());
+        h.extend(run.iter().map(|(_, i)| frags[*i].clone()));
+        Holders(h)
+    }
+
     fn insert(&mut self, key: ServiceKey, f: Arc<Fragment>) {
         match self.0.binary_search_by(|(k, _)| k.cmp(&key)) {
             Ok(i) => self.0[i].1 = f,
@@ -49,6 +56,9 @@ impl Holders {
         self.0.iter().map(|(_, f)| f)
     }
 }
+
+/// More contributions than this, and the old state is freed on a thread of its own.
+const LARGE: usize = 1000;
 
 /// Plans incrementally: [`Planner::plan`] gives what [`super::plan`] gives from scratch.
 #[derive(Debug, Default)]
@@ -102,13 +112,17 @@ impl Planner {
         let all = changes.all || self.me.as_deref() != Some(me) || self.live != *live;
         let empty = BTreeMap::new();
         let g = Globals::of(model, me, live, &empty);
-        let keys: Vec<ServiceKey> = if all {
-            *self = Planner { me: Some(me.to_owned()), live: live.clone(), ..Planner::default() };
+        if all {
+            let fresh = Planner { me: Some(me.to_owned()), live: live.clone(), ..Planner::default() };
+            let old = std::mem::replace(self, fresh);
+            let large = old.fragments.len() > LARGE;
+            crate::drop_later(old, large);
             g.sessions(&mut self.out);
-            model.services.keys().cloned().collect()
-        } else {
-            changes.services.into_iter().collect()
-        };
+            self.build(model, &g);
+            self.filter_draining();
+            return &self.out;
+        }
+        let keys: Vec<ServiceKey> = changes.services.into_iter().collect();
         self.recomputed = keys.len();
         let mut ips = BTreeSet::new();
         let mut prefixes = BTreeSet::new();
@@ -137,6 +151,46 @@ impl Planner {
         }
         self.filter_draining();
         &self.out
+    }
+
+    /// Builds the state of a fresh planner from every Service at once: the indexes are
+    /// sorted and built in one pass each rather than entry by entry (a static file of
+    /// 50k Services, the first list, a global change).
+    fn build(&mut self, model: &ClusterModel, g: &Globals<'_>) {
+        let frags: Vec<(ServiceKey, Arc<Fragment>)> = model
+            .services
+            .iter()
+            .map(|(key, svc)| (key.clone(), Arc::new(fragment(model, g, key, svc))))
+            .collect();
+        self.recomputed = frags.len();
+        // (address or prefix, index in `frags`): sorted, each Service's holdings come in
+        // key order, as `Holders` keeps them.
+        let mut by_ip: Vec<(IpAddr, usize)> = Vec::new();
+        let mut by_prefix: Vec<(IpNet, usize)> = Vec::new();
+        for (i, (_, f)) in frags.iter().enumerate() {
+            by_ip.extend(f.outcomes.iter().map(|o| (o.ip, i)));
+            by_prefix.extend(f.routes.iter().map(|(_, p, _)| (*p, i)));
+        }
+        by_ip.sort_unstable();
+        by_ip.dedup();
+        by_prefix.sort_unstable();
+        by_prefix.dedup();
+        self.by_ip =
+            by_ip.chunk_by(|a, b| a.0 == b.0).map(|run| (run[0].0, Holders::of(&frags, run))).collect();
+        self.by_prefix =
+            by_prefix.chunk_by(|a, b| a.0 == b.0).map(|run| (run[0].0, Holders::of(&frags, run))).collect();
+        for p in self.by_prefix.keys() {
+            *self.prefix_lengths.entry(length_of(p)).or_default() += 1;
+        }
+        self.fragments = frags.into_iter().collect();
+        let prefixes: Vec<IpNet> = self.by_prefix.keys().copied().collect();
+        for p in prefixes {
+            self.merge_prefix(p);
+        }
+        let ips: Vec<IpAddr> = self.by_ip.keys().copied().collect();
+        for ip in ips {
+            self.merge_ip(ip);
+        }
     }
 
     fn index(

@@ -140,7 +140,9 @@ impl State {
         if let Some(p) = &self.plans {
             let _ = p.send(new.clone());
         }
-        self.plan = new;
+        let old = std::mem::replace(&mut self.plan, new);
+        let large = old.bgp.values().map(BTreeMap::len).sum::<usize>() > 1000;
+        crate::drop_later(old, large);
         self.update_gates();
     }
 }
