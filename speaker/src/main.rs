@@ -139,6 +139,11 @@ fn with_deadlines(mut config: kube::Config) -> kube::Config {
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
 
+/// Counts live heap bytes for `ferrolb_speaker_heap_bytes`.
+#[cfg(not(feature = "dhat-heap"))]
+#[global_allocator]
+static ALLOC: ferrolb_speaker::heap::Counting = ferrolb_speaker::heap::Counting;
+
 fn main() -> ExitCode {
     // Writes dhat-heap.json in the working directory when main returns (SIGTERM).
     #[cfg(feature = "dhat-heap")]

@@ -150,19 +150,6 @@ pub struct Metrics {
 
 /// Bytes held by live allocations: what a leak grows. RSS also counts freed memory the
 /// allocator has not handed back yet, which swings by 10 % from one burst to the next.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-fn heap_in_use() -> Option<u64> {
-    // SAFETY: mallinfo2 only reads glibc's arena statistics under their locks.
-    let info = unsafe { libc::mallinfo2() };
-    u64::try_from(info.uordblks.saturating_add(info.hblkhd)).ok()
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn heap_in_use() -> Option<u64> {
-    None
-}
-
 /// `/healthz` fails once the event loop has not beaten for this long.
 pub const HEARTBEAT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -227,7 +214,7 @@ impl Metrics {
         );
         registry.register(
             "speaker_heap_bytes",
-            "heap bytes held by live allocations (glibc mallinfo2; excludes freed memory the allocator keeps)",
+            "heap bytes held by live allocations (counted by the allocator; excludes freed memory it keeps)",
             heap_bytes.clone(),
         );
         registry.register("bgp_session_up", "1 while the BGP session is Established", session_up.clone());
@@ -313,7 +300,7 @@ impl Metrics {
     /// The OpenMetrics text.
     pub fn encode(&self) -> String {
         self.scrapes.fetch_add(1, Ordering::Relaxed);
-        if let Some(bytes) = heap_in_use() {
+        if let Some(bytes) = crate::heap::in_use() {
             self.heap_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }
         let mut out = String::new();
@@ -419,7 +406,6 @@ mod tests {
         text.lines().find_map(|l| l.strip_prefix("ferrolb_speaker_heap_bytes ")?.parse().ok()).unwrap()
     }
 
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn heap_gauge_counts_live_allocations_and_not_freed_ones() {
         // Other tests allocate beside this one in the same process: a margin of 192 MiB
