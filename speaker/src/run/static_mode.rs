@@ -45,6 +45,7 @@ impl State {
     /// good content in force.
     pub(super) async fn reload(&mut self) {
         let Some(file) = self.file.clone() else { return };
+        let started = std::time::Instant::now();
         match static_file::load(&file, &self.opts.lb_class) {
             Ok(l) if l.fingerprint == self.fingerprint => {}
             Ok(l) => {
@@ -54,11 +55,19 @@ impl State {
                 tracing::info!(file = %file.display(), "static file changed: applying");
                 self.metrics.config_loads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
                 // Only what differs is marked changed: the planner recomputes just that.
+                let read = started.elapsed();
                 self.model.replace_with(l.model);
                 self.passwords = l.passwords;
                 self.fingerprint = l.fingerprint;
                 self.ensure_l2_logged().await;
                 self.replan(&Cause::new("config", "static file changed")).await;
+                // Where a big file's time goes: reading, parsing and validating it, then
+                // planning and handing the changes to the sessions.
+                tracing::info!(
+                    read_ms = read.as_millis(),
+                    plan_ms = (started.elapsed() - read).as_millis(),
+                    "static file applied"
+                );
             }
             Err(e) => {
                 self.metrics.config_loads.get_or_create(&ResultLabel { result: "rejected".into() }).inc();
