@@ -49,8 +49,8 @@ pub use crd::*;
 pub use duration::{Duration, DurationError};
 pub use selector::selectors_match;
 pub use stream::{
-    Object, ObjectStream, Source, StreamError, parse_stream, read_stream, split_documents, write_atomically,
-    write_stream,
+    Object, ObjectStream, Source, StreamError, parse_stream, parse_stream_taking, read_stream,
+    split_documents, write_atomically, write_stream,
 };
 pub use validate::{
     Config, Origin, ValidConfig, ValidationError, errors_for, set_condition, valid_condition, validate,

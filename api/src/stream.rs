@@ -220,17 +220,34 @@ pub fn read_stream(path: &Path) -> Result<ObjectStream, StreamError> {
 /// of documents joined in file order: the objects, warnings and the first error come out
 /// exactly as a single pass would give them.
 pub fn parse_stream(file: &str, text: &str) -> Result<ObjectStream, StreamError> {
+    parse_stream_taking(file, text, Err::<(), _>).map(|(stream, _)| stream)
+}
+
+/// The objects a reader left in the stream, and what it took (in file order).
+pub type Taken<T> = (ObjectStream, Vec<(Source, T)>);
+
+/// Parses a stream like [`parse_stream`], handing each object as it is decoded to
+/// `take`, on the thread that decoded it: what `take` consumes (`Ok`) comes back in the
+/// second list, in file order, and what it gives back (`Err`) stays in the stream. The
+/// objects a reader converts (50k Services in a static file) are then never all in
+/// memory at once, and their conversion runs on every core.
+pub fn parse_stream_taking<T: Send>(
+    file: &str,
+    text: &str,
+    take: impl Fn(Object) -> Result<T, Object> + Sync,
+) -> Result<Taken<T>, StreamError> {
     let docs = split_documents(text);
     let threads = std::thread::available_parallelism().map_or(1, usize::from).min(MAX_THREADS);
     if threads < 2 || docs.len() < PARALLEL_FROM {
-        return parse_documents(file, 0, &docs);
+        return parse_documents(file, 0, &docs, &take);
     }
     let per_thread = docs.len().div_ceil(threads);
-    let parts: Vec<Result<ObjectStream, StreamError>> = std::thread::scope(|scope| {
+    let take = &take;
+    let parts: Vec<Result<Taken<T>, StreamError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = docs
             .chunks(per_thread)
             .enumerate()
-            .map(|(k, run)| scope.spawn(move || parse_documents(file, k * per_thread, run)))
+            .map(|(k, run)| scope.spawn(move || parse_documents(file, k * per_thread, run, take)))
             .collect();
         handles
             .into_iter()
@@ -238,12 +255,14 @@ pub fn parse_stream(file: &str, text: &str) -> Result<ObjectStream, StreamError>
             .collect()
     });
     let mut out = ObjectStream::default();
+    let mut taken = Vec::new();
     for part in parts {
-        let part = part?;
+        let (part, t) = part?;
         out.objects.extend(part.objects);
         out.warnings.extend(part.warnings);
+        taken.extend(t);
     }
-    Ok(out)
+    Ok((out, taken))
 }
 
 /// Below this many documents one thread parses the stream: threads cost more than they save.
@@ -251,9 +270,21 @@ const PARALLEL_FROM: usize = 512;
 /// A static file is read beside the speaker's own work: leave it some cores on big hosts.
 const MAX_THREADS: usize = 4;
 
-/// Parses documents `docs`, the first of which is document `skip + 1` of the file.
-fn parse_documents(file: &str, skip: usize, docs: &[(usize, &str)]) -> Result<ObjectStream, StreamError> {
+/// Parses documents `docs`, the first of which is document `skip + 1` of the file,
+/// handing each object to `take` (see [`parse_stream_taking`]).
+fn parse_documents<T>(
+    file: &str,
+    skip: usize,
+    docs: &[(usize, &str)],
+    take: &impl Fn(Object) -> Result<T, Object>,
+) -> Result<Taken<T>, StreamError> {
     let mut out = ObjectStream::default();
+    let mut taken = Vec::new();
+    let mut emit = |source: Source, object: Object| match take(object) {
+        Ok(t) => taken.push((source, t)),
+        Err(object) => out.objects.push((source, object)),
+    };
+    let mut warnings = Vec::new();
     for (i, &(first_line, chunk)) in docs.iter().enumerate() {
         let number = skip + i + 1;
         let source = Source { document: number, item: None };
@@ -273,13 +304,14 @@ fn parse_documents(file: &str, skip: usize, docs: &[(usize, &str)]) -> Result<Ob
             };
             for (j, item) in items.into_iter().enumerate() {
                 let source = Source { document: number, item: Some(j) };
-                decode_into(file, source, item, &mut out)?;
+                decode_into(file, source, item, &mut warnings, &mut emit)?;
             }
         } else {
-            decode_into(file, source, doc, &mut out)?;
+            decode_into(file, source, doc, &mut warnings, &mut emit)?;
         }
     }
-    Ok(out)
+    out.warnings = warnings;
+    Ok((out, taken))
 }
 
 /// Splits at `---` lines into (first line number, text) per document, numbering documents
@@ -345,7 +377,13 @@ fn object_error(file: &str, source: Source, path: &str, message: &str) -> Stream
     }
 }
 
-fn decode_into(file: &str, source: Source, doc: Value, out: &mut ObjectStream) -> Result<(), StreamError> {
+fn decode_into(
+    file: &str,
+    source: Source,
+    doc: Value,
+    warnings: &mut Vec<String>,
+    emit: &mut impl FnMut(Source, Object),
+) -> Result<(), StreamError> {
     if !doc.is_object() {
         return Err(object_error(
             file,
@@ -376,7 +414,7 @@ fn decode_into(file: &str, source: Source, doc: Value, out: &mut ObjectStream) -
         ("discovery.k8s.io/v1", "EndpointSlice") => Object::EndpointSlice(decode(file, source, doc, u)?),
         _ => {
             let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-            out.warnings.push(format!(
+            warnings.push(format!(
                 "{file}: {source}: ignoring {api_version} {kind} {name:?}: not a kind ferrolb reads"
             ));
             return Ok(());
@@ -386,7 +424,7 @@ fn decode_into(file: &str, source: Source, doc: Value, out: &mut ObjectStream) -
         let name = object.name();
         if matches!(object, Object::Node(_) | Object::Service(_) | Object::EndpointSlice(_)) {
             // kubectl output from a newer Kubernetes may hold fields our types lack.
-            out.warnings.push(format!(
+            warnings.push(format!(
                 "{file}: {source}: {kind} {name:?}: ignoring unknown fields {}",
                 unknown.join(", ")
             ));
@@ -401,7 +439,7 @@ fn decode_into(file: &str, source: Source, doc: Value, out: &mut ObjectStream) -
             });
         }
     }
-    out.objects.push((source, object));
+    emit(source, object);
     Ok(())
 }
 

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use ferrolb_api::{
-    BfdProfile, BgpAdvertisement, BgpPeer, IpAddressPool, L2Advertisement, ObjectStream, StreamError,
+    BfdProfile, BgpAdvertisement, BgpPeer, IpAddressPool, L2Advertisement, Object, ObjectStream, StreamError,
     ValidConfig,
 };
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -237,6 +237,43 @@ fn diff_keys<V: PartialEq>(
     changed.extend(new.keys().filter(|k| !old.contains_key(*k)).cloned());
 }
 
+/// What the model keeps of a Service: its key, and unless the Service is not for
+/// `lb_class` (not a LoadBalancer, another class) what the planner reads and its pod
+/// selector.
+type ServiceEntry = (ServiceKey, Option<(ServiceInfo, Option<BTreeMap<String, String>>)>);
+
+fn service_entry(lb_class: &str, svc: &Service) -> ServiceEntry {
+    let key = key_of(&svc.metadata);
+    let spec = svc.spec.as_ref();
+    let class = spec.and_then(|s| s.load_balancer_class.as_deref());
+    let is_lb = spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
+    if !is_lb || class.is_some_and(|c| c != lb_class) {
+        return (key, None);
+    }
+    let selector = spec.and_then(|s| s.selector.as_ref()).filter(|s| !s.is_empty()).cloned();
+    let ingress = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.ip.as_deref()?.parse().ok())
+        .collect();
+    let traffic_policy = match spec.and_then(|s| s.external_traffic_policy.as_deref()) {
+        Some("Local") => TrafficPolicy::Local,
+        _ => TrafficPolicy::Cluster,
+    };
+    let ports = spec
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|p| ServicePort { port: p.port, protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()) })
+        .collect();
+    let labels = svc.metadata.labels.clone().unwrap_or_default();
+    (key, Some((ServiceInfo { labels, ingress, traffic_policy, ports }, selector)))
+}
+
 impl ClusterModel {
     /// An empty model serving `lb_class` (and Services without a class).
     pub fn new(lb_class: &str) -> Self {
@@ -246,18 +283,63 @@ impl ClusterModel {
     /// Builds a model from a parsed object stream; the ferrolb objects must validate.
     /// Each object is dropped once read, so the whole stream and the whole model are
     /// never in memory together (8 MB of k8s Services with 10k of them, dhat).
-    pub fn from_stream(stream: ObjectStream, file: &str, lb_class: &str) -> Result<Self, StreamError> {
+    pub fn from_stream(mut stream: ObjectStream, file: &str, lb_class: &str) -> Result<Self, StreamError> {
+        let mut services = Vec::new();
+        stream.objects.retain_mut(|(_, o)| {
+            let Object::Service(s) = o else { return true };
+            services.push(service_entry(lb_class, s));
+            false
+        });
+        Self::build(stream, services, file, lb_class)
+    }
+
+    /// Parses static file `file` and builds its model, with the warnings to log. Each
+    /// Service becomes what the model keeps of it on the thread that decoded it, so 50k
+    /// of them are never all in memory as Kubernetes objects and are converted on every
+    /// core.
+    pub fn parse(file: &str, text: &str, lb_class: &str) -> Result<(Self, Vec<String>), StreamError> {
+        let (mut stream, services) = ferrolb_api::parse_stream_taking(file, text, |o| match o {
+            Object::Service(s) => Ok(service_entry(lb_class, &s)),
+            o => Err(o),
+        })?;
+        let warnings = std::mem::take(&mut stream.warnings);
+        let services = services.into_iter().map(|(_, s)| s).collect();
+        Ok((Self::build(stream, services, file, lb_class)?, warnings))
+    }
+
+    /// The model of `stream` and `services` (in file order: a later document of the
+    /// same Service wins), built in one sorted pass.
+    fn build(
+        stream: ObjectStream,
+        mut services: Vec<ServiceEntry>,
+        file: &str,
+        lb_class: &str,
+    ) -> Result<Self, StreamError> {
         let config = stream.validated_config(file)?;
         let mut m = Self::new(lb_class);
         m.set_config(config);
         for (_, o) in stream.objects {
             match o {
-                ferrolb_api::Object::Node(n) => m.upsert_node(&n),
-                ferrolb_api::Object::Service(s) => m.upsert_service(&s),
-                ferrolb_api::Object::EndpointSlice(e) => m.upsert_endpoint_slice(&e),
+                Object::Node(n) => m.upsert_node(&n),
+                Object::EndpointSlice(e) => m.upsert_endpoint_slice(&e),
                 _ => {}
             }
         }
+        services.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut selectors = Vec::new();
+        m.services = services
+            .chunk_by_mut(|a, b| a.0 == b.0)
+            .filter_map(|run| {
+                let (key, entry) = run.last_mut()?;
+                let (info, selector) = entry.take()?;
+                if let Some(sel) = selector {
+                    selectors.push((key.clone(), sel));
+                }
+                Some((key.clone(), info))
+            })
+            .collect();
+        m.service_selectors = selectors.into_iter().collect();
+        m.changes.all = true;
         Ok(m)
     }
 
@@ -387,42 +469,15 @@ impl ClusterModel {
 
     /// Adds or replaces a Service; Services of another class or type are dropped.
     pub fn upsert_service(&mut self, svc: &Service) {
-        let key = key_of(&svc.metadata);
-        let spec = svc.spec.as_ref();
-        let class = spec.and_then(|s| s.load_balancer_class.as_deref());
-        let is_lb = spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
-        if !is_lb || class.is_some_and(|c| c != self.lb_class) {
+        let (key, entry) = service_entry(&self.lb_class, svc);
+        let Some((info, selector)) = entry else {
             self.remove_service(&key);
             return;
-        }
-        match spec.and_then(|s| s.selector.as_ref()).filter(|s| !s.is_empty()) {
-            Some(sel) => self.service_selectors.insert(key.clone(), sel.clone()),
+        };
+        match selector {
+            Some(sel) => self.service_selectors.insert(key.clone(), sel),
             None => self.service_selectors.remove(&key),
         };
-        let ingress = svc
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|i| i.ip.as_deref()?.parse().ok())
-            .collect();
-        let traffic_policy = match spec.and_then(|s| s.external_traffic_policy.as_deref()) {
-            Some("Local") => TrafficPolicy::Local,
-            _ => TrafficPolicy::Cluster,
-        };
-        let ports = spec
-            .and_then(|s| s.ports.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|p| ServicePort {
-                port: p.port,
-                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-            })
-            .collect();
-        let labels = svc.metadata.labels.clone().unwrap_or_default();
-        let info = ServiceInfo { labels, ingress, traffic_policy, ports };
         if self.services.get(&key) != Some(&info) {
             self.mark(&key);
             self.services.insert(key, info);

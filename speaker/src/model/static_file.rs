@@ -15,7 +15,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ferrolb_api::{StreamError, parse_stream};
+use ferrolb_api::StreamError;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
@@ -65,10 +65,8 @@ pub fn load(path: &Path, lb_class: &str) -> Result<Loaded, LoadError> {
         std::fs::read_to_string(path).map_err(|source| StreamError::Io { file: file.clone(), source })?;
     let mut fingerprint = Sha256::new();
     fingerprint.update(text.as_bytes());
-    let mut stream = parse_stream(&file, &text)?;
+    let (model, warnings) = ClusterModel::parse(&file, &text, lb_class)?;
     drop(text);
-    let warnings = std::mem::take(&mut stream.warnings);
-    let model = ClusterModel::from_stream(stream, &file, lb_class)?;
     let mut passwords = BTreeMap::new();
     for (name, secret) in read_password_files(&model, &file)? {
         fingerprint.update([0]);

@@ -142,3 +142,46 @@ async fn directory_watch_sees_in_place_writes_and_renames() {
         "rename over the file"
     );
 }
+
+/// A static file read the speaker's way (each Service converted as it is decoded, on
+/// several threads past 512 documents) gives the model the upserts give: the last
+/// document of a Service wins, even when it is not a LoadBalancer any more.
+#[test]
+fn parsing_a_file_equals_upserting_its_objects_in_order() {
+    let mut text = String::from(FIXTURE);
+    for i in 0..700 {
+        let extra = if i % 7 == 0 { "\n  selector: {app: web}" } else { "" };
+        text.push_str(&format!(
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{name: bulk-{i}, labels: {{n: \"{i}\"}}}}\nspec:\n  type: LoadBalancer{extra}\nstatus: {{loadBalancer: {{ingress: [{{ip: 198.18.{}.{}}}]}}}}\n",
+            i / 256,
+            i % 256
+        ));
+    }
+    // Later documents of earlier Services: one moves, one stops being a LoadBalancer.
+    text.push_str("---\napiVersion: v1\nkind: Service\nmetadata: {name: bulk-3}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 198.18.9.9}]}}\n");
+    text.push_str("---\napiVersion: v1\nkind: Service\nmetadata: {name: bulk-7}\nspec: {type: ClusterIP}\n");
+    let (parsed, warnings) = ClusterModel::parse("static.yaml", &text, DEFAULT_LB_CLASS).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    // The reference: every object upserted one by one, in file order.
+    let stream = parse_stream("static.yaml", &text).unwrap();
+    let mut upserted = ClusterModel::new(DEFAULT_LB_CLASS);
+    upserted.set_config(stream.validated_config("static.yaml").unwrap());
+    for (_, o) in stream.objects {
+        match o {
+            Object::Node(n) => upserted.upsert_node(&n),
+            Object::Service(s) => upserted.upsert_service(&s),
+            Object::EndpointSlice(e) => upserted.upsert_endpoint_slice(&e),
+            _ => {}
+        }
+    }
+    assert_eq!(parsed.services, upserted.services);
+    assert_eq!(parsed.service_selectors, upserted.service_selectors);
+    assert_eq!(parsed.nodes, upserted.nodes);
+    assert_eq!(parsed.endpoint_slices, upserted.endpoint_slices);
+    assert_eq!(parsed.services[&key("bulk-3")].ingress, vec!["198.18.9.9".parse::<IpAddr>().unwrap()]);
+    assert!(!parsed.services.contains_key(&key("bulk-7")));
+    assert!(!parsed.service_selectors.contains_key(&key("bulk-7")), "its selector went with it");
+    assert!(parsed.service_selectors.contains_key(&key("bulk-14")));
+    // Every Service of the fixture and 699 of the bulk ones.
+    assert_eq!(parsed.services.len(), model_of(FIXTURE).services.len() + 699);
+}
