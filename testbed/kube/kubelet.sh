@@ -74,6 +74,8 @@ state = "$dir/containerd/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        # runc's state, else /run/containerd/runc shared by every containerd.
+        Root = "$dir/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$dir/cni/bin"
     conf_dir = "$dir/cni/net.d"
@@ -107,6 +109,7 @@ cgroupRoot: /$cgroot
 failSwapOn: false
 failCgroupV1: false
 staticPodPath: $dir/manifests
+podLogsDir: $dir/pod-logs
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
@@ -157,6 +160,14 @@ down() {
     [ -d /sys/fs/cgroup/$c/$cgroot ] && find /sys/fs/cgroup/$c/$cgroot -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
   rm -rf "$dir"
+  # Hardcoded, not under --root-dir: the device manager's socket (one per host!) and
+  # the /var/log/containers symlinks.
+  if [ -z "$(find /tmp/ferrolb-kubelet -mindepth 1 -maxdepth 1 -type d)" ]; then
+    rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+    rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null || true
+  fi
+  find /var/log/containers -maxdepth 1 -lname "$dir/*" -delete 2>/dev/null || true
+  rmdir /var/log/containers 2>/dev/null || true
   if [ -f $saved ] && [ -z "$(find /tmp/ferrolb-kubelet -mindepth 1 -maxdepth 1 -type d)" ]; then
     sysctl -q -w $(cat $saved) && rm -f $saved
   fi

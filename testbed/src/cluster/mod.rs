@@ -507,6 +507,11 @@ fn apiserver_spec(kube: &str, paths: &Paths, i: usize, etcd_url: &str) -> Spawn 
             &format!("--audit-log-path={}", paths.audit_log(i).display()),
             "--audit-log-format=json",
             "--allow-privileged=true",
+            // Real kubelets (#17): dial them by InternalIP (lab node names do not
+            // resolve), presenting a client cert their x509 authn accepts.
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            &format!("--kubelet-client-certificate={}", p("apiserver-kubelet-client.crt")),
+            &format!("--kubelet-client-key={}", p("apiserver-kubelet-client.key")),
             &format!("--cert-dir={}", paths.dir.join(format!("apiserver-{i}")).display()),
             "--profiling=false",
             "-v=1",
@@ -551,6 +556,9 @@ fn write_pki(paths: &Paths, control_planes: usize, extra_sans: &[String]) -> Res
     for (file, cn, org) in [
         ("admin", "kubernetes-admin", Some("system:masters")),
         ("controller-manager", "system:kube-controller-manager", None),
+        // kubeadm's apiserver-kubelet-client: what a real kubelet's x509 authn sees on
+        // logs/exec/port-forward.
+        ("apiserver-kubelet-client", "kube-apiserver-kubelet-client", Some("kubeadm:cluster-admins")),
     ] {
         let (cert, key) = ca.client_cert(cn, org)?;
         std::fs::write(paths.pki.join(format!("{file}.crt")), cert)?;
