@@ -82,7 +82,7 @@ impl Metrics {
     /// Every metric registered under `ferrolb_bootstrap_`.
     pub fn new() -> Self {
         let mut root = Registry::default();
-        register_build_info(&mut root);
+        ferrolb_proto::build_info::register(&mut root, env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         let membership = ferrolb_proto::membership::MembershipMetrics::new(&mut root);
         let l2 = ferrolb_proto::l2::L2Metrics::new(&mut root);
         let registry = root.sub_registry_with_prefix("ferrolb_bootstrap");
@@ -242,19 +242,6 @@ impl Metrics {
     }
 }
 
-/// `ferrolb_build_info{version, revision} 1`: which build runs (the revision comes from
-/// buildinfo/build.rs, as in `--version`).
-fn register_build_info(registry: &mut Registry) {
-    let info = Family::<[(&'static str, &'static str); 2], Gauge>::default();
-    info.get_or_create(&[("version", env!("CARGO_PKG_VERSION")), ("revision", env!("FERROLB_REVISION"))])
-        .set(1);
-    registry.register(
-        "ferrolb_build_info",
-        "1, labelled with the version and git revision of this build",
-        info,
-    );
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -295,11 +282,7 @@ mod tests {
     #[test]
     fn build_info_names_the_version_and_revision() {
         let text = Metrics::new().encode();
-        let line = format!(
-            "ferrolb_build_info{{version=\"{}\",revision=\"{}\"}} 1",
-            env!("CARGO_PKG_VERSION"),
-            env!("FERROLB_REVISION")
-        );
+        let line = ferrolb_proto::build_info::sample(env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
     }
 

@@ -118,15 +118,7 @@ impl Metrics {
         );
         r.register("ferrolb_controller_leader", "1 while this replica is the leader", m.leader.clone());
         // Which build runs (the revision comes from buildinfo/build.rs, as in `--version`).
-        let build_info = Family::<[(&'static str, &'static str); 2], Gauge>::default();
-        build_info
-            .get_or_create(&[("version", env!("CARGO_PKG_VERSION")), ("revision", env!("FERROLB_REVISION"))])
-            .set(1);
-        r.register(
-            "ferrolb_build_info",
-            "1, labelled with the version and git revision of this build",
-            build_info,
-        );
+        ferrolb_proto::build_info::register(&mut r, env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         // Exported at 0 from the start, so that the first failure is an increase
         // (FerrolbAllocationFailing in manifests/components/monitoring).
         for result in ["assigned", "failed"] {
@@ -201,11 +193,7 @@ mod tests {
     #[test]
     fn build_info_names_the_version_and_revision() {
         let text = Metrics::new().encode();
-        let line = format!(
-            "ferrolb_build_info{{version=\"{}\",revision=\"{}\"}} 1",
-            env!("CARGO_PKG_VERSION"),
-            env!("FERROLB_REVISION")
-        );
+        let line = ferrolb_proto::build_info::sample(env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
     }
 

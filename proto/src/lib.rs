@@ -28,6 +28,7 @@
 pub mod accept;
 pub mod bfd;
 pub mod bgp;
+pub mod build_info;
 #[cfg(feature = "crd")]
 pub mod crd;
 pub mod election;

@@ -102,16 +102,12 @@ fn main() {
         };
         let parsed = t.elapsed();
         let t = Instant::now();
-        let model = match ClusterModel::from_stream(
-            &stream,
-            "bench.yaml",
-            ferrolb_speaker::model::DEFAULT_LB_CLASS,
-        ) {
-            Ok(m) => m,
-            Err(e) => return eprintln!("{e}"),
-        };
+        let model =
+            match ClusterModel::from_stream(stream, "bench.yaml", ferrolb_speaker::model::DEFAULT_LB_CLASS) {
+                Ok(m) => m,
+                Err(e) => return eprintln!("{e}"),
+            };
         let modelled = t.elapsed();
-        drop(stream);
         let t = Instant::now();
         let plan = ferrolb_speaker::plan::plan(&model, "node1", &BTreeSet::new());
         let planned = t.elapsed();

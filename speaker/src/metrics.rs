@@ -163,19 +163,6 @@ fn heap_in_use() -> Option<u64> {
     None
 }
 
-/// `ferrolb_build_info{version, revision} 1`: which build runs (the revision comes from
-/// buildinfo/build.rs, as in `--version`).
-fn register_build_info(registry: &mut Registry) {
-    let info = Family::<[(&'static str, &'static str); 2], Gauge>::default();
-    info.get_or_create(&[("version", env!("CARGO_PKG_VERSION")), ("revision", env!("FERROLB_REVISION"))])
-        .set(1);
-    registry.register(
-        "ferrolb_build_info",
-        "1, labelled with the version and git revision of this build",
-        info,
-    );
-}
-
 /// `/healthz` fails once the event loop has not beaten for this long.
 pub const HEARTBEAT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -189,7 +176,7 @@ impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
         let mut root = Registry::default();
-        register_build_info(&mut root);
+        ferrolb_proto::build_info::register(&mut root, env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         // These three register their own `ferrolb_`-prefixed names.
         let l2 = L2Metrics::new(&mut root);
         let membership = MembershipMetrics::new(&mut root);
@@ -405,11 +392,7 @@ mod tests {
     #[test]
     fn build_info_names_the_version_and_revision() {
         let text = Metrics::new().encode();
-        let line = format!(
-            "ferrolb_build_info{{version=\"{}\",revision=\"{}\"}} 1",
-            env!("CARGO_PKG_VERSION"),
-            env!("FERROLB_REVISION")
-        );
+        let line = ferrolb_proto::build_info::sample(env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
     }
 

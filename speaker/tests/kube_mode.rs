@@ -76,7 +76,7 @@ async fn the_model_from_the_api_equals_the_model_from_the_same_objects_as_a_stat
     let _watchers = cluster::spawn_watchers(&client, &tx);
     let (_, model) = synced(&mut rx).await;
     let stream = parse_stream("objects.yaml", TWO_RACKS).unwrap();
-    let from_file = ClusterModel::from_stream(&stream, "objects.yaml", DEFAULT_LB_CLASS).unwrap();
+    let from_file = ClusterModel::from_stream(stream, "objects.yaml", DEFAULT_LB_CLASS).unwrap();
     assert_eq!(model, from_file);
     assert!(
         !model.services.is_empty() && !model.endpoint_slices.is_empty() && !model.bfd_profiles.is_empty()

@@ -25,7 +25,7 @@ const ME: &str = "node1";
 
 fn model() -> ClusterModel {
     let s = ferrolb_api::parse_stream("static.yaml", SHOP).unwrap();
-    ClusterModel::from_stream(&s, "static.yaml", ferrolb_speaker::model::DEFAULT_LB_CLASS).unwrap()
+    ClusterModel::from_stream(s, "static.yaml", ferrolb_speaker::model::DEFAULT_LB_CLASS).unwrap()
 }
 
 /// Creates a pod (optionally with the gate) and gives it the status a kubelet would.
@@ -288,7 +288,7 @@ async fn gate_follows_the_real_bgp_session() {
     );
     let s = ferrolb_api::parse_stream("static.yaml", &text).unwrap();
     let mut m =
-        ClusterModel::from_stream(&s, "static.yaml", ferrolb_speaker::model::DEFAULT_LB_CLASS).unwrap();
+        ClusterModel::from_stream(s, "static.yaml", ferrolb_speaker::model::DEFAULT_LB_CLASS).unwrap();
 
     // The event loop: gated pods → model → plan → BGP announcer; announced state → gate.
     let (stop_tx, mut stop) = tokio::sync::oneshot::channel::<()>();

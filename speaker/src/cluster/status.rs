@@ -500,7 +500,7 @@ mod tests {
         use crate::plan::RouteAttrs;
         let text = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.10}, {ip: 192.0.2.200}]}}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: down, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.11}]}}\n";
         let stream = ferrolb_api::parse_stream("s.yaml", text).unwrap();
-        let model = ClusterModel::from_stream(&stream, "s.yaml", crate::model::DEFAULT_LB_CLASS).unwrap();
+        let model = ClusterModel::from_stream(stream, "s.yaml", crate::model::DEFAULT_LB_CLASS).unwrap();
         let mut plan = Announcements::default();
         let routes = BTreeMap::from([("203.0.113.10/32".parse().unwrap(), RouteAttrs::default())]);
         plan.bgp.insert("router-a".into(), routes);

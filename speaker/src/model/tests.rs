@@ -13,7 +13,7 @@ pub(crate) fn fixture_model() -> ClusterModel {
 
 pub(crate) fn model_of(text: &str) -> ClusterModel {
     let s = parse_stream("static.yaml", text).unwrap();
-    ClusterModel::from_stream(&s, "static.yaml", DEFAULT_LB_CLASS).unwrap()
+    ClusterModel::from_stream(s, "static.yaml", DEFAULT_LB_CLASS).unwrap()
 }
 
 fn key(name: &str) -> ServiceKey {
@@ -93,7 +93,7 @@ fn replacing_an_endpoint_slice_replaces_its_counts() {
 fn invalid_ferrolb_objects_reject_the_whole_file() {
     let bad = FIXTURE.replace("peerAddress: 192.0.2.1}", "peerAddress: 192.0.2.1, holdTime: 2s}");
     let s = parse_stream("static.yaml", &bad).unwrap();
-    let e = ClusterModel::from_stream(&s, "static.yaml", DEFAULT_LB_CLASS).unwrap_err().to_string();
+    let e = ClusterModel::from_stream(s, "static.yaml", DEFAULT_LB_CLASS).unwrap_err().to_string();
     assert!(e.contains("BGPPeer/router-a: spec.holdTime"), "{e}");
 }
 

@@ -26,7 +26,12 @@ impl Holders {
     fn insert(&mut self, key: ServiceKey, f: Arc<Fragment>) {
         match self.0.binary_search_by(|(k, _)| k.cmp(&key)) {
             Ok(i) => self.0[i].1 = f,
-            Err(i) => self.0.insert(i, (key, f)),
+            Err(i) => {
+                // Exactly: a pushed Vec holds room for 4 (160 bytes for the usual one
+                // holder, 3.2 MB of the peak heap with 10k Services, dhat).
+                self.0.reserve_exact(1);
+                self.0.insert(i, (key, f));
+            }
         }
     }
 
