@@ -19,12 +19,17 @@ declare -A FERROLB_PKGS=(
   # The image without a registry, imported and run by a private containerd
   # (testbed/tests/image.rs); the CA bundle goes into the image as distroless's does.
   [containerd]=containerd [ctr]=containerd [runc]=runc [update-ca-certificates]=ca-certificates
+  # Real kubelets (testbed/tests/real_kubelet.rs, cluster up --kubelets): the daemons
+  # enter a node's network namespace only (nsenter), the pause image is built with cc -static.
+  [nsenter]=util-linux [cc]=gcc
 )
 missing=()
 for bin in "${!FERROLB_PKGS[@]}"; do
   PATH="$PATH:/usr/sbin:/sbin:/usr/lib/frr" command -v "$bin" >/dev/null 2>&1 || missing+=("${FERROLB_PKGS[$bin]}")
 done
 [ -x /usr/lib/frr/bgpd ] || missing+=(frr)
+# cc -static needs the static C library.
+[ -f "/usr/lib/$(uname -m)-linux-gnu/libc.a" ] || missing+=(libc6-dev)
 if ((${#missing[@]})); then
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   echo "ferrolb: installing ${missing[*]}" >&2

@@ -338,8 +338,23 @@ pub fn remove_leftovers(all: bool) -> Result<Vec<String>, Error> {
         let stale = pid != 0 && !netns::pid_alive(pid);
         if all || stale {
             netns::delete_by_name(&name)?;
+            remove_real_node_leftovers(&name);
             removed.push(name);
         }
     }
+    crate::cluster::node::host::release_stale()?;
     Ok(removed)
+}
+
+/// What a real node ([`crate::cluster::node`]) of namespace `name` leaves when its
+/// owner was killed: mounts under its lab directory and its cgroups (named after the
+/// namespace). Its processes died with the namespace.
+pub fn remove_real_node_leftovers(name: &str) {
+    use crate::image::containerd::{remove_cgroups, remove_shim_sockets, unmount_under};
+    if let Some((id, node)) = name.split_once('-') {
+        let lab_dir = Path::new(BASE_DIR).join(id);
+        remove_shim_sockets(&lab_dir.join("cluster").join(format!("kubelet-{node}")).join("containerd"));
+        unmount_under(&lab_dir);
+    }
+    remove_cgroups(name);
 }

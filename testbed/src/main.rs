@@ -88,6 +88,10 @@ enum ClusterCmd {
         /// Lab nodes in all (at least the control planes).
         #[arg(long, default_value_t = 3)]
         nodes: usize,
+        /// A real kubelet and containerd on every node (hostNetwork pods, static pods,
+        /// images imported locally) instead of the testbed acting as the kubelet.
+        #[arg(long)]
+        kubelets: bool,
     },
     /// Stop a cluster started by `cluster up` and remove its lab and state.
     Down {
@@ -104,6 +108,8 @@ enum ClusterCmd {
         control_planes: usize,
         #[arg(long)]
         nodes: usize,
+        #[arg(long)]
+        kubelets: bool,
     },
 }
 
@@ -243,12 +249,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Down { ids, all, stale } => down(&ids, all, stale),
         Cmd::Status => status(),
         Cmd::Demo => ferrolb_testbed::demo::run().context("demo failed"),
-        Cmd::Cluster { cmd: ClusterCmd::Up { name, control_planes, nodes } } => {
-            ferrolb_testbed::cluster::cli::up(&name, control_planes, nodes)
+        Cmd::Cluster { cmd: ClusterCmd::Up { name, control_planes, nodes, kubelets } } => {
+            ferrolb_testbed::cluster::cli::up(&name, control_planes, nodes, kubelets)
         }
         Cmd::Cluster { cmd: ClusterCmd::Down { name } } => ferrolb_testbed::cluster::cli::down(&name),
-        Cmd::Cluster { cmd: ClusterCmd::Serve { name, control_planes, nodes } } => {
-            ferrolb_testbed::cluster::cli::serve(&name, control_planes, nodes)
+        Cmd::Cluster { cmd: ClusterCmd::Serve { name, control_planes, nodes, kubelets } } => {
+            ferrolb_testbed::cluster::cli::serve(&name, control_planes, nodes, kubelets)
         }
         Cmd::Bench { bench: Bench::Failover { trials, family, failure } } => {
             Ok(bench::failover::run(&bench::failover::Params { trials, family, failure })?)
@@ -332,10 +338,12 @@ fn down(ids: &[String], all: bool, stale: bool) -> anyhow::Result<()> {
     for id in ids {
         for name in netns::list_ours().into_iter().filter(|n| n.starts_with(&format!("{id}-"))) {
             netns::delete_by_name(&name)?;
+            lab::remove_real_node_leftovers(&name);
             removed.push(name);
         }
         let _ = std::fs::remove_dir_all(std::path::Path::new(lab::BASE_DIR).join(id));
     }
+    ferrolb_testbed::cluster::node::host::release_stale()?;
     println!(
         "removed {} namespaces{}",
         removed.len(),

@@ -68,6 +68,16 @@ impl Netns {
         cmd
     }
 
+    /// A command that enters only this network namespace (`nsenter --net`) and execs
+    /// `program`, so its pid is the program's. Unlike [`Netns::command`] it keeps the
+    /// host's `/sys`: `ip netns exec` remounts it, hiding `/sys/fs/cgroup/*` from a
+    /// kubelet or containerd.
+    pub fn command_on_host_mounts(&self, program: &str) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net={}", self.path().display())).arg(program);
+        cmd
+    }
+
     /// Runs a command inside the namespace and returns its stdout.
     pub fn exec(&self, argv: &[&str]) -> Result<String, Error> {
         let (program, args) = argv

@@ -32,6 +32,9 @@ pub struct Spawn {
     pub env: Vec<(String, String)>,
     /// Kill the process when the test process dies (off for `ferrolb-testbed up`).
     pub die_with_parent: bool,
+    /// Enter only the network namespace, keeping the host's mounts and `/sys` (a
+    /// kubelet, which needs the cgroup hierarchies); see [`Netns::command_on_host_mounts`].
+    pub host_mounts: bool,
 }
 
 impl Spawn {
@@ -42,7 +45,14 @@ impl Spawn {
             argv: argv.iter().map(|s| s.to_string()).collect(),
             env: Vec::new(),
             die_with_parent: true,
+            host_mounts: false,
         }
+    }
+
+    /// Enters only the network namespace (see [`Spawn::host_mounts`]).
+    pub fn on_host_mounts(mut self) -> Self {
+        self.host_mounts = true;
+        self
     }
 
     /// Adds an environment variable.
@@ -62,7 +72,7 @@ impl Proc {
         let log = log_dir.join(format!("{}.log", spec.name));
         let out = OpenOptions::new().create(true).append(true).open(&log)?;
         let err = out.try_clone()?;
-        let mut cmd = ns.command(program);
+        let mut cmd = if spec.host_mounts { ns.command_on_host_mounts(program) } else { ns.command(program) };
         cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
         for (k, v) in &spec.env {
             cmd.env(k, v);

@@ -391,7 +391,7 @@ fn the_apiserver_vip_follows_healthy_real_apiservers() {
     let test_start = Instant::now();
     let lab = Lab::up(LabConfig::nodes(MEMBERS)).unwrap();
     let mut cluster =
-        Cluster::start(&lab, &ClusterConfig { control_planes: MEMBERS, extra_sans: Vec::new() }).unwrap();
+        Cluster::start(&lab, &ClusterConfig { control_planes: MEMBERS, ..Default::default() }).unwrap();
     eprintln!("control plane up after {:?}", test_start.elapsed());
     let bin = ferrolb_testbed::binary::workspace("ferrolb-bootstrap", "debug").unwrap();
     let ca = cluster.paths().ca_cert();

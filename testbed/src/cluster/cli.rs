@@ -31,7 +31,7 @@ fn running_pid(name: &str) -> Option<i32> {
 }
 
 /// Starts the cluster in the background and waits until it is ready.
-pub fn up(name: &str, control_planes: usize, nodes: usize) -> anyhow::Result<()> {
+pub fn up(name: &str, control_planes: usize, nodes: usize, kubelets: bool) -> anyhow::Result<()> {
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
         bail!("--name: letters, digits and '-' only");
     }
@@ -50,6 +50,7 @@ pub fn up(name: &str, control_planes: usize, nodes: usize) -> anyhow::Result<()>
     let mut cmd = Command::new(exe);
     cmd.args(["cluster", "serve", "--name", name])
         .args(["--control-planes", &control_planes.to_string(), "--nodes", &nodes.to_string()])
+        .args(kubelets.then_some("--kubelets"))
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
@@ -97,23 +98,30 @@ pub fn down(name: &str) -> anyhow::Result<()> {
         }
     }
     // Whatever the server could not remove (it was killed): its namespaces, by its pid.
+    // The lab directories go last: a real node's leftovers are found through them.
     let prefix = format!("{}{pid}x", netns::PREFIX);
+    let mut lab_dirs = std::collections::BTreeSet::new();
     for ns in netns::list_ours().into_iter().filter(|n| n.starts_with(&prefix)) {
         netns::delete_by_name(&ns)?;
+        lab::remove_real_node_leftovers(&ns);
         if let Some((id, _)) = ns.split_once('-') {
-            let _ = std::fs::remove_dir_all(PathBuf::from(BASE_DIR).join(id));
+            lab_dirs.insert(PathBuf::from(BASE_DIR).join(id));
         }
     }
+    for d in lab_dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    crate::cluster::node::host::release_stale()?;
     std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     println!("cluster {name} is down");
     Ok(())
 }
 
 /// Runs the lab and its control plane until SIGTERM or SIGINT.
-pub fn serve(name: &str, control_planes: usize, nodes: usize) -> anyhow::Result<()> {
+pub fn serve(name: &str, control_planes: usize, nodes: usize, kubelets: bool) -> anyhow::Result<()> {
     let dir = state_dir(name);
     let lab = Lab::up(LabConfig::nodes(nodes.max(control_planes)))?;
-    let cluster = Cluster::start(&lab, &ClusterConfig { control_planes, ..Default::default() })?;
+    let cluster = Cluster::start(&lab, &ClusterConfig { control_planes, kubelets, ..Default::default() })?;
     std::fs::copy(cluster.kubeconfig(), dir.join("kubeconfig"))?;
     let mut summary = format!(
         "cluster {name} is up: lab {} ({} nodes, {control_planes} control plane{}), apiserver on the host at https://{}\n",
@@ -130,6 +138,20 @@ pub fn serve(name: &str, control_planes: usize, nodes: usize) -> anyhow::Result<
             if n.control_plane { " (control plane)" } else { "" },
             ips.join(" "),
             lab.node(n.name.trim_start_matches("node").parse().unwrap_or(1)).name()
+        ));
+    }
+    for (node, after) in cluster.ready_after() {
+        summary.push_str(&format!(
+            "  {node}: real kubelet, Ready {:.1} s after it started\n",
+            after.as_secs_f64()
+        ));
+    }
+    for node in cluster.real_nodes() {
+        summary.push_str(&format!(
+            "  {}: static pods in {}, images: ctr --address {} -n k8s.io images import ARCHIVE\n",
+            node.name(),
+            node.static_pod_path().display(),
+            node.containerd()?.socket().display()
         ));
     }
     summary.push_str(&format!("  files: {}\n", cluster.paths().dir.display()));

@@ -4,10 +4,14 @@
 //! kubeadm-shaped PKI, the Node and RBAC authorizers, ServiceAccount tokens and a
 //! Metadata-level audit log.
 //!
-//! The testbed registers every lab node as a Node (InternalIP = its lab addresses,
-//! Ready) and acts as the kubelet for the pods a test creates ([`kubelet`]), so the real
-//! EndpointSlice controller produces the slices the speakers read. Nobody renews Node
-//! leases, so the node lifecycle controller is left out.
+//! By default the testbed registers every lab node as a Node (InternalIP = its lab
+//! addresses, Ready) and acts as the kubelet for the pods a test creates ([`kubelet`]),
+//! so the real EndpointSlice controller produces the slices the speakers read. Nobody
+//! renews Node leases then, so the node lifecycle controller is left out.
+//!
+//! With [`ClusterConfig::kubelets`] every lab node runs a real kubelet and containerd
+//! instead ([`node`]): the Nodes register themselves, pods really run (hostNetwork), and
+//! the node lifecycle controller runs, as on a real cluster.
 //!
 //! The apiservers live in the control-plane nodes' namespaces; the host reaches them
 //! only through loopback forwarders ([`forward`]), never through a route into the lab.
@@ -26,6 +30,7 @@ pub mod cli;
 pub mod ferrolb;
 pub mod forward;
 pub mod kubelet;
+pub mod node;
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -34,8 +39,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use nix::sys::signal::Signal;
 
@@ -44,6 +49,7 @@ use crate::kubeapi::Objects;
 use crate::netns::{Netns, describe};
 use crate::process::{Proc, Spawn, read_lossy, tail};
 use crate::{Error, Lab, plan, wait};
+use serde_json::json;
 
 use forward::Forwarder;
 
@@ -66,13 +72,20 @@ pub struct ClusterConfig {
     pub control_planes: usize,
     /// More names for the apiserver serving certificate (VIPs), besides [`VIP_V4`].
     pub extra_sans: Vec<String>,
+    /// A real kubelet and containerd on every lab node ([`node`]) instead of the
+    /// testbed acting as the kubelet.
+    pub kubelets: bool,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { control_planes: 1, extra_sans: Vec::new() }
+        ClusterConfig { control_planes: 1, extra_sans: Vec::new(), kubelets: false }
     }
 }
+
+/// How long a real kubelet may take to register its Node Ready (a cold start of several
+/// kubelets on a loaded 2-core machine).
+const KUBELET_READY_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Path of `ferrolb-kube`, the multicall binary holding the control plane.
 pub fn kube_binary() -> Result<PathBuf, Error> {
@@ -127,7 +140,10 @@ pub struct Cluster {
     forwarder: Forwarder,
     direct: Vec<Forwarder>,
     rt: tokio::runtime::Runtime,
-    kubelet: tokio::task::JoinHandle<()>,
+    /// The testbed acting as the kubelet (without real kubelets).
+    kubelet: Option<tokio::task::JoinHandle<()>>,
+    /// Real kubelets and their containerd, one per lab node (with [`ClusterConfig::kubelets`]).
+    real_nodes: Vec<node::RealNode>,
     log_dir: PathBuf,
 }
 
@@ -154,7 +170,9 @@ impl Objects for Cluster {
 impl Cluster {
     /// Starts etcd and the first apiserver on lab node 1, the other apiservers on nodes
     /// 2..=K, the controller-manager on node 1; waits for every apiserver's `/readyz`;
-    /// registers every lab node as a Ready Node and starts acting as their kubelet.
+    /// registers every lab node as a Ready Node and starts acting as their kubelet, or,
+    /// with [`ClusterConfig::kubelets`], starts a real node on each and waits until
+    /// every Node is Ready.
     pub fn start(lab: &Lab, cfg: &ClusterConfig) -> Result<Self, Error> {
         let k = cfg.control_planes;
         if k == 0 || k > lab.nodes().len() {
@@ -166,7 +184,7 @@ impl Cluster {
         let kube = kube_binary()?;
         let paths = Paths::new(lab.subdir("cluster")?);
         std::fs::create_dir_all(&paths.pki)?;
-        write_pki(&paths, k, &cfg.extra_sans)?;
+        let ca = write_pki(&paths, k, &cfg.extra_sans)?;
         std::fs::write(paths.dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
         let log_dir = paths.dir.clone();
         let kube_s = kube.display().to_string();
@@ -248,9 +266,10 @@ impl Cluster {
                 &format!("--service-account-private-key-file={}", paths.pki.join("sa.key").display()),
                 &format!("--root-ca-file={}", paths.ca_cert().display()),
                 "--use-service-account-credentials=true",
-                // Nobody renews Node leases in the lab: the lifecycle controller would
-                // taint every node NotReady and evict.
-                "--controllers=*,-node-lifecycle-controller",
+                // Without real kubelets nobody renews Node leases: the lifecycle
+                // controller would taint every node NotReady and evict. With them it
+                // runs, and removes the not-ready taint each Node registers with.
+                if cfg.kubelets { "--controllers=*" } else { "--controllers=*,-node-lifecycle-controller" },
                 "--leader-elect=false",
                 "--bind-address=127.0.0.1",
                 "-v=1",
@@ -266,8 +285,14 @@ impl Cluster {
         }
 
         let admin = client_from(&rt, &paths.admin_kubeconfig())?;
-        rt.block_on(kubelet::register_nodes(&admin, &nodes))?;
-        let kubelet = rt.spawn(kubelet::run(admin, nodes.clone()));
+        let (kubelet, real_nodes) = if cfg.kubelets {
+            let real = start_real_nodes(lab, &rt, &admin, &kube, &paths, &ca, &nodes, k)
+                .map_err(|e| startup_failure(e, &log_dir))?;
+            (None, real)
+        } else {
+            rt.block_on(kubelet::register_nodes(&admin, &nodes))?;
+            (Some(rt.spawn(kubelet::run(admin, nodes.clone()))), Vec::new())
+        };
 
         let cluster = Cluster {
             paths,
@@ -282,6 +307,7 @@ impl Cluster {
             direct,
             rt,
             kubelet,
+            real_nodes,
             log_dir,
         };
         // The ServiceAccount controllers and the RBAC bootstrap must have run before a
@@ -315,6 +341,17 @@ impl Cluster {
     /// The Nodes the testbed registered (every lab node).
     pub fn nodes(&self) -> &[kubelet::NodeInfo] {
         &self.nodes
+    }
+
+    /// The real nodes (kubelet + containerd), in lab node order; empty unless
+    /// [`ClusterConfig::kubelets`].
+    pub fn real_nodes(&self) -> &[node::RealNode] {
+        &self.real_nodes
+    }
+
+    /// For each real node, how long its Node took to be Ready after its kubelet started.
+    pub fn ready_after(&self) -> Vec<(String, Duration)> {
+        self.real_nodes.iter().filter_map(|n| Some((n.name().to_owned(), n.ready_after()?))).collect()
     }
 
     /// The multicall binary (`ferrolb-kube kubectl …`).
@@ -462,7 +499,11 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        self.kubelet.abort();
+        if let Some(k) = &self.kubelet {
+            k.abort();
+        }
+        // The kubelets first, while the apiserver still answers them.
+        self.real_nodes.clear();
         self.controller_manager.kill();
         for p in self.apiservers.iter_mut().flatten() {
             p.kill();
@@ -507,6 +548,11 @@ fn apiserver_spec(kube: &str, paths: &Paths, i: usize, etcd_url: &str) -> Spawn 
             &format!("--audit-log-path={}", paths.audit_log(i).display()),
             "--audit-log-format=json",
             "--allow-privileged=true",
+            // Real kubelets (#17): dial them by InternalIP (lab node names do not
+            // resolve), presenting a client cert their x509 authn accepts.
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            &format!("--kubelet-client-certificate={}", p("apiserver-kubelet-client.crt")),
+            &format!("--kubelet-client-key={}", p("apiserver-kubelet-client.key")),
             &format!("--cert-dir={}", paths.dir.join(format!("apiserver-{i}")).display()),
             "--profiling=false",
             "-v=1",
@@ -516,8 +562,9 @@ fn apiserver_spec(kube: &str, paths: &Paths, i: usize, etcd_url: &str) -> Spawn 
 
 /// Writes the kubeadm-shaped PKI: CA, apiserver serving pair (names and addresses of
 /// every control-plane node, the VIP, loopback, the first ClusterIPs), ServiceAccount
-/// signing pair, and the client pairs of the admin and the controller-manager.
-fn write_pki(paths: &Paths, control_planes: usize, extra_sans: &[String]) -> Result<(), Error> {
+/// signing pair, and the client pairs of the admin and the controller-manager; returns
+/// the CA.
+fn write_pki(paths: &Paths, control_planes: usize, extra_sans: &[String]) -> Result<TestCa, Error> {
     let ca = TestCa::new()?;
     ca.write(&paths.pki)?;
     let mut names: Vec<String> = [
@@ -551,12 +598,92 @@ fn write_pki(paths: &Paths, control_planes: usize, extra_sans: &[String]) -> Res
     for (file, cn, org) in [
         ("admin", "kubernetes-admin", Some("system:masters")),
         ("controller-manager", "system:kube-controller-manager", None),
+        // kubeadm's apiserver-kubelet-client: what a real kubelet's x509 authn sees on
+        // logs/exec/port-forward.
+        ("apiserver-kubelet-client", "kube-apiserver-kubelet-client", Some("kubeadm:cluster-admins")),
     ] {
-        let (cert, key) = ca.client_cert(cn, org)?;
-        std::fs::write(paths.pki.join(format!("{file}.crt")), cert)?;
-        write_private(&paths.pki.join(format!("{file}.key")), &key)?;
+        write_client_pair(paths, &ca, file, cn, org)?;
     }
-    Ok(())
+    Ok(ca)
+}
+
+/// Writes `pki/<file>.{crt,key}`: a client pair for user `cn` in group `org`.
+fn write_client_pair(
+    paths: &Paths,
+    ca: &TestCa,
+    file: &str,
+    cn: &str,
+    org: Option<&str>,
+) -> Result<(), Error> {
+    let (cert, key) = ca.client_cert(cn, org)?;
+    std::fs::write(paths.pki.join(format!("{file}.crt")), cert)?;
+    write_private(&paths.pki.join(format!("{file}.key")), &key)
+}
+
+/// Starts a real node on every lab node (its kubelet talks to its own apiserver on a
+/// control-plane node, to the first one elsewhere), waits until every Node is Ready and
+/// labels the control planes as kubeadm does.
+#[allow(clippy::too_many_arguments)]
+fn start_real_nodes(
+    lab: &Lab,
+    rt: &tokio::runtime::Runtime,
+    admin: &kube::Client,
+    kube: &Path,
+    paths: &Paths,
+    ca: &TestCa,
+    nodes: &[kubelet::NodeInfo],
+    control_planes: usize,
+) -> Result<Vec<node::RealNode>, Error> {
+    let pause = node::build_pause_image(&paths.dir.join("pause.tar"))?;
+    let mut real = Vec::new();
+    for (i, n) in nodes.iter().enumerate().map(|(i, n)| (i + 1, n)) {
+        let pair = format!("kubelet-{}", n.name);
+        write_client_pair(paths, ca, &pair, &format!("system:node:{}", n.name), Some("system:nodes"))?;
+        let spec = node::NodeSpec {
+            name: n.name.clone(),
+            netns: lab.node(i).clone(),
+            ips: n.ips.clone(),
+            server: format!("https://{}", apiserver_addr(if i <= control_planes { i } else { 1 })),
+            ca_cert: paths.ca_cert(),
+            client_cert: paths.pki.join(format!("{pair}.crt")),
+            client_key: paths.pki.join(format!("{pair}.key")),
+        };
+        let dir = paths.dir.join(format!("kubelet-{}", n.name));
+        real.push(node::RealNode::start(kube, &spec, &dir, &paths.dir, &pause)?);
+    }
+    let api: Api<Node> = Api::all(admin.clone());
+    for (n, node) in nodes.iter().zip(&mut real) {
+        let what = format!("Node {} Ready through its kubelet", n.name);
+        let waited = wait::until(&what, KUBELET_READY_TIMEOUT, || {
+            // A kubelet that exited never will be: stop waiting at once.
+            if !node.kubelet_running() {
+                return Ok(Some(Err(Error::Command {
+                    command: format!("kubelet {}", n.name),
+                    detail: "exited".into(),
+                })));
+            }
+            let got = rt.block_on(api.get_opt(&n.name)).map_err(|e| Error::Parse(e.to_string()))?;
+            Ok(got.filter(node_ready).map(Ok))
+        });
+        if let Err(e) = waited.and_then(|r| r) {
+            return Err(Error::Parse(format!("{e}\n{}", node.logs(30))));
+        }
+        node.saw_ready();
+        if n.control_plane {
+            let label = json!({"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}});
+            rt.block_on(api.patch(&n.name, &PatchParams::default(), &Patch::Merge(&label)))
+                .map_err(|e| Error::Parse(format!("labelling Node {}: {e}", n.name)))?;
+        }
+    }
+    Ok(real)
+}
+
+/// Whether `node`'s Ready condition is True.
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), Error> {

@@ -1,6 +1,8 @@
 //! A private containerd: its own root, state and socket under one directory, and `ctr`
-//! against it. Dropping it (also when a test panics) kills what it started, unmounts
-//! what is left under the directory, removes the containers' cgroups and the directory.
+//! against it; either for `ctr` alone or, for a real kubelet, with its CRI plugin on and
+//! inside a lab node's network namespace ([`Cri`]). Dropping it (also when a test
+//! panics) kills what it started, unmounts what is left under the directory, removes the
+//! containers' cgroups and the directory.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -10,25 +12,52 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::Error;
+use crate::netns::Netns;
 use crate::process::{read_lossy, tail};
 
-/// The containerd namespace the images and containers live in.
+/// The containerd namespace the images and containers of `ctr` alone live in.
 const NAMESPACE: &str = "ferrolb";
+/// The containerd namespace the CRI plugin (the kubelet's side) reads.
+const CRI_NAMESPACE: &str = "k8s.io";
+
+/// The CRI plugin's settings for a kubelet's containerd.
+#[derive(Debug, Clone)]
+pub struct Cri {
+    /// The pod sandbox image, imported before the first pod (no registry is ever asked).
+    pub sandbox_image: String,
+    /// The kubelet's `cgroupRoot` (without the leading `/`): pods run below it, and it
+    /// is removed with the containerd.
+    pub cgroup_root: String,
+}
 
 /// A containerd started by [`Containerd::start`].
 #[derive(Debug)]
 pub struct Containerd {
     dir: PathBuf,
     socket: PathBuf,
+    log: PathBuf,
     child: Child,
     /// The cgroup (relative to each hierarchy's root) holding the containers.
     cgroup: String,
+    /// The containerd namespace `ctr` works in.
+    namespace: &'static str,
 }
 
 impl Containerd {
     /// Starts containerd with root, state, socket and log under `dir` (created; it must
-    /// not exist), and waits until it answers.
+    /// not exist), CRI off, and waits until it answers.
     pub fn start(dir: &Path) -> Result<Self, Error> {
+        Self::launch(dir, None, None)
+    }
+
+    /// Starts containerd with its CRI plugin on for a kubelet, inside `netns` (its
+    /// network namespace, the host's mounts and cgroups), root, state and socket under
+    /// `dir` (created; it must not exist), its log at `log`.
+    pub fn start_cri(dir: &Path, netns: &Netns, cri: &Cri, log: &Path) -> Result<Self, Error> {
+        Self::launch(dir, Some((netns, cri)), Some(log))
+    }
+
+    fn launch(dir: &Path, cri: Option<(&Netns, &Cri)>, log: Option<&Path>) -> Result<Self, Error> {
         for (bin, package) in [("containerd", "containerd"), ("ctr", "containerd"), ("runc", "runc")] {
             if which(bin).is_none() {
                 return Err(Error::Missing(format!(
@@ -39,10 +68,8 @@ impl Containerd {
         std::fs::create_dir(dir)?;
         let dir = std::fs::canonicalize(dir)?;
         let socket = dir.join("containerd.sock");
-        let config = format!(
+        let mut config = format!(
             "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
-             # Only ctr here: no CRI (and no CNI to configure).\n\
-             disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
              [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n\
              [debug]\n  address = \"{dir}/debug.sock\"\n",
             root = dir.join("root").display(),
@@ -50,25 +77,42 @@ impl Containerd {
             sock = socket.display(),
             dir = dir.display(),
         );
+        match cri {
+            // Only ctr here: no CRI (and no CNI to configure).
+            None => config.push_str("disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n"),
+            Some((_, cri)) => config.push_str(&cri_config(&dir, cri)?),
+        }
         std::fs::write(dir.join("config.toml"), config)?;
-        let log = std::fs::File::create(dir.join("containerd.log"))?;
-        let mut cmd = Command::new("containerd");
+        let log = log.map_or_else(|| dir.join("containerd.log"), Path::to_owned);
+        let out = std::fs::File::create(&log)?;
+        let mut cmd = match cri {
+            Some((netns, _)) => netns.command_on_host_mounts("containerd"),
+            None => Command::new("containerd"),
+        };
         cmd.arg("--config")
             .arg(dir.join("config.toml"))
             .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
+            .stdout(out.try_clone()?)
+            .stderr(out);
         crate::process::die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
             .map_err(|e| Error::Command { command: "containerd".into(), detail: e.to_string() })?;
-        let cgroup = format!("ferrolb-testbed-{}-{}", std::process::id(), child.id());
-        let me = Containerd { dir, socket, child, cgroup };
+        let (cgroup, namespace) = match cri {
+            Some((_, cri)) => (cri.cgroup_root.clone(), CRI_NAMESPACE),
+            None => (format!("ferrolb-testbed-{}-{}", std::process::id(), child.id()), NAMESPACE),
+        };
+        let me = Containerd { dir, socket, log, child, cgroup, namespace };
         crate::wait::until("containerd to answer on its socket", Duration::from_secs(30), || {
             Ok(me.ctr(&["version"]).is_ok_and(|o| o.status.success()).then_some(()))
         })
         .map_err(|e| Error::Command { command: "containerd".into(), detail: format!("{e}\n{}", me.log()) })?;
         Ok(me)
+    }
+
+    /// containerd's process id.
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).unwrap_or(i32::MAX)
     }
 
     /// The directory holding its root, state, socket and log.
@@ -88,15 +132,15 @@ impl Containerd {
 
     /// The last lines of containerd's log.
     pub fn log(&self) -> String {
-        tail(&read_lossy(&self.dir.join("containerd.log")), 30)
+        tail(&read_lossy(&self.log), 30)
     }
 
-    /// `ctr --address SOCKET --namespace ferrolb ARGS...`.
+    /// `ctr --address SOCKET --namespace NS ARGS...`, NS `k8s.io` with CRI on, else `ferrolb`.
     pub fn ctr(&self, args: &[&str]) -> Result<Output, Error> {
         Command::new("ctr")
             .arg("--address")
             .arg(&self.socket)
-            .args(["--namespace", NAMESPACE])
+            .args(["--namespace", self.namespace])
             .args(args)
             .stdin(Stdio::null())
             .output()
@@ -151,7 +195,7 @@ impl Containerd {
         for pid in processes_naming(&socket) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
-        let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
+        let _ = kill(Pid::from_raw(self.pid()), Signal::SIGTERM);
         let exited = crate::wait::until("containerd to exit", Duration::from_secs(10), || {
             Ok(self.child.try_wait()?.map(|_| ()))
         });
@@ -165,21 +209,97 @@ impl Containerd {
 impl Drop for Containerd {
     fn drop(&mut self) {
         self.stop();
-        // Mounts under the directory (snapshots, rootfs), deepest first.
-        let prefix = self.dir.to_string_lossy().into_owned();
-        let mut mounts: Vec<String> = read_lossy(Path::new("/proc/self/mountinfo"))
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
-            .filter(|m| m.starts_with(&prefix))
-            .collect();
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in mounts {
-            let _ = Command::new("umount").args(["--lazy", &m]).status();
-        }
-        for hierarchy in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
-            remove_cgroup(&hierarchy.path().join(&self.cgroup));
-        }
+        remove_shim_sockets(&self.dir);
+        unmount_under(&self.dir);
+        remove_cgroups(&self.cgroup);
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The CRI part of a kubelet's containerd config (see testbed/kube/KUBELET.md).
+fn cri_config(dir: &Path, cri: &Cri) -> Result<String, Error> {
+    // Without any CNI network CRI reports NetworkReady=false and the Node stays NotReady;
+    // a loopback-only list is enough: hostNetwork pods never call CNI (no binaries needed).
+    let cni = dir.join("cni");
+    std::fs::create_dir_all(cni.join("net.d"))?;
+    std::fs::create_dir_all(cni.join("bin"))?;
+    std::fs::write(
+        cni.join("net.d/10-ferrolb.conflist"),
+        r#"{"cniVersion":"0.4.0","name":"ferrolb-hostnet-only","plugins":[{"type":"loopback"}]}"#,
+    )?;
+    Ok(format!(
+        "[plugins.\"io.containerd.grpc.v1.cri\"]\n\
+         sandbox_image = \"{sandbox}\"\n\
+         enable_cdi = false\n\
+         # This machine's root lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj (the\n\
+         # sandbox asks -998) and fails with \"can't get final child's PID from pipe: EOF\".\n\
+         restrict_oom_score_adj = true\n\
+         [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n\
+         snapshotter = \"overlayfs\"\n\
+         default_runtime_name = \"runc\"\n\
+         [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n\
+         runtime_type = \"io.containerd.runc.v2\"\n\
+         [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n\
+         SystemdCgroup = false\n\
+         # runc's state here, else /run/containerd/runc, shared by every containerd.\n\
+         Root = \"{runc}\"\n\
+         [plugins.\"io.containerd.grpc.v1.cri\".cni]\n\
+         bin_dir = \"{bin}\"\n\
+         conf_dir = \"{conf}\"\n",
+        sandbox = cri.sandbox_image,
+        runc = dir.join("runc").display(),
+        bin = cni.join("bin").display(),
+        conf = cni.join("net.d").display(),
+    ))
+}
+
+/// Unmounts every mount point under `dir` (snapshots, rootfs, shm), deepest first.
+pub fn unmount_under(dir: &Path) {
+    let prefix = dir.to_string_lossy().into_owned();
+    let mut mounts: Vec<String> = read_lossy(Path::new("/proc/self/mountinfo"))
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+        .filter(|m| m.starts_with(&prefix))
+        .collect();
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in mounts {
+        let _ = Command::new("umount").args(["--lazy", &m]).status();
+    }
+}
+
+/// Removes cgroup `name` (relative to each hierarchy's root) and the cgroups below it, in
+/// every hierarchy, waiting up to 5 s for the killed processes in them to be gone.
+pub fn remove_cgroups(name: &str) {
+    let left = || {
+        std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|h| h.path().join(name))
+            .filter(|p| p.exists())
+            .collect::<Vec<_>>()
+    };
+    // A cgroup with a dying (not yet reaped) task cannot be removed yet.
+    let _ = crate::wait::until_holds(&format!("cgroups {name} removed"), Duration::from_secs(5), || {
+        left().iter().for_each(|p| remove_cgroup(p));
+        left().is_empty()
+    });
+}
+
+/// Removes the sockets in `/run/containerd/s/` of the shims started by the containerd
+/// whose directory is `dir` (a shim removes its own unless it was killed): each task's
+/// bundle, `state/io.containerd.runtime.v2.task/<namespace>/<id>/`, names it in `address`.
+pub fn remove_shim_sockets(dir: &Path) {
+    let tasks = dir.join("state").join("io.containerd.runtime.v2.task");
+    for ns in std::fs::read_dir(tasks).into_iter().flatten().flatten() {
+        for bundle in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
+            let address = read_lossy(&bundle.path().join("address"));
+            if let Some(socket) = address.trim().strip_prefix("unix://")
+                && socket.starts_with("/run/containerd/s/")
+            {
+                let _ = std::fs::remove_file(socket);
+            }
+        }
     }
 }
 

@@ -177,10 +177,7 @@ pub fn build(
             dockerfile.base, DISTROLESS_CC_NONROOT.image
         ))
     })?;
-    let layer_path = out.with_extension("layer.tmp");
-    let result = write_archive(dockerfile, &base, binaries, name, out, &layer_path);
-    let _ = std::fs::remove_file(&layer_path);
-    result
+    write_archive(dockerfile, &base, binaries, name, out)
 }
 
 /// A file of the layer: where its content comes from.
@@ -195,7 +192,6 @@ fn write_archive(
     binaries: &[(String, PathBuf)],
     name: &str,
     out: &Path,
-    layer_path: &Path,
 ) -> Result<Built, Error> {
     let ca = Path::new("/").join(base.ca_bundle);
     if !ca.exists() {
@@ -235,38 +231,6 @@ fn write_archive(
         dirs.entry(p).or_insert((0o755, 0));
     }
 
-    // The layer: directories before what they hold (sorted paths put parents first).
-    let mut entries: BTreeMap<&str, Option<&(u32, Content)>> = BTreeMap::new();
-    for d in dirs.keys() {
-        entries.insert(d, None);
-    }
-    for (f, c) in &files {
-        entries.insert(f, Some(c));
-    }
-    let layer = {
-        let mut w = tar::Writer::new(Hashing::new(BufWriter::new(File::create(layer_path)?)));
-        for (path, entry) in entries {
-            match entry {
-                None => {
-                    let (mode, owner) = dirs[path];
-                    w.dir(path, mode, owner, owner)?;
-                }
-                Some((mode, Content::Host(src))) => {
-                    let mut f = File::open(src)?;
-                    let size = f.metadata()?.len();
-                    w.file(path, *mode, size, &mut f)?;
-                }
-                Some((mode, Content::Text(text))) => {
-                    w.file(path, *mode, text.len() as u64, &mut text.as_bytes())?;
-                }
-            }
-        }
-        let hashing = w.finish()?;
-        let (digest, size, mut inner) = hashing.done();
-        inner.flush()?;
-        (digest, size)
-    };
-
     let mut env: Vec<String> = base.env.iter().map(|e| e.to_string()).collect();
     for e in &dockerfile.env {
         let key = e.split('=').next().unwrap_or_default();
@@ -284,15 +248,79 @@ fn write_archive(
     if let Some(cmd) = &dockerfile.cmd {
         config["Cmd"] = json!(cmd);
     }
+    let history = format!(
+        "ferrolb-testbed image build: {} assembled locally, COPY /out/ {}/",
+        base.image, dockerfile.bin_dir
+    );
+    // The layer: directories before what they hold (sorted paths put parents first).
+    let mut entries: BTreeMap<&str, Option<&(u32, Content)>> = BTreeMap::new();
+    for d in dirs.keys() {
+        entries.insert(d, None);
+    }
+    for (f, c) in &files {
+        entries.insert(f, Some(c));
+    }
+    write_image(out, name, config, &history, |w| {
+        for (path, entry) in entries {
+            match entry {
+                None => {
+                    let (mode, owner) = dirs[path];
+                    w.dir(path, mode, owner, owner)?;
+                }
+                Some((mode, Content::Host(src))) => {
+                    let mut f = File::open(src)?;
+                    let size = f.metadata()?.len();
+                    w.file(path, *mode, size, &mut f)?;
+                }
+                Some((mode, Content::Text(text))) => {
+                    w.file(path, *mode, text.len() as u64, &mut text.as_bytes())?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Writes a linux/amd64 OCI image archive with one uncompressed layer to `out`: the
+/// layer's entries come from `layer`, `config` is the image configuration's `config`
+/// object (`User`, `Entrypoint`, `Env`...), `name` its `io.containerd.image.name`.
+pub fn write_image(
+    out: &Path,
+    name: &str,
+    config: Value,
+    history: &str,
+    layer: impl FnOnce(&mut tar::Writer<&mut dyn Write>) -> io::Result<()>,
+) -> Result<Built, Error> {
+    // The layer goes to a file first: its digest names it inside the archive.
+    let layer_path = out.with_extension("layer.tmp");
+    let result = write_image_via(out, name, config, history, layer, &layer_path);
+    let _ = std::fs::remove_file(&layer_path);
+    result
+}
+
+fn write_image_via(
+    out: &Path,
+    name: &str,
+    config: Value,
+    history: &str,
+    layer: impl FnOnce(&mut tar::Writer<&mut dyn Write>) -> io::Result<()>,
+    layer_path: &Path,
+) -> Result<Built, Error> {
+    let layer = {
+        let mut hashing = Hashing::new(BufWriter::new(File::create(layer_path)?));
+        let mut w = tar::Writer::new(&mut hashing as &mut dyn Write);
+        layer(&mut w)?;
+        w.finish()?;
+        let (digest, size, mut inner) = hashing.done();
+        inner.flush()?;
+        (digest, size)
+    };
     let config = json!({
         "architecture": "amd64",
         "os": "linux",
         "config": config,
         "rootfs": { "type": "layers", "diff_ids": [layer.0] },
-        "history": [{
-            "created_by": format!("ferrolb-testbed image build: {} assembled locally, COPY /out/ {}/",
-                base.image, dockerfile.bin_dir),
-        }],
+        "history": [{ "created_by": history }],
     });
     let config = serde_json::to_vec(&config).map_err(io::Error::other)?;
     let manifest = serde_json::to_vec(&json!({
