@@ -211,6 +211,16 @@ fn speaker_follows_static_file_edits_with_bird_and_recorder() {
     prefixes.sort();
     assert_eq!(prefixes, vec!["203.0.113.10/32", "203.0.113.11/32"], "recorder RIB: {rib:?}");
 
+    // The same text written again is read and hashed, not parsed nor applied again.
+    const UNCHANGED: &str = "static file unchanged: not parsed again";
+    let skipped = speaker.logs().matches(UNCHANGED).count();
+    speaker.rewrite_file(&static_file(&[("web", vec![vip4, vip11])], peers2.clone(), &ad2)).unwrap();
+    wait::until("the rewrite seen as unchanged", T, || {
+        Ok((speaker.logs().matches(UNCHANGED).count() > skipped).then_some(()))
+    })
+    .unwrap();
+    assert_eq!(speaker.logs().matches("static file changed: applying").count(), 1, "only edit 1 was applied");
+
     // An invalid edit is rejected whole; the last good content stays.
     speaker
         .rewrite_file(

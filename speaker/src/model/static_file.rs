@@ -53,27 +53,43 @@ pub struct Loaded {
     pub passwords: BTreeMap<String, Password>,
     /// Lines about ignored documents, to log.
     pub warnings: Vec<String>,
-    /// SHA-256 of what the file and the password files held, to skip re-reads that
-    /// change nothing (a hash, not the text: 20 MB with 100k Services).
+    /// SHA-256 of the file's text, to skip parsing it again while it is unchanged (a
+    /// hash, not the text: 20 MB with 100k Services). Password files are polled apart.
     pub fingerprint: [u8; 32],
 }
 
 /// Reads `path` (and the password files it names) into a model.
 pub fn load(path: &Path, lb_class: &str) -> Result<Loaded, LoadError> {
+    parse(path, read(path)?, lb_class)
+}
+
+/// A static file's text, with its SHA-256.
+#[derive(Debug)]
+pub struct Text {
+    text: String,
+    /// SHA-256 of the text.
+    pub digest: [u8; 32],
+}
+
+/// Reads `path` and hashes it, without parsing it: an unchanged file (an event in its
+/// directory about another file) costs a read and a hash, not a parse of 50k Services.
+pub fn read(path: &Path) -> Result<Text, LoadError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| StreamError::Io { file: path.display().to_string(), source })?;
+    let digest = Sha256::digest(text.as_bytes()).into();
+    Ok(Text { text, digest })
+}
+
+/// Parses `text`, read from `path` by [`read`], into a model, with the password files it
+/// names.
+pub fn parse(path: &Path, text: Text, lb_class: &str) -> Result<Loaded, LoadError> {
     let file = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|source| StreamError::Io { file: file.clone(), source })?;
-    let mut fingerprint = Sha256::new();
-    fingerprint.update(text.as_bytes());
+    let Text { text, digest } = text;
     let (model, warnings) = ClusterModel::parse(&file, &text, lb_class)?;
     drop(text);
-    let mut passwords = BTreeMap::new();
-    for (name, secret) in read_password_files(&model, &file)? {
-        fingerprint.update([0]);
-        fingerprint.update(secret.as_bytes());
-        passwords.insert(name, Password::new(secret));
-    }
-    Ok(Loaded { model, passwords, warnings, fingerprint: fingerprint.finalize().into() })
+    let passwords =
+        read_password_files(&model, &file)?.into_iter().map(|(name, s)| (name, Password::new(s))).collect();
+    Ok(Loaded { model, passwords, warnings, fingerprint: digest })
 }
 
 /// Reads the `passwordFile` of every BGPPeer of `model` (read from static file `file`);

@@ -46,8 +46,16 @@ impl State {
     pub(super) async fn reload(&mut self) {
         let Some(file) = self.file.clone() else { return };
         let started = std::time::Instant::now();
-        match static_file::load(&file, &self.opts.lb_class) {
-            Ok(l) if l.fingerprint == self.fingerprint => {}
+        let text = match static_file::read(&file) {
+            Ok(t) if t.digest == self.fingerprint => {
+                // An event about another file of the directory, or the same text written
+                // again: nothing to parse (password files are polled on their own).
+                tracing::debug!(file = %file.display(), "static file unchanged: not parsed again");
+                return;
+            }
+            other => other,
+        };
+        match text.and_then(|t| static_file::parse(&file, t, &self.opts.lb_class)) {
             Ok(l) => {
                 for w in &l.warnings {
                     tracing::warn!("{w}");
