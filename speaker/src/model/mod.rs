@@ -251,23 +251,24 @@ fn service_entry(lb_class: &str, svc: &Service) -> ServiceEntry {
         return (key, None);
     }
     let selector = spec.and_then(|s| s.selector.as_ref()).filter(|s| !s.is_empty()).cloned();
-    let ingress = svc
+    // Sized exactly: collected from these iterators a Vec holds room for 4 (with 10k
+    // Services 1.3 MB of ports and 0.7 MB of addresses at the peak, dhat).
+    let listed = svc
         .status
         .as_ref()
         .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i.ip.as_deref()?.parse().ok())
-        .collect();
+        .and_then(|lb| lb.ingress.as_deref())
+        .unwrap_or_default();
+    let mut ingress = Vec::with_capacity(listed.len());
+    ingress.extend(listed.iter().filter_map(|i| i.ip.as_deref()?.parse::<IpAddr>().ok()));
     let traffic_policy = match spec.and_then(|s| s.external_traffic_policy.as_deref()) {
         Some("Local") => TrafficPolicy::Local,
         _ => TrafficPolicy::Cluster,
     };
     let ports = spec
-        .and_then(|s| s.ports.as_ref())
-        .into_iter()
-        .flatten()
+        .and_then(|s| s.ports.as_deref())
+        .unwrap_or_default()
+        .iter()
         .map(|p| ServicePort { port: p.port, protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()) })
         .collect();
     let labels = svc.metadata.labels.clone().unwrap_or_default();
