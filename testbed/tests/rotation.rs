@@ -344,7 +344,14 @@ fn password_change(source: Source) {
         let r = routers::wait_rib(b, "203.0.113.10/32", &[node_v4(1)], T);
         assert!(r.is_ok(), "route at {what}: {r:?}\n{}", diag());
     }
-    let b_before = session_line(&bird_b);
+    // BIRD stamps `since` again a millisecond after the session is Established (seen:
+    // 12:50:44.095 then .096 with no restart): take it once two reads agree.
+    let b_before = wait::until("B's session line settled", T, || {
+        let first = session_line(&bird_b);
+        std::thread::sleep(Duration::from_millis(200));
+        Ok((session_line(&bird_b) == first).then_some(first))
+    })
+    .unwrap();
     assert!(b_before.contains("Established"), "{b_before}");
 
     let stop = Arc::new(AtomicBool::new(false));
