@@ -73,13 +73,18 @@ pub struct ClusterConfig {
     /// More names for the apiserver serving certificate (VIPs), besides [`VIP_V4`].
     pub extra_sans: Vec<String>,
     /// A real kubelet and containerd on every lab node ([`node`]) instead of the
-    /// testbed acting as the kubelet.
+    /// testbed acting as the kubelet; a kube-scheduler runs with them.
     pub kubelets: bool,
+    /// The apiserver URL in the kubeconfig of the real kubelets on workers (nodes after
+    /// the control planes), e.g. the VIP; `None`: node1's address. With a URL,
+    /// [`Cluster::start`] does not wait for the workers' Nodes: what serves it may
+    /// come up only later (the bootstrap static pod).
+    pub workers_server: Option<String>,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { control_planes: 1, extra_sans: Vec::new(), kubelets: false }
+        ClusterConfig { control_planes: 1, extra_sans: Vec::new(), kubelets: false, workers_server: None }
     }
 }
 
@@ -137,6 +142,8 @@ pub struct Cluster {
     apiservers: Vec<Option<Proc>>,
     apiserver_specs: Vec<(Netns, Spawn)>,
     controller_manager: Proc,
+    /// With real kubelets: places DaemonSet and Deployment pods.
+    scheduler: Option<Proc>,
     forwarder: Forwarder,
     direct: Vec<Forwarder>,
     rt: tokio::runtime::Runtime,
@@ -174,6 +181,17 @@ impl Cluster {
     /// with [`ClusterConfig::kubelets`], starts a real node on each and waits until
     /// every Node is Ready.
     pub fn start(lab: &Lab, cfg: &ClusterConfig) -> Result<Self, Error> {
+        Self::start_with(lab, cfg, &mut |_, _, _| Ok(()))
+    }
+
+    /// [`Cluster::start`], calling `before_kubelet(i, node, paths)` for each real node `i`
+    /// once its containerd runs and before its kubelet starts: what a node has on disk
+    /// when it boots (imported images, static pods, checkpoints) goes in there.
+    pub fn start_with(
+        lab: &Lab,
+        cfg: &ClusterConfig,
+        before_kubelet: &mut dyn FnMut(usize, &node::RealNode, &Paths) -> Result<(), Error>,
+    ) -> Result<Self, Error> {
         let k = cfg.control_planes;
         if k == 0 || k > lab.nodes().len() {
             return Err(Error::Missing(format!(
@@ -279,6 +297,27 @@ impl Cluster {
         wait_ready(&rt, &direct[0], &paths, Duration::from_secs(120))
             .map_err(|e| startup_failure(e, &log_dir))?;
         let controller_manager = Proc::start(&cp1, &log_dir, &cm_spec)?;
+        let scheduler = if cfg.kubelets {
+            let conf = paths.dir.join("scheduler.conf");
+            write_cert_kubeconfig(&paths, &conf, &cp1_server, "system:kube-scheduler", "scheduler")?;
+            let conf = conf.display().to_string();
+            let spec = Spawn::new(
+                "kube-scheduler",
+                &[
+                    &kube_s,
+                    "kube-scheduler",
+                    &format!("--kubeconfig={conf}"),
+                    &format!("--authentication-kubeconfig={conf}"),
+                    &format!("--authorization-kubeconfig={conf}"),
+                    "--leader-elect=false",
+                    "--bind-address=127.0.0.1",
+                    "-v=1",
+                ],
+            );
+            Some(Proc::start(&cp1, &log_dir, &spec)?)
+        } else {
+            None
+        };
         for (i, d) in direct.iter().enumerate().skip(1) {
             wait_ready(&rt, d, &paths, Duration::from_secs(120))
                 .map_err(|e| startup_failure(Error::Parse(format!("apiserver {}: {e}", i + 1)), &log_dir))?;
@@ -286,7 +325,7 @@ impl Cluster {
 
         let admin = client_from(&rt, &paths.admin_kubeconfig())?;
         let (kubelet, real_nodes) = if cfg.kubelets {
-            let real = start_real_nodes(lab, &rt, &admin, &kube, &paths, &ca, &nodes, k)
+            let real = start_real_nodes(lab, &rt, &admin, &kube, &paths, &ca, &nodes, cfg, before_kubelet)
                 .map_err(|e| startup_failure(e, &log_dir))?;
             (None, real)
         } else {
@@ -303,6 +342,7 @@ impl Cluster {
             apiservers,
             apiserver_specs,
             controller_manager,
+            scheduler,
             forwarder,
             direct,
             rt,
@@ -504,6 +544,9 @@ impl Drop for Cluster {
         }
         // The kubelets first, while the apiserver still answers them.
         self.real_nodes.clear();
+        if let Some(s) = &mut self.scheduler {
+            s.kill();
+        }
         self.controller_manager.kill();
         for p in self.apiservers.iter_mut().flatten() {
             p.kill();
@@ -598,6 +641,8 @@ fn write_pki(paths: &Paths, control_planes: usize, extra_sans: &[String]) -> Res
     for (file, cn, org) in [
         ("admin", "kubernetes-admin", Some("system:masters")),
         ("controller-manager", "system:kube-controller-manager", None),
+        ("scheduler", "system:kube-scheduler", None),
+        ("kube-proxy", "system:kube-proxy", None),
         // kubeadm's apiserver-kubelet-client: what a real kubelet's x509 authn sees on
         // logs/exec/port-forward.
         ("apiserver-kubelet-client", "kube-apiserver-kubelet-client", Some("kubeadm:cluster-admins")),
@@ -621,7 +666,8 @@ fn write_client_pair(
 }
 
 /// Starts a real node on every lab node (its kubelet talks to its own apiserver on a
-/// control-plane node, to the first one elsewhere), waits until every Node is Ready and
+/// control-plane node, elsewhere to [`ClusterConfig::workers_server`] or the first
+/// one), waits until every Node is Ready (but the workers' with a `workers_server`) and
 /// labels the control planes as kubeadm does.
 #[allow(clippy::too_many_arguments)]
 fn start_real_nodes(
@@ -632,8 +678,10 @@ fn start_real_nodes(
     paths: &Paths,
     ca: &TestCa,
     nodes: &[kubelet::NodeInfo],
-    control_planes: usize,
+    cfg: &ClusterConfig,
+    before_kubelet: &mut dyn FnMut(usize, &node::RealNode, &Paths) -> Result<(), Error>,
 ) -> Result<Vec<node::RealNode>, Error> {
+    let control_planes = cfg.control_planes;
     let pause = node::build_pause_image(&paths.dir.join("pause.tar"))?;
     let mut real = Vec::new();
     for (i, n) in nodes.iter().enumerate().map(|(i, n)| (i + 1, n)) {
@@ -643,16 +691,30 @@ fn start_real_nodes(
             name: n.name.clone(),
             netns: lab.node(i).clone(),
             ips: n.ips.clone(),
-            server: format!("https://{}", apiserver_addr(if i <= control_planes { i } else { 1 })),
+            pod_subnet: Some(plan::node_pod_v4(i)),
+            proxy: Some(node::ProxySpec {
+                client_cert: paths.pki.join("kube-proxy.crt"),
+                client_key: paths.pki.join("kube-proxy.key"),
+                cluster_cidr: plan::POD_V4.into(),
+            }),
+            server: match &cfg.workers_server {
+                Some(url) if i > control_planes => url.clone(),
+                _ => format!("https://{}", apiserver_addr(if i <= control_planes { i } else { 1 })),
+            },
             ca_cert: paths.ca_cert(),
             client_cert: paths.pki.join(format!("{pair}.crt")),
             client_key: paths.pki.join(format!("{pair}.key")),
         };
+        pod_routes(lab.node(i), i, nodes.len())?;
         let dir = paths.dir.join(format!("kubelet-{}", n.name));
-        real.push(node::RealNode::start(kube, &spec, &dir, &paths.dir, &pause)?);
+        let mut node = node::RealNode::start_containerd(&spec, &dir, &paths.dir, &pause)?;
+        before_kubelet(i, &node, paths)?;
+        node.start_kubelet(kube, &spec, &paths.dir)?;
+        real.push(node);
     }
     let api: Api<Node> = Api::all(admin.clone());
-    for (n, node) in nodes.iter().zip(&mut real) {
+    let awaited = if cfg.workers_server.is_some() { control_planes } else { nodes.len() };
+    for (n, node) in nodes.iter().zip(&mut real).take(awaited) {
         let what = format!("Node {} Ready through its kubelet", n.name);
         let waited = wait::until(&what, KUBELET_READY_TIMEOUT, || {
             // A kubelet that exited never will be: stop waiting at once.
@@ -676,6 +738,19 @@ fn start_real_nodes(
         }
     }
     Ok(real)
+}
+
+/// Node `i`'s routes for pod networking, as a cluster's network would provide them: the
+/// other nodes' pod subnets through those nodes, and the ClusterIPs (v4) on the LAN link —
+/// only so that a connect() finds a route before kube-proxy's DNAT rewrites it (there is
+/// no default route). Forwarding on, for the pods and for kube-proxy's DNAT.
+fn pod_routes(ns: &Netns, i: usize, nodes: usize) -> Result<(), Error> {
+    ns.sysctl("net.ipv4.ip_forward", "1")?;
+    for j in (1..=nodes).filter(|j| *j != i) {
+        ns.ip(&["route", "replace", &plan::node_pod_v4(j), "via", &plan::node_v4(j).to_string()])?;
+    }
+    ns.ip(&["route", "replace", plan::SERVICES_V4, "dev", "eth0"])?;
+    Ok(())
 }
 
 /// Whether `node`'s Ready condition is True.

@@ -17,6 +17,9 @@ use crate::process::{read_lossy, tail};
 
 /// The containerd namespace the images and containers of `ctr` alone live in.
 const NAMESPACE: &str = "ferrolb";
+/// Where Debian's containernetworking-plugins are.
+const CNI_PLUGINS: &str = "/usr/lib/cni";
+
 /// The containerd namespace the CRI plugin (the kubelet's side) reads.
 const CRI_NAMESPACE: &str = "k8s.io";
 
@@ -28,6 +31,11 @@ pub struct Cri {
     /// The kubelet's `cgroupRoot` (without the leading `/`): pods run below it, and it
     /// is removed with the containerd.
     pub cgroup_root: String,
+    /// Pods that are not hostNetwork get an address of this subnet on a bridge in the
+    /// node's namespace (CNI bridge + host-local from containernetworking-plugins), a
+    /// route to the LAN only and the node's address outbound (masquerade). `None`:
+    /// hostNetwork pods only.
+    pub pod_subnet: Option<String>,
 }
 
 /// A containerd started by [`Containerd::start`].
@@ -223,13 +231,47 @@ fn cri_config(dir: &Path, cri: &Cri) -> Result<String, Error> {
     let cni = dir.join("cni");
     std::fs::create_dir_all(cni.join("net.d"))?;
     std::fs::create_dir_all(cni.join("bin"))?;
-    std::fs::write(
-        cni.join("net.d/10-ferrolb.conflist"),
-        r#"{"cniVersion":"0.4.0","name":"ferrolb-hostnet-only","plugins":[{"type":"loopback"}]}"#,
-    )?;
+    let (conflist, bin) = match &cri.pod_subnet {
+        None => (
+            r#"{"cniVersion":"0.4.0","name":"ferrolb-hostnet-only","plugins":[{"type":"loopback"}]}"#
+                .to_owned(),
+            cni.join("bin"),
+        ),
+        Some(subnet) => {
+            let plugins = Path::new(CNI_PLUGINS);
+            if !plugins.join("bridge").exists() {
+                return Err(Error::Missing(format!(
+                    "{CNI_PLUGINS}/bridge not found: apt-get install containernetworking-plugins \
+                     (testbed/prereqs.sh installs it)"
+                )));
+            }
+            let list = serde_json::json!({
+                "cniVersion": "0.4.0",
+                "name": "ferrolb-lab",
+                "plugins": [{
+                    "type": "bridge",
+                    "bridge": "cni0",
+                    "isGateway": true,
+                    "ipMasq": true,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{ "subnet": subnet }]],
+                        // No default route anywhere: pods reach the LAN (apiserver VIP,
+                        // nodes) and nothing else.
+                        "routes": [{ "dst": crate::plan::LAN_V4 }, { "dst": crate::plan::SERVICES_V4 }],
+                        "dataDir": cni.join("ipam"),
+                    },
+                }],
+            });
+            (list.to_string(), plugins.to_owned())
+        }
+    };
+    std::fs::write(cni.join("net.d/10-ferrolb.conflist"), conflist)?;
     Ok(format!(
         "[plugins.\"io.containerd.grpc.v1.cri\"]\n\
          sandbox_image = \"{sandbox}\"\n\
+         # Pod network namespaces below the state dir, not in the host's /run/netns.\n\
+         netns_mounts_under_state_dir = true\n\
          enable_cdi = false\n\
          # This machine's root lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj (the\n\
          # sandbox asks -998) and fails with \"can't get final child's PID from pipe: EOF\".\n\
@@ -248,7 +290,7 @@ fn cri_config(dir: &Path, cri: &Cri) -> Result<String, Error> {
          conf_dir = \"{conf}\"\n",
         sandbox = cri.sandbox_image,
         runc = dir.join("runc").display(),
-        bin = cni.join("bin").display(),
+        bin = bin.display(),
         conf = cni.join("net.d").display(),
     ))
 }
