@@ -31,6 +31,7 @@ pub mod ferrolb;
 pub mod forward;
 pub mod kubelet;
 pub mod node;
+pub mod vip;
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
