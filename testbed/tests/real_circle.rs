@@ -10,7 +10,9 @@
 //! the kubelets run them with their ServiceAccounts' projected tokens (reaching the
 //! apiservers through the `kubernetes` ClusterIP and the nodes' kube-proxy), a
 //! LoadBalancer Service (manifests/examples) gets an address of the L2 pool and the
-//! client on the LAN reaches its pod.
+//! client on the LAN reaches its pod. Last, the whole lab loses power and cold-starts
+//! (every etcd, apiserver, containerd, kubelet and kube-proxy started at once from the
+//! disk alone): the time to each milestone is printed.
 //!
 //! Needs `target/kube/current/ferrolb-kube` (testbed/kube/build.sh), the debug binaries
 //! the image holds, containerd, runc and a C compiler (testbed/prereqs.sh).
@@ -18,7 +20,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use ferrolb_testbed::cluster::vip::{Bootstrap, vip_server};
 use ferrolb_testbed::cluster::{self, Cluster, ClusterConfig, ferrolb, node_ready};
@@ -89,6 +91,64 @@ spec:
     )
 }
 
+/// Unix microseconds now.
+fn now_us() -> i64 {
+    let d = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap();
+    i64::try_from(d.as_micros()).unwrap()
+}
+
+/// Whether every pod the selector picks in `ns` has all its containers started after
+/// `since_us` (Unix µs) and is Ready: started by the kubelets after the cold start.
+fn pods_restarted_ready(cluster: &Cluster, ns: &str, selector: &str, want: usize, since_us: i64) -> bool {
+    let Ok(text) = cluster.kubectl(&["get", "pods", "-n", ns, "-l", selector, "-o", "json"]) else {
+        return false;
+    };
+    let Ok(pods) = serde_json::from_str::<Value>(&text) else { return false };
+    let items = pods["items"].as_array().cloned().unwrap_or_default();
+    items.len() == want
+        && items.iter().all(|p| {
+            running_and_ready(p)
+                && p["status"]["containerStatuses"].as_array().is_some_and(|cs| {
+                    cs.iter().all(|c| {
+                        c["state"]["running"]["startedAt"]
+                            .as_str()
+                            .and_then(cluster::audit::rfc3339_us)
+                            // startedAt has whole seconds.
+                            .is_some_and(|t| t + 1_000_000 > since_us)
+                    })
+                })
+        })
+}
+
+/// What the client's path to a Service address looks like, for a failure message.
+fn diagnose(lab: &Lab, cluster: &Cluster, a: IpAddr) -> String {
+    let mut out = String::new();
+    for args in [
+        &["get", "pods", "-A", "-o", "wide"][..],
+        &["get", "endpointslices", "-n", "default", "-o", "yaml"][..],
+        &["get", "serviceannouncements", "-A", "-o", "wide"][..],
+    ] {
+        out.push_str(&format!(
+            "$ kubectl {}\n{}\n",
+            args.join(" "),
+            cluster.kubectl(args).unwrap_or_else(|e| e.to_string())
+        ));
+    }
+    out.push_str(&format!("client neighbours: {:?}\n", lab.client().exec(&["ip", "neigh"])));
+    out.push_str(&format!("ARP answers for {a}: {:?}\n", client::arp_responders(lab.client(), "eth0", a, 2)));
+    for (i, ns) in lab.nodes().iter().enumerate() {
+        let nat = ns.exec(&["iptables-save", "-t", "nat"]).unwrap_or_default();
+        let rules: Vec<&str> =
+            nat.lines().filter(|l| l.contains(&a.to_string()) || l.contains("KUBE-SEP")).collect();
+        out.push_str(&format!(
+            "node{}: routes {:?}\nnat rules {rules:#?}\n",
+            i + 1,
+            ns.exec(&["ip", "route"])
+        ));
+    }
+    out
+}
+
 fn kubectl_json(cluster: &Cluster, args: &[&str]) -> Value {
     let mut all = args.to_vec();
     all.extend(["-o", "json"]);
@@ -120,7 +180,7 @@ fn workers_register_only_through_the_vip_of_the_bootstrap_static_pods() {
         ..Default::default()
     };
     let started = Instant::now();
-    let cluster = Cluster::start_with(&lab, &cfg, &mut |i, node, paths| {
+    let mut cluster = Cluster::start_with(&lab, &cfg, &mut |i, node, paths| {
         node.import(&archive)?;
         if i <= CONTROL_PLANES {
             boot.checkpoint_init(i, paths)?;
@@ -271,6 +331,65 @@ fn workers_register_only_through_the_vip_of_the_bootstrap_static_pods() {
     for sa in [ferrolb::SPEAKER_SA, ferrolb::CONTROLLER_SA] {
         let user = format!("system:serviceaccount:{ns}:{sa}");
         assert!(audit.iter().any(|r| r.user == user), "no request by {user}");
+    }
+
+    // Cold start of the whole lab from its disks.
+    cluster.power_off(&lab);
+    assert!(holders(&lab).is_empty(), "the VIP survived the power-off");
+    let since_us = now_us();
+    let t0 = Instant::now();
+    cluster.power_on().unwrap();
+    let secs = || t0.elapsed().as_secs_f64();
+    println!("cold start: every process started after {:.1} s", secs());
+    wait::until_value("the VIP after the cold start", T, || Ok(holders(&lab)), |h| h.len() == 1).unwrap();
+    println!("cold start: VIP up from the checkpoints after {:.1} s", secs());
+    wait::until(&format!("{name} renewing its Lease through the VIP after the cold start"), T, || {
+        let renew = cluster
+            .kubectl(&["get", "lease", "-n", "kube-node-lease", &name, "-o", "jsonpath={.spec.renewTime}"])
+            .ok();
+        Ok(renew.as_deref().and_then(cluster::audit::rfc3339_us).filter(|t| *t > since_us))
+    })
+    .unwrap();
+    println!("cold start: {name} registered (Lease renewed) through the VIP after {:.1} s", secs());
+    assert!(
+        worker_apiserver_peers(&lab).iter().all(|p| *p == vip_port),
+        "{name}: {:?}",
+        worker_apiserver_peers(&lab)
+    );
+    let speakers = "app.kubernetes.io/component=speaker";
+    wait::until_holds("the speakers restarted and Ready", T, || {
+        pods_restarted_ready(&cluster, ns, speakers, NODES, since_us)
+    })
+    .unwrap();
+    println!("cold start: {NODES} speakers Ready after {:.1} s", secs());
+    let controllers = "app.kubernetes.io/component=controller";
+    wait::until_holds("the controllers restarted and Ready", T, || {
+        pods_restarted_ready(&cluster, ns, controllers, 2, since_us)
+    })
+    .unwrap();
+    println!("cold start: 2 controllers Ready after {:.1} s", secs());
+    let cold = std::fs::read_to_string(examples.join("service.yaml"))
+        .unwrap()
+        .replace("name: web\n", "name: web-cold\n");
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &cold).unwrap();
+    let cold_ingress = ferrolb::wait_jsonpath(
+        &cluster,
+        &["service", "-n", "default", "web-cold"],
+        "{.status.loadBalancer.ingress[*].ip}",
+        T,
+        |s| !s.is_empty(),
+    )
+    .unwrap();
+    println!("cold start: a new Service got {cold_ingress} after {:.1} s", secs());
+    for svc in [ingress.as_str(), cold_ingress.as_str()] {
+        let a: IpAddr = svc.split_whitespace().filter_map(|a| a.parse().ok()).find(IpAddr::is_ipv4).unwrap();
+        let body = wait::until(&format!("the client reaches {a}:80 after the cold start"), T, || {
+            Ok(client::http_get(lab.client(), SocketAddr::new(a, 80), "/metrics", Duration::from_secs(2))
+                .ok())
+        })
+        .unwrap_or_else(|e| panic!("{e}\n{}", diagnose(&lab, &cluster, a)));
+        assert!(body.contains("ferrolb_build_info"), "{a}:80/metrics: {body}");
+        println!("cold start: the client reached {a}:80 after {:.1} s", secs());
     }
     drop(cluster);
     drop(lab);

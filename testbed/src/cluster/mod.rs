@@ -48,7 +48,7 @@ use nix::sys::signal::Signal;
 use crate::https::TestCa;
 use crate::kubeapi::Objects;
 use crate::netns::{Netns, describe};
-use crate::process::{Proc, Spawn, read_lossy, tail};
+use crate::process::{Proc, Spawn, Supervised, read_lossy, tail};
 use crate::{Error, Lab, plan, wait};
 use serde_json::json;
 
@@ -140,11 +140,14 @@ pub struct Cluster {
     control_planes: usize,
     nodes: Vec<kubelet::NodeInfo>,
     etcd: Proc,
+    etcd_spec: Spawn,
+    cm_spec: Spawn,
+    scheduler_spec: Option<Spawn>,
     apiservers: Vec<Option<Proc>>,
     apiserver_specs: Vec<(Netns, Spawn)>,
-    controller_manager: Proc,
+    controller_manager: Supervised,
     /// With real kubelets: places DaemonSet and Deployment pods.
-    scheduler: Option<Proc>,
+    scheduler: Option<Supervised>,
     forwarder: Forwarder,
     direct: Vec<Forwarder>,
     rt: tokio::runtime::Runtime,
@@ -210,28 +213,25 @@ impl Cluster {
 
         let cp1 = lab.node(1).clone();
         let etcd_url = format!("http://{}:{ETCD_PORT}", plan::node_v4(1));
-        let etcd = Proc::start(
-            &cp1,
-            &log_dir,
-            &Spawn::new(
+        let etcd_spec = Spawn::new(
+            "etcd",
+            &[
+                &kube_s,
                 "etcd",
-                &[
-                    &kube_s,
-                    "etcd",
-                    "--name=etcd",
-                    &format!("--data-dir={}", paths.dir.join("etcd").display()),
-                    &format!("--listen-client-urls={etcd_url},http://127.0.0.1:{ETCD_PORT}"),
-                    &format!("--advertise-client-urls={etcd_url}"),
-                    "--listen-peer-urls=http://127.0.0.1:2380",
-                    "--initial-advertise-peer-urls=http://127.0.0.1:2380",
-                    "--initial-cluster=etcd=http://127.0.0.1:2380",
-                    "--listen-metrics-urls=http://127.0.0.1:2381",
-                    // A lab on a shared disk: durability across power loss is not tested here.
-                    "--unsafe-no-fsync",
-                    "--log-level=warn",
-                ],
-            ),
-        )?;
+                "--name=etcd",
+                &format!("--data-dir={}", paths.dir.join("etcd").display()),
+                &format!("--listen-client-urls={etcd_url},http://127.0.0.1:{ETCD_PORT}"),
+                &format!("--advertise-client-urls={etcd_url}"),
+                "--listen-peer-urls=http://127.0.0.1:2380",
+                "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+                "--initial-cluster=etcd=http://127.0.0.1:2380",
+                "--listen-metrics-urls=http://127.0.0.1:2381",
+                // A lab on a shared disk: durability across power loss is not tested here.
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        );
+        let etcd = Proc::start(&cp1, &log_dir, &etcd_spec)?;
 
         let mut apiserver_specs = Vec::new();
         for i in 1..=k {
@@ -297,8 +297,8 @@ impl Cluster {
         // The controller-manager starts once the first apiserver answers.
         wait_ready(&rt, &direct[0], &paths, Duration::from_secs(120))
             .map_err(|e| startup_failure(e, &log_dir))?;
-        let controller_manager = Proc::start(&cp1, &log_dir, &cm_spec)?;
-        let scheduler = if cfg.kubelets {
+        let controller_manager = Supervised::start(&cp1, &log_dir, &cm_spec)?;
+        let scheduler_spec = if cfg.kubelets {
             let conf = paths.dir.join("scheduler.conf");
             write_cert_kubeconfig(&paths, &conf, &cp1_server, "system:kube-scheduler", "scheduler")?;
             let conf = conf.display().to_string();
@@ -315,10 +315,11 @@ impl Cluster {
                     "-v=1",
                 ],
             );
-            Some(Proc::start(&cp1, &log_dir, &spec)?)
+            Some(spec)
         } else {
             None
         };
+        let scheduler = scheduler_spec.as_ref().map(|s| Supervised::start(&cp1, &log_dir, s)).transpose()?;
         for (i, d) in direct.iter().enumerate().skip(1) {
             wait_ready(&rt, d, &paths, Duration::from_secs(120))
                 .map_err(|e| startup_failure(Error::Parse(format!("apiserver {}: {e}", i + 1)), &log_dir))?;
@@ -340,6 +341,9 @@ impl Cluster {
             control_planes: k,
             nodes,
             etcd,
+            etcd_spec,
+            cm_spec,
+            scheduler_spec,
             apiservers,
             apiserver_specs,
             controller_manager,
@@ -523,6 +527,47 @@ impl Cluster {
     /// Whether apiserver `i` answers `/readyz` with `ok` now.
     pub fn apiserver_ready(&self, i: usize) -> bool {
         probe_ready(&self.rt, &self.direct[i - 1], &self.paths).unwrap_or(false)
+    }
+
+    /// Power loss of the whole lab: SIGKILL to every kubelet, kube-proxy, containerd and
+    /// container, the scheduler, the controller-manager, every apiserver and etcd; what a
+    /// reboot clears goes (mounts, cgroups, containerd state, addresses added at runtime
+    /// such as the VIP). Disks stay: etcd's data, images, kubelet roots, static pods,
+    /// checkpoints, the PKI.
+    pub fn power_off(&mut self, lab: &Lab) {
+        for n in &mut self.real_nodes {
+            n.power_off();
+        }
+        if let Some(s) = &mut self.scheduler {
+            s.kill();
+        }
+        self.controller_manager.kill();
+        for i in 1..=self.control_planes {
+            self.kill_apiserver(i);
+        }
+        self.etcd.kill();
+        for ns in lab.nodes() {
+            let _ = ns.ip(&["addr", "del", &format!("{VIP_V4}/32"), "dev", "eth0"]);
+        }
+    }
+
+    /// Cold start after [`Cluster::power_off`]: etcd, every apiserver, the
+    /// controller-manager, the scheduler, and every node's containerd, kubelet and
+    /// kube-proxy, started one after the other without waiting for any to be ready.
+    pub fn power_on(&mut self) -> Result<(), Error> {
+        let cp1 = self.apiserver_specs[0].0.clone();
+        self.etcd = Proc::start(&cp1, &self.log_dir, &self.etcd_spec)?;
+        for (i, (ns, spec)) in self.apiserver_specs.iter().enumerate() {
+            self.apiservers[i] = Some(Proc::start(ns, &self.log_dir, spec)?);
+        }
+        self.controller_manager = Supervised::start(&cp1, &self.log_dir, &self.cm_spec)?;
+        if let Some(spec) = &self.scheduler_spec {
+            self.scheduler = Some(Supervised::start(&cp1, &self.log_dir, spec)?);
+        }
+        for n in &mut self.real_nodes {
+            n.boot()?;
+        }
+        Ok(())
     }
 
     /// The last lines of the control plane's logs.

@@ -104,6 +104,8 @@ pub struct RealNode {
     kubelet: Option<Proc>,
     proxy: Option<Proc>,
     containerd: Option<Containerd>,
+    /// How the kubelet was started, to boot it again after a power-off.
+    booted: Option<(PathBuf, NodeSpec, PathBuf)>,
     /// When the kubelet started, and how long after that its Node was seen Ready.
     started: Instant,
     ready_after: Option<Duration>,
@@ -155,6 +157,7 @@ impl RealNode {
             kubelet: None,
             proxy: None,
             containerd: None,
+            booted: None,
             started: Instant::now(),
             ready_after: None,
             _host: host,
@@ -169,6 +172,7 @@ impl RealNode {
     /// The second half of [`RealNode::start`]: writes the kubelet's kubeconfig and config
     /// and starts it.
     pub fn start_kubelet(&mut self, kube: &Path, spec: &NodeSpec, log_dir: &Path) -> Result<(), Error> {
+        self.booted = Some((kube.to_owned(), spec.clone(), log_dir.to_owned()));
         let node = self;
         let kubeconfig = node.paths.dir.join("kubelet.conf");
         std::fs::write(&kubeconfig, kubeconfig_text(spec))?;
@@ -204,6 +208,37 @@ impl RealNode {
             node.proxy = Some(Proc::start(&spec.netns, log_dir, &spawn)?);
         }
         Ok(())
+    }
+
+    /// Power loss: SIGKILL to the kubelet, kube-proxy, containerd and every container;
+    /// what a reboot clears goes (mounts, cgroups, containerd's state), the node's disk
+    /// (images, kubelet root, static pods, configs) stays for [`RealNode::boot`].
+    pub fn power_off(&mut self) {
+        for p in [self.kubelet.take(), self.proxy.take()].into_iter().flatten() {
+            let mut p = p;
+            p.kill();
+        }
+        if let Some(c) = self.containerd.take() {
+            c.power_off();
+        }
+        containerd::unmount_under(&self.paths.dir);
+        containerd::remove_cgroups(&self.cgroup_root);
+        host::remove_links_into(Path::new("/var/log/containers"), &self.paths.dir);
+    }
+
+    /// Boots a node [`RealNode::power_off`] stopped: containerd, then the kubelet and
+    /// kube-proxy, from what is on the node's disk; returns without waiting for anything
+    /// but containerd's socket.
+    pub fn boot(&mut self) -> Result<(), Error> {
+        let (kube, spec, log_dir) =
+            self.booted.clone().ok_or_else(|| Error::Missing(format!("{}: never started", self.name)))?;
+        for h in std::fs::read_dir("/sys/fs/cgroup")?.flatten() {
+            std::fs::create_dir_all(h.path().join(&self.cgroup_root))?;
+        }
+        let log = log_dir.join(format!("containerd-{}.log", spec.name));
+        self.containerd =
+            Some(Containerd::boot(&self.paths.containerd(), &spec.netns, &self.cgroup_root, &log)?);
+        self.start_kubelet(&kube, &spec, &log_dir)
     }
 
     /// The kubelet's log so far.
