@@ -28,6 +28,8 @@ for bin in "${!FERROLB_PKGS[@]}"; do
   PATH="$PATH:/usr/sbin:/sbin:/usr/lib/frr" command -v "$bin" >/dev/null 2>&1 || missing+=("${FERROLB_PKGS[$bin]}")
 done
 [ -x /usr/lib/frr/bgpd ] || missing+=(frr)
+# Pod networking of the real kubelets (CNI bridge + host-local).
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
 # cc -static needs the static C library.
 [ -f "/usr/lib/$(uname -m)-linux-gnu/libc.a" ] || missing+=(libc6-dev)
 if ((${#missing[@]})); then

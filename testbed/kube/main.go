@@ -1,6 +1,7 @@
 // ferrolb-kube: one multicall binary holding the real Kubernetes control plane the
-// testbed runs (kube-apiserver, kube-controller-manager, etcd, kubectl) and the
-// kubelet for `cluster up --kubelets`, linked once instead of five times. The command is the program's own name (a symlink named
+// testbed runs (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kubectl)
+// and the kubelet and kube-proxy for `cluster up --kubelets`, linked once instead of
+// seven times. The command is the program's own name (a symlink named
 // kubectl) or, failing that, the first argument:
 //
 //	ferrolb-kube kube-apiserver --etcd-servers=... [flags]
@@ -27,12 +28,14 @@ import (
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
-const usage = "usage: ferrolb-kube kube-apiserver|kube-controller-manager|etcd|kubectl|kubelet [flags]"
+const usage = "usage: ferrolb-kube kube-apiserver|kube-controller-manager|kube-scheduler|etcd|kubectl|kubelet|kube-proxy [flags]"
 
-var known = map[string]bool{"kube-apiserver": true, "kube-controller-manager": true, "etcd": true, "kubectl": true, "kubelet": true}
+var known = map[string]bool{"kube-apiserver": true, "kube-controller-manager": true, "kube-scheduler": true, "etcd": true, "kubectl": true, "kubelet": true, "kube-proxy": true}
 
 func main() {
 	name := filepath.Base(os.Args[0])
@@ -50,10 +53,14 @@ func main() {
 		os.Exit(cli.Run(apiserver.NewAPIServerCommand()))
 	case "kube-controller-manager":
 		os.Exit(cli.Run(controllermanager.NewControllerManagerCommand()))
+	case "kube-scheduler":
+		os.Exit(cli.Run(scheduler.NewSchedulerCommand()))
 	case "etcd":
 		etcdmain.Main(os.Args)
 	case "kubelet":
 		os.Exit(cli.Run(kubelet.NewKubeletCommand(context.Background())))
+	case "kube-proxy":
+		os.Exit(cli.Run(proxy.NewProxyCommand()))
 	case "kubectl":
 		logs.GlogSetter(kubectl.GetLogVerbosity(os.Args)) //nolint:errcheck
 		if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {

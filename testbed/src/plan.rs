@@ -30,6 +30,11 @@ pub const BGP_POOL_V4: &str = "203.0.113.0/24";
 pub const BGP_POOL_V6: &str = "2001:db8:3::/64";
 /// Bulk prefixes for scale benchmarks.
 pub const BULK_V4: &str = "198.18.0.0/15";
+/// The ClusterIPs, IPv4 (the first of the cluster's service CIDRs).
+pub const SERVICES_V4: &str = "198.19.240.0/20";
+/// Pod addresses of the real kubelets' pods that are not hostNetwork (a /24 per node,
+/// [`node_pod_v4`]), below the ClusterIPs (198.19.240.0/20) at the top of the bulk range.
+pub const POD_V4: &str = "198.19.224.0/20";
 /// First and last L2 VIP (on the LAN), IPv4.
 pub const L2_POOL_V4: (&str, &str) = ("192.0.2.200", "192.0.2.250");
 /// First and last L2 VIP (on the LAN), IPv6.
@@ -72,6 +77,11 @@ pub const MAX_NODES: usize = 9;
 /// Node `i`'s (1-based) LAN address, IPv4: 192.0.2.1i.
 pub fn node_v4(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(192, 0, 2, 10 + node_index(i))
+}
+
+/// Node `i`'s (1-based) pod subnet in [`POD_V4`]: 198.19.(224+i).0/24.
+pub fn node_pod_v4(i: usize) -> String {
+    format!("198.19.{}.0/24", 224 + i)
 }
 
 /// Node `i`'s (1-based) LAN address, IPv6: 2001:db8::1i.

@@ -203,3 +203,64 @@ pub(crate) fn die_with_parent(cmd: &mut Command) {
         cmd.pre_exec(|| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from));
     }
 }
+
+/// A [`Proc`] started again whenever it exits, as a kubelet restarts the static pods
+/// kubeadm runs the control plane in (kube-controller-manager exits when it starts before
+/// the apiserver authorizes it, as on a cold start). Killed when dropped.
+#[derive(Debug)]
+pub struct Supervised {
+    proc: std::sync::Arc<std::sync::Mutex<Option<Proc>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    log: PathBuf,
+}
+
+impl Supervised {
+    /// Starts `spec` in `ns` and keeps it running (checked every 500 ms).
+    pub fn start(ns: &Netns, log_dir: &Path, spec: &Spawn) -> Result<Self, Error> {
+        use std::sync::atomic::Ordering;
+        let first = Proc::start(ns, log_dir, spec)?;
+        let log = first.log_path().to_owned();
+        let proc = std::sync::Arc::new(std::sync::Mutex::new(Some(first)));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (p, s, ns, dir, spec) =
+            (proc.clone(), stop.clone(), ns.clone(), log_dir.to_owned(), spec.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(500));
+                let Ok(mut slot) = p.lock() else { return };
+                if s.load(Ordering::Relaxed) {
+                    return;
+                }
+                if slot.as_mut().is_none_or(|p| !p.is_running()) {
+                    *slot = Proc::start(&ns, &dir, &spec).ok();
+                }
+            }
+        });
+        Ok(Supervised { proc, stop, thread: Some(thread), log })
+    }
+
+    /// Path of the log file (every run appends to it).
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// Stops supervising and kills the process (SIGKILL).
+    pub fn kill(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Ok(mut slot) = self.proc.lock()
+            && let Some(mut p) = slot.take()
+        {
+            p.kill();
+        }
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -31,6 +31,38 @@ pub fn manifests_dir() -> PathBuf {
 pub fn install(cluster: &Cluster, overlay: &str) -> Result<String, Error> {
     let dir = manifests_dir().join("overlays").join(overlay);
     let out = cluster.kubectl(&["apply", "--server-side", "-k", &dir.display().to_string()])?;
+    wait_crds(cluster)?;
+    Ok(out)
+}
+
+/// [`install`] for real kubelets, through a kustomization of the lab's own in `dir`
+/// (created) on top of the overlay, as an operator without a registry would: the image
+/// is `image`, imported into every node's containerd.
+pub fn install_on_kubelets(
+    cluster: &Cluster,
+    dir: &Path,
+    overlay: &str,
+    image: &str,
+) -> Result<String, Error> {
+    std::fs::create_dir_all(dir)?;
+    // kustomize takes bases by relative path only.
+    let overlay_dir = std::fs::canonicalize(manifests_dir().join("overlays").join(overlay))?;
+    let dir = std::fs::canonicalize(dir)?;
+    let up = "../".repeat(dir.components().count().saturating_sub(1));
+    let base = format!("{up}{}", overlay_dir.display().to_string().trim_start_matches('/'));
+    let (name, tag) = image.rsplit_once(':').unwrap_or((image, "latest"));
+    let text = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- {base}\n\
+         images:\n- name: example.invalid/ferrolb\n  newName: {name}\n  newTag: \"{tag}\"\n"
+    );
+    std::fs::write(dir.join("kustomization.yaml"), text)?;
+    let out = cluster.kubectl(&["apply", "--server-side", "-k", &dir.display().to_string()])?;
+    wait_crds(cluster)?;
+    Ok(out)
+}
+
+/// Waits until every ferrolb CRD is Established.
+fn wait_crds(cluster: &Cluster) -> Result<(), Error> {
     let crds: Vec<String> = ferrolb_api::crd::crds()
         .iter()
         .filter_map(|c| c.metadata.name.as_ref().map(|n| format!("crd/{n}")))
@@ -38,7 +70,7 @@ pub fn install(cluster: &Cluster, overlay: &str) -> Result<String, Error> {
     let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
     args.extend(crds.iter().map(String::as_str));
     cluster.kubectl(&args)?;
-    Ok(out)
+    Ok(())
 }
 
 /// A kubeconfig for a ferrolb ServiceAccount, pointing at apiserver `server_node` from the lab.

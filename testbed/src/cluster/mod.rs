@@ -31,6 +31,7 @@ pub mod ferrolb;
 pub mod forward;
 pub mod kubelet;
 pub mod node;
+pub mod vip;
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -47,7 +48,7 @@ use nix::sys::signal::Signal;
 use crate::https::TestCa;
 use crate::kubeapi::Objects;
 use crate::netns::{Netns, describe};
-use crate::process::{Proc, Spawn, read_lossy, tail};
+use crate::process::{Proc, Spawn, Supervised, read_lossy, tail};
 use crate::{Error, Lab, plan, wait};
 use serde_json::json;
 
@@ -73,13 +74,18 @@ pub struct ClusterConfig {
     /// More names for the apiserver serving certificate (VIPs), besides [`VIP_V4`].
     pub extra_sans: Vec<String>,
     /// A real kubelet and containerd on every lab node ([`node`]) instead of the
-    /// testbed acting as the kubelet.
+    /// testbed acting as the kubelet; a kube-scheduler runs with them.
     pub kubelets: bool,
+    /// The apiserver URL in the kubeconfig of the real kubelets on workers (nodes after
+    /// the control planes), e.g. the VIP; `None`: node1's address. With a URL,
+    /// [`Cluster::start`] does not wait for the workers' Nodes: what serves it may
+    /// come up only later (the bootstrap static pod).
+    pub workers_server: Option<String>,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { control_planes: 1, extra_sans: Vec::new(), kubelets: false }
+        ClusterConfig { control_planes: 1, extra_sans: Vec::new(), kubelets: false, workers_server: None }
     }
 }
 
@@ -134,9 +140,14 @@ pub struct Cluster {
     control_planes: usize,
     nodes: Vec<kubelet::NodeInfo>,
     etcd: Proc,
+    etcd_spec: Spawn,
+    cm_spec: Spawn,
+    scheduler_spec: Option<Spawn>,
     apiservers: Vec<Option<Proc>>,
     apiserver_specs: Vec<(Netns, Spawn)>,
-    controller_manager: Proc,
+    controller_manager: Supervised,
+    /// With real kubelets: places DaemonSet and Deployment pods.
+    scheduler: Option<Supervised>,
     forwarder: Forwarder,
     direct: Vec<Forwarder>,
     rt: tokio::runtime::Runtime,
@@ -174,6 +185,17 @@ impl Cluster {
     /// with [`ClusterConfig::kubelets`], starts a real node on each and waits until
     /// every Node is Ready.
     pub fn start(lab: &Lab, cfg: &ClusterConfig) -> Result<Self, Error> {
+        Self::start_with(lab, cfg, &mut |_, _, _| Ok(()))
+    }
+
+    /// [`Cluster::start`], calling `before_kubelet(i, node, paths)` for each real node `i`
+    /// once its containerd runs and before its kubelet starts: what a node has on disk
+    /// when it boots (imported images, static pods, checkpoints) goes in there.
+    pub fn start_with(
+        lab: &Lab,
+        cfg: &ClusterConfig,
+        before_kubelet: &mut dyn FnMut(usize, &node::RealNode, &Paths) -> Result<(), Error>,
+    ) -> Result<Self, Error> {
         let k = cfg.control_planes;
         if k == 0 || k > lab.nodes().len() {
             return Err(Error::Missing(format!(
@@ -191,28 +213,25 @@ impl Cluster {
 
         let cp1 = lab.node(1).clone();
         let etcd_url = format!("http://{}:{ETCD_PORT}", plan::node_v4(1));
-        let etcd = Proc::start(
-            &cp1,
-            &log_dir,
-            &Spawn::new(
+        let etcd_spec = Spawn::new(
+            "etcd",
+            &[
+                &kube_s,
                 "etcd",
-                &[
-                    &kube_s,
-                    "etcd",
-                    "--name=etcd",
-                    &format!("--data-dir={}", paths.dir.join("etcd").display()),
-                    &format!("--listen-client-urls={etcd_url},http://127.0.0.1:{ETCD_PORT}"),
-                    &format!("--advertise-client-urls={etcd_url}"),
-                    "--listen-peer-urls=http://127.0.0.1:2380",
-                    "--initial-advertise-peer-urls=http://127.0.0.1:2380",
-                    "--initial-cluster=etcd=http://127.0.0.1:2380",
-                    "--listen-metrics-urls=http://127.0.0.1:2381",
-                    // A lab on a shared disk: durability across power loss is not tested here.
-                    "--unsafe-no-fsync",
-                    "--log-level=warn",
-                ],
-            ),
-        )?;
+                "--name=etcd",
+                &format!("--data-dir={}", paths.dir.join("etcd").display()),
+                &format!("--listen-client-urls={etcd_url},http://127.0.0.1:{ETCD_PORT}"),
+                &format!("--advertise-client-urls={etcd_url}"),
+                "--listen-peer-urls=http://127.0.0.1:2380",
+                "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+                "--initial-cluster=etcd=http://127.0.0.1:2380",
+                "--listen-metrics-urls=http://127.0.0.1:2381",
+                // A lab on a shared disk: durability across power loss is not tested here.
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        );
+        let etcd = Proc::start(&cp1, &log_dir, &etcd_spec)?;
 
         let mut apiserver_specs = Vec::new();
         for i in 1..=k {
@@ -278,7 +297,29 @@ impl Cluster {
         // The controller-manager starts once the first apiserver answers.
         wait_ready(&rt, &direct[0], &paths, Duration::from_secs(120))
             .map_err(|e| startup_failure(e, &log_dir))?;
-        let controller_manager = Proc::start(&cp1, &log_dir, &cm_spec)?;
+        let controller_manager = Supervised::start(&cp1, &log_dir, &cm_spec)?;
+        let scheduler_spec = if cfg.kubelets {
+            let conf = paths.dir.join("scheduler.conf");
+            write_cert_kubeconfig(&paths, &conf, &cp1_server, "system:kube-scheduler", "scheduler")?;
+            let conf = conf.display().to_string();
+            let spec = Spawn::new(
+                "kube-scheduler",
+                &[
+                    &kube_s,
+                    "kube-scheduler",
+                    &format!("--kubeconfig={conf}"),
+                    &format!("--authentication-kubeconfig={conf}"),
+                    &format!("--authorization-kubeconfig={conf}"),
+                    "--leader-elect=false",
+                    "--bind-address=127.0.0.1",
+                    "-v=1",
+                ],
+            );
+            Some(spec)
+        } else {
+            None
+        };
+        let scheduler = scheduler_spec.as_ref().map(|s| Supervised::start(&cp1, &log_dir, s)).transpose()?;
         for (i, d) in direct.iter().enumerate().skip(1) {
             wait_ready(&rt, d, &paths, Duration::from_secs(120))
                 .map_err(|e| startup_failure(Error::Parse(format!("apiserver {}: {e}", i + 1)), &log_dir))?;
@@ -286,7 +327,7 @@ impl Cluster {
 
         let admin = client_from(&rt, &paths.admin_kubeconfig())?;
         let (kubelet, real_nodes) = if cfg.kubelets {
-            let real = start_real_nodes(lab, &rt, &admin, &kube, &paths, &ca, &nodes, k)
+            let real = start_real_nodes(lab, &rt, &admin, &kube, &paths, &ca, &nodes, cfg, before_kubelet)
                 .map_err(|e| startup_failure(e, &log_dir))?;
             (None, real)
         } else {
@@ -300,9 +341,13 @@ impl Cluster {
             control_planes: k,
             nodes,
             etcd,
+            etcd_spec,
+            cm_spec,
+            scheduler_spec,
             apiservers,
             apiserver_specs,
             controller_manager,
+            scheduler,
             forwarder,
             direct,
             rt,
@@ -484,6 +529,47 @@ impl Cluster {
         probe_ready(&self.rt, &self.direct[i - 1], &self.paths).unwrap_or(false)
     }
 
+    /// Power loss of the whole lab: SIGKILL to every kubelet, kube-proxy, containerd and
+    /// container, the scheduler, the controller-manager, every apiserver and etcd; what a
+    /// reboot clears goes (mounts, cgroups, containerd state, addresses added at runtime
+    /// such as the VIP). Disks stay: etcd's data, images, kubelet roots, static pods,
+    /// checkpoints, the PKI.
+    pub fn power_off(&mut self, lab: &Lab) {
+        for n in &mut self.real_nodes {
+            n.power_off();
+        }
+        if let Some(s) = &mut self.scheduler {
+            s.kill();
+        }
+        self.controller_manager.kill();
+        for i in 1..=self.control_planes {
+            self.kill_apiserver(i);
+        }
+        self.etcd.kill();
+        for ns in lab.nodes() {
+            let _ = ns.ip(&["addr", "del", &format!("{VIP_V4}/32"), "dev", "eth0"]);
+        }
+    }
+
+    /// Cold start after [`Cluster::power_off`]: etcd, every apiserver, the
+    /// controller-manager, the scheduler, and every node's containerd, kubelet and
+    /// kube-proxy, started one after the other without waiting for any to be ready.
+    pub fn power_on(&mut self) -> Result<(), Error> {
+        let cp1 = self.apiserver_specs[0].0.clone();
+        self.etcd = Proc::start(&cp1, &self.log_dir, &self.etcd_spec)?;
+        for (i, (ns, spec)) in self.apiserver_specs.iter().enumerate() {
+            self.apiservers[i] = Some(Proc::start(ns, &self.log_dir, spec)?);
+        }
+        self.controller_manager = Supervised::start(&cp1, &self.log_dir, &self.cm_spec)?;
+        if let Some(spec) = &self.scheduler_spec {
+            self.scheduler = Some(Supervised::start(&cp1, &self.log_dir, spec)?);
+        }
+        for n in &mut self.real_nodes {
+            n.boot()?;
+        }
+        Ok(())
+    }
+
     /// The last lines of the control plane's logs.
     pub fn logs(&self, lines: usize) -> String {
         let mut out = String::new();
@@ -504,6 +590,9 @@ impl Drop for Cluster {
         }
         // The kubelets first, while the apiserver still answers them.
         self.real_nodes.clear();
+        if let Some(s) = &mut self.scheduler {
+            s.kill();
+        }
         self.controller_manager.kill();
         for p in self.apiservers.iter_mut().flatten() {
             p.kill();
@@ -598,6 +687,8 @@ fn write_pki(paths: &Paths, control_planes: usize, extra_sans: &[String]) -> Res
     for (file, cn, org) in [
         ("admin", "kubernetes-admin", Some("system:masters")),
         ("controller-manager", "system:kube-controller-manager", None),
+        ("scheduler", "system:kube-scheduler", None),
+        ("kube-proxy", "system:kube-proxy", None),
         // kubeadm's apiserver-kubelet-client: what a real kubelet's x509 authn sees on
         // logs/exec/port-forward.
         ("apiserver-kubelet-client", "kube-apiserver-kubelet-client", Some("kubeadm:cluster-admins")),
@@ -621,7 +712,8 @@ fn write_client_pair(
 }
 
 /// Starts a real node on every lab node (its kubelet talks to its own apiserver on a
-/// control-plane node, to the first one elsewhere), waits until every Node is Ready and
+/// control-plane node, elsewhere to [`ClusterConfig::workers_server`] or the first
+/// one), waits until every Node is Ready (but the workers' with a `workers_server`) and
 /// labels the control planes as kubeadm does.
 #[allow(clippy::too_many_arguments)]
 fn start_real_nodes(
@@ -632,8 +724,10 @@ fn start_real_nodes(
     paths: &Paths,
     ca: &TestCa,
     nodes: &[kubelet::NodeInfo],
-    control_planes: usize,
+    cfg: &ClusterConfig,
+    before_kubelet: &mut dyn FnMut(usize, &node::RealNode, &Paths) -> Result<(), Error>,
 ) -> Result<Vec<node::RealNode>, Error> {
+    let control_planes = cfg.control_planes;
     let pause = node::build_pause_image(&paths.dir.join("pause.tar"))?;
     let mut real = Vec::new();
     for (i, n) in nodes.iter().enumerate().map(|(i, n)| (i + 1, n)) {
@@ -643,16 +737,30 @@ fn start_real_nodes(
             name: n.name.clone(),
             netns: lab.node(i).clone(),
             ips: n.ips.clone(),
-            server: format!("https://{}", apiserver_addr(if i <= control_planes { i } else { 1 })),
+            pod_subnet: Some(plan::node_pod_v4(i)),
+            proxy: Some(node::ProxySpec {
+                client_cert: paths.pki.join("kube-proxy.crt"),
+                client_key: paths.pki.join("kube-proxy.key"),
+                cluster_cidr: plan::POD_V4.into(),
+            }),
+            server: match &cfg.workers_server {
+                Some(url) if i > control_planes => url.clone(),
+                _ => format!("https://{}", apiserver_addr(if i <= control_planes { i } else { 1 })),
+            },
             ca_cert: paths.ca_cert(),
             client_cert: paths.pki.join(format!("{pair}.crt")),
             client_key: paths.pki.join(format!("{pair}.key")),
         };
+        pod_routes(lab.node(i), i, nodes.len())?;
         let dir = paths.dir.join(format!("kubelet-{}", n.name));
-        real.push(node::RealNode::start(kube, &spec, &dir, &paths.dir, &pause)?);
+        let mut node = node::RealNode::start_containerd(&spec, &dir, &paths.dir, &pause)?;
+        before_kubelet(i, &node, paths)?;
+        node.start_kubelet(kube, &spec, &paths.dir)?;
+        real.push(node);
     }
     let api: Api<Node> = Api::all(admin.clone());
-    for (n, node) in nodes.iter().zip(&mut real) {
+    let awaited = if cfg.workers_server.is_some() { control_planes } else { nodes.len() };
+    for (n, node) in nodes.iter().zip(&mut real).take(awaited) {
         let what = format!("Node {} Ready through its kubelet", n.name);
         let waited = wait::until(&what, KUBELET_READY_TIMEOUT, || {
             // A kubelet that exited never will be: stop waiting at once.
@@ -676,6 +784,19 @@ fn start_real_nodes(
         }
     }
     Ok(real)
+}
+
+/// Node `i`'s routes for pod networking, as a cluster's network would provide them: the
+/// other nodes' pod subnets through those nodes, and the ClusterIPs (v4) on the LAN link —
+/// only so that a connect() finds a route before kube-proxy's DNAT rewrites it (there is
+/// no default route). Forwarding on, for the pods and for kube-proxy's DNAT.
+fn pod_routes(ns: &Netns, i: usize, nodes: usize) -> Result<(), Error> {
+    ns.sysctl("net.ipv4.ip_forward", "1")?;
+    for j in (1..=nodes).filter(|j| *j != i) {
+        ns.ip(&["route", "replace", &plan::node_pod_v4(j), "via", &plan::node_v4(j).to_string()])?;
+    }
+    ns.ip(&["route", "replace", plan::SERVICES_V4, "dev", "eth0"])?;
+    Ok(())
 }
 
 /// Whether `node`'s Ready condition is True.

@@ -17,6 +17,9 @@ use crate::process::{read_lossy, tail};
 
 /// The containerd namespace the images and containers of `ctr` alone live in.
 const NAMESPACE: &str = "ferrolb";
+/// Where Debian's containernetworking-plugins are.
+const CNI_PLUGINS: &str = "/usr/lib/cni";
+
 /// The containerd namespace the CRI plugin (the kubelet's side) reads.
 const CRI_NAMESPACE: &str = "k8s.io";
 
@@ -28,6 +31,11 @@ pub struct Cri {
     /// The kubelet's `cgroupRoot` (without the leading `/`): pods run below it, and it
     /// is removed with the containerd.
     pub cgroup_root: String,
+    /// Pods that are not hostNetwork get an address of this subnet on a bridge in the
+    /// node's namespace (CNI bridge + host-local from containernetworking-plugins), a
+    /// route to the LAN only and the node's address outbound (masquerade). `None`:
+    /// hostNetwork pods only.
+    pub pod_subnet: Option<String>,
 }
 
 /// A containerd started by [`Containerd::start`].
@@ -41,6 +49,8 @@ pub struct Containerd {
     cgroup: String,
     /// The containerd namespace `ctr` works in.
     namespace: &'static str,
+    /// Powered off: dropping leaves its files (the node's disk) in place.
+    powered_off: bool,
 }
 
 impl Containerd {
@@ -67,14 +77,13 @@ impl Containerd {
         }
         std::fs::create_dir(dir)?;
         let dir = std::fs::canonicalize(dir)?;
-        let socket = dir.join("containerd.sock");
         let mut config = format!(
             "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
              [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n\
              [debug]\n  address = \"{dir}/debug.sock\"\n",
             root = dir.join("root").display(),
             state = dir.join("state").display(),
-            sock = socket.display(),
+            sock = dir.join("containerd.sock").display(),
             dir = dir.display(),
         );
         match cri {
@@ -83,6 +92,20 @@ impl Containerd {
             Some((_, cri)) => config.push_str(&cri_config(&dir, cri)?),
         }
         std::fs::write(dir.join("config.toml"), config)?;
+        Self::spawn(dir, cri.map(|(netns, cri)| (netns, cri.cgroup_root.as_str())), log)
+    }
+
+    /// Starts a CRI containerd again on the disk a [`Containerd::power_off`] left: its
+    /// root (images, content, metadata) and config, the state gone as after a reboot.
+    pub fn boot(dir: &Path, netns: &Netns, cgroup_root: &str, log: &Path) -> Result<Self, Error> {
+        if !dir.join("config.toml").exists() {
+            return Err(Error::Missing(format!("{}: no containerd config to boot from", dir.display())));
+        }
+        Self::spawn(std::fs::canonicalize(dir)?, Some((netns, cgroup_root)), Some(log))
+    }
+
+    fn spawn(dir: PathBuf, cri: Option<(&Netns, &str)>, log: Option<&Path>) -> Result<Self, Error> {
+        let socket = dir.join("containerd.sock");
         let log = log.map_or_else(|| dir.join("containerd.log"), Path::to_owned);
         let out = std::fs::File::create(&log)?;
         let mut cmd = match cri {
@@ -99,10 +122,10 @@ impl Containerd {
             .spawn()
             .map_err(|e| Error::Command { command: "containerd".into(), detail: e.to_string() })?;
         let (cgroup, namespace) = match cri {
-            Some((_, cri)) => (cri.cgroup_root.clone(), CRI_NAMESPACE),
+            Some((_, cgroup_root)) => (cgroup_root.to_owned(), CRI_NAMESPACE),
             None => (format!("ferrolb-testbed-{}-{}", std::process::id(), child.id()), NAMESPACE),
         };
-        let me = Containerd { dir, socket, log, child, cgroup, namespace };
+        let me = Containerd { dir, socket, log, child, cgroup, namespace, powered_off: false };
         crate::wait::until("containerd to answer on its socket", Duration::from_secs(30), || {
             Ok(me.ctr(&["version"]).is_ok_and(|o| o.status.success()).then_some(()))
         })
@@ -206,8 +229,53 @@ impl Containerd {
     }
 }
 
+impl Containerd {
+    /// Power loss: SIGKILL to every process of its containers, its shims and itself; then
+    /// what a reboot clears goes (mounts, cgroups, shim sockets, the state and runc
+    /// directories, which live on tmpfs on a real node). The root stays for
+    /// [`Containerd::boot`].
+    pub fn power_off(mut self) {
+        kill_cgroup(&self.cgroup);
+        let socket = self.socket.to_string_lossy().into_owned();
+        for pid in processes_naming(&socket) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        kill_cgroup(&self.cgroup);
+        remove_shim_sockets(&self.dir);
+        unmount_under(&self.dir);
+        remove_cgroups(&self.cgroup);
+        for d in ["state", "runc"] {
+            let _ = std::fs::remove_dir_all(self.dir.join(d));
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        self.powered_off = true;
+    }
+}
+
+/// SIGKILL to every process in cgroup `name` and below, in every hierarchy.
+pub fn kill_cgroup(name: &str) {
+    fn walk(path: &Path) {
+        for pid in read_lossy(&path.join("cgroup.procs")).lines().filter_map(|l| l.trim().parse().ok()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        for child in std::fs::read_dir(path).into_iter().flatten().flatten() {
+            if child.file_type().is_ok_and(|t| t.is_dir()) {
+                walk(&child.path());
+            }
+        }
+    }
+    for h in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
+        walk(&h.path().join(name));
+    }
+}
+
 impl Drop for Containerd {
     fn drop(&mut self) {
+        if self.powered_off {
+            return;
+        }
         self.stop();
         remove_shim_sockets(&self.dir);
         unmount_under(&self.dir);
@@ -223,13 +291,47 @@ fn cri_config(dir: &Path, cri: &Cri) -> Result<String, Error> {
     let cni = dir.join("cni");
     std::fs::create_dir_all(cni.join("net.d"))?;
     std::fs::create_dir_all(cni.join("bin"))?;
-    std::fs::write(
-        cni.join("net.d/10-ferrolb.conflist"),
-        r#"{"cniVersion":"0.4.0","name":"ferrolb-hostnet-only","plugins":[{"type":"loopback"}]}"#,
-    )?;
+    let (conflist, bin) = match &cri.pod_subnet {
+        None => (
+            r#"{"cniVersion":"0.4.0","name":"ferrolb-hostnet-only","plugins":[{"type":"loopback"}]}"#
+                .to_owned(),
+            cni.join("bin"),
+        ),
+        Some(subnet) => {
+            let plugins = Path::new(CNI_PLUGINS);
+            if !plugins.join("bridge").exists() {
+                return Err(Error::Missing(format!(
+                    "{CNI_PLUGINS}/bridge not found: apt-get install containernetworking-plugins \
+                     (testbed/prereqs.sh installs it)"
+                )));
+            }
+            let list = serde_json::json!({
+                "cniVersion": "0.4.0",
+                "name": "ferrolb-lab",
+                "plugins": [{
+                    "type": "bridge",
+                    "bridge": "cni0",
+                    "isGateway": true,
+                    "ipMasq": true,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{ "subnet": subnet }]],
+                        // No default route anywhere: pods reach the LAN (apiserver VIP,
+                        // nodes) and nothing else.
+                        "routes": [{ "dst": crate::plan::LAN_V4 }, { "dst": crate::plan::SERVICES_V4 }],
+                        "dataDir": cni.join("ipam"),
+                    },
+                }],
+            });
+            (list.to_string(), plugins.to_owned())
+        }
+    };
+    std::fs::write(cni.join("net.d/10-ferrolb.conflist"), conflist)?;
     Ok(format!(
         "[plugins.\"io.containerd.grpc.v1.cri\"]\n\
          sandbox_image = \"{sandbox}\"\n\
+         # Pod network namespaces below the state dir, not in the host's /run/netns.\n\
+         netns_mounts_under_state_dir = true\n\
          enable_cdi = false\n\
          # This machine's root lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj (the\n\
          # sandbox asks -998) and fails with \"can't get final child's PID from pipe: EOF\".\n\
@@ -248,7 +350,7 @@ fn cri_config(dir: &Path, cri: &Cri) -> Result<String, Error> {
          conf_dir = \"{conf}\"\n",
         sandbox = cri.sandbox_image,
         runc = dir.join("runc").display(),
-        bin = cni.join("bin").display(),
+        bin = bin.display(),
         conf = cni.join("net.d").display(),
     ))
 }

@@ -65,6 +65,14 @@ pub struct NodeSpec {
     pub netns: Netns,
     /// `--node-ip` (IPv4 first, then IPv6): the Node's InternalIPs.
     pub ips: Vec<IpAddr>,
+    /// Where the node's pods that are not hostNetwork get their addresses
+    /// ([`Cri::pod_subnet`]); `None`: hostNetwork pods only.
+    pub pod_subnet: Option<String>,
+    /// kube-proxy's client pair (CN `system:kube-proxy`, bound to `system:node-proxier`)
+    /// and the pod CIDR of the whole cluster: with them a kube-proxy (iptables mode) runs
+    /// in the node's namespace, as kubeadm's DaemonSet would, and routes ClusterIPs and
+    /// LoadBalancer addresses to pods.
+    pub proxy: Option<ProxySpec>,
     /// The apiserver URL as seen from the node.
     pub server: String,
     /// The cluster CA certificate (the kubelet trusts it, and clients presenting a
@@ -76,6 +84,17 @@ pub struct NodeSpec {
     pub client_key: PathBuf,
 }
 
+/// What a node's kube-proxy needs ([`NodeSpec::proxy`]).
+#[derive(Debug, Clone)]
+pub struct ProxySpec {
+    /// Client certificate, CN `system:kube-proxy`.
+    pub client_cert: PathBuf,
+    /// Its key.
+    pub client_key: PathBuf,
+    /// Every node's pod addresses (traffic from elsewhere to a Service is masqueraded).
+    pub cluster_cidr: String,
+}
+
 /// A containerd and a kubelet running for one lab node; both stop when dropped.
 #[derive(Debug)]
 pub struct RealNode {
@@ -83,7 +102,10 @@ pub struct RealNode {
     paths: NodePaths,
     cgroup_root: String,
     kubelet: Option<Proc>,
+    proxy: Option<Proc>,
     containerd: Option<Containerd>,
+    /// How the kubelet was started, to boot it again after a power-off.
+    booted: Option<(PathBuf, NodeSpec, PathBuf)>,
     /// When the kubelet started, and how long after that its Node was seen Ready.
     started: Instant,
     ready_after: Option<Duration>,
@@ -97,6 +119,20 @@ impl RealNode {
     /// `<log_dir>/kubelet-<name>.log`. Returns once both run; the Node registers itself.
     pub fn start(
         kube: &Path,
+        spec: &NodeSpec,
+        dir: &Path,
+        log_dir: &Path,
+        pause: &Path,
+    ) -> Result<Self, Error> {
+        let mut node = Self::start_containerd(spec, dir, log_dir, pause)?;
+        node.start_kubelet(kube, spec, log_dir)?;
+        Ok(node)
+    }
+
+    /// The first half of [`RealNode::start`]: the node's containerd with the pause image,
+    /// and its directories, but no kubelet yet — what a node has on disk before boot
+    /// (images, static pods) goes in now.
+    pub fn start_containerd(
         spec: &NodeSpec,
         dir: &Path,
         log_dir: &Path,
@@ -119,16 +155,25 @@ impl RealNode {
             paths,
             cgroup_root: cgroup_root.clone(),
             kubelet: None,
+            proxy: None,
             containerd: None,
+            booted: None,
             started: Instant::now(),
             ready_after: None,
             _host: host,
         };
-        let cri = Cri { sandbox_image: PAUSE_IMAGE.into(), cgroup_root };
+        let cri = Cri { sandbox_image: PAUSE_IMAGE.into(), cgroup_root, pod_subnet: spec.pod_subnet.clone() };
         let log = log_dir.join(format!("containerd-{}.log", spec.name));
         node.containerd = Some(Containerd::start_cri(&node.paths.containerd(), &spec.netns, &cri, &log)?);
         node.import(pause)?;
+        Ok(node)
+    }
 
+    /// The second half of [`RealNode::start`]: writes the kubelet's kubeconfig and config
+    /// and starts it.
+    pub fn start_kubelet(&mut self, kube: &Path, spec: &NodeSpec, log_dir: &Path) -> Result<(), Error> {
+        self.booted = Some((kube.to_owned(), spec.clone(), log_dir.to_owned()));
+        let node = self;
         let kubeconfig = node.paths.dir.join("kubelet.conf");
         std::fs::write(&kubeconfig, kubeconfig_text(spec))?;
         let config = node.paths.dir.join("kubelet.yaml");
@@ -150,7 +195,55 @@ impl RealNode {
         let spawn = Spawn::new(format!("kubelet-{}", spec.name), &argv).on_host_mounts();
         node.kubelet = Some(Proc::start(&spec.netns, log_dir, &spawn)?);
         node.started = Instant::now();
-        Ok(node)
+        if let Some(proxy) = &spec.proxy {
+            let kubeconfig = node.paths.dir.join("kube-proxy.conf");
+            std::fs::write(
+                &kubeconfig,
+                kubeconfig_with(spec, "system:kube-proxy", &proxy.client_cert, &proxy.client_key),
+            )?;
+            let config = node.paths.dir.join("kube-proxy.yaml");
+            std::fs::write(&config, proxy_config(spec, proxy, &kubeconfig))?;
+            let argv = [kube_s.as_str(), "kube-proxy", &format!("--config={}", config.display()), "-v=1"];
+            let spawn = Spawn::new(format!("kube-proxy-{}", spec.name), &argv).on_host_mounts();
+            node.proxy = Some(Proc::start(&spec.netns, log_dir, &spawn)?);
+        }
+        Ok(())
+    }
+
+    /// Power loss: SIGKILL to the kubelet, kube-proxy, containerd and every container;
+    /// what a reboot clears goes (mounts, cgroups, containerd's state), the node's disk
+    /// (images, kubelet root, static pods, configs) stays for [`RealNode::boot`].
+    pub fn power_off(&mut self) {
+        for p in [self.kubelet.take(), self.proxy.take()].into_iter().flatten() {
+            let mut p = p;
+            p.kill();
+        }
+        if let Some(c) = self.containerd.take() {
+            c.power_off();
+        }
+        containerd::unmount_under(&self.paths.dir);
+        containerd::remove_cgroups(&self.cgroup_root);
+        host::remove_links_into(Path::new("/var/log/containers"), &self.paths.dir);
+    }
+
+    /// Boots a node [`RealNode::power_off`] stopped: containerd, then the kubelet and
+    /// kube-proxy, from what is on the node's disk; returns without waiting for anything
+    /// but containerd's socket.
+    pub fn boot(&mut self) -> Result<(), Error> {
+        let (kube, spec, log_dir) =
+            self.booted.clone().ok_or_else(|| Error::Missing(format!("{}: never started", self.name)))?;
+        for h in std::fs::read_dir("/sys/fs/cgroup")?.flatten() {
+            std::fs::create_dir_all(h.path().join(&self.cgroup_root))?;
+        }
+        let log = log_dir.join(format!("containerd-{}.log", spec.name));
+        self.containerd =
+            Some(Containerd::boot(&self.paths.containerd(), &spec.netns, &self.cgroup_root, &log)?);
+        self.start_kubelet(&kube, &spec, &log_dir)
+    }
+
+    /// The kubelet's log so far.
+    pub fn kubelet_log(&self) -> String {
+        self.kubelet.as_ref().map(|k| read_lossy(k.log_path())).unwrap_or_default()
     }
 
     /// The Node name.
@@ -217,10 +310,11 @@ impl RealNode {
     /// Stops the kubelet, then the containerd (containers, shims, mounts, cgroups), and
     /// removes the node's directory. Idempotent; also what dropping does.
     pub fn stop(&mut self) {
-        if let Some(mut k) = self.kubelet.take()
-            && k.terminate(Duration::from_secs(5)).is_none()
-        {
-            k.kill();
+        for p in [self.kubelet.take(), self.proxy.take()].into_iter().flatten() {
+            let mut p = p;
+            if p.terminate(Duration::from_secs(5)).is_none() {
+                p.kill();
+            }
         }
         drop(self.containerd.take());
         // Volumes the kubelet mounted (projected tokens, emptyDirs) and whatever else.
@@ -242,17 +336,43 @@ impl Drop for RealNode {
 
 /// The kubelet's kubeconfig: the cluster CA, the node's client pair, no bootstrap.
 fn kubeconfig_text(spec: &NodeSpec) -> String {
+    kubeconfig_with(spec, &format!("system:node:{}", spec.name), &spec.client_cert, &spec.client_key)
+}
+
+/// A kubeconfig for the node's apiserver URL with the client pair `crt`, `key` of `user`.
+fn kubeconfig_with(spec: &NodeSpec, user: &str, crt: &Path, key: &Path) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: {server}\n    \
-         certificate-authority: {ca}\nusers:\n- name: system:node:{name}\n  user:\n    client-certificate: \
+         certificate-authority: {ca}\nusers:\n- name: {user}\n  user:\n    client-certificate: \
          {crt}\n    client-key: {key}\ncontexts:\n- name: lab\n  context:\n    cluster: lab\n    user: \
-         system:node:{name}\ncurrent-context: lab\n",
+         {user}\ncurrent-context: lab\n",
         server = spec.server,
         ca = spec.ca_cert.display(),
-        name = spec.name,
-        crt = spec.client_cert.display(),
-        key = spec.client_key.display(),
+        crt = crt.display(),
+        key = key.display(),
     )
+}
+
+/// The KubeProxyConfiguration: iptables mode in the node's namespace, and no host-wide
+/// conntrack sysctl touched (zero means "leave it").
+fn proxy_config(spec: &NodeSpec, proxy: &ProxySpec, kubeconfig: &Path) -> String {
+    json!({
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": { "kubeconfig": kubeconfig },
+        "mode": "iptables",
+        "clusterCIDR": proxy.cluster_cidr,
+        "hostnameOverride": spec.name,
+        "healthzBindAddress": "127.0.0.1:10256",
+        "metricsBindAddress": "127.0.0.1:10249",
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+        },
+    })
+    .to_string()
 }
 
 /// The KubeletConfiguration (JSON is YAML): the workarounds of KUBELET.md.
