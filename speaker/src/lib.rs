@@ -14,11 +14,16 @@ pub mod plan;
 pub mod readiness;
 pub mod run;
 
-/// Drops `value` on a thread of its own when it is large, so freeing the old model or
-/// plan of 50k Services (tens of milliseconds) does not delay the new announcements.
-/// Small values, or any when no thread can be had, are dropped here.
-pub(crate) fn drop_later<T: Send + 'static>(value: T, large: bool) {
-    if large {
+/// More entries than this (Services, fragments, routes), and a replaced value is freed
+/// by [`drop_later`] on a thread of its own.
+pub(crate) const LARGE: usize = 1000;
+
+/// Drops `value` on a thread of its own when it holds more than [`LARGE`] `entries`, so
+/// freeing the old model or plan of 50k Services (tens of milliseconds) does not delay
+/// the new announcements. Small values, or any when no thread can be had, are dropped
+/// here.
+pub(crate) fn drop_later<T: Send + 'static>(value: T, entries: usize) {
+    if entries > LARGE {
         // A failed spawn drops the closure, and `value` with it.
         let _ = std::thread::Builder::new().name("drop".into()).spawn(move || drop(value));
     }

@@ -28,9 +28,6 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// The loadBalancerClass ferrolb serves by default (besides Services with none).
 pub const DEFAULT_LB_CLASS: &str = "ferrolb.io/lb";
 
-/// More Services than this, and a replaced model is freed on a thread of its own.
-const LARGE: usize = 1000;
-
 /// `namespace/name` of a Service.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceKey {
@@ -373,8 +370,8 @@ impl ClusterModel {
         }
         let changes = std::mem::replace(&mut self.changes, Changes::none());
         let old = std::mem::replace(self, ClusterModel { changes, ..new });
-        let large = old.services.len() + old.endpoint_slices.len() > LARGE;
-        crate::drop_later(old, large);
+        let entries = old.services.len() + old.endpoint_slices.len();
+        crate::drop_later(old, entries);
     }
 
     /// Marks one Service changed (after editing what its plan reads directly, such as

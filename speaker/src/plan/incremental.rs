@@ -57,9 +57,6 @@ impl Holders {
     }
 }
 
-/// More contributions than this, and the old state is freed on a thread of its own.
-const LARGE: usize = 1000;
-
 /// Plans incrementally: [`Planner::plan`] gives what [`super::plan`] gives from scratch.
 #[derive(Debug, Default)]
 pub struct Planner {
@@ -115,8 +112,8 @@ impl Planner {
         if all {
             let fresh = Planner { me: Some(me.to_owned()), live: live.clone(), ..Planner::default() };
             let old = std::mem::replace(self, fresh);
-            let large = old.fragments.len() > LARGE;
-            crate::drop_later(old, large);
+            let entries = old.fragments.len();
+            crate::drop_later(old, entries);
             g.sessions(&mut self.out);
             self.build(model, &g);
             self.filter_draining();

@@ -141,8 +141,8 @@ impl State {
             let _ = p.send(new.clone());
         }
         let old = std::mem::replace(&mut self.plan, new);
-        let large = old.bgp.values().map(BTreeMap::len).sum::<usize>() > 1000;
-        crate::drop_later(old, large);
+        let entries = old.bgp.values().map(BTreeMap::len).sum::<usize>();
+        crate::drop_later(old, entries);
         self.update_gates();
     }
 }
