@@ -1,4 +1,5 @@
-//! What a client sees: its neighbour table, a probe stream with loss gaps, HTTP.
+//! What a client sees: its neighbour table, probe streams (ICMP echo, TCP connect) with
+//! loss gaps, HTTP.
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -190,6 +191,65 @@ impl ProbeStream {
             state,
             sender: Some(sender),
             receiver: Some(receiver),
+            interval,
+            start,
+        })
+    }
+
+    /// TCP connection probes: from `ns`, a new connection to `target` every `interval`
+    /// (or at once after a slow one), answered when the handshake completes within
+    /// `timeout`, then reset. Through kube-proxy the SYN-ACK comes from the backend pod,
+    /// so an answer proves the whole path; and unlike a request/response exchange, the
+    /// answer returns through the node that took the SYN, so a probe does not straddle
+    /// a router moving the address to another node (a connection that did would meet a
+    /// node without its conntrack entry — not what a load balancer decides).
+    pub fn connect(
+        ns: &Netns,
+        target: SocketAddr,
+        interval: Duration,
+        timeout: Duration,
+    ) -> Result<Self, Error> {
+        let path = ns.path();
+        let stop_send = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(Mutex::new(ProbeState { sent_at: Vec::new(), answered: Vec::new() }));
+        let start = Instant::now();
+        let (stop_s, state_s) = (stop_send.clone(), state.clone());
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let sender = std::thread::spawn(move || {
+            let entered = crate::netns::enter(&path);
+            let ok = entered.is_ok();
+            let _ = entered_tx.send(entered);
+            if !ok {
+                return;
+            }
+            let mut next = Instant::now();
+            while !stop_s.load(Ordering::Relaxed) {
+                let idx = match state_s.lock() {
+                    Ok(mut st) => {
+                        st.sent_at.push(Instant::now());
+                        st.answered.push(false);
+                        st.answered.len() - 1
+                    }
+                    Err(_) => return,
+                };
+                if let Ok(s) = TcpStream::connect_timeout(&target, timeout) {
+                    // A reset, not a FIN: no TIME_WAIT piling up over thousands of probes.
+                    let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+                    if let Ok(mut st) = state_s.lock() {
+                        st.answered[idx] = true;
+                    }
+                }
+                next = (next + interval).max(Instant::now());
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+        });
+        entered_rx.recv().map_err(|_| Error::Thread("probe thread died".into()))??;
+        Ok(ProbeStream {
+            stop_send,
+            stop_recv: Arc::new(AtomicBool::new(true)),
+            state,
+            sender: Some(sender),
+            receiver: None,
             interval,
             start,
         })
@@ -421,6 +481,97 @@ pub fn arp_responders(ns: &Netns, dev: &str, addr: IpAddr, count: u32) -> Result
         .collect())
 }
 
+/// ARP requests for an address at a fixed interval (Habets `arping` in the background):
+/// whether someone answered each one, and who. A new client on the LAN resolves the
+/// address at any moment, so a handover must leave no request unanswered, even while
+/// the clients that already resolved it keep reaching the old owner.
+pub struct ArpProbes {
+    child: std::process::Child,
+    addr: IpAddr,
+}
+
+/// What [`ArpProbes`] saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArpReport {
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests nobody answered before the next was due.
+    pub unanswered: u64,
+    /// Answers beyond the first to a request: while two nodes answer (a handover).
+    pub extra: u64,
+    /// The MACs that answered alone, in order (a run of at least [`OWNER_RUN`] answers
+    /// each, repeats merged): the owners over time.
+    pub owners: Vec<String>,
+}
+
+/// Answers in a row from one MAC that make it an owner in [`ArpReport::owners`]; shorter
+/// runs are two nodes answering alternately.
+pub const OWNER_RUN: usize = 4;
+
+impl ArpProbes {
+    /// Starts asking for `addr` on `dev` from `ns` every `interval`.
+    pub fn start(ns: &Netns, dev: &str, addr: IpAddr, interval: Duration) -> Result<Self, Error> {
+        let mut cmd = ns.command("arping");
+        cmd.args(["-W", &format!("{:.3}", interval.as_secs_f64()), "-i", dev, &addr.to_string()]);
+        cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+        let child = cmd
+            .spawn()
+            .map_err(|e| Error::Command { command: crate::netns::describe(&cmd), detail: e.to_string() })?;
+        Ok(ArpProbes { child, addr })
+    }
+
+    /// Stops (SIGINT: arping prints its statistics) and reports.
+    pub fn stop(mut self) -> Result<ArpReport, Error> {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap_or(0));
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        let mut out = String::new();
+        if let Some(mut stdout) = self.child.stdout.take() {
+            stdout.read_to_string(&mut out)?;
+        }
+        let _ = self.child.wait();
+        parse_arping(&out).ok_or_else(|| Error::Parse(format!("arping {}: {out}", self.addr)))
+    }
+}
+
+impl Drop for ArpProbes {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Habets arping's output: a line per answer (`… bytes from MAC (IP): …`), a `Timeout`
+/// line per request unanswered when the next is due, and at the end `N packets
+/// transmitted, M packets received, …% unanswered (K extra)` (None without it: killed,
+/// not stopped).
+fn parse_arping(out: &str) -> Option<ArpReport> {
+    let mut runs: Vec<(String, usize)> = Vec::new();
+    let mut unanswered = 0;
+    let mut stats = None;
+    for line in out.lines() {
+        if let Some(rest) = line.split(" bytes from ").nth(1) {
+            let mac = rest.split_whitespace().next()?.to_lowercase();
+            match runs.last_mut() {
+                Some((last, n)) if *last == mac => *n += 1,
+                _ => runs.push((mac, 1)),
+            }
+        } else if line.trim() == "Timeout" {
+            unanswered += 1;
+        } else if let Some((sent, rest)) = line.split_once(" packets transmitted") {
+            let extra = rest.split_once('(')?.1.split_whitespace().next()?.parse().ok()?;
+            stats = Some((sent.trim().parse().ok()?, extra));
+        }
+    }
+    let (sent, extra) = stats?;
+    let mut owners: Vec<String> = Vec::new();
+    for (mac, _) in runs.into_iter().filter(|(_, n)| *n >= OWNER_RUN) {
+        if owners.last() != Some(&mac) {
+            owners.push(mac);
+        }
+    }
+    Some(ArpReport { sent, unanswered, extra, owners })
+}
+
 /// Every link-layer address that answers `ndisc6` for `addr` on `dev` in `ns`.
 pub fn ndp_responders(ns: &Netns, dev: &str, addr: IpAddr) -> Result<BTreeSet<String>, Error> {
     let out = ns.exec_output(&["ndisc6", "-m", "-r", "2", "-w", "500", &addr.to_string(), dev])?;
@@ -456,6 +607,25 @@ mod tests {
         let start = Instant::now();
         let sent_at = (0..answered.len()).map(|i| start + interval * i as u32).collect();
         (ProbeState { sent_at, answered: answered.to_vec() }, start)
+    }
+
+    #[test]
+    fn arping_output_gives_requests_timeouts_and_owners_in_order() {
+        let (a, b) = ("00:00:5e:00:53:0b", "00:00:5E:00:53:0C");
+        let mut out = String::from("ARPING 192.0.2.201\n");
+        let mut reply =
+            |mac: &str| out.push_str(&format!("42 bytes from {mac} (192.0.2.201): index=0 time=1 usec\n"));
+        // a alone, both alternately (a handover), b alone, a alone.
+        for mac in [a, a, a, a, a, b, a, b, a, b, b, b, b, a, a, a, a] {
+            reply(mac);
+        }
+        out.push_str("Timeout\n\n--- 192.0.2.201 statistics ---\n");
+        out.push_str("15 packets transmitted, 17 packets received,   6% unanswered (3 extra)\n");
+        let r = parse_arping(&out).unwrap();
+        assert_eq!((r.sent, r.unanswered, r.extra), (15, 1, 3));
+        assert_eq!(r.owners, ["00:00:5e:00:53:0b", "00:00:5e:00:53:0c", "00:00:5e:00:53:0b"]);
+        // Killed before its statistics: no report rather than a wrong one.
+        assert_eq!(parse_arping("ARPING 192.0.2.201\nTimeout\n"), None);
     }
 
     #[test]

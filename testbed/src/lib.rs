@@ -47,6 +47,9 @@ pub enum Error {
     /// Output of a router or tool could not be understood.
     #[error("parse: {0}")]
     Parse(String),
+    /// Something a scenario (the demo) expects does not hold.
+    #[error("check failed: {0}")]
+    Check(String),
     /// The machine lacks something the lab needs.
     #[error("missing prerequisite: {0}")]
     Missing(String),

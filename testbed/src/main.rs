@@ -39,7 +39,12 @@ enum Cmd {
     /// List labs, their namespaces and the processes inside.
     Status,
     /// The demo: real router, announced service addresses, a client reaching them.
-    Demo,
+    Demo {
+        /// On real kubelets: the bootstrap static pods' VIP, ferrolb's image, the speaker
+        /// DaemonSet upgraded under the client's probes, a cold start (testbed/kube/KUBELET.md).
+        #[arg(long)]
+        kubelets: bool,
+    },
     /// A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) in a lab.
     Cluster {
         #[command(subcommand)]
@@ -248,7 +253,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Up { nodes, router } => up(nodes, router),
         Cmd::Down { ids, all, stale } => down(&ids, all, stale),
         Cmd::Status => status(),
-        Cmd::Demo => ferrolb_testbed::demo::run().context("demo failed"),
+        Cmd::Demo { kubelets: false } => ferrolb_testbed::demo::run().context("demo failed"),
+        Cmd::Demo { kubelets: true } => demo_kubelets(),
         Cmd::Cluster { cmd: ClusterCmd::Up { name, control_planes, nodes, kubelets } } => {
             ferrolb_testbed::cluster::cli::up(&name, control_planes, nodes, kubelets)
         }
@@ -293,6 +299,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             anyhow::bail!("bench plan: this ferrolb-testbed was built without feature plan-bench")
         }
     }
+}
+
+fn demo_kubelets() -> anyhow::Result<()> {
+    use ferrolb_testbed::demo::kubelets;
+    let report = kubelets::run().context("demo --kubelets failed")?;
+    let up = &report.upgrade;
+    let lost: u64 = [&up.l2.1, &up.bgp.1].iter().map(|r| r.lost()).sum();
+    anyhow::ensure!(lost == 0, "the speaker upgrade cost the client {lost} connections");
+    Ok(())
 }
 
 fn image_build(tag: &str, out: &std::path::Path, profile: &str) -> anyhow::Result<()> {

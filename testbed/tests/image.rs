@@ -90,6 +90,9 @@ fn archive_is_an_oci_layout_of_the_dockerfiles_image() {
     assert_eq!(config["User"], declared.user.as_str(), "USER");
     assert_eq!(config["Entrypoint"], declared.entrypoint, "ENTRYPOINT");
     assert_eq!(config["Cmd"], declared.cmd, "CMD");
+    // Two tags are two images (an upgrade changes the image ID), sharing one layer.
+    let tag = image::DEFAULT_NAME.rsplit_once(':').unwrap().1;
+    assert_eq!(config["Labels"][image::VERSION_LABEL], tag, "the version label");
 
     let bin_dir = declared.bin_dir.trim_matches('/');
     let dockerfile = Dockerfile::workspace().unwrap();

@@ -29,6 +29,8 @@ const LAYER: &str = "application/vnd.oci.image.layer.v1.tar";
 const INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const NAME_ANNOTATION: &str = "io.containerd.image.name";
 const REF_ANNOTATION: &str = "org.opencontainers.image.ref.name";
+/// The image configuration label naming its version: the tag it was built for.
+pub const VERSION_LABEL: &str = "org.opencontainers.image.version";
 
 /// What the repository's Dockerfile puts in the published image's final stage.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -242,6 +244,9 @@ fn write_archive(
         "Env": env,
         "WorkingDir": base.working_dir,
     });
+    // What a release build stamps: two tags are two images (image IDs), as two versions
+    // are, sharing the one layer of the same binaries.
+    config["Labels"] = json!({ VERSION_LABEL: tag_of(name) });
     if let Some(entrypoint) = &dockerfile.entrypoint {
         config["Entrypoint"] = json!(entrypoint);
     }
@@ -330,7 +335,7 @@ fn write_image_via(
         "layers": [{ "mediaType": LAYER, "digest": layer.0, "size": layer.1 }],
     }))
     .map_err(io::Error::other)?;
-    let tag = name.rsplit_once(':').filter(|(_, t)| !t.contains('/')).map_or("latest", |(_, t)| t);
+    let tag = tag_of(name);
     let index = serde_json::to_vec(&json!({
         "schemaVersion": 2,
         "mediaType": INDEX,
@@ -360,6 +365,11 @@ fn write_image_via(
         archive_bytes: std::fs::metadata(out)?.len(),
         layer_bytes: layer.1,
     })
+}
+
+/// The tag of an image name: `latest` when it has none.
+fn tag_of(name: &str) -> &str {
+    name.rsplit_once(':').filter(|(_, t)| !t.contains('/')).map_or("latest", |(_, t)| t)
 }
 
 /// The shared libraries (and the loader) `ldd` says `binaries` load; none when static.

@@ -3,6 +3,8 @@
 //! addresses, its speakers announcing them into the router and on the LAN, a client
 //! reaching them, the L2 owner killed — narrated as a timeline.
 
+pub mod kubelets;
+
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
