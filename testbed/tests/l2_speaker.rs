@@ -169,8 +169,18 @@ fn one_owner_answers_and_sigterm_hands_over_without_loss() {
             client::wait_neighbour_mac(lab.client(), "eth0", v, &plan::node_mac(o), T).unwrap();
         }
     }
-    assert_eq!(lab.arp_answers(a, 2).unwrap(), BTreeSet::from([plan::node_mac(o)]));
-    assert_eq!(lab.ndp_answers(b).unwrap(), BTreeSet::from([plan::node_mac(o)]));
+    // The other node answers on for the join grace (make before break), then only the
+    // owner does.
+    let only_o = BTreeSet::from([plan::node_mac(o)]);
+    wait::until_value(
+        "the returned owner alone answering ARP",
+        T,
+        || lab.arp_answers(a, 2),
+        |m| *m == only_o,
+    )
+    .unwrap();
+    wait::until_value("the returned owner alone answering NDP", T, || lab.ndp_answers(b), |m| *m == only_o)
+        .unwrap();
 }
 
 /// Probes the VIPs while `fail` runs; waits until the survivor answers both again.

@@ -20,6 +20,7 @@
 pub mod auth;
 pub mod claim_gate;
 pub mod heartbeat;
+pub mod join_grace;
 pub mod key;
 mod reader;
 

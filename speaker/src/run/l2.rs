@@ -5,10 +5,12 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ferrolb_proto::membership::claim_gate::{ClaimGate, Observation, Verdict};
+use ferrolb_proto::membership::join_grace::JoinGrace;
 use ferrolb_proto::membership::{self, Membership, MembershipConfig, MembershipHandle, MembershipKey, Seed};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::drain::HANDOVER_GRACE;
 use super::kube::ClusterPart;
 use super::options::Options;
 use super::state::{Cause, State};
@@ -30,6 +32,9 @@ pub(super) struct L2Part {
     /// Whether the view may be elected from: settled, not alone for a moment only, and
     /// not blind (datagrams from peers this node cannot read, nobody live).
     guard: ClaimGate,
+    /// Members that join count as candidates after [`HANDOVER_GRACE`]: make before
+    /// break when a node comes back (`ferrolb_proto::membership::join_grace`).
+    joins: JoinGrace,
     /// The live set last used for planning (None: not claiming).
     used: Option<BTreeSet<String>>,
 }
@@ -47,7 +52,20 @@ impl L2Part {
             live_others: live.len().saturating_sub(1),
             unreadable: metrics.membership.unreadable(),
         };
-        (self.guard.handle(now, seen) == Verdict::Claim).then_some(live)
+        if self.guard.handle(now, seen) != Verdict::Claim {
+            self.joins.reset();
+            return None;
+        }
+        let candidates = self.joins.candidates(now.into_std(), live, HANDOVER_GRACE);
+        if self.joins.left_early() {
+            // It may have announced this node's addresses as its own: clients that
+            // followed it come back.
+            tracing::info!(
+                "a member left before its join grace passed: re-announcing the addresses this node owns"
+            );
+            self.announcer.reannounce();
+        }
+        Some(candidates)
     }
 }
 
@@ -301,6 +319,7 @@ fn start_l2(
         announcer,
         membership,
         guard: ClaimGate::new(others),
+        joins: JoinGrace::default(),
         used: None,
     })
 }

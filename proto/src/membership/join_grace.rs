@@ -1,0 +1,142 @@
+//! Make before break when a member joins (sans-IO; the caller owns the clock).
+//!
+//! A member that comes back (a restarted speaker, a rebooted node) elects itself owner
+//! of its addresses from its first view and announces them at once. The node that owned
+//! them meanwhile would stop answering the moment it sees the member live, which can
+//! come before the member's first announcement: for a moment nobody answers a client
+//! resolving the address. So a member that joins while this node elects counts as a
+//! candidate only once it has been live for a grace period; until then this node keeps
+//! its addresses and both answer (as in the handover on shutdown), then it lets go.
+//!
+//! A member that leaves again before it counts changes no election here, but clients
+//! may have followed its announcement: [`JoinGrace::left_early`] says so, and the caller
+//! announces what it owns again.
+//!
+//! The first view counts whole (this node owns nothing yet, there is nothing to hand
+//! over), and so does the first after a view that could not be elected from; so do the
+//! members that show up within the grace after it: a starting node learns the members
+//! one gossip round after another, and they were there before it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// Delays members that join into the set owners are elected from.
+#[derive(Debug, Clone, Default)]
+pub struct JoinGrace {
+    /// Members of the last view counted as candidates; None before the first view.
+    counted: Option<BTreeSet<String>>,
+    /// When the first view came.
+    since: Option<Instant>,
+    /// Members live but not counted yet, since when they are live.
+    joining: BTreeMap<String, Instant>,
+    /// A joining member left before it counted (cleared by [`JoinGrace::left_early`]).
+    left: bool,
+}
+
+impl JoinGrace {
+    /// The candidates at `now` among the `live` members of a view that may be elected
+    /// from: those already counted, and joiners live for `grace` or longer.
+    pub fn candidates(&mut self, now: Instant, live: BTreeSet<String>, grace: Duration) -> BTreeSet<String> {
+        let Some(counted) = self.counted.as_mut() else {
+            self.counted = Some(live.clone());
+            self.since = Some(now);
+            return live;
+        };
+        let starting = self.since.is_some_and(|t| now.saturating_duration_since(t) < grace);
+        counted.retain(|m| live.contains(m));
+        let before = self.joining.len();
+        self.joining.retain(|m, _| live.contains(m));
+        self.left |= self.joining.len() < before;
+        for m in &live {
+            if !counted.contains(m) {
+                let since = *self.joining.entry(m.clone()).or_insert(now);
+                if starting || now.saturating_duration_since(since) >= grace {
+                    self.joining.remove(m);
+                    counted.insert(m.clone());
+                }
+            }
+        }
+        counted.clone()
+    }
+
+    /// Whether a joining member left before it counted, since the last call.
+    pub fn left_early(&mut self) -> bool {
+        std::mem::take(&mut self.left)
+    }
+
+    /// The view may not be elected from: the next one counts whole.
+    pub fn reset(&mut self) {
+        self.counted = None;
+        self.since = None;
+        self.joining.clear();
+        self.left = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRACE: Duration = Duration::from_secs(1);
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_first_view_counts_whole_and_a_joiner_only_after_the_grace() {
+        let t0 = Instant::now();
+        let mut g = JoinGrace::default();
+        assert_eq!(g.candidates(t0, set(&["a", "b"]), GRACE), set(&["a", "b"]));
+        let t1 = t0 + Duration::from_secs(5);
+        assert_eq!(g.candidates(t1, set(&["a", "b", "c"]), GRACE), set(&["a", "b"]));
+        let almost = t1 + GRACE - Duration::from_millis(1);
+        assert_eq!(g.candidates(almost, set(&["a", "b", "c"]), GRACE), set(&["a", "b"]));
+        assert_eq!(g.candidates(t1 + GRACE, set(&["a", "b", "c"]), GRACE), set(&["a", "b", "c"]));
+        assert!(!g.left_early());
+    }
+
+    #[test]
+    fn a_member_that_leaves_goes_at_once_and_waits_again_when_it_returns() {
+        let t0 = Instant::now();
+        let mut g = JoinGrace::default();
+        g.candidates(t0, set(&["a", "b", "c"]), GRACE);
+        // Leaving is never delayed: its addresses must move now.
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(g.candidates(t1, set(&["a", "b"]), GRACE), set(&["a", "b"]));
+        assert!(!g.left_early(), "a counted member leaving changes the election itself");
+        let t2 = t1 + Duration::from_millis(100);
+        assert_eq!(g.candidates(t2, set(&["a", "b", "c"]), GRACE), set(&["a", "b"]));
+        // Gone again before the grace passed: the caller re-announces, and the
+        // member's clock starts over on return.
+        let t3 = t2 + Duration::from_millis(500);
+        assert_eq!(g.candidates(t3, set(&["a", "b"]), GRACE), set(&["a", "b"]));
+        assert!(g.left_early());
+        assert!(!g.left_early(), "said once");
+        let t4 = t3 + Duration::from_millis(100);
+        assert_eq!(g.candidates(t4, set(&["a", "b", "c"]), GRACE), set(&["a", "b"]));
+        assert_eq!(g.candidates(t2 + GRACE, set(&["a", "b", "c"]), GRACE), set(&["a", "b"]));
+        assert_eq!(g.candidates(t4 + GRACE, set(&["a", "b", "c"]), GRACE), set(&["a", "b", "c"]));
+    }
+
+    #[test]
+    fn members_learnt_while_starting_count_at_once() {
+        let t0 = Instant::now();
+        let mut g = JoinGrace::default();
+        assert_eq!(g.candidates(t0, set(&["a"]), GRACE), set(&["a"]));
+        let t1 = t0 + Duration::from_millis(30);
+        assert_eq!(g.candidates(t1, set(&["a", "b", "c"]), GRACE), set(&["a", "b", "c"]));
+        assert_eq!(g.candidates(t0 + GRACE, set(&["a", "b", "c", "d"]), GRACE), set(&["a", "b", "c"]));
+    }
+
+    #[test]
+    fn after_a_reset_the_next_view_counts_whole() {
+        let t0 = Instant::now();
+        let mut g = JoinGrace::default();
+        g.candidates(t0, set(&["a"]), GRACE);
+        let t1 = t0 + GRACE;
+        assert_eq!(g.candidates(t1, set(&["a", "b"]), GRACE), set(&["a"]));
+        g.reset();
+        assert_eq!(g.candidates(t1, set(&["a", "b"]), GRACE), set(&["a", "b"]));
+    }
+}
