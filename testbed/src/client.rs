@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -481,13 +481,19 @@ pub fn arp_responders(ns: &Netns, dev: &str, addr: IpAddr, count: u32) -> Result
         .collect())
 }
 
-/// ARP requests for an address at a fixed interval (Habets `arping` in the background):
-/// whether someone answered each one, and who. A new client on the LAN resolves the
-/// address at any moment, so a handover must leave no request unanswered, even while
-/// the clients that already resolved it keep reaching the old owner.
+/// ARP requests for an IPv4 address at a fixed interval from a namespace: whether
+/// someone answered each one, and who. A new client on the LAN resolves the address at
+/// any moment, so a handover must leave no request unanswered, even while the clients
+/// that already resolved it keep reaching the old owner.
+///
+/// Each request names another sender address (taking turns among `senders`), and an
+/// answer names the sender it is for: so an answer is matched to its request even when
+/// it comes late (a responder on a loaded machine), up to the turn of the same sender
+/// again. A request still unanswered then is one a client would have resent after its
+/// retransmit time (1 s on Linux).
 pub struct ArpProbes {
-    child: std::process::Child,
-    addr: IpAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<ArpReport, Error>>>,
 }
 
 /// What [`ArpProbes`] saw.
@@ -495,81 +501,182 @@ pub struct ArpProbes {
 pub struct ArpReport {
     /// Requests sent.
     pub sent: u64,
-    /// Requests nobody answered before the next was due.
-    pub unanswered: u64,
-    /// Answers beyond the first to a request: while two nodes answer (a handover).
-    pub extra: u64,
-    /// The MACs that answered alone, in order (a run of at least [`OWNER_RUN`] answers
+    /// When each unanswered request was sent, from the start.
+    pub unanswered: Vec<Duration>,
+    /// Requests answered by more than one MAC: while two nodes answer (a handover).
+    pub answered_twice: u64,
+    /// The MACs that answered alone, in order (a run of at least [`OWNER_RUN`] requests
     /// each, repeats merged): the owners over time.
     pub owners: Vec<String>,
 }
 
-/// Answers in a row from one MAC that make it an owner in [`ArpReport::owners`]; shorter
-/// runs are two nodes answering alternately.
+/// Requests in a row answered by one MAC alone that make it an owner in
+/// [`ArpReport::owners`].
 pub const OWNER_RUN: usize = 4;
 
+/// One request: when it went out, which sender it named, who answered.
+struct ArpRequest {
+    at: Duration,
+    sender: Ipv4Addr,
+    answers: BTreeSet<[u8; 6]>,
+}
+
 impl ArpProbes {
-    /// Starts asking for `addr` on `dev` from `ns` every `interval`.
-    pub fn start(ns: &Netns, dev: &str, addr: IpAddr, interval: Duration) -> Result<Self, Error> {
-        let mut cmd = ns.command("arping");
-        cmd.args(["-W", &format!("{:.3}", interval.as_secs_f64()), "-i", dev, &addr.to_string()]);
-        cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
-        let child = cmd
-            .spawn()
-            .map_err(|e| Error::Command { command: crate::netns::describe(&cmd), detail: e.to_string() })?;
-        Ok(ArpProbes { child, addr })
+    /// Starts asking for `addr` on `dev` from `ns` every `interval`, naming `senders` in
+    /// turn (LAN addresses nobody uses; at least one).
+    pub fn start(
+        ns: &Netns,
+        dev: &str,
+        addr: Ipv4Addr,
+        interval: Duration,
+        senders: &[Ipv4Addr],
+    ) -> Result<Self, Error> {
+        let (ifindex, mac) = link(ns, dev)?;
+        let path = ns.path();
+        let senders = senders.to_vec();
+        if senders.is_empty() {
+            return Err(Error::Parse("ArpProbes needs a sender address".into()));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_t = stop.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || -> Result<ArpReport, Error> {
+            let setup = (|| -> Result<_, Error> {
+                crate::netns::enter(&path)?;
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                let socket = rt.block_on(async { ferrolb_proto::l2::socket::ArpSocket::open(ifindex) })?;
+                Ok((rt, socket))
+            })();
+            let (rt, socket) = match setup {
+                Ok(v) => {
+                    let _ = ready_tx.send(Ok(()));
+                    v
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.to_string()));
+                    return Err(e);
+                }
+            };
+            let requests = rt.block_on(arp_probe_loop(&socket, mac, addr, interval, &senders, &stop_t))?;
+            Ok(arp_report(&requests))
+        });
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(ArpProbes { stop, thread: Some(thread) }),
+            Ok(Err(e)) => Err(Error::Namespace(format!("ARP probes on {dev}: {e}"))),
+            Err(_) => Err(Error::Thread("ARP probe thread died".into())),
+        }
     }
 
-    /// Stops (SIGINT: arping prints its statistics) and reports.
+    /// Stops sending, waits a second for late answers, and reports.
     pub fn stop(mut self) -> Result<ArpReport, Error> {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap_or(0));
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let mut out = String::new();
-        if let Some(mut stdout) = self.child.stdout.take() {
-            stdout.read_to_string(&mut out)?;
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            _ => Err(Error::Thread("ARP probe thread panicked".into())),
         }
-        let _ = self.child.wait();
-        parse_arping(&out).ok_or_else(|| Error::Parse(format!("arping {}: {out}", self.addr)))
     }
 }
 
 impl Drop for ArpProbes {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.thread.take() {
+            let _ = h.join();
+        }
     }
 }
 
-/// Habets arping's output: a line per answer (`… bytes from MAC (IP): …`), a `Timeout`
-/// line per request unanswered when the next is due, and at the end `N packets
-/// transmitted, M packets received, …% unanswered (K extra)` (None without it: killed,
-/// not stopped).
-fn parse_arping(out: &str) -> Option<ArpReport> {
-    let mut runs: Vec<(String, usize)> = Vec::new();
-    let mut unanswered = 0;
-    let mut stats = None;
-    for line in out.lines() {
-        if let Some(rest) = line.split(" bytes from ").nth(1) {
-            let mac = rest.split_whitespace().next()?.to_lowercase();
-            match runs.last_mut() {
-                Some((last, n)) if *last == mac => *n += 1,
-                _ => runs.push((mac, 1)),
+/// The interface index and MAC of `dev` in `ns`.
+fn link(ns: &Netns, dev: &str) -> Result<(u32, [u8; 6]), Error> {
+    let text = ns.ip(&["-j", "link", "show", "dev", dev])?;
+    let bad = || Error::Parse(format!("ip -j link show dev {dev}: {text}"));
+    let v: Value = serde_json::from_str(text.trim()).map_err(|_| bad())?;
+    let index = v[0]["ifindex"].as_u64().and_then(|i| u32::try_from(i).ok()).ok_or_else(bad)?;
+    let bytes: Vec<u8> = v[0]["address"]
+        .as_str()
+        .ok_or_else(bad)?
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16))
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad())?;
+    Ok((index, bytes.try_into().map_err(|_| bad())?))
+}
+
+/// Sends a request every `interval` until `stop`, records the answers, then waits a
+/// second for late ones.
+async fn arp_probe_loop(
+    socket: &ferrolb_proto::l2::socket::ArpSocket,
+    mac: [u8; 6],
+    addr: Ipv4Addr,
+    interval: Duration,
+    senders: &[Ipv4Addr],
+    stop: &AtomicBool,
+) -> Result<Vec<ArpRequest>, Error> {
+    use ferrolb_proto::l2::arp::{self, ArpPacket, Operation};
+    let start = tokio::time::Instant::now();
+    let mut requests: Vec<ArpRequest> = Vec::new();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut buf = [0u8; 1600];
+    let mut linger: Option<tokio::time::Instant> = None;
+    loop {
+        if linger.is_none() && stop.load(Ordering::Relaxed) {
+            linger = Some(tokio::time::Instant::now() + Duration::from_secs(1));
+        }
+        let until = linger.unwrap_or_else(|| start + Duration::from_secs(86_400));
+        tokio::select! {
+            _ = tick.tick(), if linger.is_none() => {
+                let sender = senders[requests.len() % senders.len()];
+                let req = ArpPacket {
+                    operation: Operation::Request,
+                    sender_mac: mac,
+                    sender_ip: sender,
+                    target_mac: [0; 6],
+                    target_ip: addr,
+                };
+                requests.push(ArpRequest { at: start.elapsed(), sender, answers: BTreeSet::new() });
+                // A send error is an unanswered request like any other.
+                let _ = socket.send(&arp::encode_frame([0xff; 6], mac, &req)).await;
             }
-        } else if line.trim() == "Timeout" {
-            unanswered += 1;
-        } else if let Some((sent, rest)) = line.split_once(" packets transmitted") {
-            let extra = rest.split_once('(')?.1.split_whitespace().next()?.parse().ok()?;
-            stats = Some((sent.trim().parse().ok()?, extra));
+            n = socket.recv(&mut buf) => {
+                let n = n?;
+                let Ok((_, p)) = arp::decode_frame(&buf[..n]) else { continue };
+                if p.operation != Operation::Reply || p.sender_ip != addr {
+                    continue;
+                }
+                // The latest request naming this sender.
+                if let Some(r) = requests.iter_mut().rev().find(|r| r.sender == p.target_ip) {
+                    r.answers.insert(p.sender_mac);
+                }
+            }
+            () = tokio::time::sleep_until(until), if linger.is_some() => return Ok(requests),
         }
     }
-    let (sent, extra) = stats?;
+}
+
+fn arp_report(requests: &[ArpRequest]) -> ArpReport {
     let mut owners: Vec<String> = Vec::new();
-    for (mac, _) in runs.into_iter().filter(|(_, n)| *n >= OWNER_RUN) {
-        if owners.last() != Some(&mac) {
-            owners.push(mac);
+    let mut run: Option<([u8; 6], usize)> = None;
+    for r in requests {
+        let alone = (r.answers.len() == 1).then(|| r.answers.iter().next().copied()).flatten();
+        run = match (run, alone) {
+            (Some((m, n)), Some(a)) if m == a => Some((m, n + 1)),
+            (_, Some(a)) => Some((a, 1)),
+            (_, None) => None,
+        };
+        if let Some((m, OWNER_RUN)) = run {
+            let m = ferrolb_proto::l2::arp::mac_to_string(&m);
+            if owners.last() != Some(&m) {
+                owners.push(m);
+            }
         }
     }
-    Some(ArpReport { sent, unanswered, extra, owners })
+    ArpReport {
+        sent: requests.len() as u64,
+        unanswered: requests.iter().filter(|r| r.answers.is_empty()).map(|r| r.at).collect(),
+        answered_twice: requests.iter().filter(|r| r.answers.len() > 1).count() as u64,
+        owners,
+    }
 }
 
 /// Every link-layer address that answers `ndisc6` for `addr` on `dev` in `ns`.
@@ -610,22 +717,23 @@ mod tests {
     }
 
     #[test]
-    fn arping_output_gives_requests_timeouts_and_owners_in_order() {
-        let (a, b) = ("00:00:5e:00:53:0b", "00:00:5E:00:53:0C");
-        let mut out = String::from("ARPING 192.0.2.201\n");
-        let mut reply =
-            |mac: &str| out.push_str(&format!("42 bytes from {mac} (192.0.2.201): index=0 time=1 usec\n"));
-        // a alone, both alternately (a handover), b alone, a alone.
-        for mac in [a, a, a, a, a, b, a, b, a, b, b, b, b, a, a, a, a] {
-            reply(mac);
+    fn arp_report_counts_unanswered_doubles_and_owners_in_order() {
+        let (a, b) = ([0, 0, 0x5e, 0, 0x53, 0x0b], [0, 0, 0x5e, 0, 0x53, 0x0c]);
+        let req = |i: u64, macs: &[[u8; 6]]| ArpRequest {
+            at: Duration::from_millis(10 * i),
+            sender: Ipv4Addr::new(192, 0, 2, 150),
+            answers: macs.iter().copied().collect(),
+        };
+        // a alone, both (a handover), b alone, one unanswered, b, a alone too briefly.
+        let mut rs = Vec::new();
+        for m in [&[a][..], &[a], &[a], &[a], &[a], &[a, b], &[a, b], &[b], &[b], &[b], &[b], &[], &[b], &[a]]
+        {
+            rs.push(req(rs.len() as u64, m));
         }
-        out.push_str("Timeout\n\n--- 192.0.2.201 statistics ---\n");
-        out.push_str("15 packets transmitted, 17 packets received,   6% unanswered (3 extra)\n");
-        let r = parse_arping(&out).unwrap();
-        assert_eq!((r.sent, r.unanswered, r.extra), (15, 1, 3));
-        assert_eq!(r.owners, ["00:00:5e:00:53:0b", "00:00:5e:00:53:0c", "00:00:5e:00:53:0b"]);
-        // Killed before its statistics: no report rather than a wrong one.
-        assert_eq!(parse_arping("ARPING 192.0.2.201\nTimeout\n"), None);
+        let r = arp_report(&rs);
+        assert_eq!((r.sent, r.answered_twice), (14, 2));
+        assert_eq!(r.unanswered, [Duration::from_millis(110)]);
+        assert_eq!(r.owners, ["00:00:5e:00:53:0b", "00:00:5e:00:53:0c"]);
     }
 
     #[test]

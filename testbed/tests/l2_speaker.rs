@@ -8,11 +8,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::time::Duration;
 
-use ferrolb_testbed::client::{self, ProbeStream};
+use ferrolb_testbed::client::{self, ArpProbes, ProbeStream};
 use ferrolb_testbed::netns::Netns;
 use ferrolb_testbed::plan::{lan_v4 as v4, owner};
 use ferrolb_testbed::process::Spawn;
@@ -340,13 +340,25 @@ fn joining_speaker_takes_only_what_it_wins_and_a_wrong_key_changes_nothing() {
     }
     assert!(!s3.logs().contains("this node now owns"), "{}", s3.logs());
 
-    // The right key: node3 joins and wins its share.
+    // The right key: node3 joins and wins its share. Make before break: a client
+    // resolving an address node3 wins is answered at every moment (a request every
+    // 10 ms).
     std::fs::write(&key3, std::fs::read_to_string(&key).unwrap()).unwrap();
     let marks: Vec<usize> = s.iter().map(|sp| sp.logs().len()).collect();
-    s3.restart().unwrap();
     let won: Vec<IpAddr> = vips.iter().copied().filter(|v| owner(*v, &[1, 2, 3]) == 3).collect();
     assert!(!won.is_empty(), "the VIP set must give node3 something to win");
+    let senders: Vec<Ipv4Addr> = (150..200).map(|k| Ipv4Addr::new(192, 0, 2, k)).collect();
+    let IpAddr::V4(won_v4) = won[0] else { panic!("{} is not IPv4", won[0]) };
+    let arp = ArpProbes::start(lab.client(), "eth0", won_v4, Duration::from_millis(10), &senders).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    s3.restart().unwrap();
     wait_owners(&lab, &vips, &[1, 2, 3]);
+    std::thread::sleep(Duration::from_millis(300));
+    let arp = arp.stop().unwrap();
+    println!("ARP for {} while node3 joined: {arp:?}", won[0]);
+    assert!(arp.unanswered.is_empty(), "{arp:?}\n{}", lab.logs(40));
+    assert_eq!(arp.owners.last(), Some(&plan::node_mac(3)), "{arp:?}");
+    assert!(arp.owners.len() >= 2, "{arp:?}");
     for (i, sp) in s.iter_mut().enumerate() {
         let lost =
             vips.iter().filter(|v| owner(**v, &[1, 2]) == i + 1 && owner(**v, &[1, 2, 3]) == 3).count();

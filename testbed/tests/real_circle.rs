@@ -42,9 +42,11 @@ fn workers_register_only_through_the_vip_and_the_speaker_upgrade_loses_nothing()
         assert_eq!(r.lost(), 0, "{what} Service {addr}: connections failed during the upgrade: {:?}", r.gaps);
     }
 
-    // Reported, not asserted (issue #17 closing note): whether a new client resolving
-    // the L2 address was answered at every moment.
-    println!("ARP for {} during the upgrade: {:?}", up.l2.0, up.arp);
+    // A new client resolving the L2 address at any moment got an answer, while its
+    // owner's speaker was replaced (the owner changed: the handover happened).
+    assert!(up.arp.unanswered.is_empty(), "ARP for {} unanswered during the upgrade: {:?}", up.l2.0, up.arp);
+    let owners: std::collections::BTreeSet<&String> = up.arp.owners.iter().collect();
+    assert!(owners.len() >= 2, "the L2 owner never changed: {:?}", up.arp);
     assert!(up.arp.sent as u128 >= up.took.as_millis() / ARP_PROBE.as_millis() / 4, "{:?}", up.arp);
 
     // The cold start reached every milestone, in order.

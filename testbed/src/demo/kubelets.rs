@@ -22,7 +22,7 @@
 //! (testbed/kube/build.sh), the debug binaries the image holds, containerd, runc and a C
 //! compiler (testbed/prereqs.sh).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
@@ -56,7 +56,10 @@ pub const PROBE: Duration = Duration::from_millis(10);
 /// A probe whose handshake takes longer is lost (a SYN the kernel must resend).
 const PROBE_TIMEOUT: Duration = Duration::from_millis(900);
 /// Interval of the client's ARP requests for the L2 Service during the upgrade.
-pub const ARP_PROBE: Duration = Duration::from_millis(25);
+pub const ARP_PROBE: Duration = Duration::from_millis(10);
+/// How many sender addresses take turns asking: an answer up to `ARP_PROBE ×
+/// ARP_SENDERS` (500 ms) late still counts for its request.
+pub const ARP_SENDERS: u8 = 50;
 
 /// A speaker pod: its name, its node, the image of its running container.
 pub type SpeakerPod = (String, String, String);
@@ -534,11 +537,16 @@ fn upgrade(t: &Timeline, lab: &Lab, cluster: &Cluster, l2: IpAddr, bgp: IpAddr) 
     for p in [&l2_probe, &bgp_probe] {
         p.wait_answered(100, T)?;
     }
-    let arp = ArpProbes::start(lab.client(), "eth0", l2, ARP_PROBE)?;
+    // Unused LAN addresses (the client's is .100, the nodes' .11-.19, the L2 pool .200-).
+    let senders: Vec<Ipv4Addr> = (0..ARP_SENDERS).map(|k| Ipv4Addr::new(192, 0, 2, 150 + k)).collect();
+    let IpAddr::V4(l2_v4) = l2 else { return Err(Error::Check(format!("{l2} is not IPv4"))) };
+    let arp = ArpProbes::start(lab.client(), "eth0", l2_v4, ARP_PROBE, &senders)?;
     t.say(format!(
-        "client: a TCP connection to {l2}:80 and to {bgp}:80 every {} ms, an ARP request for {l2} every {} ms",
+        "client: a TCP connection to {l2}:80 and to {bgp}:80 every {} ms, an ARP request for {l2} every {} ms \
+         (an answer up to {} ms late counts)",
         PROBE.as_millis(),
-        ARP_PROBE.as_millis()
+        ARP_PROBE.as_millis(),
+        (ARP_PROBE * u32::from(ARP_SENDERS)).as_millis()
     ));
     let (before, _) = speaker_pods(cluster)?;
     let ns = ferrolb::NAMESPACE;
@@ -578,13 +586,20 @@ fn upgrade(t: &Timeline, lab: &Lab, cluster: &Cluster, l2: IpAddr, bgp: IpAddr) 
         .map(|mac| (1..=NODES).find(|i| plan::node_mac(*i) == *mac).map_or(mac.clone(), plan::node_name))
         .collect();
     t.say(format!(
-        "client ARP for {l2} during the upgrade: {} requests, {} unanswered, {} answered twice (handovers); \
-         owners {}",
+        "client ARP for {l2} during the upgrade: {} requests, {} unanswered {:?}, {} answered by two nodes \
+         (handovers); owners {}",
         arp.sent,
+        arp.unanswered.len(),
         arp.unanswered,
-        arp.extra,
+        arp.answered_twice,
         owners.join(" → ")
     ));
+    for (pod, node, _) in &after {
+        let logs = cluster.kubectl(&["logs", "-n", ns, pod]).unwrap_or_default();
+        for line in logs.lines().filter(|l| l.contains("L2:") || l.contains("membership")) {
+            println!("  {node} {}", line.trim());
+        }
+    }
     let l2_report = l2_probe.stop(Duration::ZERO);
     let bgp_report = bgp_probe.stop(Duration::ZERO);
     for (a, r) in [(l2, &l2_report), (bgp, &bgp_report)] {
