@@ -64,6 +64,15 @@ impl JoinGrace {
         std::mem::take(&mut self.left)
     }
 
+    /// When the earliest joiner becomes a candidate (None: nobody is joining). Every
+    /// node learns of a joiner within milliseconds of the others, so waking then keeps
+    /// their elections together: an owner switches its heartbeats to a joiner that is
+    /// now a successor while the former successor already counts it too, rather than
+    /// hearing silence and taking over.
+    pub fn next_change(&self, grace: Duration) -> Option<Instant> {
+        self.joining.values().min().map(|t| *t + grace)
+    }
+
     /// The view may not be elected from: the next one counts whole.
     pub fn reset(&mut self) {
         self.counted = None;
@@ -88,11 +97,14 @@ mod tests {
         let t0 = Instant::now();
         let mut g = JoinGrace::default();
         assert_eq!(g.candidates(t0, set(&["a", "b"]), GRACE), set(&["a", "b"]));
+        assert_eq!(g.next_change(GRACE), None);
         let t1 = t0 + Duration::from_secs(5);
         assert_eq!(g.candidates(t1, set(&["a", "b", "c"]), GRACE), set(&["a", "b"]));
+        assert_eq!(g.next_change(GRACE), Some(t1 + GRACE));
         let almost = t1 + GRACE - Duration::from_millis(1);
         assert_eq!(g.candidates(almost, set(&["a", "b", "c"]), GRACE), set(&["a", "b"]));
         assert_eq!(g.candidates(t1 + GRACE, set(&["a", "b", "c"]), GRACE), set(&["a", "b", "c"]));
+        assert_eq!(g.next_change(GRACE), None);
         assert!(!g.left_early());
     }
 

@@ -71,6 +71,7 @@ pub(super) async fn serve(
         state.metrics.beat();
         let watched = state.l2.as_ref().map(super::l2::L2Part::watch);
         let next_drain = state.drains.poll_timeout();
+        let next_join = state.l2.as_ref().and_then(super::l2::L2Part::next_join);
         let retry_l2 = state.cluster.is_some() && state.l2_error.is_some();
         let gate = state.gate_watch();
         let gate_hold = state.gate_hold_until();
@@ -85,6 +86,7 @@ pub(super) async fn serve(
                 state.replan(&Cause::new("drain", "--drain-max-delay or the L2 handover grace passed")).await;
             }
             () = l2_changed(watched) => state.on_l2_change().await,
+            () = sleep_until_opt(next_join) => state.on_l2_change().await,
             _ = l2_tick.tick(), if state.l2.is_some() => state.on_l2_change().await,
             // The watcher reads a complete file at once and debounces the rest.
             () = recv_opt(&mut changes) => state.reload().await,

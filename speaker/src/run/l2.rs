@@ -40,6 +40,11 @@ pub(super) struct L2Part {
 }
 
 impl L2Part {
+    /// When a joining member becomes a candidate: the event loop re-elects then.
+    pub(super) fn next_join(&self) -> Option<Instant> {
+        self.joins.next_change(HANDOVER_GRACE).map(Instant::from_std)
+    }
+
     /// The live set to elect from, or None while this node may not claim.
     fn usable_live(&mut self, metrics: &Metrics, now: Instant) -> Option<BTreeSet<String>> {
         let settled = *self.settled.borrow_and_update();
