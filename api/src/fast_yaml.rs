@@ -10,16 +10,86 @@
 //! caller parses the document with the general parser, which also words every error.
 //! `tests::agrees_with_the_general_parser` holds it to that on generated documents.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Number, Value};
+
+mod de;
 
 /// The document `doc` (one document, without `---`) as a value, if it is in the subset
 /// and its root is a mapping; `None` means: ask the general parser.
+#[cfg(test)]
 pub(crate) fn parse(doc: &str) -> Option<Value> {
+    parse_node(doc).map(Node::into_value)
+}
+
+/// A document read by the fast reader: scalars borrow the text, mappings are vectors
+/// sorted by key. Decoding an object straight from it (its `serde::Deserializer` reads
+/// exactly as `&serde_json::Value` does) skips building a `Value`, which for a file of
+/// 50k Services is most of the allocations of a read.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Node<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Str(Cow<'a, str>),
+    Seq(Vec<Node<'a>>),
+    /// Sorted by key, keys unique: the order in which a `serde_json::Map` visits them.
+    Map(Vec<(Cow<'a, str>, Node<'a>)>),
+}
+
+impl Node<'_> {
+    /// The value the general path reads the same text as.
+    pub(crate) fn into_value(self) -> Value {
+        match self {
+            Node::Null => Value::Null,
+            Node::Bool(b) => Value::Bool(b),
+            Node::Int(n) => Value::Number(Number::from(n)),
+            Node::Str(s) => Value::String(s.into_owned()),
+            Node::Seq(items) => Value::Array(items.into_iter().map(Node::into_value).collect()),
+            Node::Map(entries) => Value::Object(
+                entries.into_iter().map(|(k, v)| (k.into_owned(), v.into_value())).collect::<Map<_, _>>(),
+            ),
+        }
+    }
+
+    /// The string at `key` of a mapping.
+    pub(crate) fn str_field(&self, key: &str) -> Option<&str> {
+        match self {
+            Node::Map(entries) => match entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
+                Ok(i) => match &entries[i].1 {
+                    Node::Str(s) => Some(s),
+                    _ => None,
+                },
+                Err(_) => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// Sorts a mapping's entries by key; `None` on a duplicate key (the general parser's
+/// business: it words the error).
+fn sorted<'a>(mut entries: Vec<(Cow<'a, str>, Node<'a>)>) -> Option<Node<'a>> {
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if entries.windows(2).any(|w| w[0].0 == w[1].0) {
+        return None;
+    }
+    Some(Node::Map(entries))
+}
+
+/// The document `doc` as a [`Node`], if it is in the subset and its root is a mapping;
+/// `None` means: ask the general parser.
+pub(crate) fn parse_node(doc: &str) -> Option<Node<'_>> {
     if !plain_characters(doc) {
         return None;
     }
     let mut lines = Vec::with_capacity(doc.len() / 16);
-    for raw in doc.split('\n') {
+    let mut from = 0;
+    let breaks = memchr::memchr_iter(b'\n', doc.as_bytes()).chain(std::iter::once(doc.len()));
+    for to in breaks {
+        let raw = &doc[from..to];
+        from = to + 1;
         let raw = raw.strip_suffix('\r').unwrap_or(raw);
         let text = raw.trim_start_matches(' ');
         if text.is_empty() || text.starts_with('#') {
@@ -83,8 +153,8 @@ impl<'a> Parser<'a> {
 
     /// The block node that starts on the current line, more indented than `parent`; or,
     /// for a mapping value, a sequence at the parent's own indentation (`compact`).
-    fn block(&mut self, parent: usize, compact: bool) -> Option<Value> {
-        let Some(line) = self.peek() else { return Some(Value::Null) };
+    fn block(&mut self, parent: usize, compact: bool) -> Option<Node<'a>> {
+        let Some(line) = self.peek() else { return Some(Node::Null) };
         let seq = is_sequence_item(line.text);
         if line.indent > parent || (compact && seq && line.indent == parent) {
             self.depth += 1;
@@ -95,12 +165,12 @@ impl<'a> Parser<'a> {
             self.depth -= 1;
             node
         } else {
-            Some(Value::Null)
+            Some(Node::Null)
         }
     }
 
-    fn mapping(&mut self, indent: usize) -> Option<Value> {
-        let mut map = Map::new();
+    fn mapping(&mut self, indent: usize) -> Option<Node<'a>> {
+        let mut map = Vec::new();
         while let Some(line) = self.peek() {
             if line.indent < indent {
                 break;
@@ -120,14 +190,12 @@ impl<'a> Parser<'a> {
                 }
                 v
             };
-            if map.insert(key, value).is_some() {
-                return None;
-            }
+            map.push((key, value));
         }
-        Some(Value::Object(map))
+        sorted(map)
     }
 
-    fn sequence(&mut self, indent: usize) -> Option<Value> {
+    fn sequence(&mut self, indent: usize) -> Option<Node<'a>> {
         let mut items = Vec::new();
         while let Some(line) = self.peek() {
             if line.indent < indent || (line.indent == indent && !is_sequence_item(line.text)) {
@@ -164,13 +232,13 @@ impl<'a> Parser<'a> {
                 return None;
             }
         }
-        Some(Value::Array(items))
+        Some(Node::Seq(items))
     }
 }
 
 /// `key: rest` → (key, rest without leading spaces and without a comment), for a plain
 /// or quoted key that can only be read as a string.
-fn split_key(text: &str) -> Option<(String, &str)> {
+fn split_key(text: &str) -> Option<(Cow<'_, str>, &str)> {
     let (key, after) = if let Some(quote) = text.strip_prefix(['"', '\'']).map(|_| &text[..1]) {
         let mut cursor = Cursor { s: text, at: 0 };
         let key = if quote == "\"" { cursor.double_quoted()? } else { cursor.single_quoted()? };
@@ -181,7 +249,7 @@ fn split_key(text: &str) -> Option<(String, &str)> {
         if key.ends_with(' ') || !matches!(plain_kind(key)?, Plain::Str) {
             return None;
         }
-        (key.to_owned(), &text[colon..])
+        (Cow::Borrowed(key), &text[colon..])
     };
     let rest = after.strip_prefix(':')?;
     if !(rest.is_empty() || rest.starts_with(' ')) {
@@ -208,7 +276,7 @@ fn find_key_colon(text: &str) -> Option<usize> {
 
 /// A value that fits on the rest of its line: a quoted or plain scalar or a flow
 /// collection, followed by nothing but a comment.
-fn inline_value(rest: &str) -> Option<Value> {
+fn inline_value(rest: &str) -> Option<Node<'_>> {
     match rest.as_bytes()[0] {
         b'"' | b'\'' | b'[' | b'{' => {
             let mut cursor = Cursor { s: rest, at: 0 };
@@ -217,14 +285,21 @@ fn inline_value(rest: &str) -> Option<Value> {
             (tail.is_empty() || tail.starts_with('#')).then_some(value)
         }
         _ => {
-            let text = match rest.find(" #") {
-                Some(i) => rest[..i].trim_end_matches(' '),
-                None => rest,
-            };
-            if text.contains(": ") || text.ends_with(':') {
-                return None;
+            // One pass (this runs for every value of a big file): the text ends at a
+            // comment (` #`); a `: ` or a final `:` before it would make it a mapping.
+            let bytes = rest.as_bytes();
+            let mut end = bytes.len();
+            for (i, &b) in bytes.iter().enumerate() {
+                match b {
+                    b'#' if i > 0 && bytes[i - 1] == b' ' => {
+                        end = i;
+                        break;
+                    }
+                    b':' if bytes.get(i + 1).is_none_or(|&next| next == b' ') => return None,
+                    _ => {}
+                }
             }
-            plain_scalar(text)
+            plain_scalar(rest[..end].trim_end_matches(' '))
         }
     }
 }
@@ -233,12 +308,12 @@ fn inline_value(rest: &str) -> Option<Value> {
 /// `true`, `false`, `null` and `~` are themselves, addresses and prefixes are strings,
 /// and anything that some schema would read as a number, boolean, null or timestamp is
 /// left to the general parser.
-fn plain_scalar(s: &str) -> Option<Value> {
+fn plain_scalar(s: &str) -> Option<Node<'_>> {
     Some(match plain_kind(s)? {
-        Plain::Bool(b) => Value::Bool(b),
-        Plain::Null => Value::Null,
-        Plain::Int(n) => Value::Number(Number::from(n)),
-        Plain::Str => Value::String(s.to_owned()),
+        Plain::Bool(b) => Node::Bool(b),
+        Plain::Null => Node::Null,
+        Plain::Int(n) => Node::Int(n),
+        Plain::Str => Node::Str(Cow::Borrowed(s)),
     })
 }
 
@@ -335,7 +410,7 @@ struct Cursor<'a> {
     at: usize,
 }
 
-impl Cursor<'_> {
+impl<'a> Cursor<'a> {
     fn skip_spaces(&mut self) {
         while self.s.as_bytes().get(self.at) == Some(&b' ') {
             self.at += 1;
@@ -351,26 +426,26 @@ impl Cursor<'_> {
         }
     }
 
-    fn flow_node(&mut self, depth: usize) -> Option<Value> {
+    fn flow_node(&mut self, depth: usize) -> Option<Node<'a>> {
         if depth > MAX_DEPTH {
             return None;
         }
         match *self.s.as_bytes().get(self.at)? {
-            b'"' => self.double_quoted().map(Value::String),
-            b'\'' => self.single_quoted().map(Value::String),
+            b'"' => self.double_quoted().map(Node::Str),
+            b'\'' => self.single_quoted().map(Node::Str),
             b'[' => {
                 self.at += 1;
                 let mut items = Vec::new();
                 self.skip_spaces();
                 if self.eat(b']') {
-                    return Some(Value::Array(items));
+                    return Some(Node::Seq(items));
                 }
                 loop {
                     self.skip_spaces();
                     items.push(self.flow_node(depth + 1)?);
                     self.skip_spaces();
                     if self.eat(b']') {
-                        return Some(Value::Array(items));
+                        return Some(Node::Seq(items));
                     }
                     if !self.eat(b',') {
                         return None;
@@ -379,15 +454,15 @@ impl Cursor<'_> {
             }
             b'{' => {
                 self.at += 1;
-                let mut map = Map::new();
+                let mut map = Vec::new();
                 self.skip_spaces();
                 if self.eat(b'}') {
-                    return Some(Value::Object(map));
+                    return Some(Node::Map(map));
                 }
                 loop {
                     self.skip_spaces();
                     let key = match self.flow_node(depth + 1)? {
-                        Value::String(k) => k,
+                        Node::Str(k) => k,
                         _ => return None,
                     };
                     if !self.eat(b':') || !self.eat(b' ') {
@@ -395,12 +470,10 @@ impl Cursor<'_> {
                     }
                     self.skip_spaces();
                     let value = self.flow_node(depth + 1)?;
-                    if map.insert(key, value).is_some() {
-                        return None;
-                    }
+                    map.push((key, value));
                     self.skip_spaces();
                     if self.eat(b'}') {
-                        return Some(Value::Object(map));
+                        return sorted(map);
                     }
                     if !self.eat(b',') {
                         return None;
@@ -418,7 +491,7 @@ impl Cursor<'_> {
     }
 
     /// `"…"` with the common escapes; anything rarer goes to the general parser.
-    fn double_quoted(&mut self) -> Option<String> {
+    fn double_quoted(&mut self) -> Option<Cow<'a, str>> {
         let bytes = self.s.as_bytes();
         let start = self.at + 1;
         let mut out = String::new();
@@ -427,9 +500,12 @@ impl Cursor<'_> {
         loop {
             match *bytes.get(i)? {
                 b'"' => {
-                    out.push_str(&self.s[run..i]);
                     self.at = i + 1;
-                    return Some(out);
+                    if run == start {
+                        return Some(Cow::Borrowed(&self.s[start..i]));
+                    }
+                    out.push_str(&self.s[run..i]);
+                    return Some(Cow::Owned(out));
                 }
                 b'\\' => {
                     out.push_str(&self.s[run..i]);
@@ -461,21 +537,25 @@ impl Cursor<'_> {
     }
 
     /// `'…'`, where `''` is a quote.
-    fn single_quoted(&mut self) -> Option<String> {
+    fn single_quoted(&mut self) -> Option<Cow<'a, str>> {
         let bytes = self.s.as_bytes();
         let mut out = String::new();
-        let mut i = self.at + 1;
+        let start = self.at + 1;
+        let mut i = start;
         let mut run = i;
         loop {
             if *bytes.get(i)? == b'\'' {
-                out.push_str(&self.s[run..i]);
                 if bytes.get(i + 1) == Some(&b'\'') {
-                    out.push('\'');
+                    out.push_str(&self.s[run..=i]);
                     i += 2;
                     run = i;
                 } else {
                     self.at = i + 1;
-                    return Some(out);
+                    if run == start {
+                        return Some(Cow::Borrowed(&self.s[start..i]));
+                    }
+                    out.push_str(&self.s[run..i]);
+                    return Some(Cow::Owned(out));
                 }
             } else {
                 i += 1;

@@ -373,3 +373,50 @@ fn a_large_stream_is_rejected_on_its_first_bad_document_in_file_order() {
     let err = parse_stream("big.yaml", &big_stream(n, &[4_999])).unwrap_err().to_string();
     assert!(err.contains("document 4999"), "{err}");
 }
+
+/// The documents of `text` the slow, obvious way: line by line (the reference
+/// `split_documents` must agree with, whatever search it uses).
+fn split_by_lines(text: &str) -> Vec<(usize, &str)> {
+    let blank = |c: &str| c.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'));
+    let (mut docs, mut start, mut start_line, mut offset, mut seen) = (Vec::new(), 0, 1, 0, false);
+    for (n, line) in text.split_inclusive('\n').enumerate() {
+        let bare = line.trim_end_matches(['\n', '\r']);
+        if bare.strip_prefix("---").is_some_and(|r| r.is_empty() || r.starts_with(' ') || r.starts_with('\t'))
+        {
+            let chunk = &text[start..offset];
+            if seen || !blank(chunk) {
+                docs.push((start_line, chunk));
+            }
+            seen = true;
+            start = offset + 3;
+            start_line = n + 1;
+        }
+        offset += line.len();
+    }
+    if !blank(&text[start..]) {
+        docs.push((start_line, &text[start..]));
+    }
+    docs
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 3000, ..Default::default() })]
+
+    #[test]
+    fn splits_documents_as_reading_line_by_line(
+        lines in proptest::collection::vec(
+            proptest::sample::select(vec![
+                "---", "--- ", "---\r", "--- a: 1", "----", "---a", " ---", "a: 1", "# c", "", "\r", "-- -",
+                "...", "b: ---", "---\t", "---\r\r",
+            ]),
+            0..12,
+        ),
+        newline_at_end: bool,
+    ) {
+        let mut text = lines.join("\n");
+        if newline_at_end {
+            text.push('\n');
+        }
+        proptest::prop_assert_eq!(ferrolb_api::split_documents(&text), split_by_lines(&text));
+    }
+}

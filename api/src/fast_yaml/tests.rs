@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::parse;
+use super::{parse, parse_node};
 
 /// What the general parser makes of `doc`.
 fn general(doc: &str) -> Result<Value, String> {
@@ -366,4 +366,222 @@ proptest! {
     fn agrees_on_any_text(doc in "[a-z0-9:#'\"\\-\\[\\]{}, \n.&*!|>~]{0,60}") {
         assert_agrees(&doc);
     }
+}
+
+/// What the general path makes of `doc`: the objects it emits and its warnings.
+fn general_objects(doc: &str) -> (Vec<crate::stream::Object>, Vec<String>) {
+    let value = parse_node(doc).expect("read by the fast reader").into_value();
+    let source = crate::stream::Source { document: 1, item: None };
+    let (mut objects, mut warnings) = (Vec::new(), Vec::new());
+    let result = crate::stream::decode_into("f", source, value, &mut warnings, &mut |_, o| objects.push(o));
+    if let Err(e) = result {
+        warnings.push(e.to_string());
+    }
+    (objects, warnings)
+}
+
+/// An object decoded straight from the fast reader's node is the very object the
+/// general path (through a `Value`) decodes, with no warning and no error there.
+fn assert_decodes_alike(doc: &str) -> bool {
+    let Some(node) = parse_node(doc) else { return false };
+    let Some(fast) = crate::stream::decode_fast(&node) else { return false };
+    let (objects, warnings) = general_objects(doc);
+    assert_eq!(
+        warnings,
+        Vec::<String>::new(),
+        "decoded straight, but the general path warns or fails on:\n{doc}"
+    );
+    assert_eq!(objects, vec![fast], "decoded straight into another object than the general path's:\n{doc}");
+    true
+}
+
+#[test]
+fn decodes_what_kubectl_prints_straight_into_the_object() {
+    let doc = KUBECTL_SERVICE.replace(
+        "    kubectl.kubernetes.io/last-applied-configuration: |\n      {\"apiVersion\":\"v1\"}\n",
+        "    kubectl.kubernetes.io/last-applied-configuration: '{\"apiVersion\":\"v1\"}'\n",
+    );
+    assert!(assert_decodes_alike(&doc), "a plain kubectl Service must skip the Value");
+    // An unknown field, a misspelt ferrolb field or a type error go the general way,
+    // which words the warning or the error.
+    let typo = doc.replace("  type: LoadBalancer\n", "  type: LoadBalancer\n  typo: 1\n");
+    assert!(parse_node(&typo).is_some() && crate::stream::decode_fast(&parse_node(&typo).unwrap()).is_none());
+    let wrong = doc.replace("    port: 80\n", "    port: [80]\n");
+    assert!(crate::stream::decode_fast(&parse_node(&wrong).unwrap()).is_none());
+    let pool = "apiVersion: ferrolb.io/v1alpha1\nkind: IPAddressPool\nmetadata: {name: p}\nspec:\n  adresses: [192.0.2.0/24]\n";
+    assert!(crate::stream::decode_fast(&parse_node(pool).unwrap()).is_none());
+    assert!(assert_decodes_alike(&pool.replace("adresses", "addresses")));
+}
+
+#[test]
+fn decodes_alike_every_object_of_the_repository() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut straight = 0;
+    let mut files =
+        vec![root.join("manifests"), root.join("api"), root.join("testbed"), root.join("speaker")];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            if !path.ends_with("target") {
+                files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            }
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (_, doc) in crate::stream::split_documents(&text) {
+                straight += usize::from(assert_decodes_alike(doc));
+            }
+        }
+    }
+    assert!(straight > 5, "only {straight} objects of the repository decoded straight");
+}
+
+/// A field's value: mostly of its type in the spellings given, now and then anything
+/// (a generated scalar or block, often of the wrong type).
+fn typed(spellings: &[&'static str]) -> BoxedStrategy<Node> {
+    let own = prop::sample::select(spellings.to_vec()).prop_map(|s| Node::Scalar(s.to_owned()));
+    prop_oneof![
+        30 => own,
+        1 => scalar().prop_map(Node::Scalar),
+        1 => node(),
+    ]
+    .boxed()
+}
+
+fn string() -> BoxedStrategy<Node> {
+    typed(&[
+        "web",
+        "TCP",
+        "IPv4",
+        "Local",
+        "VIP",
+        "'a b'",
+        "\"esc\\n\\u00e9\"",
+        "192.0.2.1",
+        "\"8080\"",
+        "''",
+        "é",
+    ])
+}
+
+fn int() -> BoxedStrategy<Node> {
+    typed(&["80", "0", "-1", "65535", "65536", "4294967296", "10800", "123456789012345678"])
+}
+
+fn boolean() -> BoxedStrategy<Node> {
+    typed(&["true", "false"])
+}
+
+fn time() -> BoxedStrategy<Node> {
+    typed(&[
+        "\"2026-11-26T01:00:00Z\"",
+        "\"2026-11-26T01:00:00.5+01:00\"",
+        "'2026-11-26T01:00:00Z'",
+        "\"not a time\"",
+    ])
+}
+
+fn int_or_string() -> BoxedStrategy<Node> {
+    prop_oneof![int(), string()].boxed()
+}
+
+/// A mapping holding each of `fields` or not.
+fn fields(fields: Vec<(&'static str, BoxedStrategy<Node>)>) -> BoxedStrategy<Node> {
+    let entries: Vec<BoxedStrategy<Option<(String, Node)>>> = fields
+        .into_iter()
+        .map(|(k, v)| proptest::option::of(v.prop_map(move |v| (k.to_owned(), v))).boxed())
+        .collect();
+    entries.prop_map(|e| Node::Map(e.into_iter().flatten().collect())).boxed()
+}
+
+fn seq(item: BoxedStrategy<Node>) -> BoxedStrategy<Node> {
+    prop::collection::vec(item, 0..3).prop_map(Node::Seq).boxed()
+}
+
+/// Service documents with any of their fields, now and then of another type.
+fn service_doc() -> BoxedStrategy<Node> {
+    let v = string;
+    let metadata = fields(vec![
+        ("name", v()),
+        ("namespace", v()),
+        ("uid", v()),
+        ("resourceVersion", v()),
+        ("generation", int()),
+        ("creationTimestamp", time()),
+        ("deletionTimestamp", time()),
+        ("labels", fields(vec![("app", v()), ("tier", v())])),
+        (
+            "annotations",
+            fields(vec![("ferrolb.io/loadBalancerIPs", v()), ("metallb.universe.tf/address-pool", v())]),
+        ),
+        ("finalizers", seq(v())),
+    ]);
+    let port = fields(vec![
+        ("name", v()),
+        ("port", int()),
+        ("targetPort", int_or_string()),
+        ("protocol", v()),
+        ("nodePort", int()),
+        ("appProtocol", v()),
+    ]);
+    let spec = fields(vec![
+        ("type", v()),
+        ("ports", seq(port)),
+        ("clusterIP", v()),
+        ("clusterIPs", seq(v())),
+        ("ipFamilies", seq(v())),
+        ("ipFamilyPolicy", v()),
+        ("externalTrafficPolicy", v()),
+        ("loadBalancerClass", v()),
+        ("loadBalancerIP", v()),
+        ("allocateLoadBalancerNodePorts", boolean()),
+        ("publishNotReadyAddresses", boolean()),
+        ("selector", fields(vec![("app", v())])),
+        ("sessionAffinityConfig", fields(vec![("clientIP", fields(vec![("timeoutSeconds", int())]))])),
+    ]);
+    let ingress = fields(vec![
+        ("ip", v()),
+        ("hostname", v()),
+        ("ipMode", v()),
+        ("ports", seq(fields(vec![("port", int()), ("protocol", v()), ("error", v())]))),
+    ]);
+    let condition = fields(vec![
+        ("type", v()),
+        ("status", v()),
+        ("lastTransitionTime", time()),
+        ("observedGeneration", int()),
+        ("reason", v()),
+        ("message", v()),
+    ]);
+    let status = fields(vec![
+        ("loadBalancer", fields(vec![("ingress", seq(ingress))])),
+        ("conditions", seq(condition)),
+    ]);
+    (metadata, spec, status)
+        .prop_map(|(m, sp, st)| {
+            Node::Map(vec![
+                ("apiVersion".into(), Node::Scalar("v1".into())),
+                ("kind".into(), Node::Scalar("Service".into())),
+                ("metadata".into(), m),
+                ("spec".into(), sp),
+                ("status".into(), st),
+            ])
+        })
+        .boxed()
+}
+
+#[test]
+fn decodes_services_as_the_general_path_does() {
+    use std::cell::Cell;
+    let straight = Cell::new(0u32);
+    let config = ProptestConfig { cases: 3000, ..ProptestConfig::default() };
+    let strategy = (service_doc(), prop::sample::select(vec![2usize, 4]), any::<bool>());
+    proptest::test_runner::TestRunner::new(config)
+        .run(&strategy, |(doc, step, compact)| {
+            let mut text = String::new();
+            write_block(&mut text, &doc, 0, step, compact, false);
+            straight.set(straight.get() + u32::from(assert_decodes_alike(&text)));
+            Ok(())
+        })
+        .unwrap();
+    // Not only the trivial cases: many generated Services take the fast path.
+    assert!(straight.get() > 300, "only {} of 3000 generated Services decoded straight", straight.get());
 }
