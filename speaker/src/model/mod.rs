@@ -272,6 +272,19 @@ fn service_entry(lb_class: &str, svc: &Service) -> ServiceEntry {
     (key, Some((ServiceInfo { labels, ingress, traffic_policy, ports }, selector)))
 }
 
+/// [`service_entry`] of a Service read from a file and then dropped: its labels and
+/// selector are moved, not copied (two map allocations less per Service of a big file).
+fn service_entry_taking(lb_class: &str, mut svc: Box<Service>) -> ServiceEntry {
+    let labels = svc.metadata.labels.take();
+    let selector = svc.spec.as_mut().and_then(|s| s.selector.take());
+    let (key, entry) = service_entry(lb_class, &svc);
+    let entry = entry.map(|(mut info, _)| {
+        info.labels = labels.unwrap_or_default();
+        (info, selector.filter(|s| !s.is_empty()))
+    });
+    (key, entry)
+}
+
 impl ClusterModel {
     /// An empty model serving `lb_class` (and Services without a class).
     pub fn new(lb_class: &str) -> Self {
@@ -297,7 +310,7 @@ impl ClusterModel {
     /// core.
     pub fn parse(file: &str, text: &str, lb_class: &str) -> Result<(Self, Vec<String>), StreamError> {
         let (mut stream, services) = ferrolb_api::parse_stream_taking(file, text, |o| match o {
-            Object::Service(s) => Ok(service_entry(lb_class, &s)),
+            Object::Service(s) => Ok(service_entry_taking(lb_class, s)),
             o => Err(o),
         })?;
         let warnings = std::mem::take(&mut stream.warnings);
