@@ -44,6 +44,63 @@ pub fn classify(svc: &Service, lb_class: &str) -> Class {
     }
 }
 
+/// Annotation kubectl apply keeps a whole copy of the object in; nothing here reads it.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Cuts a Service down to what the controller reads, before the watch cache keeps it:
+/// with 100k Services the cache is most of the controller's memory, and most of a Service
+/// is fields it never reads (managedFields above all). Kept, and only kept: the metadata of
+/// object references and Events (name, namespace, uid, resourceVersion, generation), the
+/// creation time, labels and annotations (but kubectl's last-applied copy) for the
+/// request; the spec fields of [`classify`] and [`service_request`]; the whole status
+/// (ingress and conditions, which reconcile compares and rewrites). The watch events the
+/// cache is fed from are trimmed alike (their reader needs names only). A reader of
+/// another field must keep it here (`trimmed_keeps_what_the_controller_reads` checks the
+/// present readers).
+pub fn trim_for_cache(svc: &mut Service) {
+    let full = std::mem::take(svc);
+    let m = full.metadata;
+    let annotations = m.annotations.map(|mut a| {
+        a.remove(LAST_APPLIED);
+        a
+    });
+    let spec = full.spec.map(|s| k8s_openapi::api::core::v1::ServiceSpec {
+        type_: s.type_,
+        load_balancer_class: s.load_balancer_class,
+        load_balancer_ip: s.load_balancer_ip,
+        ip_families: s.ip_families,
+        ip_family_policy: s.ip_family_policy,
+        ports: s.ports.map(|ports| {
+            ports
+                .into_iter()
+                .map(|p| k8s_openapi::api::core::v1::ServicePort {
+                    port: p.port,
+                    protocol: p.protocol,
+                    ..Default::default()
+                })
+                .collect()
+        }),
+        external_traffic_policy: s.external_traffic_policy,
+        selector: s.selector,
+        ..Default::default()
+    });
+    *svc = Service {
+        metadata: meta::ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            resource_version: m.resource_version,
+            generation: m.generation,
+            creation_timestamp: m.creation_timestamp,
+            labels: m.labels,
+            annotations,
+            ..Default::default()
+        },
+        spec,
+        status: full.status,
+    };
+}
+
 /// The Service's namespace/name.
 pub fn service_key(svc: &Service) -> ServiceKey {
     ServiceKey::new(svc.namespace().unwrap_or_default(), svc.name_any())
@@ -400,5 +457,113 @@ mod tests {
         assert_eq!(pool_annotation(&both).as_deref(), Some("v4,v6"));
         let orphan = [a("192.0.2.1", Placement::Orphaned(crate::ipam::OrphanReason::NotInAnyPool))];
         assert_eq!(pool_annotation(&orphan), None);
+    }
+
+    /// A Service as the apiserver serves it, with every field the controller reads set to
+    /// something other than its default, and the fields it never reads.
+    fn served(spec_ip: bool) -> Service {
+        let mut annotations = serde_json::json!({
+            "metallb.io/address-pool": "lan",
+            "ferrolb.io/allow-shared-ip": "k",
+            "ferrolb.io/ip-allocated-from-pool": "lan",
+            "kubectl.kubernetes.io/last-applied-configuration": "{\"apiVersion\":\"v1\",\"kind\":\"Service\"}",
+        });
+        if !spec_ip {
+            annotations["ferrolb.io/loadBalancerIPs"] = "192.0.2.7,2001:db8::7".into();
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": "web",
+                "namespace": "team-a",
+                "uid": "0b3f1c1e-7d2a-4c1b-9a57-3b1f4bb1c0de",
+                "resourceVersion": "4711",
+                "generation": 3,
+                "creationTimestamp": "2026-01-02T03:04:05Z",
+                "labels": {"app": "web", "tier": "front"},
+                "annotations": annotations,
+                "finalizers": ["service.kubernetes.io/load-balancer-cleanup"],
+                "managedFields": [{
+                    "manager": "kubectl-create", "operation": "Update", "apiVersion": "v1",
+                    "time": "2026-01-02T03:04:05Z", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"f:type": {}, "f:ports": {"k:{\"port\":80,\"protocol\":\"UDP\"}": {".": {}}}}},
+                }],
+            },
+            "spec": {
+                "type": "LoadBalancer",
+                "loadBalancerClass": "ferrolb.io/lb",
+                "loadBalancerIP": if spec_ip { "192.0.2.9" } else { "" },
+                "ipFamilies": ["IPv6", "IPv4"],
+                "ipFamilyPolicy": "RequireDualStack",
+                "ports": [
+                    {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353, "nodePort": 30053},
+                    {"name": "web", "port": 80, "protocol": "TCP", "targetPort": "http", "appProtocol": "http"},
+                ],
+                "externalTrafficPolicy": "Local",
+                "healthCheckNodePort": 31000,
+                "selector": {"app": "web"},
+                "clusterIP": "10.96.0.10",
+                "clusterIPs": ["10.96.0.10", "fd00::10"],
+                "sessionAffinity": "None",
+                "internalTrafficPolicy": "Cluster",
+                "allocateLoadBalancerNodePorts": true,
+            },
+            "status": {
+                "loadBalancer": {"ingress": [
+                    {"ip": "2001:db8::7", "ipMode": "VIP"},
+                    {"ip": "192.0.2.7", "ipMode": "Proxy"},
+                    {"hostname": "lb.example"},
+                ]},
+                "conditions": [{
+                    "type": "ferrolb.io/AddressInPool", "status": "False", "reason": "Orphaned",
+                    "message": "address 192.0.2.7: in no pool", "observedGeneration": 2,
+                    "lastTransitionTime": "2026-01-02T03:04:06Z",
+                }],
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn trimmed_keeps_what_the_controller_reads() {
+        use kube::Resource;
+
+        let ns_labels: BTreeMap<String, String> = [("team".to_string(), "a".to_string())].into();
+        for spec_ip in [false, true] {
+            let full = served(spec_ip);
+            let mut trimmed = full.clone();
+            trim_for_cache(&mut trimmed);
+            // Every reader of a cached Service sees the same thing.
+            assert_eq!(classify(&trimmed, "ferrolb.io/lb"), classify(&full, "ferrolb.io/lb"));
+            assert_eq!(classify(&trimmed, "other.io/lb"), classify(&full, "other.io/lb"));
+            assert_eq!(service_key(&trimmed), service_key(&full));
+            let request = service_request(&full, &ns_labels).unwrap();
+            assert_eq!(service_request(&trimmed, &ns_labels).unwrap(), request);
+            assert_eq!(replay_request(&trimmed, &ns_labels), replay_request(&full, &ns_labels));
+            assert_eq!(ingress_ips(&trimmed), ingress_ips(&full));
+            assert_eq!(metallb_note(&trimmed), metallb_note(&full));
+            assert_eq!(current_pool_annotation(&trimmed), current_pool_annotation(&full));
+            assert_eq!(trimmed.object_ref(&()), full.object_ref(&()));
+            assert_eq!(crate::context::versioned_ref(&trimmed), crate::context::versioned_ref(&full));
+            assert_eq!(trimmed.metadata.generation, full.metadata.generation);
+            assert_eq!(trimmed.status, full.status);
+            // The fixture exercises what it claims to: nothing above compares defaults.
+            assert_eq!(request.families, FamilyPolicy::RequireDualStack(Family::V6));
+            assert_eq!(request.traffic_policy, TrafficPolicy::Local);
+            assert_eq!(request.ports, vec![(Protocol::Udp, 53), (Protocol::Tcp, 80)]);
+            assert!(
+                request.backend_key.is_some() && request.created > 0 && !request.service_labels.is_empty()
+            );
+            assert_eq!(request.requested.len(), if spec_ip { 1 } else { 2 });
+            assert!(metallb_note(&full).is_some());
+            // And what nobody reads is gone.
+            assert_eq!(trimmed.metadata.managed_fields, None);
+            assert_eq!(trimmed.metadata.finalizers, None);
+            assert!(!trimmed.annotations().contains_key(LAST_APPLIED));
+            let spec = trimmed.spec.as_ref().unwrap();
+            assert_eq!((spec.cluster_ip.as_ref(), spec.session_affinity.as_ref()), (None, None));
+            assert!(spec.ports.iter().flatten().all(|p| p.name.is_none() && p.target_port.is_none()));
+        }
     }
 }

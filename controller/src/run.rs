@@ -99,6 +99,18 @@ where
     watcher::watcher(api, watcher::Config::default()).backoff(watch_backoff()).reflect(writer)
 }
 
+/// [`watch`] for Services, whose cache keeps only what the controller reads
+/// ([`model::trim_for_cache`]): at 100k Services the full objects would be most of its memory.
+fn service_watch(
+    api: Api<Service>,
+    writer: Writer<Service>,
+) -> impl Stream<Item = Result<Event<Service>, watcher::Error>> + Send {
+    watcher::watcher(api, watcher::Config::default())
+        .backoff(watch_backoff())
+        .modify(model::trim_for_cache)
+        .reflect(writer)
+}
+
 /// How a failed watch retries: 0.5 s doubling to 5 s, with jitter, back to the start after
 /// a success — the speaker's schedule (`ferrolb_speaker::cluster::WatchBackoff`). kube's
 /// default (client-go's: up to 30 s, twice that with jitter, reset only after 2 minutes)
@@ -146,7 +158,7 @@ async fn serve(
     });
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
 
-    tasks.spawn(services_task(ctx.clone(), watch(Api::all(client.clone()), svc_writer)));
+    tasks.spawn(services_task(ctx.clone(), service_watch(Api::all(client.clone()), svc_writer)));
     tasks.spawn(namespaces_task(ctx.clone(), watch(Api::all(client.clone()), ns_writer)));
     let (synced_tx, synced_rx) = oneshot::channel();
     tasks.spawn(pools_task(
