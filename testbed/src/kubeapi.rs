@@ -45,6 +45,11 @@ impl FakeCluster {
     /// `ROUTER_V4:6443` (inside the router namespace) and writes a kubeconfig for it
     /// into the lab directory.
     pub fn start(lab: &Lab) -> Result<Self, Error> {
+        Self::start_with(lab, FakeApiServer::new())
+    }
+
+    /// [`FakeCluster::start`] serving `api`, built by the caller (e.g. with a request log).
+    pub fn start_with(lab: &Lab, api: FakeApiServer) -> Result<Self, Error> {
         let addr = SocketAddr::new(plan::ROUTER_V4.into(), PORT);
         let listener = lab.router().run(move || -> std::io::Result<TcpListener> {
             let l = TcpListener::bind(addr)?;
@@ -56,7 +61,6 @@ impl FakeCluster {
             .thread_name("fake-apiserver")
             .enable_all()
             .build()?;
-        let api = FakeApiServer::new();
         for crd in ferrolb_api::crd::crds() {
             api.register_crd(&crd).map_err(|e| Error::Parse(format!("registering a ferrolb CRD: {e}")))?;
         }

@@ -226,6 +226,13 @@ enum Bench {
         #[arg(long, default_value_t = 10_000)]
         existing: usize,
     },
+    /// The controller's peak RSS on a cold start with N Services holding addresses, served
+    /// by the fake apiserver (issue #15 point 3).
+    ControllerMemory {
+        /// Numbers of Services, one cold start each (the fake takes ~10 minutes to list 100k).
+        #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 50_000])]
+        services: Vec<usize>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -288,6 +295,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(bench::file_latency::run(trials)?),
         Cmd::Bench { bench: Bench::WholePath { services, existing } } => {
             Ok(bench::whole_path::run(&bench::whole_path::Params { services, existing })?)
+        }
+        Cmd::Bench { bench: Bench::ControllerMemory { services } } => {
+            Ok(bench::controller_memory::run(&services)?)
         }
         Cmd::Image { cmd: ImageCmd::Build { tag, out, profile } } => image_build(&tag, &out, &profile),
         #[cfg(feature = "plan-bench")]

@@ -5,6 +5,7 @@ pub mod apiserver_failover;
 pub mod bfd;
 pub mod bgp_scale;
 mod bird_ctl;
+pub mod controller_memory;
 pub mod failover;
 pub mod file_latency;
 pub mod l2_soak;
@@ -51,6 +52,11 @@ impl std::fmt::Display for Summary {
 /// Milliseconds as a float, for printing.
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// Bytes in MiB, for printing.
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
 }
 
 /// Peak resident set size of a process (VmHWM), in bytes.

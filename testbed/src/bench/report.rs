@@ -12,7 +12,7 @@ use super::bgp_scale::{self, Outcome, ScaleResult, System as Speaker};
 use super::failover::{self, Failure, Family, Row, Takeover};
 use super::l2_soak::{self, Soaked};
 use super::svg::{Axis, Plot};
-use super::{Summary, ms};
+use super::{Summary, mib, ms};
 use crate::Error;
 
 /// What `bench report` runs and where it writes.
@@ -577,10 +577,6 @@ fn ratio(a: Duration, b: Duration) -> f64 {
 
 fn bytes_per_prefix(r: &ScaleResult) -> f64 {
     r.bytes as f64 / f64::from(r.prefixes.max(1))
-}
-
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / f64::from(1u32 << 20)
 }
 
 fn scale_section(scale: &[Outcome], figure: impl Fn(u32) -> String) -> String {

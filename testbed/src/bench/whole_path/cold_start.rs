@@ -12,11 +12,12 @@ use kube::api::Api;
 
 use super::observe::peer_state;
 use super::{
-    Audited, Builds, GOAL_CONTROLLER, IN_FLIGHT, Seen, T, WORKER, audit, audit_len, create, field, is_write,
-    log_time, service_account, service_name, unix_us, us_between, wait_log,
+    Audited, Builds, GOAL_CONTROLLER, GOAL_CONTROLLER_RSS_MIB, GOAL_RSS_SERVICES, IN_FLIGHT, Seen, T, WORKER,
+    audit, audit_len, create, field, is_write, log_time, service_account, service_name, unix_us, us_between,
+    wait_log,
 };
 use crate::bench::bird_ctl::BirdCtl;
-use crate::bench::ms;
+use crate::bench::{mib, ms, peak_rss, rss};
 use crate::cluster::{Cluster, ferrolb};
 use crate::process::Proc;
 use crate::{Error, Lab, client, plan, wait};
@@ -142,7 +143,7 @@ fn program(pid: i32, me: i32) -> Option<String> {
 }
 
 /// The controller's log line once its state is rebuilt and it starts allocating.
-pub(super) const REBUILT: &str = "state rebuilt from the API";
+pub(crate) const REBUILT: &str = "state rebuilt from the API";
 
 /// Stops the controller (SIGTERM) and starts it again; prints how long it takes to be
 /// ready and to reconcile every Service, and the writes it makes meanwhile.
@@ -184,6 +185,7 @@ pub(super) fn controller_cold_start(
     )?;
     let reconciled = start.elapsed();
     let reconciled_us = unix_us();
+    let (peak, resident) = (peak_rss(controller.pid()), rss(controller.pid()));
     // Proof the audit log covers the time after the last reconcile: a Lease renewal
     // received after it (the leader renews every lease duration / 5).
     let user = service_account(ferrolb::CONTROLLER_SA);
@@ -223,6 +225,15 @@ pub(super) fn controller_cold_start(
     if let Some(n) = replayed {
         println!("   Services replayed from status at start: {n}");
     }
+    match (peak, resident) {
+        (Some(peak), Some(now)) => println!(
+            "   {:<58} {:>7.1} MiB   goal < {GOAL_CONTROLLER_RSS_MIB:.0} MiB at {GOAL_RSS_SERVICES} Services (VmHWM; VmRSS then {:.1} MiB)",
+            "controller peak RSS, start → every Service reconciled",
+            mib(peak),
+            mib(now)
+        ),
+        _ => println!("   controller peak RSS: /proc/{}/status unreadable", controller.pid()),
+    }
     let watched = format!("{:.1} s", window.as_secs_f64());
     match renewal {
         Ok(()) => println!(
@@ -248,7 +259,7 @@ pub(super) fn controller_cold_start(
 
 /// `ferrolb_controller_reconciles_total` from the controller's metrics, read from the
 /// client namespace (on the LAN).
-fn reconciles(lab: &Lab, addr: SocketAddr) -> Result<u64, Error> {
+pub(crate) fn reconciles(lab: &Lab, addr: SocketAddr) -> Result<u64, Error> {
     let text = client::http_get(lab.client(), addr, "/metrics", Duration::from_secs(2))?;
     text.lines()
         .find_map(|l| l.strip_prefix("ferrolb_controller_reconciles_total "))

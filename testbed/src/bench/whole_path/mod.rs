@@ -37,6 +37,7 @@ use crate::speaker::{self, yaml};
 use crate::{Error, Lab, LabConfig, binary, plan, wait};
 
 mod cold_start;
+pub(crate) use cold_start::{REBUILT, reconciles};
 mod latency;
 mod observe;
 mod restart;
@@ -79,6 +80,10 @@ const GOAL_P50: Duration = Duration::from_millis(100);
 const GOAL_P99: Duration = Duration::from_millis(300);
 const GOAL_CONTROLLER: Duration = Duration::from_secs(3);
 const GOAL_SPEAKER: Duration = Duration::from_secs(2);
+/// The controller's peak RSS, MiB, with [`GOAL_RSS_SERVICES`] Services (issue #15 point 3).
+pub(crate) const GOAL_CONTROLLER_RSS_MIB: f64 = 150.0;
+/// The Services of [`GOAL_CONTROLLER_RSS_MIB`].
+pub(crate) const GOAL_RSS_SERVICES: usize = 100_000;
 
 /// Runs the three measurements in one lab and prints them.
 pub fn run(p: &Params) -> Result<(), Error> {
@@ -143,15 +148,15 @@ pub fn run(p: &Params) -> Result<(), Error> {
 }
 
 /// A build of one of ferrolb's programs, and how it was chosen (for printing).
-struct Build {
-    path: PathBuf,
-    how: String,
+pub(crate) struct Build {
+    pub(crate) path: PathBuf,
+    pub(crate) how: String,
 }
 
 impl Build {
     /// The release build of `name` when present, else the debug one (`$FERROLB_<NAME>_BIN`
     /// wins).
-    fn choose(name: &str) -> Result<Self, Error> {
+    pub(crate) fn choose(name: &str) -> Result<Self, Error> {
         if let Some(path) = binary::from_env(name) {
             let how = format!("{name}: {} (from ${})", path.display(), binary::env_var(name));
             return Ok(Build { path, how });
@@ -301,7 +306,7 @@ fn audit(cluster: &Cluster, offset: u64, user: &str, since_us: i64) -> Vec<Audit
 // Process logs and times
 
 /// Waits until the process's log has a line containing `needle`.
-fn wait_log(proc: &Proc, needle: &str, timeout: Duration) -> Result<(), Error> {
+pub(crate) fn wait_log(proc: &Proc, needle: &str, timeout: Duration) -> Result<(), Error> {
     wait::until(&format!("{} to log {needle:?}", proc.name()), timeout, || {
         Ok(read_lossy(proc.log_path()).contains(needle).then_some(()))
     })
