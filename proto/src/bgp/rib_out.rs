@@ -135,6 +135,7 @@ impl RibOut {
                 g.2.push(*prefix);
             }
         }
+        self.sent.reserve(groups.iter().map(|g| g.2.len()).sum());
         for (attrs, family, prefixes) in groups {
             for p in &prefixes {
                 self.sent.insert(*p, attrs.clone());

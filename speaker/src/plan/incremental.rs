@@ -16,44 +16,80 @@ use ipnet::IpNet;
 use super::{Announcements, Fragment, Globals, RouteAttrs, fragment, merge_interfaces};
 use crate::model::{Changes, ClusterModel, ServiceKey};
 
-/// The Services holding one address or prefix, in key order. Nearly always one: a
-/// sorted Vec of one costs 56 bytes where a one-entry BTreeMap cost a 632-byte node,
-/// 12.6 MB of the speaker's peak heap with 10k Services (dhat).
-#[derive(Debug, Default)]
-struct Holders(Vec<(ServiceKey, Arc<Fragment>)>);
+/// The Services holding one address or prefix, in key order. Nearly always one, kept
+/// inline: no allocation of its own (two per Service; indexing a static file of 50k
+/// Services took 22 ms with a Vec each, 16 ms inline), where a one-entry BTreeMap cost
+/// a 632-byte node (dhat, 10k Services).
+#[derive(Debug)]
+enum Holders {
+    One(ServiceKey, Arc<Fragment>),
+    Many(Vec<(ServiceKey, Arc<Fragment>)>),
+}
 
 impl Holders {
     /// The Services at indexes `run` (in key order) of `frags`.
     fn of<T>(frags: &[(ServiceKey, Arc<Fragment>)], run: &[(T, usize)]) -> Self {
-        let mut h = Vec::with_capacity(run.len());
-        h.extend(run.iter().map(|(_, i)| frags[*i].clone()));
-        Holders(h)
+        match run {
+            [(_, i)] => {
+                let (k, f) = &frags[*i];
+                Holders::One(k.clone(), f.clone())
+            }
+            _ => Holders::Many(run.iter().map(|(_, i)| frags[*i].clone()).collect()),
+        }
     }
 
     fn insert(&mut self, key: ServiceKey, f: Arc<Fragment>) {
-        match self.0.binary_search_by(|(k, _)| k.cmp(&key)) {
-            Ok(i) => self.0[i].1 = f,
-            Err(i) => {
-                // Exactly: a pushed Vec holds room for 4 (160 bytes for the usual one
-                // holder, 3.2 MB of the peak heap with 10k Services, dhat).
-                self.0.reserve_exact(1);
-                self.0.insert(i, (key, f));
+        match self {
+            Holders::One(k, held) if *k == key => *held = f,
+            Holders::One(k, held) => {
+                let one = (k.clone(), held.clone());
+                let mut v = Vec::with_capacity(2);
+                if key < one.0 {
+                    v.extend([(key, f), one]);
+                } else {
+                    v.extend([one, (key, f)]);
+                }
+                *self = Holders::Many(v);
             }
+            Holders::Many(v) => match v.binary_search_by(|(k, _)| k.cmp(&key)) {
+                Ok(i) => v[i].1 = f,
+                Err(i) => {
+                    // Exactly: a pushed Vec holds room for 4.
+                    v.reserve_exact(1);
+                    v.insert(i, (key, f));
+                }
+            },
         }
     }
 
     fn remove(&mut self, key: &ServiceKey) {
-        if let Ok(i) = self.0.binary_search_by(|(k, _)| k.cmp(key)) {
-            self.0.remove(i);
+        match self {
+            Holders::One(k, _) if k == key => *self = Holders::Many(Vec::new()),
+            Holders::One(..) => {}
+            Holders::Many(v) => {
+                if let Ok(i) = v.binary_search_by(|(k, _)| k.cmp(key)) {
+                    v.remove(i);
+                }
+            }
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        matches!(self, Holders::Many(v) if v.is_empty())
     }
 
     fn fragments(&self) -> impl Iterator<Item = &Arc<Fragment>> {
-        self.0.iter().map(|(_, f)| f)
+        let (one, many) = match self {
+            Holders::One(_, f) => (Some(f), &[][..]),
+            Holders::Many(v) => (None, &v[..]),
+        };
+        one.into_iter().chain(many.iter().map(|(_, f)| f))
+    }
+}
+
+impl Default for Holders {
+    fn default() -> Self {
+        Holders::Many(Vec::new())
     }
 }
 
@@ -162,8 +198,8 @@ impl Planner {
         self.recomputed = frags.len();
         // (address or prefix, index in `frags`): sorted, each Service's holdings come in
         // key order, as `Holders` keeps them.
-        let mut by_ip: Vec<(IpAddr, usize)> = Vec::new();
-        let mut by_prefix: Vec<(IpNet, usize)> = Vec::new();
+        let mut by_ip: Vec<(IpAddr, usize)> = Vec::with_capacity(frags.len());
+        let mut by_prefix: Vec<(IpNet, usize)> = Vec::with_capacity(frags.len());
         for (i, (_, f)) in frags.iter().enumerate() {
             by_ip.extend(f.outcomes.iter().map(|o| (o.ip, i)));
             by_prefix.extend(f.routes.iter().map(|(_, p, _)| (*p, i)));
@@ -180,10 +216,27 @@ impl Planner {
             *self.prefix_lengths.entry(length_of(p)).or_default() += 1;
         }
         self.fragments = frags.into_iter().collect();
-        let prefixes: Vec<IpNet> = self.by_prefix.keys().copied().collect();
-        for p in prefixes {
-            self.merge_prefix(p);
+        // Every prefix in order, each peer's routes collected and built in one pass
+        // (inserting 50k routes one by one walks the tree 50k times).
+        let mut routes: BTreeMap<&str, Vec<(IpNet, RouteAttrs)>> =
+            self.out.bgp.keys().map(|peer| (peer.as_str(), Vec::new())).collect();
+        for (prefix, holders) in &self.by_prefix {
+            for (peer, a) in merged_routes(*prefix, holders) {
+                if let Some(r) = routes.get_mut(&*peer) {
+                    r.push((*prefix, a));
+                }
+            }
         }
+        let mut built: BTreeMap<String, BTreeMap<IpNet, RouteAttrs>> = BTreeMap::new();
+        for (peer, r) in routes {
+            let ibgp = self.out.ibgp.contains(peer);
+            let r = r.into_iter().map(|(p, mut a)| {
+                a.mark_draining(ibgp);
+                (p, a)
+            });
+            built.insert(peer.to_owned(), r.collect());
+        }
+        self.out.bgp = built;
         let ips: Vec<IpAddr> = self.by_ip.keys().copied().collect();
         for ip in ips {
             self.merge_ip(ip);
@@ -247,15 +300,14 @@ impl Planner {
 
     /// Re-merges every route for `prefix` from the Services holding it.
     fn merge_prefix(&mut self, prefix: IpNet) {
-        let mut merged: BTreeMap<&str, RouteAttrs> = BTreeMap::new();
-        for f in self.by_prefix.get(&prefix).into_iter().flat_map(Holders::fragments) {
-            for (peer, _, a) in f.routes.iter().filter(|(_, p, _)| *p == prefix) {
-                merged.entry(&**peer).and_modify(|e| e.merge(a)).or_insert_with(|| a.clone());
-            }
-        }
+        let mut merged = match self.by_prefix.get(&prefix) {
+            Some(holders) => merged_routes(prefix, holders),
+            None => Vec::new(),
+        };
         for (peer, routes) in &mut self.out.bgp {
-            match merged.remove(peer.as_str()) {
-                Some(mut a) => {
+            match merged.iter().position(|(p, _)| **p == **peer) {
+                Some(i) => {
+                    let (_, mut a) = merged.swap_remove(i);
                     a.mark_draining(self.out.ibgp.contains(peer));
                     routes.insert(prefix, a);
                 }
@@ -351,6 +403,21 @@ impl Planner {
             .collect();
         out.draining = draining;
     }
+}
+
+/// The route for `prefix` to each peer, merged from its holders in Service order (before
+/// draining is marked); nearly always one holder and one peer.
+fn merged_routes(prefix: IpNet, holders: &Holders) -> Vec<(Arc<str>, RouteAttrs)> {
+    let mut merged: Vec<(Arc<str>, RouteAttrs)> = Vec::new();
+    for f in holders.fragments() {
+        for (peer, _, a) in f.routes.iter().filter(|(_, p, _)| *p == prefix) {
+            match merged.iter_mut().find(|(p, _)| p == peer) {
+                Some((_, e)) => e.merge(a),
+                None => merged.push((peer.clone(), a.clone())),
+            }
+        }
+    }
+    merged
 }
 
 fn length_of(p: &IpNet) -> (bool, u8) {

@@ -304,3 +304,31 @@ fn a_change_recomputes_only_the_services_it_touches() {
     planner.plan(&mut m, ME, &live);
     assert_eq!(planner.recomputed(), 1, "only the Service that differs");
 }
+
+/// The bulk plan of thousands of Services (a static file) equals the plan built up one
+/// batch of Services at a time, with Services sharing addresses (many holders, made
+/// from one) and some holding none.
+#[test]
+fn bulk_plan_equals_the_plan_built_batch_by_batch() {
+    let configs = configs();
+    for config in 0..configs.len() {
+        let (mut m, mut live) = start(&configs);
+        apply(&mut m, &mut live, &configs, &Edit::Config(config));
+        let mut planner = Planner::new();
+        planner.plan(&mut m, ME, &live);
+        let services = 3000;
+        for batch in (0..services).collect::<Vec<_>>().chunks(100) {
+            for &svc in batch {
+                let ips = (0..svc % 3).map(|k| (svc + k) % IPS.len()).collect();
+                let e = Edit::Service { svc, ips, local: svc % 5 == 0, app_a: svc % 2 == 0, lb: true };
+                apply(&mut m, &mut live, &configs, &e);
+            }
+            planner.plan(&mut m, ME, &live);
+            assert_eq!(planner.recomputed(), batch.len(), "the batch only, on the incremental path");
+        }
+        let built = planner.plan(&mut m, ME, &live).clone();
+        let routes = built.bgp.values().any(|r| !r.is_empty());
+        assert!(routes || !built.l2.is_empty(), "config {config}: something is announced: {built:?}");
+        assert_eq!(plan(&m, ME, &live), built, "config {config}");
+    }
+}

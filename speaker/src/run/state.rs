@@ -92,7 +92,6 @@ impl State {
         let live = self.live_members();
         let mut new = self.planner.plan(&mut self.model, &self.opts.node_name, &live).clone();
         self.drains.handle(Instant::now(), &mut new);
-        log_changes(&self.plan, &new);
         if let Some(p) = &self.l2 {
             for ip in new.l2.keys().filter(|ip| !self.plan.l2.contains_key(ip)) {
                 tracing::info!(address = %ip, reason = %cause.text, "L2: this node now owns the address");
@@ -113,6 +112,9 @@ impl State {
             p.membership.set_successors(new.heartbeat_targets());
         }
         let errors = self.bgp.apply(&self.model, &self.passwords, &new).await;
+        // Logged once the sessions have the routes: with 50k of them, comparing the
+        // plans would delay the first UPDATE.
+        log_changes(&self.plan, &new);
         let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
         if errors != self.peer_errors {
             for e in &errors {
