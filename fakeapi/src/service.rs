@@ -237,13 +237,14 @@ async fn handle(inner: &Inner, req: Request<kube::client::Body>) -> Result<Respo
     match verb {
         Verb::Get => Ok(json_response(StatusCode::OK, &store.get(&t, &name)?)),
         Verb::List => {
-            let (items, now) = store.list(&t, &labels, &fields_sel);
+            let now = store.rv;
             let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
             // Every page of one list reports the first page's resourceVersion, as a real
             // apiserver does (its pages are one snapshot): a client that watches from it
             // then sees every change made while it paged, even to items on earlier pages.
             let rv = q.get("continue").and_then(token_rv).unwrap_or(now);
-            let (page, next, remaining) = paginate(items, q.get("continue"), limit);
+            let items = store.matching(&t, &labels, &fields_sel);
+            let (page, next, remaining) = paginate(items, q.get("continue"), limit, |o| Store::show(&t, o));
             let next = next.map(|key| format!("{rv}:{key}"));
             let mut metadata = json!({"resourceVersion": rv.to_string()});
             if let (Some(next), Some(m)) = (next, metadata.as_object_mut()) {
@@ -347,11 +348,8 @@ async fn handle(inner: &Inner, req: Request<kube::client::Body>) -> Result<Respo
 }
 
 /// The `namespace/name` key a continue token carries: the last item of the previous page.
-fn list_key(item: &Value) -> String {
-    let get = |f: &str| {
-        item.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).unwrap_or_default().to_string()
-    };
-    format!("{}/{}", get("namespace"), get("name"))
+fn list_key((ns, name): &(String, String)) -> String {
+    format!("{ns}/{name}")
 }
 
 /// The resourceVersion of the first page, carried by a continue token `rv:namespace/name`.
@@ -359,29 +357,30 @@ fn token_rv(token: &str) -> Option<u64> {
     token.split_once(':').and_then(|(rv, _)| rv.parse().ok())
 }
 
-/// One page of a list: items after the continue token, at most `limit`, and the next token.
-/// Pages show the current state, not a snapshot at the first page's resourceVersion.
-fn paginate(
-    items: Vec<Value>,
+/// One page of a list: items after the continue token, at most `limit` (shown with
+/// `show`), the next token and how many items remain. Pages show the current state, not
+/// a snapshot at the first page's resourceVersion.
+fn paginate<'a>(
+    items: impl Iterator<Item = (&'a (String, String), &'a Value)>,
     token: Option<&str>,
     limit: Option<usize>,
+    show: impl Fn(&Value) -> Value,
 ) -> (Vec<Value>, Option<String>, usize) {
-    let mut rest: Vec<Value> =
-        match token.filter(|t| !t.is_empty()).map(|t| t.split_once(':').map_or(t, |(_, k)| k)) {
-            // Compare as (namespace, name) tuples, the store's order; names and namespaces hold no '/'.
-            Some(after) => {
-                let after = after.split_once('/').unwrap_or(("", after));
-                items.into_iter().filter(|i| list_key(i).split_once('/').is_some_and(|k| k > after)).collect()
-            }
-            None => items,
-        };
-    match limit {
-        Some(limit) if rest.len() > limit => {
-            let tail = rest.split_off(limit);
-            let next = rest.last().map(list_key);
-            (rest, next, tail.len())
-        }
-        _ => (rest, None, 0),
+    let after = token.filter(|t| !t.is_empty()).map(|t| t.split_once(':').map_or(t, |(_, k)| k));
+    // Compare as (namespace, name) tuples, the store's order; names and namespaces hold no '/'.
+    let after = after.map(|a| a.split_once('/').unwrap_or(("", a)));
+    let mut rest = items
+        .skip_while(|((ns, name), _)| after.is_some_and(|a| (ns.as_str(), name.as_str()) <= a))
+        .peekable();
+    let mut page = Vec::new();
+    let mut last = None;
+    while let Some((key, o)) = rest.next_if(|_| limit.is_none_or(|l| page.len() < l)) {
+        page.push(show(o));
+        last = Some(key);
+    }
+    match rest.count() {
+        0 => (page, None, 0),
+        remaining => (page, last.map(list_key), remaining),
     }
 }
 
@@ -433,6 +432,7 @@ fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn routes_like_the_real_apiserver() {
@@ -456,14 +456,19 @@ mod tests {
     #[test]
     fn pages_follow_continue_tokens() {
         // Store order: "a" sorts before "a-b" as a namespace, though "a/" > "a-" as text.
-        let items: Vec<Value> = [("a", "b"), ("a", "c"), ("a-b", "a")]
+        let items: BTreeMap<(String, String), Value> = [("a", "b"), ("a", "c"), ("a-b", "a")]
             .iter()
-            .map(|(ns, n)| json!({"metadata": {"namespace": ns, "name": n}}))
+            .map(|(ns, n)| {
+                (((*ns).to_owned(), (*n).to_owned()), json!({"metadata": {"namespace": ns, "name": n}}))
+            })
             .collect();
-        let (p1, t1, left) = paginate(items.clone(), None, Some(2));
+        let (p1, t1, left) = paginate(items.iter(), None, Some(2), Value::clone);
         assert_eq!((p1.len(), t1.as_deref(), left), (2, Some("a/c"), 1));
-        let (p2, t2, _) = paginate(items, t1.as_deref(), Some(2));
+        let (p2, t2, _) =
+            paginate(items.iter(), t1.map(|t| format!("7:{t}")).as_deref(), Some(2), Value::clone);
         assert_eq!((p2.len(), p2[0]["metadata"]["namespace"].as_str(), t2), (1, Some("a-b"), None));
+        let (all, t, left) = paginate(items.iter(), None, None, Value::clone);
+        assert_eq!((all.len(), t, left), (3, None, 0));
     }
 
     #[test]

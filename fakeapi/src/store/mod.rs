@@ -285,18 +285,26 @@ impl Store {
         labels: &LabelSelector,
         fields: &FieldSelector,
     ) -> (Vec<Value>, u64) {
-        let items = self
-            .objects
-            .get(&res_key(&t.info))
-            .map(|m| {
-                m.iter()
-                    .map(|((ns, _), o)| (ns, Self::show(t, o)))
-                    .filter(|(ns, o)| Self::in_scope(t, ns, o, labels, fields))
-                    .map(|(_, o)| o)
-                    .collect()
-            })
-            .unwrap_or_default();
-        (items, self.rv)
+        (self.matching(t, labels, fields).map(|(_, o)| Self::show(t, o)).collect(), self.rv)
+    }
+
+    /// The objects a LIST returns, in (namespace, name) order, as stored: a page shows
+    /// only its own (a list of 100k objects in 500-item pages copied every object for
+    /// every page). Selectors read what [`Store::show`] keeps of the stored object.
+    pub(crate) fn matching<'a>(
+        &'a self,
+        t: &'a Target,
+        labels: &'a LabelSelector,
+        fields: &'a FieldSelector,
+    ) -> impl Iterator<Item = (&'a ObjKey, &'a Value)> + 'a {
+        let converted = events::is_events_v1(&t.info);
+        self.objects.get(&res_key(&t.info)).into_iter().flatten().filter(move |((ns, _), o)| {
+            if converted {
+                Self::in_scope(t, ns, &Self::show(t, o), labels, fields)
+            } else {
+                Self::in_scope(t, ns, o, labels, fields)
+            }
+        })
     }
 
     /// Changes after `rv` for this resource, or None when `rv` was compacted away.
