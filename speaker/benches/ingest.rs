@@ -86,16 +86,33 @@ status:
     s
 }
 
+/// The same Services in flow style, as `ferrolb-testbed bench bgp-scale` writes them.
+fn flow_file(n: u32) -> String {
+    let mut s = String::from(CONFIG);
+    for i in 0..n {
+        let (a, b) = ((i >> 8) & 0x1ff, i & 0xff);
+        let _ = write!(
+            s,
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{name: svc-{i}, namespace: default}}\nspec: {{type: LoadBalancer, ports: [{{port: 80, protocol: TCP}}]}}\nstatus: {{loadBalancer: {{ingress: [{{ip: \"198.{d}.{e}.{b}\"}}]}}}}\n",
+            d = 18 + (a >> 8),
+            e = a & 0xff,
+        );
+    }
+    s
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
 fn main() {
     let sizes: Vec<u32> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    // `flow`: the Services as the bgp-scale bench writes them (8 MB for 50k, not 32).
+    let flow = std::env::args().any(|a| a == "flow");
     let sizes = if sizes.is_empty() { vec![10_000, 50_000, 100_000] } else { sizes };
     println!("bench ingest: a static file of N Services (one /32 each), node1, one BGP peer");
     for n in sizes {
-        let text = file(n);
+        let text = if flow { flow_file(n) } else { file(n) };
         let t = Instant::now();
         let model = match ClusterModel::parse("bench.yaml", &text, ferrolb_speaker::model::DEFAULT_LB_CLASS) {
             Ok((m, _)) => m,

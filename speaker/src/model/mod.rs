@@ -336,12 +336,19 @@ impl ClusterModel {
                 _ => {}
             }
         }
-        services.sort_by(|a, b| a.0.cmp(&b.0));
+        // Sorted through indices (stable: file order among one key's documents): an
+        // entry is hundreds of bytes, and sorting 50k entries moved each of them 16 times.
+        let mut order: Vec<usize> = (0..services.len()).collect();
+        order.sort_by(|a, b| services[*a].0.cmp(&services[*b].0));
+        let last: Vec<usize> = order
+            .chunk_by(|a, b| services[*a].0 == services[*b].0)
+            .filter_map(|run| run.last().copied())
+            .collect();
         let mut selectors = Vec::new();
-        m.services = services
-            .chunk_by_mut(|a, b| a.0 == b.0)
-            .filter_map(|run| {
-                let (key, entry) = run.last_mut()?;
+        m.services = last
+            .into_iter()
+            .filter_map(|i| {
+                let (key, entry) = &mut services[i];
                 let (info, selector) = entry.take()?;
                 if let Some(sel) = selector {
                     selectors.push((key.clone(), sel));

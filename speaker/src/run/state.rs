@@ -44,7 +44,7 @@ pub(super) struct State {
     pub(super) plans: Option<mpsc::UnboundedSender<Announcements>>,
     pub(super) model: ClusterModel,
     pub(super) passwords: BTreeMap<String, Password>,
-    pub(super) fingerprint: [u8; 32],
+    pub(super) fingerprint: u128,
     pub(super) bgp: BgpAnnouncer,
     /// Recomputes only the Services the model marks changed.
     pub(super) planner: plan::Planner,
@@ -66,7 +66,7 @@ impl State {
             bgp: BgpAnnouncer::new(&opts.node_name, metrics.clone()),
             model: ClusterModel::new(&opts.lb_class),
             passwords: BTreeMap::new(),
-            fingerprint: [0; 32],
+            fingerprint: 0,
             plan: Announcements::default(),
             metrics,
             peer_errors: Vec::new(),
