@@ -177,6 +177,10 @@ enum Bench {
         /// ferrolb only (same as --systems ferrolb).
         #[arg(long)]
         ferrolb_only: bool,
+        /// Runs of every system at every size; with more than one, each ratio is to BIRD
+        /// in the same run and a min / median / max summary follows.
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
     },
     /// Planner: full and incremental plan times and peak RSS with N Services, in process
     /// (no lab) and as a real `ferrolb-speaker --static` process (one-node lab, root).
@@ -284,9 +288,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench { bench: Bench::Bfd { trials, interval_ms, multiplier } } => {
             Ok(bench::bfd::run(trials, std::time::Duration::from_millis(interval_ms), multiplier)?)
         }
-        Cmd::Bench { bench: Bench::BgpScale { sizes, systems, ferrolb_only } } => {
+        Cmd::Bench { bench: Bench::BgpScale { sizes, systems, ferrolb_only, runs } } => {
             let systems = if ferrolb_only { vec![bench::bgp_scale::System::Ferrolb] } else { systems };
-            Ok(bench::bgp_scale::run(&sizes, &systems)?)
+            Ok(bench::bgp_scale::run(&sizes, &systems, runs)?)
         }
         Cmd::Bench { bench: Bench::Report { trials, soak_seconds, sizes, out } } => {
             let out = out.unwrap_or_else(bench::report::workspace_root);

@@ -289,14 +289,17 @@ pub struct Outcome {
     pub result: Result<ScaleResult, Error>,
 }
 
-/// Runs `systems` (BIRD first, the reference) for every size and prints one table per size.
-pub fn run(sizes: &[u32], systems: &[System]) -> Result<(), Error> {
-    measure_all(sizes, systems)?.into_iter().find_map(|o| o.result.err()).map_or(Ok(()), Err)
+/// Runs `systems` (BIRD first, the reference) `runs` times for every size and prints one
+/// table per size; see [`measure_all`].
+pub fn run(sizes: &[u32], systems: &[System], runs: usize) -> Result<(), Error> {
+    measure_all(sizes, systems, runs)?.into_iter().find_map(|o| o.result.err()).map_or(Ok(()), Err)
 }
 
-/// Measures `systems` (BIRD first, the reference) for every size, printing one table per
-/// size as the rows come; a speaker that fails is a row saying why, and the rest go on.
-pub fn measure_all(sizes: &[u32], systems: &[System]) -> Result<Vec<Outcome>, Error> {
+/// Measures `systems` (BIRD first, the reference) `runs` times for every size, printing
+/// one table per size as the rows come; a speaker that fails is a row saying why, and the
+/// rest go on. Each run's ratios are to that run's BIRD (a 2-core machine swings BIRD's
+/// own time by half from run to run); several runs end with their min / median / max.
+pub fn measure_all(sizes: &[u32], systems: &[System], runs: usize) -> Result<Vec<Outcome>, Error> {
     let mut systems = systems.to_vec();
     systems.sort();
     systems.dedup();
@@ -316,22 +319,76 @@ pub fn measure_all(sizes: &[u32], systems: &[System]) -> Result<Vec<Outcome>, Er
             "{:<28} {:>9} {:>22} {:>22} {:>22} {:>8} {:>8} {:>9}",
             "system", "input", "RIB", "kernel", "withdraw", "B/prefix", "UPDATEs", "peak RSS"
         );
-        let mut reference: Option<ScaleResult> = None;
-        for &system in &systems {
-            let result = measure_system(system, n, bin.as_ref().map(|(p, _)| p.as_path()));
-            match &result {
-                Ok(r) => {
-                    println!("{}", row(r, reference.as_ref()));
-                    if system == System::Bird {
-                        reference = Some(r.clone());
-                    }
-                }
-                Err(e) => println!("{:<28} failed: {e}", system.label(n)),
+        let mut by_run: Vec<Vec<Outcome>> = Vec::new();
+        for k in 0..runs.max(1) {
+            if runs > 1 {
+                println!("run {} of {runs}", k + 1);
             }
-            outcomes.push(Outcome { system, prefixes: n, result });
+            let mut reference: Option<ScaleResult> = None;
+            let mut this_run = Vec::new();
+            for &system in &systems {
+                let result = measure_system(system, n, bin.as_ref().map(|(p, _)| p.as_path()));
+                match &result {
+                    Ok(r) => {
+                        println!("{}", row(r, reference.as_ref()));
+                        if system == System::Bird {
+                            reference = Some(r.clone());
+                        }
+                    }
+                    Err(e) => println!("{:<28} failed: {e}", system.label(n)),
+                }
+                this_run.push(Outcome { system, prefixes: n, result });
+            }
+            by_run.push(this_run);
         }
+        if runs > 1 {
+            print_spread(&by_run, &systems, n);
+        }
+        outcomes.extend(by_run.into_iter().flatten());
     }
     Ok(outcomes)
+}
+
+/// min / median / max over the runs of each system's times, and of its ratios to BIRD
+/// in the same run.
+fn print_spread(by_run: &[Vec<Outcome>], systems: &[System], n: u32) {
+    let of = |run: &[Outcome], system: System| {
+        run.iter().find(|o| o.system == system).and_then(|o| o.result.as_ref().ok()).cloned()
+    };
+    println!("{} runs, min / median / max (ratios: to BIRD in the same run)", by_run.len());
+    for &system in systems {
+        let results: Vec<(ScaleResult, Option<ScaleResult>)> =
+            by_run.iter().filter_map(|run| Some((of(run, system)?, of(run, System::Bird)))).collect();
+        let times = |f: fn(&ScaleResult) -> Duration| -> String {
+            let xs: Vec<Duration> = results.iter().map(|(r, _)| f(r)).collect();
+            let ratios: Vec<f64> = results
+                .iter()
+                .filter_map(|(r, b)| b.as_ref().map(|b| f(r).as_secs_f64() / f(b).as_secs_f64().max(1e-9)))
+                .collect();
+            let mut cell = super::Summary::of(&xs).map_or("—".into(), |s| {
+                format!("{:.0}/{:.0}/{:.0} ms", ms(s.min), ms(s.median), ms(s.max))
+            });
+            if system != System::Bird
+                && let Some((lo, mid, hi)) = spread(ratios)
+            {
+                cell.push_str(&format!(" ({lo:.2}/{mid:.2}/{hi:.2}×)"));
+            }
+            cell
+        };
+        println!(
+            "{:<28} RIB {}  kernel {}  withdraw {}",
+            system.label(n),
+            times(|r| r.to_rib),
+            times(|r| r.to_kernel),
+            times(|r| r.withdraw)
+        );
+    }
+}
+
+/// min, median (the lower middle) and max; None when empty.
+fn spread(mut xs: Vec<f64>) -> Option<(f64, f64, f64)> {
+    xs.sort_by(f64::total_cmp);
+    Some((*xs.first()?, xs[(xs.len() - 1) / 2], *xs.last()?))
 }
 
 /// One table row; each time with its ratio to `reference` when there is one.

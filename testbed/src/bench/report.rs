@@ -57,7 +57,7 @@ pub fn run(p: &Params) -> Result<(), Error> {
     failover::print_tables(&fo);
     let soak = l2_soak::measure(p.soak_seconds)?;
     l2_soak::print_table(&soak);
-    let scale = bgp_scale::measure_all(&p.sizes, &Speaker::ALL)?;
+    let scale = bgp_scale::measure_all(&p.sizes, &Speaker::ALL, 1)?;
     let report = Report { env, trials: p.trials, soak_seconds: p.soak_seconds, failover: fo, soak, scale };
     let rendered = render(&report);
     let md = p.out.join("BENCHMARKS.md");
