@@ -53,15 +53,6 @@ pub enum TrafficPolicy {
     Local,
 }
 
-/// One Service port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServicePort {
-    /// Port number.
-    pub port: i32,
-    /// TCP, UDP or SCTP.
-    pub protocol: String,
-}
-
 /// Endpoints of one Service on one node, by condition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EndpointCounts {
@@ -100,8 +91,6 @@ pub struct ServiceInfo {
     pub ingress: Vec<IpAddr>,
     /// `spec.externalTrafficPolicy`.
     pub traffic_policy: TrafficPolicy,
-    /// `spec.ports`.
-    pub ports: Vec<ServicePort>,
 }
 
 /// What the planner needs of a Node.
@@ -248,8 +237,8 @@ fn service_entry(lb_class: &str, svc: &Service) -> ServiceEntry {
         return (key, None);
     }
     let selector = spec.and_then(|s| s.selector.as_ref()).filter(|s| !s.is_empty()).cloned();
-    // Sized exactly: collected from these iterators a Vec holds room for 4 (with 10k
-    // Services 1.3 MB of ports and 0.7 MB of addresses at the peak, dhat).
+    // Sized exactly: collected from this iterator a Vec holds room for 4 (with 10k
+    // Services 0.7 MB of addresses at the peak, dhat).
     let listed = svc
         .status
         .as_ref()
@@ -262,14 +251,8 @@ fn service_entry(lb_class: &str, svc: &Service) -> ServiceEntry {
         Some("Local") => TrafficPolicy::Local,
         _ => TrafficPolicy::Cluster,
     };
-    let ports = spec
-        .and_then(|s| s.ports.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .map(|p| ServicePort { port: p.port, protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()) })
-        .collect();
     let labels = svc.metadata.labels.clone().unwrap_or_default();
-    (key, Some((ServiceInfo { labels, ingress, traffic_policy, ports }, selector)))
+    (key, Some((ServiceInfo { labels, ingress, traffic_policy }, selector)))
 }
 
 /// [`service_entry`] of a Service read from a file and then dropped: its labels and

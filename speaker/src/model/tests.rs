@@ -31,7 +31,6 @@ fn static_stream_fills_every_part_of_the_model() {
     let web = &m.services[&key("web")];
     assert_eq!(web.ingress.len(), 2);
     assert_eq!(web.traffic_policy, TrafficPolicy::Cluster);
-    assert_eq!(web.ports, vec![ServicePort { port: 80, protocol: "TCP".into() }]);
     assert_eq!(m.services[&key("local")].traffic_policy, TrafficPolicy::Local);
     assert!(!m.services.contains_key(&key("other-class")), "another loadBalancerClass is not ours");
     assert_eq!(m.pools.len(), 2);
