@@ -3,14 +3,15 @@
 #
 #   testbed/fuzz.sh [--update-corpus] [BUDGET_SECONDS] [TARGET...]
 #
-# Builds the targets with cargo-fuzz on the default (stable) toolchain (release, debug
-# assertions and overflow checks on, no sanitizer — which is what lets stable build them: the code under test is safe Rust, the crate's only unsafe
-# being socket code, and ASan slows every execution), then runs each target for
-# BUDGET_SECONDS (default 60), one after the
-# other, from its committed corpus (proto/fuzz/corpus/<target>/, read-only) into a
-# scratch directory. Prints per target the budget and libFuzzer's final stats (executions,
-# executions per second, new units). Fails if any target crashes, times out or runs out
-# of memory, printing the artifact path (proto/fuzz/artifacts/<target>/).
+# Builds the targets with cargo-fuzz on the default (stable) toolchain: release, debug
+# assertions and overflow checks on, no sanitizer (which is what lets stable build them:
+# the code under test is safe Rust, the crate's only unsafe being socket code, and ASan
+# slows every execution). Then runs each target for BUDGET_SECONDS (default 60), as many
+# at once as there are cores, from its committed corpus (proto/fuzz/corpus/<target>/,
+# read-only) into a scratch directory. Prints per target the budget and libFuzzer's final
+# stats (executions, executions per second, new units). Fails if any target crashes,
+# times out or runs out of memory, printing the artifact path
+# (proto/fuzz/artifacts/<target>/).
 #
 # --update-corpus merges what the run found into the committed corpus: the smallest set
 # of new inputs that adds their coverage to it (libFuzzer -set_cover_merge=1, which keeps
@@ -59,25 +60,25 @@ built=$(date +%s)
 
 scratch=$(mktemp -d /tmp/ferrolb-fuzz.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
-failed=()
-summary=()
-for t in "${targets[@]}"; do
-    corpus="$fuzz_dir/corpus/$t"
-    artifacts="$fuzz_dir/artifacts/$t"
+# One target per core at a time: each still gets its whole budget on a core of its own, and
+# the wall time is that of the targets divided among the cores.
+jobs=$(nproc)
+fuzz_one() {
+    local t=$1 corpus="$fuzz_dir/corpus/$1" artifacts="$fuzz_dir/artifacts/$1"
     mkdir -p "$corpus" "$artifacts" "$scratch/$t"
-    log="$scratch/$t.log"
+    local log="$scratch/$t.log" before found after status=ok execs artifact
     before=$(find "$corpus" -type f | wc -l)
     echo "fuzz: $t: budget ${budget}s, corpus $corpus ($before files)"
-    status=ok
     # New inputs go to the first directory (scratch); the committed corpus is only read.
     if ! "$bin_dir/$t" -max_total_time="$budget" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="$artifacts/" "$scratch/$t" "$corpus" > "$log" 2>&1; then
         status=FAILED
-        failed+=("$t")
-        tail -n 40 "$log"
         artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -n 1)
-        echo "fuzz: $t: FAILED, artifact: ${artifact:-none written (see the log above)}"
-        echo "fuzz: $t: reproduce with: $bin_dir/$t ${artifact:-ARTIFACT}"
+        {
+            tail -n 40 "$log"
+            echo "fuzz: $t: FAILED, artifact: ${artifact:-none written (see the log above)}"
+            echo "fuzz: $t: reproduce with: $bin_dir/$t ${artifact:-ARTIFACT}"
+        } > "$scratch/$t.failure"
     fi
     final_stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -n 1; }
     execs=$(final_stat number_of_executed_units)
@@ -85,12 +86,29 @@ for t in "${targets[@]}"; do
     after=$before
     if $update && [ "$status" = ok ] && [ "$found" -gt 0 ]; then
         "$bin_dir/$t" -set_cover_merge=1 "$corpus" "$scratch/$t" > "$scratch/$t.merge.log" 2>&1 ||
-            { cat "$scratch/$t.merge.log"; exit 1; }
+            { status=FAILED; cp "$scratch/$t.merge.log" "$scratch/$t.failure"; }
         after=$(find "$corpus" -type f | wc -l)
     fi
-    line="fuzz: $t: budget=${budget}s executions=${execs:-?} exec/s=$(final_stat average_exec_per_sec) new_units=$(final_stat new_units_added) found=$found corpus=$before->$after status=$status"
-    echo "$line"
-    summary+=("$line")
+    echo "fuzz: $t: budget=${budget}s executions=${execs:-?} exec/s=$(final_stat average_exec_per_sec) new_units=$(final_stat new_units_added) found=$found corpus=$before->$after status=$status" > "$scratch/$t.line"
+}
+for t in "${targets[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+    fuzz_one "$t" &
+done
+wait
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+    if [ -f "$scratch/$t.failure" ]; then
+        cat "$scratch/$t.failure"
+        failed+=("$t")
+    fi
+    if [ -f "$scratch/$t.line" ]; then
+        summary+=("$(cat "$scratch/$t.line")")
+    else
+        summary+=("fuzz: $t: no result (see above)")
+        failed+=("$t")
+    fi
 done
 
 finished=$(date +%s)
