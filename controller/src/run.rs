@@ -188,13 +188,16 @@ async fn serve(
     health.set_ready(true);
     info!("state rebuilt from the API; allocating");
 
-    let queue = queue.stream().map(Ok::<_, std::convert::Infallible>);
+    let offered = queue.clone().stream().map(Ok::<_, std::convert::Infallible>);
     let mut applier = Box::pin(applier(
-        |svc, ctx| Box::pin(reconcile::reconcile(svc, ctx)),
+        |svc, ctx| {
+            ctx.queue.started(&ObjectRef::from_obj(&*svc));
+            Box::pin(reconcile::reconcile(svc, ctx))
+        },
         reconcile::error_policy,
         ctx.clone(),
         svc_reader,
-        queue,
+        offered,
         ApplierConfig::default().concurrency(16),
     ));
     loop {
@@ -202,7 +205,13 @@ async fn serve(
             r = tasks.join_next() => return task_ended(r),
             item = applier.next() => match item {
                 Some(Ok(_)) => {}
-                Some(Err(kube::runtime::controller::Error::ObjectNotFound(r))) => debug!(object = %r, "gone before reconcile"),
+                Some(Err(kube::runtime::controller::Error::ObjectNotFound(r))) => {
+                    debug!(object = %r, "gone before reconcile");
+                    // Never started: its slot is free all the same.
+                    let mut gone = ObjectRef::<Service>::new(&r.name);
+                    gone.namespace = r.namespace;
+                    queue.started(&gone);
+                }
                 Some(Err(e)) => debug!(error = %e, "reconcile"),
                 None => return Err(Error::WatchStopped("reconcile queue")),
             },

@@ -332,3 +332,56 @@ async fn a_restart_that_changes_nothing_writes_nothing() {
     assert!(writes.is_empty(), "a restart with nothing to change wrote: {writes:?}");
     second.stop().await.unwrap();
 }
+
+/// More Services than the reconciler is offered at once ([`queue::IN_FLIGHT`]): a cold
+/// start reaches every one, also when some are deleted while they wait (the applier finds
+/// them gone and never starts them) and others change after they were handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_start_with_more_services_than_are_offered_at_once_reaches_every_one() {
+    use ferrolb_controller::queue;
+    use futures::{StreamExt, TryStreamExt};
+    let (client, server) = cluster().await;
+    create_pool(&client, pool("bulk", &["198.18.0.0/20"])).await;
+    let n = 3 * queue::IN_FLIGHT;
+    let name = |i: usize| format!("s{i:04}");
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let client = client.clone();
+            async move { svc("default", &name(i)).create(&client).await }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await;
+    let ctl = start(&server, settings("c1", None));
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+    // While the cold start runs: every second Service goes (more than IN_FLIGHT of them,
+    // most found gone by the applier), every fifth gets a label.
+    let deleted: Vec<String> = (0..n).step_by(2).map(name).collect();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                if i % 2 == 0 {
+                    api.delete(&name(i), &DeleteParams::default()).await.map(drop)
+                } else if i % 5 == 0 {
+                    let label = json!({"metadata": {"labels": {"touched": "yes"}}});
+                    api.patch(&name(i), &PatchParams::default(), &Patch::Merge(label)).await.map(drop)
+                } else {
+                    Ok(())
+                }
+            }
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<()>>()
+        .await
+        .unwrap();
+    let addressed = until("every remaining Service with an address", || async {
+        let list = api.list(&Default::default()).await.unwrap();
+        let with: Vec<String> =
+            list.items.iter().filter(|s| !ingress(s).is_empty()).map(|s| s.name_any()).collect();
+        (list.items.len() == n - deleted.len() && with.len() == list.items.len()).then_some(with)
+    })
+    .await;
+    assert!(deleted.iter().all(|d| !addressed.contains(d)));
+    ctl.stop().await.unwrap();
+}
