@@ -369,9 +369,9 @@ fn print_spread(by_run: &[Vec<Outcome>], systems: &[System], n: u32) {
                 format!("{:.0}/{:.0}/{:.0} ms", ms(s.min), ms(s.median), ms(s.max))
             });
             if system != System::Bird
-                && let Some((lo, mid, hi)) = spread(ratios)
+                && let Some(r) = super::Summary::of(&ratios)
             {
-                cell.push_str(&format!(" ({lo:.2}/{mid:.2}/{hi:.2}×)"));
+                cell.push_str(&format!(" ({:.2}/{:.2}/{:.2}×)", r.min, r.median, r.max));
             }
             cell
         };
@@ -383,12 +383,6 @@ fn print_spread(by_run: &[Vec<Outcome>], systems: &[System], n: u32) {
             times(|r| r.withdraw)
         );
     }
-}
-
-/// min, median (the lower middle) and max; None when empty.
-fn spread(mut xs: Vec<f64>) -> Option<(f64, f64, f64)> {
-    xs.sort_by(f64::total_cmp);
-    Some((*xs.first()?, xs[(xs.len() - 1) / 2], *xs.last()?))
 }
 
 /// One table row; each time with its ratio to `reference` when there is one.

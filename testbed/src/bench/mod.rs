@@ -17,22 +17,22 @@ pub mod whole_path;
 
 use std::time::Duration;
 
-/// min / median / max of a set of durations.
+/// min / median / max of a set of durations (or of other values, e.g. ratios).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Summary {
+pub struct Summary<T = Duration> {
     /// Smallest.
-    pub min: Duration,
+    pub min: T,
     /// Median (the lower middle for an even count).
-    pub median: Duration,
+    pub median: T,
     /// Largest.
-    pub max: Duration,
+    pub max: T,
 }
 
-impl Summary {
+impl<T: Copy + PartialOrd> Summary<T> {
     /// Summarises `xs`; None when empty.
-    pub fn of(xs: &[Duration]) -> Option<Summary> {
+    pub fn of(xs: &[T]) -> Option<Summary<T>> {
         let mut v = xs.to_vec();
-        v.sort();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
         Some(Summary { min: *v.first()?, median: v[(v.len() - 1) / 2], max: *v.last()? })
     }
 }
@@ -86,7 +86,11 @@ mod tests {
         let ms = Duration::from_millis;
         let s = Summary::of(&[ms(30), ms(10), ms(20), ms(40)]).unwrap();
         assert_eq!((s.min, s.median, s.max), (ms(10), ms(20), ms(40)));
-        assert!(Summary::of(&[]).is_none());
+        assert!(Summary::<Duration>::of(&[]).is_none());
+        let r = Summary::of(&[2.0, 1.0, 4.0, 3.0]).unwrap();
+        assert_eq!((r.min, r.median, r.max), (1.0, 2.0, 4.0));
+        let r = Summary::of(&[1.5, 0.9, 1.2]).unwrap();
+        assert_eq!((r.min, r.median, r.max), (0.9, 1.2, 1.5));
     }
 
     #[test]

@@ -39,10 +39,3 @@ fn systems_parse_by_name() {
     assert_eq!(" exabgp".parse::<System>(), Ok(System::Exabgp));
     assert!("frr".parse::<System>().is_err());
 }
-
-#[test]
-fn spread_is_min_lower_median_max() {
-    assert_eq!(spread(vec![]), None);
-    assert_eq!(spread(vec![1.5, 0.9, 1.2]), Some((0.9, 1.2, 1.5)));
-    assert_eq!(spread(vec![2.0, 1.0, 4.0, 3.0]), Some((1.0, 2.0, 4.0)));
-}
