@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Service};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -17,6 +17,7 @@ use crate::error::CallError;
 use crate::fence::{CALL_TIMEOUT, Fence};
 use crate::ipam::{Allocator, ServiceKey};
 use crate::metrics::Metrics;
+use crate::model::CachedService;
 use crate::queue::WorkQueue;
 
 /// `reportingController` of the controller's Events.
@@ -68,7 +69,7 @@ pub struct Context {
     /// The allocator (see [`Ipam`] for why a Mutex).
     pub ipam: Mutex<Ipam>,
     /// Watch cache of Services.
-    pub services: Store<Service>,
+    pub services: Store<CachedService>,
     /// Watch cache of Namespaces (labels for namespaceSelectors).
     pub namespaces: Store<Namespace>,
     /// Services to reconcile, each at most once.

@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -18,7 +17,7 @@ use tracing::{debug, info, warn};
 
 use crate::context::{Context, REPORTING_CONTROLLER, versioned_ref};
 use crate::ipam::ServiceKey;
-use crate::model;
+use crate::model::{self, CachedService};
 
 /// Event reason of the notice.
 pub const REASON: &str = "MetalLBAnnotation";
@@ -96,7 +95,7 @@ impl Notices {
 }
 
 /// Publishes the notice for a served Service when its note is new for its uid.
-pub async fn notify(svc: &Service, ctx: &Context) {
+pub async fn notify(svc: &CachedService, ctx: &Context) {
     let Some(note) = model::metallb_note(svc) else {
         return;
     };

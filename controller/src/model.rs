@@ -5,18 +5,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use ferrolb_api::{
-    ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_IP_ALLOCATED_FROM_POOL,
-    ANNOTATION_LOAD_BALANCER_IPS, IpAddressPool, SERVICE_ANNOTATIONS, parse_load_balancer_ips,
-    service_annotation,
+    ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_LOAD_BALANCER_IPS, IpAddressPool,
+    SERVICE_ANNOTATIONS, parse_load_balancer_ips, service_annotation,
 };
-use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use kube::ResourceExt;
 
 use crate::ipam::{
-    AddrRange, Assigned, Family, FamilyPolicy, LabelSelector, Operator, Placement, PoolSpec, Protocol,
-    Requirement, ServiceAllocation, ServiceKey, ServiceRequest, TrafficPolicy,
+    AddrRange, Assigned, LabelSelector, Operator, Placement, PoolSpec, Requirement, ServiceAllocation,
+    ServiceKey, ServiceRequest,
 };
+
+mod cached;
+pub use cached::{CachedService, Ingress, LoadBalancerSpec};
 
 /// Whether a Service is ours, someone else's, or not a load balancer at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,79 +31,19 @@ pub enum Class {
 }
 
 /// How the controller classifies a Service for `--lb-class`.
-pub fn classify(svc: &Service, lb_class: &str) -> Class {
-    let Some(spec) = &svc.spec else {
+pub fn classify(svc: &CachedService, lb_class: &str) -> Class {
+    let Some(spec) = &svc.load_balancer else {
         return Class::NotLoadBalancer;
     };
-    if spec.type_.as_deref() != Some("LoadBalancer") {
-        return Class::NotLoadBalancer;
-    }
-    match spec.load_balancer_class.as_deref() {
+    match spec.class.as_deref() {
         None => Class::Served,
         Some(c) if c == lb_class => Class::Served,
         Some(_) => Class::Foreign,
     }
 }
 
-/// Annotation kubectl apply keeps a whole copy of the object in; nothing here reads it.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// Cuts a Service down to what the controller reads, before the watch cache keeps it:
-/// with 100k Services the cache is most of the controller's memory, and most of a Service
-/// is fields it never reads (managedFields above all). Kept, and only kept: the metadata of
-/// object references and Events (name, namespace, uid, resourceVersion, generation), the
-/// creation time, labels and annotations (but kubectl's last-applied copy) for the
-/// request; the spec fields of [`classify`] and [`service_request`]; the whole status
-/// (ingress and conditions, which reconcile compares and rewrites). The watch events the
-/// cache is fed from are trimmed alike (their reader needs names only). A reader of
-/// another field must keep it here (`trimmed_keeps_what_the_controller_reads` checks the
-/// present readers).
-pub fn trim_for_cache(svc: &mut Service) {
-    let full = std::mem::take(svc);
-    let m = full.metadata;
-    let annotations = m.annotations.map(|mut a| {
-        a.remove(LAST_APPLIED);
-        a
-    });
-    let spec = full.spec.map(|s| k8s_openapi::api::core::v1::ServiceSpec {
-        type_: s.type_,
-        load_balancer_class: s.load_balancer_class,
-        load_balancer_ip: s.load_balancer_ip,
-        ip_families: s.ip_families,
-        ip_family_policy: s.ip_family_policy,
-        ports: s.ports.map(|ports| {
-            ports
-                .into_iter()
-                .map(|p| k8s_openapi::api::core::v1::ServicePort {
-                    port: p.port,
-                    protocol: p.protocol,
-                    ..Default::default()
-                })
-                .collect()
-        }),
-        external_traffic_policy: s.external_traffic_policy,
-        selector: s.selector,
-        ..Default::default()
-    });
-    *svc = Service {
-        metadata: meta::ObjectMeta {
-            name: m.name,
-            namespace: m.namespace,
-            uid: m.uid,
-            resource_version: m.resource_version,
-            generation: m.generation,
-            creation_timestamp: m.creation_timestamp,
-            labels: m.labels,
-            annotations,
-            ..Default::default()
-        },
-        spec,
-        status: full.status,
-    };
-}
-
 /// The Service's namespace/name.
-pub fn service_key(svc: &Service) -> ServiceKey {
+pub fn service_key(svc: &CachedService) -> ServiceKey {
     ServiceKey::new(svc.namespace().unwrap_or_default(), svc.name_any())
 }
 
@@ -134,12 +75,13 @@ pub enum RequestError {
 /// Maps a Service and its namespace's labels onto what the allocator needs. The
 /// annotations are read in ferrolb's spelling or MetalLB's ([`SERVICE_ANNOTATIONS`]).
 pub fn service_request(
-    svc: &Service,
+    svc: &CachedService,
     namespace_labels: &BTreeMap<String, String>,
 ) -> Result<ServiceRequest, RequestError> {
     let key = service_key(svc);
     let annotations = svc.annotations();
-    let spec = svc.spec.clone().unwrap_or_default();
+    let default = LoadBalancerSpec::default();
+    let spec = svc.load_balancer.as_ref().unwrap_or(&default);
     let requested =
         match service_annotation(annotations, ANNOTATION_LOAD_BALANCER_IPS) {
             Some(a) => parse_load_balancer_ips(a.value).map_err(|source| RequestError::LoadBalancerIps {
@@ -161,24 +103,13 @@ pub fn service_request(
     Ok(ServiceRequest {
         namespace_labels: namespace_labels.clone(),
         service_labels: svc.labels().clone(),
-        families: family_policy(&spec),
+        families: spec.families,
         requested,
         pool: text(ANNOTATION_ADDRESS_POOL),
         sharing_key: text(ANNOTATION_ALLOW_SHARED_IP),
-        ports: spec
-            .ports
-            .iter()
-            .flatten()
-            .map(|p| (protocol(p.protocol.as_deref()), u16::try_from(p.port).unwrap_or(0)))
-            .collect(),
-        traffic_policy: match spec.external_traffic_policy.as_deref() {
-            Some("Local") => TrafficPolicy::Local,
-            _ => TrafficPolicy::Cluster,
-        },
-        backend_key: spec.selector.as_ref().filter(|s| !s.is_empty()).map(|s| {
-            // BTreeMap iterates sorted, so equal selectors give equal keys.
-            s.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
-        }),
+        ports: spec.ports.to_vec(),
+        traffic_policy: spec.traffic_policy,
+        backend_key: spec.backend_key.as_deref().map(str::to_owned),
         created: svc.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
         key,
     })
@@ -186,7 +117,7 @@ pub fn service_request(
 
 /// For crash recovery: the request as well as it can be read. A Service whose requested
 /// addresses no longer parse still holds what its status says.
-pub fn replay_request(svc: &Service, namespace_labels: &BTreeMap<String, String>) -> ServiceRequest {
+pub fn replay_request(svc: &CachedService, namespace_labels: &BTreeMap<String, String>) -> ServiceRequest {
     match service_request(svc, namespace_labels) {
         Ok(r) => r,
         Err(_) => {
@@ -200,7 +131,7 @@ pub fn replay_request(svc: &Service, namespace_labels: &BTreeMap<String, String>
                     }
                 }
             }
-            if let Some(s) = lenient.spec.as_mut() {
+            if let Some(s) = lenient.load_balancer.as_mut() {
                 s.load_balancer_ip = None;
             }
             // Cannot fail: both fallible fields are gone.
@@ -213,7 +144,7 @@ pub fn replay_request(svc: &Service, namespace_labels: &BTreeMap<String, String>
 /// The note of the one Event saying which MetalLB spellings a Service's annotations are
 /// read in (and which lose to another spelling); `None` when it uses none. It depends on
 /// the annotation keys only, so a new note means the set of spellings changed.
-pub fn metallb_note(svc: &Service) -> Option<String> {
+pub fn metallb_note(svc: &CachedService) -> Option<String> {
     let annotations = svc.annotations();
     let (mut read, mut ignored) = (Vec::new(), Vec::new());
     for (key, _) in SERVICE_ANNOTATIONS {
@@ -237,34 +168,9 @@ pub fn metallb_note(svc: &Service) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
-fn protocol(p: Option<&str>) -> Protocol {
-    match p {
-        Some("UDP") => Protocol::Udp,
-        Some("SCTP") => Protocol::Sctp,
-        _ => Protocol::Tcp,
-    }
-}
-
-fn family_policy(spec: &k8s_openapi::api::core::v1::ServiceSpec) -> FamilyPolicy {
-    let primary = match spec.ip_families.as_ref().and_then(|f| f.first()).map(String::as_str) {
-        Some("IPv6") => Family::V6,
-        _ => Family::V4,
-    };
-    match spec.ip_family_policy.as_deref() {
-        Some("PreferDualStack") => FamilyPolicy::PreferDualStack(primary),
-        Some("RequireDualStack") => FamilyPolicy::RequireDualStack(primary),
-        _ => FamilyPolicy::SingleStack(primary),
-    }
-}
-
 /// Addresses in `status.loadBalancer.ingress` (hostnames and junk ignored).
-pub fn ingress_ips(svc: &Service) -> Vec<IpAddr> {
-    svc.status
-        .iter()
-        .flat_map(|s| s.load_balancer.iter())
-        .flat_map(|lb| lb.ingress.iter().flatten())
-        .filter_map(|i| i.ip.as_deref().and_then(|ip| ip.parse().ok()))
-        .collect()
+pub fn ingress_ips(svc: &CachedService) -> Vec<IpAddr> {
+    svc.ingress.iter().filter_map(|i| i.ip).collect()
 }
 
 /// The `ferrolb.io/ip-allocated-from-pool` value for these addresses: the pools they are
@@ -282,8 +188,8 @@ pub fn pool_annotation(assigned: &[Assigned]) -> Option<String> {
 }
 
 /// The annotation as the Service carries it now.
-pub fn current_pool_annotation(svc: &Service) -> Option<&str> {
-    svc.annotations().get(ANNOTATION_IP_ALLOCATED_FROM_POOL).map(String::as_str)
+pub fn current_pool_annotation(svc: &CachedService) -> Option<&str> {
+    svc.allocated_from.as_deref()
 }
 
 /// Maps a validated IPAddressPool onto the allocator's spec. Only called on pools that
@@ -341,34 +247,40 @@ fn selector(s: &meta::LabelSelector) -> LabelSelector {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+    use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+    use crate::ipam::{Family, FamilyPolicy, Protocol, TrafficPolicy};
 
-    fn svc(annotations: &[(&str, &str)], spec: ServiceSpec) -> Service {
-        Service {
+    fn svc(annotations: &[(&str, &str)], spec: ServiceSpec) -> CachedService {
+        cached(annotations, ServiceSpec { type_: Some("LoadBalancer".into()), ..spec })
+    }
+
+    fn cached(annotations: &[(&str, &str)], spec: ServiceSpec) -> CachedService {
+        CachedService::from(Service {
             metadata: ObjectMeta {
                 name: Some("web".into()),
                 namespace: Some("team-a".into()),
                 annotations: Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
                 ..Default::default()
             },
-            spec: Some(ServiceSpec { type_: Some("LoadBalancer".into()), ..spec }),
+            spec: Some(spec),
             status: None,
-        }
+        })
     }
 
     #[test]
     fn classes() {
-        let mut s = svc(&[], ServiceSpec::default());
-        assert_eq!(classify(&s, "ferrolb.io/lb"), Class::Served);
-        s.spec.as_mut().unwrap().load_balancer_class = Some("ferrolb.io/lb".into());
-        assert_eq!(classify(&s, "ferrolb.io/lb"), Class::Served);
-        s.spec.as_mut().unwrap().load_balancer_class = Some("other.io/lb".into());
-        assert_eq!(classify(&s, "ferrolb.io/lb"), Class::Foreign);
-        s.spec.as_mut().unwrap().type_ = Some("ClusterIP".into());
-        assert_eq!(classify(&s, "ferrolb.io/lb"), Class::NotLoadBalancer);
+        let class =
+            |c: &str| svc(&[], ServiceSpec { load_balancer_class: Some(c.into()), ..Default::default() });
+        assert_eq!(classify(&svc(&[], ServiceSpec::default()), "ferrolb.io/lb"), Class::Served);
+        assert_eq!(classify(&class("ferrolb.io/lb"), "ferrolb.io/lb"), Class::Served);
+        assert_eq!(classify(&class("other.io/lb"), "ferrolb.io/lb"), Class::Foreign);
+        let cluster_ip = ServiceSpec { type_: Some("ClusterIP".into()), ..Default::default() };
+        assert_eq!(classify(&cached(&[], cluster_ip), "ferrolb.io/lb"), Class::NotLoadBalancer);
+        let no_spec = CachedService::from(Service::default());
+        assert_eq!(classify(&no_spec, "ferrolb.io/lb"), Class::NotLoadBalancer);
     }
 
     #[test]
@@ -526,44 +438,92 @@ mod tests {
     }
 
     #[test]
-    fn trimmed_keeps_what_the_controller_reads() {
+    fn the_cache_keeps_what_the_controller_reads() {
         use kube::Resource;
 
         let ns_labels: BTreeMap<String, String> = [("team".to_string(), "a".to_string())].into();
         for spec_ip in [false, true] {
             let full = served(spec_ip);
-            let mut trimmed = full.clone();
-            trim_for_cache(&mut trimmed);
-            // Every reader of a cached Service sees the same thing.
-            assert_eq!(classify(&trimmed, "ferrolb.io/lb"), classify(&full, "ferrolb.io/lb"));
-            assert_eq!(classify(&trimmed, "other.io/lb"), classify(&full, "other.io/lb"));
-            assert_eq!(service_key(&trimmed), service_key(&full));
-            let request = service_request(&full, &ns_labels).unwrap();
-            assert_eq!(service_request(&trimmed, &ns_labels).unwrap(), request);
-            assert_eq!(replay_request(&trimmed, &ns_labels), replay_request(&full, &ns_labels));
-            assert_eq!(ingress_ips(&trimmed), ingress_ips(&full));
-            assert_eq!(metallb_note(&trimmed), metallb_note(&full));
-            assert_eq!(current_pool_annotation(&trimmed), current_pool_annotation(&full));
-            assert_eq!(trimmed.object_ref(&()), full.object_ref(&()));
-            assert_eq!(crate::context::versioned_ref(&trimmed), crate::context::versioned_ref(&full));
-            assert_eq!(trimmed.metadata.generation, full.metadata.generation);
-            assert_eq!(trimmed.status, full.status);
-            // The fixture exercises what it claims to: nothing above compares defaults.
-            assert_eq!(request.families, FamilyPolicy::RequireDualStack(Family::V6));
-            assert_eq!(request.traffic_policy, TrafficPolicy::Local);
-            assert_eq!(request.ports, vec![(Protocol::Udp, 53), (Protocol::Tcp, 80)]);
-            assert!(
-                request.backend_key.is_some() && request.created > 0 && !request.service_labels.is_empty()
+            let cached = CachedService::from(full.clone());
+            // Every reader of a cached Service sees what the API object says.
+            assert_eq!(classify(&cached, "ferrolb.io/lb"), Class::Served);
+            assert_eq!(classify(&cached, "other.io/lb"), Class::Foreign);
+            assert_eq!(service_key(&cached), ServiceKey::new("team-a", "web"));
+            let request = service_request(&cached, &ns_labels).unwrap();
+            let requested: Vec<IpAddr> = if spec_ip {
+                vec!["192.0.2.9".parse().unwrap()]
+            } else {
+                vec!["192.0.2.7".parse().unwrap(), "2001:db8::7".parse().unwrap()]
+            };
+            assert_eq!(
+                request,
+                ServiceRequest {
+                    key: ServiceKey::new("team-a", "web"),
+                    namespace_labels: ns_labels.clone(),
+                    service_labels: full.labels().clone(),
+                    families: FamilyPolicy::RequireDualStack(Family::V6),
+                    requested,
+                    pool: Some("lan".into()),
+                    sharing_key: Some("k".into()),
+                    ports: vec![(Protocol::Udp, 53), (Protocol::Tcp, 80)],
+                    traffic_policy: TrafficPolicy::Local,
+                    backend_key: Some("app=web".into()),
+                    created: full.metadata.creation_timestamp.as_ref().unwrap().0.as_second(),
+                }
             );
-            assert_eq!(request.requested.len(), if spec_ip { 1 } else { 2 });
-            assert!(metallb_note(&full).is_some());
+            assert_eq!(replay_request(&cached, &ns_labels), request);
+            let ips: Vec<IpAddr> = vec!["2001:db8::7".parse().unwrap(), "192.0.2.7".parse().unwrap()];
+            assert_eq!(ingress_ips(&cached), ips);
+            // Only the first entry is as the controller writes it (the second is Proxy).
+            let written: Vec<bool> = cached.ingress.iter().map(|i| i.as_written).collect();
+            assert_eq!(written, [true, false, false]);
+            assert!(
+                metallb_note(&cached).unwrap().contains("metallb.io/address-pool as ferrolb.io/address-pool")
+            );
+            assert_eq!(current_pool_annotation(&cached), Some("lan"));
+            assert_eq!(cached.object_ref(&()), full.object_ref(&()));
+            assert_eq!(crate::context::versioned_ref(&cached), crate::context::versioned_ref(&full));
+            assert_eq!(cached.metadata.generation, Some(3));
+            assert_eq!(Some(&cached.conditions), full.status.as_ref().unwrap().conditions.as_ref());
             // And what nobody reads is gone.
-            assert_eq!(trimmed.metadata.managed_fields, None);
-            assert_eq!(trimmed.metadata.finalizers, None);
-            assert!(!trimmed.annotations().contains_key(LAST_APPLIED));
-            let spec = trimmed.spec.as_ref().unwrap();
-            assert_eq!((spec.cluster_ip.as_ref(), spec.session_affinity.as_ref()), (None, None));
-            assert!(spec.ports.iter().flatten().all(|p| p.name.is_none() && p.target_port.is_none()));
+            assert_eq!(cached.metadata.managed_fields, None);
+            assert_eq!(cached.metadata.finalizers, None);
+            let kept: Vec<&str> = cached.annotations().keys().map(String::as_str).collect();
+            let mut expected = vec!["ferrolb.io/allow-shared-ip", "metallb.io/address-pool"];
+            if !spec_ip {
+                expected.insert(1, "ferrolb.io/loadBalancerIPs");
+            }
+            assert_eq!(kept, expected);
         }
+    }
+
+    #[test]
+    fn an_ingress_entry_not_in_the_controllers_form_is_not_as_written() {
+        let with = |ingress: serde_json::Value| -> CachedService {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web", "namespace": "team-a"},
+                "spec": {"type": "LoadBalancer"},
+                "status": {"loadBalancer": {"ingress": [ingress]}},
+            }))
+            .unwrap()
+        };
+        let v6: IpAddr = "2001:db8::7".parse().unwrap();
+        let entry = with(serde_json::json!({"ip": "2001:db8::7", "ipMode": "VIP"})).ingress[0];
+        assert_eq!(entry, Ingress { ip: Some(v6), as_written: true });
+        for other in [
+            serde_json::json!({"ip": "2001:DB8::7", "ipMode": "VIP"}),
+            serde_json::json!({"ip": "2001:db8::7"}),
+            serde_json::json!({"ip": "2001:db8::7", "ipMode": "VIP", "hostname": "lb.example"}),
+        ] {
+            assert_eq!(
+                with(other.clone()).ingress[0],
+                Ingress { ip: Some(v6), as_written: false },
+                "{other}"
+            );
+        }
+        assert_eq!(
+            with(serde_json::json!({"hostname": "lb.example"})).ingress[0],
+            Ingress { ip: None, as_written: false }
+        );
     }
 }

@@ -14,9 +14,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::Stream;
-use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
+
+use crate::model::CachedService;
 
 /// Services handed to the reconciler whose reconcile has not started yet. kube's applier
 /// takes every reference it is offered into its scheduler at once, where each costs far
@@ -38,14 +39,14 @@ pub struct WorkQueue {
 /// Service (with 100k of them, held twice, 18 MiB more at ready).
 #[derive(Debug, Default)]
 struct Inner {
-    order: VecDeque<Arc<ObjectRef<Service>>>,
-    queued: HashSet<Arc<ObjectRef<Service>>>,
+    order: VecDeque<Arc<ObjectRef<CachedService>>>,
+    queued: HashSet<Arc<ObjectRef<CachedService>>>,
     /// Handed out, reconcile not started; true when queued again meanwhile.
-    handed: HashMap<Arc<ObjectRef<Service>>, bool>,
+    handed: HashMap<Arc<ObjectRef<CachedService>>, bool>,
 }
 
 impl Inner {
-    fn queue(&mut self, svc: Arc<ObjectRef<Service>>) {
+    fn queue(&mut self, svc: Arc<ObjectRef<CachedService>>) {
         self.queued.insert(svc.clone());
         self.order.push_back(svc);
     }
@@ -58,7 +59,7 @@ impl WorkQueue {
 
     /// Queues `svc` unless it is already waiting. A Service handed out and not yet
     /// started is queued again once it starts: the reconcile may have read it already.
-    pub fn push(&self, mut svc: ObjectRef<Service>) {
+    pub fn push(&self, mut svc: ObjectRef<CachedService>) {
         let mut q = self.lock();
         if q.queued.contains(&svc) {
             return;
@@ -77,7 +78,7 @@ impl WorkQueue {
 
     /// The reconcile of `svc` has started (or the applier found it gone): its slot is
     /// free, and it is queued again if it changed after it was handed out.
-    pub fn started(&self, svc: &ObjectRef<Service>) {
+    pub fn started(&self, svc: &ObjectRef<CachedService>) {
         let mut q = self.lock();
         let Some((svc, again)) = q.handed.remove_entry(svc) else { return };
         let requeued = again && !q.queued.contains(&svc);
@@ -103,7 +104,7 @@ impl WorkQueue {
         self.len() == 0
     }
 
-    fn pop(&self) -> Option<ObjectRef<Service>> {
+    fn pop(&self) -> Option<ObjectRef<CachedService>> {
         let mut q = self.lock();
         if q.handed.len() >= IN_FLIGHT {
             return None;
@@ -117,7 +118,7 @@ impl WorkQueue {
 
     /// The queued Services in order, at most [`IN_FLIGHT`] not yet started, waiting for
     /// more (or for a start) otherwise; for the one consumer.
-    pub fn stream(self: Arc<Self>) -> impl Stream<Item = ObjectRef<Service>> + Send {
+    pub fn stream(self: Arc<Self>) -> impl Stream<Item = ObjectRef<CachedService>> + Send {
         futures::stream::unfold(self, |q| async move {
             loop {
                 if let Some(svc) = q.pop() {
@@ -136,7 +137,7 @@ mod tests {
     use super::*;
     use futures::StreamExt;
 
-    fn svc(name: &str) -> ObjectRef<Service> {
+    fn svc(name: &str) -> ObjectRef<CachedService> {
         ObjectRef::new(name).within("default")
     }
 

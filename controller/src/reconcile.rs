@@ -21,7 +21,7 @@ use crate::context::Context;
 use crate::error::{CallError, Error};
 use crate::ipam::{Assigned, Placement};
 use crate::metallb_notice;
-use crate::model::{self, Class};
+use crate::model::{self, CachedService, Class};
 
 /// What the allocator decided for one Service.
 enum Decision {
@@ -30,14 +30,14 @@ enum Decision {
     /// Another loadBalancerClass: never touched.
     Foreign,
     /// Not a LoadBalancer (any more): released; clear what we wrote.
-    NotServed(Arc<Service>),
+    NotServed(Arc<CachedService>),
     /// Holds these addresses.
-    Assigned(Arc<Service>, Vec<Assigned>),
+    Assigned(Arc<CachedService>, Vec<Assigned>),
     /// Could not allocate; `announce` when the message is new.
-    Failed(Arc<Service>, String, bool),
+    Failed(Arc<CachedService>, String, bool),
 }
 
-fn decide(svc: &Service, ctx: &Context) -> Decision {
+fn decide(svc: &CachedService, ctx: &Context) -> Decision {
     let key = model::service_key(svc);
     // The cached object, not the one the queue carried: the allocator must see the newest
     // spec, and a Service deleted meanwhile must not get an address (a deletion releases
@@ -78,7 +78,7 @@ fn decide(svc: &Service, ctx: &Context) -> Decision {
 }
 
 /// Reconciles one Service: allocate (idempotent) and make status, annotation and Events say so.
-pub async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(svc: Arc<CachedService>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciles.inc();
     match decide(&svc, &ctx) {
         Decision::Gone | Decision::Foreign => Ok(Action::await_change()),
@@ -105,7 +105,7 @@ pub async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action, E
 }
 
 /// Requeues after a failed write; the allocator state is already right, only I/O is retried.
-pub fn error_policy(svc: Arc<Service>, err: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(svc: Arc<CachedService>, err: &Error, ctx: Arc<Context>) -> Action {
     warn!(service = %model::service_key(&svc), error = %err, "reconcile failed; retrying");
     ctx.metrics
         .reconcile_errors
@@ -114,7 +114,7 @@ pub fn error_policy(svc: Arc<Service>, err: &Error, ctx: Arc<Context>) -> Action
     Action::requeue(Duration::from_secs(2))
 }
 
-fn api(svc: &Service, ctx: &Context) -> Api<Service> {
+fn api(svc: &CachedService, ctx: &Context) -> Api<Service> {
     Api::namespaced(ctx.client.clone(), &svc.namespace().unwrap_or_default())
 }
 
@@ -123,19 +123,9 @@ fn ingress(addrs: &[IpAddr]) -> Value {
 }
 
 /// Whether status already lists exactly these addresses, in order, with ipMode VIP.
-fn status_matches(svc: &Service, addrs: &[IpAddr]) -> bool {
-    let ingress: Vec<_> = svc
-        .status
-        .iter()
-        .flat_map(|s| s.load_balancer.iter())
-        .flat_map(|lb| lb.ingress.iter().flatten())
-        .collect();
-    ingress.len() == addrs.len()
-        && ingress.iter().zip(addrs).all(|(i, a)| {
-            i.ip.as_deref() == Some(a.to_string().as_str())
-                && i.ip_mode.as_deref() == Some("VIP")
-                && i.hostname.is_none()
-        })
+fn status_matches(svc: &CachedService, addrs: &[IpAddr]) -> bool {
+    svc.ingress.len() == addrs.len()
+        && svc.ingress.iter().zip(addrs).all(|(i, a)| i.as_written && i.ip == Some(*a))
 }
 
 /// 404 means the Service was deleted meanwhile: its deletion releases it, nothing to write.
@@ -147,7 +137,7 @@ fn ignore_gone(r: Result<Service, CallError>) -> Result<(), CallError> {
     }
 }
 
-async fn write(svc: &Service, assigned: &[Assigned], ctx: &Context) -> Result<(), Error> {
+async fn write(svc: &CachedService, assigned: &[Assigned], ctx: &Context) -> Result<(), Error> {
     let key = model::service_key(svc);
     let addrs: Vec<IpAddr> = assigned.iter().map(|a| a.addr).collect();
     let api = api(svc, ctx);
@@ -201,8 +191,8 @@ pub const CONDITION_ADDRESS_IN_POOL: &str = "ferrolb.io/AddressInPool";
 
 /// The Service's conditions with ours updated, or `None` when nothing changes. The
 /// condition appears only once an address is orphaned, and turns True when none is.
-fn orphan_conditions(svc: &Service, assigned: &[Assigned]) -> Option<Vec<Condition>> {
-    let current: Vec<Condition> = svc.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+fn orphan_conditions(svc: &CachedService, assigned: &[Assigned]) -> Option<Vec<Condition>> {
+    let current: Vec<Condition> = svc.conditions.clone();
     let ours = current.iter().find(|c| c.type_ == CONDITION_ADDRESS_IN_POOL);
     let orphans: Vec<String> = assigned
         .iter()
@@ -236,7 +226,7 @@ fn orphan_conditions(svc: &Service, assigned: &[Assigned]) -> Option<Vec<Conditi
 }
 
 /// A Service that stopped being a LoadBalancer: remove the ingress and annotation we wrote.
-async fn clear(svc: &Service, ctx: &Context) -> Result<(), Error> {
+async fn clear(svc: &CachedService, ctx: &Context) -> Result<(), Error> {
     let key = model::service_key(svc);
     let ours = model::current_pool_annotation(svc).is_some();
     let has_ingress = !model::ingress_ips(svc).is_empty();

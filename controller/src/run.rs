@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ferrolb_api::{BfdProfile, BgpAdvertisement, BgpPeer, ControlPlaneVip, IpAddressPool, L2Advertisement};
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ApplierConfig, applier};
@@ -28,7 +28,7 @@ use crate::http::Health;
 use crate::ipam::{AllocError, Placement, ServiceKey};
 use crate::leader::Elector;
 use crate::metrics::Metrics;
-use crate::model::{self, Class};
+use crate::model::{self, CachedService, Class};
 use crate::pool_sync::PoolSync;
 use crate::queue::WorkQueue;
 use crate::validity::ConfigStores;
@@ -86,6 +86,8 @@ async fn hold(elector: Option<&mut Elector>, term: Option<&Term>) {
 }
 
 /// Starts a watch driving a reflector; returns the stream of events after the cache applied them.
+/// Services are watched as [`CachedService`]: at 100k Services the full objects would be
+/// most of the controller's memory.
 fn watch<K>(api: Api<K>, writer: Writer<K>) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
 where
     K: kube::Resource<DynamicType = ()>
@@ -97,18 +99,6 @@ where
         + 'static,
 {
     watcher::watcher(api, watcher::Config::default()).backoff(watch_backoff()).reflect(writer)
-}
-
-/// [`watch`] for Services, whose cache keeps only what the controller reads
-/// ([`model::trim_for_cache`]): at 100k Services the full objects would be most of its memory.
-fn service_watch(
-    api: Api<Service>,
-    writer: Writer<Service>,
-) -> impl Stream<Item = Result<Event<Service>, watcher::Error>> + Send {
-    watcher::watcher(api, watcher::Config::default())
-        .backoff(watch_backoff())
-        .modify(model::trim_for_cache)
-        .reflect(writer)
 }
 
 /// How a failed watch retries: 0.5 s doubling to 5 s, with jitter, back to the start after
@@ -135,7 +125,7 @@ async fn serve(
     metrics: Metrics,
     health: Health,
 ) -> Result<(), Error> {
-    let (svc_reader, svc_writer) = reflector::store::<Service>();
+    let (svc_reader, svc_writer) = reflector::store::<CachedService>();
     let (ns_reader, ns_writer) = reflector::store::<Namespace>();
     let (pool_reader, pool_writer) = reflector::store::<IpAddressPool>();
     let queue = Arc::new(WorkQueue::default());
@@ -158,7 +148,7 @@ async fn serve(
     });
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
 
-    tasks.spawn(services_task(ctx.clone(), service_watch(Api::all(client.clone()), svc_writer)));
+    tasks.spawn(services_task(ctx.clone(), watch(Api::all(client.clone()), svc_writer)));
     tasks.spawn(namespaces_task(ctx.clone(), watch(Api::all(client.clone()), ns_writer)));
     let (synced_tx, synced_rx) = oneshot::channel();
     tasks.spawn(pools_task(
@@ -208,7 +198,7 @@ async fn serve(
                 Some(Err(kube::runtime::controller::Error::ObjectNotFound(r))) => {
                     debug!(object = %r, "gone before reconcile");
                     // Never started: its slot is free all the same.
-                    let mut gone = ObjectRef::<Service>::new(&r.name);
+                    let mut gone = ObjectRef::<CachedService>::new(&r.name);
                     gone.namespace = r.namespace;
                     queue.started(&gone);
                 }
@@ -304,7 +294,7 @@ async fn replay(ctx: &Context) {
 /// Service events: changes queue a reconcile; deletions release at once.
 async fn services_task(
     ctx: Arc<Context>,
-    events: impl Stream<Item = Result<Event<Service>, watcher::Error>>,
+    events: impl Stream<Item = Result<Event<CachedService>, watcher::Error>>,
 ) -> Result<(), Error> {
     let mut events = std::pin::pin!(events);
     while let Some(ev) = events.next().await {
