@@ -232,7 +232,7 @@ fn pool_size_independence() {
         .step_by(2)
         .map(|r| {
             let mut r = r.clone();
-            r.key.name.push_str("-again");
+            r.key = ServiceKey::new(r.key.namespace(), format!("{}-again", r.key.name()));
             r
         })
         .collect();

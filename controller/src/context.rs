@@ -110,7 +110,7 @@ impl Context {
 
     /// Queues a Service for reconciliation.
     pub fn enqueue(&self, key: &ServiceKey) {
-        self.queue.push(ObjectRef::new(&key.name).within(&key.namespace));
+        self.queue.push(ObjectRef::new(key.name()).within(key.namespace()));
     }
 
     /// Queues every Service whose allocation failed, after addresses freed up or pools changed.
@@ -148,13 +148,13 @@ impl Context {
 
     /// A reference to a Service for Events, from the cache (with its uid) or from its key.
     pub fn service_ref(&self, key: &ServiceKey) -> ObjectReference {
-        match self.services.get(&ObjectRef::new(&key.name).within(&key.namespace)) {
+        match self.services.get(&ObjectRef::new(key.name()).within(key.namespace())) {
             Some(s) => s.object_ref(&()),
             None => ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Service".into()),
-                namespace: Some(key.namespace.clone()),
-                name: Some(key.name.clone()),
+                namespace: Some(key.namespace().to_owned()),
+                name: Some(key.name().to_owned()),
                 ..Default::default()
             },
         }

@@ -56,7 +56,7 @@ fn decide(svc: &CachedService, ctx: &Context) -> Decision {
             Decision::NotServed(cur)
         }
         Class::Served => {
-            let labels = ctx.namespace_labels(&key.namespace);
+            let labels = ctx.namespace_labels(key.namespace());
             let result = model::service_request(&cur, &labels)
                 .map_err(|e| e.to_string())
                 .and_then(|req| ipam.alloc.allocate(req).map_err(|e| format!("service {key}: {e}")));
@@ -145,7 +145,7 @@ async fn write(svc: &CachedService, assigned: &[Assigned], ctx: &Context) -> Res
     let changed = !status_matches(svc, &addrs);
     if changed {
         let patch = json!({"status": {"loadBalancer": {"ingress": ingress(&addrs)}}});
-        ignore_gone(ctx.call(api.patch_status(&key.name, &pp, &Patch::Merge(&patch))).await).map_err(
+        ignore_gone(ctx.call(api.patch_status(key.name(), &pp, &Patch::Merge(&patch))).await).map_err(
             |source| Error::Write { what: "status.loadBalancer", object: format!("Service {key}"), source },
         )?;
     }
@@ -156,14 +156,14 @@ async fn write(svc: &CachedService, assigned: &[Assigned], ctx: &Context) -> Res
             "metadata": {"resourceVersion": svc.resource_version()},
             "status": {"conditions": conditions},
         });
-        ignore_gone(ctx.call(api.patch_status(&key.name, &pp, &Patch::Merge(&patch))).await).map_err(
+        ignore_gone(ctx.call(api.patch_status(key.name(), &pp, &Patch::Merge(&patch))).await).map_err(
             |source| Error::Write { what: "status.conditions", object: format!("Service {key}"), source },
         )?;
     }
     let pools = model::pool_annotation(assigned);
     if model::current_pool_annotation(svc) != pools.as_deref() {
         let patch = json!({"metadata": {"annotations": {ANNOTATION_IP_ALLOCATED_FROM_POOL: pools}}});
-        ignore_gone(ctx.call(api.patch(&key.name, &pp, &Patch::Merge(&patch))).await).map_err(|source| {
+        ignore_gone(ctx.call(api.patch(key.name(), &pp, &Patch::Merge(&patch))).await).map_err(|source| {
             Error::Write { what: "metadata.annotations", object: format!("Service {key}"), source }
         })?;
     }
@@ -237,13 +237,13 @@ async fn clear(svc: &CachedService, ctx: &Context) -> Result<(), Error> {
     let pp = PatchParams::default();
     if has_ingress {
         let patch = json!({"status": {"loadBalancer": {"ingress": null}}});
-        ignore_gone(ctx.call(api.patch_status(&key.name, &pp, &Patch::Merge(&patch))).await).map_err(
+        ignore_gone(ctx.call(api.patch_status(key.name(), &pp, &Patch::Merge(&patch))).await).map_err(
             |source| Error::Write { what: "status.loadBalancer", object: format!("Service {key}"), source },
         )?;
     }
     if ours {
         let patch = json!({"metadata": {"annotations": {ANNOTATION_IP_ALLOCATED_FROM_POOL: null}}});
-        ignore_gone(ctx.call(api.patch(&key.name, &pp, &Patch::Merge(&patch))).await).map_err(|source| {
+        ignore_gone(ctx.call(api.patch(key.name(), &pp, &Patch::Merge(&patch))).await).map_err(|source| {
             Error::Write { what: "metadata.annotations", object: format!("Service {key}"), source }
         })?;
     }

@@ -243,7 +243,7 @@ async fn replay(ctx: &Context) {
                 continue;
             }
             let key = model::service_key(svc);
-            let req = model::replay_request(svc, &ctx.namespace_labels(&key.namespace));
+            let req = model::replay_request(svc, &ctx.namespace_labels(key.namespace()));
             match ipam.alloc.assign_existing(req, &ips) {
                 Ok(r) => {
                     replayed += 1;

@@ -454,7 +454,7 @@ fn shrunk_pool_orphans_only_what_left_it_and_overlaps_adopt() {
     // s4 and s5 hold .4 and .5; a second pool covers .5.
     a.set_pool(pool("other", &["192.0.2.5/32"]));
     let moves = a.set_pool(pool("lan", &["192.0.2.0/30"]));
-    let mut moves: Vec<_> = moves.into_iter().map(|m| (m.service.name, m.placement)).collect();
+    let mut moves: Vec<_> = moves.into_iter().map(|m| (m.service.name().to_owned(), m.placement)).collect();
     moves.sort_by(|x, y| x.0.cmp(&y.0));
     assert_eq!(
         moves,

@@ -136,7 +136,7 @@ fn apply(a: &mut Allocator, m: &mut Model, op: &Op) -> Option<Outcome> {
                     let admits = |p: &PoolSpec| {
                         usable(p).contains(&x.addr)
                             && p.allocation.as_ref().is_none_or(|al| {
-                                al.namespaces.is_empty() || al.namespaces.contains(&r.key.namespace)
+                                al.namespaces.is_empty() || al.namespaces.contains(r.key.namespace())
                             })
                     };
                     let ok = match &r.pool {

@@ -511,7 +511,7 @@ impl Allocator {
         let list: Vec<String> = matching.into_iter().map(|(_, _, n)| n).chain(open).collect();
         if list.is_empty() {
             return Err(AllocError::NoPoolAllows {
-                namespace: req.key.namespace.clone(),
+                namespace: req.key.namespace().to_owned(),
                 service: req.key.clone(),
             });
         }

@@ -46,7 +46,7 @@ pub struct ServiceAllocation {
 impl ServiceAllocation {
     /// Whether the Service is allowed by this serviceAllocation.
     pub fn matches(&self, req: &ServiceRequest) -> bool {
-        (self.namespaces.is_empty() || self.namespaces.contains(&req.key.namespace))
+        (self.namespaces.is_empty() || self.namespaces.contains(req.key.namespace()))
             && (self.namespace_selectors.is_empty()
                 || self.namespace_selectors.iter().any(|s| s.matches(&req.namespace_labels)))
             && (self.service_selectors.is_empty()

@@ -1,31 +1,53 @@
 //! What the allocator needs to know about a Service, and when two Services may share an address.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use super::range::Family;
 use crate::ipam::error::ShareRefusal;
 
-/// A Service's namespace and name.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ServiceKey {
-    /// The namespace.
-    pub namespace: String,
-    /// The name.
-    pub name: String,
-}
+/// A Service's namespace and name, as `namespace/name` in one shared allocation: the
+/// allocator keeps several copies of each key (its map, the request, every address's
+/// holders), and two strings per copy were a sixth of its memory per Service. Ordered by
+/// namespace, then name. A namespace never contains `/` (it is a DNS label).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ServiceKey(Arc<str>);
 
 impl ServiceKey {
     /// The key `namespace/name`.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        ServiceKey { namespace: namespace.into(), name: name.into() }
+    pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
+        ServiceKey(format!("{}/{}", namespace.as_ref(), name.as_ref()).into())
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        self.0.split_once('/').map_or(&*self.0, |(ns, _)| ns)
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        self.0.split_once('/').map_or("", |(_, name)| name)
+    }
+}
+
+impl Ord for ServiceKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.namespace(), self.name()).cmp(&(other.namespace(), other.name()))
+    }
+}
+
+impl PartialOrd for ServiceKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
     }
 }
 
 impl fmt::Display for ServiceKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        f.write_str(&self.0)
     }
 }
 
@@ -130,7 +152,7 @@ pub struct ServiceRequest {
 
 impl ServiceRequest {
     /// A single-stack IPv4 request with no annotations, created at time 0.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
         ServiceRequest { key: ServiceKey::new(namespace, name), ..ServiceRequest::default() }
     }
 
@@ -167,6 +189,20 @@ impl ServiceRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_is_its_namespace_and_name_and_sorts_by_them() {
+        let k = ServiceKey::new("team-a", "web");
+        assert_eq!((k.namespace(), k.name(), k.to_string().as_str()), ("team-a", "web", "team-a/web"));
+        let copy = k.clone();
+        assert!(Arc::ptr_eq(&k.0, &copy.0), "a copy shares the text");
+        // By namespace first: as text, "a-b/y" would sort before "a/x" ('-' < '/').
+        let mut keys = [ServiceKey::new("a-b", "y"), ServiceKey::new("a", "x"), ServiceKey::new("a", "w")];
+        keys.sort();
+        let sorted: Vec<String> = keys.iter().map(ToString::to_string).collect();
+        assert_eq!(sorted, ["a/w", "a/x", "a-b/y"]);
+        assert_eq!((ServiceKey::default().namespace(), ServiceKey::default().name()), ("", ""));
+    }
 
     fn svc(key: Option<&str>, ports: &[u16]) -> ServiceRequest {
         ServiceRequest {
