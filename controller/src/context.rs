@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -17,7 +17,7 @@ use crate::error::CallError;
 use crate::fence::{CALL_TIMEOUT, Fence};
 use crate::ipam::{Allocator, ServiceKey};
 use crate::metrics::Metrics;
-use crate::model::CachedService;
+use crate::model::{CachedNamespace, CachedService};
 use crate::queue::WorkQueue;
 
 /// `reportingController` of the controller's Events.
@@ -71,7 +71,7 @@ pub struct Context {
     /// Watch cache of Services.
     pub services: Store<CachedService>,
     /// Watch cache of Namespaces (labels for namespaceSelectors).
-    pub namespaces: Store<Namespace>,
+    pub namespaces: Store<CachedNamespace>,
     /// Services to reconcile, each at most once.
     pub queue: Arc<WorkQueue>,
     /// Pool statistics changed: the pool task rewrites pool status.
@@ -138,12 +138,9 @@ impl Context {
         released
     }
 
-    /// The labels of a namespace from the watch cache.
-    pub fn namespace_labels(&self, namespace: &str) -> BTreeMap<String, String> {
-        self.namespaces
-            .get(&ObjectRef::new(namespace))
-            .and_then(|ns| ns.metadata.labels.clone())
-            .unwrap_or_default()
+    /// The labels of a namespace from the watch cache (shared, not copied).
+    pub fn namespace_labels(&self, namespace: &str) -> Arc<BTreeMap<String, String>> {
+        self.namespaces.get(&ObjectRef::new(namespace)).map(|ns| ns.labels.clone()).unwrap_or_default()
     }
 
     /// A reference to a Service for Events, from the cache (with its uid) or from its key.

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ferrolb_api::{
     ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_LOAD_BALANCER_IPS, IpAddressPool,
@@ -17,7 +18,7 @@ use crate::ipam::{
 };
 
 mod cached;
-pub use cached::{CachedService, Ingress, LoadBalancerSpec};
+pub use cached::{CachedNamespace, CachedService, Ingress, LoadBalancerSpec};
 
 /// Whether a Service is ours, someone else's, or not a load balancer at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +77,7 @@ pub enum RequestError {
 /// annotations are read in ferrolb's spelling or MetalLB's ([`SERVICE_ANNOTATIONS`]).
 pub fn service_request(
     svc: &CachedService,
-    namespace_labels: &BTreeMap<String, String>,
+    namespace_labels: &Arc<BTreeMap<String, String>>,
 ) -> Result<ServiceRequest, RequestError> {
     let key = service_key(svc);
     let annotations = svc.annotations();
@@ -102,7 +103,7 @@ pub fn service_request(
     };
     Ok(ServiceRequest {
         namespace_labels: namespace_labels.clone(),
-        service_labels: svc.labels().clone(),
+        service_labels: svc.labels.clone(),
         families: spec.families,
         requested,
         pool: text(ANNOTATION_ADDRESS_POOL),
@@ -117,7 +118,10 @@ pub fn service_request(
 
 /// For crash recovery: the request as well as it can be read. A Service whose requested
 /// addresses no longer parse still holds what its status says.
-pub fn replay_request(svc: &CachedService, namespace_labels: &BTreeMap<String, String>) -> ServiceRequest {
+pub fn replay_request(
+    svc: &CachedService,
+    namespace_labels: &Arc<BTreeMap<String, String>>,
+) -> ServiceRequest {
     match service_request(svc, namespace_labels) {
         Ok(r) => r,
         Err(_) => {
@@ -303,7 +307,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        let r = service_request(&s, &BTreeMap::new()).unwrap();
+        let r = service_request(&s, &Arc::default()).unwrap();
         assert_eq!(r.key, ServiceKey::new("team-a", "web"));
         assert_eq!(r.families, FamilyPolicy::RequireDualStack(Family::V6));
         assert_eq!(r.requested.len(), 2, "the annotation wins over spec.loadBalancerIP");
@@ -313,7 +317,7 @@ mod tests {
         assert_eq!(r.traffic_policy, TrafficPolicy::Local);
 
         let s = svc(&[], ServiceSpec { load_balancer_ip: Some("192.0.2.99".into()), ..Default::default() });
-        let r = service_request(&s, &BTreeMap::new()).unwrap();
+        let r = service_request(&s, &Arc::default()).unwrap();
         assert_eq!(r.requested, vec!["192.0.2.99".parse::<IpAddr>().unwrap()]);
         assert_eq!(r.families, FamilyPolicy::SingleStack(Family::V4));
     }
@@ -321,11 +325,11 @@ mod tests {
     #[test]
     fn bad_requests_name_the_field() {
         let s = svc(&[(ANNOTATION_LOAD_BALANCER_IPS, "nope")], ServiceSpec::default());
-        let e = service_request(&s, &BTreeMap::new()).unwrap_err().to_string();
+        let e = service_request(&s, &Arc::default()).unwrap_err().to_string();
         assert!(e.contains("team-a/web") && e.contains(ANNOTATION_LOAD_BALANCER_IPS), "{e}");
-        assert!(replay_request(&s, &BTreeMap::new()).requested.is_empty());
+        assert!(replay_request(&s, &Arc::default()).requested.is_empty());
         let s = svc(&[], ServiceSpec { load_balancer_ip: Some("x".into()), ..Default::default() });
-        let e = service_request(&s, &BTreeMap::new()).unwrap_err().to_string();
+        let e = service_request(&s, &Arc::default()).unwrap_err().to_string();
         assert!(e.contains("spec.loadBalancerIP"), "{e}");
     }
 
@@ -341,7 +345,7 @@ mod tests {
             ],
             ServiceSpec::default(),
         );
-        let r = service_request(&s, &BTreeMap::new()).unwrap();
+        let r = service_request(&s, &Arc::default()).unwrap();
         assert_eq!(r.requested, vec!["192.0.2.7".parse::<IpAddr>().unwrap()]);
         assert_eq!((r.pool.as_deref(), r.sharing_key.as_deref()), (Some("lan"), Some("k")));
         let note = metallb_note(&s).unwrap();
@@ -356,9 +360,9 @@ mod tests {
         assert_eq!(metallb_note(&svc(&[(ANNOTATION_ADDRESS_POOL, "lan")], ServiceSpec::default())), None);
         // A bad MetalLB value is reported under its own name, and replay ignores it.
         let s = svc(&[("metallb.io/loadBalancerIPs", "nope")], ServiceSpec::default());
-        let e = service_request(&s, &BTreeMap::new()).unwrap_err().to_string();
+        let e = service_request(&s, &Arc::default()).unwrap_err().to_string();
         assert!(e.contains("annotation metallb.io/loadBalancerIPs: \"nope\" is not an IP address"), "{e}");
-        assert!(replay_request(&s, &BTreeMap::new()).requested.is_empty());
+        assert!(replay_request(&s, &Arc::default()).requested.is_empty());
     }
 
     #[test]
@@ -441,7 +445,8 @@ mod tests {
     fn the_cache_keeps_what_the_controller_reads() {
         use kube::Resource;
 
-        let ns_labels: BTreeMap<String, String> = [("team".to_string(), "a".to_string())].into();
+        let ns_labels: Arc<BTreeMap<String, String>> =
+            Arc::new([("team".to_string(), "a".to_string())].into());
         for spec_ip in [false, true] {
             let full = served(spec_ip);
             let cached = CachedService::from(full.clone());
@@ -460,7 +465,7 @@ mod tests {
                 ServiceRequest {
                     key: ServiceKey::new("team-a", "web"),
                     namespace_labels: ns_labels.clone(),
-                    service_labels: full.labels().clone(),
+                    service_labels: Arc::new(full.labels().clone()),
                     families: FamilyPolicy::RequireDualStack(Family::V6),
                     requested,
                     pool: Some("lan".into()),
@@ -472,6 +477,9 @@ mod tests {
                 }
             );
             assert_eq!(replay_request(&cached, &ns_labels), request);
+            // The labels are shared, not copied: with the namespace, and with the cache.
+            assert!(Arc::ptr_eq(&request.namespace_labels, &ns_labels));
+            assert!(Arc::ptr_eq(&request.service_labels, &cached.labels));
             let ips: Vec<IpAddr> = vec!["2001:db8::7".parse().unwrap(), "192.0.2.7".parse().unwrap()];
             assert_eq!(ingress_ips(&cached), ips);
             // Only the first entry is as the controller writes it (the second is Proxy).

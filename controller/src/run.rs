@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use ferrolb_api::{BfdProfile, BgpAdvertisement, BgpPeer, ControlPlaneVip, IpAddressPool, L2Advertisement};
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ApplierConfig, applier};
@@ -28,7 +27,7 @@ use crate::http::Health;
 use crate::ipam::{AllocError, Placement, ServiceKey};
 use crate::leader::Elector;
 use crate::metrics::Metrics;
-use crate::model::{self, CachedService, Class};
+use crate::model::{self, CachedNamespace, CachedService, Class};
 use crate::pool_sync::PoolSync;
 use crate::queue::WorkQueue;
 use crate::validity::ConfigStores;
@@ -126,7 +125,7 @@ async fn serve(
     health: Health,
 ) -> Result<(), Error> {
     let (svc_reader, svc_writer) = reflector::store::<CachedService>();
-    let (ns_reader, ns_writer) = reflector::store::<Namespace>();
+    let (ns_reader, ns_writer) = reflector::store::<CachedNamespace>();
     let (pool_reader, pool_writer) = reflector::store::<IpAddressPool>();
     let queue = Arc::new(WorkQueue::default());
     let reporter =
@@ -331,10 +330,10 @@ async fn services_task(
 /// Namespace label changes re-reconcile only the Services of that namespace.
 async fn namespaces_task(
     ctx: Arc<Context>,
-    events: impl Stream<Item = Result<Event<Namespace>, watcher::Error>>,
+    events: impl Stream<Item = Result<Event<CachedNamespace>, watcher::Error>>,
 ) -> Result<(), Error> {
     let mut events = std::pin::pin!(events);
-    let mut labels: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut labels: BTreeMap<String, Arc<BTreeMap<String, String>>> = BTreeMap::new();
     let mut changed_during_init: Vec<String> = Vec::new();
     let touch = |ns: &str| {
         for s in ctx.services.state().iter().filter(|s| s.namespace().as_deref() == Some(ns)) {
@@ -345,11 +344,11 @@ async fn namespaces_task(
         match ev {
             Ok(Event::Apply(ns)) | Ok(Event::InitApply(ns)) => {
                 let name = ns.name_any();
-                let new = ns.labels().clone();
+                let new = ns.labels.clone();
                 let before = labels.insert(name.clone(), new.clone());
                 if before.is_some_and(|b| b != new) {
                     debug!(namespace = %name, "namespace labels changed");
-                    if ctx.namespaces.get(&ObjectRef::from_obj(&ns)).is_some_and(|c| c.labels() == &new) {
+                    if ctx.namespaces.get(&ObjectRef::from_obj(&ns)).is_some_and(|c| c.labels == new) {
                         touch(&name);
                     } else {
                         // During a relist the cache is swapped at InitDone.

@@ -69,11 +69,11 @@ impl Build for ServiceRequest {
         self
     }
     fn label(mut self, k: &str, v: &str) -> Self {
-        self.service_labels.insert(k.into(), v.into());
+        std::sync::Arc::make_mut(&mut self.service_labels).insert(k.into(), v.into());
         self
     }
     fn ns_label(mut self, k: &str, v: &str) -> Self {
-        self.namespace_labels.insert(k.into(), v.into());
+        std::sync::Arc::make_mut(&mut self.namespace_labels).insert(k.into(), v.into());
         self
     }
 }

@@ -128,10 +128,12 @@ impl FamilyPolicy {
 pub struct ServiceRequest {
     /// Namespace and name.
     pub key: ServiceKey,
-    /// Labels of the Service's namespace (for `namespaceSelectors`).
-    pub namespace_labels: BTreeMap<String, String>,
-    /// Labels of the Service (for `serviceSelectors`).
-    pub service_labels: BTreeMap<String, String>,
+    /// Labels of the Service's namespace (for `namespaceSelectors`). Shared: every
+    /// Service of a namespace holds the one map (a real namespace has at least
+    /// `kubernetes.io/metadata.name`, and a map of one costs 544 bytes).
+    pub namespace_labels: Arc<BTreeMap<String, String>>,
+    /// Labels of the Service (for `serviceSelectors`), shared with the watch cache.
+    pub service_labels: Arc<BTreeMap<String, String>>,
     /// Family policy.
     pub families: FamilyPolicy,
     /// `ferrolb.io/loadBalancerIPs` or `spec.loadBalancerIP`, at most one per family.

@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ferrolb_api::{ANNOTATION_IP_ALLOCATED_FROM_POOL, SERVICE_ANNOTATIONS};
-use k8s_openapi::api::core::v1::{Service, ServiceSpec};
+use k8s_openapi::api::core::v1::{Namespace, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use serde::Deserialize;
 
@@ -26,9 +27,11 @@ use crate::ipam::{Family, FamilyPolicy, Protocol, TrafficPolicy};
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(from = "Service")]
 pub struct CachedService {
-    /// Name, namespace, uid, resourceVersion, generation, creationTimestamp, labels, and the
-    /// request's annotations.
+    /// Name, namespace, uid, resourceVersion, generation, creationTimestamp, and the
+    /// request's annotations. Not the labels: see `labels`.
     pub metadata: ObjectMeta,
+    /// `metadata.labels`, shared with the allocation request built from them.
+    pub labels: Arc<BTreeMap<String, String>>,
     /// `ferrolb.io/ip-allocated-from-pool`, kept apart from the map: in the common case it
     /// is a Service's only annotation the controller reads, and a map of one costs 544 bytes.
     pub allocated_from: Option<Box<str>>,
@@ -38,6 +41,32 @@ pub struct CachedService {
     pub ingress: Box<[Ingress]>,
     /// `status.conditions`, every one (a write of ours replaces the whole list).
     pub conditions: Vec<Condition>,
+}
+
+/// A Namespace as the controller's watch cache keeps it: its labels, in one map that
+/// every allocation request of a Service in it shares.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(from = "Namespace")]
+pub struct CachedNamespace {
+    /// Name, uid and resourceVersion. Not the labels: see `labels`.
+    pub metadata: ObjectMeta,
+    /// `metadata.labels`.
+    pub labels: Arc<BTreeMap<String, String>>,
+}
+
+impl From<Namespace> for CachedNamespace {
+    fn from(ns: Namespace) -> Self {
+        let m = ns.metadata;
+        CachedNamespace {
+            metadata: ObjectMeta {
+                name: m.name,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                ..Default::default()
+            },
+            labels: Arc::new(m.labels.unwrap_or_default()),
+        }
+    }
 }
 
 /// What the controller reads of a `type: LoadBalancer` Service's spec.
@@ -88,10 +117,10 @@ impl From<Service> for CachedService {
                 resource_version: m.resource_version,
                 generation: m.generation,
                 creation_timestamp: m.creation_timestamp,
-                labels: m.labels,
                 annotations: (!read.is_empty()).then_some(read),
                 ..Default::default()
             },
+            labels: Arc::new(m.labels.unwrap_or_default()),
             allocated_from,
             load_balancer: svc.spec.filter(|s| s.type_.as_deref() == Some("LoadBalancer")).map(spec),
             ingress: status
@@ -150,24 +179,32 @@ fn spec(s: ServiceSpec) -> LoadBalancerSpec {
     }
 }
 
-/// The API object it stands for: the watch lists and watches Services.
-impl k8s_openapi::Resource for CachedService {
-    const API_VERSION: &'static str = <Service as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Service as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Service as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Service as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Service as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = <Service as k8s_openapi::Resource>::Scope;
+/// Makes a cached type stand for its API kind, whose JSON it is decoded from: the watch
+/// lists and watches that kind.
+macro_rules! stands_for {
+    ($cached:ty, $kind:ty) => {
+        impl k8s_openapi::Resource for $cached {
+            const API_VERSION: &'static str = <$kind as k8s_openapi::Resource>::API_VERSION;
+            const GROUP: &'static str = <$kind as k8s_openapi::Resource>::GROUP;
+            const KIND: &'static str = <$kind as k8s_openapi::Resource>::KIND;
+            const VERSION: &'static str = <$kind as k8s_openapi::Resource>::VERSION;
+            const URL_PATH_SEGMENT: &'static str = <$kind as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+            type Scope = <$kind as k8s_openapi::Resource>::Scope;
+        }
+
+        impl k8s_openapi::Metadata for $cached {
+            type Ty = ObjectMeta;
+
+            fn metadata(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+
+            fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
 
-impl k8s_openapi::Metadata for CachedService {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+stands_for!(CachedService, Service);
+stands_for!(CachedNamespace, Namespace);

@@ -81,7 +81,9 @@ fn cold_start(build: &Build, n: usize) -> Result<Option<u64>, Error> {
     let lab = Lab::up(LabConfig::nodes(NODE))?;
     let cluster = FakeCluster::start_with(&lab, FakeApiServer::new().with_request_log())?;
     for ns in [ferrolb::NAMESPACE, NS] {
-        cluster.apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))?;
+        // With the label the real apiserver gives every namespace (the fake gives none).
+        let metadata = json!({"name": ns, "labels": {"kubernetes.io/metadata.name": ns}});
+        cluster.apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}))?;
     }
     cluster.apply_stream(&yaml::pool(POOL_NAME, &[POOL]))?;
 
