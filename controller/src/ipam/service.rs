@@ -11,8 +11,8 @@ use crate::ipam::error::ShareRefusal;
 
 /// A Service's namespace and name, as `namespace/name` in one shared allocation: the
 /// allocator keeps several copies of each key (its map, the request, every address's
-/// holders), and two strings per copy were a sixth of its memory per Service. Ordered by
-/// namespace, then name. A namespace never contains `/` (it is a DNS label).
+/// holders), which were two heap strings each. Ordered by namespace, then name. A
+/// namespace never contains `/` (it is a DNS label).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ServiceKey(Arc<str>);
 
