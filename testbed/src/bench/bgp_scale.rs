@@ -7,14 +7,15 @@
 //! `gobgp mrt inject`; ExaBGP: N `announce route` lines on its API). Measured: time to
 //! the last prefix in r1 BIRD's RIB and in r1's kernel, time from the input change that
 //! removes them to the last one gone from the kernel, bytes on the wire per prefix and
-//! the speaker's peak RSS. BIRD as the speaker is the reference: a C implementation
+//! the speaker's resident memory at rest (Established, no routes, just before the clock
+//! starts) and at its peak. BIRD as the speaker is the reference: a C implementation
 //! feeding the same router, the practical limit of r1's import.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::{ms, peak_rss};
+use super::{ms, peak_rss, rss};
 use crate::netns::Netns;
 use crate::process::{Proc, Spawn};
 use crate::routers::{self, Bird, ExaNeighbor, PeerAs, RouterSpec};
@@ -43,6 +44,9 @@ pub struct ScaleResult {
     pub bytes: u64,
     /// Peak resident memory of the speaker.
     pub rss: Option<u64>,
+    /// Resident memory of the speaker at rest: Established with an empty table, just
+    /// before the input change.
+    pub idle_rss: Option<u64>,
     /// Networks in BIRD's RIB just before the input change, then at each poll until the
     /// last prefix arrived: (time from the input change, count).
     pub rib_series: Vec<(Duration, u64)>,
@@ -242,6 +246,7 @@ fn measure(lab: &Lab, n: u32, feed: &mut dyn Feed) -> Result<ScaleResult, Error>
     let mut kernel = KernelRoutes::open(lab.router())?;
     let bytes_before = bgp_bytes_received(lab.router())?;
     let before = rib.route_count()?;
+    let idle_rss = feed.pid().and_then(rss);
     let t0 = Instant::now();
     feed.announce()?;
     let input = t0.elapsed();
@@ -274,6 +279,7 @@ fn measure(lab: &Lab, n: u32, feed: &mut dyn Feed) -> Result<ScaleResult, Error>
         updates,
         bytes,
         rss: feed.pid().and_then(peak_rss),
+        idle_rss,
         rib_series,
     })
 }
@@ -316,8 +322,8 @@ pub fn measure_all(sizes: &[u32], systems: &[System], runs: usize) -> Result<Vec
     for &n in sizes {
         println!("\n{n} prefixes");
         println!(
-            "{:<28} {:>9} {:>22} {:>22} {:>22} {:>8} {:>8} {:>9}",
-            "system", "input", "RIB", "kernel", "withdraw", "B/prefix", "UPDATEs", "peak RSS"
+            "{:<28} {:>9} {:>22} {:>22} {:>22} {:>8} {:>8} {:>9} {:>9}",
+            "system", "input", "RIB", "kernel", "withdraw", "B/prefix", "UPDATEs", "idle RSS", "peak RSS"
         );
         let mut by_run: Vec<Vec<Outcome>> = Vec::new();
         for k in 0..runs.max(1) {
@@ -394,7 +400,7 @@ fn row(r: &ScaleResult, reference: Option<&ScaleResult>) -> String {
         _ => format!("{:.0} ms", ms(d)),
     };
     format!(
-        "{:<28} {:>9} {:>22} {:>22} {:>22} {:>8.1} {:>8} {:>9}",
+        "{:<28} {:>9} {:>22} {:>22} {:>22} {:>8.1} {:>8} {:>9} {:>9}",
         r.system,
         format!("{:.0} ms", ms(r.input)),
         cell(r.to_rib, reference.map(|b| b.to_rib)),
@@ -402,7 +408,8 @@ fn row(r: &ScaleResult, reference: Option<&ScaleResult>) -> String {
         cell(r.withdraw, reference.map(|b| b.withdraw)),
         r.bytes as f64 / f64::from(r.prefixes.max(1)),
         r.updates.map_or("—".into(), |u| u.to_string()),
-        r.rss.map_or("?".into(), |b| format!("{:.1} MB", b as f64 / 1e6)),
+        r.idle_rss.map_or("?".into(), |b| format!("{:.1} MiB", super::mib(b))),
+        r.rss.map_or("?".into(), |b| format!("{:.1} MiB", super::mib(b))),
     )
 }
 

@@ -682,21 +682,23 @@ const RSS_BOUNDS: [(u32, u64); 3] = [(10_000, 30), (50_000, 120), (100_000, 250)
 fn memory_section(scale: &[Outcome], goals: &[Goal], figure: &str) -> String {
     let sizes = sizes(scale);
     let mut s = String::from(
-        "## Memory\n\nPeak RSS (VmHWM) of each speaker, MiB, by Services / prefixes.\n\n| Speaker |",
+        "## Memory\n\nRSS of each speaker, MiB: at rest (VmRSS when Established with no routes, \
+         min / median / max over its runs), then the peak (VmHWM) by Services / prefixes.\n\n\
+         | Speaker | At rest |",
     );
     for n in &sizes {
         let _ = write!(s, " {n} |");
     }
-    let _ = write!(s, "\n|---|{}\n", "---:|".repeat(sizes.len()));
+    let _ = write!(s, "\n|---|---:|{}\n", "---:|".repeat(sizes.len()));
     for speaker in Speaker::ALL {
-        let cells: Vec<String> = sizes
-            .iter()
-            .map(|n| {
-                result_of(scale, speaker, *n)
-                    .and_then(|r| r.rss)
-                    .map_or("—".into(), |b| format!("{:.1}", mib(b)))
-            })
-            .collect();
+        let mut cells = vec![idle_rss(scale, speaker).map_or("—".into(), |r| {
+            format!("{:.1} / {:.1} / {:.1}", mib(r.min), mib(r.median), mib(r.max))
+        })];
+        cells.extend(sizes.iter().map(|n| {
+            result_of(scale, speaker, *n)
+                .and_then(|r| r.rss)
+                .map_or("—".into(), |b| format!("{:.1}", mib(b)))
+        }));
         let _ = writeln!(s, "| {} | {} |", speaker.name(), cells.join(" | "));
     }
     s.push_str(&goal_table(goals));
@@ -704,9 +706,32 @@ fn memory_section(scale: &[Outcome], goals: &[Goal], figure: &str) -> String {
     s
 }
 
-/// ferrolb's peak RSS goal at each size up to 100 000.
+/// ferrolb's bound at rest (MiB).
+const IDLE_RSS_BOUND: u64 = 8;
+
+/// `speaker`'s RSS at rest over all its runs.
+fn idle_rss(scale: &[Outcome], speaker: Speaker) -> Option<super::Summary<u64>> {
+    let xs: Vec<u64> = scale
+        .iter()
+        .filter(|o| o.system == speaker)
+        .filter_map(|o| o.result.as_ref().ok()?.idle_rss)
+        .collect();
+    super::Summary::of(&xs)
+}
+
+/// ferrolb's RSS at rest, judged on its largest; then its peak RSS goal at each size up
+/// to 100 000.
 fn memory_goals(scale: &[Outcome]) -> Vec<Goal> {
     let mut goals = Vec::new();
+    let goal = format!("ferrolb RSS at rest < {IDLE_RSS_BOUND} MiB (Established, no routes; every run)");
+    goals.push(match idle_rss(scale, Speaker::Ferrolb) {
+        Some(r) => Goal {
+            goal,
+            figure: format!("{:.1} / {:.1} / {:.1} MiB", mib(r.min), mib(r.median), mib(r.max)),
+            verdict: Verdict::of(r.max < IDLE_RSS_BOUND << 20),
+        },
+        None => Goal::unmeasured(goal),
+    });
     for n in sizes(scale) {
         let Some((at, bound)) = RSS_BOUNDS.iter().find(|(at, _)| n <= *at) else { continue };
         let goal = if n == *at {
