@@ -110,7 +110,7 @@ impl Context {
 
     /// Queues a Service for reconciliation.
     pub fn enqueue(&self, key: &ServiceKey) {
-        self.queue.push(ObjectRef::new(key.name()).within(key.namespace()));
+        self.queue.push(key.clone());
     }
 
     /// Queues every Service whose allocation failed, after addresses freed up or pools changed.

@@ -17,6 +17,7 @@ use futures::Stream;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
 
+use crate::ipam::ServiceKey;
 use crate::model::CachedService;
 
 /// Services handed to the reconciler whose reconcile has not started yet. kube's applier
@@ -35,18 +36,19 @@ pub struct WorkQueue {
     ready: Notify,
 }
 
-/// Each reference once, shared by the order and the set: a cold start queues every
-/// Service (with 100k of them, held twice, 18 MiB more at ready).
+/// Each Service by its key, one allocation shared by the order and the set (and with the
+/// allocator when it comes from there): a cold start queues every Service. A reference
+/// is made only when the Service is handed out.
 #[derive(Debug, Default)]
 struct Inner {
-    order: VecDeque<Arc<ObjectRef<CachedService>>>,
-    queued: HashSet<Arc<ObjectRef<CachedService>>>,
+    order: VecDeque<ServiceKey>,
+    queued: HashSet<ServiceKey>,
     /// Handed out, reconcile not started; true when queued again meanwhile.
-    handed: HashMap<Arc<ObjectRef<CachedService>>, bool>,
+    handed: HashMap<ServiceKey, bool>,
 }
 
 impl Inner {
-    fn queue(&mut self, svc: Arc<ObjectRef<CachedService>>) {
+    fn queue(&mut self, svc: ServiceKey) {
         self.queued.insert(svc.clone());
         self.order.push_back(svc);
     }
@@ -59,7 +61,7 @@ impl WorkQueue {
 
     /// Queues `svc` unless it is already waiting. A Service handed out and not yet
     /// started is queued again once it starts: the reconcile may have read it already.
-    pub fn push(&self, mut svc: ObjectRef<CachedService>) {
+    pub fn push(&self, svc: ServiceKey) {
         let mut q = self.lock();
         if q.queued.contains(&svc) {
             return;
@@ -68,17 +70,14 @@ impl WorkQueue {
             *again = true;
             return;
         }
-        // uid and resourceVersion are not part of a reference's identity, and the
-        // reconcile reads the Service from the cache: 80 bytes less per queued Service.
-        svc.extra = Default::default();
-        q.queue(Arc::new(svc));
+        q.queue(svc);
         drop(q);
         self.ready.notify_one();
     }
 
     /// The reconcile of `svc` has started (or the applier found it gone): its slot is
     /// free, and it is queued again if it changed after it was handed out.
-    pub fn started(&self, svc: &ObjectRef<CachedService>) {
+    pub fn started(&self, svc: &ServiceKey) {
         let mut q = self.lock();
         let Some((svc, again)) = q.handed.remove_entry(svc) else { return };
         let requeued = again && !q.queued.contains(&svc);
@@ -111,7 +110,7 @@ impl WorkQueue {
         }
         let svc = q.order.pop_front()?;
         q.queued.remove(&svc);
-        let out = ObjectRef::clone(&svc);
+        let out = ObjectRef::new(svc.name()).within(svc.namespace());
         q.handed.insert(svc, false);
         Some(out)
     }
@@ -137,8 +136,12 @@ mod tests {
     use super::*;
     use futures::StreamExt;
 
-    fn svc(name: &str) -> ObjectRef<CachedService> {
-        ObjectRef::new(name).within("default")
+    fn svc(name: &str) -> ServiceKey {
+        ServiceKey::new("default", name)
+    }
+
+    fn handed(name: &str) -> Option<ObjectRef<CachedService>> {
+        Some(ObjectRef::new(name).within("default"))
     }
 
     #[tokio::test]
@@ -150,17 +153,17 @@ mod tests {
         }
         assert_eq!(q.len(), 2);
         let mut s = Box::pin(q.clone().stream());
-        assert_eq!(s.next().await, Some(svc("a")));
+        assert_eq!(s.next().await, handed("a"));
         // Taken out and started, it may be queued again (a change during its reconcile).
         q.started(&svc("a"));
         q.push(svc("a"));
-        assert_eq!(s.next().await, Some(svc("b")));
-        assert_eq!(s.next().await, Some(svc("a")));
+        assert_eq!(s.next().await, handed("b"));
+        assert_eq!(s.next().await, handed("a"));
         assert!(q.is_empty());
         let waiting = tokio::spawn(async move { s.next().await });
         tokio::task::yield_now().await;
         q.push(svc("c"));
-        assert_eq!(waiting.await.unwrap(), Some(svc("c")));
+        assert_eq!(waiting.await.unwrap(), handed("c"));
     }
 
     #[tokio::test]
@@ -173,7 +176,7 @@ mod tests {
         }
         let mut s = Box::pin(q.clone().stream());
         for i in 0..IN_FLIGHT {
-            assert_eq!(s.next().await, Some(svc(&name(i))));
+            assert_eq!(s.next().await, handed(&name(i)));
         }
         // The limit: the last one waits until reconciles start.
         assert_eq!(s.next().now_or_never(), None);
@@ -184,7 +187,7 @@ mod tests {
         q.started(&svc("s0"));
         assert_eq!(q.len(), 2, "s0 queued again when its (possibly stale) reconcile started");
         // Its slot is free, and the consumer woken for it.
-        assert_eq!(s.next().await, Some(svc(&name(IN_FLIGHT))));
+        assert_eq!(s.next().await, handed(&name(IN_FLIGHT)));
         assert_eq!(s.next().now_or_never(), None);
         // One that was not handed out (the applier's own retry) frees no slot.
         q.started(&svc("elsewhere"));
@@ -193,7 +196,7 @@ mod tests {
             assert_eq!(s.next().now_or_never(), None, "woken with {i} started");
             q.started(&svc(&name(i)));
         }
-        assert_eq!(s.next().await, Some(svc("s0")));
+        assert_eq!(s.next().await, handed("s0"));
         assert!(q.is_empty());
         assert_eq!(s.next().now_or_never(), None);
         // A Service started without a change meanwhile is not queued again.

@@ -180,7 +180,7 @@ async fn serve(
     let offered = queue.clone().stream().map(Ok::<_, std::convert::Infallible>);
     let mut applier = Box::pin(applier(
         |svc, ctx| {
-            ctx.queue.started(&ObjectRef::from_obj(&*svc));
+            ctx.queue.started(&model::service_key(&svc));
             Box::pin(reconcile::reconcile(svc, ctx))
         },
         reconcile::error_policy,
@@ -197,9 +197,7 @@ async fn serve(
                 Some(Err(kube::runtime::controller::Error::ObjectNotFound(r))) => {
                     debug!(object = %r, "gone before reconcile");
                     // Never started: its slot is free all the same.
-                    let mut gone = ObjectRef::<CachedService>::new(&r.name);
-                    gone.namespace = r.namespace;
-                    queue.started(&gone);
+                    queue.started(&ServiceKey::new(r.namespace.unwrap_or_default(), &r.name));
                 }
                 Some(Err(e)) => debug!(error = %e, "reconcile"),
                 None => return Err(Error::WatchStopped("reconcile queue")),
@@ -299,7 +297,7 @@ async fn services_task(
     while let Some(ev) = events.next().await {
         match ev {
             Ok(Event::Apply(s)) => {
-                ctx.queue.push(ObjectRef::from_obj(&s));
+                ctx.queue.push(model::service_key(&s));
             }
             Ok(Event::Delete(s)) => {
                 ctx.release(&model::service_key(&s));
@@ -317,7 +315,7 @@ async fn services_task(
                     ctx.release(k);
                 }
                 for s in &all {
-                    ctx.queue.push(ObjectRef::from_obj(&**s));
+                    ctx.queue.push(model::service_key(s));
                 }
             }
             Ok(Event::Init | Event::InitApply(_)) => {}
@@ -337,7 +335,7 @@ async fn namespaces_task(
     let mut changed_during_init: Vec<String> = Vec::new();
     let touch = |ns: &str| {
         for s in ctx.services.state().iter().filter(|s| s.namespace().as_deref() == Some(ns)) {
-            ctx.queue.push(ObjectRef::from_obj(&**s));
+            ctx.queue.push(model::service_key(s));
         }
     };
     while let Some(ev) = events.next().await {
