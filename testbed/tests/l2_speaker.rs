@@ -16,7 +16,7 @@ use ferrolb_testbed::client::{self, ArpProbes, ProbeStream};
 use ferrolb_testbed::netns::Netns;
 use ferrolb_testbed::plan::{lan_v4 as v4, owner};
 use ferrolb_testbed::process::Spawn;
-use ferrolb_testbed::speaker::{Speaker, write_membership_key, yaml};
+use ferrolb_testbed::speaker::{self, Speaker, write_membership_key, yaml};
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
@@ -314,6 +314,18 @@ fn wait_owners(lab: &Lab, vips: &[IpAddr], members: &[usize]) {
     }
 }
 
+/// Starts node `i`'s speaker for a test of membership, not of failure detection: the
+/// successor claims after 200 ms without heartbeats instead of 20 ms. A debug build that
+/// the lab tests running beside it starve of CPU for 20 ms is otherwise suspected, its
+/// addresses move and come back, and the exact counts of ownership changes below fail
+/// for a reason the test is not about (seen once in CI). A false suspicion heals; that
+/// has its own test (`a_falsely_suspected_owner_takes_its_addresses_back_at_once`).
+fn start_member(lab: &Lab, i: usize, file: &str, key: &Path) -> Speaker {
+    let key = key.display().to_string();
+    let extra = ["--membership-key-file", &key, "--l2-heartbeat-misses", "40"];
+    Speaker::start_with(lab, i, file, &speaker::binary("debug").unwrap(), &extra).unwrap()
+}
+
 /// A third speaker with the wrong key changes nothing; with the right key it takes
 /// exactly the addresses election gives it, and the others release only those.
 #[test]
@@ -322,16 +334,13 @@ fn joining_speaker_takes_only_what_it_wins_and_a_wrong_key_changes_nothing() {
     let key = write_membership_key(&lab, "cluster-key").unwrap();
     let vips: Vec<IpAddr> = (201..=208).map(v4).collect();
     let file = static_file(3, &vips);
-    let mut s = vec![
-        Speaker::start_l2(&lab, 1, &file, &key).unwrap(),
-        Speaker::start_l2(&lab, 2, &file, &key).unwrap(),
-    ];
+    let mut s = vec![start_member(&lab, 1, &file, &key), start_member(&lab, 2, &file, &key)];
     wait_owners(&lab, &vips, &[1, 2]);
 
     // node3 with another key: the others never see it, it claims nothing.
     let key3 = lab.subdir("node3-key").unwrap().join("membership.key");
     std::fs::write(&key3, "a-different-key-of-at-least-32-characters\n").unwrap();
-    let mut s3 = Speaker::start_l2(&lab, 3, &file, &key3).unwrap();
+    let mut s3 = start_member(&lab, 3, &file, &key3);
     s3.wait_log("the membership key differs", T).unwrap();
     wait_owners(&lab, &vips, &[1, 2]);
     for sp in &s {
