@@ -17,7 +17,7 @@ use crate::error::CallError;
 use crate::fence::{CALL_TIMEOUT, Fence};
 use crate::ipam::{Allocator, ServiceKey};
 use crate::metrics::Metrics;
-use crate::model::{CachedNamespace, CachedService};
+use crate::model::{self, CachedNamespace, CachedService};
 use crate::queue::WorkQueue;
 
 /// `reportingController` of the controller's Events.
@@ -145,7 +145,7 @@ impl Context {
 
     /// A reference to a Service for Events, from the cache (with its uid) or from its key.
     pub fn service_ref(&self, key: &ServiceKey) -> ObjectReference {
-        match self.services.get(&ObjectRef::new(key.name()).within(key.namespace())) {
+        match self.services.get(&model::service_ref(key)) {
             Some(s) => s.object_ref(&()),
             None => ObjectReference {
                 api_version: Some("v1".into()),

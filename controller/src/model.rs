@@ -48,6 +48,11 @@ pub fn service_key(svc: &CachedService) -> ServiceKey {
     ServiceKey::new(svc.namespace().unwrap_or_default(), svc.name_any())
 }
 
+/// The watch cache's reference to the Service of `key`.
+pub fn service_ref(key: &ServiceKey) -> kube::runtime::reflector::ObjectRef<CachedService> {
+    kube::runtime::reflector::ObjectRef::new(key.name()).within(key.namespace())
+}
+
 /// A Service whose request cannot be built; the message names the field and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {

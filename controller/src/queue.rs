@@ -18,7 +18,7 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
 
 use crate::ipam::ServiceKey;
-use crate::model::CachedService;
+use crate::model::{self, CachedService};
 
 /// Services handed to the reconciler whose reconcile has not started yet. kube's applier
 /// takes every reference it is offered into its scheduler at once, where each costs far
@@ -110,7 +110,7 @@ impl WorkQueue {
         }
         let svc = q.order.pop_front()?;
         q.queued.remove(&svc);
-        let out = ObjectRef::new(svc.name()).within(svc.namespace());
+        let out = model::service_ref(&svc);
         q.handed.insert(svc, false);
         Some(out)
     }

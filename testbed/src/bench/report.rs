@@ -691,9 +691,7 @@ fn memory_section(scale: &[Outcome], goals: &[Goal], figure: &str) -> String {
     }
     let _ = write!(s, "\n|---|---:|{}\n", "---:|".repeat(sizes.len()));
     for speaker in Speaker::ALL {
-        let mut cells = vec![idle_rss(scale, speaker).map_or("—".into(), |r| {
-            format!("{:.1} / {:.1} / {:.1}", mib(r.min), mib(r.median), mib(r.max))
-        })];
+        let mut cells = vec![idle_rss(scale, speaker).map_or("—".into(), |r| mib_spread(&r))];
         cells.extend(sizes.iter().map(|n| {
             result_of(scale, speaker, *n)
                 .and_then(|r| r.rss)
@@ -719,6 +717,11 @@ fn idle_rss(scale: &[Outcome], speaker: Speaker) -> Option<super::Summary<u64>> 
     super::Summary::of(&xs)
 }
 
+/// "min / median / max" of byte counts, in MiB.
+fn mib_spread(r: &super::Summary<u64>) -> String {
+    format!("{:.1} / {:.1} / {:.1}", mib(r.min), mib(r.median), mib(r.max))
+}
+
 /// ferrolb's RSS at rest, judged on its largest; then its peak RSS goal at each size up
 /// to 100 000.
 fn memory_goals(scale: &[Outcome]) -> Vec<Goal> {
@@ -727,7 +730,7 @@ fn memory_goals(scale: &[Outcome]) -> Vec<Goal> {
     goals.push(match idle_rss(scale, Speaker::Ferrolb) {
         Some(r) => Goal {
             goal,
-            figure: format!("{:.1} / {:.1} / {:.1} MiB", mib(r.min), mib(r.median), mib(r.max)),
+            figure: format!("{} MiB", mib_spread(&r)),
             verdict: Verdict::of(r.max < IDLE_RSS_BOUND << 20),
         },
         None => Goal::unmeasured(goal),
