@@ -281,8 +281,10 @@ fn inline_value(rest: &str) -> Option<Node<'_>> {
         b'"' | b'\'' | b'[' | b'{' => {
             let mut cursor = Cursor { s: rest, at: 0 };
             let value = cursor.flow_node(0)?;
-            let tail = cursor.s[cursor.at..].trim_start_matches(' ');
-            (tail.is_empty() || tail.starts_with('#')).then_some(value)
+            let after = &cursor.s[cursor.at..];
+            let tail = after.trim_start_matches(' ');
+            // A comment must be set off by a space: `'a'#b` is an error in YAML.
+            (tail.is_empty() || (tail.starts_with('#') && tail.len() < after.len())).then_some(value)
         }
         _ => {
             // One pass (this runs for every value of a big file): the text ends at a

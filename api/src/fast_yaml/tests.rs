@@ -112,10 +112,20 @@ fn leaves_everything_outside_the_subset_to_the_general_parser() {
         "a: b: c\n",
         "a: 'unterminated\n",
         "a: {b: 1} trailing\n",
+        // A comment not set off by a space is an error (found by `agrees_on_any_text`).
+        "a: 'b'#c\n",
+        "a: \"b\"#c\n",
+        "a: [b]#c\n",
+        "--&0''!6']yu:*: 'y>8#,4*[>'#>[,*,{w.",
         "a:\n b: 1\n  c: 2\n",
         "%YAML 1.2\n---\na: 1\n",
     ] {
         assert_eq!(parse(doc), None, "should be declined:\n{doc}");
+    }
+    // Set off by a space, it is a comment.
+    for doc in ["a: 'b' #c\n", "a: [b] #c\n"] {
+        assert!(parse(doc).is_some(), "should be read:\n{doc}");
+        assert_agrees(doc);
     }
 }
 
