@@ -17,8 +17,9 @@ use crate::error::CallError;
 use crate::fence::{CALL_TIMEOUT, Fence};
 use crate::ipam::{Allocator, ServiceKey};
 use crate::metrics::Metrics;
-use crate::model::{self, CachedNamespace, CachedService};
+use crate::model::CachedNamespace;
 use crate::queue::WorkQueue;
+use crate::service_cache::ServiceCache;
 
 /// `reportingController` of the controller's Events.
 pub const REPORTING_CONTROLLER: &str = "ferrolb-controller";
@@ -68,8 +69,8 @@ pub struct Context {
     pub settings: Settings,
     /// The allocator (see [`Ipam`] for why a Mutex).
     pub ipam: Mutex<Ipam>,
-    /// Watch cache of Services.
-    pub services: Store<CachedService>,
+    /// The cache of Services.
+    pub services: ServiceCache,
     /// Watch cache of Namespaces (labels for namespaceSelectors).
     pub namespaces: Store<CachedNamespace>,
     /// Services to reconcile, each at most once.
@@ -145,8 +146,8 @@ impl Context {
 
     /// A reference to a Service for Events, from the cache (with its uid) or from its key.
     pub fn service_ref(&self, key: &ServiceKey) -> ObjectReference {
-        match self.services.get(&model::service_ref(key)) {
-            Some(s) => s.object_ref(&()),
+        match self.services.get(key) {
+            Some(s) => s.object_ref(),
             None => ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Service".into()),

@@ -24,6 +24,7 @@ pub mod pool_sync;
 pub mod queue;
 pub mod reconcile;
 pub mod run;
+pub mod service_cache;
 pub mod validity;
 
 pub use context::Settings;

@@ -10,12 +10,11 @@ use std::sync::{Mutex, MutexGuard};
 
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::EventType;
 use tracing::{debug, info, warn};
 
-use crate::context::{Context, REPORTING_CONTROLLER, versioned_ref};
+use crate::context::{Context, REPORTING_CONTROLLER};
 use crate::ipam::ServiceKey;
 use crate::model::{self, CachedService};
 
@@ -99,11 +98,10 @@ pub async fn notify(svc: &CachedService, ctx: &Context) {
     let Some(note) = model::metallb_note(svc) else {
         return;
     };
-    let key = model::service_key(svc);
-    let uid = svc.uid().unwrap_or_default();
-    if !ctx.metallb_notices.remember(&key, &uid, &note) {
+    let uid = svc.uid.as_deref().unwrap_or_default();
+    if !ctx.metallb_notices.remember(&svc.key, uid, &note) {
         return;
     }
-    info!(service = %key, "{note}");
-    ctx.event(&versioned_ref(svc), EventType::Normal, REASON, note).await;
+    info!(service = %svc.key, "{note}");
+    ctx.event(&svc.versioned_ref(), EventType::Normal, REASON, note).await;
 }

@@ -18,7 +18,7 @@ use crate::ipam::{
 };
 
 mod cached;
-pub use cached::{CachedNamespace, CachedService, Ingress, LoadBalancerSpec};
+pub use cached::{CachedNamespace, CachedService, Ingress, LoadBalancerSpec, WatchedService};
 
 /// Whether a Service is ours, someone else's, or not a load balancer at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,16 +41,6 @@ pub fn classify(svc: &CachedService, lb_class: &str) -> Class {
         Some(c) if c == lb_class => Class::Served,
         Some(_) => Class::Foreign,
     }
-}
-
-/// The Service's namespace/name.
-pub fn service_key(svc: &CachedService) -> ServiceKey {
-    ServiceKey::new(svc.namespace().unwrap_or_default(), svc.name_any())
-}
-
-/// The watch cache's reference to the Service of `key`.
-pub fn service_ref(key: &ServiceKey) -> kube::runtime::reflector::ObjectRef<CachedService> {
-    kube::runtime::reflector::ObjectRef::new(key.name()).within(key.namespace())
 }
 
 /// A Service whose request cannot be built; the message names the field and the fix.
@@ -84,8 +74,8 @@ pub fn service_request(
     svc: &CachedService,
     namespace_labels: &Arc<BTreeMap<String, String>>,
 ) -> Result<ServiceRequest, RequestError> {
-    let key = service_key(svc);
-    let annotations = svc.annotations();
+    let key = svc.key.clone();
+    let annotations = &svc.annotations;
     let default = LoadBalancerSpec::default();
     let spec = svc.load_balancer.as_ref().unwrap_or(&default);
     let requested =
@@ -116,7 +106,7 @@ pub fn service_request(
         ports: spec.ports.to_vec(),
         traffic_policy: spec.traffic_policy,
         backend_key: spec.backend_key.as_deref().map(str::to_owned),
-        created: svc.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
+        created: svc.created,
         key,
     })
 }
@@ -131,13 +121,11 @@ pub fn replay_request(
         Ok(r) => r,
         Err(_) => {
             let mut lenient = svc.clone();
-            if let Some(a) = lenient.metadata.annotations.as_mut() {
-                for (key, metallb) in
-                    SERVICE_ANNOTATIONS.iter().filter(|(k, _)| *k == ANNOTATION_LOAD_BALANCER_IPS)
-                {
-                    for k in std::iter::once(key).chain(metallb) {
-                        a.remove(*k);
-                    }
+            for (key, metallb) in
+                SERVICE_ANNOTATIONS.iter().filter(|(k, _)| *k == ANNOTATION_LOAD_BALANCER_IPS)
+            {
+                for k in std::iter::once(key).chain(metallb) {
+                    lenient.annotations.remove(*k);
                 }
             }
             if let Some(s) = lenient.load_balancer.as_mut() {
@@ -145,7 +133,7 @@ pub fn replay_request(
             }
             // Cannot fail: both fallible fields are gone.
             service_request(&lenient, namespace_labels)
-                .unwrap_or_else(|_| ServiceRequest { key: service_key(svc), ..ServiceRequest::default() })
+                .unwrap_or_else(|_| ServiceRequest { key: svc.key.clone(), ..ServiceRequest::default() })
         }
     }
 }
@@ -154,7 +142,7 @@ pub fn replay_request(
 /// read in (and which lose to another spelling); `None` when it uses none. It depends on
 /// the annotation keys only, so a new note means the set of spellings changed.
 pub fn metallb_note(svc: &CachedService) -> Option<String> {
-    let annotations = svc.annotations();
+    let annotations = &svc.annotations;
     let (mut read, mut ignored) = (Vec::new(), Vec::new());
     for (key, _) in SERVICE_ANNOTATIONS {
         let Some(a) = service_annotation(annotations, key) else { continue };
@@ -455,10 +443,14 @@ mod tests {
         for spec_ip in [false, true] {
             let full = served(spec_ip);
             let cached = CachedService::from(full.clone());
+            // The watch decodes the same, and keeps the resourceVersion it resumes from.
+            let watched = WatchedService::from(full.clone());
+            assert_eq!(watched.service, cached);
+            assert_eq!(watched.metadata.resource_version.as_deref(), Some("4711"));
             // Every reader of a cached Service sees what the API object says.
             assert_eq!(classify(&cached, "ferrolb.io/lb"), Class::Served);
             assert_eq!(classify(&cached, "other.io/lb"), Class::Foreign);
-            assert_eq!(service_key(&cached), ServiceKey::new("team-a", "web"));
+            assert_eq!(cached.key, ServiceKey::new("team-a", "web"));
             let request = service_request(&cached, &ns_labels).unwrap();
             let requested: Vec<IpAddr> = if spec_ip {
                 vec!["192.0.2.9".parse().unwrap()]
@@ -494,14 +486,12 @@ mod tests {
                 metallb_note(&cached).unwrap().contains("metallb.io/address-pool as ferrolb.io/address-pool")
             );
             assert_eq!(current_pool_annotation(&cached), Some("lan"));
-            assert_eq!(cached.object_ref(&()), full.object_ref(&()));
-            assert_eq!(crate::context::versioned_ref(&cached), crate::context::versioned_ref(&full));
-            assert_eq!(cached.metadata.generation, Some(3));
+            assert_eq!(cached.object_ref(), full.object_ref(&()));
+            assert_eq!(cached.versioned_ref(), crate::context::versioned_ref(&full));
+            assert_eq!(cached.generation, Some(3));
             assert_eq!(Some(&cached.conditions), full.status.as_ref().unwrap().conditions.as_ref());
-            // And what nobody reads is gone.
-            assert_eq!(cached.metadata.managed_fields, None);
-            assert_eq!(cached.metadata.finalizers, None);
-            let kept: Vec<&str> = cached.annotations().keys().map(String::as_str).collect();
+            // And of the annotations, only those read are kept.
+            let kept: Vec<&str> = cached.annotations.keys().map(String::as_str).collect();
             let mut expected = vec!["ferrolb.io/allow-shared-ip", "metallb.io/address-pool"];
             if !spec_ip {
                 expected.insert(1, "ferrolb.io/loadBalancerIPs");

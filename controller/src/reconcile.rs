@@ -10,16 +10,13 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use crate::context::Context;
 use crate::error::{CallError, Error};
-use crate::ipam::{Assigned, Placement};
+use crate::ipam::{Assigned, Placement, ServiceKey};
 use crate::metallb_notice;
 use crate::model::{self, CachedService, Class};
 
@@ -37,17 +34,17 @@ enum Decision {
     Failed(Arc<CachedService>, String, bool),
 }
 
-fn decide(svc: &CachedService, ctx: &Context) -> Decision {
-    let key = model::service_key(svc);
-    // The cached object, not the one the queue carried: the allocator must see the newest
-    // spec, and a Service deleted meanwhile must not get an address (a deletion releases
-    // after the cache forgets it, so checking the cache under the lock closes that race).
+fn decide(key: &ServiceKey, ctx: &Context) -> Decision {
+    // Read from the cache under the lock: the allocator must see the newest spec, and a
+    // Service deleted meanwhile must not get an address (a deletion releases after the
+    // cache forgets it, so checking the cache under the lock closes that race).
     let mut ipam = ctx.ipam();
-    let Some(cur) = ctx.services.get(&ObjectRef::from_obj(svc)) else {
+    let Some(cur) = ctx.services.get(key) else {
         drop(ipam);
-        ctx.release(&key);
+        ctx.release(key);
         return Decision::Gone;
     };
+    let key = key.clone();
     match model::classify(&cur, &ctx.settings.lb_class) {
         Class::Foreign => Decision::Foreign,
         Class::NotLoadBalancer => {
@@ -77,45 +74,54 @@ fn decide(svc: &CachedService, ctx: &Context) -> Decision {
     }
 }
 
-/// Reconciles one Service: allocate (idempotent) and make status, annotation and Events say so.
-pub async fn reconcile(svc: Arc<CachedService>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// How soon a Service whose allocation failed is tried again without a change. It is
+/// retried sooner when addresses free up or pools change ([`Context::retry_pending`]).
+pub const RETRY_ALLOCATION: Duration = Duration::from_secs(300);
+
+/// How soon a Service whose reconcile failed (a write) is reconciled again.
+pub const RETRY_ERROR: Duration = Duration::from_secs(2);
+
+/// Reconciles one Service: allocate (idempotent) and make status, annotation and Events
+/// say so. Returns when to reconcile it again if nothing changes, if ever; on error, it
+/// is retried after [`RETRY_ERROR`] (see [`failed`]).
+pub async fn reconcile(key: &ServiceKey, ctx: &Context) -> Result<Option<Duration>, Error> {
     ctx.metrics.reconciles.inc();
-    match decide(&svc, &ctx) {
-        Decision::Gone | Decision::Foreign => Ok(Action::await_change()),
+    match decide(key, ctx) {
+        Decision::Gone | Decision::Foreign => Ok(None),
         Decision::NotServed(cur) => {
-            clear(&cur, &ctx).await?;
-            Ok(Action::await_change())
+            clear(&cur, ctx).await?;
+            Ok(None)
         }
         Decision::Assigned(cur, addrs) => {
-            metallb_notice::notify(&cur, &ctx).await;
-            write(&cur, &addrs, &ctx).await?;
-            Ok(Action::await_change())
+            metallb_notice::notify(&cur, ctx).await;
+            write(&cur, &addrs, ctx).await?;
+            Ok(None)
         }
         Decision::Failed(cur, msg, announce) => {
-            metallb_notice::notify(&cur, &ctx).await;
+            metallb_notice::notify(&cur, ctx).await;
             if announce {
-                warn!(service = %model::service_key(&cur), "{msg}");
+                warn!(service = %cur.key, "{msg}");
                 ctx.metrics.allocation("failed");
-                ctx.event(&cur.object_ref(&()), EventType::Warning, "AllocationFailed", msg).await;
+                ctx.event(&cur.object_ref(), EventType::Warning, "AllocationFailed", msg).await;
             }
-            // Retried sooner when addresses free up or pools change (Context::retry_pending).
-            Ok(Action::requeue(Duration::from_secs(300)))
+            Ok(Some(RETRY_ALLOCATION))
         }
     }
 }
 
-/// Requeues after a failed write; the allocator state is already right, only I/O is retried.
-pub fn error_policy(svc: Arc<CachedService>, err: &Error, ctx: Arc<Context>) -> Action {
-    warn!(service = %model::service_key(&svc), error = %err, "reconcile failed; retrying");
+/// Counts and logs a failed reconcile; the allocator state is already right, only I/O is
+/// retried, after [`RETRY_ERROR`].
+pub fn failed(key: &ServiceKey, err: &Error, ctx: &Context) -> Duration {
+    warn!(service = %key, error = %err, "reconcile failed; retrying");
     ctx.metrics
         .reconcile_errors
         .get_or_create(&vec![("error".to_owned(), err.metric_label().to_owned())])
         .inc();
-    Action::requeue(Duration::from_secs(2))
+    RETRY_ERROR
 }
 
 fn api(svc: &CachedService, ctx: &Context) -> Api<Service> {
-    Api::namespaced(ctx.client.clone(), &svc.namespace().unwrap_or_default())
+    Api::namespaced(ctx.client.clone(), svc.key.namespace())
 }
 
 fn ingress(addrs: &[IpAddr]) -> Value {
@@ -138,7 +144,7 @@ fn ignore_gone(r: Result<Service, CallError>) -> Result<(), CallError> {
 }
 
 async fn write(svc: &CachedService, assigned: &[Assigned], ctx: &Context) -> Result<(), Error> {
-    let key = model::service_key(svc);
+    let key = &svc.key;
     let addrs: Vec<IpAddr> = assigned.iter().map(|a| a.addr).collect();
     let api = api(svc, ctx);
     let pp = PatchParams::default();
@@ -153,7 +159,7 @@ async fn write(svc: &CachedService, assigned: &[Assigned], ctx: &Context) -> Res
         // The whole list is written, so guard it with the resourceVersion we read: a
         // concurrent writer's condition is never silently dropped (409, then retried).
         let patch = json!({
-            "metadata": {"resourceVersion": svc.resource_version()},
+            "metadata": {"resourceVersion": svc.resource_version},
             "status": {"conditions": conditions},
         });
         ignore_gone(ctx.call(api.patch_status(key.name(), &pp, &Patch::Merge(&patch))).await).map_err(
@@ -179,7 +185,7 @@ async fn write(svc: &CachedService, assigned: &[Assigned], ctx: &Context) -> Res
             .collect();
         let note = format!("assigned {}", list.join(", "));
         info!(service = %key, "{note}");
-        ctx.event(&svc.object_ref(&()), EventType::Normal, "IPAllocated", note).await;
+        ctx.event(&svc.object_ref(), EventType::Normal, "IPAllocated", note).await;
     } else {
         debug!(service = %key, "status already up to date");
     }
@@ -218,7 +224,7 @@ fn orphan_conditions(svc: &CachedService, assigned: &[Assigned]) -> Option<Vec<C
             status: status.into(),
             reason: reason.into(),
             message,
-            observed_generation: svc.metadata.generation,
+            observed_generation: svc.generation,
             last_transition_time: Time(Timestamp::now()),
         },
     );
@@ -227,7 +233,7 @@ fn orphan_conditions(svc: &CachedService, assigned: &[Assigned]) -> Option<Vec<C
 
 /// A Service that stopped being a LoadBalancer: remove the ingress and annotation we wrote.
 async fn clear(svc: &CachedService, ctx: &Context) -> Result<(), Error> {
-    let key = model::service_key(svc);
+    let key = &svc.key;
     let ours = model::current_pool_annotation(svc).is_some();
     let has_ingress = !model::ingress_ips(svc).is_empty();
     if !ours && !has_ingress {
@@ -249,7 +255,7 @@ async fn clear(svc: &CachedService, ctx: &Context) -> Result<(), Error> {
     }
     info!(service = %key, "released its load-balancer address: no longer type LoadBalancer");
     ctx.event(
-        &svc.object_ref(&()),
+        &svc.object_ref(),
         EventType::Normal,
         "IPReleased",
         "released the load-balancer address: the service is no longer type LoadBalancer".into(),

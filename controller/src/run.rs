@@ -1,17 +1,17 @@
 //! The controller's life: wait for the leader lease, rebuild allocations from Service
 //! status, then watch and reconcile until shutdown or lost leadership.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferrolb_api::{BfdProfile, BgpAdvertisement, BgpPeer, ControlPlaneVip, IpAddressPool, L2Advertisement};
+use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::controller::{Config as ApplierConfig, applier};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
@@ -27,9 +27,10 @@ use crate::http::Health;
 use crate::ipam::{AllocError, Placement, ServiceKey};
 use crate::leader::Elector;
 use crate::metrics::Metrics;
-use crate::model::{self, CachedNamespace, CachedService, Class};
+use crate::model::{self, CachedNamespace, Class, WatchedService};
 use crate::pool_sync::PoolSync;
-use crate::queue::WorkQueue;
+use crate::queue::{Retries, WorkQueue};
+use crate::service_cache::{Change, Relist, ServiceCache};
 use crate::validity::ConfigStores;
 use crate::{membership_secret, reconcile};
 
@@ -85,8 +86,6 @@ async fn hold(elector: Option<&mut Elector>, term: Option<&Term>) {
 }
 
 /// Starts a watch driving a reflector; returns the stream of events after the cache applied them.
-/// Services are watched as [`CachedService`]: at 100k Services the full objects would be
-/// most of the controller's memory.
 fn watch<K>(api: Api<K>, writer: Writer<K>) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
 where
     K: kube::Resource<DynamicType = ()>
@@ -99,6 +98,9 @@ where
 {
     watcher::watcher(api, watcher::Config::default()).backoff(watch_backoff()).reflect(writer)
 }
+
+/// How many Services are reconciled at once: their API writes overlap.
+const CONCURRENCY: usize = 16;
 
 /// How a failed watch retries: 0.5 s doubling to 5 s, with jitter, back to the start after
 /// a success — the speaker's schedule (`ferrolb_speaker::cluster::WatchBackoff`). kube's
@@ -124,7 +126,6 @@ async fn serve(
     metrics: Metrics,
     health: Health,
 ) -> Result<(), Error> {
-    let (svc_reader, svc_writer) = reflector::store::<CachedService>();
     let (ns_reader, ns_writer) = reflector::store::<CachedNamespace>();
     let (pool_reader, pool_writer) = reflector::store::<IpAddressPool>();
     let queue = Arc::new(WorkQueue::default());
@@ -137,7 +138,7 @@ async fn serve(
         metrics,
         settings,
         ipam: Mutex::new(Ipam::default()),
-        services: svc_reader.clone(),
+        services: ServiceCache::default(),
         namespaces: ns_reader.clone(),
         queue: queue.clone(),
         pools_dirty: Notify::new(),
@@ -147,7 +148,9 @@ async fn serve(
     });
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
 
-    tasks.spawn(services_task(ctx.clone(), watch(Api::all(client.clone()), svc_writer)));
+    let services = watcher::watcher(Api::<WatchedService>::all(client.clone()), watcher::Config::default())
+        .backoff(watch_backoff());
+    tasks.spawn(services_task(ctx.clone(), services));
     tasks.spawn(namespaces_task(ctx.clone(), watch(Api::all(client.clone()), ns_writer)));
     let (synced_tx, synced_rx) = oneshot::channel();
     tasks.spawn(pools_task(
@@ -163,7 +166,7 @@ async fn serve(
     // Crash consistency: every pool, namespace and Service is known, and every address in
     // Service status replayed, before the first allocation.
     let ready = async {
-        let _ = svc_reader.wait_until_ready().await;
+        ctx.services.wait_until_ready().await;
         let _ = ns_reader.wait_until_ready().await;
         let _ = synced_rx.await;
         // Before the first reconcile, so that no notice is published twice.
@@ -177,31 +180,31 @@ async fn serve(
     health.set_ready(true);
     info!("state rebuilt from the API; allocating");
 
-    let offered = queue.clone().stream().map(Ok::<_, std::convert::Infallible>);
-    let mut applier = Box::pin(applier(
-        |svc, ctx| {
-            ctx.queue.started(&model::service_key(&svc));
-            Box::pin(reconcile::reconcile(svc, ctx))
-        },
-        reconcile::error_policy,
-        ctx.clone(),
-        svc_reader,
-        offered,
-        ApplierConfig::default().concurrency(16),
-    ));
+    // Up to CONCURRENCY reconciles at once, each Service in at most one (the queue sees
+    // to that), each retried at the time its outcome asks for.
+    let mut offered = Box::pin(queue.clone().stream());
+    let mut running = FuturesUnordered::new();
+    let mut retries = Retries::default();
     loop {
         tokio::select! {
             r = tasks.join_next() => return task_ended(r),
-            item = applier.next() => match item {
-                Some(Ok(_)) => {}
-                Some(Err(kube::runtime::controller::Error::ObjectNotFound(r))) => {
-                    debug!(object = %r, "gone before reconcile");
-                    // Never started: its slot is free all the same.
-                    queue.started(&ServiceKey::new(r.namespace.unwrap_or_default(), &r.name));
+            Some(key) = offered.next(), if running.len() < CONCURRENCY => {
+                let ctx = &ctx;
+                running.push(async move {
+                    let again = match reconcile::reconcile(&key, ctx).await {
+                        Ok(again) => again,
+                        Err(e) => Some(reconcile::failed(&key, &e, ctx)),
+                    };
+                    (key, again)
+                });
+            }
+            Some((key, again)) = running.next(), if !running.is_empty() => {
+                queue.done(&key);
+                if let Some(after) = again {
+                    retries.schedule(key, after);
                 }
-                Some(Err(e)) => debug!(error = %e, "reconcile"),
-                None => return Err(Error::WatchStopped("reconcile queue")),
-            },
+            }
+            key = retries.due() => queue.push(key),
         }
     }
 }
@@ -218,7 +221,7 @@ fn task_ended(r: Option<Result<Result<(), Error>, tokio::task::JoinError>>) -> R
 /// the other is re-allocated by its reconcile, and both get an Event.
 async fn replay(ctx: &Context) {
     let mut services = ctx.services.state();
-    services.sort_by_key(|s| model::service_key(s));
+    services.sort_by(|a, b| a.key.cmp(&b.key));
     let mut conflicts: Vec<(ServiceKey, ServiceKey, std::net::IpAddr, String)> = Vec::new();
     let mut orphans = Vec::new();
     let mut replayed = 0usize;
@@ -229,7 +232,7 @@ async fn replay(ctx: &Context) {
             // release (which needs the lock) run before this replay could assign it, and
             // assigning it now would leak its address. The cache forgets a Service before
             // its deletion is released, so checking it under the lock closes the race.
-            if ctx.services.get(&ObjectRef::from_obj(&**svc)).is_none() {
+            if ctx.services.get(&svc.key).is_none() {
                 continue;
             }
             if model::classify(svc, &ctx.settings.lb_class) != Class::Served {
@@ -239,7 +242,7 @@ async fn replay(ctx: &Context) {
             if ips.is_empty() {
                 continue;
             }
-            let key = model::service_key(svc);
+            let key = svc.key.clone();
             let req = model::replay_request(svc, &ctx.namespace_labels(key.namespace()));
             match ipam.alloc.assign_existing(req, &ips) {
                 Ok(r) => {
@@ -288,38 +291,47 @@ async fn replay(ctx: &Context) {
     ctx.pools_dirty.notify_one();
 }
 
-/// Service events: changes queue a reconcile; deletions release at once.
+/// Service events: the cache applies each; changes queue a reconcile, deletions release
+/// at once (after the cache forgot the Service: see [`reconcile`]'s `decide`).
 async fn services_task(
     ctx: Arc<Context>,
-    events: impl Stream<Item = Result<Event<CachedService>, watcher::Error>>,
+    events: impl Stream<Item = Result<Event<WatchedService>, watcher::Error>>,
 ) -> Result<(), Error> {
     let mut events = std::pin::pin!(events);
+    let mut relist = Relist::default();
     while let Some(ev) = events.next().await {
-        match ev {
-            Ok(Event::Apply(s)) => {
-                ctx.queue.push(model::service_key(&s));
+        let ev = match ev {
+            Ok(ev) => ev,
+            Err(e) => {
+                warn!(error = %e, "Service watch failed; retrying");
+                continue;
             }
-            Ok(Event::Delete(s)) => {
-                ctx.release(&model::service_key(&s));
+        };
+        match ctx.services.apply(&mut relist, ev) {
+            Change::Applied(key) => ctx.queue.push(key),
+            Change::Deleted(key) => {
+                ctx.release(&key);
             }
-            Ok(Event::InitDone) => {
-                // A (re)list: the cache now holds the full set. Release Services deleted while
-                // the watch was down, and reconcile everything (allocate is idempotent).
-                let all = ctx.services.state();
-                let live: BTreeSet<ServiceKey> = all.iter().map(|s| model::service_key(s)).collect();
+            Change::Relisted => {
+                // The cache now holds the full set. Release Services deleted while the watch
+                // was down, and reconcile everything (allocate is idempotent).
                 let gone: Vec<ServiceKey> = {
                     let ipam = ctx.ipam();
-                    ipam.alloc.services().map(|(k, _)| k.clone()).filter(|k| !live.contains(k)).collect()
+                    ipam.alloc
+                        .services()
+                        .map(|(k, _)| k)
+                        .filter(|k| ctx.services.get(k).is_none())
+                        .cloned()
+                        .collect()
                 };
                 for k in &gone {
                     ctx.release(k);
                 }
-                for s in &all {
-                    ctx.queue.push(model::service_key(s));
+                for s in ctx.services.state() {
+                    ctx.queue.push(s.key.clone());
                 }
             }
-            Ok(Event::Init | Event::InitApply(_)) => {}
-            Err(e) => warn!(error = %e, "Service watch failed; retrying"),
+            Change::None => {}
         }
     }
     Err(Error::WatchStopped("Service"))
@@ -334,8 +346,8 @@ async fn namespaces_task(
     let mut labels: BTreeMap<String, Arc<BTreeMap<String, String>>> = BTreeMap::new();
     let mut changed_during_init: Vec<String> = Vec::new();
     let touch = |ns: &str| {
-        for s in ctx.services.state().iter().filter(|s| s.namespace().as_deref() == Some(ns)) {
-            ctx.queue.push(model::service_key(s));
+        for key in ctx.services.keys_in(ns) {
+            ctx.queue.push(key);
         }
     };
     while let Some(ev) = events.next().await {

@@ -333,16 +333,41 @@ async fn a_restart_that_changes_nothing_writes_nothing() {
     second.stop().await.unwrap();
 }
 
-/// More Services than the reconciler is offered at once ([`queue::IN_FLIGHT`]): a cold
-/// start reaches every one, also when some are deleted while they wait (the applier finds
-/// them gone and never starts them) and others change after they were handed out.
+/// A reconcile whose write fails is tried again ([`reconcile::RETRY_ERROR`] later) with
+/// no change to the Service to set it off: the apiserver stops answering the controller,
+/// its status write times out, the apiserver answers again, and the address arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cold_start_with_more_services_than_are_offered_at_once_reaches_every_one() {
-    use ferrolb_controller::queue;
+async fn a_failed_write_is_tried_again_without_a_change() {
+    use ferrolb_controller::reconcile;
+    let (client, server) = cluster().await;
+    create_pool(&client, pool("lan", &["192.0.2.0/30"])).await;
+    let ctl = start(&server, settings("c1", None));
+    svc("default", "first").create(&client).await;
+    addresses(&client, "default", "first").await;
+    // Its open watches keep streaming; its new requests (the status write) hang.
+    server.set_hanging_for("c1", true);
+    svc("default", "web").create(&client).await;
+    until("the write counted as failed", || async {
+        ctl.metrics.encode().contains("ferrolb_controller_reconcile_errors_total{error=").then_some(())
+    })
+    .await;
+    assert!(ingress(&get_svc(&client, "default", "web").await).is_empty());
+    server.set_hanging_for("c1", false);
+    // Within `until`'s patience (60 s): the retry after an error, not a later one.
+    assert!(reconcile::RETRY_ERROR < ferrolb_fakeapi::wait::PATIENCE);
+    assert_eq!(addresses(&client, "default", "web").await, vec!["192.0.2.1"]);
+    ctl.stop().await.unwrap();
+}
+
+/// Far more Services than are reconciled at once: a cold start reaches every one, also
+/// when some are deleted while they wait in the queue (their reconcile finds them gone)
+/// and others change while they wait or while their reconcile runs (queued again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_start_reaches_every_service_while_some_go_and_others_change() {
     use futures::{StreamExt, TryStreamExt};
     let (client, server) = cluster().await;
     create_pool(&client, pool("bulk", &["198.18.0.0/20"])).await;
-    let n = 3 * queue::IN_FLIGHT;
+    let n = 3072;
     let name = |i: usize| format!("s{i:04}");
     futures::stream::iter(0..n)
         .map(|i| {
@@ -354,8 +379,7 @@ async fn a_cold_start_with_more_services_than_are_offered_at_once_reaches_every_
         .await;
     let ctl = start(&server, settings("c1", None));
     let api: Api<Service> = Api::namespaced(client.clone(), "default");
-    // While the cold start runs: every second Service goes (more than IN_FLIGHT of them,
-    // most found gone by the applier), every fifth gets a label.
+    // While the cold start runs: every second Service goes, every fifth gets a label.
     let deleted: Vec<String> = (0..n).step_by(2).map(name).collect();
     futures::stream::iter(0..n)
         .map(|i| {

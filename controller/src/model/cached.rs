@@ -5,31 +5,41 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use ferrolb_api::{ANNOTATION_IP_ALLOCATED_FROM_POOL, SERVICE_ANNOTATIONS};
-use k8s_openapi::api::core::v1::{Namespace, Service, ServiceSpec};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use serde::Deserialize;
 
-use crate::ipam::{Family, FamilyPolicy, Protocol, TrafficPolicy};
+use crate::ipam::{Family, FamilyPolicy, Protocol, ServiceKey, TrafficPolicy};
 
 /// A Service cut down to what the controller reads, in compact form. With 100k Services
-/// the watch cache is most of the controller's memory, and a `k8s_openapi` Service, even
-/// with every unread field dropped, costs about 2 KB: an 824-byte struct, a 544-byte B-tree
-/// leaf for a single annotation, a heap string for every enum-like field. This one costs
-/// about a third of that.
+/// the cache is most of the controller's memory, and a `k8s_openapi` Service, even with
+/// every unread field dropped, costs about 2 KB: an 824-byte struct, a 544-byte B-tree
+/// leaf for a single annotation, a heap string for every enum-like field. Not even an
+/// `ObjectMeta` (360 bytes, most of them fields never read) is kept: this one costs a
+/// fraction of that, and its key is the one the cache, the queue and the allocator share.
 ///
 /// It is decoded from the API's JSON as a whole Service and converted at once
-/// ([`From<Service>`]); it is only read, never written back. Kept: the metadata of object
-/// references and Events (name, namespace, uid, resourceVersion, generation), the creation
-/// time and labels, of the annotations only those the request reads (in every spelling,
-/// see [`SERVICE_ANNOTATIONS`]) and the one the controller writes; the spec of a
+/// ([`From<Service>`]); it is only read, never written back. Kept: what object references
+/// and Events need (namespace/name, uid, resourceVersion, generation), the creation time
+/// and labels, of the annotations only those the request reads (in every spelling, see
+/// [`SERVICE_ANNOTATIONS`]) and the one the controller writes; the spec of a
 /// `type: LoadBalancer` Service as the request needs it; the status's ingress and
 /// conditions, which reconcile compares and rewrites.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(from = "Service")]
 pub struct CachedService {
-    /// Name, namespace, uid, resourceVersion, generation, creationTimestamp, and the
-    /// request's annotations. Not the labels: see `labels`.
-    pub metadata: ObjectMeta,
+    /// `namespace/name`.
+    pub key: ServiceKey,
+    /// `metadata.uid`.
+    pub uid: Option<Box<str>>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<Box<str>>,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// `metadata.creationTimestamp`, in seconds since the epoch (0 when unset).
+    pub created: i64,
+    /// The annotations the request reads (not `allocated_from`).
+    pub annotations: BTreeMap<String, String>,
     /// `metadata.labels`, shared with the allocation request built from them.
     pub labels: Arc<BTreeMap<String, String>>,
     /// `ferrolb.io/ip-allocated-from-pool`, kept apart from the map: in the common case it
@@ -41,6 +51,48 @@ pub struct CachedService {
     pub ingress: Box<[Ingress]>,
     /// `status.conditions`, every one (a write of ours replaces the whole list).
     pub conditions: Vec<Condition>,
+}
+
+impl CachedService {
+    /// A reference to the Service, as kube's `Resource::object_ref` makes it.
+    pub fn object_ref(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(<Service as k8s_openapi::Resource>::API_VERSION.into()),
+            kind: Some(<Service as k8s_openapi::Resource>::KIND.into()),
+            namespace: Some(self.key.namespace().to_owned()),
+            name: Some(self.key.name().to_owned()),
+            uid: self.uid.as_deref().map(str::to_owned),
+            ..Default::default()
+        }
+    }
+
+    /// A reference to this version of the Service (see [`crate::context::versioned_ref`]).
+    pub fn versioned_ref(&self) -> ObjectReference {
+        ObjectReference {
+            resource_version: self.resource_version.as_deref().map(str::to_owned),
+            ..self.object_ref()
+        }
+    }
+}
+
+/// A Service as the watch decodes it: the cached form, and the one field of metadata the
+/// watch itself reads (the resourceVersion it resumes from). Every page of a list holds
+/// up to 500 of these at once.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(from = "Service")]
+pub struct WatchedService {
+    /// Only `resourceVersion`.
+    pub metadata: ObjectMeta,
+    /// The Service.
+    pub service: CachedService,
+}
+
+impl From<Service> for WatchedService {
+    fn from(svc: Service) -> Self {
+        let metadata =
+            ObjectMeta { resource_version: svc.metadata.resource_version.clone(), ..Default::default() };
+        WatchedService { metadata, service: svc.into() }
+    }
 }
 
 /// A Namespace as the controller's watch cache keeps it: its labels, in one map that
@@ -110,16 +162,12 @@ impl From<Service> for CachedService {
             .collect();
         let status = svc.status.unwrap_or_default();
         CachedService {
-            metadata: ObjectMeta {
-                name: m.name,
-                namespace: m.namespace,
-                uid: m.uid,
-                resource_version: m.resource_version,
-                generation: m.generation,
-                creation_timestamp: m.creation_timestamp,
-                annotations: (!read.is_empty()).then_some(read),
-                ..Default::default()
-            },
+            key: ServiceKey::new(m.namespace.unwrap_or_default(), m.name.unwrap_or_default()),
+            uid: m.uid.map(String::into_boxed_str),
+            resource_version: m.resource_version.map(String::into_boxed_str),
+            generation: m.generation,
+            created: m.creation_timestamp.map_or(0, |t| t.0.as_second()),
+            annotations: read,
             labels: Arc::new(m.labels.unwrap_or_default()),
             allocated_from,
             load_balancer: svc.spec.filter(|s| s.type_.as_deref() == Some("LoadBalancer")).map(spec),
@@ -206,5 +254,5 @@ macro_rules! stands_for {
     };
 }
 
-stands_for!(CachedService, Service);
+stands_for!(WatchedService, Service);
 stands_for!(CachedNamespace, Namespace);
