@@ -17,7 +17,7 @@ use crate::error::CallError;
 use crate::fence::{CALL_TIMEOUT, Fence};
 use crate::ipam::{Allocator, ServiceKey};
 use crate::metrics::Metrics;
-use crate::model::CachedNamespace;
+use crate::model::{self, CachedNamespace};
 use crate::queue::WorkQueue;
 use crate::service_cache::ServiceCache;
 
@@ -146,16 +146,7 @@ impl Context {
 
     /// A reference to a Service for Events, from the cache (with its uid) or from its key.
     pub fn service_ref(&self, key: &ServiceKey) -> ObjectReference {
-        match self.services.get(key) {
-            Some(s) => s.object_ref(),
-            None => ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Service".into()),
-                namespace: Some(key.namespace().to_owned()),
-                name: Some(key.name().to_owned()),
-                ..Default::default()
-            },
-        }
+        self.services.get(key).map_or_else(|| model::service_reference(key), |s| s.object_ref())
     }
 
     /// Publishes an Event; a failure is logged, never fatal (Events are best effort).

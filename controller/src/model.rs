@@ -18,7 +18,9 @@ use crate::ipam::{
 };
 
 mod cached;
-pub use cached::{CachedNamespace, CachedService, Ingress, LoadBalancerSpec, WatchedService};
+pub use cached::{
+    CachedNamespace, CachedService, Ingress, LoadBalancerSpec, WatchedService, service_reference,
+};
 
 /// Whether a Service is ours, someone else's, or not a load balancer at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

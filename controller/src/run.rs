@@ -85,6 +85,19 @@ async fn hold(elector: Option<&mut Elector>, term: Option<&Term>) {
     }
 }
 
+/// Starts a watch, retrying with [`watch_backoff`]; returns its stream of events.
+fn watch_events<K>(api: Api<K>) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    watcher::watcher(api, watcher::Config::default()).backoff(watch_backoff())
+}
+
 /// Starts a watch driving a reflector; returns the stream of events after the cache applied them.
 fn watch<K>(api: Api<K>, writer: Writer<K>) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
 where
@@ -96,7 +109,7 @@ where
         + Sync
         + 'static,
 {
-    watcher::watcher(api, watcher::Config::default()).backoff(watch_backoff()).reflect(writer)
+    watch_events(api).reflect(writer)
 }
 
 /// How many Services are reconciled at once: their API writes overlap.
@@ -148,9 +161,7 @@ async fn serve(
     });
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
 
-    let services = watcher::watcher(Api::<WatchedService>::all(client.clone()), watcher::Config::default())
-        .backoff(watch_backoff());
-    tasks.spawn(services_task(ctx.clone(), services));
+    tasks.spawn(services_task(ctx.clone(), watch_events(Api::<WatchedService>::all(client.clone()))));
     tasks.spawn(namespaces_task(ctx.clone(), watch(Api::all(client.clone()), ns_writer)));
     let (synced_tx, synced_rx) = oneshot::channel();
     tasks.spawn(pools_task(

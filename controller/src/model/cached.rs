@@ -53,17 +53,21 @@ pub struct CachedService {
     pub conditions: Vec<Condition>,
 }
 
+/// A reference to the Service of `key`, without its uid (for a Service not in the cache).
+pub fn service_reference(key: &ServiceKey) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(<Service as k8s_openapi::Resource>::API_VERSION.into()),
+        kind: Some(<Service as k8s_openapi::Resource>::KIND.into()),
+        namespace: Some(key.namespace().to_owned()),
+        name: Some(key.name().to_owned()),
+        ..Default::default()
+    }
+}
+
 impl CachedService {
     /// A reference to the Service, as kube's `Resource::object_ref` makes it.
     pub fn object_ref(&self) -> ObjectReference {
-        ObjectReference {
-            api_version: Some(<Service as k8s_openapi::Resource>::API_VERSION.into()),
-            kind: Some(<Service as k8s_openapi::Resource>::KIND.into()),
-            namespace: Some(self.key.namespace().to_owned()),
-            name: Some(self.key.name().to_owned()),
-            uid: self.uid.as_deref().map(str::to_owned),
-            ..Default::default()
-        }
+        ObjectReference { uid: self.uid.as_deref().map(str::to_owned), ..service_reference(&self.key) }
     }
 
     /// A reference to this version of the Service (see [`crate::context::versioned_ref`]).
