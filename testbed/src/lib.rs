@@ -10,6 +10,7 @@ pub mod client;
 pub mod cluster;
 pub mod demo;
 pub mod fixtures;
+pub mod hot_text;
 pub mod https;
 pub mod image;
 pub mod keepalived;

@@ -60,6 +60,15 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ImageCmd,
     },
+    /// The speaker's hot-text linker script from callgrind profiles (testbed/hot-text.sh).
+    HotText {
+        /// callgrind output files of ferrolb-speaker runs, in the order they were written.
+        #[arg(required = true)]
+        profiles: Vec<std::path::PathBuf>,
+        /// Where to write the linker script.
+        #[arg(long, default_value = "speaker/hot-text.ld")]
+        out: std::path::PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -304,6 +313,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(bench::controller_memory::run(&services)?)
         }
         Cmd::Image { cmd: ImageCmd::Build { tag, out, profile } } => image_build(&tag, &out, &profile),
+        Cmd::HotText { profiles, out } => hot_text(&profiles, &out),
         #[cfg(feature = "plan-bench")]
         Cmd::Bench { bench: Bench::Plan { services, nodes, changes, no_speaker } } => {
             Ok(bench::plan::run(services, &nodes, changes, !no_speaker)?)
@@ -397,5 +407,24 @@ fn status() -> anyhow::Result<()> {
         let ns = netns::Netns::existing(&name);
         println!("{name:<28} {owner:<28} processes {:?}", ns.pids());
     }
+    Ok(())
+}
+
+/// Writes the speaker's hot-text linker script from callgrind `profiles`.
+fn hot_text(profiles: &[std::path::PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
+    let texts = profiles
+        .iter()
+        .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let patterns = ferrolb_testbed::hot_text::patterns(texts.iter().map(String::as_str));
+    if patterns.is_empty() {
+        bail!(
+            "no function of ferrolb-speaker in {} profiles: were they written by callgrind of that binary?",
+            profiles.len()
+        );
+    }
+    std::fs::write(out, ferrolb_testbed::hot_text::linker_script(&patterns))
+        .with_context(|| format!("writing {}", out.display()))?;
+    println!("{}: {} functions from {} profiles", out.display(), patterns.len(), profiles.len());
     Ok(())
 }
