@@ -7,6 +7,8 @@
 //!   `unknown`. Exported as `ferrolb_build_info{version, revision}`.
 //! * `FERROLB_VERSION`: what `--version` prints after the binary's name, `0.1.0 (1a2b3c4)`.
 //!
+//! * `hot-text.ld`, when the crate has one: the link order of the code run at start.
+//!
 //! It runs again when HEAD moves (a commit, a checkout) or `$FERROLB_REVISION` changes,
 //! not on every edit, so that an edit does not rebuild four crates: between commits,
 //! `-dirty` tells how the tree was when HEAD last moved.
@@ -23,6 +25,18 @@ fn main() {
     let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
     println!("cargo:rustc-env=FERROLB_REVISION={revision}");
     println!("cargo:rustc-env=FERROLB_VERSION={version} ({revision})");
+    hot_text();
+}
+
+/// `hot-text.ld` beside the crate's Cargo.toml (the speaker's): the linker script that lays
+/// out together the functions run from start to rest, so that fewer text pages are
+/// resident (testbed/src/hot_text.rs). lld and GNU ld both read it.
+fn hot_text() {
+    let script = Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join("hot-text.ld");
+    if script.exists() && std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rerun-if-changed={}", script.display());
+        println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", script.display());
+    }
 }
 
 /// The short hash of HEAD, `-dirty` when tracked files changed; None without git or a
