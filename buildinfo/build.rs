@@ -6,8 +6,8 @@
 //!   `git rev-parse --short HEAD` with `-dirty` when tracked files differ from it, else
 //!   `unknown`. Exported as `ferrolb_build_info{version, revision}`.
 //! * `FERROLB_VERSION`: what `--version` prints after the binary's name, `0.1.0 (1a2b3c4)`.
-//!
-//! * `hot-text.ld`, when the crate has one: the link order of the code run at start.
+//! * `hot-text.ld`, when the crate has one (the speaker): the code run from start to rest,
+//!   linked first and together.
 //!
 //! It runs again when HEAD moves (a commit, a checkout) or `$FERROLB_REVISION` changes,
 //! not on every edit, so that an edit does not rebuild four crates: between commits,
