@@ -382,3 +382,39 @@ fn joining_speaker_takes_only_what_it_wins_and_a_wrong_key_changes_nothing() {
     }
     assert_eq!(s3.logs().matches("this node now owns the address").count(), won.len(), "{}", s3.logs());
 }
+
+/// The successor changes under a live owner (node3 joins and becomes the successor of
+/// an address the owner keeps): the owner stops beating its former successor and tells
+/// it so, and the former successor never suspects it. Before `Release` it did, 20 ms
+/// later, in every such change (seen in the rolling upgrade of `real_circle`), and
+/// elected without a live owner.
+#[test]
+fn a_new_successor_is_no_death_of_the_owner() {
+    let lab = Lab::up(LabConfig::nodes(3)).unwrap();
+    let key = write_membership_key(&lab, "cluster-key").unwrap();
+    // An address whose owner is the same with and without node3, and whose successor
+    // becomes node3 when it joins.
+    let vip = (200..=250)
+        .map(v4)
+        .find(|v| {
+            let o = owner(*v, &[1, 2]);
+            let rest: Vec<usize> = [1, 2, 3].into_iter().filter(|n| *n != o).collect();
+            owner(*v, &[1, 2, 3]) == o && owner(*v, &rest) == 3
+        })
+        .expect("the pool holds an address whose successor becomes node3");
+    let (o, former) = (owner(vip, &[1, 2]), 3 - owner(vip, &[1, 2]));
+    let file = static_file(3, &[vip]);
+    let s = [start_member(&lab, 1, &file, &key), start_member(&lab, 2, &file, &key)];
+    wait_owners(&lab, &[vip], &[1, 2]);
+    let watcher = &s[former - 1];
+    watcher.wait_log(&format!("hearing heartbeats from node{o}"), T).unwrap();
+    let s3 = start_member(&lab, 3, &file, &key);
+    s3.wait_log(&format!("hearing heartbeats from node{o}"), T).unwrap();
+    watcher.wait_log(&format!("node{o} no longer beats this node"), T).unwrap();
+    // Twice the successor's allowance (40 × 5 ms): a watch left behind would have fired.
+    std::thread::sleep(Duration::from_millis(400));
+    wait_owners(&lab, &[vip], &[1, 2, 3]);
+    let logs = watcher.logs();
+    assert!(!logs.contains(&format!("no heartbeat from node{o}")), "{logs}");
+    assert!(!logs.contains("now owns the address"), "{logs}");
+}

@@ -25,9 +25,17 @@
 //!   it keeps its addresses). A suspicion SWIM does not confirm within `hold` (the owner
 //!   is live to SWIM but its beats do not reach this node) is dropped and the member is
 //!   no longer watched until it beats again: two nodes never both claim for longer.
+//! * **An owner that stops beating a node says so.** When a node leaves an owner's
+//!   targets (the owner handed its addresses over, or their successor changed), the
+//!   owner sends it [`Message::Release`] at that tick and the next
+//!   [`RELEASE_SENDS`]` - 1`, and the node ends its watch without suspicion. Without
+//!   it, every change of successor would end in a false suspicion of a live owner:
+//!   during a rolling upgrade the former successor elected without the owner and
+//!   answered for the owner's other addresses beside it.
 //!
 //! `handle(now, Input)` feeds beats, ticks, targets and the live set; `poll_transmit()`
-//! names the members to beat at this tick; `poll_timeout()` is the next tick;
+//! names the members to beat at this tick; `poll_release()` the former ones to release;
+//! `poll_timeout()` is the next tick;
 //! `poll_event()` reports suspicions and their end. [`Heartbeats::suspected`] is the set
 //! to remove from the live set before electing.
 
@@ -45,6 +53,9 @@ pub enum Message {
     /// again, so clients that followed the successor's gratuitous ARP come back once the
     /// successor, hearing its beats, lets go.
     TookOver(String),
+    /// "I no longer beat you": from an owner to a node that left its targets. The node
+    /// stops watching it (silence from now on means nothing) until it beats again.
+    Release(String),
 }
 
 impl Message {
@@ -53,6 +64,7 @@ impl Message {
         let (kind, name) = match self {
             Message::Beat(n) => (0u8, n),
             Message::TookOver(n) => (1u8, n),
+            Message::Release(n) => (2u8, n),
         };
         let mut out = Vec::with_capacity(1 + name.len());
         out.push(kind);
@@ -67,10 +79,15 @@ impl Message {
         match kind {
             0 => Some(Message::Beat(name)),
             1 => Some(Message::TookOver(name)),
+            2 => Some(Message::Release(name)),
             _ => None,
         }
     }
 }
+
+/// How many ticks in a row an owner sends [`Message::Release`] to a node that left its
+/// targets: a datagram lost, or overtaken by the last beat, is made good by the next.
+pub const RELEASE_SENDS: u8 = 3;
 
 /// Heartbeat timings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +124,8 @@ impl HeartbeatConfig {
 pub enum Input {
     /// An authenticated beat from member `0`.
     Beat(String),
+    /// An authenticated [`Message::Release`] from member `0`: it no longer beats this node.
+    Released(String),
     /// The tick [`Heartbeats::poll_timeout`] asked for (or any wake-up: early ones do nothing).
     Timeout,
     /// The members to beat from now on: the successors of the addresses this node owns.
@@ -122,6 +141,9 @@ pub enum Cleared {
     BeatsResumed,
     /// SWIM did not confirm it within `hold`; the member is not watched until it beats.
     Expired,
+    /// The member said it no longer beats this node ([`Message::Release`]): its silence
+    /// was no death. It is not watched until it beats again.
+    Released,
 }
 
 /// What happened, for the driver.
@@ -132,6 +154,9 @@ pub enum Event {
     Watching(String),
     /// Member `0` fell silent: elect without it.
     Suspected(String),
+    /// Member `0`, watched and not suspected, no longer beats this node (this node is no
+    /// longer successor of its addresses): it is not watched until it beats again.
+    Released(String),
     /// The suspicion of member `name` ended.
     Cleared {
         /// The member.
@@ -152,6 +177,8 @@ struct Watch {
 pub struct Heartbeats {
     cfg: HeartbeatConfig,
     targets: BTreeSet<String>,
+    /// Former targets still to be told [`Message::Release`], with the sends left.
+    releasing: BTreeMap<String, u8>,
     /// When the next tick is due (None before the first input).
     due: Option<Instant>,
     /// Members heard beating, by name.
@@ -161,6 +188,7 @@ pub struct Heartbeats {
     /// Ticks that came an interval or more late (this node was starved).
     late_ticks: u64,
     beat_now: bool,
+    release_now: bool,
     events: VecDeque<Event>,
 }
 
@@ -170,11 +198,13 @@ impl Heartbeats {
         Heartbeats {
             cfg,
             targets: BTreeSet::new(),
+            releasing: BTreeMap::new(),
             due: None,
             watched: BTreeMap::new(),
             on_time_since: None,
             late_ticks: 0,
             beat_now: false,
+            release_now: false,
             events: VecDeque::new(),
         }
     }
@@ -193,6 +223,7 @@ impl Heartbeats {
         self.on_time_since.get_or_insert(now);
         match input {
             Input::Beat(name) => self.on_beat(now, name),
+            Input::Released(name) => self.on_released(name),
             Input::Timeout if now >= due => self.tick(now, due),
             Input::Timeout => {}
             Input::Targets(t) => {
@@ -200,6 +231,11 @@ impl Heartbeats {
                     // The first successor hears a beat at once, not an interval later.
                     self.beat_now = true;
                 }
+                for gone in self.targets.difference(&t) {
+                    self.releasing.insert(gone.clone(), RELEASE_SENDS);
+                }
+                self.releasing.retain(|name, _| !t.contains(name));
+                self.release_now = !self.releasing.is_empty();
                 self.targets = t;
             }
             Input::Live(live) => self.watched.retain(|name, _| live.contains(name)),
@@ -221,6 +257,15 @@ impl Heartbeats {
         }
     }
 
+    fn on_released(&mut self, name: String) {
+        if let Some(w) = self.watched.remove(&name) {
+            self.events.push_back(match w.suspected {
+                Some(_) => Event::Cleared { name, why: Cleared::Released },
+                None => Event::Released(name),
+            });
+        }
+    }
+
     fn tick(&mut self, now: Instant, due: Instant) {
         let interval = self.cfg.interval;
         if now.saturating_duration_since(due) >= interval {
@@ -235,6 +280,7 @@ impl Heartbeats {
         }
         self.due = Some(next);
         self.beat_now = !self.targets.is_empty();
+        self.release_now = !self.releasing.is_empty();
         let silence = self.cfg.silence();
         let judging = self.on_time_since.is_some_and(|t| now.saturating_duration_since(t) >= silence);
         let hold = self.cfg.hold;
@@ -258,6 +304,20 @@ impl Heartbeats {
     /// The members to beat now, once per tick (empty when no beat is due).
     pub fn poll_transmit(&mut self) -> Option<&BTreeSet<String>> {
         std::mem::take(&mut self.beat_now).then_some(&self.targets)
+    }
+
+    /// The former targets to send [`Message::Release`] now: at once when they leave the
+    /// targets, then once per tick until each was told [`RELEASE_SENDS`] times.
+    pub fn poll_release(&mut self) -> Vec<String> {
+        if !std::mem::take(&mut self.release_now) {
+            return Vec::new();
+        }
+        let names = self.releasing.keys().cloned().collect();
+        self.releasing.retain(|_, left| {
+            *left -= 1;
+            *left > 0
+        });
+        names
     }
 
     /// When the next tick is due.

@@ -142,6 +142,9 @@ impl Reader {
                         self.metrics.heartbeat_received.inc();
                         self.heartbeats.handle(Instant::now(), Input::Beat(name));
                     }
+                    Some(Message::Release(name)) if name != self.name => {
+                        self.heartbeats.handle(Instant::now(), Input::Released(name));
+                    }
                     Some(Message::TookOver(by)) if by != self.name => {
                         tracing::warn!(node = %self.name, by = %by,
                             "membership: {by} missed this node's heartbeats and took over its addresses; announcing them again");
@@ -183,6 +186,10 @@ impl Reader {
         }
         if self.successors.has_changed().unwrap_or(false) {
             let targets = self.successors.borrow_and_update().clone();
+            if self.heartbeats.config().enabled() {
+                tracing::info!(node = %self.name, successors = ?targets,
+                    "membership: beating the successors of this node's addresses");
+            }
             self.heartbeats.handle(now, Input::Targets(targets));
         }
         self.heartbeats.handle(now, Input::Timeout);
@@ -191,17 +198,32 @@ impl Reader {
     }
 
     fn beat(&mut self) {
-        let Some(targets) = self.heartbeats.poll_transmit() else { return };
+        let released = self.heartbeats.poll_release();
         let members = self.members.borrow();
-        let to: Vec<SocketAddr> = targets.iter().filter_map(|t| members.get(t).copied()).collect();
+        let to = |names: &mut dyn Iterator<Item = &String>| -> Vec<SocketAddr> {
+            names.filter_map(|n| members.get(n).copied()).collect()
+        };
+        let releases = to(&mut released.iter());
+        let beats = self.heartbeats.poll_transmit().map(|t| to(&mut t.iter())).unwrap_or_default();
         drop(members);
-        for addr in to {
-            let beat = self.sealer.seal_kind(Kind::Beat, &Message::Beat(self.name.clone()).encode());
-            match self.socket.send_to(&beat, addr) {
-                Ok(_) => {
-                    self.metrics.heartbeat_sent.inc();
-                }
-                Err(e) => tracing::debug!(to = %addr, error = %e, "membership: heartbeat send failed"),
+        for addr in releases {
+            self.send(addr, &Message::Release(self.name.clone()));
+        }
+        for addr in beats {
+            if self.send(addr, &Message::Beat(self.name.clone())) {
+                self.metrics.heartbeat_sent.inc();
+            }
+        }
+    }
+
+    /// Seals and sends one heartbeat message; false when the send failed.
+    fn send(&mut self, to: SocketAddr, message: &Message) -> bool {
+        let datagram = self.sealer.seal_kind(Kind::Beat, &message.encode());
+        match self.socket.send_to(&datagram, to) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(to = %to, error = %e, "membership: heartbeat message not sent");
+                false
             }
         }
     }
@@ -209,10 +231,7 @@ impl Reader {
     /// Tells `member` that this node took its addresses over (it may be alive after all).
     fn tell_taken_over(&mut self, member: &str) {
         let Some(addr) = self.members.borrow().get(member).copied() else { return };
-        let notice = self.sealer.seal_kind(Kind::Beat, &Message::TookOver(self.name.clone()).encode());
-        if let Err(e) = self.socket.send_to(&notice, addr) {
-            tracing::debug!(to = %addr, error = %e, "membership: take-over notice not sent");
-        }
+        self.send(addr, &Message::TookOver(self.name.clone()));
     }
 
     fn report(&mut self) {
@@ -232,10 +251,15 @@ impl Reader {
                     tracing::info!(node = %self.name, member = %name, silence = ?self.heartbeats.config().silence(),
                         "membership: no heartbeat from {name}: taking over the addresses this node is successor of");
                 }
+                Event::Released(name) => {
+                    tracing::info!(node = %self.name, member = %name,
+                        "membership: {name} no longer beats this node (it is no longer successor of its addresses)");
+                }
                 Event::Cleared { name, why } => {
                     let reason = match why {
                         Cleared::BeatsResumed => "beats_resumed",
                         Cleared::Expired => "expired",
+                        Cleared::Released => "released",
                     };
                     m.heartbeat_cleared(reason);
                     tracing::warn!(node = %self.name, member = %name, reason,

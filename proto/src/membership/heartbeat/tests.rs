@@ -197,10 +197,62 @@ fn off_means_swim_alone() {
 /// The payload round-trips; anything else is refused, never a panic.
 #[test]
 fn messages_round_trip() {
-    for m in [Message::Beat("node1".into()), Message::TookOver("node-2.example".into())] {
+    for m in [
+        Message::Beat("node1".into()),
+        Message::TookOver("node-2.example".into()),
+        Message::Release("n3".into()),
+    ] {
         assert_eq!(Message::decode(&m.encode()), Some(m));
     }
-    for bad in [&b""[..], b"\x00", b"\x02node1", b"\x00\xff\xfe"] {
+    for bad in [&b""[..], b"\x00", b"\x03node1", b"\x00\xff\xfe"] {
         assert_eq!(Message::decode(bad), None, "{bad:?}");
     }
+}
+
+/// A node that leaves an owner's targets is told so at once and on the next ticks,
+/// [`RELEASE_SENDS`] times in all; one that comes back before is not.
+#[test]
+fn an_owner_releases_a_node_that_leaves_its_targets() {
+    let mut n = Node::new();
+    let t = n.now;
+    n.hb.handle(t, Input::Targets(names(&["a", "b", "c"])));
+    assert!(n.hb.poll_release().is_empty());
+    n.hb.handle(t, Input::Targets(names(&["b"])));
+    assert_eq!(n.hb.poll_release(), ["a", "c"], "at once");
+    assert!(n.hb.poll_release().is_empty(), "once per tick");
+    let mut sends = 1;
+    while let Some(due) = n.hb.poll_timeout().filter(|d| *d <= t + 100 * MS) {
+        n.hb.handle(due, Input::Timeout);
+        sends += usize::from(n.hb.poll_release() == ["a", "c"]);
+    }
+    assert_eq!(sends, usize::from(RELEASE_SENDS));
+    assert_eq!(n.hb.poll_transmit(), Some(&names(&["b"])), "the remaining target is still beaten");
+    n.hb.handle(n.now, Input::Targets(BTreeSet::new()));
+    n.hb.handle(n.now, Input::Targets(names(&["b"])));
+    assert!(n.hb.poll_release().is_empty(), "a node back among the targets is not released");
+}
+
+/// A member that says it no longer beats this node is not suspected for its silence,
+/// and is watched again from its next beat.
+#[test]
+fn a_released_member_is_not_suspected() {
+    let mut n = Node::new();
+    n.run(100, Some("owner"));
+    let now = n.now;
+    n.hb.handle(now, Input::Released("owner".into()));
+    assert_eq!(n.events(), vec![Event::Released("owner".into())]);
+    assert_eq!(n.hb.watched().count(), 0);
+    n.run(1000, None);
+    assert!(n.events().is_empty(), "silence after a release is no death");
+    n.run(1100, Some("owner"));
+    n.run(1200, None);
+    assert_eq!(n.events(), vec![Event::Suspected("owner".into())]);
+    // A release that comes after the suspicion (a late one) ends it.
+    let now = n.now;
+    n.hb.handle(now, Input::Released("owner".into()));
+    assert_eq!(n.events(), vec![Event::Cleared { name: "owner".into(), why: Cleared::Released }]);
+    assert!(n.hb.suspected().is_empty());
+    // From a member never watched it is nothing.
+    n.hb.handle(now, Input::Released("stranger".into()));
+    assert!(n.events().is_empty());
 }
