@@ -55,3 +55,27 @@ pub use stream::{
 pub use validate::{
     Config, Origin, ValidConfig, ValidationError, errors_for, set_condition, valid_condition, validate,
 };
+
+/// An object kube's watcher and reflector can follow, as every ferrolb binary watches
+/// them (one name for the bounds the controller's and the speaker's watches share).
+pub trait Watched:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}

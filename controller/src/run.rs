@@ -88,12 +88,7 @@ async fn hold(elector: Option<&mut Elector>, term: Option<&Term>) {
 /// Starts a watch, retrying with [`watch_backoff`]; returns its stream of events.
 fn watch_events<K>(api: Api<K>) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + 'static,
+    K: ferrolb_api::Watched,
 {
     watcher::watcher(api, watcher::Config::default()).backoff(watch_backoff())
 }
@@ -101,13 +96,7 @@ where
 /// Starts a watch driving a reflector; returns the stream of events after the cache applied them.
 fn watch<K>(api: Api<K>, writer: Writer<K>) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: ferrolb_api::Watched,
 {
     watch_events(api).reflect(writer)
 }

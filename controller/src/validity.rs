@@ -21,7 +21,6 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
@@ -33,9 +32,7 @@ pub const REASON_INVALID: &str = "InvalidConfig";
 pub const REASON_VALID: &str = "ValidConfig";
 
 /// A configuration kind whose status carries the `Valid` condition.
-pub trait ConfigKind:
-    Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static
-{
+pub trait ConfigKind: ferrolb_api::Watched {
     /// The kind as the validator names it.
     const KIND: &'static str;
     /// What keeps running while an object of this kind is invalid (said in the Event).

@@ -182,13 +182,7 @@ pub fn channel() -> (mpsc::Sender<Update>, mpsc::Receiver<Update>) {
 /// collected and sent whole once complete, errors are reported (the stream backs off).
 async fn pump<K>(api: Api<K>, kind: &'static str, wrap: fn(Change<K>) -> Update, tx: mpsc::Sender<Update>)
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: ferrolb_api::Watched,
 {
     let stream = watcher::watcher(api, watcher::Config::default()).backoff(WatchBackoff::default());
     let mut stream = std::pin::pin!(stream);

@@ -4,7 +4,6 @@
 //! ServiceAnnouncements, for Cluster Services.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -185,13 +184,7 @@ fn reflect<K>(
     what: &'static str,
 ) -> (Store<K>, watch::Receiver<u64>, watch::Receiver<bool>, JoinHandle<()>)
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: ferrolb_api::Watched,
 {
     let (store, writer) = reflector::store();
     let (changes_tx, changes) = watch::channel(0u64);
