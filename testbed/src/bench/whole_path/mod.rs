@@ -18,7 +18,9 @@
 //! 3. The speaker is SIGKILLed and started again: restart → BIRD's session Established,
 //!    → graceful restart over (End-of-RIB) with every route imported again.
 //!
-//! Figures are printed beside the goals, never asserted.
+//! Before step 1 the speaker's RSS at rest is printed (Kubernetes mode; `bench bgp-scale`
+//! gives the static-mode figure). Figures are printed beside the goals, never
+//! asserted.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -123,6 +125,15 @@ pub fn run(p: &Params) -> Result<(), Error> {
     routers::wait_established(&bird, &[plan::node_ip(WORKER)], T)?;
     wait_log(&controller, cold_start::REBUILT, T)?;
     println!("  cluster, ferrolb and BIRD up in {:.1} s", t.elapsed().as_secs_f64());
+    // The Kubernetes-mode speaker at rest: its BGP session up, its watches listed,
+    // no Service yet (`bench bgp-scale` gives the static-mode figure).
+    match crate::bench::rss(speaker.pid()) {
+        Some(b) => println!(
+            "  speaker at rest (Kubernetes mode, session up, no Service): RSS {:.1} MiB",
+            crate::bench::mib(b)
+        ),
+        None => println!("  speaker at rest: /proc/{}/status unreadable", speaker.pid()),
+    }
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let client = cluster::client_from(&rt, &cluster.kubeconfig())?;
