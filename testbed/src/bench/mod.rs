@@ -69,6 +69,12 @@ pub fn rss(pid: i32) -> Option<u64> {
     proc_status_bytes(pid, "VmRSS:")
 }
 
+/// The resident set of a process now split as (anonymous, file-backed), in bytes: heap
+/// and stacks against mapped files, mostly the binary's own text.
+pub fn rss_split(pid: i32) -> Option<(u64, u64)> {
+    Some((proc_status_bytes(pid, "RssAnon:")?, proc_status_bytes(pid, "RssFile:")?))
+}
+
 /// A `kB` field of `/proc/PID/status`, in bytes.
 fn proc_status_bytes(pid: i32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

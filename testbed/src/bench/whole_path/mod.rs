@@ -127,12 +127,15 @@ pub fn run(p: &Params) -> Result<(), Error> {
     println!("  cluster, ferrolb and BIRD up in {:.1} s", t.elapsed().as_secs_f64());
     // The Kubernetes-mode speaker at rest: its BGP session up, its watches listed,
     // no Service yet (`bench bgp-scale` gives the static-mode figure).
-    match crate::bench::rss(speaker.pid()) {
-        Some(b) => println!(
-            "  speaker at rest (Kubernetes mode, session up, no Service): RSS {:.1} MiB",
-            crate::bench::mib(b)
+    let pid = speaker.pid();
+    match (crate::bench::rss(pid), crate::bench::rss_split(pid)) {
+        (Some(b), Some((anon, file))) => println!(
+            "  speaker at rest (Kubernetes mode, session up, no Service): RSS {:.1} MiB (anonymous {:.1}, file {:.1})",
+            crate::bench::mib(b),
+            crate::bench::mib(anon),
+            crate::bench::mib(file)
         ),
-        None => println!("  speaker at rest: /proc/{}/status unreadable", speaker.pid()),
+        _ => println!("  speaker at rest: /proc/{pid}/status unreadable"),
     }
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
