@@ -456,6 +456,8 @@ impl Membership {
             suspected: suspected_tx,
             taken_over: taken_over_tx,
             late_reported: 0,
+            addresses: BTreeMap::new(),
+            published: BTreeSet::new(),
         }
         .spawn()
         .map_err(bind_err)?;

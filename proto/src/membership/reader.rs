@@ -49,6 +49,13 @@ pub(super) struct Reader {
     pub(super) taken_over: watch::Sender<u64>,
     /// Late ticks already counted in the metric.
     pub(super) late_reported: u64,
+    /// The live members' addresses, copied from `members` when it changes, and the
+    /// suspected set last published: the watches' locks are taken only on a change, never
+    /// at every tick. A lock held by a thread of normal priority that the scheduler
+    /// preempted (the speaker's event loop reading `suspected`) would block this real-time
+    /// thread as long (a priority inversion; the lock does not lend its priority).
+    pub(super) addresses: BTreeMap<String, SocketAddr>,
+    pub(super) published: BTreeSet<String>,
 }
 
 /// Stops the reader thread when dropped (and waits for it: the socket is closed when the
@@ -181,7 +188,8 @@ impl Reader {
         }
         while self.sealer.keys().poll_event().is_some() {}
         if self.members.has_changed().unwrap_or(false) {
-            let live = self.members.borrow_and_update().keys().cloned().collect();
+            self.addresses = self.members.borrow_and_update().clone();
+            let live = self.addresses.keys().cloned().collect();
             self.heartbeats.handle(now, Input::Live(live));
         }
         if self.successors.has_changed().unwrap_or(false) {
@@ -199,13 +207,12 @@ impl Reader {
 
     fn beat(&mut self) {
         let released = self.heartbeats.poll_release();
-        let members = self.members.borrow();
+        let addresses = &self.addresses;
         let to = |names: &mut dyn Iterator<Item = &String>| -> Vec<SocketAddr> {
-            names.filter_map(|n| members.get(n).copied()).collect()
+            names.filter_map(|n| addresses.get(n).copied()).collect()
         };
         let releases = to(&mut released.iter());
         let beats = self.heartbeats.poll_transmit().map(|t| to(&mut t.iter())).unwrap_or_default();
-        drop(members);
         for addr in releases {
             self.send(addr, &Message::Release(self.name.clone()));
         }
@@ -230,7 +237,7 @@ impl Reader {
 
     /// Tells `member` that this node took its addresses over (it may be alive after all).
     fn tell_taken_over(&mut self, member: &str) {
-        let Some(addr) = self.members.borrow().get(member).copied() else { return };
+        let Some(addr) = self.addresses.get(member).copied() else { return };
         self.send(addr, &Message::TookOver(self.name.clone()));
     }
 
@@ -271,13 +278,10 @@ impl Reader {
         // drops the member (a restarted member then joins with a new identity, and a
         // stale suspicion would keep it out of every election).
         let suspected = self.heartbeats.suspected();
-        self.suspected.send_if_modified(|cur| {
-            let differs = *cur != suspected;
-            if differs {
-                *cur = suspected;
-            }
-            differs
-        });
+        if suspected != self.published {
+            self.published.clone_from(&suspected);
+            self.suspected.send_replace(suspected);
+        }
     }
 }
 
