@@ -306,3 +306,56 @@ async fn a_rolling_key_change_within_the_window_never_splits_membership() {
     let (split, _) = rolling(Duration::ZERO).await;
     assert!(split, "a plain switch should split membership (or this test proves nothing)");
 }
+
+/// A starting node does not elect from its first answer: the upgrade that lost a
+/// connection had node2 settle on "node2, node3" while node1 and node4 answered 10 ms
+/// later, and claim node4's address for those 10 ms. Here `d`'s announcement to `b`
+/// is held by a relay until `d` has joined through `a`, so `d`'s first view lacks `b`;
+/// `d` must settle only on a view holding both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starting_node_settles_on_the_whole_view_not_the_first_answer() {
+    let [pa, pb, pd, pr] = [free_port(), free_port(), free_port(), free_port()];
+    let at = |p| SocketAddr::from((Ipv4Addr::LOCALHOST, p));
+    // a and b do not know each other: only d's arrival joins them.
+    let (a, _) = start("a", at(pa), &[], KEY);
+    let (b, _) = start("b", at(pb), &[], KEY);
+
+    // The relay holds what d sends to b until released, then forwards it all.
+    let relay = tokio::net::UdpSocket::bind(at(pr)).await.unwrap();
+    let (release, mut released) = watch::channel(false);
+    let relaying = tokio::spawn(async move {
+        let mut held: Vec<Vec<u8>> = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        loop {
+            tokio::select! {
+                r = relay.recv_from(&mut buf) => {
+                    let (n, _) = r.unwrap();
+                    held.push(buf[..n].to_vec());
+                }
+                r = released.changed() => if r.is_err() { return },
+            }
+            if *released.borrow() {
+                for d in held.drain(..) {
+                    relay.send_to(&d, at(pb)).await.unwrap();
+                }
+            }
+        }
+    });
+
+    let seeds = [Seed { name: "a".into(), addr: at(pa) }, Seed { name: "b".into(), addr: at(pr) }];
+    let (d, _) = start("d", at(pd), &seeds, KEY);
+    let (mut ld, mut sd) = (d.live(), d.settled());
+    wait_live(&mut ld, &["a", "d"]).await;
+    assert!(!*sd.borrow(), "d settled on its first answer (a), with b's answer still to come");
+
+    release.send_replace(true);
+    until_watched_within("d settles", Duration::from_secs(5), &mut sd, |s| *s).await;
+    let view = ld.borrow().clone();
+    let want: BTreeSet<String> = ["a", "b", "d"].iter().map(|s| s.to_string()).collect();
+    assert_eq!(view, want, "d must settle on the view with every seed that answers");
+
+    relaying.abort();
+    for h in [a, b, d] {
+        h.leave().await;
+    }
+}

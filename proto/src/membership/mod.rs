@@ -23,6 +23,7 @@ pub mod heartbeat;
 pub mod join_grace;
 pub mod key;
 mod reader;
+pub mod settle;
 
 pub use key::{KEY_MIN_LEN, MembershipKey, MembershipKeyError};
 
@@ -464,7 +465,11 @@ impl Membership {
         let (cmd_tx, cmd_rx) = mpsc::channel(4);
         let seeds: Vec<Seed> = cfg.seeds.into_iter().filter(|s| s.name != cfg.name).collect();
         let (settled_tx, settled_rx) = watch::channel(seeds.is_empty());
-        let join_deadline = Instant::now() + cfg.timings.join_timeout;
+        let settle = settle::Settle::new(
+            std::time::Instant::now(),
+            seeds.iter().map(|s| s.name.clone()).collect(),
+            cfg.timings.join_timeout,
+        );
         let driver = Driver {
             foca,
             runtime: foca::AccumulatingRuntime::new(),
@@ -478,7 +483,7 @@ impl Membership {
             live: live_tx,
             members: members_tx,
             settled: settled_tx,
-            join_deadline,
+            settle,
             metrics,
             key: Some(key_rx),
             swim: swim_rx,
@@ -615,7 +620,8 @@ struct Driver {
     /// Live members other than this node and where they listen, for the heartbeats.
     members: watch::Sender<BTreeMap<String, SocketAddr>>,
     settled: watch::Sender<bool>,
-    join_deadline: Instant,
+    /// When the view may be elected from ([`settle`]).
+    settle: settle::Settle,
     metrics: MembershipMetrics,
     /// Key changes from [`MembershipHandle::set_key`] (None once the handle is gone).
     key: Option<watch::Receiver<MembershipKey>>,
@@ -632,7 +638,7 @@ impl Driver {
         rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next_timer = self.timers.keys().next().map(|(t, _)| *t);
-            let join_wait = (!*self.settled.borrow()).then_some(self.join_deadline);
+            let settle_wait = self.settle.deadline().map(Instant::from_std);
             let key_timer = self.sealer.keys().poll_timeout().map(Instant::from_std);
             let key_changed = async {
                 match self.key.as_mut() {
@@ -652,9 +658,9 @@ impl Driver {
                 },
                 _ = sleep_until(next_timer), if next_timer.is_some() => self.fire_timers().await,
                 _ = rejoin.tick() => self.announce_to_seeds().await,
-                _ = sleep_until(join_wait), if join_wait.is_some() => {
-                    tracing::info!(node = %self.name, "membership: no seed answered in time; settled alone");
-                    self.settled.send_replace(true);
+                _ = sleep_until(settle_wait), if settle_wait.is_some() => {
+                    let reason = self.settle.on_deadline(std::time::Instant::now());
+                    self.on_settled(reason);
                 }
                 cmd = cmds.recv() => {
                     let res = self.foca.leave_cluster(&mut self.runtime);
@@ -780,6 +786,7 @@ impl Driver {
             self.timers.insert((now + after, self.timer_seq), timer);
         }
         let mut changed = false;
+        let mut joined = false;
         while let Some(n) = self.runtime.to_notify() {
             match &n {
                 OwnedNotification::MemberUp(_)
@@ -788,7 +795,7 @@ impl Driver {
                 | OwnedNotification::Idle => changed = true,
                 OwnedNotification::Active => {
                     changed = true;
-                    self.settled.send_replace(true);
+                    joined = true;
                 }
                 OwnedNotification::Rejoin(id) => {
                     tracing::info!(node = %self.name, generation = id.generation, "membership: told this identity is down (a partition, or peers remember an earlier identity of this name that outranks it); rejoined");
@@ -807,6 +814,7 @@ impl Driver {
             self.metrics.size.set(i64::try_from(live.len()).unwrap_or(i64::MAX));
             let members: BTreeMap<String, SocketAddr> =
                 self.foca.iter_members().map(|m| (m.id().name.clone(), m.id().addr)).collect();
+            let others: BTreeSet<String> = members.keys().cloned().collect();
             self.members.send_if_modified(|cur| {
                 let differs = *cur != members;
                 if differs {
@@ -823,7 +831,36 @@ impl Driver {
                     false
                 }
             });
+            // After the live set: whoever sees settled sees the view it settled on.
+            let now = std::time::Instant::now();
+            let reason =
+                if joined { self.settle.on_joined(now, &others) } else { self.settle.on_view(now, &others) };
+            self.on_settled(reason);
         }
+    }
+
+    /// Publishes a settled view (`reason` Some), once, with why.
+    fn on_settled(&mut self, reason: Option<settle::Reason>) {
+        let Some(reason) = reason else { return };
+        let live = self.live.borrow().len();
+        let seeds = self.seeds.len();
+        match reason {
+            settle::Reason::Alone => {
+                tracing::info!(node = %self.name, seeds, "membership: no seed answered in time; settled alone")
+            }
+            settle::Reason::AllSeeds => {
+                tracing::info!(node = %self.name, live, seeds, "membership: settled, every seed live")
+            }
+            settle::Reason::Quiet => tracing::info!(
+                node = %self.name, live, seeds, quiet = ?settle::QUIET,
+                "membership: settled, the view stopped growing (the seeds not in it did not answer)"
+            ),
+            settle::Reason::Bound => tracing::info!(
+                node = %self.name, live, seeds,
+                "membership: settled at join_timeout after joining, the view still growing"
+            ),
+        }
+        self.settled.send_replace(true);
     }
 }
 
