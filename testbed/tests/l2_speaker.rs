@@ -314,16 +314,11 @@ fn wait_owners(lab: &Lab, vips: &[IpAddr], members: &[usize]) {
     }
 }
 
-/// Starts node `i`'s speaker for a test of membership, not of failure detection: the
-/// successor claims after 200 ms without heartbeats instead of 20 ms. A debug build that
-/// the lab tests running beside it starve of CPU for 20 ms is otherwise suspected, its
-/// addresses move and come back, and the exact counts of ownership changes below fail
-/// for a reason the test is not about (seen once in CI). A false suspicion heals; that
-/// has its own test (`a_falsely_suspected_owner_takes_its_addresses_back_at_once`).
+/// Starts node `i`'s speaker for a test of membership, not of failure detection
+/// ([`speaker::MEMBERSHIP_NOT_DETECTION`]): the exact counts of ownership changes below
+/// must not move for a false suspicion.
 fn start_member(lab: &Lab, i: usize, file: &str, key: &Path) -> Speaker {
-    let key = key.display().to_string();
-    let extra = ["--membership-key-file", &key, "--l2-heartbeat-misses", "40"];
-    Speaker::start_with(lab, i, file, &speaker::binary("debug").unwrap(), &extra).unwrap()
+    Speaker::start_l2_env(lab, i, file, key, speaker::MEMBERSHIP_NOT_DETECTION, &[]).unwrap()
 }
 
 /// A third speaker with the wrong key changes nothing; with the right key it takes
