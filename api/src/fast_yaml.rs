@@ -329,6 +329,17 @@ enum Plain {
 
 fn plain_kind(s: &str) -> Option<Plain> {
     let first = *s.as_bytes().first()?;
+    if first.is_ascii_alphabetic() {
+        // Most keys and values: no number or timestamp starts with a letter, so only
+        // the words below are not strings (the general branch finds the same).
+        return match s {
+            "true" => Some(Plain::Bool(true)),
+            "false" => Some(Plain::Bool(false)),
+            "null" => Some(Plain::Null),
+            _ if schema_word(s) => None,
+            _ => Some(Plain::Str),
+        };
+    }
     if b"-?:,[]{}#&*!|>'\"%@`".contains(&first) && !(first == b'-' && s.len() > 1 && s.as_bytes()[1] != b' ')
     {
         return None;
@@ -398,6 +409,14 @@ fn plain_kind(s: &str) -> Option<Plain> {
         return None;
     }
     Some(Plain::Str)
+}
+
+/// A word that starts with a letter and some YAML schema reads as a boolean, null or
+/// float, in any case (`Yes`, `OFF`, `NaN`, `Infinity`).
+fn schema_word(s: &str) -> bool {
+    const WORDS: [&str; 12] =
+        ["y", "n", "yes", "no", "on", "off", "true", "false", "null", "nan", "inf", "infinity"];
+    s.len() <= 8 && WORDS.iter().any(|w| w.len() == s.len() && w.eq_ignore_ascii_case(s))
 }
 
 fn is_address_or_prefix(s: &str) -> bool {
@@ -484,7 +503,11 @@ impl<'a> Cursor<'a> {
             }
             _ => {
                 let rest = &self.s[self.at..];
-                let end = rest.find([',', '[', ']', '{', '}', ':', '#']).unwrap_or(rest.len());
+                // Bytes, not chars: every stop is ASCII, which no multi-byte character contains.
+                let end = rest
+                    .bytes()
+                    .position(|b| matches!(b, b',' | b'[' | b']' | b'{' | b'}' | b':' | b'#'))
+                    .unwrap_or(rest.len());
                 let text = rest[..end].trim_end_matches(' ');
                 self.at += text.len();
                 plain_scalar(text)
