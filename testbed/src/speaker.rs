@@ -109,8 +109,7 @@ impl Speaker {
 
     /// Like [`Speaker::start`] with L2 announcements: `--membership-key-file key_file`.
     pub fn start_l2(lab: &Lab, i: usize, yaml: &str, key_file: &Path) -> Result<Self, Error> {
-        let key = key_file.display().to_string();
-        Self::start_with(lab, i, yaml, &binary("debug")?, &["--membership-key-file", &key])
+        Self::start_l2_env(lab, i, yaml, key_file, &[], &[])
     }
 
     /// Like [`Speaker::start_l2`] with extra arguments (e.g. [`MEMBERSHIP_NOT_DETECTION`])

@@ -85,25 +85,22 @@ impl JoinGrace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::membership::names;
 
     const GRACE: Duration = Duration::from_secs(1);
-
-    fn set(names: &[&str]) -> BTreeSet<String> {
-        names.iter().map(|s| (*s).to_owned()).collect()
-    }
 
     #[test]
     fn the_first_view_counts_whole_and_a_joiner_only_after_the_grace() {
         let t0 = Instant::now();
         let mut g = JoinGrace::default();
-        assert_eq!(g.candidates(t0, set(&["a", "b"]), GRACE), set(&["a", "b"]));
+        assert_eq!(g.candidates(t0, names(&["a", "b"]), GRACE), names(&["a", "b"]));
         assert_eq!(g.next_change(GRACE), None);
         let t1 = t0 + Duration::from_secs(5);
-        assert_eq!(g.candidates(t1, set(&["a", "b", "c"]), GRACE), set(&["a", "b"]));
+        assert_eq!(g.candidates(t1, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
         assert_eq!(g.next_change(GRACE), Some(t1 + GRACE));
         let almost = t1 + GRACE - Duration::from_millis(1);
-        assert_eq!(g.candidates(almost, set(&["a", "b", "c"]), GRACE), set(&["a", "b"]));
-        assert_eq!(g.candidates(t1 + GRACE, set(&["a", "b", "c"]), GRACE), set(&["a", "b", "c"]));
+        assert_eq!(g.candidates(almost, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
+        assert_eq!(g.candidates(t1 + GRACE, names(&["a", "b", "c"]), GRACE), names(&["a", "b", "c"]));
         assert_eq!(g.next_change(GRACE), None);
         assert!(!g.left_early());
     }
@@ -112,43 +109,43 @@ mod tests {
     fn a_member_that_leaves_goes_at_once_and_waits_again_when_it_returns() {
         let t0 = Instant::now();
         let mut g = JoinGrace::default();
-        g.candidates(t0, set(&["a", "b", "c"]), GRACE);
+        g.candidates(t0, names(&["a", "b", "c"]), GRACE);
         // Leaving is never delayed: its addresses must move now.
         let t1 = t0 + Duration::from_secs(1);
-        assert_eq!(g.candidates(t1, set(&["a", "b"]), GRACE), set(&["a", "b"]));
+        assert_eq!(g.candidates(t1, names(&["a", "b"]), GRACE), names(&["a", "b"]));
         assert!(!g.left_early(), "a counted member leaving changes the election itself");
         let t2 = t1 + Duration::from_millis(100);
-        assert_eq!(g.candidates(t2, set(&["a", "b", "c"]), GRACE), set(&["a", "b"]));
+        assert_eq!(g.candidates(t2, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
         // Gone again before the grace passed: the caller re-announces, and the
         // member's clock starts over on return.
         let t3 = t2 + Duration::from_millis(500);
-        assert_eq!(g.candidates(t3, set(&["a", "b"]), GRACE), set(&["a", "b"]));
+        assert_eq!(g.candidates(t3, names(&["a", "b"]), GRACE), names(&["a", "b"]));
         assert!(g.left_early());
         assert!(!g.left_early(), "said once");
         let t4 = t3 + Duration::from_millis(100);
-        assert_eq!(g.candidates(t4, set(&["a", "b", "c"]), GRACE), set(&["a", "b"]));
-        assert_eq!(g.candidates(t2 + GRACE, set(&["a", "b", "c"]), GRACE), set(&["a", "b"]));
-        assert_eq!(g.candidates(t4 + GRACE, set(&["a", "b", "c"]), GRACE), set(&["a", "b", "c"]));
+        assert_eq!(g.candidates(t4, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
+        assert_eq!(g.candidates(t2 + GRACE, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
+        assert_eq!(g.candidates(t4 + GRACE, names(&["a", "b", "c"]), GRACE), names(&["a", "b", "c"]));
     }
 
     #[test]
     fn members_learnt_while_starting_count_at_once() {
         let t0 = Instant::now();
         let mut g = JoinGrace::default();
-        assert_eq!(g.candidates(t0, set(&["a"]), GRACE), set(&["a"]));
+        assert_eq!(g.candidates(t0, names(&["a"]), GRACE), names(&["a"]));
         let t1 = t0 + Duration::from_millis(30);
-        assert_eq!(g.candidates(t1, set(&["a", "b", "c"]), GRACE), set(&["a", "b", "c"]));
-        assert_eq!(g.candidates(t0 + GRACE, set(&["a", "b", "c", "d"]), GRACE), set(&["a", "b", "c"]));
+        assert_eq!(g.candidates(t1, names(&["a", "b", "c"]), GRACE), names(&["a", "b", "c"]));
+        assert_eq!(g.candidates(t0 + GRACE, names(&["a", "b", "c", "d"]), GRACE), names(&["a", "b", "c"]));
     }
 
     #[test]
     fn after_a_reset_the_next_view_counts_whole() {
         let t0 = Instant::now();
         let mut g = JoinGrace::default();
-        g.candidates(t0, set(&["a"]), GRACE);
+        g.candidates(t0, names(&["a"]), GRACE);
         let t1 = t0 + GRACE;
-        assert_eq!(g.candidates(t1, set(&["a", "b"]), GRACE), set(&["a"]));
+        assert_eq!(g.candidates(t1, names(&["a", "b"]), GRACE), names(&["a"]));
         g.reset();
-        assert_eq!(g.candidates(t1, set(&["a", "b"]), GRACE), set(&["a", "b"]));
+        assert_eq!(g.candidates(t1, names(&["a", "b"]), GRACE), names(&["a", "b"]));
     }
 }

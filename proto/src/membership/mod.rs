@@ -64,6 +64,12 @@ pub fn rotation_window() -> Duration {
 /// The speakers' membership port (API.md).
 pub const DEFAULT_PORT: u16 = 7946;
 
+/// A set of node names, for the tests of the membership modules.
+#[cfg(test)]
+fn names(n: &[&str]) -> BTreeSet<String> {
+    n.iter().map(|s| (*s).to_owned()).collect()
+}
+
 /// Reads a membership key file (`--membership-key-file`). The error names the file
 /// and the fix, never the key.
 pub fn read_key_file(path: &std::path::Path) -> Result<MembershipKey, String> {
@@ -464,12 +470,12 @@ impl Membership {
         .map_err(bind_err)?;
         let (cmd_tx, cmd_rx) = mpsc::channel(4);
         let seeds: Vec<Seed> = cfg.seeds.into_iter().filter(|s| s.name != cfg.name).collect();
-        let (settled_tx, settled_rx) = watch::channel(seeds.is_empty());
         let settle = settle::Settle::new(
             std::time::Instant::now(),
             seeds.iter().map(|s| s.name.clone()).collect(),
             cfg.timings.join_timeout,
         );
+        let (settled_tx, settled_rx) = watch::channel(settle.settled());
         let driver = Driver {
             foca,
             runtime: foca::AccumulatingRuntime::new(),

@@ -130,13 +130,10 @@ impl Settle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::membership::names;
 
     const MS: Duration = Duration::from_millis(1);
     const JOIN: Duration = Duration::from_secs(1);
-
-    fn names(v: &[&str]) -> BTreeSet<String> {
-        v.iter().map(|s| (*s).to_string()).collect()
-    }
 
     /// The failed upgrade: node2 heard node3 first and node1, node4 10 ms later. It
     /// must not settle on the first answer, and settles once all seeds are in.

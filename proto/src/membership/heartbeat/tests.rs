@@ -5,9 +5,7 @@ const MS: Duration = Duration::from_millis(1);
 const CFG: HeartbeatConfig =
     HeartbeatConfig { interval: Duration::from_millis(10), misses: 5, hold: Duration::from_secs(3) };
 
-fn names(n: &[&str]) -> BTreeSet<String> {
-    n.iter().map(|s| (*s).to_owned()).collect()
-}
+use crate::membership::names;
 
 /// A node driven tick by tick on a fake clock: `at(ms)` is `ms` after the start.
 struct Node {
