@@ -183,10 +183,13 @@ fn the_gate_follows_what_node1_really_announces_and_pods_without_it_are_untouche
     assert_eq!(gate_of(&plain), None);
 
     // ferrolb_readiness_*: node1's restarted speaker sees two gated pods and wrote
-    // only the False after the router went away (nothing at its start).
+    // only the False after the router went away (nothing at its start). The apiserver
+    // stores the False before the speaker reads the patch's answer and counts it: wait
+    // for the count to show, then require exactly that one write.
     let metrics = wait::until("node1's readiness metrics", T, || {
         let m = metrics_of_node1()?;
-        Ok::<_, Error>(m.contains("ferrolb_readiness_pods_gated 2").then_some(m))
+        let counted = m.contains("ferrolb_readiness_conditions_written_total{status=\"False\"");
+        Ok::<_, Error>((m.contains("ferrolb_readiness_pods_gated 2") && counted).then_some(m))
     })
     .unwrap();
     let written = |status: &str, reason: &str| {
