@@ -7,7 +7,8 @@
 //!   `unknown`. Exported as `ferrolb_build_info{version, revision}`.
 //! * `FERROLB_VERSION`: what `--version` prints after the binary's name, `0.1.0 (1a2b3c4)`.
 //! * `hot-text.ld`, when the crate has one (the speaker): the code run from start to rest,
-//!   linked first and together.
+//!   linked first and together; `FERROLB_HOT_TEXT=off` leaves it out, for the profiles
+//!   that write it (`testbed/hot-text.sh`).
 //!
 //! It runs again when HEAD moves (a commit, a checkout) or `$FERROLB_REVISION` changes,
 //! not on every edit, so that an edit does not rebuild four crates: between commits,
@@ -31,10 +32,18 @@ fn main() {
 /// `hot-text.ld` beside the crate's Cargo.toml (the speaker's): the linker script that lays
 /// out together the functions run from start to rest, so that fewer text pages are
 /// resident (testbed/src/hot_text.rs). lld and GNU ld both read it.
+///
+/// `FERROLB_HOT_TEXT=off` links without it: valgrind keeps the symbols of known sections
+/// only, so a speaker with a `.text.hot` section shows its hot functions as `???` in the
+/// callgrind profiles that `testbed/hot-text.sh` turns into the script.
 fn hot_text() {
     let script = Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join("hot-text.ld");
     if script.exists() && std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         println!("cargo:rerun-if-changed={}", script.display());
+        println!("cargo:rerun-if-env-changed=FERROLB_HOT_TEXT");
+        if std::env::var("FERROLB_HOT_TEXT").as_deref() == Ok("off") {
+            return;
+        }
         println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", script.display());
     }
 }

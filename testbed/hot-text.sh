@@ -10,7 +10,6 @@ cd "$(dirname "$0")/.."
 . testbed/prereqs.sh
 command -v valgrind >/dev/null || apt-get install -y -q valgrind >/dev/null
 bash testbed/kube/build.sh
-cargo build --release -p ferrolb-speaker -p ferrolb-controller -p ferrolb-testbed
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 testbed=./target/release/ferrolb-testbed
@@ -31,8 +30,25 @@ WRAP
     # The dumps in the order callgrind wrote them: by process, then by number (PID.N).
     mapfile -t -O "${#profiles[@]}" profiles < <(ls "$dir" | sort -t. -k1,1n -k2,2n | sed "s|^|$dir/|")
 }
-# Static-file mode, one BGP session, Established and at rest, then 1000 Services.
-run "$testbed" bench bgp-scale --sizes 1000 --systems ferrolb
-# Kubernetes mode on the real apiserver: watchers, ServiceAnnouncements, a restart.
-run "$testbed" bench whole-path --services 20 --existing 200
+scenarios() {
+    # Static-file mode, one BGP session, Established and at rest, then 1000 Services.
+    run "$testbed" bench bgp-scale --sizes 1000 --systems ferrolb
+    # Kubernetes mode on the real apiserver: watchers, ServiceAnnouncements, a restart.
+    run "$testbed" bench whole-path --services 20 --existing 200
+}
+# Which instantiations of a generic function exist depends on the features a build
+# unifies over the packages it builds, so the speaker is profiled as built by both builds
+# that matter: the benches' (with the controller and the testbed) and the image's (the
+# Dockerfile's --bin set, what operators run). Their patterns are merged.
+# Both are linked without the hot-text script: valgrind names only the functions of the
+# sections it knows, so those of a .text.hot section would come out as `???`.
+FERROLB_HOT_TEXT=off cargo build --release -p ferrolb-speaker -p ferrolb-controller -p ferrolb-testbed
+scenarios
+# The testbed binary stays from the build above; this one replaces the speaker's.
+image_bins=$(sed -n 's/^ARG BINARIES="\(.*\)"$/\1/p' Dockerfile)
+[ -n "$image_bins" ] || { echo "no ARG BINARIES in Dockerfile" >&2; exit 1; }
+FERROLB_HOT_TEXT=off cargo build --release --locked $(printf -- '--bin %s ' $image_bins)
+scenarios
 "$testbed" hot-text --out speaker/hot-text.ld "${profiles[@]}"
+# Leave the benches' build in place.
+cargo build --release -p ferrolb-speaker -p ferrolb-controller -p ferrolb-testbed

@@ -5,7 +5,8 @@
 //! so code run at start, spread over a 16 MB text, kept about 5 MiB of it resident.
 //! Gathered in one output section ahead of `.text` (4.9 MB with the Kubernetes-mode code,
 //! of which a static-mode speaker at rest touches the first part), it took the speaker at
-//! rest from 10.2 to 7.6 MiB (`bench bgp-scale`).
+//! rest from 10.2 to 5.9 MiB (`bench bgp-scale`), once each pattern also named the
+//! `.text.unlikely.` section LLVM gives the functions it holds cold.
 //!
 //! The input is the output of `valgrind --tool=callgrind --demangle=no
 //! --compress-strings=no` of speakers run through the scenarios `testbed/hot-text.sh`
@@ -46,8 +47,11 @@ pub fn linker_script(patterns: &[String]) -> String {
          runs from its start to rest, gathered so that fewer of the text's pages are resident.\n   \
          A stale entry costs memory, never correctness. */\nSECTIONS {\n  .text.hot : {\n",
     );
+    // LLVM names the section of a function it holds cold (`#[cold]`, or inferred: every
+    // path ends in a cold call, like `RawVec::grow_one`) `.text.unlikely.<symbol>`, and a
+    // function is cold or not depending on the build.
     for p in patterns {
-        let _ = writeln!(s, "    *(.text.{p})");
+        let _ = writeln!(s, "    *(.text.{p} .text.unlikely.{p})");
     }
     s.push_str("  }\n}\nINSERT BEFORE .text;\n");
     s
@@ -93,12 +97,21 @@ fn resolve<'a>(ids: &mut HashMap<&'a str, &'a str>, field: &'a str) -> &'a str {
 
 /// The section pattern of one symbol: callgrind's recursion mark (`'2`) dropped, a v0
 /// crate disambiguator and the number LTO appends to a symbol it made local
-/// (`.llvm.<n>`) made wildcards. None for what is not a symbol (`(below main)`, `0x…`) or
-/// could not be written unquoted in a linker script.
+/// (`.llvm.<n>`) made wildcards. A clone's number (`name.3445`), which differs between
+/// builds and may be absent from another, becomes a wildcard over the name's tail: a
+/// pattern that also matches a longer name costs a few bytes of hot text, never
+/// correctness. None for what is not a symbol (`(below main)`, `0x…`) or could not be
+/// written unquoted in a linker script.
 fn pattern(name: &str) -> Option<String> {
     let name = name.split('\'').next().unwrap_or_default();
     if let Some((name, _)) = name.split_once(".llvm.") {
         return pattern(name).map(|p| p + ".llvm.*");
+    }
+    if let Some((name, n)) = name.rsplit_once('.')
+        && !n.is_empty()
+        && n.bytes().all(|b| b.is_ascii_digit())
+    {
+        return pattern(name).map(|p| p + "*");
     }
     let symbol = name.chars().next().is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
         && name.chars().all(|c| c == '_' || c == '.' || c == '$' || c.is_ascii_alphanumeric());
@@ -204,9 +217,19 @@ fn=(3)
     }
 
     #[test]
+    fn a_clones_number_is_a_wildcard_that_also_matches_the_unnumbered_name() {
+        assert_eq!(pattern("_RNvCs1a_3foo3bar.3445").as_deref(), Some("_RNvCs*_3foo3bar*"));
+        assert_eq!(pattern("_RNvCs1a_3foo3bar.3445'2").as_deref(), Some("_RNvCs*_3foo3bar*"));
+        // A dot followed by more than digits is part of the name.
+        assert_eq!(pattern("foo.cold").as_deref(), Some("foo.cold"));
+    }
+
+    #[test]
     fn the_script_is_one_output_section_inserted_before_text() {
         let s = linker_script(&["_RNvCs*_3foo3bar".to_owned()]);
-        assert!(s.contains("  .text.hot : {\n    *(.text._RNvCs*_3foo3bar)\n  }\n"));
+        assert!(s.contains(
+            "  .text.hot : {\n    *(.text._RNvCs*_3foo3bar .text.unlikely._RNvCs*_3foo3bar)\n  }\n"
+        ));
         assert!(s.trim_end().ends_with("INSERT BEFORE .text;"));
         assert!(s.starts_with("/*"));
     }

@@ -409,7 +409,7 @@ fn machine_section(env: &Environment) -> String {
         "\nTo reproduce, as root from the repository root (the L2 benches run the most recently \
          built ferrolb-speaker, bgp-scale the release build; built together with the controller and \
          the testbed, as `testbed/hot-text.sh` builds it: a speaker built alone unifies fewer features, \
-         its code run at start falls partly outside the hot-text section, and it rests about 1 MiB \
+         its code run at start may fall partly outside the hot-text section, and it may rest \
          higher):\n\n```sh\n\
          cargo build --release -p ferrolb-speaker -p ferrolb-controller -p ferrolb-testbed\n\
          cargo run --release -p ferrolb-testbed -- {}\n```\n\n",
