@@ -2,7 +2,8 @@
 # Regenerates speaker/hot-text.ld: the functions a release speaker runs from its start to
 # rest, gathered by the linker into one section so that fewer text pages are resident
 # (#15; testbed/src/hot_text.rs says why). Run it after a change that moves what runs at
-# start, then rebuild; `bench bgp-scale` prints the speaker's RSS at rest to compare.
+# start; it ends by building the benches' speaker with the new list, so `bench bgp-scale`
+# right after prints the speaker's RSS at rest to compare.
 # Each scenario runs the release speaker under callgrind, which is ~50x slower: the
 # figures the benches print meanwhile mean nothing.
 set -euo pipefail
@@ -42,7 +43,8 @@ scenarios() {
 # Dockerfile's --bin set, what operators run). Their patterns are merged.
 # Both are linked without the hot-text script: valgrind names only the functions of the
 # sections it knows, so those of a .text.hot section would come out as `???`.
-FERROLB_HOT_TEXT=off cargo build --release -p ferrolb-speaker -p ferrolb-controller -p ferrolb-testbed
+benches_build() { cargo build --release -p ferrolb-speaker -p ferrolb-controller -p ferrolb-testbed; }
+FERROLB_HOT_TEXT=off benches_build
 scenarios
 # The testbed binary stays from the build above; this one replaces the speaker's.
 image_bins=$(sed -n 's/^ARG BINARIES="\(.*\)"$/\1/p' Dockerfile)
@@ -50,5 +52,5 @@ image_bins=$(sed -n 's/^ARG BINARIES="\(.*\)"$/\1/p' Dockerfile)
 FERROLB_HOT_TEXT=off cargo build --release --locked $(printf -- '--bin %s ' $image_bins)
 scenarios
 "$testbed" hot-text --out speaker/hot-text.ld "${profiles[@]}"
-# Leave the benches' build in place.
-cargo build --release -p ferrolb-speaker -p ferrolb-controller -p ferrolb-testbed
+# Leave the benches' build in place, linked with the new list.
+benches_build
