@@ -37,6 +37,7 @@ pub mod crd;
 pub mod duration;
 mod fast_yaml;
 pub mod selector;
+pub mod service_fields;
 pub mod stream;
 pub mod validate;
 
@@ -48,8 +49,9 @@ pub use community::{Community, CommunityError};
 pub use crd::*;
 pub use duration::{Duration, DurationError};
 pub use selector::selectors_match;
+pub use service_fields::ServiceFields;
 pub use stream::{
-    Object, ObjectStream, Source, StreamError, parse_stream, parse_stream_taking, read_stream,
+    Object, ObjectStream, Source, StreamError, parse_stream, parse_stream_services, read_stream,
     split_documents, write_atomically, write_stream,
 };
 pub use validate::{

@@ -16,6 +16,7 @@ use crate::crd::{
     API_VERSION, BfdProfile, BgpAdvertisement, BgpPeer, ControlPlaneVip, IpAddressPool, L2Advertisement,
     ServiceAnnouncement,
 };
+use crate::service_fields::ServiceFields;
 use crate::validate::{Config, Origin, ValidConfig, ValidationError};
 
 /// One object of a stream, typed.
@@ -219,30 +220,80 @@ pub fn read_stream(path: &Path) -> Result<ObjectStream, StreamError> {
 /// of documents joined in file order: the objects, warnings and the first error come out
 /// exactly as a single pass would give them.
 pub fn parse_stream(file: &str, text: &str) -> Result<ObjectStream, StreamError> {
-    parse_stream_taking(file, text, Err::<(), _>).map(|(stream, _)| stream)
+    parse_stream_with(file, text, &Objects).map(|(stream, _)| stream)
 }
 
 /// The objects a reader left in the stream, and what it took (in file order).
 pub type Taken<T> = (ObjectStream, Vec<(Source, T)>);
 
-/// Parses a stream like [`parse_stream`], handing each object as it is decoded to
-/// `take`, on the thread that decoded it: what `take` consumes (`Ok`) comes back in the
-/// second list, in file order, and what it gives back (`Err`) stays in the stream. The
-/// objects a reader converts (50k Services in a static file) are then never all in
-/// memory at once, and their conversion runs on every core.
-pub fn parse_stream_taking<T: Send>(
+/// Parses a stream like [`parse_stream`], handing what a load balancer reads of each
+/// Service to `take`, on the thread that decoded it; what `take` makes of them comes
+/// back in the second list, in file order, and every other object stays in the stream.
+/// A Service in a plain document is read without building it as a Kubernetes object
+/// (see [`crate::service_fields`]), and the 50k Services of a static file are never all
+/// in memory at once: they are read and converted on every core.
+pub fn parse_stream_services<T: Send>(
     file: &str,
     text: &str,
-    take: impl Fn(Object) -> Result<T, Object> + Sync,
+    take: impl Fn(ServiceFields<'_>) -> T + Sync,
 ) -> Result<Taken<T>, StreamError> {
+    parse_stream_with(file, text, &Services(take))
+}
+
+/// How a parse hands over what it decoded.
+trait Taker: Sync {
+    /// What it makes of what it takes.
+    type Out: Send;
+    /// What it takes straight from a document the fast reader read (and was decoded by
+    /// nobody else), if it can.
+    fn node(&self, node: &crate::fast_yaml::Node<'_>) -> Option<Self::Out>;
+    /// What it makes of `object`, or the object back to keep in the stream.
+    fn object(&self, object: Object) -> Result<Self::Out, Object>;
+}
+
+/// Takes nothing: every object stays in the stream.
+struct Objects;
+
+impl Taker for Objects {
+    type Out = ();
+
+    fn node(&self, _: &crate::fast_yaml::Node<'_>) -> Option<()> {
+        None
+    }
+
+    fn object(&self, object: Object) -> Result<(), Object> {
+        Err(object)
+    }
+}
+
+/// Takes the Services, as [`ServiceFields`].
+struct Services<F>(F);
+
+impl<T: Send, F: Fn(ServiceFields<'_>) -> T + Sync> Taker for Services<F> {
+    type Out = T;
+
+    fn node(&self, node: &crate::fast_yaml::Node<'_>) -> Option<T> {
+        let is_service =
+            node.str_field("apiVersion") == Some("v1") && node.str_field("kind") == Some("Service");
+        is_service.then(|| crate::service_fields::from_node(node)).flatten().map(&self.0)
+    }
+
+    fn object(&self, object: Object) -> Result<T, Object> {
+        match object {
+            Object::Service(s) => Ok(self.0(ServiceFields::from(*s))),
+            o => Err(o),
+        }
+    }
+}
+
+fn parse_stream_with<K: Taker>(file: &str, text: &str, take: &K) -> Result<Taken<K::Out>, StreamError> {
     let docs = split_documents(text);
     let threads = std::thread::available_parallelism().map_or(1, usize::from).min(MAX_THREADS);
     if threads < 2 || docs.len() < PARALLEL_FROM {
-        return parse_documents(file, 0, &docs, &take);
+        return parse_documents(file, 0, &docs, take);
     }
     let per_thread = docs.len().div_ceil(threads);
-    let take = &take;
-    let parts: Vec<Result<Taken<T>, StreamError>> = std::thread::scope(|scope| {
+    let parts: Vec<Result<Taken<K::Out>, StreamError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = docs
             .chunks(per_thread)
             .enumerate()
@@ -270,16 +321,16 @@ const PARALLEL_FROM: usize = 512;
 const MAX_THREADS: usize = 4;
 
 /// Parses documents `docs`, the first of which is document `skip + 1` of the file,
-/// handing each object to `take` (see [`parse_stream_taking`]).
-fn parse_documents<T>(
+/// handing what it decodes to `take` (see [`parse_stream_services`]).
+fn parse_documents<K: Taker>(
     file: &str,
     skip: usize,
     docs: &[(usize, &str)],
-    take: &impl Fn(Object) -> Result<T, Object>,
-) -> Result<Taken<T>, StreamError> {
+    take: &K,
+) -> Result<Taken<K::Out>, StreamError> {
     let mut out = ObjectStream::default();
     let mut taken = Vec::new();
-    let mut emit = |source: Source, object: Object| match take(object) {
+    let mut put = |source: Source, taken_or_not: Result<K::Out, Object>| match taken_or_not {
         Ok(t) => taken.push((source, t)),
         Err(object) => out.objects.push((source, object)),
     };
@@ -288,13 +339,19 @@ fn parse_documents<T>(
         let number = skip + i + 1;
         let source = Source { document: number, item: None };
         let doc: Value = match crate::fast_yaml::parse_node(chunk) {
-            Some(node) => match decode_fast(&node) {
-                Some(object) => {
-                    emit(source, object);
+            Some(node) => {
+                if let Some(t) = take.node(&node) {
+                    put(source, Ok(t));
                     continue;
                 }
-                None => node.into_value(),
-            },
+                match decode_fast(&node) {
+                    Some(object) => {
+                        put(source, take.object(object));
+                        continue;
+                    }
+                    None => node.into_value(),
+                }
+            }
             None => serde_saphyr::from_str(chunk).map_err(|e| StreamError::Yaml {
                 file: file.to_owned(),
                 message: yaml_message(source, first_line, &e),
@@ -309,10 +366,10 @@ fn parse_documents<T>(
             };
             for (j, item) in items.into_iter().enumerate() {
                 let source = Source { document: number, item: Some(j) };
-                decode_into(file, source, item, &mut warnings, &mut emit)?;
+                decode_into(file, source, item, &mut warnings, &mut |s, o| put(s, take.object(o)))?;
             }
         } else {
-            decode_into(file, source, doc, &mut warnings, &mut emit)?;
+            decode_into(file, source, doc, &mut warnings, &mut |s, o| put(s, take.object(o)))?;
         }
     }
     out.warnings = warnings;

@@ -1,7 +1,8 @@
 //! Object streams as users and checkpoints write them.
 
 use ferrolb_api::{
-    BgpPeer, Object, StreamError, VipMode, parse_stream, read_stream, write_atomically, write_stream,
+    BgpPeer, Object, ServiceFields, StreamError, VipMode, parse_stream, parse_stream_services, read_stream,
+    write_atomically, write_stream,
 };
 
 const STATIC_FILE: &str = r#"---
@@ -372,6 +373,69 @@ fn a_large_stream_is_rejected_on_its_first_bad_document_in_file_order() {
     assert!(err.starts_with(&format!("big.yaml: invalid YAML: document 1200: line {line}, column")), "{err}");
     let err = parse_stream("big.yaml", &big_stream(n, &[4_999])).unwrap_err().to_string();
     assert!(err.contains("document 4999"), "{err}");
+}
+
+/// Services in every shape a file holds them: read straight (flow and block style), and
+/// through the object (a List item, a field the fast reader leaves to the decoder, an
+/// unknown field, which only warns), beside objects of other kinds.
+fn services_of_every_shape(n: usize) -> String {
+    let mut docs = vec![STATIC_FILE.trim_start_matches("---\n").to_owned()];
+    for d in 0..n {
+        docs.push(match d % 5 {
+            0 => format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: s{d}, namespace: ns, labels: {{app: a{d}}}}}\nspec: {{type: LoadBalancer, selector: {{app: a{d}}}, externalTrafficPolicy: Local}}\nstatus: {{loadBalancer: {{ingress: [{{ip: 198.18.0.{}}}, {{hostname: h}}]}}}}\n",
+                d % 250
+            ),
+            1 => format!(
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: s{d}\n  creationTimestamp: \"2026-11-26T01:00:00Z\"\nspec:\n  type: ClusterIP\n  ports:\n  - port: 80\n    targetPort: http\n"
+            ),
+            2 => format!(
+                "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {{name: s{d}}}\n  spec: {{type: LoadBalancer, loadBalancerClass: other}}\n"
+            ),
+            3 => format!(
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: s{d}\n  managedFields: [{{manager: kubectl}}]\nspec: {{type: LoadBalancer}}\nstatus: {{loadBalancer: {{ingress: [{{ip: \"2001:db8::{d:x}\"}}]}}}}\n"
+            ),
+            _ => format!(
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: s{d}\n  annotations:\n    note: |\n      two\n      lines\nspec: {{type: LoadBalancer, typo: 1}}\n"
+            ),
+        });
+    }
+    docs.join("---\n")
+}
+
+#[test]
+fn services_are_taken_as_their_objects_read() {
+    // A few documents (one thread) and many (several threads).
+    for n in [10, 3_000] {
+        let text = services_of_every_shape(n);
+        let objects = parse_stream("s.yaml", &text).unwrap();
+        let (rest, taken) = parse_stream_services("s.yaml", &text, |f| f.into_owned()).unwrap();
+        let (services, others): (Vec<_>, Vec<_>) =
+            objects.objects.into_iter().partition(|(_, o)| matches!(o, Object::Service(_)));
+        let want: Vec<_> = services
+            .into_iter()
+            .map(|(src, o)| match o {
+                Object::Service(s) => (src, ServiceFields::from(*s)),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(taken.len(), n + 1);
+        assert_eq!(taken, want);
+        assert_eq!(rest.objects, others, "every other object stays in the stream");
+        assert_eq!(rest.warnings, objects.warnings);
+        assert_eq!(
+            rest.warnings.iter().filter(|w| w.contains("ignoring unknown fields spec.typo")).count(),
+            n / 5
+        );
+        let local = &taken[1].1;
+        assert_eq!(local.external_traffic_policy.as_deref(), Some("Local"));
+        assert_eq!(local.ingress, ["198.18.0.0".parse::<std::net::IpAddr>().unwrap()]);
+    }
+    // An invalid Service still rejects the whole stream, as the object's decoder words it.
+    let text = services_of_every_shape(10).replace("targetPort: http", "targetPort: [http]");
+    let err = parse_stream_services("s.yaml", &text, |_| ()).unwrap_err().to_string();
+    assert_eq!(err, parse_stream("s.yaml", &text).unwrap_err().to_string());
+    assert!(err.contains("spec.ports[0].targetPort"), "{err}");
 }
 
 /// The documents of `text` the slow, obvious way: line by line (the reference

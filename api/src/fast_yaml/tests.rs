@@ -408,6 +408,38 @@ fn assert_decodes_alike(doc: &str) -> bool {
     true
 }
 
+/// What a load balancer reads of a Service, read straight from the fast reader's node,
+/// is what it reads of the object the general path decodes, with no warning and no
+/// error there.
+fn assert_fields_alike(doc: &str) -> bool {
+    let Some(node) = parse_node(doc) else { return false };
+    let Some(fast) = crate::service_fields::from_node(&node) else { return false };
+    let (objects, warnings) = general_objects(doc);
+    assert_eq!(
+        warnings,
+        Vec::<String>::new(),
+        "read straight, but the general path warns or fails on:\n{doc}"
+    );
+    let [crate::stream::Object::Service(svc)] = <[_; 1]>::try_from(objects).expect("one object") else {
+        panic!("read straight as a Service, decoded as another kind:\n{doc}");
+    };
+    assert_eq!(
+        crate::ServiceFields::from(*svc),
+        fast,
+        "read straight otherwise than the general path:\n{doc}"
+    );
+    true
+}
+
+#[test]
+fn reads_what_kubectl_prints_straight_into_service_fields() {
+    let doc = KUBECTL_SERVICE.replace(
+        "    kubectl.kubernetes.io/last-applied-configuration: |\n      {\"apiVersion\":\"v1\"}\n",
+        "    kubectl.kubernetes.io/last-applied-configuration: '{\"apiVersion\":\"v1\"}'\n",
+    );
+    assert!(assert_fields_alike(&doc), "a plain kubectl Service must skip the object");
+}
+
 #[test]
 fn decodes_what_kubectl_prints_straight_into_the_object() {
     let doc = KUBECTL_SERVICE.replace(
@@ -585,6 +617,7 @@ fn service_doc() -> BoxedStrategy<Node> {
 fn decodes_services_as_the_general_path_does() {
     use std::cell::Cell;
     let straight = Cell::new(0u32);
+    let fields = Cell::new(0u32);
     let config = ProptestConfig { cases: 3000, ..ProptestConfig::default() };
     let strategy = (service_doc(), prop::sample::select(vec![2usize, 4]), any::<bool>());
     proptest::test_runner::TestRunner::new(config)
@@ -592,9 +625,11 @@ fn decodes_services_as_the_general_path_does() {
             let mut text = String::new();
             write_block(&mut text, &doc, 0, step, compact, false);
             straight.set(straight.get() + u32::from(assert_decodes_alike(&text)));
+            fields.set(fields.get() + u32::from(assert_fields_alike(&text)));
             Ok(())
         })
         .unwrap();
     // Not only the trivial cases: many generated Services take the fast path.
     assert!(straight.get() > 300, "only {} of 3000 generated Services decoded straight", straight.get());
+    assert!(fields.get() > 150, "only {} of 3000 generated Services read straight", fields.get());
 }

@@ -7,13 +7,14 @@
 
 pub mod static_file;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use ferrolb_api::{
-    BfdProfile, BgpAdvertisement, BgpPeer, IpAddressPool, L2Advertisement, Object, ObjectStream, StreamError,
-    ValidConfig,
+    BfdProfile, BgpAdvertisement, BgpPeer, IpAddressPool, L2Advertisement, Object, ObjectStream,
+    ServiceFields, StreamError, ValidConfig,
 };
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -184,13 +185,6 @@ fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) ->
     meta.name.clone().unwrap_or_default()
 }
 
-fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ServiceKey {
-    ServiceKey {
-        namespace: meta.namespace.as_deref().unwrap_or("default").into(),
-        name: name_of(meta).into(),
-    }
-}
-
 /// Whether two name → object maps hold the same objects, as far as `eq` compares them.
 fn same_objects<T>(a: &BTreeMap<String, T>, b: &BTreeMap<String, T>, eq: impl Fn(&T, &T) -> bool) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|((ka, va), (kb, vb))| ka == kb && eq(va, vb))
@@ -228,44 +222,22 @@ fn diff_keys<V: PartialEq>(
 /// selector.
 type ServiceEntry = (ServiceKey, Option<(ServiceInfo, Option<BTreeMap<String, String>>)>);
 
-fn service_entry(lb_class: &str, svc: &Service) -> ServiceEntry {
-    let key = key_of(&svc.metadata);
-    let spec = svc.spec.as_ref();
-    let class = spec.and_then(|s| s.load_balancer_class.as_deref());
-    let is_lb = spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
-    if !is_lb || class.is_some_and(|c| c != lb_class) {
+fn service_entry(lb_class: &str, svc: ServiceFields<'_>) -> ServiceEntry {
+    let key = ServiceKey {
+        namespace: svc.namespace.as_deref().unwrap_or("default").into(),
+        name: svc.name.as_deref().unwrap_or_default().into(),
+    };
+    let is_lb = svc.type_.as_deref() == Some("LoadBalancer");
+    if !is_lb || svc.load_balancer_class.is_some_and(|c| c != lb_class) {
         return (key, None);
     }
-    let selector = spec.and_then(|s| s.selector.as_ref()).filter(|s| !s.is_empty()).cloned();
-    // Sized exactly: collected from this iterator a Vec holds room for 4 (with 10k
-    // Services 0.7 MB of addresses at the peak, dhat).
-    let listed = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_deref())
-        .unwrap_or_default();
-    let mut ingress = Vec::with_capacity(listed.len());
-    ingress.extend(listed.iter().filter_map(|i| i.ip.as_deref()?.parse::<IpAddr>().ok()));
-    let traffic_policy = match spec.and_then(|s| s.external_traffic_policy.as_deref()) {
+    let selector = svc.selector.filter(|s| !s.is_empty()).map(Cow::into_owned);
+    let traffic_policy = match svc.external_traffic_policy.as_deref() {
         Some("Local") => TrafficPolicy::Local,
         _ => TrafficPolicy::Cluster,
     };
-    let labels = svc.metadata.labels.clone().unwrap_or_default();
-    (key, Some((ServiceInfo { labels, ingress, traffic_policy }, selector)))
-}
-
-/// [`service_entry`] of a Service read from a file and then dropped: its labels and
-/// selector are moved, not copied (two map allocations less per Service of a big file).
-fn service_entry_taking(lb_class: &str, mut svc: Box<Service>) -> ServiceEntry {
-    let labels = svc.metadata.labels.take();
-    let selector = svc.spec.as_mut().and_then(|s| s.selector.take());
-    let (key, entry) = service_entry(lb_class, &svc);
-    let entry = entry.map(|(mut info, _)| {
-        info.labels = labels.unwrap_or_default();
-        (info, selector.filter(|s| !s.is_empty()))
-    });
-    (key, entry)
+    let labels = svc.labels.map(Cow::into_owned).unwrap_or_default();
+    (key, Some((ServiceInfo { labels, ingress: svc.ingress, traffic_policy }, selector)))
 }
 
 impl ClusterModel {
@@ -281,21 +253,19 @@ impl ClusterModel {
         let mut services = Vec::new();
         stream.objects.retain_mut(|(_, o)| {
             let Object::Service(s) = o else { return true };
-            services.push(service_entry(lb_class, s));
+            services.push(service_entry(lb_class, ServiceFields::of(s)));
             false
         });
         Self::build(stream, services, file, lb_class)
     }
 
     /// Parses static file `file` and builds its model, with the warnings to log. Each
-    /// Service becomes what the model keeps of it on the thread that decoded it, so 50k
-    /// of them are never all in memory as Kubernetes objects and are converted on every
-    /// core.
+    /// Service becomes what the model keeps of it on the thread that read it, so 50k of
+    /// them are converted on every core, and a plain one is never built as a Kubernetes
+    /// object.
     pub fn parse(file: &str, text: &str, lb_class: &str) -> Result<(Self, Vec<String>), StreamError> {
-        let (mut stream, services) = ferrolb_api::parse_stream_taking(file, text, |o| match o {
-            Object::Service(s) => Ok(service_entry_taking(lb_class, s)),
-            o => Err(o),
-        })?;
+        let (mut stream, services) =
+            ferrolb_api::parse_stream_services(file, text, |s| service_entry(lb_class, s))?;
         let warnings = std::mem::take(&mut stream.warnings);
         let services = services.into_iter().map(|(_, s)| s).collect();
         Ok((Self::build(stream, services, file, lb_class)?, warnings))
@@ -470,7 +440,7 @@ impl ClusterModel {
 
     /// Adds or replaces a Service; Services of another class or type are dropped.
     pub fn upsert_service(&mut self, svc: &Service) {
-        let (key, entry) = service_entry(&self.lb_class, svc);
+        let (key, entry) = service_entry(&self.lb_class, ServiceFields::of(svc));
         let Some((info, selector)) = entry else {
             self.remove_service(&key);
             return;
