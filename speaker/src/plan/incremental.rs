@@ -14,7 +14,7 @@ use std::sync::Arc;
 use ipnet::IpNet;
 
 use super::{Announcements, Fragment, Globals, RouteAttrs, fragment, merge_interfaces};
-use crate::model::{Changes, ClusterModel, ServiceKey};
+use crate::model::{Changes, ClusterModel, ServiceInfo, ServiceKey};
 
 /// The Services holding one address or prefix, in key order. Nearly always one, kept
 /// inline: no allocation of its own (two per Service; indexing a static file of 50k
@@ -190,28 +190,24 @@ impl Planner {
     /// sorted and built in one pass each rather than entry by entry (a static file of
     /// 50k Services, the first list, a global change).
     fn build(&mut self, model: &ClusterModel, g: &Globals<'_>) {
-        let frags: Vec<(ServiceKey, Arc<Fragment>)> = model
-            .services
-            .iter()
-            .map(|(key, svc)| (key.clone(), Arc::new(fragment(model, g, key, svc))))
-            .collect();
+        let services: Vec<(&ServiceKey, &ServiceInfo)> = model.services.iter().collect();
+        let frags = on_every_core(&services, |run| {
+            run.iter().map(|(key, svc)| ((*key).clone(), Arc::new(fragment(model, g, key, svc)))).collect()
+        });
         self.recomputed = frags.len();
-        // (address or prefix, index in `frags`): sorted, each Service's holdings come in
-        // key order, as `Holders` keeps them.
-        let mut by_ip: Vec<(IpAddr, usize)> = Vec::with_capacity(frags.len());
-        let mut by_prefix: Vec<(IpNet, usize)> = Vec::with_capacity(frags.len());
-        for (i, (_, f)) in frags.iter().enumerate() {
-            by_ip.extend(f.outcomes.iter().map(|o| (o.ip, i)));
-            by_prefix.extend(f.routes.iter().map(|(_, p, _)| (*p, i)));
-        }
-        by_ip.sort_unstable();
-        by_ip.dedup();
-        by_prefix.sort_unstable();
-        by_prefix.dedup();
-        self.by_ip =
-            by_ip.chunk_by(|a, b| a.0 == b.0).map(|run| (run[0].0, Holders::of(&frags, run))).collect();
-        self.by_prefix =
-            by_prefix.chunk_by(|a, b| a.0 == b.0).map(|run| (run[0].0, Holders::of(&frags, run))).collect();
+        // The two indexes are independent: a big plan builds them side by side.
+        let by_ip = |frags: &[_]| index(frags, |all, f, i| all.extend(f.outcomes.iter().map(|o| (o.ip, i))));
+        let by_prefix =
+            |frags: &[_]| index(frags, |all, f, i| all.extend(f.routes.iter().map(|(_, p, _)| (*p, i))));
+        (self.by_ip, self.by_prefix) = if frags.len() < PARALLEL_FROM {
+            (by_ip(&frags), by_prefix(&frags))
+        } else {
+            std::thread::scope(|scope| {
+                let ips = scope.spawn(|| by_ip(&frags));
+                let prefixes = by_prefix(&frags);
+                (ips.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), prefixes)
+            })
+        };
         for p in self.by_prefix.keys() {
             *self.prefix_lengths.entry(length_of(p)).or_default() += 1;
         }
@@ -422,4 +418,46 @@ fn merged_routes(prefix: IpNet, holders: &Holders) -> Vec<(Arc<str>, RouteAttrs)
 
 fn length_of(p: &IpNet) -> (bool, u8) {
     (matches!(p, IpNet::V4(_)), p.prefix_len())
+}
+
+/// The Services of `frags` (in key order) holding each key that `held` adds, as
+/// (key, index in `frags`), for a fragment at an index.
+fn index<K: Ord + Copy>(
+    frags: &[(ServiceKey, Arc<Fragment>)],
+    held: impl Fn(&mut Vec<(K, usize)>, &Fragment, usize),
+) -> BTreeMap<K, Holders> {
+    // Sorted, each key's holders come in key order, as `Holders` keeps them.
+    let mut all: Vec<(K, usize)> = Vec::with_capacity(frags.len());
+    for (i, (_, f)) in frags.iter().enumerate() {
+        held(&mut all, f, i);
+    }
+    all.sort_unstable();
+    all.dedup();
+    all.chunk_by(|a, b| a.0 == b.0).map(|run| (run[0].0, Holders::of(frags, run))).collect()
+}
+
+/// Below this many Services one thread computes their fragments and indexes: threads
+/// cost more than they save.
+const PARALLEL_FROM: usize = 2048;
+/// The speaker's other tasks (BGP sessions, L2) keep running beside a big plan.
+const MAX_THREADS: usize = 4;
+
+/// `f` of contiguous runs of `items`, on every core (up to [`MAX_THREADS`]), joined in
+/// order: what one `f(items)` would give. A full plan of 50k Services computes their
+/// fragments this way, each independent of the others.
+fn on_every_core<T: Sync, U: Send>(items: &[T], f: impl Fn(&[T]) -> Vec<U> + Sync) -> Vec<U> {
+    let threads = std::thread::available_parallelism().map_or(1, usize::from).min(MAX_THREADS);
+    if threads < 2 || items.len() < PARALLEL_FROM {
+        return f(items);
+    }
+    let f = &f;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            items.chunks(items.len().div_ceil(threads)).map(|run| scope.spawn(move || f(run))).collect();
+        let mut out = Vec::with_capacity(items.len());
+        for h in handles {
+            out.extend(h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+        }
+        out
+    })
 }

@@ -305,7 +305,8 @@ fn a_change_recomputes_only_the_services_it_touches() {
     assert_eq!(planner.recomputed(), 1, "only the Service that differs");
 }
 
-/// The bulk plan of thousands of Services (a static file) equals the plan built up one
+/// The bulk plan of thousands of Services (a static file; enough for it to be built on
+/// several threads) equals the plan built up one
 /// batch of Services at a time, with Services sharing addresses (many holders, made
 /// from one) and some holding none.
 #[test]
