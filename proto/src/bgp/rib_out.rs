@@ -119,6 +119,7 @@ impl RibOut {
         // Group changed prefixes by attribute set, keeping first-seen order.
         let mut index: HashMap<(&PathAttributes, Family), usize> = HashMap::new();
         let mut groups: Vec<(&Arc<PathAttributes>, Family, Vec<IpNet>)> = Vec::new();
+        let mut last: Option<(&Arc<PathAttributes>, Family, usize)> = None;
         for (prefix, attrs) in desired {
             let family = Family::of(prefix);
             if !self.families.contains(&family) || !self.can_announce(family, attrs) {
@@ -127,10 +128,16 @@ impl RibOut {
             if self.sent.get(prefix).is_some_and(|a| Arc::ptr_eq(a, attrs) || **a == **attrs) {
                 continue;
             }
-            let i = *index.entry((&**attrs, family)).or_insert_with(|| {
-                groups.push((attrs, family, Vec::new()));
-                groups.len() - 1
-            });
+            // Neighbours mostly share one attribute set (one `Arc`): only a new one is
+            // hashed (hashing every prefix's attributes took half of a 50k-route sync).
+            let i = match last {
+                Some((a, f, i)) if f == family && Arc::ptr_eq(a, attrs) => i,
+                _ => *index.entry((&**attrs, family)).or_insert_with(|| {
+                    groups.push((attrs, family, Vec::new()));
+                    groups.len() - 1
+                }),
+            };
+            last = Some((attrs, family, i));
             if let Some(g) = groups.get_mut(i) {
                 g.2.push(*prefix);
             }
