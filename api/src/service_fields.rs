@@ -12,12 +12,13 @@
 //! never more lenient. `tests::agrees_with_the_typed_decoder` holds it to that.
 
 use std::borrow::Cow;
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
 
-use crate::fast_yaml::Node;
+use crate::fast_yaml::{Node, key_cmp};
 
 /// Labels or a selector: borrowed from a typed Service, owned when read from a document.
 pub type Labels<'a> = Cow<'a, BTreeMap<String, String>>;
@@ -229,17 +230,19 @@ fn fits(node: &Node<'_>, shape: Shape) -> bool {
 fn has_fields(entries: &[(Cow<'_, str>, Node<'_>)], fields: &[(&str, Shape)]) -> bool {
     let mut known = fields.iter();
     entries.iter().all(|(key, value)| {
-        // Both sorted: walk the known fields once.
-        known
-            .by_ref()
-            .find(|(name, _)| *name >= key.as_ref())
-            .is_some_and(|(name, shape)| *name == key.as_ref() && fits(value, *shape))
+        // Both sorted: walk the known fields once, to the first not before `key`.
+        let shape = known.by_ref().find_map(|(name, shape)| match key_cmp(name, key) {
+            Ordering::Less => None,
+            Ordering::Equal => Some(Some(*shape)),
+            Ordering::Greater => Some(None),
+        });
+        shape.flatten().is_some_and(|shape| fits(value, shape))
     })
 }
 
 /// The entry at `key` of a mapping's sorted entries.
 fn field<'n, 'a>(entries: &'n [(Cow<'a, str>, Node<'a>)], key: &str) -> Option<&'n Node<'a>> {
-    entries.binary_search_by(|(k, _)| k.as_ref().cmp(key)).ok().map(|i| &entries[i].1)
+    entries.binary_search_by(|(k, _)| key_cmp(k, key)).ok().map(|i| &entries[i].1)
 }
 
 fn entries<'n, 'a>(node: Option<&'n Node<'a>>) -> &'n [(Cow<'a, str>, Node<'a>)] {

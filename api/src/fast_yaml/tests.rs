@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::{parse, parse_node};
+use super::{key_cmp, parse, parse_node};
 
 /// What the general parser makes of `doc`.
 fn general(doc: &str) -> Result<Value, String> {
@@ -373,6 +373,14 @@ proptest! {
         let mut doc = String::new();
         write_block(&mut doc, &Node::Map(entries), 0, step, compact, comment);
         assert_agrees(&doc);
+    }
+
+    /// Keys are sorted, searched and checked for duplicates with `key_cmp`: it must
+    /// order as `str::cmp` does, or a lookup misses a key the object's decoder finds.
+    #[test]
+    fn compares_keys_as_strings_do(a in "[a-cé]{0,4}", b in "[a-cé]{0,4}") {
+        prop_assert_eq!(key_cmp(&a, &b), a.cmp(&b));
+        prop_assert_eq!(key_cmp(&a, &a), std::cmp::Ordering::Equal);
     }
 
     #[test]
