@@ -233,9 +233,9 @@ impl Planner {
             built.insert(peer.to_owned(), r.collect());
         }
         self.out.bgp = built;
-        let ips: Vec<IpAddr> = self.by_ip.keys().copied().collect();
-        for ip in ips {
-            self.merge_ip(ip);
+        // Walked in order rather than looked up address by address (50k searches).
+        for (ip, holders) in &self.by_ip {
+            merge_ip(*ip, Some(holders), &mut self.out, &mut self.drain_candidates);
         }
     }
 
@@ -317,67 +317,7 @@ impl Planner {
     /// Re-merges L2 ownership, the withdrawal reason and the drain of `ip` from the
     /// Services holding it, in Service order.
     fn merge_ip(&mut self, ip: IpAddr) {
-        let mut announced = false;
-        let mut reasons: Option<Vec<&str>> = None;
-        let mut draining: Option<&String> = None;
-        let mut l2: Option<Vec<String>> = None;
-        let mut handover: Option<(Vec<String>, &String)> = None;
-        let mut successors: Vec<String> = Vec::new();
-        let mut unowned = false;
-        for f in self.by_ip.get(&ip).into_iter().flat_map(Holders::fragments) {
-            for o in f.outcomes.iter().filter(|o| o.ip == ip) {
-                announced |= o.done;
-                unowned |= o.l2_unowned;
-                if !o.done {
-                    reasons.get_or_insert_with(Vec::new).extend(o.why.iter().map(String::as_str));
-                }
-                if draining.is_none() {
-                    draining = o.draining.as_ref();
-                }
-                if let Some(ifs) = &o.l2 {
-                    merge_interfaces(l2.get_or_insert_with(|| ifs.clone()), ifs);
-                    for next in &o.l2_successors {
-                        if !successors.contains(next) {
-                            successors.push(next.clone());
-                        }
-                    }
-                }
-                if let Some((ifs, why)) = &o.l2_handover {
-                    merge_interfaces(&mut handover.get_or_insert_with(|| (ifs.clone(), why)).0, ifs);
-                }
-            }
-        }
-        let out = &mut self.out;
-        out.l2.remove(&ip);
-        out.l2_draining.remove(&ip);
-        out.l2_successors.remove(&ip);
-        out.withdrawn.remove(&ip);
-        if unowned {
-            out.l2_unowned.insert(ip);
-        } else {
-            out.l2_unowned.remove(&ip);
-        }
-        self.drain_candidates.remove(&ip);
-        match (l2, handover) {
-            (Some(ifs), _) => {
-                out.l2.insert(ip, ifs);
-                if !successors.is_empty() {
-                    out.l2_successors.insert(ip, successors);
-                }
-            }
-            (None, Some((ifs, why))) => {
-                out.l2.insert(ip, ifs);
-                out.l2_draining.insert(ip, why.clone());
-            }
-            (None, None) => {}
-        }
-        if let Some(why) = draining {
-            self.drain_candidates.insert(ip, why.clone());
-        }
-        if let (false, Some(mut why)) = (announced, reasons) {
-            why.dedup();
-            out.withdrawn.insert(ip, why.join("; "));
-        }
+        merge_ip(ip, self.by_ip.get(&ip), &mut self.out, &mut self.drain_candidates);
     }
 
     /// An address also announced normally (another Service, another advertisement, an
@@ -398,6 +338,76 @@ impl Planner {
             .map(|(ip, w)| (*ip, w.clone()))
             .collect();
         out.draining = draining;
+    }
+}
+
+/// Re-merges L2 ownership, the withdrawal reason and the drain of `ip` into `out` and
+/// `drain_candidates` from `holders`, the Services holding it, in Service order.
+fn merge_ip(
+    ip: IpAddr,
+    holders: Option<&Holders>,
+    out: &mut Announcements,
+    drain_candidates: &mut BTreeMap<IpAddr, String>,
+) {
+    let mut announced = false;
+    let mut reasons: Option<Vec<&str>> = None;
+    let mut draining: Option<&String> = None;
+    let mut l2: Option<Vec<String>> = None;
+    let mut handover: Option<(Vec<String>, &String)> = None;
+    let mut successors: Vec<String> = Vec::new();
+    let mut unowned = false;
+    for f in holders.into_iter().flat_map(Holders::fragments) {
+        for o in f.outcomes.iter().filter(|o| o.ip == ip) {
+            announced |= o.done;
+            unowned |= o.l2_unowned;
+            if !o.done {
+                reasons.get_or_insert_with(Vec::new).extend(o.why.iter().map(String::as_str));
+            }
+            if draining.is_none() {
+                draining = o.draining.as_ref();
+            }
+            if let Some(ifs) = &o.l2 {
+                merge_interfaces(l2.get_or_insert_with(|| ifs.clone()), ifs);
+                for next in &o.l2_successors {
+                    if !successors.contains(next) {
+                        successors.push(next.clone());
+                    }
+                }
+            }
+            if let Some((ifs, why)) = &o.l2_handover {
+                merge_interfaces(&mut handover.get_or_insert_with(|| (ifs.clone(), why)).0, ifs);
+            }
+        }
+    }
+    out.l2.remove(&ip);
+    out.l2_draining.remove(&ip);
+    out.l2_successors.remove(&ip);
+    out.withdrawn.remove(&ip);
+    if unowned {
+        out.l2_unowned.insert(ip);
+    } else {
+        out.l2_unowned.remove(&ip);
+    }
+    drain_candidates.remove(&ip);
+    match (l2, handover) {
+        (Some(ifs), _) => {
+            out.l2.insert(ip, ifs);
+            if !successors.is_empty() {
+                out.l2_successors.insert(ip, successors);
+            }
+        }
+        (None, Some((ifs, why))) => {
+            out.l2.insert(ip, ifs);
+            out.l2_draining.insert(ip, why.clone());
+        }
+        (None, None) => {}
+    }
+    if let Some(why) = draining {
+        drain_candidates.insert(ip, why.clone());
+    }
+    if let (false, Some(mut why)) = (announced, reasons) {
+        why.dedup();
+        out.withdrawn.insert(ip, why.join("; "));
     }
 }
 
