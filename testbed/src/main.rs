@@ -219,6 +219,10 @@ enum Bench {
         /// BGP table sizes to measure.
         #[arg(long, value_delimiter = ',', default_values_t = [10_000u32, 50_000, 100_000])]
         sizes: Vec<u32>,
+        /// BGP scale runs of every speaker at every size (rows show the median run; goals
+        /// judge the median of the per-run ratios).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
         /// Directory receiving BENCHMARKS.md and benchmarks/ (default: the workspace root).
         #[arg(long)]
         out: Option<std::path::PathBuf>,
@@ -301,9 +305,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let systems = if ferrolb_only { vec![bench::bgp_scale::System::Ferrolb] } else { systems };
             Ok(bench::bgp_scale::run(&sizes, &systems, runs)?)
         }
-        Cmd::Bench { bench: Bench::Report { trials, soak_seconds, sizes, out } } => {
+        Cmd::Bench { bench: Bench::Report { trials, soak_seconds, sizes, runs, out } } => {
             let out = out.unwrap_or_else(bench::report::workspace_root);
-            Ok(bench::report::run(&bench::report::Params { trials, soak_seconds, sizes, out })?)
+            Ok(bench::report::run(&bench::report::Params { trials, soak_seconds, sizes, runs, out })?)
         }
         Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(bench::file_latency::run(trials)?),
         Cmd::Bench { bench: Bench::WholePath { services, existing } } => {

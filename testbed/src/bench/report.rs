@@ -24,6 +24,8 @@ pub struct Params {
     pub soak_seconds: u64,
     /// BGP table sizes.
     pub sizes: Vec<u32>,
+    /// BGP scale runs of every speaker at every size.
+    pub runs: usize,
     /// Directory receiving `BENCHMARKS.md` and `benchmarks/`.
     pub out: PathBuf,
 }
@@ -57,7 +59,7 @@ pub fn run(p: &Params) -> Result<(), Error> {
     failover::print_tables(&fo);
     let soak = l2_soak::measure(p.soak_seconds)?;
     l2_soak::print_table(&soak);
-    let scale = bgp_scale::measure_all(&p.sizes, &Speaker::ALL, 1)?;
+    let scale = bgp_scale::measure_all(&p.sizes, &Speaker::ALL, p.runs)?;
     let report = Report { env, trials: p.trials, soak_seconds: p.soak_seconds, failover: fo, soak, scale };
     let rendered = render(&report);
     let md = p.out.join("BENCHMARKS.md");
@@ -561,9 +563,36 @@ fn soak_goals(soak: &[Soaked]) -> Vec<Goal> {
     }]
 }
 
-/// The figures of `speaker` at size `n`, if it was measured.
+/// The runs of `speaker` at size `n`, in the order they ran (failed ones too).
+fn runs_of(scale: &[Outcome], speaker: Speaker, n: u32) -> impl Iterator<Item = &Outcome> {
+    scale.iter().filter(move |o| o.system == speaker && o.prefixes == n)
+}
+
+/// The figures of `speaker` at size `n`: its measured run with the median time to RIB
+/// (the lower middle one of an even count), if any run was measured.
 fn result_of(scale: &[Outcome], speaker: Speaker, n: u32) -> Option<&ScaleResult> {
-    scale.iter().find(|o| o.system == speaker && o.prefixes == n)?.result.as_ref().ok()
+    let mut measured: Vec<&ScaleResult> =
+        runs_of(scale, speaker, n).filter_map(|o| o.result.as_ref().ok()).collect();
+    measured.sort_by_key(|r| r.to_rib);
+    measured.get(measured.len().saturating_sub(1) / 2).copied()
+}
+
+/// `a`'s times over `b`'s (to RIB, to kernel, withdraw) at size `n`, each the median of
+/// the ratios within the runs where both were measured: the machine's noise moves both
+/// speakers of one run alike, and one slow run does not decide a goal.
+fn median_ratios(scale: &[Outcome], a: Speaker, b: Speaker, n: u32) -> Option<[f64; 3]> {
+    let pairs: Vec<(&ScaleResult, &ScaleResult)> = runs_of(scale, a, n)
+        .zip(runs_of(scale, b, n))
+        .filter_map(|(x, y)| Some((x.result.as_ref().ok()?, y.result.as_ref().ok()?)))
+        .collect();
+    if pairs.is_empty() {
+        return None;
+    }
+    Some(TIMES.map(|t| {
+        let mut v: Vec<f64> = pairs.iter().map(|(x, y)| ratio(t(x), t(y))).collect();
+        v.sort_by(f64::total_cmp);
+        (v[(v.len() - 1) / 2] + v[v.len() / 2]) / 2.0
+    }))
 }
 
 /// The three times compared: to RIB, to kernel, withdraw.
@@ -592,6 +621,15 @@ fn scale_section(scale: &[Outcome], figure: impl Fn(u32) -> String) -> String {
          Times in ms; × BIRD is the ratio to BIRD→BIRD. The figures show, as steps, the networks in \
          r1's RIB just before the input change, then at each 5 ms poll once it returned.\n",
     );
+    let runs = sizes(scale).first().map_or(0, |n| runs_of(scale, Speaker::Bird, *n).count());
+    if runs > 1 {
+        let _ = write!(
+            s,
+            "\nEvery speaker ran {runs} times at each size, the speakers in turn within a run. A row is \
+             the speaker's run with the median time to RIB, its ratios to BIRD's such run; a goal \
+             judges the median of the ratios within each run.\n"
+        );
+    }
     for n in sizes(scale) {
         let _ = write!(
             s,
@@ -600,8 +638,21 @@ fn scale_section(scale: &[Outcome], figure: impl Fn(u32) -> String) -> String {
              |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
         );
         let reference = result_of(scale, Speaker::Bird, n);
+        let mut speakers: Vec<Speaker> = Vec::new();
         for o in scale.iter().filter(|o| o.prefixes == n) {
-            let _ = writeln!(s, "{}", scale_row(o, reference));
+            if !speakers.contains(&o.system) {
+                speakers.push(o.system);
+            }
+        }
+        for speaker in speakers {
+            // The median run; a speaker never measured shows its first failure.
+            let row = match result_of(scale, speaker, n) {
+                Some(r) => Some(scale_result_row(r, reference)),
+                None => runs_of(scale, speaker, n).next().map(|o| scale_row(o, reference)),
+            };
+            if let Some(row) = row {
+                let _ = writeln!(s, "{row}");
+            }
         }
         s.push_str(&goal_table(&scale_goals_at(scale, n)));
         s.push_str(&figure(n));
@@ -619,6 +670,11 @@ fn scale_row(o: &Outcome, reference: Option<&ScaleResult>) -> String {
             return format!("| {} | failed: {e} | | | | | | | | | |", o.system.label(o.prefixes));
         }
     };
+    scale_result_row(r, reference)
+}
+
+/// A measured speaker's row; ratios to `reference` where there is one.
+fn scale_result_row(r: &ScaleResult, reference: Option<&ScaleResult>) -> String {
     let times: Vec<String> = TIMES
         .iter()
         .map(|t| {
@@ -647,25 +703,18 @@ fn scale_goals(scale: &[Outcome]) -> Vec<Goal> {
 fn scale_goals_at(scale: &[Outcome], n: u32) -> Vec<Goal> {
     let mut goals = Vec::new();
     let f = result_of(scale, Speaker::Ferrolb, n);
-    let times = |a: &ScaleResult, b: &ScaleResult| TIMES.map(|t| ratio(t(a), t(b)));
     let list = |x: [f64; 3]| x.map(|v| format!("{v:.2}×")).join(" / ");
     let goal = format!("{n} prefixes: ferrolb within 1.2× of BIRD→BIRD (to RIB / to kernel / withdraw)");
-    goals.push(match (f, result_of(scale, Speaker::Bird, n)) {
-        (Some(f), Some(b)) => {
-            let x = times(f, b);
-            Goal { goal, figure: list(x), verdict: Verdict::of(x.iter().all(|v| *v <= 1.2)) }
-        }
-        _ => Goal::unmeasured(goal),
+    goals.push(match median_ratios(scale, Speaker::Ferrolb, Speaker::Bird, n) {
+        Some(x) => Goal { goal, figure: list(x), verdict: Verdict::of(x.iter().all(|v| *v <= 1.2)) },
+        None => Goal::unmeasured(goal),
     });
     for other in [Speaker::Gobgp, Speaker::Exabgp] {
         let goal =
             format!("{n} prefixes: ferrolb ≥ 3× ahead of {} (to RIB / to kernel / withdraw)", other.name());
-        goals.push(match (f, result_of(scale, other, n)) {
-            (Some(f), Some(o)) => {
-                let x = times(o, f);
-                Goal { goal, figure: list(x), verdict: Verdict::of(x.iter().all(|v| *v >= 3.0)) }
-            }
-            _ => Goal::unmeasured(goal),
+        goals.push(match median_ratios(scale, other, Speaker::Ferrolb, n) {
+            Some(x) => Goal { goal, figure: list(x), verdict: Verdict::of(x.iter().all(|v| *v >= 3.0)) },
+            None => Goal::unmeasured(goal),
         });
     }
     let goal = format!("{n} prefixes: ferrolb ≤ 5.5 bytes per prefix on the wire");

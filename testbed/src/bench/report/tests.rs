@@ -146,6 +146,40 @@ fn bgp_goals_compare_with_bird_and_the_others() {
     assert_eq!(within.figure, "1.10× / 1.05× / 1.40×");
 }
 
+/// Three runs at one size, BIRD then ferrolb in each (as `measure_all` orders them).
+fn three_runs(ferrolb_rib: [u64; 3]) -> Vec<Outcome> {
+    ferrolb_rib
+        .iter()
+        .flat_map(|rib| {
+            [
+                scale(Speaker::Bird, 10_000, [100, 200, 50], 50_000, 10),
+                scale(Speaker::Ferrolb, 10_000, [*rib, 200, 50], 50_000, 20),
+            ]
+        })
+        .collect()
+}
+
+#[test]
+fn bgp_goals_judge_the_median_run_not_one_slow_run() {
+    let within = |scale: &[Outcome]| {
+        let g = scale_goals(scale);
+        let g = g.iter().find(|g| g.goal.starts_with("10000 prefixes: ferrolb within")).unwrap().clone();
+        (g.figure, g.verdict)
+    };
+    // 1.10×, 1.50×, 1.15×: one slow run does not decide.
+    assert_eq!(within(&three_runs([110, 150, 115])), ("1.15× / 1.00× / 1.00×".to_string(), Verdict::Met));
+    // 1.25×, 1.50×, 1.15×: the median is over.
+    assert_eq!(within(&three_runs([125, 150, 115])), ("1.25× / 1.00× / 1.00×".to_string(), Verdict::NotMet));
+    // The table shows each speaker once: its median run.
+    let md = scale_section(&three_runs([110, 150, 115]), |_| String::new());
+    let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| ferrolb (10000")).collect();
+    assert_eq!(
+        rows,
+        ["| ferrolb (10000 Services) | 3.0 | 115 | 1.15 | 200 | 1.00 | 50 | 1.00 | 5.0 | 7 | 20.0 |"]
+    );
+    assert!(md.contains("Every speaker ran 3 times at each size"), "{md}");
+}
+
 #[test]
 fn memory_goals_use_the_bound_of_the_size() {
     let g = memory_goals(&report().scale);
