@@ -578,21 +578,19 @@ fn result_of(scale: &[Outcome], speaker: Speaker, n: u32) -> Option<&ScaleResult
 }
 
 /// `a`'s times over `b`'s (to RIB, to kernel, withdraw) at size `n`, each the median of
-/// the ratios within the runs where both were measured: the machine's noise moves both
-/// speakers of one run alike, and one slow run does not decide a goal.
+/// the ratios within the runs where both were measured (as `bench bgp-scale --runs`
+/// prints it): the machine's noise moves both speakers of one run alike, and one slow
+/// run does not decide a goal.
 fn median_ratios(scale: &[Outcome], a: Speaker, b: Speaker, n: u32) -> Option<[f64; 3]> {
     let pairs: Vec<(&ScaleResult, &ScaleResult)> = runs_of(scale, a, n)
         .zip(runs_of(scale, b, n))
         .filter_map(|(x, y)| Some((x.result.as_ref().ok()?, y.result.as_ref().ok()?)))
         .collect();
-    if pairs.is_empty() {
-        return None;
-    }
-    Some(TIMES.map(|t| {
-        let mut v: Vec<f64> = pairs.iter().map(|(x, y)| ratio(t(x), t(y))).collect();
-        v.sort_by(f64::total_cmp);
-        (v[(v.len() - 1) / 2] + v[v.len() / 2]) / 2.0
-    }))
+    let median = |t: fn(&ScaleResult) -> Duration| {
+        let ratios: Vec<f64> = pairs.iter().map(|(x, y)| ratio(t(x), t(y))).collect();
+        Summary::of(&ratios).map(|s| s.median)
+    };
+    Some([median(TIMES[0])?, median(TIMES[1])?, median(TIMES[2])?])
 }
 
 /// The three times compared: to RIB, to kernel, withdraw.
