@@ -4,7 +4,7 @@
 //! [`foca`] is the sans-IO SWIM core (with suspicion, indirect probes, periodic gossip
 //! and announce-to-down extensions); [`auth`] seals every datagram with HMAC-SHA256
 //! under the shared key and drops unauthenticated and replayed ones, without looking at
-//! any clock. [`Membership::spawn`] starts a task that runs SWIM's timers and publishes
+//! any clock. [`Membership::spawn`] starts a task ([`driver`]) that runs SWIM's timers and publishes
 //! the live set on a watch channel, and a thread ([`reader`]) that reads the UDP socket,
 //! opens every datagram and runs the L2 [`heartbeat`] at real-time priority. [`claim_gate`] decides whether a
 //! lone view may be trusted (a node that cannot read its peers must claim nothing).
@@ -19,33 +19,30 @@
 
 pub mod auth;
 pub mod claim_gate;
+mod driver;
 pub mod heartbeat;
 pub mod join_grace;
 pub mod key;
+mod metrics;
 mod reader;
 pub mod settle;
 
 pub use key::{KEY_MIN_LEN, MembershipKey, MembershipKeyError};
+pub use metrics::MembershipMetrics;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::num::{NonZeroU8, NonZeroUsize};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use foca::{Config, Foca, OwnedNotification, PeriodicParams, PostcardCodec, Timer};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use foca::{Config, Foca, PeriodicParams, PostcardCodec};
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
-use auth::{DropReason, KeyEvent, KeyRole, Sealer};
+use auth::Sealer;
 pub use heartbeat::HeartbeatConfig;
 
 /// Environment variable that shortens the key rotation window, in milliseconds: for
@@ -241,183 +238,6 @@ pub enum MembershipError {
     Key,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KeyLabels {
-    key: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    result: String,
-}
-
-/// Membership metrics (`ferrolb_membership_*`).
-#[derive(Clone, Debug, Default)]
-pub struct MembershipMetrics {
-    size: Gauge,
-    dropped: Family<ReasonLabels, Counter>,
-    blind: Gauge,
-    rotation_phase: Gauge,
-    key_changes: Family<ResultLabels, Counter>,
-    rotation_opened: Family<KeyLabels, Counter>,
-    heartbeat_sent: Counter,
-    heartbeat_received: Counter,
-    heartbeat_suspicions: Counter,
-    heartbeat_cleared: Family<ReasonLabels, Counter>,
-    heartbeat_late_ticks: Counter,
-    heartbeat_realtime: Gauge,
-}
-
-impl MembershipMetrics {
-    /// Metrics registered in `registry`.
-    pub fn new(registry: &mut Registry) -> Self {
-        let m = MembershipMetrics::default();
-        registry.register("ferrolb_membership_members", "Live members, this node included", m.size.clone());
-        registry.register(
-            "ferrolb_membership_dropped_packets",
-            "Membership datagrams dropped, by reason",
-            m.dropped.clone(),
-        );
-        registry.register(
-            "ferrolb_membership_blind",
-            "1 while datagrams from other nodes arrive that this node cannot read (key, version, replays) and no other node is live: it claims no L2 address",
-            m.blind.clone(),
-        );
-        registry.register(
-            "ferrolb_membership_key_rotation_phase",
-            "Membership key rotation: 0 one key; 1 a new key is accepted, datagrams still sealed with the old one; 2 sealed with the new key, the old one still accepted",
-            m.rotation_phase.clone(),
-        );
-        registry.register(
-            "ferrolb_membership_key_changes",
-            "Membership key changes seen: applied (a rotation started), rejected (unusable key: the current one stays)",
-            m.key_changes.clone(),
-        );
-        registry.register(
-            "ferrolb_membership_rotation_datagrams",
-            "Datagrams opened with a key other than the one this node seals with, during a rotation: next (the peer switched first), previous (the peer has not switched yet)",
-            m.rotation_opened.clone(),
-        );
-        registry.register(
-            "ferrolb_membership_heartbeats_sent",
-            "L2 heartbeats sent to successors",
-            m.heartbeat_sent.clone(),
-        );
-        registry.register(
-            "ferrolb_membership_heartbeats_received",
-            "L2 heartbeats received (authenticated)",
-            m.heartbeat_received.clone(),
-        );
-        registry.register(
-            "ferrolb_membership_heartbeat_suspicions",
-            "Members suspected after missed heartbeats: this node took over the addresses it is successor of",
-            m.heartbeat_suspicions.clone(),
-        );
-        registry.register(
-            "ferrolb_membership_heartbeat_suspicions_cleared",
-            "Heartbeat suspicions ended without SWIM: beats_resumed (the member lives: a false suspicion or a restart), expired (SWIM did not confirm within the hold)",
-            m.heartbeat_cleared.clone(),
-        );
-        registry.register(
-            "ferrolb_membership_heartbeat_late_ticks",
-            "Heartbeat ticks that came an interval or more late: this node was starved of CPU and judged nobody",
-            m.heartbeat_late_ticks.clone(),
-        );
-        registry.register(
-            "ferrolb_membership_heartbeat_realtime",
-            "1 when the heartbeat thread runs at real-time priority (SCHED_FIFO)",
-            m.heartbeat_realtime.clone(),
-        );
-        m
-    }
-
-    fn drop_packet(&self, reason: DropReason) {
-        self.dropped.get_or_create(&ReasonLabels { reason: reason.as_str().into() }).inc();
-    }
-
-    fn heartbeat_cleared(&self, reason: &str) {
-        self.heartbeat_cleared.get_or_create(&ReasonLabels { reason: reason.into() }).inc();
-    }
-
-    /// Members suspected after missed heartbeats, in all.
-    pub fn heartbeat_suspicions(&self) -> u64 {
-        self.heartbeat_suspicions.get()
-    }
-
-    /// Heartbeat suspicions that ended without SWIM, by `reason` (`beats_resumed`, `expired`).
-    pub fn heartbeat_suspicions_cleared(&self, reason: &str) -> u64 {
-        self.heartbeat_cleared.get_or_create(&ReasonLabels { reason: reason.into() }).get()
-    }
-
-    /// Heartbeats received.
-    pub fn heartbeats_received(&self) -> u64 {
-        self.heartbeat_received.get()
-    }
-
-    /// Heartbeat ticks that came late (this node was starved).
-    pub fn heartbeat_late_ticks(&self) -> u64 {
-        self.heartbeat_late_ticks.get()
-    }
-
-    /// Counts a key change that could not be used (the current key stays).
-    pub fn key_rejected(&self) {
-        self.key_changes.get_or_create(&ResultLabels { result: "rejected".into() }).inc();
-    }
-
-    /// Key changes counted with `result` (`applied` or `rejected`).
-    pub fn key_changes(&self, result: &str) -> u64 {
-        self.key_changes.get_or_create(&ResultLabels { result: result.into() }).get()
-    }
-
-    /// The rotation phase (`ferrolb_membership_key_rotation_phase`).
-    pub fn rotation_phase(&self) -> i64 {
-        self.rotation_phase.get()
-    }
-
-    /// Datagrams dropped for `reason`.
-    pub fn dropped(&self, reason: DropReason) -> u64 {
-        self.dropped.get_or_create(&ReasonLabels { reason: reason.as_str().into() }).get()
-    }
-
-    /// Datagrams dropped that most likely came from a peer this node cannot read
-    /// ([`DropReason::from_unreadable_peer`]), in all.
-    pub fn unreadable(&self) -> u64 {
-        DropReason::ALL.into_iter().filter(|r| r.from_unreadable_peer()).map(|r| self.dropped(r)).sum()
-    }
-
-    /// The unreadable datagrams by reason, for a log line ("3 unauthenticated, …").
-    pub fn unreadable_summary(&self) -> String {
-        DropReason::ALL
-            .into_iter()
-            .filter(|r| r.from_unreadable_peer())
-            .map(|r| (r, self.dropped(r)))
-            .filter(|(_, n)| *n > 0)
-            .map(|(r, n)| format!("{n} {}", r.as_str()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
-    /// Sets `ferrolb_membership_blind` (see [`claim_gate`]).
-    pub fn set_blind(&self, blind: bool) {
-        self.blind.set(i64::from(blind));
-    }
-
-    /// True while `ferrolb_membership_blind` is 1.
-    pub fn blind(&self) -> bool {
-        self.blind.get() != 0
-    }
-
-    /// Current live-set size.
-    pub fn size(&self) -> i64 {
-        self.size.get()
-    }
-}
-
 /// Starts membership.
 #[derive(Debug)]
 pub struct Membership;
@@ -476,7 +296,7 @@ impl Membership {
             cfg.timings.join_timeout,
         );
         let (settled_tx, settled_rx) = watch::channel(settle.settled());
-        let driver = Driver {
+        let driver = driver::Driver {
             foca,
             runtime: foca::AccumulatingRuntime::new(),
             timers: BTreeMap::new(),
@@ -528,7 +348,7 @@ fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
     }
 }
 
-fn metrics_size(d: &Driver) {
+fn metrics_size(d: &driver::Driver) {
     d.metrics.size.set(i64::try_from(d.live.borrow().len()).unwrap_or(i64::MAX));
 }
 
@@ -607,273 +427,6 @@ impl MembershipHandle {
     /// Stops without a word, as a crash would (peers detect it by probing).
     pub fn abort(self) {
         self.task.abort();
-    }
-}
-
-type Swim = Foca<MemberId, PostcardCodec, StdRng, foca::NoCustomBroadcast>;
-
-struct Driver {
-    foca: Swim,
-    runtime: foca::AccumulatingRuntime<MemberId>,
-    timers: BTreeMap<(Instant, u64), Timer<MemberId>>,
-    timer_seq: u64,
-    sealer: Sealer,
-    socket: UdpSocket,
-    seeds: Vec<Seed>,
-    rejoin_interval: Duration,
-    name: String,
-    live: watch::Sender<BTreeSet<String>>,
-    /// Live members other than this node and where they listen, for the heartbeats.
-    members: watch::Sender<BTreeMap<String, SocketAddr>>,
-    settled: watch::Sender<bool>,
-    /// When the view may be elected from ([`settle`]).
-    settle: settle::Settle,
-    metrics: MembershipMetrics,
-    /// Key changes from [`MembershipHandle::set_key`] (None once the handle is gone).
-    key: Option<watch::Receiver<MembershipKey>>,
-    /// Opened SWIM payloads from the reader thread.
-    swim: mpsc::Receiver<(Vec<u8>, KeyRole)>,
-    /// Stops the reader thread with the task.
-    _reader: reader::ReaderGuard,
-}
-
-impl Driver {
-    async fn run(mut self, mut cmds: mpsc::Receiver<oneshot::Sender<()>>) {
-        self.announce_to_seeds().await;
-        let mut rejoin = tokio::time::interval(self.rejoin_interval);
-        rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            let next_timer = self.timers.keys().next().map(|(t, _)| *t);
-            let settle_wait = self.settle.deadline().map(Instant::from_std);
-            let key_timer = self.sealer.keys().poll_timeout().map(Instant::from_std);
-            let key_changed = async {
-                match self.key.as_mut() {
-                    Some(k) => k.changed().await.is_ok(),
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                ok = key_changed => self.on_key_change(ok),
-                _ = sleep_until(key_timer), if key_timer.is_some() => self.on_key_timer(),
-                opened = self.swim.recv() => match opened {
-                    Some((payload, role)) => self.on_payload(&payload, role).await,
-                    None => {
-                        tracing::error!(node = %self.name, "membership: the socket reader stopped; membership stops");
-                        return;
-                    }
-                },
-                _ = sleep_until(next_timer), if next_timer.is_some() => self.fire_timers().await,
-                _ = rejoin.tick() => self.announce_to_seeds().await,
-                _ = sleep_until(settle_wait), if settle_wait.is_some() => {
-                    let reason = self.settle.on_deadline(std::time::Instant::now());
-                    self.on_settled(reason);
-                }
-                cmd = cmds.recv() => {
-                    let res = self.foca.leave_cluster(&mut self.runtime);
-                    if let Err(e) = res {
-                        tracing::warn!(error = %e, "membership: leave failed");
-                    }
-                    self.flush().await;
-                    tracing::info!(node = %self.name, "membership: left the cluster");
-                    if let Some(done) = cmd {
-                        let _ = done.send(());
-                    }
-                    return;
-                }
-            }
-        }
-    }
-
-    /// A new key from the handle (`ok`), or the handle is gone.
-    fn on_key_change(&mut self, ok: bool) {
-        let key = match self.key.as_mut() {
-            Some(k) if ok => k.borrow_and_update().clone(),
-            _ => {
-                self.key = None;
-                return;
-            }
-        };
-        match self.sealer.keys().learn(Instant::now().into_std(), key.expose()) {
-            Ok(true) => {
-                self.metrics.key_changes.get_or_create(&ResultLabels { result: "applied".into() }).inc();
-            }
-            Ok(false) => {}
-            Err(_) => self.metrics.key_rejected(),
-        }
-        self.report_key_events();
-    }
-
-    fn on_key_timer(&mut self) {
-        self.sealer.keys().handle_timeout(Instant::now().into_std());
-        self.report_key_events();
-    }
-
-    /// One log line per step of a rotation; the phase gauge.
-    fn report_key_events(&mut self) {
-        let now = std::time::Instant::now();
-        let node = &self.name;
-        while let Some(e) = self.sealer.keys().poll_event() {
-            match e {
-                KeyEvent::Learned { seal_from } => tracing::info!(
-                    %node,
-                    seal_in = ?seal_from.saturating_duration_since(now),
-                    "membership key changed: accepting both keys, sealing with the new key after the rotation window \
-                     (every node must have the new key by then)"
-                ),
-                KeyEvent::Sealing { previous_until } => tracing::info!(
-                    %node,
-                    retire_in = ?previous_until.saturating_duration_since(now),
-                    "membership key rotation: sealing with the new key; the old key is still accepted"
-                ),
-                KeyEvent::Retired => tracing::info!(%node, "membership key rotation: old key retired"),
-            }
-        }
-        self.metrics.rotation_phase.set(self.sealer.keys().phase() as i64);
-    }
-
-    /// A SWIM payload the reader opened, with the key that opened it.
-    async fn on_payload(&mut self, payload: &[u8], role: KeyRole) {
-        let key = match role {
-            KeyRole::Sealing => None,
-            KeyRole::Next => Some("next"),
-            KeyRole::Previous => Some("previous"),
-        };
-        if let Some(key) = key {
-            self.metrics.rotation_opened.get_or_create(&KeyLabels { key: key.into() }).inc();
-        }
-        if let Err(e) = self.foca.handle_data(payload, &mut self.runtime) {
-            tracing::trace!(error = %e, "membership: foca rejected a datagram");
-            self.metrics.drop_packet(DropReason::Protocol);
-        }
-        self.flush().await;
-    }
-
-    async fn fire_timers(&mut self) {
-        let now = Instant::now();
-        while let Some(entry) = self.timers.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            let timer = entry.remove();
-            if let Err(e) = self.foca.handle_timer(timer, &mut self.runtime) {
-                tracing::debug!(error = %e, "membership: timer failed");
-            }
-        }
-        self.flush().await;
-    }
-
-    async fn announce_to_seeds(&mut self) {
-        let live = self.live.borrow().clone();
-        let targets: Vec<MemberId> = self
-            .seeds
-            .iter()
-            .filter(|s| !live.contains(&s.name))
-            .map(|s| MemberId { name: s.name.clone(), addr: s.addr, generation: 0, started: 0 })
-            .collect();
-        for t in targets {
-            if let Err(e) = self.foca.announce(t, &mut self.runtime) {
-                tracing::debug!(error = %e, "membership: announce failed");
-            }
-        }
-        self.flush().await;
-    }
-
-    /// Sends what foca wants sent, arms its timers, publishes membership changes.
-    async fn flush(&mut self) {
-        while let Some((to, data)) = self.runtime.to_send() {
-            let sealed = self.sealer.seal(&data);
-            if let Err(e) = self.socket.send_to(&sealed, to.addr).await {
-                tracing::debug!(to = %to.addr, error = %e, "membership send failed");
-            }
-        }
-        let now = Instant::now();
-        while let Some((after, timer)) = self.runtime.to_schedule() {
-            self.timer_seq += 1;
-            self.timers.insert((now + after, self.timer_seq), timer);
-        }
-        let mut changed = false;
-        let mut joined = false;
-        while let Some(n) = self.runtime.to_notify() {
-            match &n {
-                OwnedNotification::MemberUp(_)
-                | OwnedNotification::MemberDown(_)
-                | OwnedNotification::Rename(..)
-                | OwnedNotification::Idle => changed = true,
-                OwnedNotification::Active => {
-                    changed = true;
-                    joined = true;
-                }
-                OwnedNotification::Rejoin(id) => {
-                    tracing::info!(node = %self.name, generation = id.generation, "membership: told this identity is down (a partition, or peers remember an earlier identity of this name that outranks it); rejoined");
-                    changed = true;
-                }
-                OwnedNotification::Defunct => {
-                    tracing::warn!(node = %self.name, "membership: declared down");
-                    changed = true;
-                }
-            }
-        }
-        if changed {
-            let mut live: BTreeSet<String> = self.foca.iter_members().map(|m| m.id().name.clone()).collect();
-            live.insert(self.name.clone());
-            // The gauge first: whoever sees the new live set sees the matching size.
-            self.metrics.size.set(i64::try_from(live.len()).unwrap_or(i64::MAX));
-            let members: BTreeMap<String, SocketAddr> =
-                self.foca.iter_members().map(|m| (m.id().name.clone(), m.id().addr)).collect();
-            let others: BTreeSet<String> = members.keys().cloned().collect();
-            self.members.send_if_modified(|cur| {
-                let differs = *cur != members;
-                if differs {
-                    *cur = members;
-                }
-                differs
-            });
-            self.live.send_if_modified(|cur| {
-                if *cur != live {
-                    tracing::info!(node = %self.name, live = ?live, "membership changed");
-                    *cur = live.clone();
-                    true
-                } else {
-                    false
-                }
-            });
-            // After the live set: whoever sees settled sees the view it settled on.
-            let now = std::time::Instant::now();
-            let reason =
-                if joined { self.settle.on_joined(now, &others) } else { self.settle.on_view(now, &others) };
-            self.on_settled(reason);
-        }
-    }
-
-    /// Publishes a settled view (`reason` Some), once, with why.
-    fn on_settled(&mut self, reason: Option<settle::Reason>) {
-        let Some(reason) = reason else { return };
-        let live = self.live.borrow().len();
-        let seeds = self.seeds.len();
-        match reason {
-            settle::Reason::Alone => {
-                tracing::info!(node = %self.name, seeds, "membership: no seed answered in time; settled alone")
-            }
-            settle::Reason::AllSeeds => {
-                tracing::info!(node = %self.name, live, seeds, "membership: settled, every seed live")
-            }
-            settle::Reason::Quiet => tracing::info!(
-                node = %self.name, live, seeds, quiet = ?settle::QUIET,
-                "membership: settled, the view stopped growing (the seeds not in it did not answer)"
-            ),
-            settle::Reason::Bound => tracing::info!(
-                node = %self.name, live, seeds,
-                "membership: settled at join_timeout after joining, the view still growing"
-            ),
-        }
-        self.settled.send_replace(true);
-    }
-}
-
-async fn sleep_until(t: Option<Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
     }
 }
 
