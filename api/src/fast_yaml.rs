@@ -130,6 +130,11 @@ pub(crate) fn parse_node(doc: &str) -> Option<Node<'_>> {
 /// No tab (a separator the subset does not read), no character YAML forbids, no byte
 /// order mark, no line break but `\n` and `\r\n`.
 fn plain_characters(doc: &str) -> bool {
+    // YAML reads a lone CR as a line break too (1.2 §5.4), but lines are split at LF only.
+    let bytes = doc.as_bytes();
+    if memchr::memchr_iter(b'\r', bytes).any(|i| bytes.get(i + 1) != Some(&b'\n')) {
+        return false;
+    }
     let ascii_ok = |b: u8| b >= 0x20 && b != 0x7f || b == b'\n' || b == b'\r';
     if doc.is_ascii() {
         return doc.bytes().all(ascii_ok);
