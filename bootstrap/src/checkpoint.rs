@@ -30,7 +30,7 @@ impl Checkpoint {
 #[error("{0}")]
 pub struct CheckpointError(pub String);
 
-/// `FILE.prev`, where [`ferrolb_api::write_atomically`] keeps the replaced content.
+/// `FILE.prev`, where [`write`] keeps the replaced checkpoint.
 pub fn prev_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_os_string();
     s.push(".prev");
@@ -57,6 +57,14 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
             )))
         }
     }
+}
+
+/// Replaces the checkpoint `path` with `text` atomically. The file being replaced becomes
+/// `FILE.prev` only if it is itself a usable checkpoint: `FILE.prev` is the fallback when
+/// `FILE` is corrupt, so a torn or hand-mangled `FILE` must never push out a good one.
+pub fn write(path: &Path, text: &str) -> Result<(), StreamError> {
+    let keep_previous = load_one(path).is_ok();
+    ferrolb_api::write_atomically(path, text.as_bytes(), keep_previous)
 }
 
 /// One file: parsed, validated, exactly one ControlPlaneVIP. Errors are one line.
@@ -206,6 +214,23 @@ spec:
         std::fs::write(&path, BAD_FIELD).unwrap();
         std::fs::write(prev_path(&path), GOOD).unwrap();
         assert_eq!(load(&path).unwrap().path, prev_path(&path));
+    }
+
+    #[test]
+    fn only_a_usable_checkpoint_becomes_prev() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cp.yaml");
+        let other = GOOD.replace("192.0.2.200", "192.0.2.201");
+        write(&path, GOOD).unwrap();
+        assert!(!prev_path(&path).exists(), "nothing was replaced");
+        write(&path, &other).unwrap();
+        assert_eq!(std::fs::read_to_string(prev_path(&path)).unwrap(), GOOD);
+        for bad in ["kind: [unterminated", BAD_FIELD] {
+            std::fs::write(&path, bad).unwrap();
+            write(&path, &other).unwrap();
+            assert_eq!(std::fs::read_to_string(prev_path(&path)).unwrap(), GOOD, "replaced by:\n{bad}");
+            assert_eq!(load(&path).unwrap().vip().spec.address, "192.0.2.201");
+        }
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub(crate) fn init(a: InitArgs) -> anyhow::Result<()> {
     if let Some(dir) = a.checkpoint.parent() {
         std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
     }
-    ferrolb_api::write_atomically(&a.checkpoint, text.as_bytes(), true)?;
+    checkpoint::write(&a.checkpoint, &text)?;
     eprintln!("wrote {file}");
     if !a.no_credentials {
         let node = a.node_name.clone().ok_or_else(|| {

@@ -122,7 +122,7 @@ pub async fn refresh_once(client: &kube::Client, name: &str, path: &Path) -> Res
     if std::fs::read_to_string(path).is_ok_and(|cur| cur == text) {
         return Ok(Outcome::Unchanged);
     }
-    ferrolb_api::write_atomically(path, text.as_bytes(), true)?;
+    checkpoint::write(path, &text)?;
     Ok(Outcome::Written)
 }
 

@@ -158,6 +158,26 @@ async fn an_unchanged_vip_does_not_rewrite() {
     assert!(!checkpoint::prev_path(&path).exists());
 }
 
+#[tokio::test]
+async fn a_checkpoint_that_does_not_load_never_replaces_a_good_prev() {
+    let (client, _server) = served().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoint.yaml");
+    let prev = checkpoint::prev_path(&path);
+    assert_eq!(refresh::refresh_once(&client, "apiserver", &path).await.unwrap(), Outcome::Written);
+    let good = std::fs::read_to_string(&path).unwrap();
+    // Not YAML (a torn or hand-mangled file), then YAML that does not validate.
+    let invalid = good.replace("192.0.2.11", "not-an-address");
+    for bad in ["kind: [unterminated", invalid.as_str()] {
+        std::fs::write(&prev, &good).unwrap();
+        std::fs::write(&path, bad).unwrap();
+        assert!(checkpoint::load_one(&path).is_err(), "the test's broken file loads:\n{bad}");
+        assert_eq!(refresh::refresh_once(&client, "apiserver", &path).await.unwrap(), Outcome::Written);
+        assert_eq!(std::fs::read_to_string(&prev).unwrap(), good, "FILE.prev replaced by:\n{bad}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), good);
+    }
+}
+
 /// Runs `refresh_once`, failing the test if it takes more than twice [`CALL_TIMEOUT`].
 async fn refresh_bounded(client: &kube::Client, path: &std::path::Path) -> Result<Outcome, RefreshError> {
     tokio::time::timeout(CALL_TIMEOUT * 2, refresh::refresh_once(client, "apiserver", path))
