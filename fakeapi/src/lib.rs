@@ -60,16 +60,22 @@ pub enum Verb {
     DeleteCollection,
 }
 
-/// Who is being kept waiting: every client, or the clients with these tags.
+/// Who is being kept waiting: every client, or the clients with these tags; and whose
+/// link is slow (their requests are held on the wire, see [`FakeApiServer::set_delaying_for`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Hang {
     all: bool,
     clients: BTreeSet<String>,
+    delayed: BTreeSet<String>,
 }
 
 impl Hang {
     fn holds(&self, client: Option<&str>) -> bool {
-        self.all || client.is_some_and(|c| self.clients.contains(c))
+        self.all || client.is_some_and(|c| self.clients.contains(c) || self.delayed.contains(c))
+    }
+
+    fn delays(&self, client: Option<&str>) -> bool {
+        client.is_some_and(|c| self.delayed.contains(c))
     }
 }
 
@@ -168,6 +174,12 @@ impl Inner {
         if let Some(e) = log.entries.get_mut(i) {
             e.answered = Some((seq, code));
         }
+    }
+
+    /// Whether requests of this client arriving now are held on the wire (see
+    /// [`FakeApiServer::set_delaying_for`]).
+    fn delays(&self, client: Option<&str>) -> bool {
+        self.hang.borrow().delays(client)
     }
 
     /// Waits while requests of this client are held (see [`FakeApiServer::set_hanging`]).
@@ -285,6 +297,21 @@ impl FakeApiServer {
                 h.clients.insert(client.to_owned());
             } else {
                 h.clients.remove(client);
+            }
+        });
+    }
+
+    /// Simulates a slow link from one client, or a client paused right after sending (a
+    /// leader stopped mid-write): requests of the clients tagged `client` that arrive
+    /// meanwhile are held on the wire and served when this is turned off, *even if the
+    /// client gave up waiting* (a request [`FakeApiServer::set_hanging_for`] holds is never
+    /// served once abandoned). Their open watches keep streaming; other clients are served.
+    pub fn set_delaying_for(&self, client: &str, delaying: bool) {
+        self.inner.hang.send_modify(|h| {
+            if delaying {
+                h.delayed.insert(client.to_owned());
+            } else {
+                h.delayed.remove(client);
             }
         });
     }

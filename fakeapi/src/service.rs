@@ -51,11 +51,20 @@ impl tower::Service<Request<kube::client::Body>> for FakeService {
             let kind =
                 route(path).and_then(|r| verb(req.method(), &r, &Query::parse(req.uri().query())).ok());
             let entry = inner.log_sent(client.as_deref(), kind, path);
-            // An outage that hangs: requests wait until it ends (or the client gives up).
-            inner.wait_while_hanging(client.as_deref()).await;
-            let response = handle(&inner, req).await.unwrap_or_else(|e| error_response(&e));
-            inner.log_answered(entry, response.status().as_u16());
-            Ok(response)
+            let on_the_wire = inner.delays(client.as_deref());
+            let serve = async move {
+                // An outage that hangs: requests wait until it ends (or the client gives up).
+                inner.wait_while_hanging(client.as_deref()).await;
+                let response = handle(&inner, req).await.unwrap_or_else(|e| error_response(&e));
+                inner.log_answered(entry, response.status().as_u16());
+                response
+            };
+            if !on_the_wire {
+                return Ok(serve.await);
+            }
+            // A delayed link: the request is already on its way, so it is served when the
+            // link is back whether or not the client still waits for the answer.
+            Ok(tokio::spawn(serve).await.unwrap_or_else(|_| error_response(&ApiError::Unavailable)))
         })
     }
 }

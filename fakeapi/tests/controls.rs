@@ -108,6 +108,62 @@ async fn hanging_one_client_leaves_the_others_and_its_open_watches_alone() {
     assert!(by_b.answered.unwrap().0 < by_a.answered.unwrap().0, "{log:#?}");
 }
 
+/// A delayed link holds a client's requests on the wire: one the client gave up on still
+/// lands when the link is back, after the other clients' writes of the meantime; one a
+/// hang held and the client gave up on never does.
+#[tokio::test]
+async fn a_delayed_request_lands_when_the_link_is_back_even_if_its_client_gave_up() {
+    let fake = FakeApiServer::new().with_request_log();
+    let a: Api<ConfigMap> = Api::default_namespaced(fake.new_client_tagged("a"));
+    let b: Api<ConfigMap> = Api::default_namespaced(fake.new_client_tagged("b"));
+    let create_by_a = |name: &'static str| {
+        let a = a.clone();
+        tokio::spawn(async move { a.create(&PostParams::default(), &cm(name)).await })
+    };
+    let arrived = |fake: &FakeApiServer, n: usize| {
+        let fake = fake.clone();
+        async move {
+            until("a's create reaches the server", || async {
+                let log = fake.request_log();
+                let by_a = log.iter().filter(|r| r.client.as_deref() == Some("a") && r.is_write());
+                (by_a.count() >= n).then_some(())
+            })
+            .await
+        }
+    };
+
+    fake.set_hanging_for("a", true);
+    let hung = create_by_a("hung");
+    arrived(&fake, 1).await;
+    hung.abort();
+    let _ = hung.await;
+    fake.set_hanging_for("a", false);
+
+    fake.set_delaying_for("a", true);
+    let delayed = create_by_a("delayed");
+    arrived(&fake, 2).await;
+    delayed.abort();
+    let _ = delayed.await;
+    b.create(&PostParams::default(), &cm("meanwhile")).await.unwrap();
+    assert!(fake.get_json("v1", "configmaps", Some("default"), "delayed").is_none(), "held while delayed");
+
+    fake.set_delaying_for("a", false);
+    until("the delayed create lands", || async {
+        fake.get_json("v1", "configmaps", Some("default"), "delayed").map(|_| ())
+    })
+    .await;
+    let log = fake.request_log();
+    let writes = |client: &str| -> Vec<_> {
+        log.iter().filter(|r| r.client.as_deref() == Some(client) && r.is_write()).collect()
+    };
+    let (by_a, by_b) = (writes("a"), writes("b"));
+    let (hung, delayed, meanwhile) = (by_a[0], by_a[1], by_b[0]);
+    assert_eq!(hung.answered, None, "a hung request its client gave up on is never served");
+    assert!(delayed.succeeded(), "{delayed:?}");
+    assert!(meanwhile.answered.unwrap().0 < delayed.answered.unwrap().0, "{log:#?}");
+    assert!(fake.get_json("v1", "configmaps", Some("default"), "hung").is_none());
+}
+
 #[tokio::test]
 async fn counters_and_direct_store_access() {
     let (client, fake) = FakeApiServer::new().client();
