@@ -27,6 +27,7 @@ on_the_fake![
     resource_version_increases_on_every_write,
     builtin_kinds_are_served_at_their_real_paths,
     pods_by_node_and_resource_version_guarded_status_patches,
+    resource_version_guarded_service_status_and_metadata_patches,
     stale_update_conflicts_and_missing_update_is_not_found,
     create_twice_is_already_exists,
     generate_name_and_missing_namespace,

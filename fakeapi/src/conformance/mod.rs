@@ -160,6 +160,7 @@ bodies![
     objects::resource_version_increases_on_every_write,
     objects::builtin_kinds_are_served_at_their_real_paths,
     objects::pods_by_node_and_resource_version_guarded_status_patches,
+    objects::resource_version_guarded_service_status_and_metadata_patches,
     objects::stale_update_conflicts_and_missing_update_is_not_found,
     objects::create_twice_is_already_exists,
     objects::generate_name_and_missing_namespace,

@@ -144,6 +144,49 @@ pub(super) async fn pods_by_node_and_resource_version_guarded_status_patches(env
     }
 }
 
+/// What the controller's allocation writes rely on: merge patches of a Service's status
+/// and of its metadata, each guarded by `metadata.resourceVersion`. A write bumps the
+/// version, so the second write of one decision carries the first one's answer; a
+/// version read before any write in between is 409 and changes nothing.
+pub(super) async fn resource_version_guarded_service_status_and_metadata_patches(env: &Env) {
+    let services: Api<Service> = env.api();
+    let read = services.create(&PostParams::default(), &service("s")).await.unwrap();
+    let read = read.metadata.resource_version.unwrap();
+    let guarded = |version: &str, mut body: serde_json::Value| {
+        body["metadata"]["resourceVersion"] = json!(version);
+        Patch::Merge(body)
+    };
+    let ingress = |ip: &str| json!({"status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"}]}}});
+    let annotate = |pool: &str| json!({"metadata": {"annotations": {"example.com/pool": pool}}});
+    let pp = PatchParams::default();
+    let ips = |s: &Service| -> Vec<String> {
+        let lb = s.status.as_ref().and_then(|st| st.load_balancer.as_ref());
+        lb.and_then(|lb| lb.ingress.as_ref()).into_iter().flatten().filter_map(|i| i.ip.clone()).collect()
+    };
+
+    let first = services.patch_status("s", &pp, &guarded(&read, ingress("192.0.2.1"))).await.unwrap();
+    let first = first.metadata.resource_version.unwrap();
+    assert_ne!(first, read, "a status write bumps the version");
+    // The metadata write of the same decision: conditional on the version read, it would be
+    // refused by the decision's own first write; on the version that write returned, it passes.
+    let err = services.patch("s", &pp, &guarded(&read, annotate("stale"))).await.unwrap_err();
+    assert_eq!(api_code(err), (409, "Conflict".into()), "metadata patch on a stale version");
+    let second = services.patch("s", &pp, &guarded(&first, annotate("lan"))).await.unwrap();
+    let second = second.metadata.resource_version.unwrap();
+
+    // Another writer changes the Service: a status write decided from the version before is
+    // refused, and changes nothing.
+    services
+        .patch("s", &pp, &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})))
+        .await
+        .unwrap();
+    let err = services.patch_status("s", &pp, &guarded(&second, ingress("192.0.2.2"))).await.unwrap_err();
+    assert_eq!(api_code(err), (409, "Conflict".into()), "status patch on a stale version");
+    let now = services.get("s").await.unwrap();
+    assert_eq!(ips(&now), ["192.0.2.1"], "the stale status patch changed nothing");
+    assert_eq!(now.annotations().get("example.com/pool").map(String::as_str), Some("lan"));
+}
+
 pub(super) async fn stale_update_conflicts_and_missing_update_is_not_found(env: &Env) {
     let cms: Api<ConfigMap> = env.api();
     let original = cms.create(&PostParams::default(), &cm("a", &[])).await.unwrap();
