@@ -7,6 +7,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use k8s_openapi::api::authentication::v1::BoundObjectReference;
+
 use super::Cluster;
 use crate::process::{Proc, Spawn};
 use crate::speaker::start_kube;
@@ -137,7 +139,24 @@ pub fn controller_spawn(bin: &Path, kubeconfig: &Path, i: usize, tag: &str, extr
     Spawn::new(tag.to_string(), &argv).env("RUST_LOG", "info,ferrolb_controller=debug")
 }
 
-/// Starts the debug `ferrolb-speaker` on node `i` with the speaker ServiceAccount's token.
+/// A kubeconfig for the speaker of node `i`, pointing at apiserver `server_node`: the
+/// speaker ServiceAccount's token bound to node `i`'s Node. A speaker pod's token is
+/// bound to the pod instead; either way the apiserver names node `i` in the request's
+/// user, which the speaker's own-node admission policy requires
+/// (manifests/base/speaker-own-node.yaml) — and the lab's speakers run as processes,
+/// with no pod to bind to.
+pub fn speaker_kubeconfig(cluster: &Cluster, i: usize, server_node: usize) -> Result<PathBuf, Error> {
+    let node = BoundObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(plan::node_name(i)),
+        uid: None,
+    };
+    cluster.bound_token_kubeconfig(NAMESPACE, SPEAKER_SA, &node, &cluster.lab_server(server_node))
+}
+
+/// Starts the debug `ferrolb-speaker` on node `i` with the speaker ServiceAccount's
+/// token, bound to node `i` ([`speaker_kubeconfig`]).
 pub fn start_speaker(
     lab: &Lab,
     cluster: &Cluster,
@@ -145,7 +164,7 @@ pub fn start_speaker(
     tag: &str,
     metrics: Option<SocketAddr>,
 ) -> Result<Proc, Error> {
-    let conf = kubeconfig(cluster, SPEAKER_SA, 1)?;
+    let conf = speaker_kubeconfig(cluster, i, 1)?;
     start_kube(lab, &conf, i, tag, metrics)
 }
 

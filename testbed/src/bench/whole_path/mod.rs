@@ -119,7 +119,7 @@ pub fn run(p: &Params) -> Result<(), Error> {
     )?;
     let bird = Bird::start(&lab, &RouterSpec::default().graceful_restart(GR_TIME))?;
     let controller_conf = ferrolb::kubeconfig(&cluster, ferrolb::CONTROLLER_SA, 1)?;
-    let speaker_conf = ferrolb::kubeconfig(&cluster, ferrolb::SPEAKER_SA, 1)?;
+    let speaker_conf = ferrolb::speaker_kubeconfig(&cluster, WORKER, 1)?;
     let mut controller = builds.start_controller(&lab, &controller_conf, "controller")?;
     let mut speaker = builds.start_speaker(&lab, &speaker_conf, "speaker")?;
     routers::wait_established(&bird, &[plan::node_ip(WORKER)], T)?;
