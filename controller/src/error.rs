@@ -67,6 +67,7 @@ impl Error {
             | Error::Read { source: CallError::NotLeader, .. } => "not_leader",
             Error::Write { source: CallError::NoAnswer(_), .. }
             | Error::Read { source: CallError::NoAnswer(_), .. } => "timeout",
+            Error::Write { source, .. } if source.status() == Some(409) => "conflict",
             Error::Write { .. } => "write",
             Error::Read { .. } => "read",
             Error::WatchStopped(_) => "watch_stopped",

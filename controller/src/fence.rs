@@ -6,6 +6,11 @@
 //! in flight when the term ends is abandoned. The term ends `renewDeadline` after the last
 //! successful renewal round began (`leader.rs`), which is before any other replica can
 //! judge the Lease expired: so no write leaves this replica once another may lead.
+//!
+//! A write that left in time may still land late (a paused process, a slow link): the
+//! timer cannot stop that. The apiserver does: every allocation write is conditional on
+//! the resourceVersion it was decided from (`service_write.rs`), so it is refused once
+//! the new leader has written the object. The timer stays, as the first line.
 
 use std::future::Future;
 use std::time::Duration;

@@ -2,7 +2,8 @@
 //!
 //! * [`ipam`]: the pure allocator (no Kubernetes types).
 //! * [`model`]: Kubernetes objects → allocator inputs (the only place reading their fields).
-//! * [`reconcile`]: `reconcile(service, ctx)` / `error_policy`; [`pool_sync`]: pool validation and status;
+//! * [`reconcile`]: `reconcile(service, ctx)` / `error_policy`; [`service_write`]: its writes,
+//!   conditional on the Service's version the decision read; [`pool_sync`]: pool validation and status;
 //!   [`validity`]: the `Valid` condition of every configuration kind.
 //! * [`run`]: leader election, crash-consistent startup, watches; [`leader`]: the Lease decision.
 //! * [`fence`]: deadlines on API calls, and the fence that stops a leader's writes when its term ends.
@@ -25,6 +26,7 @@ pub mod queue;
 pub mod reconcile;
 pub mod run;
 pub mod service_cache;
+pub mod service_write;
 pub mod validity;
 
 pub use context::Settings;

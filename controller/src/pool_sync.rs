@@ -13,7 +13,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::context::Context;
 use crate::ipam::{Moved, Placement, PoolSpec};
@@ -148,7 +148,10 @@ impl PoolSync {
             if desired == current {
                 continue;
             }
-            let patch = json!({"status": desired});
+            // Conditional on the version the counts and conditions were computed against,
+            // so that an old leader's write still on the wire cannot land over the new
+            // leader's (a 409; the newer version's watch event brings another pass).
+            let patch = json!({"metadata": {"resourceVersion": pool.resource_version()}, "status": desired});
             match ctx.call(api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))).await {
                 Ok(_) => {
                     self.unseen.wrote(IpAddressPool::KIND, &**pool);
@@ -162,6 +165,9 @@ impl PoolSync {
                     }
                 }
                 Err(e) if e.status() == Some(404) => {}
+                Err(e) if e.status() == Some(409) => {
+                    debug!(pool = %name, "the pool changed since it was read; writing its status again from the new version");
+                }
                 // The next change or watch event writes it again.
                 Err(e) => warn!(pool = %name, error = %e, "cannot write IPAddressPool status"),
             }

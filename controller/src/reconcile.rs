@@ -6,19 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferrolb_api::{ANNOTATION_IP_ALLOCATED_FROM_POOL, set_condition};
-use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use crate::context::Context;
-use crate::error::{CallError, Error};
+use crate::error::Error;
 use crate::ipam::{Assigned, Placement, ServiceKey};
 use crate::metallb_notice;
 use crate::model::{self, CachedService, Class};
+use crate::service_write::{Part, Sent, Writes, is_conflict};
 
 /// What the allocator decided for one Service.
 enum Decision {
@@ -110,18 +109,20 @@ pub async fn reconcile(key: &ServiceKey, ctx: &Context) -> Result<Option<Duratio
 }
 
 /// Counts and logs a failed reconcile; the allocator state is already right, only I/O is
-/// retried, after [`RETRY_ERROR`].
+/// retried, after [`RETRY_ERROR`]. A write refused because the Service changed since it
+/// was read (409) is not an incident: the watch brings the newer version and queues the
+/// Service, whose next reconcile decides again from it; the retry is only a backstop.
 pub fn failed(key: &ServiceKey, err: &Error, ctx: &Context) -> Duration {
-    warn!(service = %key, error = %err, "reconcile failed; retrying");
+    if is_conflict(err) {
+        debug!(service = %key, error = %err, "the Service changed since it was read; deciding again");
+    } else {
+        warn!(service = %key, error = %err, "reconcile failed; retrying");
+    }
     ctx.metrics
         .reconcile_errors
         .get_or_create(&vec![("error".to_owned(), err.metric_label().to_owned())])
         .inc();
     RETRY_ERROR
-}
-
-fn api(svc: &CachedService, ctx: &Context) -> Api<Service> {
-    Api::namespaced(ctx.client.clone(), svc.key.namespace())
 }
 
 fn ingress(addrs: &[IpAddr]) -> Value {
@@ -134,44 +135,31 @@ fn status_matches(svc: &CachedService, addrs: &[IpAddr]) -> bool {
         && svc.ingress.iter().zip(addrs).all(|(i, a)| i.as_written && i.ip == Some(*a))
 }
 
-/// 404 means the Service was deleted meanwhile: its deletion releases it, nothing to write.
-fn ignore_gone(r: Result<Service, CallError>) -> Result<(), CallError> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(e) if e.status() == Some(404) => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 async fn write(svc: &CachedService, assigned: &[Assigned], ctx: &Context) -> Result<(), Error> {
     let key = &svc.key;
     let addrs: Vec<IpAddr> = assigned.iter().map(|a| a.addr).collect();
-    let api = api(svc, ctx);
-    let pp = PatchParams::default();
+    let mut writes = Writes::new(svc, ctx);
     let changed = !status_matches(svc, &addrs);
     if changed {
         let patch = json!({"status": {"loadBalancer": {"ingress": ingress(&addrs)}}});
-        ignore_gone(ctx.call(api.patch_status(key.name(), &pp, &Patch::Merge(&patch))).await).map_err(
-            |source| Error::Write { what: "status.loadBalancer", object: format!("Service {key}"), source },
-        )?;
+        if writes.send(Part::Status, "status.loadBalancer", patch).await? == Sent::Gone {
+            return Ok(());
+        }
     }
     if let Some(conditions) = orphan_conditions(svc, assigned) {
-        // The whole list is written, so guard it with the resourceVersion we read: a
-        // concurrent writer's condition is never silently dropped (409, then retried).
-        let patch = json!({
-            "metadata": {"resourceVersion": svc.resource_version},
-            "status": {"conditions": conditions},
-        });
-        ignore_gone(ctx.call(api.patch_status(key.name(), &pp, &Patch::Merge(&patch))).await).map_err(
-            |source| Error::Write { what: "status.conditions", object: format!("Service {key}"), source },
-        )?;
+        // The whole list is written: the version guard also keeps a concurrent writer's
+        // condition from being silently dropped.
+        let patch = json!({"status": {"conditions": conditions}});
+        if writes.send(Part::Status, "status.conditions", patch).await? == Sent::Gone {
+            return Ok(());
+        }
     }
     let pools = model::pool_annotation(assigned);
     if model::current_pool_annotation(svc) != pools.as_deref() {
         let patch = json!({"metadata": {"annotations": {ANNOTATION_IP_ALLOCATED_FROM_POOL: pools}}});
-        ignore_gone(ctx.call(api.patch(key.name(), &pp, &Patch::Merge(&patch))).await).map_err(|source| {
-            Error::Write { what: "metadata.annotations", object: format!("Service {key}"), source }
-        })?;
+        if writes.send(Part::Metadata, "metadata.annotations", patch).await? == Sent::Gone {
+            return Ok(());
+        }
     }
     if changed {
         ctx.metrics.allocation("assigned");
@@ -239,19 +227,18 @@ async fn clear(svc: &CachedService, ctx: &Context) -> Result<(), Error> {
     if !ours && !has_ingress {
         return Ok(());
     }
-    let api = api(svc, ctx);
-    let pp = PatchParams::default();
+    let mut writes = Writes::new(svc, ctx);
     if has_ingress {
         let patch = json!({"status": {"loadBalancer": {"ingress": null}}});
-        ignore_gone(ctx.call(api.patch_status(key.name(), &pp, &Patch::Merge(&patch))).await).map_err(
-            |source| Error::Write { what: "status.loadBalancer", object: format!("Service {key}"), source },
-        )?;
+        if writes.send(Part::Status, "status.loadBalancer", patch).await? == Sent::Gone {
+            return Ok(());
+        }
     }
     if ours {
         let patch = json!({"metadata": {"annotations": {ANNOTATION_IP_ALLOCATED_FROM_POOL: null}}});
-        ignore_gone(ctx.call(api.patch(key.name(), &pp, &Patch::Merge(&patch))).await).map_err(|source| {
-            Error::Write { what: "metadata.annotations", object: format!("Service {key}"), source }
-        })?;
+        if writes.send(Part::Metadata, "metadata.annotations", patch).await? == Sent::Gone {
+            return Ok(());
+        }
     }
     info!(service = %key, "released its load-balancer address: no longer type LoadBalancer");
     ctx.event(

@@ -95,12 +95,17 @@ pub fn logs() {
 /// Starts a controller on a client of its own, tagged with its identity (so that
 /// `set_hanging_for` and the request log can single it out).
 pub fn start(server: &FakeApiServer, settings: Settings) -> Running {
+    start_on(server.new_client_tagged(&settings.identity), settings)
+}
+
+/// Starts a controller on `client` (e.g. one whose link to the fake a test controls).
+pub fn start_on(client: kube::Client, settings: Settings) -> Running {
     logs();
     let (tx, rx) = oneshot::channel::<()>();
     let metrics = Metrics::new();
     let health = Health::default();
     let task = tokio::spawn(ferrolb_controller::run(
-        server.new_client_tagged(&settings.identity),
+        client,
         settings,
         metrics.clone(),
         health.clone(),
