@@ -35,6 +35,7 @@ pub mod election;
 pub mod http;
 pub mod l2;
 pub mod membership;
+pub mod test_env;
 /// Bounded waits for async tests (feature `test-kit`; `ferrolb_fakeapi::wait` re-exports it).
 #[cfg(any(test, feature = "test-kit"))]
 pub mod wait;
