@@ -1,8 +1,14 @@
 //! The report rendered from made-up figures: tables, verdicts, well-formed figures.
 use std::net::IpAddr;
+use std::time::{Duration, UNIX_EPOCH};
 
+use super::figures::*;
+use super::goals::*;
+use super::machine::*;
+use super::tables::*;
 use super::*;
-use crate::bench::failover::{Handover, System};
+use crate::bench::bgp_scale::ScaleResult;
+use crate::bench::failover::{Failure, Handover, Row, System, Takeover};
 use crate::bench::l2_soak::SoakedVip;
 use crate::bench::svg::tests::check_svg;
 use crate::client::{Gap, ProbeReport};
