@@ -153,6 +153,17 @@ fn a_speaker_token_writes_only_its_own_nodes_announcements_and_pods() {
             Ok(refused.filter(|(code, msg)| *code == 403 && msg.contains("ferrolb-speaker-own-node")))
         });
     assert!(in_force.is_ok(), "without the own-node policy the apiserver accepts the write: {in_force:?}");
+    // The apiserver type-checked every expression against Pod and ServiceAnnouncement:
+    // a misspelt field would be a warning here and a refusal of every speaker write.
+    let checked = ferrolb::wait_jsonpath(
+        &cluster,
+        &["validatingadmissionpolicy", "ferrolb-speaker-own-node"],
+        "{.metadata.generation}={.status.observedGeneration} {.status.typeChecking}",
+        T,
+        |s| s.split_once(' ').is_some_and(|(g, _)| g.split_once('=').is_some_and(|(a, b)| a == b)),
+    )
+    .unwrap();
+    assert!(!checked.contains("expressionWarnings"), "the policy's expressions: {checked}");
 
     // ServiceAnnouncements: node1's are refused, whichever way they are written.
     assert_refused(
