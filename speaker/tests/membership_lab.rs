@@ -72,13 +72,15 @@ fn members_see_each_other_and_converge_after_failures() {
     let joined = wait_all(&[&n1, &n2, &n3], &set(&[1, 2, 3]), "all three live everywhere");
     println!("three members live everywhere after {joined:?}");
 
-    // A member with the wrong key (on node3, another port) changes nothing.
+    // A member with the wrong key (on node3, another port: no Node's membership address)
+    // changes nothing; its datagrams are dropped before they are opened. (One on a
+    // Node's address: `membership_loopback.rs`.)
     let intruder =
         member(lab.node(3), "intruder", addr(3, 7999), seeds(3), "wrong-key-wrong-key-wrong-key-0123");
     wait::until_value(
         "the intruder's packets dropped",
         T,
-        || Ok(n1.metrics.dropped(DropReason::Unauthenticated)),
+        || Ok(n1.metrics.dropped(DropReason::UnknownSource)),
         |d| *d >= 3,
     )
     .unwrap();

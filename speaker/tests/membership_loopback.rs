@@ -68,7 +68,12 @@ async fn members_join_crash_leave_and_ignore_a_wrong_key() {
             .await;
     }
 
-    // An intruder with the wrong key, seeded with everyone: nothing changes, drops counted.
+    // An intruder with the wrong key on a Node's address, seeded with everyone: nothing
+    // changes, drops counted.
+    let nodes: Vec<Seed> = seeds.iter().cloned().chain([Seed { name: "x".into(), addr: addrs[3] }]).collect();
+    for h in [&a, &b, &c] {
+        h.set_nodes(&nodes);
+    }
     let (x, _) = start("x", addrs[3], &seeds, "a-wrong-key-that-is-long-enough-000");
     let mut lx = x.live();
     // Proof that the input was processed: a dropped the intruder's packets, and the
@@ -165,9 +170,9 @@ enum Unreadable {
 fn unreadable_datagrams(kind: Unreadable) -> impl FnMut() -> Vec<u8> {
     let mut right = Sealer::new(KEY.as_bytes(), 7).unwrap();
     let mut wrong = Sealer::new(b"another-key-of-the-same-length-0123", 7).unwrap();
-    let captured = right.seal(b"a datagram captured on the wire");
+    let captured = right.seal("me", b"a datagram captured on the wire");
     move || match kind {
-        Unreadable::Forged => wrong.seal(b"hello"),
+        Unreadable::Forged => wrong.seal("me", b"hello"),
         Unreadable::Replayed => captured.clone(),
         Unreadable::Version1 => {
             let mut d = b"FLBM\x01".to_vec();
@@ -319,6 +324,11 @@ async fn a_starting_node_settles_on_the_whole_view_not_the_first_answer() {
     // a and b do not know each other: only d's arrival joins them.
     let (a, _) = start("a", at(pa), &[], KEY);
     let (b, _) = start("b", at(pb), &[], KEY);
+    // Every node knows the others' addresses (the relay's too: it speaks for d to b and
+    // for b to d), seeds or not.
+    let node = |name: &str, p| Seed { name: name.into(), addr: at(p) };
+    a.set_nodes(&[node("b", pb), node("d", pd)]);
+    b.set_nodes(&[node("a", pa), node("d", pd), node("d", pr)]);
 
     // The relay holds what d sends to b until released, then forwards it all.
     let relay = tokio::net::UdpSocket::bind(at(pr)).await.unwrap();
@@ -344,6 +354,7 @@ async fn a_starting_node_settles_on_the_whole_view_not_the_first_answer() {
 
     let seeds = [Seed { name: "a".into(), addr: at(pa) }, Seed { name: "b".into(), addr: at(pr) }];
     let (d, _) = start("d", at(pd), &seeds, KEY);
+    d.set_nodes(&[node("a", pa), node("b", pb), node("b", pr)]);
     let (mut ld, mut sd) = (d.live(), d.settled());
     wait_live(&mut ld, &["a", "d"]).await;
     assert!(!*sd.borrow(), "d settled on its first answer (a), with b's answer still to come");

@@ -191,7 +191,7 @@ fn a_speaker_that_cannot_read_its_peer_claims_nothing() {
     let sender = {
         let (stop, path) = (stop.clone(), lab.node(2).path());
         let mut sealer = Sealer::new(key.expose(), 7).unwrap();
-        let captured = sealer.seal(b"a datagram captured on the wire");
+        let captured = sealer.seal("node1", b"a datagram captured on the wire");
         std::thread::spawn(move || {
             netns::enter(&path).unwrap();
             let from = SocketAddr::new(plan::node_v4(2).into(), DEFAULT_PORT);

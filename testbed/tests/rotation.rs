@@ -79,11 +79,13 @@ const PROTOCOL: &str = "ferrolb_membership_dropped_packets_total{reason=\"protoc
 #[test]
 fn a_rolling_membership_key_change_moves_no_vip() {
     let nodes = [1, 2, 3];
-    let lab = Lab::up(LabConfig::nodes(3)).unwrap();
+    // Node 4 is a Node of the file that runs no speaker: the datagrams below come from
+    // its address, as membership reads only datagrams from Nodes.
+    let lab = Lab::up(LabConfig::nodes(4)).unwrap();
     // One VIP owned by each node while all three are live.
     let vips: Vec<IpAddr> =
         nodes.iter().map(|n| (200..=250).map(v4).find(|v| owner(*v, &nodes) == *n).unwrap()).collect();
-    let mut objs: Vec<String> = nodes.iter().map(|i| yaml::node(*i)).collect();
+    let mut objs: Vec<String> = nodes.iter().chain(&[4]).map(|i| yaml::node(*i)).collect();
     objs.push(yaml::pool("lan", &["192.0.2.200-192.0.2.250"]));
     objs.push(yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]));
     objs.push(yaml::service("web", &vips));
@@ -206,11 +208,11 @@ fn a_rolling_membership_key_change_moves_no_vip() {
         let datagrams: Vec<Vec<u8>> = {
             let session = u64::from(std::process::id()) << 8 | key.len() as u64;
             let mut s = Sealer::new(key.as_bytes(), session).unwrap();
-            (0..3).map(|_| s.seal(b"not a SWIM message")).collect()
+            (0..3).map(|_| s.seal("node1", b"not a SWIM message")).collect()
         };
-        lab.client()
+        lab.node(4)
             .run(move || {
-                let sock = UdpSocket::bind((plan::CLIENT_V4, 0)).unwrap();
+                let sock = UdpSocket::bind((node_v4(4), DEFAULT_PORT)).unwrap();
                 for d in &datagrams {
                     sock.send_to(d, SocketAddr::new(node_v4(1), DEFAULT_PORT)).unwrap();
                 }

@@ -333,7 +333,7 @@ mod tests {
             let m = SwimMembership::start_with_metrics(cfg, metrics.clone()).unwrap();
             m.set_local_health(true);
             let mut sealer = Sealer::new(b"0123456789abcdef0123456789abcdef-l2", 7).unwrap();
-            let captured = sealer.seal(b"a datagram captured on the wire");
+            let captured = sealer.seal("node1", b"a datagram captured on the wire");
             let mut v1 = b"FLBM\x01".to_vec();
             let ahead = std::time::SystemTime::now() + Duration::from_secs(60);
             let ahead_ms = ahead.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;

@@ -85,12 +85,13 @@ pub fn ndp_decode(data: &[u8]) {
 const MEMBERSHIP_KEY: &[u8] = b"fuzz-membership-key-0123456789abcdef";
 
 /// Membership datagrams: arbitrary bytes never open, and any payload sealed with the
-/// key opens to itself exactly once.
+/// key opens to itself exactly once, for the receiver it was sealed for alone.
 pub fn membership_open(data: &[u8]) {
     let Ok(mut rx) = Sealer::new(MEMBERSHIP_KEY, 2) else { return };
-    let _ = rx.open(data);
+    let _ = rx.open("rx", data);
     let Ok(mut tx) = Sealer::new(MEMBERSHIP_KEY, 1) else { return };
-    let sealed = tx.seal(data);
-    assert_eq!(rx.open(&sealed), Ok(data));
-    assert_eq!(rx.open(&sealed), Err(DropReason::Replayed));
+    let sealed = tx.seal("rx", data);
+    assert_eq!(rx.open("another", &sealed), Err(DropReason::Unauthenticated));
+    assert_eq!(rx.open("rx", &sealed), Ok(data));
+    assert_eq!(rx.open("rx", &sealed), Err(DropReason::Replayed));
 }

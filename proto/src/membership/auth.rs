@@ -1,9 +1,10 @@
 //! Authenticated membership datagrams, sans-IO and clock-free.
 //!
 //! ```text
-//! "FLBM" | version 2 | session (u64) | counter (u64) | payload | HMAC-SHA256 (32)
+//! "FLBM" | version 3 | session (u64) | counter (u64) | payload | HMAC-SHA256 (32)
 //! ```
-//! The MAC covers everything before it, keyed with the shared membership key. The magic
+//! The MAC covers everything before it and the receiver's member name (not sent: the
+//! receiver supplies its own), keyed with the shared membership key. The magic
 //! names the [`Kind`]: "FLBM" carries SWIM, "FLBH" an L2 heartbeat
 //! ([`super::heartbeat`]). A release without heartbeats drops "FLBH" as
 //! [`DropReason::Malformed`] (not a sign of an unreadable peer), so both kinds share
@@ -33,6 +34,12 @@
 //! session's age would shorten that exposure but bring back the dependence on clocks
 //! agreeing that this format removes; we take the small exposure instead. Within the
 //! life of a receiver, replays are always caught, whatever their age.
+//!
+//! **Bound to its receiver.** A session's counter numbers every datagram it sends, to
+//! whomever: the window of one receiver knows nothing of the counters sent to another.
+//! So the MAC also covers the name of the member the datagram is for, and a datagram
+//! captured on its way to node2 and replayed to node3 fails node3's MAC (version 2 did
+//! not: node3 accepted it once). The name costs nothing on the wire.
 //!
 //! **Key rotation without a split** ([`Keyring`]). A plain switch partitions: a node that
 //! changed seals with the new key, a node that has not yet cannot read it, thinks it dead
@@ -77,7 +84,7 @@ impl Kind {
 }
 
 /// The wire version; datagrams of another version are dropped as [`DropReason::Version`].
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 const HEADER_LEN: usize = 4 + 1 + 8 + 8;
 const TAG_LEN: usize = 32;
 /// How far behind the newest counter of a session a late datagram may be.
@@ -105,6 +112,16 @@ pub enum DropReason {
     /// Authenticated, but the membership protocol rejected it.
     #[error("membership protocol rejected it")]
     Protocol,
+    /// From an address that is no Node's membership address ([`super::peers`]): dropped
+    /// before it is opened.
+    #[error("not from a node")]
+    UnknownSource,
+    /// From a node that sent more than its rate ([`super::peers::RATE`]).
+    #[error("over the source's rate")]
+    RateLimited,
+    /// Authenticated, but it speaks for another node than the one it came from.
+    #[error("speaks for another node")]
+    Impersonation,
 }
 
 impl DropReason {
@@ -116,22 +133,29 @@ impl DropReason {
             DropReason::Unauthenticated => "unauthenticated",
             DropReason::Replayed => "replayed",
             DropReason::Protocol => "protocol",
+            DropReason::UnknownSource => "unknown_source",
+            DropReason::RateLimited => "rate_limited",
+            DropReason::Impersonation => "impersonation",
         }
     }
 
     /// Every reason, for metrics and sums.
-    pub const ALL: [DropReason; 5] = [
+    pub const ALL: [DropReason; 8] = [
         DropReason::Malformed,
         DropReason::Version,
         DropReason::Unauthenticated,
         DropReason::Replayed,
         DropReason::Protocol,
+        DropReason::UnknownSource,
+        DropReason::RateLimited,
+        DropReason::Impersonation,
     ];
 
     /// True when the datagram most likely came from a ferrolb peer this node cannot
     /// read (another key, another version, or its traffic judged a replay): while such
     /// datagrams arrive and nobody is live, this node's lone view proves nothing
-    /// ([`super::claim_gate`]). Malformed datagrams are not membership traffic at all.
+    /// ([`super::claim_gate`]). Malformed datagrams are not membership traffic at all,
+    /// and datagrams from no Node's address, or over a node's rate, were never opened.
     pub fn from_unreadable_peer(self) -> bool {
         matches!(self, DropReason::Version | DropReason::Unauthenticated | DropReason::Replayed)
     }
@@ -330,8 +354,8 @@ impl Keyring {
         &self.sealing.mac
     }
 
-    /// The key whose MAC over `body` is `tag`, trying each accepted key once.
-    fn verify(&self, body: &[u8], tag: &[u8]) -> Option<KeyRole> {
+    /// The key whose MAC over `body` for `receiver` is `tag`, trying each accepted key once.
+    fn verify(&self, body: &[u8], receiver: &str, tag: &[u8]) -> Option<KeyRole> {
         let candidates = std::iter::once((&self.sealing, KeyRole::Sealing))
             .chain(self.next.iter().map(|(s, _)| (s, KeyRole::Next)))
             .chain(self.previous.iter().rev().map(|s| (s, KeyRole::Previous)));
@@ -342,7 +366,7 @@ impl Keyring {
             }
             tried.push(&slot.id);
             let mut m = slot.mac.clone();
-            m.update(body);
+            mac_input(&mut m, body, receiver);
             if m.verify_slice(tag).is_ok() {
                 return Some(role);
             }
@@ -390,13 +414,13 @@ impl Sealer {
         &mut self.keys
     }
 
-    /// Wraps a SWIM `payload` for sending.
-    pub fn seal(&mut self, payload: &[u8]) -> Vec<u8> {
-        self.seal_kind(Kind::Swim, payload)
+    /// Wraps a SWIM `payload` for the member named `to`.
+    pub fn seal(&mut self, to: &str, payload: &[u8]) -> Vec<u8> {
+        self.seal_kind(Kind::Swim, to, payload)
     }
 
-    /// Wraps `payload` of `kind` for sending.
-    pub fn seal_kind(&mut self, kind: Kind, payload: &[u8]) -> Vec<u8> {
+    /// Wraps `payload` of `kind` for the member named `to`.
+    pub fn seal_kind(&mut self, kind: Kind, to: &str, payload: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_LEN + payload.len() + TAG_LEN);
         out.extend_from_slice(kind.magic());
         out.push(VERSION);
@@ -405,23 +429,27 @@ impl Sealer {
         out.extend_from_slice(payload);
         self.next_counter += 1;
         let mut m = self.keys.sealing_mac().clone();
-        m.update(&out);
+        mac_input(&mut m, &out, to);
         out.extend_from_slice(&m.finalize().into_bytes());
         out
     }
 
-    /// Verifies a received SWIM datagram; returns its payload (a heartbeat is
-    /// [`DropReason::Malformed`] here).
-    pub fn open<'a>(&mut self, datagram: &'a [u8]) -> Result<&'a [u8], DropReason> {
-        match self.open_kind(datagram)? {
+    /// Verifies a SWIM datagram received by the member named `me`; returns its payload
+    /// (a heartbeat is [`DropReason::Malformed`] here).
+    pub fn open<'a>(&mut self, me: &str, datagram: &'a [u8]) -> Result<&'a [u8], DropReason> {
+        match self.open_kind(me, datagram)? {
             (p, _, Kind::Swim) => Ok(p),
             (_, _, Kind::Beat) => Err(DropReason::Malformed),
         }
     }
 
-    /// Verifies a received datagram of either kind; returns its payload, which key of
-    /// the schedule opened it, and its kind.
-    pub fn open_kind<'a>(&mut self, datagram: &'a [u8]) -> Result<(&'a [u8], KeyRole, Kind), DropReason> {
+    /// Verifies a datagram of either kind received by the member named `me`; returns its
+    /// payload, which key of the schedule opened it, and its kind.
+    pub fn open_kind<'a>(
+        &mut self,
+        me: &str,
+        datagram: &'a [u8],
+    ) -> Result<(&'a [u8], KeyRole, Kind), DropReason> {
         let kind = datagram.get(..4).and_then(Kind::of).ok_or(DropReason::Malformed)?;
         match datagram.get(4) {
             None => return Err(DropReason::Malformed),
@@ -432,7 +460,7 @@ impl Sealer {
             return Err(DropReason::Malformed);
         }
         let (body, tag) = datagram.split_at(datagram.len() - TAG_LEN);
-        let role = self.keys.verify(body, tag).ok_or(DropReason::Unauthenticated)?;
+        let role = self.keys.verify(body, me, tag).ok_or(DropReason::Unauthenticated)?;
         let field = |at: usize| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&body[at..at + 8]);
@@ -472,6 +500,14 @@ impl Sealer {
         w.heard = heard;
         Ok(())
     }
+}
+
+/// What the MAC covers: the datagram before the tag, then the receiver's name with its
+/// length (so no name is a prefix of another's input).
+fn mac_input(m: &mut Hmac<Sha256>, body: &[u8], receiver: &str) {
+    m.update(body);
+    m.update(receiver.as_bytes());
+    m.update(&u64::try_from(receiver.len()).unwrap_or(u64::MAX).to_be_bytes());
 }
 
 #[cfg(test)]

@@ -41,7 +41,13 @@ pub(super) struct Driver {
     pub(super) swim: mpsc::Receiver<(Vec<u8>, KeyRole)>,
     /// Stops the reader thread with the task.
     pub(super) _reader: reader::ReaderGuard,
+    /// Datagrams dropped unopened (no Node's address, or over a node's rate) when last
+    /// logged, and when: one line a minute at most.
+    pub(super) refused: (u64, Option<Instant>),
 }
+
+/// How often the refused datagrams are logged at most.
+const REFUSED_LOG_EVERY: Duration = Duration::from_secs(60);
 
 impl Driver {
     pub(super) async fn run(mut self, mut cmds: mpsc::Receiver<oneshot::Sender<()>>) {
@@ -69,7 +75,10 @@ impl Driver {
                     }
                 },
                 _ = sleep_until(next_timer), if next_timer.is_some() => self.fire_timers().await,
-                _ = rejoin.tick() => self.announce_to_seeds().await,
+                _ = rejoin.tick() => {
+                    self.log_refused();
+                    self.announce_to_seeds().await;
+                }
                 _ = sleep_until(settle_wait), if settle_wait.is_some() => {
                     let reason = self.settle.on_deadline(std::time::Instant::now());
                     self.on_settled(reason);
@@ -88,6 +97,25 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// One line when datagrams were dropped unopened since the last: the reader thread
+    /// counts them and never logs.
+    fn log_refused(&mut self) {
+        let m = &self.metrics;
+        let (unknown, limited) = (m.dropped(DropReason::UnknownSource), m.dropped(DropReason::RateLimited));
+        let (logged, at) = self.refused;
+        let now = Instant::now();
+        if unknown + limited == logged || at.is_some_and(|t| now < t + REFUSED_LOG_EVERY) {
+            return;
+        }
+        tracing::warn!(
+            node = %self.name, not_from_a_node = unknown, over_rate = limited,
+            "membership: dropped datagrams unopened: from addresses that are no Node's membership address \
+             (junk, a flood, or a node whose source address is not its InternalIP) or over one node's rate; \
+             see ferrolb_membership_dropped_packets"
+        );
+        self.refused = (unknown + limited, Some(now));
     }
 
     /// A new key from the handle (`ok`), or the handle is gone.
@@ -187,7 +215,7 @@ impl Driver {
     /// Sends what foca wants sent, arms its timers, publishes membership changes.
     async fn flush(&mut self) {
         while let Some((to, data)) = self.runtime.to_send() {
-            let sealed = self.sealer.seal(&data);
+            let sealed = self.sealer.seal(&to.name, &data);
             if let Err(e) = self.socket.send_to(&sealed, to.addr).await {
                 tracing::debug!(to = %to.addr, error = %e, "membership send failed");
             }

@@ -24,6 +24,7 @@ pub mod heartbeat;
 pub mod join_grace;
 pub mod key;
 mod metrics;
+pub mod peers;
 mod reader;
 pub mod settle;
 
@@ -269,6 +270,8 @@ impl Membership {
         let (suspected_tx, suspected_rx) = watch::channel(BTreeSet::new());
         let (taken_over_tx, taken_over_rx) = watch::channel(0);
         let (swim_tx, swim_rx) = mpsc::channel(1024);
+        let seeds: Vec<Seed> = cfg.seeds.into_iter().filter(|s| s.name != cfg.name).collect();
+        let (nodes_tx, nodes_rx) = watch::channel(seeds.clone());
         let reader = reader::Reader {
             name: cfg.name.clone(),
             socket: reader_sock,
@@ -284,11 +287,12 @@ impl Membership {
             late_reported: 0,
             addresses: BTreeMap::new(),
             published: BTreeSet::new(),
+            peers: peers::Peers::new(&seeds),
+            nodes: nodes_rx,
         }
         .spawn()
         .map_err(bind_err)?;
         let (cmd_tx, cmd_rx) = mpsc::channel(4);
-        let seeds: Vec<Seed> = cfg.seeds.into_iter().filter(|s| s.name != cfg.name).collect();
         let settle = settle::Settle::new(
             std::time::Instant::now(),
             seeds.iter().map(|s| s.name.clone()).collect(),
@@ -304,7 +308,7 @@ impl Membership {
             socket,
             seeds,
             rejoin_interval: cfg.timings.rejoin_interval,
-            name: cfg.name,
+            name: cfg.name.clone(),
             live: live_tx,
             members: members_tx,
             settled: settled_tx,
@@ -313,6 +317,7 @@ impl Membership {
             key: Some(key_rx),
             swim: swim_rx,
             _reader: reader,
+            refused: (0, None),
         };
         metrics_size(&driver);
         let task = tokio::spawn(driver.run(cmd_rx));
@@ -324,6 +329,8 @@ impl Membership {
             successors: successors_tx,
             suspected: suspected_rx,
             taken_over: taken_over_rx,
+            nodes: nodes_tx,
+            name: cfg.name,
             task,
         })
     }
@@ -361,6 +368,8 @@ pub struct MembershipHandle {
     successors: watch::Sender<BTreeSet<String>>,
     suspected: watch::Receiver<BTreeSet<String>>,
     taken_over: watch::Receiver<u64>,
+    nodes: watch::Sender<Vec<Seed>>,
+    name: String,
     task: JoinHandle<()>,
 }
 
@@ -397,6 +406,21 @@ impl MembershipHandle {
             let differs = *s != names;
             if differs {
                 *s = names;
+            }
+            differs
+        });
+    }
+
+    /// The Nodes' membership addresses, as the model has them now (a name once per
+    /// address); this node's own entries are skipped. Datagrams from anywhere else are
+    /// dropped unopened, and a member's messages must come from its own addresses
+    /// ([`peers`]). The seeds are the first such list; the same list again changes nothing.
+    pub fn set_nodes(&self, nodes: &[Seed]) {
+        let nodes: Vec<Seed> = nodes.iter().filter(|s| s.name != self.name).cloned().collect();
+        self.nodes.send_if_modified(|cur| {
+            let differs = *cur != nodes;
+            if differs {
+                *cur = nodes;
             }
             differs
         });

@@ -7,7 +7,9 @@
 //! [`RT_PRIORITY`], CAP_SYS_NICE), else for nice -20, else runs as it is and says so once
 //! (`ferrolb_membership_heartbeat_realtime` 0). Each wake-up reads every queued datagram
 //! before the heartbeat judges silence, so a beat that waited in the socket while this
-//! node was starved still counts.
+//! node was starved still counts — but at most [`BATCH`] datagrams: under a flood the
+//! heartbeat still ticks and beats between batches. Datagrams are held to the Nodes'
+//! addresses ([`super::peers`]) before they are opened.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{ErrorKind, Read, Write};
@@ -19,9 +21,12 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use tokio::sync::{mpsc, watch};
 
-use super::auth::{KeyRole, Kind, Sealer};
+use foca::Codec;
+
+use super::auth::{DropReason, KeyRole, Kind, Sealer};
 use super::heartbeat::{Cleared, Event, Heartbeats, Input, Message};
-use super::{MembershipKey, MembershipMetrics};
+use super::peers::Peers;
+use super::{MemberId, MembershipKey, MembershipMetrics, Seed};
 
 /// The real-time priority of the reader thread (low among real-time threads: above
 /// every normal process, below the kernel's own and any the operator raised).
@@ -29,6 +34,10 @@ pub const RT_PRIORITY: i32 = 10;
 
 /// Longest wait when no heartbeat tick is due.
 const IDLE_WAIT: Duration = Duration::from_millis(500);
+
+/// Datagrams read per wake-up at most, before the heartbeat ticks: a few hundred
+/// microseconds of MAC work, well within a beat interval.
+pub const BATCH: usize = 64;
 
 /// What the reader needs; built by [`super::Membership::spawn`].
 pub(super) struct Reader {
@@ -56,6 +65,10 @@ pub(super) struct Reader {
     /// thread as long (a priority inversion; the lock does not lend its priority).
     pub(super) addresses: BTreeMap<String, SocketAddr>,
     pub(super) published: BTreeSet<String>,
+    /// Who may speak, and for whom; replaced from `nodes` when it changes.
+    pub(super) peers: Peers,
+    /// The Nodes' membership addresses ([`super::MembershipHandle::set_nodes`]).
+    pub(super) nodes: watch::Receiver<Vec<Seed>>,
 }
 
 /// Stops the reader thread when dropped (and waits for it: the socket is closed when the
@@ -121,13 +134,19 @@ impl Reader {
         }
     }
 
-    /// Reads every queued datagram. False when the membership task is gone.
+    /// Reads the queued datagrams, [`BATCH`] at most. False when the membership task is
+    /// gone.
     fn drain(&mut self, buf: &mut [u8]) -> bool {
-        loop {
+        // Before the datagrams that woke us: they may come from a node just added.
+        if self.nodes.has_changed().unwrap_or(false) {
+            let nodes = self.nodes.borrow_and_update().clone();
+            self.peers.set(&nodes);
+        }
+        for _ in 0..BATCH {
             match self.socket.recv_from(buf) {
-                Ok((n, _)) => {
+                Ok((n, from)) => {
                     let datagram = buf.get(..n).unwrap_or_default();
-                    if !self.on_datagram(datagram) {
+                    if !self.on_datagram(from, datagram) {
                         return false;
                     }
                 }
@@ -139,12 +158,26 @@ impl Reader {
                 }
             }
         }
+        true
     }
 
-    fn on_datagram(&mut self, datagram: &[u8]) -> bool {
-        match self.sealer.open_kind(datagram) {
+    fn on_datagram(&mut self, from: SocketAddr, datagram: &[u8]) -> bool {
+        if let Err(reason) = self.peers.admit(Instant::now(), from) {
+            self.metrics.drop_packet(reason);
+            return true;
+        }
+        match self.sealer.open_kind(&self.name, datagram) {
             Ok((payload, _, Kind::Beat)) => {
-                match Message::decode(payload) {
+                let message = Message::decode(payload);
+                let sender = match &message {
+                    Some(Message::Beat(n) | Message::Release(n) | Message::TookOver(n)) => n.as_str(),
+                    None => "",
+                };
+                if message.is_some() && !self.peers.speaks_for(from, sender) {
+                    self.metrics.drop_packet(DropReason::Impersonation);
+                    return true;
+                }
+                match message {
                     Some(Message::Beat(name)) if name != self.name => {
                         self.metrics.heartbeat_received.inc();
                         self.heartbeats.handle(Instant::now(), Input::Beat(name));
@@ -161,6 +194,10 @@ impl Reader {
                 }
                 true
             }
+            Ok((payload, _, Kind::Swim)) if !self.swim_speaks_for_itself(from, payload) => {
+                self.metrics.drop_packet(DropReason::Impersonation);
+                true
+            }
             Ok((payload, role, Kind::Swim)) => match self.swim.try_send((payload.to_vec(), role)) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
@@ -174,6 +211,15 @@ impl Reader {
                 true
             }
         }
+    }
+
+    /// True when the sender named in a SWIM message's header is the node `from` belongs
+    /// to, and its identity's address is one of that node's. A header that does not
+    /// decode is left to SWIM (which drops it as a protocol error).
+    fn swim_speaks_for_itself(&self, from: SocketAddr, payload: &[u8]) -> bool {
+        let Ok(header) = foca::PostcardCodec.decode_header(payload) else { return true };
+        let src: &MemberId = &header.src;
+        self.peers.speaks_for(from, &src.name) && self.peers.speaks_for(src.addr, &src.name)
     }
 
     /// Follows the handle and the task, ticks, beats, reports.
@@ -206,39 +252,22 @@ impl Reader {
     }
 
     fn beat(&mut self) {
-        let released = self.heartbeats.poll_release();
-        let addresses = &self.addresses;
-        let to = |names: &mut dyn Iterator<Item = &String>| -> Vec<SocketAddr> {
-            names.filter_map(|n| addresses.get(n).copied()).collect()
-        };
-        let releases = to(&mut released.iter());
-        let beats = self.heartbeats.poll_transmit().map(|t| to(&mut t.iter())).unwrap_or_default();
-        for addr in releases {
-            self.send(addr, &Message::Release(self.name.clone()));
+        let Reader { heartbeats, sealer, socket, addresses, name, metrics, .. } = self;
+        let mut out = Outbox { sealer, socket, addresses };
+        for to in &heartbeats.poll_release() {
+            out.send(to, &Message::Release(name.clone()));
         }
-        for addr in beats {
-            if self.send(addr, &Message::Beat(self.name.clone())) {
-                self.metrics.heartbeat_sent.inc();
-            }
-        }
-    }
-
-    /// Seals and sends one heartbeat message; false when the send failed.
-    fn send(&mut self, to: SocketAddr, message: &Message) -> bool {
-        let datagram = self.sealer.seal_kind(Kind::Beat, &message.encode());
-        match self.socket.send_to(&datagram, to) {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::debug!(to = %to, error = %e, "membership: heartbeat message not sent");
-                false
+        for to in heartbeats.poll_transmit().into_iter().flatten() {
+            if out.send(to, &Message::Beat(name.clone())) {
+                metrics.heartbeat_sent.inc();
             }
         }
     }
 
     /// Tells `member` that this node took its addresses over (it may be alive after all).
     fn tell_taken_over(&mut self, member: &str) {
-        let Some(addr) = self.addresses.get(member).copied() else { return };
-        self.send(addr, &Message::TookOver(self.name.clone()));
+        let mut out = Outbox { sealer: &mut self.sealer, socket: &self.socket, addresses: &self.addresses };
+        out.send(member, &Message::TookOver(self.name.clone()));
     }
 
     fn report(&mut self) {
@@ -281,6 +310,29 @@ impl Reader {
         if suspected != self.published {
             self.published.clone_from(&suspected);
             self.suspected.send_replace(suspected);
+        }
+    }
+}
+
+/// What sending a heartbeat message takes, apart from the heartbeat state.
+struct Outbox<'a> {
+    sealer: &'a mut Sealer,
+    socket: &'a UdpSocket,
+    addresses: &'a BTreeMap<String, SocketAddr>,
+}
+
+impl Outbox<'_> {
+    /// Seals and sends one heartbeat message to the live member `name`; false when it
+    /// is not live or the send failed.
+    fn send(&mut self, name: &str, message: &Message) -> bool {
+        let Some(to) = self.addresses.get(name).copied() else { return false };
+        let datagram = self.sealer.seal_kind(Kind::Beat, name, &message.encode());
+        match self.socket.send_to(&datagram, to) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(to = %to, error = %e, "membership: heartbeat message not sent");
+                false
+            }
         }
     }
 }

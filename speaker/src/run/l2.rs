@@ -176,7 +176,12 @@ impl State {
                     p.announcer.shutdown().await;
                 }
             }
-            _ => {}
+            (true, true) => {
+                if let Some(p) = &self.l2 {
+                    p.membership.set_nodes(&node_addresses(&self.model, membership_port(&self.opts)));
+                }
+            }
+            (false, false) => {}
         }
         Ok(())
     }
@@ -276,6 +281,23 @@ fn membership_ip(model: &ClusterModel, node: &str) -> Option<IpAddr> {
     addrs.iter().find(|a| a.is_ipv4()).or_else(|| addrs.first()).copied()
 }
 
+/// The membership port: every node's is this node's.
+fn membership_port(opts: &Options) -> u16 {
+    opts.membership_bind.map_or(membership::DEFAULT_PORT, |b| b.port())
+}
+
+/// Every address of every Node at the membership port: where membership datagrams may
+/// come from, and for whom they may speak ([`membership::peers`]).
+fn node_addresses(model: &ClusterModel, port: u16) -> Vec<Seed> {
+    let mut out = Vec::new();
+    for (name, node) in &model.nodes {
+        out.extend(
+            node.addresses.iter().map(|ip| Seed { name: name.clone(), addr: SocketAddr::new(*ip, port) }),
+        );
+    }
+    out
+}
+
 /// Reads the key and starts membership (seeded with the Nodes' InternalIPs) and the
 /// L2 announcer.
 fn start_l2(
@@ -284,7 +306,7 @@ fn start_l2(
     metrics: &Metrics,
     key: MembershipKey,
 ) -> Result<L2Part, String> {
-    let port = opts.membership_bind.map_or(membership::DEFAULT_PORT, |b| b.port());
+    let port = membership_port(opts);
     let me = &opts.node_name;
     let advertise_ip = match opts.membership_bind.map(|b| b.ip()).filter(|ip| !ip.is_unspecified()) {
         Some(ip) => ip,
@@ -315,6 +337,7 @@ fn start_l2(
     cfg.heartbeat = opts.heartbeat;
     let announcer = L2Announcer::spawn(metrics)?;
     let membership = Membership::spawn(cfg, metrics.membership.clone()).map_err(|e| e.to_string())?;
+    membership.set_nodes(&node_addresses(model, port));
     tracing::info!(bind = %bind, advertise = %SocketAddr::new(advertise_ip, port), seeds = others, "membership started for L2 announcements");
     Ok(L2Part {
         live: membership.live(),

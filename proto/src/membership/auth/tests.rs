@@ -2,18 +2,40 @@ use super::*;
 use proptest::prelude::*;
 
 const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
+/// The receiver of the datagrams these tests seal.
+const TO: &str = "node2";
+
+/// One session numbers the datagrams it sends to every receiver: node3 has not seen
+/// the counters sent to node2. A datagram sealed for node2 and replayed to node3 is
+/// refused by node3's MAC, while node3 opens what was sealed for it.
+#[test]
+fn a_datagram_sealed_for_one_receiver_is_refused_by_another() {
+    let mut node1 = Sealer::new(KEY, 1).unwrap();
+    let mut node2 = Sealer::new(KEY, 2).unwrap();
+    let mut node3 = Sealer::new(KEY, 3).unwrap();
+    let to_node2 = node1.seal("node2", b"ping");
+    let to_node3 = node1.seal("node3", b"ping");
+    assert_eq!(node3.open("node3", &to_node2), Err(DropReason::Unauthenticated), "replayed across receivers");
+    assert_eq!(node2.open("node2", &to_node2), Ok(&b"ping"[..]));
+    assert_eq!(node3.open("node3", &to_node3), Ok(&b"ping"[..]));
+    // Names that are prefixes of one another are told apart too.
+    let to_node = node1.seal_kind(Kind::Beat, "node", b"beat");
+    assert_eq!(node2.open_kind("node2", &to_node).map(|_| ()), Err(DropReason::Unauthenticated));
+    let to_nod = node1.seal_kind(Kind::Beat, "nod", b"ebeat");
+    assert_eq!(node3.open_kind("node", &to_nod).map(|_| ()), Err(DropReason::Unauthenticated));
+}
 
 #[test]
 fn sealed_datagrams_open_once() {
     let mut a = Sealer::new(KEY, 1).unwrap();
     let mut b = Sealer::new(KEY, 2).unwrap();
-    let d1 = a.seal(b"hello");
-    let d2 = a.seal(b"world");
-    assert_eq!(b.open(&d2), Ok(&b"world"[..]));
+    let d1 = a.seal(TO, b"hello");
+    let d2 = a.seal(TO, b"world");
+    assert_eq!(b.open(TO, &d2), Ok(&b"world"[..]));
     // Reordered but new: accepted; the same again: replay.
-    assert_eq!(b.open(&d1), Ok(&b"hello"[..]));
-    assert_eq!(b.open(&d1), Err(DropReason::Replayed));
-    assert_eq!(b.open(&d2), Err(DropReason::Replayed));
+    assert_eq!(b.open(TO, &d1), Ok(&b"hello"[..]));
+    assert_eq!(b.open(TO, &d1), Err(DropReason::Replayed));
+    assert_eq!(b.open(TO, &d2), Err(DropReason::Replayed));
 }
 
 /// A heartbeat is its own kind under the MAC: a SWIM reader (`open`, as every release
@@ -23,16 +45,16 @@ fn sealed_datagrams_open_once() {
 fn heartbeats_are_their_own_kind() {
     let mut a = Sealer::new(KEY, 1).unwrap();
     let mut b = Sealer::new(KEY, 2).unwrap();
-    let beat = a.seal_kind(Kind::Beat, b"node1");
-    assert_eq!(b.open_kind(&beat).map(|(p, _, k)| (p.to_vec(), k)), Ok((b"node1".to_vec(), Kind::Beat)));
-    let beat = a.seal_kind(Kind::Beat, b"node1");
-    assert_eq!(b.open(&beat), Err(DropReason::Malformed));
+    let beat = a.seal_kind(Kind::Beat, TO, b"node1");
+    assert_eq!(b.open_kind(TO, &beat).map(|(p, _, k)| (p.to_vec(), k)), Ok((b"node1".to_vec(), Kind::Beat)));
+    let beat = a.seal_kind(Kind::Beat, TO, b"node1");
+    assert_eq!(b.open(TO, &beat), Err(DropReason::Malformed));
     assert!(!DropReason::Malformed.from_unreadable_peer());
-    let mut relabelled = a.seal_kind(Kind::Beat, b"node1");
+    let mut relabelled = a.seal_kind(Kind::Beat, TO, b"node1");
     relabelled[..4].copy_from_slice(b"FLBM");
-    assert_eq!(b.open_kind(&relabelled).map(|_| ()), Err(DropReason::Unauthenticated));
-    let swim = a.seal(b"swim");
-    assert_eq!(b.open_kind(&swim).map(|(p, _, k)| (p.to_vec(), k)), Ok((b"swim".to_vec(), Kind::Swim)));
+    assert_eq!(b.open_kind(TO, &relabelled).map(|_| ()), Err(DropReason::Unauthenticated));
+    let swim = a.seal(TO, b"swim");
+    assert_eq!(b.open_kind(TO, &swim).map(|(p, _, k)| (p.to_vec(), k)), Ok((b"swim".to_vec(), Kind::Swim)));
 }
 
 /// The header as version 1 wrote it: "FLBM" 1, instance, sequence, unix ms.
@@ -53,13 +75,15 @@ fn v1_datagram(key: &[u8], unix_ms: u64, payload: &[u8]) -> Vec<u8> {
 /// (sealing and opening take no clock), so skew cannot matter (the membership tests
 /// run peers whose clocks are 60 s and 1 h off); a version 1 datagram, whatever its
 /// time, is named as another version (a peer of another release), not as garbage.
+/// (Version 3 binds a datagram to its receiver: see
+/// `a_datagram_sealed_for_one_receiver_is_refused_by_another`.)
 #[test]
 fn version_1_datagrams_are_named_another_version() {
     let now_ms = 1_700_000_000_000u64;
     let mut b = Sealer::new(KEY, 2).unwrap();
     for skew_ms in [0i64, 60_000, 3_600_000, -60_000, -3_600_000] {
         let sent_at = now_ms.saturating_add_signed(skew_ms);
-        assert_eq!(b.open(&v1_datagram(KEY, sent_at, b"x")), Err(DropReason::Version), "skew {skew_ms}");
+        assert_eq!(b.open(TO, &v1_datagram(KEY, sent_at, b"x")), Err(DropReason::Version), "skew {skew_ms}");
     }
 }
 
@@ -67,39 +91,42 @@ fn version_1_datagrams_are_named_another_version() {
 fn wrong_key_tampering_and_garbage_are_rejected() {
     let mut a = Sealer::new(KEY, 1).unwrap();
     let mut other = Sealer::new(b"another key, also long enough....", 3).unwrap();
-    let d = a.seal(b"payload");
-    assert_eq!(other.open(&d), Err(DropReason::Unauthenticated));
+    let d = a.seal(TO, b"payload");
+    assert_eq!(other.open(TO, &d), Err(DropReason::Unauthenticated));
     let mut b = Sealer::new(KEY, 2).unwrap();
     // Any bit of the header or payload flipped (session, counter, payload): forged.
     for at in [5, 13, HEADER_LEN] {
         let mut t = d.clone();
         t[at] ^= 1;
-        assert_eq!(b.open(&t), Err(DropReason::Unauthenticated), "byte {at} flipped");
+        assert_eq!(b.open(TO, &t), Err(DropReason::Unauthenticated), "byte {at} flipped");
     }
     let mut t = d.clone();
     let last = t.len() - 1;
     t[last] ^= 1;
-    assert_eq!(b.open(&t), Err(DropReason::Unauthenticated), "tag flipped");
-    assert_eq!(b.open(&d[..10]), Err(DropReason::Malformed));
-    assert_eq!(b.open(b"garbage that is long enough to be a datagram, but no"), Err(DropReason::Malformed));
+    assert_eq!(b.open(TO, &t), Err(DropReason::Unauthenticated), "tag flipped");
+    assert_eq!(b.open(TO, &d[..10]), Err(DropReason::Malformed));
+    assert_eq!(
+        b.open(TO, b"garbage that is long enough to be a datagram, but no"),
+        Err(DropReason::Malformed)
+    );
     let mut v = d.clone();
-    v[4] = 3;
-    assert_eq!(b.open(&v), Err(DropReason::Version));
+    v[4] = 2; // the previous release (receivers not bound)
+    assert_eq!(b.open(TO, &v), Err(DropReason::Version));
     // None of that used up the genuine datagram.
-    assert_eq!(b.open(&d), Ok(&b"payload"[..]));
+    assert_eq!(b.open(TO, &d), Ok(&b"payload"[..]));
 }
 
 #[test]
 fn counters_far_behind_are_replays() {
     let mut a = Sealer::new(KEY, 1).unwrap();
     let mut b = Sealer::new(KEY, 2).unwrap();
-    let first = a.seal(b"x");
+    let first = a.seal(TO, b"x");
     let mut last = Vec::new();
     for _ in 0..100 {
-        last = a.seal(b"y");
+        last = a.seal(TO, b"y");
     }
-    assert!(b.open(&last).is_ok());
-    assert_eq!(b.open(&first), Err(DropReason::Replayed));
+    assert!(b.open(TO, &last).is_ok());
+    assert_eq!(b.open(TO, &first), Err(DropReason::Replayed));
 }
 
 /// A restarted peer (a new session) is heard at once, however far its counter is
@@ -108,16 +135,16 @@ fn counters_far_behind_are_replays() {
 fn a_restart_is_a_new_session_and_the_old_one_stays_closed() {
     let mut b = Sealer::new(KEY, 2).unwrap();
     let mut old = Sealer::new(KEY, 100).unwrap();
-    let old_datagrams: Vec<Vec<u8>> = (0..200).map(|_| old.seal(b"old")).collect();
+    let old_datagrams: Vec<Vec<u8>> = (0..200).map(|_| old.seal(TO, b"old")).collect();
     for d in &old_datagrams {
-        assert!(b.open(d).is_ok());
+        assert!(b.open(TO, d).is_ok());
     }
     let mut new = Sealer::new(KEY, 101).unwrap();
-    assert_eq!(b.open(&new.seal(b"new")), Ok(&b"new"[..]));
+    assert_eq!(b.open(TO, &new.seal(TO, b"new")), Ok(&b"new"[..]));
     for d in &old_datagrams {
-        assert_eq!(b.open(d), Err(DropReason::Replayed));
+        assert_eq!(b.open(TO, d), Err(DropReason::Replayed));
     }
-    assert_eq!(b.open(&new.seal(b"new2")), Ok(&b"new2"[..]));
+    assert_eq!(b.open(TO, &new.seal(TO, b"new2")), Ok(&b"new2"[..]));
 }
 
 /// Sessions beyond MAX_SESSIONS forget the least recently heard, not an active one.
@@ -125,16 +152,16 @@ fn a_restart_is_a_new_session_and_the_old_one_stays_closed() {
 fn the_least_recently_heard_session_is_forgotten_first() {
     let mut b = Sealer::new(KEY, 0).unwrap();
     let mut active = Sealer::new(KEY, 1).unwrap();
-    let kept = active.seal(b"a");
-    assert!(b.open(&kept).is_ok());
+    let kept = active.seal(TO, b"a");
+    assert!(b.open(TO, &kept).is_ok());
     for s in 2..=(MAX_SESSIONS as u64 + 10) {
-        assert!(b.open(&Sealer::new(KEY, s).unwrap().seal(b"s")).is_ok());
+        assert!(b.open(TO, &Sealer::new(KEY, s).unwrap().seal(TO, b"s")).is_ok());
         if s % 512 == 0 {
-            assert!(b.open(&active.seal(b"a")).is_ok());
+            assert!(b.open(TO, &active.seal(TO, b"a")).is_ok());
         }
     }
     assert!(b.sessions.len() <= MAX_SESSIONS);
-    assert_eq!(b.open(&kept), Err(DropReason::Replayed), "the active session was forgotten");
+    assert_eq!(b.open(TO, &kept), Err(DropReason::Replayed), "the active session was forgotten");
     assert!(!b.sessions.contains_key(&2), "the oldest session is still remembered");
 }
 
@@ -152,12 +179,12 @@ fn events(s: &mut Sealer) -> Vec<KeyEvent> {
 
 /// Whether a node holding only `key` can open what `s` seals now.
 fn sealed_with(s: &mut Sealer, key: &[u8]) -> bool {
-    sealer(key, 99).open(&s.seal(b"x")).is_ok()
+    sealer(key, 99).open(TO, &s.seal(TO, b"x")).is_ok()
 }
 
 /// Whether `s` opens a datagram sealed with `key` (by a new session each time).
 fn accepts(s: &mut Sealer, key: &[u8]) -> Option<KeyRole> {
-    s.open_kind(&sealer(key, rand::random()).seal(b"x")).ok().map(|(_, r, _)| r)
+    s.open_kind(TO, &sealer(key, rand::random()).seal(TO, b"x")).ok().map(|(_, r, _)| r)
 }
 
 /// Learn at t0: both keys accepted, sealing with the old until t0 + W, with the new
@@ -194,7 +221,7 @@ fn a_new_key_is_accepted_at_once_sealed_with_after_w_and_the_old_retired_after_2
     assert_eq!(events(&mut a), [KeyEvent::Retired]);
     assert_eq!(accepts(&mut a, KEY), None, "the old key is retired");
     let mut old = sealer(KEY, 5);
-    assert_eq!(a.open(&old.seal(b"x")), Err(DropReason::Unauthenticated));
+    assert_eq!(a.open(TO, &old.seal(TO, b"x")), Err(DropReason::Unauthenticated));
     assert_eq!(a.keys().phase(), RotationPhase::Steady);
     assert_eq!(a.keys().poll_timeout(), None);
 }
@@ -324,9 +351,9 @@ proptest! {
                 s.keys().handle_timeout(now);
             }
             for from in 0..nodes {
-                let d = sealers[from].seal(b"ping");
+                let d = sealers[from].seal(TO, b"ping");
                 for to in (0..nodes).filter(|t| *t != from) {
-                    prop_assert!(sealers[to].open(&d).is_ok(), "node {to} cannot open node {from}'s datagram at {ms} ms");
+                    prop_assert!(sealers[to].open(TO, &d).is_ok(), "node {to} cannot open node {from}'s datagram at {ms} ms");
                 }
             }
         }
@@ -346,6 +373,6 @@ proptest! {
     #[test]
     fn open_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
         let mut b = Sealer::new(KEY, 2).unwrap();
-        let _ = b.open(&bytes);
+        let _ = b.open(TO, &bytes);
     }
 }

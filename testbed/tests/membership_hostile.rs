@@ -1,0 +1,216 @@
+//! Membership against traffic nobody vetted (issue: production conditions, points 3 and
+//! 4), on the real `ferrolb-speaker --static` in L2 mode:
+//!
+//! * a lone restarted node that receives keyless junk from an address that is no Node's
+//!   still claims: the junk is dropped unopened and is no evidence of a peer it cannot
+//!   read (before, one datagram a second kept it blind, answering ARP for nothing);
+//! * a holder of the key on another Node's address cannot speak for node1: beats and
+//!   releases forged in node1's name are dropped, and when node1 really dies its
+//!   successor suspects it from the missing heartbeats as if nobody had forged anything.
+//!
+//! Needs `target/debug/ferrolb-speaker`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ferrolb_proto::membership::DEFAULT_PORT;
+use ferrolb_proto::membership::MembershipKey;
+use ferrolb_proto::membership::auth::{Kind, Sealer};
+use ferrolb_proto::membership::heartbeat::Message;
+use ferrolb_testbed::plan::{lan_v4 as v4, node_v4, owner};
+use ferrolb_testbed::speaker::{Speaker, write_membership_key, yaml};
+use ferrolb_testbed::{Lab, LabConfig, client, plan, wait};
+
+const T: Duration = Duration::from_secs(30);
+const METRICS_PORT: u16 = 9121;
+
+/// Nodes `nodes`, the L2 pool, one L2Advertisement and a Service holding `vips`.
+fn static_file(nodes: &[usize], vips: &[IpAddr]) -> String {
+    let mut objs: Vec<String> = nodes.iter().map(|i| yaml::node(*i)).collect();
+    objs.push(yaml::pool("lan", &["192.0.2.200-192.0.2.250"]));
+    objs.push(yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]));
+    objs.push(yaml::service("web", vips));
+    yaml::stream(&objs)
+}
+
+/// Two VIPs: node1 owns the first, node2 the second, when both are live.
+fn vips() -> [IpAddr; 2] {
+    let of = |n: usize| (200..=250).map(v4).find(|v| owner(*v, &[1, 2]) == n).unwrap();
+    [of(1), of(2)]
+}
+
+fn macs(nodes: &[usize]) -> BTreeSet<String> {
+    nodes.iter().map(|i| plan::node_mac(*i)).collect()
+}
+
+fn logs(lab: &Lab, speakers: &[&Speaker]) -> String {
+    let mut out = lab.logs(20);
+    for s in speakers {
+        out.push_str(&format!("\n--- {}\n{}", s.file().display(), s.logs()));
+    }
+    out
+}
+
+/// The value of one sample (`name{labels}`) of node `i`'s metrics (0 when absent).
+fn metric(lab: &Lab, i: usize, sample: &str) -> f64 {
+    let body =
+        client::http_get(lab.client(), SocketAddr::new(node_v4(i).into(), METRICS_PORT), "/metrics", T)
+            .unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(sample).and_then(|r| r.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn dropped(reason: &str) -> String {
+    format!("ferrolb_membership_dropped_packets_total{{reason=\"{reason}\"}}")
+}
+
+/// Starts node `i`'s speaker with its metrics on the lab network.
+fn start(lab: &Lab, i: usize, file: &str, key: &std::path::Path) -> Speaker {
+    let metrics = SocketAddr::new(node_v4(i).into(), METRICS_PORT).to_string();
+    Speaker::start_l2_env(lab, i, file, key, &["--metrics-addr", metrics.as_str()], &[]).unwrap()
+}
+
+/// Sends what `next` makes every `every` from `from` (in namespace `ns`) to `to` until
+/// `stop`; returns how many were sent.
+fn sender(
+    ns: std::path::PathBuf,
+    from: SocketAddr,
+    to: SocketAddr,
+    every: Duration,
+    stop: Arc<AtomicBool>,
+    mut next: impl FnMut(u64) -> Vec<u8> + Send + 'static,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        ferrolb_testbed::netns::enter(&ns).unwrap();
+        let sock = UdpSocket::bind(from).unwrap();
+        let mut sent = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            if sock.send_to(&next(sent), to).is_err() {
+                break; // the lab is gone (the test failed)
+            }
+            sent += 1;
+            std::thread::sleep(every);
+        }
+        sent
+    })
+}
+
+/// Node1 restarts alone (node2, listed, is down). The client sends it keyless junk that
+/// looks like membership traffic of an older release, ten datagrams a second, all along:
+/// node1 still claims both VIPs, and counts the junk as not from a node.
+#[test]
+fn a_lone_restarted_node_under_keyless_junk_still_claims() {
+    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
+    let key = write_membership_key(&lab, "cluster-key").unwrap();
+    let vips = vips();
+    let file = static_file(&[1, 2], &vips);
+    let stop = Arc::new(AtomicBool::new(false));
+    let junk = sender(
+        lab.client().path(),
+        SocketAddr::new(plan::CLIENT_V4.into(), 0),
+        SocketAddr::new(node_v4(1).into(), DEFAULT_PORT),
+        Duration::from_millis(100),
+        stop.clone(),
+        |n| {
+            // The magic, an old version byte, then anything.
+            let mut d = if n % 2 == 0 { b"FLBM\x01".to_vec() } else { b"FLBH\x02".to_vec() };
+            d.extend(std::iter::repeat_n(n as u8, 60));
+            d
+        },
+    );
+    let s1 = start(&lab, 1, &file, &key);
+    let t = Instant::now();
+    for v in vips {
+        let r = wait::until_value(
+            &format!("{v} answered by node1, alone and under junk"),
+            T,
+            || Ok(lab.arp_answers(v, 1).unwrap()),
+            |m| *m == macs(&[1]),
+        );
+        assert!(r.is_ok(), "{r:?}\n{}", logs(&lab, &[&s1]));
+    }
+    println!("node1 alone claimed both VIPs {:?} after it started, under keyless junk", t.elapsed());
+    let not_from_a_node = metric(&lab, 1, &dropped("unknown_source"));
+    assert!(not_from_a_node > 0.0, "the junk reached node1 and was counted");
+    assert_eq!(metric(&lab, 1, &dropped("version")), 0.0, "junk from no Node is never opened");
+    assert!(!s1.logs().contains("none can be read"), "node1 took the junk for a peer\n{}", s1.logs());
+    stop.store(true, Ordering::Relaxed);
+    println!("{} junk datagrams sent; {not_from_a_node} dropped as not from a node", junk.join().unwrap());
+}
+
+/// Node1 and node2 serve, node1 beats node2 (its VIP's successor). A process holding the
+/// cluster key on node3's membership address forges node1's beats and releases to node2
+/// every 5 ms: node2 drops them as impersonation, and when node1's speaker is killed,
+/// node2 suspects node1 from its silence and takes its VIP, as without the forger.
+#[test]
+fn forged_beats_and_releases_of_another_node_change_nothing() {
+    let lab = Lab::up(LabConfig::nodes(3)).unwrap();
+    let key_file = write_membership_key(&lab, "cluster-key").unwrap();
+    let key = MembershipKey::parse(&std::fs::read_to_string(&key_file).unwrap()).unwrap();
+    let vips = vips();
+    let file = static_file(&[1, 2, 3], &vips);
+    let mut s1 = start(&lab, 1, &file, &key_file);
+    let s2 = start(&lab, 2, &file, &key_file);
+    for v in vips {
+        let want = macs(&[owner(v, &[1, 2])]);
+        let r = wait::until_value(
+            &format!("{v} answered by its owner alone"),
+            T,
+            || Ok(lab.arp_answers(v, 1).unwrap()),
+            |m| *m == want,
+        );
+        assert!(r.is_ok(), "{r:?}\n{}", logs(&lab, &[&s1, &s2]));
+    }
+    s2.wait_log("membership: hearing heartbeats from node1", T).unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut sealer = Sealer::new(key.expose(), 7).unwrap();
+    let forger = sender(
+        lab.node(3).path(),
+        SocketAddr::new(node_v4(3).into(), DEFAULT_PORT),
+        SocketAddr::new(node_v4(2).into(), DEFAULT_PORT),
+        Duration::from_millis(5),
+        stop.clone(),
+        move |n| {
+            let forged =
+                if n % 2 == 0 { Message::Beat("node1".into()) } else { Message::Release("node1".into()) };
+            sealer.seal_kind(Kind::Beat, "node2", &forged.encode())
+        },
+    );
+    let impersonations = wait::until_value(
+        "node2 drops the forged messages",
+        T,
+        || Ok(metric(&lab, 2, &dropped("impersonation"))),
+        |n| *n >= 100.0,
+    )
+    .unwrap();
+    assert!(
+        !s2.logs().contains("node1 no longer beats this node"),
+        "a forged release ended node2's watch of node1\n{}",
+        s2.logs()
+    );
+    assert_eq!(metric(&lab, 2, "ferrolb_membership_heartbeat_suspicions_total"), 0.0);
+
+    s1.kill();
+    s2.wait_log("membership: no heartbeat from node1", T)
+        .unwrap_or_else(|e| panic!("{e}: node2 did not suspect node1 from its silence\n{}", s2.logs()));
+    let r = wait::until_value(
+        &format!("{} answered by node2 alone once node1 died", vips[0]),
+        T,
+        || Ok(lab.arp_answers(vips[0], 1).unwrap()),
+        |m| *m == macs(&[2]),
+    );
+    assert!(r.is_ok(), "{r:?}\n{}", logs(&lab, &[&s2]));
+    stop.store(true, Ordering::Relaxed);
+    let sent = forger.join().unwrap();
+    println!(
+        "{sent} forged datagrams sent; node2 dropped {impersonations}+ as impersonation, and suspected node1 from its silence"
+    );
+}
