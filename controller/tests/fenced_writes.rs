@@ -57,7 +57,9 @@ async fn a_stale_leaders_write_that_lands_late_is_refused() {
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let lease = Duration::from_secs(3);
     let old = start(&server, settings("a", Some(lease)));
-    until("a leads", || async { old.is_leader().then_some(()) }).await;
+    // Leading and done rebuilding its state (ready again): from here it allocates.
+    until("a leads and allocates", || async { (old.is_leader() && old.health.is_ready()).then_some(()) })
+        .await;
     let new = start(&server, settings("b", Some(lease)));
     until("b stands by", || async { new.health.is_ready().then_some(()) }).await;
     let seen = record_versions(&services).await;
