@@ -84,6 +84,8 @@ pub struct Context {
     pub metallb_notices: crate::metallb_notice::Notices,
     /// Pools changed: the configuration task re-validates the other kinds, which refer to them.
     pub config_dirty: Notify,
+    /// Service versions a later write of ours superseded: not reconciled.
+    pub superseded: crate::service_write::Superseded,
 }
 
 /// A reference to this version of an object, for an Event whose note is about this
@@ -131,6 +133,7 @@ impl Context {
             ipam.alloc.release(key)
         };
         self.metallb_notices.forget(key);
+        self.superseded.forget(key);
         if released {
             self.metrics.releases.inc();
             self.pools_dirty.notify_one();

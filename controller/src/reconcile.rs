@@ -25,6 +25,9 @@ enum Decision {
     Gone,
     /// Another loadBalancerClass: never touched.
     Foreign,
+    /// The cache holds a version a later write of ours superseded: the newer one is on
+    /// its way and queues the Service again.
+    Superseded,
     /// Not a LoadBalancer (any more): released; clear what we wrote.
     NotServed(Arc<CachedService>),
     /// Holds these addresses.
@@ -43,6 +46,9 @@ fn decide(key: &ServiceKey, ctx: &Context) -> Decision {
         ctx.release(key);
         return Decision::Gone;
     };
+    if ctx.superseded.is_superseded(&cur) {
+        return Decision::Superseded;
+    }
     let key = key.clone();
     match model::classify(&cur, &ctx.settings.lb_class) {
         Class::Foreign => Decision::Foreign,
@@ -86,7 +92,7 @@ pub const RETRY_ERROR: Duration = Duration::from_secs(2);
 pub async fn reconcile(key: &ServiceKey, ctx: &Context) -> Result<Option<Duration>, Error> {
     ctx.metrics.reconciles.inc();
     match decide(key, ctx) {
-        Decision::Gone | Decision::Foreign => Ok(None),
+        Decision::Gone | Decision::Foreign | Decision::Superseded => Ok(None),
         Decision::NotServed(cur) => {
             clear(&cur, ctx).await?;
             Ok(None)
@@ -161,6 +167,7 @@ async fn write(svc: &CachedService, assigned: &[Assigned], ctx: &Context) -> Res
             return Ok(());
         }
     }
+    writes.done();
     if changed {
         ctx.metrics.allocation("assigned");
         ctx.pools_dirty.notify_one();
@@ -240,6 +247,7 @@ async fn clear(svc: &CachedService, ctx: &Context) -> Result<(), Error> {
             return Ok(());
         }
     }
+    writes.done();
     info!(service = %key, "released its load-balancer address: no longer type LoadBalancer");
     ctx.event(
         &svc.object_ref(),

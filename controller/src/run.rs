@@ -147,6 +147,7 @@ async fn serve(
         replayed: AtomicBool::new(false),
         metallb_notices: Default::default(),
         config_dirty: Notify::new(),
+        superseded: Default::default(),
     });
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
 
