@@ -22,6 +22,8 @@ declare -A FERROLB_PKGS=(
   # Real kubelets (testbed/tests/real_kubelet.rs, cluster up --kubelets): the daemons
   # enter a node's network namespace only (nsenter), the pause image is built with cc -static.
   [nsenter]=util-linux [cc]=gcc
+  # Partitions of the membership port alone (testbed/tests/l2_partition.rs).
+  [nft]=nftables
 )
 missing=()
 for bin in "${!FERROLB_PKGS[@]}"; do

@@ -505,6 +505,8 @@ pub struct ArpReport {
     pub unanswered: Vec<Duration>,
     /// Requests answered by more than one MAC: while two nodes answer (a handover).
     pub answered_twice: u64,
+    /// When each of those went out, from the start.
+    pub answered_twice_at: Vec<Duration>,
     /// The MACs that answered alone, in order (a run of at least [`OWNER_RUN`] requests
     /// each, repeats merged): the owners over time.
     pub owners: Vec<String>,
@@ -675,6 +677,7 @@ fn arp_report(requests: &[ArpRequest]) -> ArpReport {
         sent: requests.len() as u64,
         unanswered: requests.iter().filter(|r| r.answers.is_empty()).map(|r| r.at).collect(),
         answered_twice: requests.iter().filter(|r| r.answers.len() > 1).count() as u64,
+        answered_twice_at: requests.iter().filter(|r| r.answers.len() > 1).map(|r| r.at).collect(),
         owners,
     }
 }
@@ -732,6 +735,7 @@ mod tests {
         }
         let r = arp_report(&rs);
         assert_eq!((r.sent, r.answered_twice), (14, 2));
+        assert_eq!(r.answered_twice_at, [Duration::from_millis(50), Duration::from_millis(60)]);
         assert_eq!(r.unanswered, [Duration::from_millis(110)]);
         assert_eq!(r.owners, ["00:00:5e:00:53:0b", "00:00:5e:00:53:0c"]);
     }

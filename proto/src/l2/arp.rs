@@ -151,6 +151,18 @@ impl ArpPacket {
         }
     }
 
+    /// A probe for `ip` from `mac` (RFC 5227 §2.1.1: sender IP 0.0.0.0, so no cache
+    /// learns from it): whoever answers for `ip` replies to `mac`.
+    pub fn probe(mac: Mac, ip: Ipv4Addr) -> ArpPacket {
+        ArpPacket {
+            operation: Operation::Request,
+            sender_mac: mac,
+            sender_ip: Ipv4Addr::UNSPECIFIED,
+            target_mac: [0; 6],
+            target_ip: ip,
+        }
+    }
+
     /// Whether this is a gratuitous announcement (sender IP = target IP), which needs no answer.
     pub fn is_gratuitous(&self) -> bool {
         self.sender_ip == self.target_ip

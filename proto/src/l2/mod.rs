@@ -18,7 +18,9 @@
 //! `kube-ipvs0` with `arp_ignore`/`arp_announce` (strictARP) set, see `README-l2.md`.
 
 pub mod arp;
+pub mod conflict;
 pub mod links;
+mod metrics;
 pub mod ndp;
 mod responder;
 pub mod socket;
@@ -31,16 +33,12 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use netlink_packet_core::NetlinkPayload;
 use netlink_sys::AsyncSocket;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 use rtnetlink::constants::{RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR, RTMGRP_LINK};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 pub use links::{InterfaceChoice, Link, LinkTable};
+pub use metrics::L2Metrics;
 
 /// When a newly owned address is announced, counted from the moment it became owned.
 pub const DEFAULT_TAKEOVER: [Duration; 5] = [
@@ -74,6 +72,19 @@ pub struct AddressStatus {
     pub interfaces: BTreeSet<String>,
     /// The first takeover announcement went out since it became owned.
     pub gratuitous_sent: bool,
+    /// Another MAC answers for it too ([`conflict`]).
+    pub conflict: Option<Conflict>,
+}
+
+/// Another MAC answering for an owned address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conflict {
+    /// The other MAC.
+    pub other: arp::Mac,
+    /// This node outranks it and keeps answering; else it yielded.
+    pub won: bool,
+    /// The other kept answering after losing: no ferrolb node of this release.
+    pub foreign: bool,
 }
 
 /// The announcer's state, published on every change.
@@ -97,104 +108,6 @@ pub enum L2Error {
     /// The rtnetlink socket could not be opened or subscribed.
     #[error("L2 announcer: cannot follow interfaces through rtnetlink: {0}; the speaker needs CAP_NET_ADMIN")]
     Netlink(std::io::Error),
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct AddressLabels {
-    address: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProtocolLabels {
-    protocol: String,
-}
-
-/// Counters of the L2 announcer (`ferrolb_l2_*`).
-#[derive(Clone, Debug, Default)]
-pub struct L2Metrics {
-    requests: Family<AddressLabels, Counter>,
-    replies: Family<AddressLabels, Counter>,
-    gratuitous: Family<AddressLabels, Counter>,
-    malformed: Family<ProtocolLabels, Counter>,
-    owned: Gauge,
-}
-
-impl L2Metrics {
-    /// Metrics registered in `registry`.
-    pub fn new(registry: &mut Registry) -> Self {
-        let m = L2Metrics::default();
-        registry.register(
-            "ferrolb_l2_requests_received",
-            "ARP requests and neighbor solicitations received for an owned address",
-            m.requests.clone(),
-        );
-        registry.register(
-            "ferrolb_l2_replies_sent",
-            "ARP replies and solicited neighbor advertisements sent",
-            m.replies.clone(),
-        );
-        registry.register(
-            "ferrolb_l2_gratuitous_sent",
-            "Gratuitous ARP requests and unsolicited neighbor advertisements sent",
-            m.gratuitous.clone(),
-        );
-        registry.register(
-            "ferrolb_l2_malformed_received",
-            "ARP or NDP messages dropped as malformed",
-            m.malformed.clone(),
-        );
-        registry.register("ferrolb_l2_owned_addresses", "Addresses this node answers for", m.owned.clone());
-        m
-    }
-
-    /// Requests received for `addr` (reading creates no series).
-    pub fn requests_received(&self, addr: IpAddr) -> u64 {
-        self.requests.get(&label(addr)).map_or(0, |c| c.get())
-    }
-
-    /// Replies sent for `addr`.
-    pub fn replies_sent(&self, addr: IpAddr) -> u64 {
-        self.replies.get(&label(addr)).map_or(0, |c| c.get())
-    }
-
-    /// Gratuitous announcements sent for `addr`.
-    pub fn gratuitous_sent(&self, addr: IpAddr) -> u64 {
-        self.gratuitous.get(&label(addr)).map_or(0, |c| c.get())
-    }
-
-    /// Drops the series of an address no longer owned: a node that owned many addresses
-    /// over time must not export them all forever.
-    fn forget(&self, addr: IpAddr) {
-        let l = label(addr);
-        self.requests.remove(&l);
-        self.replies.remove(&l);
-        self.gratuitous.remove(&l);
-    }
-
-    /// Malformed messages dropped, `protocol` "arp" or "ndp".
-    pub fn malformed(&self, protocol: &str) -> u64 {
-        self.malformed.get_or_create(&ProtocolLabels { protocol: protocol.into() }).get()
-    }
-
-    fn count_request(&self, addr: IpAddr) {
-        self.requests.get_or_create(&label(addr)).inc();
-    }
-
-    fn count_reply(&self, addr: IpAddr) {
-        self.replies.get_or_create(&label(addr)).inc();
-    }
-
-    fn count_gratuitous(&self, addr: IpAddr) {
-        self.gratuitous.get_or_create(&label(addr)).inc();
-    }
-
-    fn count_malformed(&self, protocol: &str) {
-        self.malformed.get_or_create(&ProtocolLabels { protocol: protocol.into() }).inc();
-    }
-}
-
-fn label(addr: IpAddr) -> AddressLabels {
-    AddressLabels { address: addr.to_string() }
 }
 
 /// The desired set: every address this node owns, with where to announce it.
@@ -233,6 +146,7 @@ impl L2Announcer {
             workers: BTreeMap::new(),
             announced: BTreeSet::new(),
             quiet: BTreeSet::new(),
+            conflicts: BTreeMap::new(),
             status: status_tx,
         };
         let task =
@@ -320,6 +234,8 @@ impl L2Handle {
 enum Report {
     /// A takeover announcement of `addr` went out (the first one marks it announced).
     Announced(IpAddr),
+    /// Another MAC answers for an owned address, or no longer does ([`conflict`]).
+    Conflict(conflict::Event),
 }
 
 struct Announcer {
@@ -332,6 +248,8 @@ struct Announcer {
     announced: BTreeSet<IpAddr>,
     /// Owned addresses being handed over ([`L2Handle::set_quiet`]).
     quiet: BTreeSet<IpAddr>,
+    /// Address conflicts the responders report.
+    conflicts: BTreeMap<IpAddr, Conflict>,
     status: watch::Sender<L2Status>,
 }
 
@@ -393,16 +311,34 @@ impl Announcer {
                         messages = futures::channel::mpsc::unbounded().1;
                     }
                 },
-                Some(Report::Announced(addr)) = report_rx.recv() => {
-                    if desired.borrow().contains_key(&addr) {
-                        self.announced.insert(addr);
+                Some(report) = report_rx.recv() => match report {
+                    Report::Announced(addr) => {
+                        if desired.borrow().contains_key(&addr) {
+                            self.announced.insert(addr);
+                        }
                     }
-                }
+                    Report::Conflict(event) => self.on_conflict(event),
+                },
             }
         }
         self.workers.clear();
         self.metrics.owned.set(0);
         conn_task.abort();
+    }
+
+    fn on_conflict(&mut self, event: conflict::Event) {
+        match event {
+            conflict::Event::Conflict { addr, other, won } => {
+                self.conflicts.insert(addr, Conflict { other, won, foreign: false });
+            }
+            conflict::Event::Foreign { addr, other } => {
+                self.conflicts.insert(addr, Conflict { other, won: true, foreign: true });
+            }
+            conflict::Event::Reclaim { .. } => {}
+            conflict::Event::Resolved { addr, .. } => {
+                self.conflicts.remove(&addr);
+            }
+        }
     }
 
     async fn dump(&mut self, handle: &rtnetlink::Handle) -> Result<(), rtnetlink::Error> {
@@ -476,8 +412,10 @@ impl Announcer {
         if self.takeover.is_empty() {
             self.announced.extend(desired.keys().copied());
         }
+        self.conflicts.retain(|a, _| desired.contains_key(a));
         for (addr, st) in status.addresses.iter_mut() {
             st.gratuitous_sent = self.announced.contains(addr);
+            st.conflict = self.conflicts.get(addr).copied();
         }
         self.metrics.owned.set(i64::try_from(desired.len()).unwrap_or(i64::MAX));
         // The published status lists the previous owned set. (A responder counting a
@@ -507,6 +445,7 @@ impl Announcer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prometheus_client::registry::Registry;
     use std::net::Ipv4Addr;
 
     #[test]
@@ -552,6 +491,7 @@ mod tests {
             workers: BTreeMap::new(),
             announced: BTreeSet::new(),
             quiet: BTreeSet::new(),
+            conflicts: BTreeMap::new(),
             status,
         };
         let (report_tx, _report_rx) = mpsc::unbounded_channel();

@@ -170,6 +170,22 @@ impl NeighborSolicitation {
     }
 }
 
+impl NeighborAdvertisement {
+    /// The advertiser's target link-layer address option, if present.
+    pub fn target_mac(&self) -> Option<Mac> {
+        self.options.iter().find_map(|o| match o {
+            NdOption::TargetLinkLayer(m) => Some(*m),
+            _ => None,
+        })
+    }
+}
+
+/// A probe for `target` (RFC 4862 §5.4.2's duplicate address detection form: from the
+/// unspecified address, no options): whoever answers for `target` advertises it.
+pub fn probe(target: Ipv6Addr) -> NdMessage {
+    NdMessage::Solicitation(NeighborSolicitation { target, options: Vec::new() })
+}
+
 /// The NA `mac` sends for `target`: solicited or not; Override set either way, since the
 /// owner is authoritative for a service address and must replace a stale cached MAC.
 pub fn advertisement(target: Ipv6Addr, mac: Mac, solicited: bool) -> NdMessage {

@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::arp::{self, ArpPacket, BROADCAST_MAC, Mac, Operation};
+use super::conflict::{self, Conflicts};
 use super::links::Link;
 use super::ndp::{self, ALL_NODES, ND_HOP_LIMIT, NdMessage, TYPE_NA, TYPE_NS};
 use super::socket::{ArpSocket, NdpSocket};
@@ -64,6 +65,7 @@ impl Worker {
             groups: BTreeSet::new(),
             bursts: BTreeMap::new(),
             quiet: BTreeSet::new(),
+            conflicts: Conflicts::new(mac),
         };
         let task = tokio::spawn(r.run(rx, re_rx, quiet_rx));
         Ok(Worker { name: link.name.clone(), mac, owned: tx, reannounce: re_tx, quiet: quiet_tx, task })
@@ -85,6 +87,8 @@ struct Responder {
     bursts: BTreeMap<(Instant, IpAddr), (Instant, usize)>,
     /// Addresses being handed over: answered, never announced.
     quiet: BTreeSet<IpAddr>,
+    /// Other MACs answering for owned addresses ([`conflict`]).
+    conflicts: Conflicts,
 }
 
 impl Responder {
@@ -103,6 +107,7 @@ impl Responder {
         let mut reannounce_open = true;
         loop {
             let next = self.bursts.keys().next().map(|(due, _)| *due);
+            let probe = self.conflicts.poll_timeout();
             tokio::select! {
                 biased;
                 changed = owned.changed() => {
@@ -127,6 +132,9 @@ impl Responder {
                     Err(_) => quiet_open = false,
                 },
                 _ = sleep_until(next), if next.is_some() => self.send_due().await,
+                _ = sleep_until(probe.map(Instant::from_std)), if probe.is_some() => {
+                    self.on_conflict(conflict::Input::Timeout).await;
+                }
                 r = self.arp.recv(&mut arp_buf) => match r {
                     Ok(n) => self.on_arp(arp_buf.get(..n).unwrap_or_default()).await,
                     Err(e) => tracing::debug!(interface = %self.interface, error = %e, "ARP receive failed"),
@@ -169,6 +177,100 @@ impl Responder {
         }
         self.groups = groups;
         self.owned = new;
+        self.owned_to_conflicts();
+    }
+
+    /// Tells conflict detection what is owned and what is being handed over.
+    fn owned_to_conflicts(&mut self) {
+        let input = conflict::Input::Owned { owned: self.owned.clone(), quiet: self.quiet.clone() };
+        let before = self.conflicts.yielded_count();
+        self.conflicts.handle(Instant::now().into_std(), input);
+        self.count_yielded(before);
+    }
+
+    fn count_yielded(&self, before: usize) {
+        let after = self.conflicts.yielded_count();
+        let delta = i64::try_from(after).unwrap_or(i64::MAX) - i64::try_from(before).unwrap_or(i64::MAX);
+        if delta != 0 {
+            self.metrics.add_yielded(delta);
+        }
+    }
+
+    /// Feeds conflict detection, sends the probes it asks for and acts on its events.
+    async fn on_conflict(&mut self, input: conflict::Input) {
+        let before = self.conflicts.yielded_count();
+        self.conflicts.handle(Instant::now().into_std(), input);
+        self.count_yielded(before);
+        while let Some(addr) = self.conflicts.poll_transmit() {
+            if let Err(e) = self.probe(addr).await {
+                tracing::debug!(interface = %self.interface, address = %addr, error = %e, "conflict probe failed");
+            }
+        }
+        while let Some(event) = self.conflicts.poll_event() {
+            self.on_conflict_event(event);
+        }
+    }
+
+    fn on_conflict_event(&mut self, event: conflict::Event) {
+        let interface = &self.interface;
+        let mac = |m: &Mac| arp::mac_to_string(m);
+        match event {
+            conflict::Event::Conflict { addr, other, won: true } => {
+                self.metrics.count_conflict("won");
+                tracing::warn!(%interface, address = %addr, other = %mac(&other),
+                    "L2 address conflict: {} also answers for {addr}; this node outranks it and keeps the address", mac(&other));
+            }
+            conflict::Event::Reclaim { addr, other } => {
+                tracing::info!(%interface, address = %addr, other = %mac(&other),
+                    "L2 address conflict: announcing {addr} again, so clients that followed {} come back", mac(&other));
+                self.announce_again(addr);
+            }
+            conflict::Event::Conflict { addr, other, won: false } => {
+                self.metrics.count_conflict("yielded");
+                tracing::warn!(%interface, address = %addr, other = %mac(&other),
+                    "L2 address conflict: {} also answers for {addr} and outranks this node: no longer answering for it \
+                     (membership between the two nodes is split, or a device on the LAN holds the address)", mac(&other));
+                self.bursts.retain(|(_, a), _| *a != addr);
+            }
+            conflict::Event::Foreign { addr, other } => {
+                self.metrics.count_conflict("foreign");
+                tracing::error!(%interface, address = %addr, other = %mac(&other),
+                    "L2 address conflict: {} keeps answering for {addr} although it does not outrank this node: \
+                     it is no ferrolb node of this release; remove the address from that device or from the pool", mac(&other));
+            }
+            conflict::Event::Resolved { addr, other, resumed } => {
+                tracing::info!(%interface, address = %addr, other = %mac(&other),
+                    "L2 address conflict over: {} no longer answers for {addr}", mac(&other));
+                if resumed {
+                    self.announce_again(addr);
+                }
+            }
+        }
+        let _ = self.reports.send(Report::Conflict(event));
+    }
+
+    /// Starts the takeover burst of one owned address again.
+    fn announce_again(&mut self, addr: IpAddr) {
+        let Some(first) = self.takeover.first() else { return };
+        if !self.owned.contains(&addr) || self.quiet.contains(&addr) {
+            return;
+        }
+        let now = Instant::now();
+        self.bursts.retain(|(_, a), _| *a != addr);
+        self.bursts.insert((now + *first, addr), (now, 0));
+    }
+
+    async fn probe(&self, addr: IpAddr) -> io::Result<()> {
+        match addr {
+            IpAddr::V4(ip) => {
+                let frame = arp::encode_frame(BROADCAST_MAC, self.mac, &ArpPacket::probe(self.mac, ip));
+                self.arp.send(&frame).await.map(|_| ())
+            }
+            IpAddr::V6(ip) => {
+                let ns = ndp::probe(ip).to_bytes();
+                self.ndp.send(Ipv6Addr::UNSPECIFIED, ndp::solicited_node(ip), &ns).await.map(|_| ())
+            }
+        }
     }
 
     /// Starts the takeover burst again for every owned address (pending ones restart).
@@ -194,6 +296,7 @@ impl Responder {
             }
         }
         self.quiet = new;
+        self.owned_to_conflicts();
     }
 
     async fn send_due(&mut self) {
@@ -234,7 +337,7 @@ impl Responder {
         }
     }
 
-    async fn on_arp(&self, frame: &[u8]) {
+    async fn on_arp(&mut self, frame: &[u8]) {
         let (eth, req) = match arp::decode_frame(frame) {
             Ok(x) => x,
             Err(e) => {
@@ -243,12 +346,21 @@ impl Responder {
                 return;
             }
         };
-        // Our own frames loop back to packet sockets; announcements need no answer.
-        if eth.src == self.mac || req.operation != Operation::Request || req.is_gratuitous() {
+        // Our own frames loop back to packet sockets.
+        if eth.src == self.mac {
+            return;
+        }
+        // Another MAC speaking for an owned address (an answer, an announcement).
+        let sender = IpAddr::V4(req.sender_ip);
+        if !req.sender_ip.is_unspecified() && self.owned.contains(&sender) {
+            self.on_conflict(conflict::Input::Seen { addr: sender, mac: req.sender_mac }).await;
+        }
+        // Announcements need no answer.
+        if req.operation != Operation::Request || req.is_gratuitous() {
             return;
         }
         let target = IpAddr::V4(req.target_ip);
-        if !self.owned.contains(&target) {
+        if !self.owned.contains(&target) || self.conflicts.yielded(&target) {
             return;
         }
         self.metrics.count_request(target);
@@ -259,7 +371,7 @@ impl Responder {
         }
     }
 
-    async fn on_ndp(&self, msg: &[u8], src: Ipv6Addr, hop_limit: Option<i32>) {
+    async fn on_ndp(&mut self, msg: &[u8], src: Ipv6Addr, hop_limit: Option<i32>) {
         let kind = msg.first().copied();
         if kind != Some(TYPE_NS) && kind != Some(TYPE_NA) {
             return; // other ICMPv6 (echo, RA, MLD) reaches raw sockets too
@@ -271,7 +383,15 @@ impl Responder {
         }
         let ns = match NdMessage::decode(&mut &msg[..]) {
             Ok(NdMessage::Solicitation(ns)) => ns,
-            Ok(NdMessage::Advertisement(_)) => return,
+            Ok(NdMessage::Advertisement(na)) => {
+                let addr = IpAddr::V6(na.target);
+                if let Some(mac) = na.target_mac().filter(|m| *m != self.mac)
+                    && self.owned.contains(&addr)
+                {
+                    self.on_conflict(conflict::Input::Seen { addr, mac }).await;
+                }
+                return;
+            }
             Err(e) => {
                 self.metrics.count_malformed("ndp");
                 tracing::trace!(interface = %self.interface, error = %e, "dropped NDP message");
@@ -279,7 +399,7 @@ impl Responder {
             }
         };
         let target = IpAddr::V6(ns.target);
-        if !self.owned.contains(&target) {
+        if !self.owned.contains(&target) || self.conflicts.yielded(&target) {
             return;
         }
         // RFC 4861 §7.1.1: DAD probes (from ::) carry no source link-layer option.

@@ -103,6 +103,45 @@ fn report_blindness(l2: Option<&mut L2Part>, metrics: &Metrics, cluster: Option<
     }
 }
 
+/// Records an `AddressConflict` Event on this node's Node for every address conflict the
+/// L2 announcer reports (another MAC answers for an owned address), once per change; ends
+/// with the announcer.
+async fn conflict_events(
+    mut status: watch::Receiver<ferrolb_proto::l2::L2Status>,
+    client: kube::Client,
+    node: String,
+) {
+    use ferrolb_proto::l2::arp::mac_to_string;
+    let mut seen: std::collections::BTreeMap<IpAddr, ferrolb_proto::l2::Conflict> = Default::default();
+    while status.changed().await.is_ok() {
+        let now: std::collections::BTreeMap<IpAddr, ferrolb_proto::l2::Conflict> = status
+            .borrow_and_update()
+            .addresses
+            .iter()
+            .filter_map(|(a, st)| st.conflict.map(|c| (*a, c)))
+            .collect();
+        for (addr, c) in now.iter().filter(|(a, c)| seen.get(a) != Some(c)) {
+            let other = mac_to_string(&c.other);
+            let note = match (c.won, c.foreign) {
+                (_, true) => format!(
+                    "{other} keeps answering ARP/NDP for {addr} although this node outranks it: it is no ferrolb \
+                     node of this release; remove {addr} from that device or from the address pool"
+                ),
+                (true, false) => format!(
+                    "{other} also answers ARP/NDP for {addr}; this node outranks it, keeps the address and \
+                     announces it again (membership between the two nodes is split, or a device holds the address)"
+                ),
+                (false, false) => format!(
+                    "{other} also answers ARP/NDP for {addr} and outranks this node: this node stopped answering \
+                     for it (membership between the two nodes is split, or a device holds the address)"
+                ),
+            };
+            node_event(client.clone(), &node, true, "AddressConflict", note);
+        }
+        seen = now;
+    }
+}
+
 /// Publishes an Event about Node `node` (best effort, in the background: L2 never waits
 /// for the apiserver).
 fn node_event(client: kube::Client, node: &str, warning: bool, reason: &'static str, note: String) {
@@ -163,6 +202,8 @@ impl State {
                 let part = start_l2(&self.opts, &self.model, &self.metrics, key)?;
                 if let Some(c) = &self.cluster {
                     c.gate.feed.set_l2(Some(part.announcer.status()));
+                    let status = part.announcer.status();
+                    tokio::spawn(conflict_events(status, c.client.clone(), self.opts.node_name.clone()));
                 }
                 self.l2 = Some(part);
             }
