@@ -214,3 +214,79 @@ fn forged_beats_and_releases_of_another_node_change_nothing() {
         "{sent} forged datagrams sent; node2 dropped {impersonations}+ as impersonation, and suspected node1 from its silence"
     );
 }
+
+/// The client floods node1's membership port (the owner of a VIP) from as many threads
+/// as the lab has cores, for 10 s, with datagrams that look like membership traffic: each
+/// VIP keeps one MAC in every ARP sample and its owner, and nobody suspects anybody.
+#[test]
+fn a_flood_on_the_membership_port_moves_no_address() {
+    const FLOOD: Duration = Duration::from_secs(10);
+    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
+    let key = write_membership_key(&lab, "cluster-key").unwrap();
+    let vips = vips();
+    let file = static_file(&[1, 2], &vips);
+    let speakers = [start(&lab, 1, &file, &key), start(&lab, 2, &file, &key)];
+    for v in vips {
+        let want = macs(&[owner(v, &[1, 2])]);
+        let r = wait::until_value(
+            &format!("{v} answered by its owner alone"),
+            T,
+            || Ok(lab.arp_answers(v, 1).unwrap()),
+            |m| *m == want,
+        );
+        assert!(r.is_ok(), "{r:?}\n{}", logs(&lab, &[&speakers[0], &speakers[1]]));
+    }
+    speakers[1].wait_log("membership: hearing heartbeats from node1", T).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let flooders: Vec<_> = (0..cores)
+        .map(|_| {
+            sender(
+                lab.client().path(),
+                SocketAddr::new(plan::CLIENT_V4.into(), 0),
+                SocketAddr::new(node_v4(1).into(), DEFAULT_PORT),
+                Duration::ZERO,
+                stop.clone(),
+                |n| {
+                    // The previous wire version: a release that opened every datagram spent
+                    // an HMAC on each, in a read loop that never came back to beat.
+                    let mut d = b"FLBM\x02".to_vec();
+                    d.extend(n.to_be_bytes().iter().cycle().take(80));
+                    d
+                },
+            )
+        })
+        .collect();
+    let t = Instant::now();
+    let mut samples = 0;
+    let mut wrong = Vec::new();
+    while t.elapsed() < FLOOD {
+        for v in vips {
+            let seen = lab.arp_answers(v, 1).unwrap();
+            samples += 1;
+            if seen != macs(&[owner(v, &[1, 2])]) {
+                wrong.push((t.elapsed(), v, seen));
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sent: u64 = flooders.into_iter().map(|f| f.join().unwrap()).sum();
+    let dropped = metric(&lab, 1, &dropped("unknown_source"));
+    println!(
+        "{sent} datagrams flooded in {FLOOD:?} ({:.0}/s) from {cores} threads; node1 dropped {dropped} unopened; \
+         {samples} ARP samples",
+        sent as f64 / FLOOD.as_secs_f64()
+    );
+    assert!(wrong.is_empty(), "samples not answered by the owner alone: {wrong:?}");
+    assert!(dropped > 0.0, "the flood reached node1");
+    for i in [1, 2] {
+        assert_eq!(
+            metric(&lab, i, "ferrolb_membership_heartbeat_suspicions_total"),
+            0.0,
+            "node{i} suspected"
+        );
+    }
+    for s in &speakers {
+        assert!(!s.logs().contains("no longer owns"), "an address moved\n{}", s.logs());
+    }
+}
