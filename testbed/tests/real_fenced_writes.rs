@@ -359,8 +359,12 @@ fn a_paused_leaders_write_that_lands_after_the_new_leaders_is_refused() {
         }
     }
     assert_eq!(holders.len(), 5, "s and c0..c3, one address each: {holders:?}");
+    // Nobody but the new leader wrote Services during the churn: a refusal of one of its
+    // writes would be one decided from a version its own next write had superseded.
+    let writes = service_writes(&cluster);
     let verbs: Vec<String> =
         writes.iter().map(|w| format!("{} {} {} {}", w.source, w.verb, w.name, w.code)).collect();
     println!("Service writes of the controllers: {verbs:#?}");
+    assert!(!writes.iter().any(|w| w.source == new_ip && w.code == 409), "{verbs:#?}");
     drop((old, new));
 }
