@@ -10,8 +10,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
 use ferrolb_proto::l2::arp::{self, Mac};
-use ferrolb_proto::l2::ndp::{ND_HOP_LIMIT, NdMessage, NdOption};
-use ferrolb_proto::l2::socket::{ArpSocket, NdpSocket};
+use ferrolb_proto::l2::ndp::{self, ND_HOP_LIMIT, NdMessage, NdOption};
+use ferrolb_proto::l2::socket::{ArpSocket, NdFrameSocket};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -64,9 +64,9 @@ impl Drop for Claims {
 }
 
 impl Claims {
-    /// Watches interface `name` (index `index`, MAC `mine`) for another node announcing
+    /// Watches interface `index` (MAC `mine`) for another node announcing
     /// `ip` (needs `NET_RAW`). Call within a tokio runtime.
-    pub fn watch(name: &str, index: u32, mine: Mac, ip: IpAddr) -> io::Result<Self> {
+    pub fn watch(index: u32, mine: Mac, ip: IpAddr) -> io::Result<Self> {
         let (tx, seen) = watch::channel(None);
         let publish = move |mac: Option<Mac>| {
             if let Some(mac) = mac {
@@ -90,13 +90,16 @@ impl Claims {
                 })
             }
             IpAddr::V6(v6) => {
-                let sock = NdpSocket::open(name, index)?;
+                let sock = NdFrameSocket::open(index)?;
                 tokio::spawn(async move {
-                    let mut buf = [0u8; 1500];
+                    let mut buf = [0u8; 1514];
                     loop {
                         match sock.recv(&mut buf).await {
-                            Ok(r) => {
-                                publish(nd_claim(buf.get(..r.len).unwrap_or_default(), r.hop_limit, v6, mine))
+                            Ok(n) => {
+                                let frame = ndp::decode_frame(buf.get(..n).unwrap_or_default());
+                                publish(frame.and_then(|f| {
+                                    nd_claim(f.message, Some(i32::from(f.hop_limit)), v6, mine)
+                                }))
                             }
                             Err(e) => {
                                 tracing::warn!(error = %e, "watching NDP for the VIP stopped");

@@ -140,7 +140,7 @@ pub(super) async fn run_l2(
 /// `l2::holder`); without it a handover ends after `HANDOVER_WAIT`.
 async fn watch_claims(addrs: &addr::Addresses, ifname: &str, ip: IpAddr) -> Option<Claims> {
     let watched = match addrs.link(ifname).await {
-        Ok((index, Some(mac))) => Claims::watch(ifname, index, mac, ip).map_err(|e| e.to_string()),
+        Ok((index, Some(mac))) => Claims::watch(index, mac, ip).map_err(|e| e.to_string()),
         Ok((_, None)) => Err("the interface has no MAC address".into()),
         Err(e) => Err(e.to_string()),
     };

@@ -1,6 +1,8 @@
 //! ICMPv6 Neighbor Solicitation / Advertisement with their options (RFC 4861 §4.3,
 //! §4.4, §4.6.1), sans-IO. Messages start at the ICMPv6 type byte, as a raw ICMPv6
-//! socket delivers them; the kernel computes and verifies the checksum on such sockets.
+//! socket takes them (the kernel computes the checksum of what it sends); received ones
+//! come in whole Ethernet frames ([`decode_frame`], which checks the checksum), since a
+//! raw socket sees only what the kernel delivers locally.
 
 use std::net::Ipv6Addr;
 
@@ -204,6 +206,56 @@ pub fn solicited_node(addr: Ipv6Addr) -> Ipv6Addr {
     Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00 | u16::from(o[13]), u16::from_be_bytes([o[14], o[15]]))
 }
 
+/// An ICMPv6 message as it arrived, in its Ethernet frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NdFrame<'a> {
+    /// Ethernet destination.
+    pub dst_mac: Mac,
+    /// Ethernet source.
+    pub src_mac: Mac,
+    /// IPv6 source.
+    pub src: Ipv6Addr,
+    /// IPv6 destination.
+    pub dst: Ipv6Addr,
+    /// The hop limit it arrived with.
+    pub hop_limit: u8,
+    /// The ICMPv6 message, from its type byte.
+    pub message: &'a [u8],
+}
+
+/// Reads an Ethernet frame carrying IPv6 whose next header is ICMPv6 (ND messages carry
+/// no extension headers); None for anything else, a truncated packet or a wrong
+/// checksum. Never panics on input.
+pub fn decode_frame(frame: &[u8]) -> Option<NdFrame<'_>> {
+    const ETH: usize = 14;
+    const IP6: usize = 40;
+    let mac = |at: usize| -> Option<Mac> { frame.get(at..at + 6)?.try_into().ok() };
+    let (dst_mac, src_mac) = (mac(0)?, mac(6)?);
+    if frame.get(12..14)? != [0x86, 0xdd] {
+        return None;
+    }
+    let ip = frame.get(ETH..)?;
+    let header = ip.get(..IP6)?;
+    if header[0] >> 4 != 6 || header[6] != 58 {
+        return None;
+    }
+    let len = usize::from(u16::from_be_bytes([header[4], header[5]]));
+    let addr = |at: usize| -> Option<Ipv6Addr> {
+        let b: [u8; 16] = header.get(at..at + 16)?.try_into().ok()?;
+        Some(Ipv6Addr::from(b))
+    };
+    let (src, dst) = (addr(8)?, addr(24)?);
+    let message = ip.get(IP6..IP6 + len)?;
+    (checksum(src, dst, message) == 0).then_some(NdFrame {
+        dst_mac,
+        src_mac,
+        src,
+        dst,
+        hop_limit: header[7],
+        message,
+    })
+}
+
 /// The ICMPv6 checksum of `msg` between `src` and `dst` (RFC 4443 §2.3), for tests and tools.
 pub fn checksum(src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> u16 {
     let mut sum: u64 = 0;
@@ -274,6 +326,53 @@ fn encode_option(o: &NdOption, buf: &mut BytesMut) {
             buf.put_slice(body);
             buf.put_bytes(0, units * 8 - 2 - body.len());
         }
+    }
+}
+
+#[cfg(test)]
+mod frame_tests {
+    use super::*;
+
+    /// An Ethernet frame carrying `msg` from `src` to `dst`, its checksum set.
+    fn frame(src: Ipv6Addr, dst: Ipv6Addr, hop_limit: u8, msg: &[u8]) -> Vec<u8> {
+        let mut msg = msg.to_vec();
+        msg[2..4].fill(0);
+        let sum = checksum(src, dst, &msg);
+        msg[2..4].copy_from_slice(&sum.to_be_bytes());
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd];
+        f.extend_from_slice(&[0x60, 0, 0, 0]);
+        f.extend_from_slice(&u16::try_from(msg.len()).unwrap().to_be_bytes());
+        f.extend_from_slice(&[58, hop_limit]);
+        f.extend_from_slice(&src.octets());
+        f.extend_from_slice(&dst.octets());
+        f.extend_from_slice(&msg);
+        f
+    }
+
+    #[test]
+    fn a_unicast_solicitation_in_a_frame_is_read_and_a_bad_one_is_not() {
+        let (client, vip): (Ipv6Addr, Ipv6Addr) =
+            ("2001:db8::100".parse().unwrap(), "2001:db8::200".parse().unwrap());
+        let ns = probe(vip).to_bytes();
+        let f = frame(client, vip, 255, &ns);
+        let got = decode_frame(&f).unwrap();
+        assert_eq!((got.src, got.dst, got.hop_limit), (client, vip, 255));
+        assert_eq!(got.dst_mac, [2, 0, 0, 0, 0, 1]);
+        assert_eq!(got.src_mac, [2, 0, 0, 0, 0, 2]);
+        assert_eq!(NdMessage::decode(&mut &got.message[..]).unwrap(), probe(vip));
+        let mut bad = f.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert_eq!(decode_frame(&bad), None, "wrong checksum");
+        for cut in 0..f.len() {
+            assert_eq!(decode_frame(&f[..cut]), None, "truncated at {cut}");
+        }
+        let mut udp = f.clone();
+        udp[14 + 6] = 17;
+        assert_eq!(decode_frame(&udp), None, "not ICMPv6");
+        let mut v4 = f;
+        v4[12..14].copy_from_slice(&[0x08, 0x00]);
+        assert_eq!(decode_frame(&v4), None, "not IPv6");
     }
 }
 

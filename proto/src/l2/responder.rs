@@ -16,7 +16,7 @@ use super::arp::{self, ArpPacket, BROADCAST_MAC, Mac, Operation};
 use super::conflict::{self, Conflicts};
 use super::links::Link;
 use super::ndp::{self, ALL_NODES, ND_HOP_LIMIT, NdMessage, TYPE_NA, TYPE_NS};
-use super::socket::{ArpSocket, NdpSocket};
+use super::socket::{ArpSocket, NdFrameSocket, NdpSocket};
 use super::{L2Metrics, Report};
 
 /// A running responder; dropping it stops the task and closes its sockets.
@@ -50,6 +50,7 @@ impl Worker {
         let mac = link.mac.ok_or_else(|| io::Error::other("interface has no MAC address"))?;
         let arp = ArpSocket::open(link.index)?;
         let ndp = NdpSocket::open(&link.name, link.index)?;
+        let nd_frames = NdFrameSocket::open(link.index)?;
         let (tx, rx) = watch::channel(owned);
         let (re_tx, re_rx) = watch::channel(0);
         let (quiet_tx, quiet_rx) = watch::channel(quiet);
@@ -58,6 +59,7 @@ impl Worker {
             mac,
             arp,
             ndp,
+            nd_frames,
             takeover,
             metrics,
             reports,
@@ -77,6 +79,8 @@ struct Responder {
     mac: Mac,
     arp: ArpSocket,
     ndp: NdpSocket,
+    /// Where NS and NA are read: every one that reaches the interface.
+    nd_frames: NdFrameSocket,
     takeover: Arc<[Duration]>,
     metrics: L2Metrics,
     reports: mpsc::UnboundedSender<Report>,
@@ -139,12 +143,12 @@ impl Responder {
                     Ok(n) => self.on_arp(arp_buf.get(..n).unwrap_or_default()).await,
                     Err(e) => tracing::debug!(interface = %self.interface, error = %e, "ARP receive failed"),
                 },
-                r = self.ndp.recv(&mut ndp_buf) => match r {
-                    Ok(rx) => {
-                        let msg = ndp_buf.get(..rx.len).unwrap_or_default().to_vec();
-                        self.on_ndp(&msg, rx.src, rx.hop_limit).await;
+                r = self.nd_frames.recv(&mut ndp_buf) => match r {
+                    Ok(n) => {
+                        let frame = ndp_buf.get(..n).unwrap_or_default().to_vec();
+                        self.on_nd_frame(&frame).await;
                     }
-                    Err(e) => tracing::debug!(interface = %self.interface, error = %e, "ICMPv6 receive failed"),
+                    Err(e) => tracing::debug!(interface = %self.interface, error = %e, "ND frame receive failed"),
                 },
             }
         }
@@ -369,6 +373,20 @@ impl Responder {
             Ok(_) => self.metrics.count_reply(target),
             Err(e) => tracing::debug!(interface = %self.interface, error = %e, "ARP reply failed"),
         }
+    }
+
+    /// An NS or NA frame that reached the interface: ours (looped back), or for another
+    /// host (a promiscuous interface), are no input.
+    async fn on_nd_frame(&mut self, frame: &[u8]) {
+        let Some(f) = ndp::decode_frame(frame) else {
+            self.metrics.count_malformed("ndp");
+            return;
+        };
+        let for_us = f.dst_mac == self.mac || f.dst_mac[0] & 1 == 1;
+        if f.src_mac == self.mac || !for_us {
+            return;
+        }
+        self.on_ndp(f.message, f.src, Some(i32::from(f.hop_limit))).await;
     }
 
     async fn on_ndp(&mut self, msg: &[u8], src: Ipv6Addr, hop_limit: Option<i32>) {

@@ -1,11 +1,11 @@
 //! The two sockets of an interface's responder: AF_PACKET for ARP, raw ICMPv6 for NDP.
 //! Both are bound to one interface and driven by tokio through `AsyncFd`.
 
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Ipv6Addr, SocketAddrV6};
 use std::os::fd::AsRawFd;
 
-use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, SockaddrIn6, recvmsg, sendmsg};
+use nix::sys::socket::{ControlMessage, MsgFlags, SockaddrIn6, sendmsg};
 use socket2::{Domain, Protocol, SockAddr, SockAddrStorage, Socket, Type};
 use tokio::io::unix::AsyncFd;
 
@@ -54,6 +54,79 @@ impl ArpSocket {
     }
 }
 
+/// An AF_PACKET socket receiving the Neighbor Solicitations and Advertisements that reach
+/// one interface, as whole Ethernet frames ([`super::ndp::decode_frame`]). A raw ICMPv6
+/// socket sees only what the kernel delivers locally: a client re-checking a cached entry
+/// sends an NS unicast to the service address at the owner's MAC, and where that address
+/// is DNATed rather than configured (kube-proxy's iptables and nftables modes) the
+/// kernel never delivers it, so the entry failed (MetalLB #2920).
+#[derive(Debug)]
+pub struct NdFrameSocket {
+    fd: AsyncFd<Socket>,
+}
+
+/// Ethertype IPv6.
+const ETHERTYPE_IPV6: u16 = 0x86dd;
+
+impl NdFrameSocket {
+    /// Opens the socket on interface `ifindex`, passing ICMPv6 types 135 and 136 only.
+    pub fn open(ifindex: u32) -> io::Result<Self> {
+        use socket2::SockFilter;
+        const LDB: u16 = 0x30; // BPF_LD | BPF_B | BPF_ABS
+        const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+        const RET: u16 = 0x06; // BPF_RET | BPF_K
+        let only_nd = [
+            SockFilter::new(LDB, 0, 0, 14 + 6),  // IPv6 next header
+            SockFilter::new(JEQ, 0, 4, 58),      // ICMPv6, else drop
+            SockFilter::new(LDB, 0, 0, 14 + 40), // ICMPv6 type
+            SockFilter::new(JEQ, 1, 0, u32::from(super::ndp::TYPE_NS)),
+            SockFilter::new(JEQ, 0, 1, u32::from(super::ndp::TYPE_NA)),
+            SockFilter::new(RET, 0, 0, 0xffff),
+            SockFilter::new(RET, 0, 0, 0),
+        ];
+        // As ArpSocket: protocol 0 at creation, the filter before the bind, so the
+        // socket never queues a frame the filter would refuse.
+        let s = Socket::new(Domain::PACKET, Type::RAW, None)?;
+        s.attach_filter(&only_nd)?;
+        s.bind(&link_addr(ifindex, ETHERTYPE_IPV6)?)?;
+        s.set_nonblocking(true)?;
+        Ok(NdFrameSocket { fd: register(s)? })
+    }
+
+    /// Receives one frame (Ethernet header included).
+    pub async fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let mut guard = self.fd.readable().await?;
+            match guard.try_io(|s| s.get_ref().read(buf)) {
+                Ok(r) => return r,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+/// ICMP6_FILTER blocking every type: a raw ICMPv6 socket otherwise queues every ICMPv6
+/// message of the interface (echo, RA, MLD) for a reader that never reads.
+#[allow(unsafe_code)]
+fn block_every_icmpv6_type(s: &Socket) -> io::Result<()> {
+    const SOL_ICMPV6: libc::c_int = 58;
+    const ICMP6_FILTER: libc::c_int = 1;
+    // A set bit blocks the type (linux/icmpv6.h, struct icmp6_filter).
+    let filter = [u32::MAX; 8];
+    // SAFETY: the fd is a valid socket; `filter` is a readable struct icmp6_filter of
+    // the length given, alive for the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            SOL_ICMPV6,
+            ICMP6_FILTER,
+            filter.as_ptr().cast(),
+            libc::socklen_t::try_from(std::mem::size_of_val(&filter)).unwrap_or(32),
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 /// Registers an owned socket with the tokio reactor.
 #[allow(unsafe_code)]
 fn register(s: Socket) -> io::Result<AsyncFd<Socket>> {
@@ -78,23 +151,13 @@ fn link_addr(ifindex: u32, ethertype: u16) -> io::Result<SockAddr> {
     Ok(unsafe { SockAddr::new(storage, len) })
 }
 
-/// A raw ICMPv6 socket on one interface: receives Neighbor Solicitations (with their hop
-/// limit), sends advertisements from any source address with hop limit 255.
+/// A raw ICMPv6 socket on one interface: joins the solicited-node groups (so the
+/// interface accepts their frames) and sends from any source address with hop limit 255.
+/// It receives nothing: [`NdFrameSocket`] reads what arrives.
 #[derive(Debug)]
 pub struct NdpSocket {
     fd: AsyncFd<Socket>,
     ifindex: u32,
-}
-
-/// One received ICMPv6 message.
-#[derive(Debug, Clone)]
-pub struct Received {
-    /// Bytes received.
-    pub len: usize,
-    /// The sender.
-    pub src: Ipv6Addr,
-    /// The IPv6 hop limit it arrived with (None if the kernel did not say).
-    pub hop_limit: Option<i32>,
 }
 
 impl NdpSocket {
@@ -105,7 +168,7 @@ impl NdpSocket {
         s.set_multicast_hops_v6(u32::from(ND_HOP_LIMIT))?;
         s.set_unicast_hops_v6(u32::from(ND_HOP_LIMIT))?;
         s.set_multicast_loop_v6(false)?;
-        s.set_recv_hoplimit_v6(true)?;
+        block_every_icmpv6_type(&s)?;
         // Answers come from the service address, which need not be configured here.
         s.set_freebind_v6(true)?;
         s.set_nonblocking(true)?;
@@ -120,38 +183,6 @@ impl NdpSocket {
     /// Leaves a multicast group.
     pub fn leave(&self, group: Ipv6Addr) -> io::Result<()> {
         self.fd.get_ref().leave_multicast_v6(&group, self.ifindex)
-    }
-
-    /// Receives one ICMPv6 message (starting at its type byte).
-    pub async fn recv(&self, buf: &mut [u8]) -> io::Result<Received> {
-        loop {
-            let mut guard = self.fd.readable().await?;
-            let res = guard.try_io(|s| {
-                let mut iov = [IoSliceMut::new(buf)];
-                let mut cmsg = nix::cmsg_space!(libc::c_int);
-                let msg = recvmsg::<SockaddrIn6>(
-                    s.get_ref().as_raw_fd(),
-                    &mut iov,
-                    Some(&mut cmsg),
-                    MsgFlags::empty(),
-                )
-                .map_err(io::Error::from)?;
-                let mut hop_limit = None;
-                if let Ok(cmsgs) = msg.cmsgs() {
-                    for c in cmsgs {
-                        if let ControlMessageOwned::Ipv6HopLimit(h) = c {
-                            hop_limit = Some(h);
-                        }
-                    }
-                }
-                let src = msg.address.map(|a| a.ip()).unwrap_or(Ipv6Addr::UNSPECIFIED);
-                Ok(Received { len: msg.bytes, src, hop_limit })
-            });
-            match res {
-                Ok(r) => return r,
-                Err(_would_block) => continue,
-            }
-        }
     }
 
     /// Sends `msg` from `src` to `dst` out of this interface.
