@@ -74,8 +74,13 @@ pub fn arp_decode(data: &[u8]) {
     }
 }
 
-/// NS/NA messages: anything accepted re-encodes to a message that decodes to the same value.
+/// NS/NA messages: anything accepted re-encodes to a message that decodes to the same
+/// value; the same bytes read as an Ethernet frame never panic, and a frame accepted
+/// carries a message within it.
 pub fn ndp_decode(data: &[u8]) {
+    if let Some(f) = ferrolb_proto::l2::ndp::decode_frame(data) {
+        assert!(f.message.len() + 54 <= data.len(), "the message lies within the frame");
+    }
     if let Ok(msg) = NdMessage::decode(&mut &data[..]) {
         let wire = msg.to_bytes();
         assert_eq!(NdMessage::decode(&mut &wire[..]), Ok(msg), "re-encoding changed the message");
