@@ -201,7 +201,10 @@ fn main() -> ExitCode {
 /// Hands freed heap back to the kernel every 10 s. glibc keeps what a burst allocated
 /// (10 000 Services announced and withdrawn) and RSS stayed at its peak, +30 % after a
 /// second burst, with nothing left to announce (testbed/tests/service_churn.rs); a trim
-/// costs milliseconds.
+/// costs milliseconds, during which it holds the arenas' locks. The membership reader's
+/// real-time heartbeat thread never waits for it: its beat path allocates nothing (no
+/// arena lock is ever taken there; `proto/tests/heartbeat_alloc.rs`), and it writes no
+/// log line (its notes go to a thread of normal priority).
 #[allow(unsafe_code)]
 async fn trim_heap() {
     let mut every = tokio::time::interval(Duration::from_secs(10));
@@ -210,7 +213,8 @@ async fn trim_heap() {
         every.tick().await;
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         // SAFETY: malloc_trim only releases free memory of glibc's own arenas; it takes
-        // their locks, so it is safe beside any allocation on other threads.
+        // their locks, so it is safe beside any allocation on other threads (and a thread
+        // that allocates waits for it: the heartbeat thread does not allocate per beat).
         unsafe {
             libc::malloc_trim(0);
         }

@@ -179,8 +179,7 @@ fn forged_beats_and_releases_of_another_node_change_nothing() {
         Duration::from_millis(5),
         stop.clone(),
         move |n| {
-            let forged =
-                if n % 2 == 0 { Message::Beat("node1".into()) } else { Message::Release("node1".into()) };
+            let forged = if n % 2 == 0 { Message::Beat("node1") } else { Message::Release("node1") };
             sealer.seal_kind(Kind::Beat, "node2", &forged.encode())
         },
     );

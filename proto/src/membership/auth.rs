@@ -359,12 +359,15 @@ impl Keyring {
         let candidates = std::iter::once((&self.sealing, KeyRole::Sealing))
             .chain(self.next.iter().map(|(s, _)| (s, KeyRole::Next)))
             .chain(self.previous.iter().rev().map(|s| (s, KeyRole::Previous)));
-        let mut tried: Vec<&[u8; 32]> = Vec::with_capacity(MAX_KEYS);
-        for (slot, role) in candidates {
-            if tried.contains(&&slot.id) {
+        // On the stack: the heartbeat reader opens every datagram without allocating.
+        let mut tried: [Option<&[u8; 32]>; MAX_KEYS] = [None; MAX_KEYS];
+        for (at, (slot, role)) in candidates.enumerate() {
+            if tried.contains(&Some(&slot.id)) {
                 continue;
             }
-            tried.push(&slot.id);
+            if let Some(t) = tried.get_mut(at) {
+                *t = Some(&slot.id);
+            }
             let mut m = slot.mac.clone();
             mac_input(&mut m, body, receiver);
             if m.verify_slice(tag).is_ok() {
@@ -422,6 +425,14 @@ impl Sealer {
     /// Wraps `payload` of `kind` for the member named `to`.
     pub fn seal_kind(&mut self, kind: Kind, to: &str, payload: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_LEN + payload.len() + TAG_LEN);
+        self.seal_kind_into(kind, to, payload, &mut out);
+        out
+    }
+
+    /// [`Sealer::seal_kind`] into `out` (cleared first): no allocation once `out` is
+    /// large enough, for the heartbeat's real-time thread.
+    pub fn seal_kind_into(&mut self, kind: Kind, to: &str, payload: &[u8], out: &mut Vec<u8>) {
+        out.clear();
         out.extend_from_slice(kind.magic());
         out.push(VERSION);
         out.extend_from_slice(&self.session.to_be_bytes());
@@ -429,9 +440,8 @@ impl Sealer {
         out.extend_from_slice(payload);
         self.next_counter += 1;
         let mut m = self.keys.sealing_mac().clone();
-        mac_input(&mut m, &out, to);
+        mac_input(&mut m, out, to);
         out.extend_from_slice(&m.finalize().into_bytes());
-        out
     }
 
     /// Verifies a SWIM datagram received by the member named `me`; returns its payload

@@ -17,8 +17,17 @@
 //! * **Local health first** (as Lifeguard has it): silence is judged only when this
 //!   node's own ticks have come on time for `misses` intervals. A node starved of CPU
 //!   (its tick late by an interval or more) does not accuse anyone: the beats it missed
-//!   may be queued in its own socket. The driver also reads every queued datagram before
-//!   it judges.
+//!   may be queued in its own socket. The driver reads every queued datagram before it
+//!   judges, and judges as of the instant it found the socket empty, so a beat that
+//!   arrived while the driver was descheduled after reading is never taken for silence.
+//! * **The silence adapts to the sender** (Lifeguard's other half, and the idea of
+//!   phi-accrual detectors): a member whose beats come irregularly (its node's CPUs
+//!   saturated, its beat thread without real-time priority) is given `MARGIN` times the
+//!   longest gap seen between its beats, that peak halving every `PEAK_HALF_LIFE`; never
+//!   less than the configured silence, never more than `max_silence`. On a quiet network
+//!   every gap is an interval and the configured silence (20 ms by default) rules; a gap
+//!   that ends a false suspicion (beats resumed) is seen too, so one false suspicion
+//!   makes the next one unlikely.
 //! * **The beat loop runs at real-time priority** in its driver (SCHED_FIFO where the
 //!   node allows it), so an owner whose cores are saturated still beats on time.
 //! * **A suspicion is bounded.** Beats that resume clear it at once (the owner lives:
@@ -38,44 +47,58 @@
 //! `poll_timeout()` is the next tick;
 //! `poll_event()` reports suspicions and their end. [`Heartbeats::suspected`] is the set
 //! to remove from the live set before electing.
+//!
+//! **No allocation per beat.** The driver runs this at real-time priority beside threads
+//! that allocate (and a `malloc_trim` that holds the allocator's locks for milliseconds):
+//! a beat received ([`Input::Beat`] borrows the name), a tick and the beats it sends
+//! ([`Message::encode_into`] a reused buffer) allocate nothing once every member was
+//! heard once. Member names are interned as `Arc<str>` at their first beat, so events
+//! carry them without allocating. (`proto/tests/heartbeat_alloc.rs` counts.)
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What a heartbeat datagram says: its payload under [`super::auth::Kind::Beat`], a
-/// type byte and the sender's node name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Message {
+/// type byte and the sender's node name (borrowed from the datagram).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Message<'a> {
     /// "I live": from an owner to its successors.
-    Beat(String),
+    Beat(&'a str),
     /// "I took over your addresses": from a successor to the member it suspects. A member
     /// that reads it is alive after all (a false suspicion): it announces its addresses
     /// again, so clients that followed the successor's gratuitous ARP come back once the
     /// successor, hearing its beats, lets go.
-    TookOver(String),
+    TookOver(&'a str),
     /// "I no longer beat you": from an owner to a node that left its targets. The node
     /// stops watching it (silence from now on means nothing) until it beats again.
-    Release(String),
+    Release(&'a str),
 }
 
-impl Message {
+impl<'a> Message<'a> {
     /// The payload.
     pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// The payload, in `out` (cleared first; no allocation once it is large enough).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         let (kind, name) = match self {
             Message::Beat(n) => (0u8, n),
             Message::TookOver(n) => (1u8, n),
             Message::Release(n) => (2u8, n),
         };
-        let mut out = Vec::with_capacity(1 + name.len());
+        out.clear();
         out.push(kind);
         out.extend_from_slice(name.as_bytes());
-        out
     }
 
     /// A payload read back; None for anything else.
-    pub fn decode(payload: &[u8]) -> Option<Message> {
+    pub fn decode(payload: &'a [u8]) -> Option<Message<'a>> {
         let (kind, name) = payload.split_first()?;
-        let name = std::str::from_utf8(name).ok().filter(|n| !n.is_empty())?.to_owned();
+        let name = std::str::from_utf8(name).ok().filter(|n| !n.is_empty())?;
         match kind {
             0 => Some(Message::Beat(name)),
             1 => Some(Message::TookOver(name)),
@@ -83,11 +106,27 @@ impl Message {
             _ => None,
         }
     }
+
+    /// The node that sent it.
+    pub fn sender(&self) -> &'a str {
+        match self {
+            Message::Beat(n) | Message::TookOver(n) | Message::Release(n) => n,
+        }
+    }
 }
 
 /// How many ticks in a row an owner sends [`Message::Release`] to a node that left its
 /// targets: a datagram lost, or overtaken by the last beat, is made good by the next.
 pub const RELEASE_SENDS: u8 = 3;
+
+/// A member's silence is judged against this many times the longest gap seen recently
+/// between its beats (when that is more than the configured silence).
+pub const MARGIN: u32 = 2;
+
+/// The longest gap seen between a member's beats counts half as much after this long:
+/// a load that comes back every few seconds keeps the silence stretched, a quiet
+/// minute brings it back to the configured one.
+pub const PEAK_HALF_LIFE: Duration = Duration::from_secs(20);
 
 /// Heartbeat timings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,12 +137,21 @@ pub struct HeartbeatConfig {
     pub misses: u32,
     /// How long a suspicion SWIM does not confirm lasts.
     pub hold: Duration,
+    /// The most a member's irregular beats may stretch its silence to (see the module
+    /// doc); the configured silence when shorter.
+    pub max_silence: Duration,
 }
 
 impl Default for HeartbeatConfig {
-    /// 5 ms beats, suspected after 20 ms of silence, suspicion held up to 3 s.
+    /// 5 ms beats, suspected after 20 ms of silence (up to 250 ms for a member whose
+    /// beats come irregularly), suspicion held up to 3 s.
     fn default() -> Self {
-        HeartbeatConfig { interval: Duration::from_millis(5), misses: 4, hold: Duration::from_secs(3) }
+        HeartbeatConfig {
+            interval: Duration::from_millis(5),
+            misses: 4,
+            hold: Duration::from_secs(3),
+            max_silence: Duration::from_millis(250),
+        }
     }
 }
 
@@ -113,7 +161,7 @@ impl HeartbeatConfig {
         !self.interval.is_zero() && self.misses > 0
     }
 
-    /// The silence after which a watched member is suspected.
+    /// The silence after which a watched member whose beats came regularly is suspected.
     pub fn silence(&self) -> Duration {
         self.interval.saturating_mul(self.misses)
     }
@@ -121,11 +169,11 @@ impl HeartbeatConfig {
 
 /// An input at an instant.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Input {
+pub enum Input<'a> {
     /// An authenticated beat from member `0`.
-    Beat(String),
+    Beat(&'a str),
     /// An authenticated [`Message::Release`] from member `0`: it no longer beats this node.
-    Released(String),
+    Released(&'a str),
     /// The tick [`Heartbeats::poll_timeout`] asked for (or any wake-up: early ones do nothing).
     Timeout,
     /// The members to beat from now on: the successors of the addresses this node owns.
@@ -146,21 +194,33 @@ pub enum Cleared {
     Released,
 }
 
-/// What happened, for the driver.
+impl Cleared {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cleared::BeatsResumed => "beats_resumed",
+            Cleared::Expired => "expired",
+            Cleared::Released => "released",
+        }
+    }
+}
+
+/// What happened, for the driver. Names are the interned ones: no allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// Member `0` beats this node (its first beat, or the first since its watch ended):
     /// it is watched from now on.
-    Watching(String),
-    /// Member `0` fell silent: elect without it.
-    Suspected(String),
+    Watching(Arc<str>),
+    /// Member `0` fell silent for its allowance ([`Heartbeats::allowance`]): elect
+    /// without it.
+    Suspected(Arc<str>),
     /// Member `0`, watched and not suspected, no longer beats this node (this node is no
     /// longer successor of its addresses): it is not watched until it beats again.
-    Released(String),
+    Released(Arc<str>),
     /// The suspicion of member `name` ended.
     Cleared {
         /// The member.
-        name: String,
+        name: Arc<str>,
         /// Why.
         why: Cleared,
     },
@@ -170,6 +230,38 @@ pub enum Event {
 struct Watch {
     heard: Instant,
     suspected: Option<Instant>,
+    /// The longest gap between its beats, and when it was seen ([`PEAK_HALF_LIFE`]).
+    peak: Duration,
+    peak_at: Instant,
+}
+
+impl Watch {
+    fn new(now: Instant) -> Self {
+        Watch { heard: now, suspected: None, peak: Duration::ZERO, peak_at: now }
+    }
+
+    /// The peak gap as it counts at `now`.
+    fn peak(&self, now: Instant) -> Duration {
+        let halvings =
+            now.saturating_duration_since(self.peak_at).as_secs_f64() / PEAK_HALF_LIFE.as_secs_f64();
+        self.peak.mul_f64(0.5f64.powf(halvings))
+    }
+
+    /// A beat at `now`: the gap since the last one counts toward the peak.
+    fn beat(&mut self, now: Instant) {
+        let gap = now.saturating_duration_since(self.heard);
+        if gap >= self.peak(now) {
+            self.peak = gap;
+            self.peak_at = now;
+        }
+        self.heard = now;
+    }
+
+    /// The silence after which it is suspected at `now`.
+    fn allowance(&self, now: Instant, cfg: &HeartbeatConfig) -> Duration {
+        let floor = cfg.silence();
+        self.peak(now).saturating_mul(MARGIN).min(cfg.max_silence).max(floor)
+    }
 }
 
 /// The heartbeat state of one node.
@@ -181,12 +273,14 @@ pub struct Heartbeats {
     releasing: BTreeMap<String, u8>,
     /// When the next tick is due (None before the first input).
     due: Option<Instant>,
-    /// Members heard beating, by name.
-    watched: BTreeMap<String, Watch>,
+    /// Members heard beating, by their interned name.
+    watched: BTreeMap<Arc<str>, Watch>,
     /// Since when this node's own ticks came on time.
     on_time_since: Option<Instant>,
     /// Ticks that came an interval or more late (this node was starved).
     late_ticks: u64,
+    /// Changes of the suspected set so far.
+    suspicions_changed: u64,
     beat_now: bool,
     release_now: bool,
     events: VecDeque<Event>,
@@ -203,9 +297,10 @@ impl Heartbeats {
             watched: BTreeMap::new(),
             on_time_since: None,
             late_ticks: 0,
+            suspicions_changed: 0,
             beat_now: false,
             release_now: false,
-            events: VecDeque::new(),
+            events: VecDeque::with_capacity(16),
         }
     }
 
@@ -215,7 +310,7 @@ impl Heartbeats {
     }
 
     /// Feeds one input at `now`.
-    pub fn handle(&mut self, now: Instant, input: Input) {
+    pub fn handle(&mut self, now: Instant, input: Input<'_>) {
         if !self.cfg.enabled() {
             return;
         }
@@ -238,32 +333,55 @@ impl Heartbeats {
                 self.release_now = !self.releasing.is_empty();
                 self.targets = t;
             }
-            Input::Live(live) => self.watched.retain(|name, _| live.contains(name)),
+            Input::Live(live) => {
+                let before = self.watched.values().filter(|w| w.suspected.is_some()).count();
+                self.watched.retain(|name, _| live.contains(&**name));
+                if self.watched.values().filter(|w| w.suspected.is_some()).count() != before {
+                    self.suspicions_changed += 1;
+                }
+            }
         }
     }
 
-    fn on_beat(&mut self, now: Instant, name: String) {
-        match self.watched.get_mut(&name) {
+    fn on_beat(&mut self, now: Instant, name: &str) {
+        // A tick overdue by an interval: this node was starved, and the beats it reads now
+        // waited in its socket. Their gaps are this node's, not the sender's.
+        let starved = self.due.is_some_and(|d| now.saturating_duration_since(d) >= self.cfg.interval);
+        match self.watched.get_mut(name) {
             Some(w) => {
-                w.heard = now;
+                if starved {
+                    w.heard = now;
+                } else {
+                    w.beat(now);
+                }
                 if w.suspected.take().is_some() {
+                    self.suspicions_changed += 1;
+                    let name = self.intern(name);
                     self.events.push_back(Event::Cleared { name, why: Cleared::BeatsResumed });
                 }
             }
             None => {
-                self.watched.insert(name.clone(), Watch { heard: now, suspected: None });
+                let name: Arc<str> = Arc::from(name);
+                self.watched.insert(name.clone(), Watch::new(now));
                 self.events.push_back(Event::Watching(name));
             }
         }
     }
 
-    fn on_released(&mut self, name: String) {
-        if let Some(w) = self.watched.remove(&name) {
-            self.events.push_back(match w.suspected {
-                Some(_) => Event::Cleared { name, why: Cleared::Released },
-                None => Event::Released(name),
-            });
-        }
+    /// The interned name of a watched member (a reference count, no allocation).
+    fn intern(&self, name: &str) -> Arc<str> {
+        self.watched.get_key_value(name).map_or_else(|| Arc::from(name), |(k, _)| k.clone())
+    }
+
+    fn on_released(&mut self, name: &str) {
+        let Some((name, w)) = self.watched.remove_entry(name) else { return };
+        self.events.push_back(match w.suspected {
+            Some(_) => {
+                self.suspicions_changed += 1;
+                Event::Cleared { name, why: Cleared::Released }
+            }
+            None => Event::Released(name),
+        });
     }
 
     fn tick(&mut self, now: Instant, due: Instant) {
@@ -281,23 +399,34 @@ impl Heartbeats {
         self.due = Some(next);
         self.beat_now = !self.targets.is_empty();
         self.release_now = !self.releasing.is_empty();
-        let silence = self.cfg.silence();
-        let judging = self.on_time_since.is_some_and(|t| now.saturating_duration_since(t) >= silence);
+        let judging =
+            self.on_time_since.is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.silence());
         let hold = self.cfg.hold;
-        let mut expired = Vec::new();
+        let mut expired = false;
         for (name, w) in &mut self.watched {
             match w.suspected {
-                None if judging && now.saturating_duration_since(w.heard) >= silence => {
-                    w.suspected = Some(now);
-                    self.events.push_back(Event::Suspected(name.clone()));
+                None if judging => {
+                    let silence = w.allowance(now, &self.cfg);
+                    if now.saturating_duration_since(w.heard) >= silence {
+                        w.suspected = Some(now);
+                        self.suspicions_changed += 1;
+                        self.events.push_back(Event::Suspected(name.clone()));
+                    }
                 }
-                Some(at) if now.saturating_duration_since(at) >= hold => expired.push(name.clone()),
+                Some(at) if now.saturating_duration_since(at) >= hold => expired = true,
                 _ => {}
             }
         }
-        for name in expired {
-            self.watched.remove(&name);
-            self.events.push_back(Event::Cleared { name, why: Cleared::Expired });
+        if expired {
+            let events = &mut self.events;
+            self.watched.retain(|name, w| {
+                let gone = w.suspected.is_some_and(|at| now.saturating_duration_since(at) >= hold);
+                if gone {
+                    events.push_back(Event::Cleared { name: name.clone(), why: Cleared::Expired });
+                }
+                !gone
+            });
+            self.suspicions_changed += 1;
         }
     }
 
@@ -332,12 +461,24 @@ impl Heartbeats {
 
     /// The members suspected now.
     pub fn suspected(&self) -> BTreeSet<String> {
-        self.watched.iter().filter(|(_, w)| w.suspected.is_some()).map(|(n, _)| n.clone()).collect()
+        self.watched.iter().filter(|(_, w)| w.suspected.is_some()).map(|(n, _)| n.to_string()).collect()
+    }
+
+    /// Counts the changes of [`Heartbeats::suspected`]: build the set again only when
+    /// this moved.
+    pub fn suspicions_changed(&self) -> u64 {
+        self.suspicions_changed
     }
 
     /// The members watched now (heard beating).
     pub fn watched(&self) -> impl Iterator<Item = &str> {
-        self.watched.keys().map(String::as_str)
+        self.watched.keys().map(|k| &**k)
+    }
+
+    /// The silence after which member `name` would be suspected at `now` (None when it is
+    /// not watched): the configured one, or more for a member whose beats came irregularly.
+    pub fn allowance(&self, now: Instant, name: &str) -> Option<Duration> {
+        self.watched.get(name).map(|w| w.allowance(now, &self.cfg))
     }
 
     /// Ticks that came an interval or more late: the times this node was starved.

@@ -286,7 +286,7 @@ impl Membership {
             taken_over: taken_over_tx,
             late_reported: 0,
             addresses: BTreeMap::new(),
-            published: BTreeSet::new(),
+            published: 0,
             peers: peers::Peers::new(&seeds),
             nodes: nodes_rx,
         }

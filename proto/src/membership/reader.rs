@@ -10,12 +10,29 @@
 //! node was starved still counts — but at most [`BATCH`] datagrams: under a flood the
 //! heartbeat still ticks and beats between batches. Datagrams are held to the Nodes'
 //! addresses ([`super::peers`]) before they are opened.
+//!
+//! **Nothing on this thread waits for a thread of normal priority.** A real-time thread
+//! that blocks on a lock held by a preempted thread waits as long as that thread (the
+//! lock lends no priority). So a beat received or sent allocates nothing (the allocator's
+//! arena locks are held for milliseconds by the speaker's periodic `malloc_trim`, and by
+//! any thread that allocates): datagrams are opened and sealed in buffers kept here,
+//! heartbeat messages borrow their names, member names are interned. And this thread
+//! writes no log line (the log writer locks stderr, formats into the heap): it puts
+//! [`Note`]s in a bounded channel (a ring allocated once; `try_send` takes no lock while
+//! nobody waits on the channel, and the notes thread never does: it waits on a pipe)
+//! and a thread of normal priority, `membership-log`, writes them. What still allocates
+//! here is rare and off the beat: a member's first beat, a suspicion or its end (the
+//! suspected set is published), a change of key, targets, members or Nodes, a SWIM
+//! payload handed to the task (a few a second).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -24,7 +41,7 @@ use tokio::sync::{mpsc, watch};
 use foca::Codec;
 
 use super::auth::{DropReason, KeyRole, Kind, Sealer};
-use super::heartbeat::{Cleared, Event, Heartbeats, Input, Message};
+use super::heartbeat::{Event, Heartbeats, Input, Message};
 use super::peers::Peers;
 use super::{MemberId, MembershipKey, MembershipMetrics, Seed};
 
@@ -38,6 +55,9 @@ const IDLE_WAIT: Duration = Duration::from_millis(500);
 /// Datagrams read per wake-up at most, before the heartbeat ticks: a few hundred
 /// microseconds of MAC work, well within a beat interval.
 pub const BATCH: usize = 64;
+
+/// Notes waiting for the notes thread at most; more are dropped (and counted there).
+const NOTES: usize = 256;
 
 /// What the reader needs; built by [`super::Membership::spawn`].
 pub(super) struct Reader {
@@ -64,51 +84,125 @@ pub(super) struct Reader {
     /// preempted (the speaker's event loop reading `suspected`) would block this real-time
     /// thread as long (a priority inversion; the lock does not lend its priority).
     pub(super) addresses: BTreeMap<String, SocketAddr>,
-    pub(super) published: BTreeSet<String>,
+    /// [`Heartbeats::suspicions_changed`] when `suspected` was last published.
+    pub(super) published: u64,
     /// Who may speak, and for whom; replaced from `nodes` when it changes.
     pub(super) peers: Peers,
     /// The Nodes' membership addresses ([`super::MembershipHandle::set_nodes`]).
     pub(super) nodes: watch::Receiver<Vec<Seed>>,
 }
 
-/// Stops the reader thread when dropped (and waits for it: the socket is closed when the
-/// drop returns).
+/// What the reader thread has to say, written to the log by the notes thread.
+#[derive(Debug)]
+enum Note {
+    /// The priority the thread got.
+    Priority(Priority),
+    /// The heartbeat's targets changed.
+    Successors(BTreeSet<String>),
+    /// A heartbeat event (member names interned: no allocation).
+    Event(Event),
+    /// A member was suspected after this silence.
+    Suspected(Arc<str>, Duration),
+    /// A member took this node's addresses over.
+    TakenOverBy(String),
+    /// A receive failed.
+    ReceiveFailed(ErrorKind),
+    /// A heartbeat message could not be sent.
+    SendFailed(SocketAddr, ErrorKind),
+    /// The membership task is behind: a SWIM datagram was dropped.
+    SwimBehind,
+    /// poll(2) failed: the reader stops.
+    PollFailed(nix::errno::Errno),
+}
+
+/// The reader's side of the notes: a bounded channel and a pipe that wakes the notes
+/// thread (a write(2), no lock).
+struct Notes {
+    tx: SyncSender<Note>,
+    wake: UnixStream,
+    /// Notes dropped because the channel was full.
+    dropped: Arc<AtomicU64>,
+}
+
+impl Notes {
+    fn say(&mut self, note: Note) {
+        match self.tx.try_send(note) {
+            Ok(()) => {
+                // A full pipe already wakes the notes thread.
+                let _ = self.wake.write(&[1]);
+            }
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The reader's buffers, reused for every datagram.
+struct Buffers {
+    receive: Vec<u8>,
+    payload: Vec<u8>,
+    datagram: Vec<u8>,
+}
+
+impl Buffers {
+    fn new() -> Self {
+        Buffers {
+            receive: vec![0u8; 2048],
+            payload: Vec::with_capacity(256),
+            datagram: Vec::with_capacity(512),
+        }
+    }
+}
+
+/// Stops the reader thread when dropped (and waits for it and for the notes thread: the
+/// socket is closed and every note written when the drop returns).
 #[derive(Debug)]
 pub(super) struct ReaderGuard {
     waker: UnixStream,
     thread: Option<std::thread::JoinHandle<()>>,
+    notes: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for ReaderGuard {
     fn drop(&mut self) {
         let _ = self.waker.write_all(&[1]);
-        if let Some(t) = self.thread.take() {
+        for t in [self.thread.take(), self.notes.take()].into_iter().flatten() {
             let _ = t.join();
         }
     }
 }
 
 impl Reader {
-    /// Starts the thread.
+    /// Starts the thread, and the notes thread that logs for it.
     pub(super) fn spawn(self) -> std::io::Result<ReaderGuard> {
         let (waker, stop) = UnixStream::pair()?;
-        let thread =
-            std::thread::Builder::new().name("membership-rx".into()).spawn(move || self.run(&stop))?;
-        Ok(ReaderGuard { waker, thread: Some(thread) })
+        let (wake, woken) = UnixStream::pair()?;
+        wake.set_nonblocking(true)?;
+        let (tx, rx) = sync_channel(NOTES);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let scribe = Scribe {
+            name: self.name.clone(),
+            metrics: self.metrics.clone(),
+            enabled: self.heartbeats.config().enabled(),
+            rx,
+            dropped: dropped.clone(),
+            seen_dropped: 0,
+        };
+        let notes =
+            std::thread::Builder::new().name("membership-log".into()).spawn(move || scribe.run(woken))?;
+        let notes_tx = Notes { tx, wake, dropped };
+        let thread = std::thread::Builder::new()
+            .name("membership-rx".into())
+            .spawn(move || self.run(&stop, notes_tx))?;
+        Ok(ReaderGuard { waker, thread: Some(thread), notes: Some(notes) })
     }
 
-    fn run(mut self, mut stop: &UnixStream) {
+    fn run(mut self, mut stop: &UnixStream, mut notes: Notes) {
         let realtime = raise_priority();
         self.metrics.heartbeat_realtime.set(i64::from(realtime == Priority::Realtime));
-        if realtime == Priority::Normal && self.heartbeats.config().enabled() {
-            tracing::warn!(
-                node = %self.name,
-                "membership: cannot run the L2 heartbeat at real-time priority or nice -20 (needs CAP_SYS_NICE): \
-                 on a node whose CPUs are saturated, beats may come late and a successor may take an address over \
-                 for up to the heartbeat hold"
-            );
-        }
-        let mut buf = vec![0u8; 2048];
+        notes.say(Note::Priority(realtime));
+        let mut buf = Buffers::new();
         loop {
             let now = Instant::now();
             let wait = self.heartbeats.poll_timeout().map_or(IDLE_WAIT, |t| t.saturating_duration_since(now));
@@ -120,77 +214,80 @@ impl Reader {
             if let Err(e) = poll(&mut fds, wait)
                 && e != nix::errno::Errno::EINTR
             {
-                tracing::error!(error = %e, "membership: poll failed; the reader stops");
+                notes.say(Note::PollFailed(e));
                 return;
             }
             if fds[1].revents().is_some_and(|r| !r.is_empty()) {
                 let _ = stop.read(&mut [0u8; 1]);
                 return;
             }
-            if !self.drain(&mut buf) {
-                return;
-            }
-            self.step(Instant::now());
+            let now = match self.drain(&mut buf.receive, &mut notes) {
+                Drained::Empty(at) => at,
+                Drained::More => Instant::now(),
+                Drained::Closed => return,
+            };
+            self.step(now, &mut buf, &mut notes);
         }
     }
 
-    /// Reads the queued datagrams, [`BATCH`] at most. False when the membership task is
-    /// gone.
-    fn drain(&mut self, buf: &mut [u8]) -> bool {
+    /// Reads the queued datagrams, [`BATCH`] at most.
+    fn drain(&mut self, buf: &mut [u8], notes: &mut Notes) -> Drained {
         // Before the datagrams that woke us: they may come from a node just added.
         if self.nodes.has_changed().unwrap_or(false) {
             let nodes = self.nodes.borrow_and_update().clone();
             self.peers.set(&nodes);
         }
         for _ in 0..BATCH {
+            // Taken before the read that finds the socket empty: every datagram that
+            // arrived before this instant has been read when it does.
+            let before = Instant::now();
             match self.socket.recv_from(buf) {
                 Ok((n, from)) => {
                     let datagram = buf.get(..n).unwrap_or_default();
-                    if !self.on_datagram(from, datagram) {
-                        return false;
+                    if !self.on_datagram(from, datagram, notes) {
+                        return Drained::Closed;
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Drained::Empty(before),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
-                    tracing::debug!(error = %e, "membership receive failed");
-                    return true;
+                    notes.say(Note::ReceiveFailed(e.kind()));
+                    return Drained::More;
                 }
             }
         }
-        true
+        Drained::More
     }
 
-    fn on_datagram(&mut self, from: SocketAddr, datagram: &[u8]) -> bool {
+    /// Opens one datagram. False when the membership task is gone.
+    fn on_datagram(&mut self, from: SocketAddr, datagram: &[u8], notes: &mut Notes) -> bool {
         if let Err(reason) = self.peers.admit(Instant::now(), from) {
             self.metrics.drop_packet(reason);
             return true;
         }
         match self.sealer.open_kind(&self.name, datagram) {
             Ok((payload, _, Kind::Beat)) => {
-                let message = Message::decode(payload);
-                let sender = match &message {
-                    Some(Message::Beat(n) | Message::Release(n) | Message::TookOver(n)) => n.as_str(),
-                    None => "",
+                let Some(message) = Message::decode(payload) else {
+                    self.metrics.drop_packet(DropReason::Protocol);
+                    return true;
                 };
-                if message.is_some() && !self.peers.speaks_for(from, sender) {
+                if !self.peers.speaks_for(from, message.sender()) {
                     self.metrics.drop_packet(DropReason::Impersonation);
                     return true;
                 }
                 match message {
-                    Some(Message::Beat(name)) if name != self.name => {
+                    Message::Beat(name) if name != self.name => {
                         self.metrics.heartbeat_received.inc();
                         self.heartbeats.handle(Instant::now(), Input::Beat(name));
                     }
-                    Some(Message::Release(name)) if name != self.name => {
+                    Message::Release(name) if name != self.name => {
                         self.heartbeats.handle(Instant::now(), Input::Released(name));
                     }
-                    Some(Message::TookOver(by)) if by != self.name => {
-                        tracing::warn!(node = %self.name, by = %by,
-                            "membership: {by} missed this node's heartbeats and took over its addresses; announcing them again");
+                    Message::TookOver(by) if by != self.name => {
                         self.taken_over.send_modify(|n| *n += 1);
+                        notes.say(Note::TakenOverBy(by.to_owned()));
                     }
-                    _ => self.metrics.drop_packet(super::auth::DropReason::Protocol),
+                    _ => self.metrics.drop_packet(DropReason::Protocol),
                 }
                 true
             }
@@ -201,7 +298,7 @@ impl Reader {
             Ok((payload, role, Kind::Swim)) => match self.swim.try_send((payload.to_vec(), role)) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
-                    tracing::debug!("membership: task behind, datagram dropped");
+                    notes.say(Note::SwimBehind);
                     true
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
@@ -222,8 +319,9 @@ impl Reader {
         self.peers.speaks_for(from, &src.name) && self.peers.speaks_for(src.addr, &src.name)
     }
 
-    /// Follows the handle and the task, ticks, beats, reports.
-    fn step(&mut self, now: Instant) {
+    /// Follows the handle and the task, ticks, beats, reports: `now` is when the socket
+    /// was last found empty (silence is judged up to then).
+    fn step(&mut self, now: Instant, buf: &mut Buffers, notes: &mut Notes) {
         if self.key.has_changed().unwrap_or(false) {
             let key = self.key.borrow_and_update().clone();
             // The task counts and logs the change; a bad key fails there the same way.
@@ -241,77 +339,74 @@ impl Reader {
         if self.successors.has_changed().unwrap_or(false) {
             let targets = self.successors.borrow_and_update().clone();
             if self.heartbeats.config().enabled() {
-                tracing::info!(node = %self.name, successors = ?targets,
-                    "membership: beating the successors of this node's addresses");
+                notes.say(Note::Successors(targets.clone()));
             }
             self.heartbeats.handle(now, Input::Targets(targets));
         }
         self.heartbeats.handle(now, Input::Timeout);
-        self.beat();
-        self.report();
+        self.beat(buf, notes);
+        self.report(buf, notes);
     }
 
-    fn beat(&mut self) {
+    fn beat(&mut self, buf: &mut Buffers, notes: &mut Notes) {
         let Reader { heartbeats, sealer, socket, addresses, name, metrics, .. } = self;
-        let mut out = Outbox { sealer, socket, addresses };
+        let mut out = Outbox { sealer, socket, addresses, buf, notes };
+        // Empty (no allocation) but for the few ticks after a node left the targets.
         for to in &heartbeats.poll_release() {
-            out.send(to, &Message::Release(name.clone()));
+            out.send(to, Message::Release(name));
         }
         for to in heartbeats.poll_transmit().into_iter().flatten() {
-            if out.send(to, &Message::Beat(name.clone())) {
+            if out.send(to, Message::Beat(name)) {
                 metrics.heartbeat_sent.inc();
             }
         }
     }
 
-    /// Tells `member` that this node took its addresses over (it may be alive after all).
-    fn tell_taken_over(&mut self, member: &str) {
-        let mut out = Outbox { sealer: &mut self.sealer, socket: &self.socket, addresses: &self.addresses };
-        out.send(member, &Message::TookOver(self.name.clone()));
-    }
-
-    fn report(&mut self) {
-        let m = self.metrics.clone();
+    fn report(&mut self, buf: &mut Buffers, notes: &mut Notes) {
         let late = self.heartbeats.late_ticks();
-        m.heartbeat_late_ticks.inc_by(late.saturating_sub(self.late_reported));
+        self.metrics.heartbeat_late_ticks.inc_by(late.saturating_sub(self.late_reported));
         self.late_reported = late;
         while let Some(e) = self.heartbeats.poll_event() {
+            if let Event::Suspected(name) = &e {
+                self.metrics.heartbeat_suspicions.inc();
+                let mut out = Outbox {
+                    sealer: &mut self.sealer,
+                    socket: &self.socket,
+                    addresses: &self.addresses,
+                    buf,
+                    notes,
+                };
+                // It may be alive after all: it then announces its addresses again.
+                out.send(name, Message::TookOver(&self.name));
+            }
             match e {
-                Event::Watching(name) => {
-                    tracing::info!(node = %self.name, member = %name,
-                        "membership: hearing heartbeats from {name}: this node takes over from it within the heartbeat silence if they stop");
-                }
                 Event::Suspected(name) => {
-                    m.heartbeat_suspicions.inc();
-                    self.tell_taken_over(&name);
-                    tracing::info!(node = %self.name, member = %name, silence = ?self.heartbeats.config().silence(),
-                        "membership: no heartbeat from {name}: taking over the addresses this node is successor of");
+                    // The allowance right after the suspicion is the one it was judged by.
+                    let silence = self.heartbeats.allowance(Instant::now(), &name).unwrap_or_default();
+                    notes.say(Note::Suspected(name, silence));
                 }
-                Event::Released(name) => {
-                    tracing::info!(node = %self.name, member = %name,
-                        "membership: {name} no longer beats this node (it is no longer successor of its addresses)");
-                }
-                Event::Cleared { name, why } => {
-                    let reason = match why {
-                        Cleared::BeatsResumed => "beats_resumed",
-                        Cleared::Expired => "expired",
-                        Cleared::Released => "released",
-                    };
-                    m.heartbeat_cleared(reason);
-                    tracing::warn!(node = %self.name, member = %name, reason,
-                        "membership: suspicion of {name} ended ({reason}); it is elected again");
-                }
+                e => notes.say(Note::Event(e)),
             }
         }
         // Compared, not only sent on events: a suspicion also ends silently when SWIM
         // drops the member (a restarted member then joins with a new identity, and a
         // stale suspicion would keep it out of every election).
-        let suspected = self.heartbeats.suspected();
-        if suspected != self.published {
-            self.published.clone_from(&suspected);
-            self.suspected.send_replace(suspected);
+        let changed = self.heartbeats.suspicions_changed();
+        if changed != self.published {
+            self.published = changed;
+            self.suspected.send_replace(self.heartbeats.suspected());
         }
     }
+}
+
+/// How a drain of the socket ended.
+enum Drained {
+    /// The socket was found empty at this instant.
+    Empty(Instant),
+    /// [`BATCH`] datagrams read, or a receive failed: more may be queued.
+    More,
+    /// The membership task is gone.
+    Closed,
 }
 
 /// What sending a heartbeat message takes, apart from the heartbeat state.
@@ -319,24 +414,109 @@ struct Outbox<'a> {
     sealer: &'a mut Sealer,
     socket: &'a UdpSocket,
     addresses: &'a BTreeMap<String, SocketAddr>,
+    buf: &'a mut Buffers,
+    notes: &'a mut Notes,
 }
 
 impl Outbox<'_> {
     /// Seals and sends one heartbeat message to the live member `name`; false when it
     /// is not live or the send failed.
-    fn send(&mut self, name: &str, message: &Message) -> bool {
+    fn send(&mut self, name: &str, message: Message<'_>) -> bool {
         let Some(to) = self.addresses.get(name).copied() else { return false };
-        let datagram = self.sealer.seal_kind(Kind::Beat, name, &message.encode());
-        match self.socket.send_to(&datagram, to) {
+        message.encode_into(&mut self.buf.payload);
+        self.sealer.seal_kind_into(Kind::Beat, name, &self.buf.payload, &mut self.buf.datagram);
+        match self.socket.send_to(&self.buf.datagram, to) {
             Ok(_) => true,
             Err(e) => {
-                tracing::debug!(to = %to, error = %e, "membership: heartbeat message not sent");
+                self.notes.say(Note::SendFailed(to, e.kind()));
                 false
             }
         }
     }
 }
 
+/// The notes thread: writes what the reader thread has to say, at normal priority.
+struct Scribe {
+    name: String,
+    metrics: MembershipMetrics,
+    enabled: bool,
+    rx: Receiver<Note>,
+    /// Notes the reader dropped (the channel was full), and those already reported.
+    dropped: Arc<AtomicU64>,
+    seen_dropped: u64,
+}
+
+impl Scribe {
+    /// Until the reader thread ends (its end of the pipe closes).
+    fn run(mut self, mut woken: UnixStream) {
+        let mut bytes = [0u8; 64];
+        loop {
+            let open = loop {
+                match woken.read(&mut bytes) {
+                    Ok(0) => break false,
+                    Ok(_) => break true,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => break false,
+                }
+            };
+            while let Ok(note) = self.rx.try_recv() {
+                self.write(note);
+            }
+            let dropped = self.dropped.load(Ordering::Relaxed);
+            if dropped != self.seen_dropped {
+                tracing::warn!(node = %self.name, dropped = dropped - self.seen_dropped,
+                    "membership: the heartbeat thread said more than this thread could write; notes dropped");
+                self.seen_dropped = dropped;
+            }
+            if !open {
+                return;
+            }
+        }
+    }
+
+    fn write(&mut self, note: Note) {
+        let node = self.name.as_str();
+        match note {
+            Note::Priority(Priority::Normal) if self.enabled => tracing::warn!(
+                node,
+                "membership: cannot run the L2 heartbeat at real-time priority or nice -20 (needs CAP_SYS_NICE): \
+                 on a node whose CPUs are saturated, beats may come late; successors then wait longer before they \
+                 take over (up to the heartbeat's largest silence)"
+            ),
+            Note::Priority(p) => {
+                tracing::debug!(node, priority = ?p, "membership: heartbeat thread priority")
+            }
+            Note::Successors(targets) => tracing::info!(node, successors = ?targets,
+                "membership: beating the successors of this node's addresses"),
+            Note::Event(Event::Watching(name)) => tracing::info!(node, member = %name,
+                "membership: hearing heartbeats from {name}: this node takes over from it within the heartbeat silence if they stop"),
+            Note::Suspected(name, silence) => tracing::info!(node, member = %name, silence = ?silence,
+                "membership: no heartbeat from {name}: taking over the addresses this node is successor of"),
+            Note::Event(Event::Suspected(name)) => tracing::info!(node, member = %name,
+                "membership: no heartbeat from {name}: taking over the addresses this node is successor of"),
+            Note::Event(Event::Released(name)) => tracing::info!(node, member = %name,
+                "membership: {name} no longer beats this node (it is no longer successor of its addresses)"),
+            Note::Event(Event::Cleared { name, why }) => {
+                let reason = why.as_str();
+                self.metrics.heartbeat_cleared(reason);
+                tracing::warn!(node, member = %name, reason,
+                    "membership: suspicion of {name} ended ({reason}); it is elected again");
+            }
+            Note::TakenOverBy(by) => tracing::warn!(node, by = %by,
+                "membership: {by} missed this node's heartbeats and took over its addresses; announcing them again"),
+            Note::ReceiveFailed(kind) => tracing::debug!(node, error = %kind, "membership receive failed"),
+            Note::SendFailed(to, kind) => {
+                tracing::debug!(node, to = %to, error = %kind, "membership: heartbeat message not sent");
+            }
+            Note::SwimBehind => tracing::debug!(node, "membership: task behind, datagram dropped"),
+            Note::PollFailed(e) => {
+                tracing::error!(node, error = %e, "membership: poll failed; the reader stops")
+            }
+        }
+    }
+}
+
+/// The scheduling the reader thread got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Priority {
     Realtime,

@@ -2,8 +2,12 @@ use super::*;
 
 const MS: Duration = Duration::from_millis(1);
 /// 10 ms beats, 5 missed: round figures for the timelines below.
-const CFG: HeartbeatConfig =
-    HeartbeatConfig { interval: Duration::from_millis(10), misses: 5, hold: Duration::from_secs(3) };
+const CFG: HeartbeatConfig = HeartbeatConfig {
+    interval: Duration::from_millis(10),
+    misses: 5,
+    hold: Duration::from_secs(3),
+    max_silence: Duration::from_millis(500),
+};
 
 use crate::membership::names;
 
@@ -35,7 +39,7 @@ impl Node {
             }
             self.now = due;
             if let Some(b) = beater {
-                self.hb.handle(due, Input::Beat(b.into()));
+                self.hb.handle(due, Input::Beat(b));
             }
             self.hb.handle(due, Input::Timeout);
         }
@@ -114,7 +118,7 @@ fn beats_resuming_clear_a_suspicion() {
     n.run(200, None);
     assert_eq!(n.events(), vec![Event::Suspected("owner".into())]);
     let now = n.now;
-    n.hb.handle(now, Input::Beat("owner".into()));
+    n.hb.handle(now, Input::Beat("owner"));
     assert_eq!(n.events(), vec![Event::Cleared { name: "owner".into(), why: Cleared::BeatsResumed }]);
     assert!(n.hb.suspected().is_empty());
     n.run(300, Some("owner"));
@@ -184,7 +188,7 @@ fn off_means_swim_alone() {
     assert!(!cfg.enabled());
     let mut hb = Heartbeats::new(cfg);
     let t = Instant::now();
-    hb.handle(t, Input::Beat("owner".into()));
+    hb.handle(t, Input::Beat("owner"));
     hb.handle(t, Input::Targets(names(&["a"])));
     hb.handle(t + Duration::from_secs(1), Input::Timeout);
     assert_eq!(hb.poll_timeout(), None);
@@ -195,11 +199,7 @@ fn off_means_swim_alone() {
 /// The payload round-trips; anything else is refused, never a panic.
 #[test]
 fn messages_round_trip() {
-    for m in [
-        Message::Beat("node1".into()),
-        Message::TookOver("node-2.example".into()),
-        Message::Release("n3".into()),
-    ] {
+    for m in [Message::Beat("node1"), Message::TookOver("node-2.example"), Message::Release("n3")] {
         assert_eq!(Message::decode(&m.encode()), Some(m));
     }
     for bad in [&b""[..], b"\x00", b"\x03node1", b"\x00\xff\xfe"] {
@@ -237,7 +237,7 @@ fn a_released_member_is_not_suspected() {
     let mut n = Node::new();
     n.run(100, Some("owner"));
     let now = n.now;
-    n.hb.handle(now, Input::Released("owner".into()));
+    n.hb.handle(now, Input::Released("owner"));
     assert_eq!(n.events(), vec![Event::Released("owner".into())]);
     assert_eq!(n.hb.watched().count(), 0);
     n.run(1000, None);
@@ -247,10 +247,118 @@ fn a_released_member_is_not_suspected() {
     assert_eq!(n.events(), vec![Event::Suspected("owner".into())]);
     // A release that comes after the suspicion (a late one) ends it.
     let now = n.now;
-    n.hb.handle(now, Input::Released("owner".into()));
+    n.hb.handle(now, Input::Released("owner"));
     assert_eq!(n.events(), vec![Event::Cleared { name: "owner".into(), why: Cleared::Released }]);
     assert!(n.hb.suspected().is_empty());
     // From a member never watched it is nothing.
-    n.hb.handle(now, Input::Released("stranger".into()));
+    n.hb.handle(now, Input::Released("stranger"));
     assert!(n.events().is_empty());
+}
+
+/// Hears `owner` beating every `gap_ms` from `from_ms` to `until_ms`, ticking on time.
+fn beats_every(n: &mut Node, gap_ms: u64, from_ms: u64, until_ms: u64) {
+    let mut at = from_ms;
+    while at <= until_ms {
+        n.run(at, None);
+        let t = n.at(at);
+        n.hb.handle(t, Input::Beat("owner"));
+        at += gap_ms;
+    }
+}
+
+/// On a quiet network (a beat every interval) the configured silence rules: the
+/// allowance never grows past it.
+#[test]
+fn regular_beats_keep_the_configured_silence() {
+    let mut n = Node::new();
+    n.run(10_000, Some("owner"));
+    assert_eq!(n.hb.allowance(n.now, "owner"), Some(CFG.silence()));
+}
+
+/// A member whose beats come irregularly (its beat thread starved on a loaded node) is
+/// given twice its longest gap: a 40 ms gap, below the 50 ms silence, makes 80 ms.
+#[test]
+fn irregular_beats_stretch_the_silence() {
+    let mut n = Node::new();
+    n.run(100, Some("owner"));
+    beats_every(&mut n, 40, 140, 300);
+    let last = n.now;
+    assert_eq!(n.hb.allowance(last, "owner").map(|d| d.as_millis()), Some(80));
+    n.run(300 + 70, None);
+    assert!(n.events().is_empty(), "70 ms of silence is within 80 ms");
+    n.run(300 + 80, None);
+    assert_eq!(n.events(), vec![Event::Suspected("owner".into())]);
+}
+
+/// A false suspicion (beats resume after 60 ms) teaches the detector: the same gap
+/// again is no suspicion.
+#[test]
+fn a_false_suspicion_makes_the_next_one_unlikely() {
+    let mut n = Node::new();
+    n.run(100, Some("owner"));
+    n.run(160, None);
+    assert_eq!(n.events(), vec![Event::Suspected("owner".into())]);
+    let t = n.at(160);
+    n.hb.handle(t, Input::Beat("owner"));
+    assert_eq!(n.events(), vec![Event::Cleared { name: "owner".into(), why: Cleared::BeatsResumed }]);
+    n.run(300, Some("owner"));
+    n.run(300 + 60, None);
+    assert!(n.events().is_empty());
+    let t = n.at(360);
+    n.hb.handle(t, Input::Beat("owner"));
+    assert!(n.events().is_empty());
+}
+
+/// The stretch is capped at `max_silence`, and fades: the peak gap halves every
+/// [`PEAK_HALF_LIFE`], so a quiet minute brings the configured silence back.
+#[test]
+fn the_stretch_is_capped_and_fades() {
+    let mut n = Node::new();
+    n.run(100, Some("owner"));
+    // A 2 s gap (a member stopped, then went on): far above the cap.
+    n.run(2100, None);
+    let t = n.at(2100);
+    n.hb.handle(t, Input::Beat("owner"));
+    let half = u64::try_from(PEAK_HALF_LIFE.as_millis()).unwrap_or(u64::MAX);
+    n.run(2200, Some("owner"));
+    assert_eq!(n.hb.allowance(n.now, "owner"), Some(CFG.max_silence));
+    // Two half-lives: 2 s counts as 500 ms, times two is still the cap; three: 250 ms × 2.
+    n.run(2100 + 3 * half, Some("owner"));
+    let a = n.hb.allowance(n.now, "owner").unwrap_or_default().as_millis();
+    assert!((495..=505).contains(&a), "{a} ms");
+    n.run(2100 + 10 * half, Some("owner"));
+    assert_eq!(n.hb.allowance(n.now, "owner"), Some(CFG.silence()));
+}
+
+/// Beats read after this node was starved (its tick overdue by an interval: they waited
+/// in its socket) say nothing of the sender: they do not stretch its silence.
+#[test]
+fn beats_read_late_by_a_starved_node_do_not_stretch() {
+    let mut n = Node::new();
+    n.run(100, Some("owner"));
+    // No CPU from 100 to 400 ms; then the queued beats are read, then the tick runs.
+    let t = n.at(400);
+    n.hb.handle(t, Input::Beat("owner"));
+    n.hb.handle(t, Input::Timeout);
+    assert_eq!(n.hb.late_ticks(), 1);
+    n.run(500, Some("owner"));
+    assert_eq!(n.hb.allowance(n.now, "owner"), Some(CFG.silence()));
+    assert!(n.events().is_empty());
+}
+
+/// The changes of the suspected set are counted, so the driver builds the set only when
+/// it moved; SWIM dropping a suspect counts too.
+#[test]
+fn suspicion_changes_are_counted() {
+    let mut n = Node::new();
+    n.run(100, Some("owner"));
+    assert_eq!(n.hb.suspicions_changed(), 0);
+    n.run(200, None);
+    assert_eq!(n.hb.suspicions_changed(), 1);
+    n.run(300, None);
+    assert_eq!(n.hb.suspicions_changed(), 1, "nothing moved");
+    let now = n.now;
+    n.hb.handle(now, Input::Live(names(&["me"])));
+    assert_eq!(n.hb.suspicions_changed(), 2);
+    assert!(n.hb.suspected().is_empty());
 }
