@@ -12,13 +12,12 @@ use crate::netns::Netns;
 use crate::process::{Proc, Spawn, read_lossy};
 use crate::{Error, Lab, plan, wait};
 
-/// Speaker arguments for a lab test of membership, not of failure detection: the
-/// successor claims after 200 ms without heartbeats instead of 20 ms. The lab's debug
-/// speakers, beside the other lab tests on 2 cores, now and then receive no beat for
-/// 20–35 ms (seen in CI, between real-time threads on both ends), and the exact
-/// ownership such a test checks moves for a reason it is not about. A false suspicion
-/// heals; that has its own test (`l2_speaker::a_falsely_suspected_owner_takes_its_addresses_back_at_once`).
-pub const MEMBERSHIP_NOT_DETECTION: &[&str] = &["--l2-heartbeat-misses", "40"];
+/// What runs the speaker as a container runtime that grants no real-time budget would:
+/// RLIMIT_RTPRIO 0, RLIMIT_NICE 0 and no CAP_SYS_NICE (dropped from the bounding set, so
+/// not even root gets it back at exec). The membership reader's SCHED_FIFO and nice -20
+/// both fail, and the heartbeat runs at normal priority.
+pub const WITHOUT_REALTIME: &[&str] =
+    &["prlimit", "--rtprio=0", "--nice=0", "--", "setpriv", "--bounding-set=-sys_nice", "--"];
 
 /// Path of the speaker binary for `profile` ("debug" or "release").
 pub fn binary(profile: &str) -> Result<PathBuf, Error> {
@@ -61,17 +60,32 @@ impl Speaker {
         extra: &[&str],
         env: &[(String, String)],
     ) -> Result<Self, Error> {
+        Self::start_wrapped(lab, i, yaml, &[], bin, extra, env)
+    }
+
+    /// Like [`Speaker::start_env`], the binary run by the command `wrapper` (e.g.
+    /// [`WITHOUT_REALTIME`]), at every start.
+    pub fn start_wrapped(
+        lab: &Lab,
+        i: usize,
+        yaml: &str,
+        wrapper: &[&str],
+        bin: &Path,
+        extra: &[&str],
+        env: &[(String, String)],
+    ) -> Result<Self, Error> {
         let node = plan::node_name(i);
         let dir = lab.subdir(&format!("speaker-{node}"))?;
         let file = dir.join("static.yaml");
         std::fs::write(&file, yaml)?;
-        let mut argv: Vec<String> = vec![
+        let mut argv: Vec<String> = wrapper.iter().map(|s| s.to_string()).collect();
+        argv.extend([
             bin.display().to_string(),
             "--node-name".into(),
             node.clone(),
             "--static".into(),
             file.display().to_string(),
-        ];
+        ]);
         argv.extend(extra.iter().map(|s| s.to_string()));
         let mut s = Speaker {
             ns: lab.node(i).clone(),
@@ -112,8 +126,8 @@ impl Speaker {
         Self::start_l2_env(lab, i, yaml, key_file, &[], &[])
     }
 
-    /// Like [`Speaker::start_l2`] with extra arguments (e.g. [`MEMBERSHIP_NOT_DETECTION`])
-    /// and environment variables (e.g. [`faketime`]).
+    /// Like [`Speaker::start_l2`] with extra arguments and environment variables (e.g.
+    /// [`faketime`]).
     pub fn start_l2_env(
         lab: &Lab,
         i: usize,

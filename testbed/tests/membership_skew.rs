@@ -30,7 +30,7 @@ use ferrolb_testbed::https::{HealthServer, TestCa};
 use ferrolb_testbed::netns;
 use ferrolb_testbed::plan::{lan_v4 as v4, owner};
 use ferrolb_testbed::process::{Proc, Spawn};
-use ferrolb_testbed::speaker::{self, Speaker, faketime, write_membership_key, yaml};
+use ferrolb_testbed::speaker::{Speaker, faketime, write_membership_key, yaml};
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
@@ -134,9 +134,9 @@ fn skewed_pair(first: usize) {
     let ahead = faketime("+60s").unwrap();
     let start = |i: usize| {
         let env = if i == SKEWED { ahead.clone() } else { Vec::new() };
-        // A test of clocks, not of failure detection: one owner per VIP must hold in
-        // every sample, and a false heartbeat suspicion would move one for a moment.
-        Speaker::start_l2_env(&lab, i, &file, &key, speaker::MEMBERSHIP_NOT_DETECTION, &env).unwrap()
+        // The shipped heartbeat defaults: one owner per VIP must hold in every sample, so
+        // a false heartbeat suspicion fails this test too.
+        Speaker::start_l2_env(&lab, i, &file, &key, &[], &env).unwrap()
     };
     let second = 3 - first;
 

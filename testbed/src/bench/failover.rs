@@ -305,8 +305,9 @@ fn ferrolb_file(nodes: &[usize], vips: &[IpAddr]) -> String {
 type Homed = (IpAddr, usize);
 
 /// ferrolb speakers on every node of `lab` (membership defaults, 1 s handover grace),
-/// the newest build; each VIP's home is the node ferrolb's election picks.
-fn start_ferrolb(lab: &Lab, vips: &[IpAddr]) -> Result<(Daemons, Vec<Homed>), Error> {
+/// the newest build, each run by `wrapper` (none: as it is); each VIP's home is the node
+/// ferrolb's election picks.
+fn start_ferrolb(lab: &Lab, vips: &[IpAddr], wrapper: &[&str]) -> Result<(Daemons, Vec<Homed>), Error> {
     let bin = crate::binary::newest("ferrolb-speaker")?;
     let key = speaker::write_membership_key(lab, "bench-failover-key")?.display().to_string();
     let nodes: Vec<usize> = (1..=lab.nodes().len()).collect();
@@ -317,8 +318,10 @@ fn start_ferrolb(lab: &Lab, vips: &[IpAddr]) -> Result<(Daemons, Vec<Homed>), Er
         }
     }
     let flags = ["--membership-key-file", key.as_str()];
-    let speakers =
-        nodes.iter().map(|i| Speaker::start_with(lab, *i, &file, &bin, &flags)).collect::<Result<_, _>>()?;
+    let speakers = nodes
+        .iter()
+        .map(|i| Speaker::start_wrapped(lab, *i, &file, wrapper, &bin, &flags, &[]))
+        .collect::<Result<_, _>>()?;
     let homes = vips.iter().map(|v| (*v, plan::owner(*v, &nodes))).collect();
     Ok((Daemons::Ferrolb(speakers), homes))
 }
@@ -375,6 +378,12 @@ impl Bed {
     /// Builds a lab of `nodes` nodes, starts `system` on every node holding `vips`, and
     /// waits until the client reaches each VIP at its home.
     pub fn up(system: System, nodes: usize, vips: &[IpAddr]) -> Result<Bed, Error> {
+        Self::up_wrapped(system, nodes, vips, &[])
+    }
+
+    /// Like [`Bed::up`], ferrolb's speakers run by `wrapper` (e.g.
+    /// [`speaker::WITHOUT_REALTIME`]); keepalived ignores it.
+    pub fn up_wrapped(system: System, nodes: usize, vips: &[IpAddr], wrapper: &[&str]) -> Result<Bed, Error> {
         let lab = Lab::up(LabConfig::nodes(nodes))?;
         for n in lab.nodes() {
             // The kernel flushes IPv6 addresses when a link goes down, and no network
@@ -382,7 +391,7 @@ impl Bed {
             n.sysctl("net.ipv6.conf.eth0.keep_addr_on_down", "1")?;
         }
         let (daemons, homed) = match system {
-            System::Ferrolb => start_ferrolb(&lab, vips)?,
+            System::Ferrolb => start_ferrolb(&lab, vips, wrapper)?,
             System::KeepalivedDefaults => start_keepalived(&lab, vips, VrrpSpec::defaults)?,
             System::KeepalivedV3(a) => start_keepalived(&lab, vips, |v, p| VrrpSpec::v3(v, p, a))?,
         };
@@ -410,6 +419,14 @@ impl Bed {
     /// The client's neighbour entries for the VIPs.
     pub fn watch(&self) -> &NeighbourWatch {
         &self.watch
+    }
+
+    /// ferrolb only: each node's speaker log (its current process), node 1 first.
+    pub fn speaker_logs(&self) -> Vec<String> {
+        match &self.daemons {
+            Daemons::Ferrolb(s) => s.iter().map(Speaker::logs).collect(),
+            Daemons::Keepalived(_) => Vec::new(),
+        }
     }
 
     /// Probe streams from the client to every VIP, each answered 20 times already.

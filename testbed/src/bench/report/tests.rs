@@ -70,7 +70,9 @@ fn soaked(system: System, nodes: usize, changes: usize) -> Soaked {
             vip: v4(),
             probes: ProbeReport { sent: 2000, received: 1998, interval: MS(10), gaps: Vec::new() },
             changes: vec![change; changes],
+            arp: None,
         }],
+        failovers: Vec::new(),
     }
 }
 
