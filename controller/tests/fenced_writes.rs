@@ -43,6 +43,19 @@ fn status_write(log: &[LoggedRequest], who: &str, name: &str) -> Option<LoggedRe
         .cloned()
 }
 
+/// Waits until `who`'s watch of `path` is open: held afterwards, its writes are held,
+/// but what it watches still reaches it (a watch started after the hold would not).
+async fn watching(server: &FakeApiServer, who: &str, path: &str) {
+    until(&format!("{who} watches {path}"), || async {
+        let log = server.request_log();
+        let open = log.iter().any(|r| {
+            r.client.as_deref() == Some(who) && r.verb == Some(Verb::Watch) && r.path == path && r.succeeded()
+        });
+        open.then_some(())
+    })
+    .await;
+}
+
 /// A leader paused mid-write: its status write for `s`, decided from version N, is on the
 /// wire while it loses the Lease. Someone else changes `s` (N+1: it now asks for an
 /// address of its own); the new leader decides from the fresh object and gives the address
@@ -60,6 +73,7 @@ async fn a_stale_leaders_write_that_lands_late_is_refused() {
     // Leading and done rebuilding its state (ready again): from here it allocates.
     until("a leads and allocates", || async { (old.is_leader() && old.health.is_ready()).then_some(()) })
         .await;
+    watching(&server, "a", "/api/v1/services").await;
     let new = start(&server, settings("b", Some(lease)));
     until("b stands by", || async { new.health.is_ready().then_some(()) }).await;
     let seen = record_versions(&services).await;
@@ -160,6 +174,7 @@ async fn a_refused_write_is_decided_again_from_the_changed_service() {
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let ctl = start(&server, settings("a", None));
     until("a is ready", || async { ctl.health.is_ready().then_some(()) }).await;
+    watching(&server, "a", "/api/v1/services").await;
 
     server.set_delaying_for("a", true);
     svc("default", "s").create(&client).await;
@@ -176,17 +191,69 @@ async fn a_refused_write_is_decided_again_from_the_changed_service() {
     })
     .await;
     let path = "/api/v1/namespaces/default/services/s/status";
-    let answers: Vec<u16> = server
-        .request_log()
-        .iter()
-        .filter(|r| r.client.as_deref() == Some("a") && r.verb == Some(Verb::Patch) && r.path == path)
-        .filter_map(|r| r.answered.map(|(_, code)| code))
-        .collect();
+    // The store has the write a moment before the log has its answer.
+    let answers = until("both status writes are answered", || async {
+        let answers: Vec<u16> = server
+            .request_log()
+            .iter()
+            .filter(|r| r.client.as_deref() == Some("a") && r.verb == Some(Verb::Patch) && r.path == path)
+            .filter_map(|r| r.answered.map(|(_, code)| code))
+            .collect();
+        (answers.len() >= 2).then_some(answers)
+    })
+    .await;
     assert_eq!(answers, [409, 200], "refused, then decided again from the new version");
     let conflicts =
         ctl.metrics.reconcile_errors.get_or_create(&vec![("error".into(), "conflict".into())]).get();
     // The refusal only: the version between our ingress and annotation writes is not
     // reconciled (its write would be refused for nothing).
     assert_eq!(conflicts, 1);
+    ctl.stop().await.unwrap();
+}
+
+/// Pool status is written conditional on the version of the pool its counts were computed
+/// against: computed before the pool changed, it is refused, and written from the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_status_write_computed_before_the_pool_changed_is_refused() {
+    use ferrolb_api::IpAddressPool;
+    let (client, server) = cluster_on(FakeApiServer::new().with_request_log()).await;
+    create_pool(&client, pool("lan", &["192.0.2.0/29"])).await;
+    let pools: Api<IpAddressPool> = Api::all(client.clone());
+    let ctl = start(&server, settings("a", None));
+    until("a counts the pool", || async {
+        (pool_status(&client, "lan").await.available_ipv4 == 8).then_some(())
+    })
+    .await;
+    watching(&server, "a", "/apis/ferrolb.io/v1alpha1/ipaddresspools").await;
+
+    server.set_delaying_for("a", true);
+    // Requests before this one (such as the write of the counts just seen, whose answer
+    // the log may not show yet) are not the one to hold.
+    let before = server.request_log().len();
+    let grow = serde_json::json!({"spec": {"addresses": ["192.0.2.0/28"]}});
+    pools.patch("lan", &PatchParams::default(), &Patch::Merge(&grow)).await.unwrap();
+    let path = "/apis/ferrolb.io/v1alpha1/ipaddresspools/lan/status";
+    let status_writes = |log: Vec<LoggedRequest>| -> Vec<LoggedRequest> {
+        log.into_iter()
+            .filter(|r| r.client.as_deref() == Some("a") && r.is_write() && r.path == path)
+            .collect()
+    };
+    let held = until("a's pool status write is on the wire", || async {
+        status_writes(server.request_log().split_off(before)).into_iter().next()
+    })
+    .await;
+    let touch = serde_json::json!({"metadata": {"labels": {"touched": "yes"}}});
+    pools.patch("lan", &PatchParams::default(), &Patch::Merge(&touch)).await.unwrap();
+    server.set_delaying_for("a", false);
+
+    let answered = until("the held write is answered", || async {
+        status_writes(server.request_log()).into_iter().find(|r| r.sent == held.sent).and_then(|r| r.answered)
+    })
+    .await;
+    assert_eq!(answered.1, 409, "computed against the pool before it changed");
+    until("the counts are written from the new version", || async {
+        (pool_status(&client, "lan").await.available_ipv4 == 16).then_some(())
+    })
+    .await;
     ctl.stop().await.unwrap();
 }
