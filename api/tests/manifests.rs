@@ -702,6 +702,39 @@ fn shipped_binaries() -> BTreeSet<String> {
     bins
 }
 
+/// The image builds on the Dockerfile's Rust: no dependency (for this host's platform)
+/// declares a newer `rust-version`. `cargo metadata` reads every package of the
+/// workspace, so this fetches what `cargo test -p ferrolb-api` alone has not downloaded.
+#[test]
+fn no_dependency_needs_a_newer_rust_than_the_image() {
+    let rust_version = read(&repo().join("Cargo.toml"))
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = ").map(|v| v.trim_matches('"').to_owned()))
+        .unwrap();
+    let rustc = String::from_utf8_lossy(&run(Command::new("rustc").arg("-vV"), "rustc").stdout).into_owned();
+    let host = rustc.lines().find_map(|l| l.strip_prefix("host: ")).expect("rustc -vV names the host");
+    let out = run(
+        Command::new(env!("CARGO"))
+            .args(["metadata", "--locked", "--format-version", "1", "--filter-platform", host])
+            .arg("--manifest-path")
+            .arg(repo().join("Cargo.toml")),
+        "cargo metadata",
+    );
+    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let version = |v: &str| {
+        v.split('.').map(|n| n.parse::<u32>().unwrap_or(0)).chain([0, 0]).take(3).collect::<Vec<_>>()
+    };
+    let too_new: Vec<String> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["rust_version"].as_str().is_some_and(|v| version(v) > version(&rust_version)))
+        .map(|p| format!("{} {} needs Rust {}", p["name"], p["version"], p["rust_version"]))
+        .collect();
+    assert!(too_new.is_empty(), "the Dockerfile's rust:{rust_version} cannot build: {too_new:?}");
+}
+
 /// The image holds exactly the shipped binaries, built with the workspace's Rust, and
 /// the manifests run only those, from the image of this version.
 #[test]
