@@ -33,13 +33,7 @@ impl ArpSocket {
 
     /// Receives one frame (Ethernet header included).
     pub async fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            let mut guard = self.fd.readable().await?;
-            match guard.try_io(|s| s.get_ref().read(buf)) {
-                Ok(r) => return r,
-                Err(_would_block) => continue,
-            }
-        }
+        recv_frame(&self.fd, buf).await
     }
 
     /// Sends one frame out of the bound interface.
@@ -95,13 +89,7 @@ impl NdFrameSocket {
 
     /// Receives one frame (Ethernet header included).
     pub async fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            let mut guard = self.fd.readable().await?;
-            match guard.try_io(|s| s.get_ref().read(buf)) {
-                Ok(r) => return r,
-                Err(_would_block) => continue,
-            }
-        }
+        recv_frame(&self.fd, buf).await
     }
 }
 
@@ -125,6 +113,17 @@ fn block_every_icmpv6_type(s: &Socket) -> io::Result<()> {
         )
     };
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Reads one frame from a packet socket.
+async fn recv_frame(fd: &AsyncFd<Socket>, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        let mut guard = fd.readable().await?;
+        match guard.try_io(|s| s.get_ref().read(buf)) {
+            Ok(r) => return r,
+            Err(_would_block) => continue,
+        }
+    }
 }
 
 /// Registers an owned socket with the tokio reactor.
