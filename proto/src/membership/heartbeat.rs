@@ -27,7 +27,9 @@
 //!   less than the configured silence, never more than `max_silence`. On a quiet network
 //!   every gap is an interval and the configured silence (20 ms by default) rules; a gap
 //!   that ends a false suspicion (beats resumed) is seen too, so one false suspicion
-//!   makes the next one unlikely.
+//!   makes the next one unlikely. A gap longer than `max_silence` is an outage (a cut
+//!   link that came back), not jitter: it teaches nothing, and the next failover after
+//!   a link flap is as fast as the first.
 //! * **The beat loop runs at real-time priority** in its driver (SCHED_FIFO where the
 //!   node allows it), so an owner whose cores are saturated still beats on time.
 //! * **A suspicion is bounded.** Beats that resume clear it at once (the owner lives:
@@ -247,10 +249,12 @@ impl Watch {
         self.peak.mul_f64(0.5f64.powf(halvings))
     }
 
-    /// A beat at `now`: the gap since the last one counts toward the peak.
-    fn beat(&mut self, now: Instant) {
+    /// A beat at `now`: the gap since the last one counts toward the peak, unless it is
+    /// longer than `max_silence`: that was an outage (a cut link, a stopped process),
+    /// not jitter, and a link that flapped must not slow the next failover.
+    fn beat(&mut self, now: Instant, max_silence: Duration) {
         let gap = now.saturating_duration_since(self.heard);
-        if gap >= self.peak(now) {
+        if gap <= max_silence && gap >= self.peak(now) {
             self.peak = gap;
             self.peak_at = now;
         }
@@ -352,7 +356,7 @@ impl Heartbeats {
                 if starved {
                     w.heard = now;
                 } else {
-                    w.beat(now);
+                    w.beat(now, self.cfg.max_silence);
                 }
                 if w.suspected.take().is_some() {
                     self.suspicions_changed += 1;
