@@ -127,6 +127,16 @@ pub fn owner(vip: IpAddr, members: &[usize]) -> usize {
     members.iter().copied().find(|i| Some(node_name(*i).as_str()) == winner).unwrap_or(0)
 }
 
+/// The first of 192.0.2.200–250 that the election gives node `node` among `members`.
+pub fn l2_vip_of(node: usize, members: &[usize]) -> IpAddr {
+    (200..=250).map(lan_v4).find(|v| owner(*v, members) == node).unwrap_or(lan_v4(200))
+}
+
+/// The MACs of lab nodes `nodes`, as the client's ARP/NDP answers show them.
+pub fn node_macs(nodes: &[usize]) -> std::collections::BTreeSet<String> {
+    nodes.iter().map(|i| node_mac(*i)).collect()
+}
+
 /// An L2 address pair one node owns among node1 and node2: 192.0.2.200 and the first
 /// of 2001:db8::200–250 the same node wins; and that node.
 pub fn l2_vip_pair() -> ([IpAddr; 2], usize) {

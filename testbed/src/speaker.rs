@@ -373,4 +373,23 @@ pub mod yaml {
     pub fn stream(objects: &[String]) -> String {
         objects.join("---\n")
     }
+
+    /// Nodes `nodes`, the L2 pool 192.0.2.200–250, one L2Advertisement and a Service
+    /// holding `vips`.
+    pub fn l2_file(nodes: &[usize], vips: &[IpAddr]) -> String {
+        let mut objs: Vec<String> = nodes.iter().map(|i| node(*i)).collect();
+        objs.push(pool("lan", &["192.0.2.200-192.0.2.250"]));
+        objs.push(l2_advertisement("lan", &["ipAddressPools: [lan]"]));
+        objs.push(service("web", vips));
+        stream(&objs)
+    }
+}
+
+/// The lab's last log lines and each speaker's whole log: what a failed lab test prints.
+pub fn diag(lab: &Lab, speakers: &[&Speaker]) -> String {
+    let mut out = lab.logs(20);
+    for s in speakers {
+        out.push_str(&format!("\n--- {}\n{}", s.file().display(), s.logs()));
+    }
+    out
 }

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use ferrolb_testbed::client::ArpProbes;
 use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::plan::{lan_v4 as v4, node_v4, owner};
-use ferrolb_testbed::speaker::{Speaker, write_membership_key, yaml};
+use ferrolb_testbed::plan::{node_v4, owner};
+use ferrolb_testbed::speaker::{Speaker, diag, write_membership_key, yaml};
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
@@ -37,17 +37,10 @@ fn nft(ns: &Netns, rule: &str) {
 
 /// Two VIPs: node1 owns the first, node2 the second, when both are live.
 fn vips() -> [Ipv4Addr; 2] {
-    let of = |n: usize| {
-        (200..=250)
-            .map(v4)
-            .find(|v| owner(*v, &[1, 2]) == n)
-            .and_then(|v| match v {
-                IpAddr::V4(a) => Some(a),
-                IpAddr::V6(_) => None,
-            })
-            .unwrap()
-    };
-    [of(1), of(2)]
+    [1, 2].map(|n| match plan::l2_vip_of(n, &[1, 2]) {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(a) => panic!("{a} is not IPv4"),
+    })
 }
 
 #[test]
@@ -56,19 +49,9 @@ fn a_membership_only_partition_leaves_one_mac_per_address() {
     let key = write_membership_key(&lab, "cluster-key").unwrap();
     let vips = vips();
     let all: Vec<IpAddr> = vips.iter().map(|v| IpAddr::V4(*v)).collect();
-    let mut objs: Vec<String> = (1..=2).map(yaml::node).collect();
-    objs.push(yaml::pool("lan", &["192.0.2.200-192.0.2.250"]));
-    objs.push(yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]));
-    objs.push(yaml::service("web", &all));
-    let file = yaml::stream(&objs);
+    let file = yaml::l2_file(&[1, 2], &all);
     let speakers: Vec<Speaker> = (1..=2).map(|i| Speaker::start_l2(&lab, i, &file, &key).unwrap()).collect();
-    let diag = || {
-        let mut out = lab.logs(20);
-        for s in &speakers {
-            out.push_str(&format!("\n--- {}\n{}", s.file().display(), s.logs()));
-        }
-        out
-    };
+    let diag = || diag(&lab, &speakers.iter().collect::<Vec<_>>());
     for v in &all {
         let want = BTreeSet::from([plan::node_mac(owner(*v, &[1, 2]))]);
         let r = wait::until_value(

@@ -12,7 +12,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,38 +21,16 @@ use ferrolb_proto::membership::DEFAULT_PORT;
 use ferrolb_proto::membership::MembershipKey;
 use ferrolb_proto::membership::auth::{Kind, Sealer};
 use ferrolb_proto::membership::heartbeat::Message;
-use ferrolb_testbed::plan::{lan_v4 as v4, node_v4, owner};
-use ferrolb_testbed::speaker::{Speaker, write_membership_key, yaml};
+use ferrolb_testbed::plan::{node_v4, owner};
+use ferrolb_testbed::speaker::{Speaker, diag, write_membership_key, yaml};
 use ferrolb_testbed::{Lab, LabConfig, client, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
 const METRICS_PORT: u16 = 9121;
 
-/// Nodes `nodes`, the L2 pool, one L2Advertisement and a Service holding `vips`.
-fn static_file(nodes: &[usize], vips: &[IpAddr]) -> String {
-    let mut objs: Vec<String> = nodes.iter().map(|i| yaml::node(*i)).collect();
-    objs.push(yaml::pool("lan", &["192.0.2.200-192.0.2.250"]));
-    objs.push(yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]));
-    objs.push(yaml::service("web", vips));
-    yaml::stream(&objs)
-}
-
 /// Two VIPs: node1 owns the first, node2 the second, when both are live.
 fn vips() -> [IpAddr; 2] {
-    let of = |n: usize| (200..=250).map(v4).find(|v| owner(*v, &[1, 2]) == n).unwrap();
-    [of(1), of(2)]
-}
-
-fn macs(nodes: &[usize]) -> BTreeSet<String> {
-    nodes.iter().map(|i| plan::node_mac(*i)).collect()
-}
-
-fn logs(lab: &Lab, speakers: &[&Speaker]) -> String {
-    let mut out = lab.logs(20);
-    for s in speakers {
-        out.push_str(&format!("\n--- {}\n{}", s.file().display(), s.logs()));
-    }
-    out
+    [plan::l2_vip_of(1, &[1, 2]), plan::l2_vip_of(2, &[1, 2])]
 }
 
 /// The value of one sample (`name{labels}`) of node `i`'s metrics (0 when absent).
@@ -110,7 +87,7 @@ fn a_lone_restarted_node_under_keyless_junk_still_claims() {
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let key = write_membership_key(&lab, "cluster-key").unwrap();
     let vips = vips();
-    let file = static_file(&[1, 2], &vips);
+    let file = yaml::l2_file(&[1, 2], &vips);
     let stop = Arc::new(AtomicBool::new(false));
     let junk = sender(
         lab.client().path(),
@@ -132,9 +109,9 @@ fn a_lone_restarted_node_under_keyless_junk_still_claims() {
             &format!("{v} answered by node1, alone and under junk"),
             T,
             || Ok(lab.arp_answers(v, 1).unwrap()),
-            |m| *m == macs(&[1]),
+            |m| *m == plan::node_macs(&[1]),
         );
-        assert!(r.is_ok(), "{r:?}\n{}", logs(&lab, &[&s1]));
+        assert!(r.is_ok(), "{r:?}\n{}", diag(&lab, &[&s1]));
     }
     println!("node1 alone claimed both VIPs {:?} after it started, under keyless junk", t.elapsed());
     let not_from_a_node = metric(&lab, 1, &dropped("unknown_source"));
@@ -155,18 +132,18 @@ fn forged_beats_and_releases_of_another_node_change_nothing() {
     let key_file = write_membership_key(&lab, "cluster-key").unwrap();
     let key = MembershipKey::parse(&std::fs::read_to_string(&key_file).unwrap()).unwrap();
     let vips = vips();
-    let file = static_file(&[1, 2, 3], &vips);
+    let file = yaml::l2_file(&[1, 2, 3], &vips);
     let mut s1 = start(&lab, 1, &file, &key_file);
     let s2 = start(&lab, 2, &file, &key_file);
     for v in vips {
-        let want = macs(&[owner(v, &[1, 2])]);
+        let want = plan::node_macs(&[owner(v, &[1, 2])]);
         let r = wait::until_value(
             &format!("{v} answered by its owner alone"),
             T,
             || Ok(lab.arp_answers(v, 1).unwrap()),
             |m| *m == want,
         );
-        assert!(r.is_ok(), "{r:?}\n{}", logs(&lab, &[&s1, &s2]));
+        assert!(r.is_ok(), "{r:?}\n{}", diag(&lab, &[&s1, &s2]));
     }
     s2.wait_log("membership: hearing heartbeats from node1", T).unwrap();
 
@@ -204,9 +181,9 @@ fn forged_beats_and_releases_of_another_node_change_nothing() {
         &format!("{} answered by node2 alone once node1 died", vips[0]),
         T,
         || Ok(lab.arp_answers(vips[0], 1).unwrap()),
-        |m| *m == macs(&[2]),
+        |m| *m == plan::node_macs(&[2]),
     );
-    assert!(r.is_ok(), "{r:?}\n{}", logs(&lab, &[&s2]));
+    assert!(r.is_ok(), "{r:?}\n{}", diag(&lab, &[&s2]));
     stop.store(true, Ordering::Relaxed);
     let sent = forger.join().unwrap();
     println!(
@@ -223,17 +200,17 @@ fn a_flood_on_the_membership_port_moves_no_address() {
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let key = write_membership_key(&lab, "cluster-key").unwrap();
     let vips = vips();
-    let file = static_file(&[1, 2], &vips);
+    let file = yaml::l2_file(&[1, 2], &vips);
     let speakers = [start(&lab, 1, &file, &key), start(&lab, 2, &file, &key)];
     for v in vips {
-        let want = macs(&[owner(v, &[1, 2])]);
+        let want = plan::node_macs(&[owner(v, &[1, 2])]);
         let r = wait::until_value(
             &format!("{v} answered by its owner alone"),
             T,
             || Ok(lab.arp_answers(v, 1).unwrap()),
             |m| *m == want,
         );
-        assert!(r.is_ok(), "{r:?}\n{}", logs(&lab, &[&speakers[0], &speakers[1]]));
+        assert!(r.is_ok(), "{r:?}\n{}", diag(&lab, &[&speakers[0], &speakers[1]]));
     }
     speakers[1].wait_log("membership: hearing heartbeats from node1", T).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -263,7 +240,7 @@ fn a_flood_on_the_membership_port_moves_no_address() {
         for v in vips {
             let seen = lab.arp_answers(v, 1).unwrap();
             samples += 1;
-            if seen != macs(&[owner(v, &[1, 2])]) {
+            if seen != plan::node_macs(&[owner(v, &[1, 2])]) {
                 wrong.push((t.elapsed(), v, seen));
             }
         }

@@ -30,7 +30,7 @@ use ferrolb_testbed::https::{HealthServer, TestCa};
 use ferrolb_testbed::netns;
 use ferrolb_testbed::plan::{lan_v4 as v4, owner};
 use ferrolb_testbed::process::{Proc, Spawn};
-use ferrolb_testbed::speaker::{Speaker, faketime, write_membership_key, yaml};
+use ferrolb_testbed::speaker::{Speaker, diag, faketime, write_membership_key, yaml};
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
@@ -39,37 +39,19 @@ const STEADY: Duration = Duration::from_secs(5);
 /// The skewed node.
 const SKEWED: usize = 2;
 
-/// Nodes 1 and 2, the L2 pool, one L2Advertisement and a Service holding `vips`.
-fn static_file(vips: &[IpAddr]) -> String {
-    let mut objs: Vec<String> = (1..=2).map(yaml::node).collect();
-    objs.push(yaml::pool("lan", &["192.0.2.200-192.0.2.250"]));
-    objs.push(yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]));
-    objs.push(yaml::service("web", vips));
-    yaml::stream(&objs)
-}
-
 /// Two VIPs: node1 owns the first, node2 the second, when both are live.
 fn vips() -> [IpAddr; 2] {
-    let of = |n: usize| (200..=250).map(v4).find(|v| owner(*v, &[1, 2]) == n).unwrap();
-    [of(1), of(2)]
+    [plan::l2_vip_of(1, &[1, 2]), plan::l2_vip_of(2, &[1, 2])]
 }
 
-fn macs(nodes: &[usize]) -> BTreeSet<String> {
-    nodes.iter().map(|i| plan::node_mac(*i)).collect()
-}
-
-fn logs(lab: &Lab, speakers: &[&Speaker]) -> String {
-    let mut out = lab.logs(20);
-    for s in speakers {
-        out.push_str(&format!("\n--- {}\n{}", s.file().display(), s.logs()));
-    }
-    out
+fn static_file(vips: &[IpAddr]) -> String {
+    yaml::l2_file(&[1, 2], vips)
 }
 
 /// Waits until each VIP is answered by `members`' elected owner alone, then samples
 /// every VIP for [`STEADY`]: each sample answered by exactly that node.
 fn exactly_the_owner(lab: &Lab, vips: &[IpAddr], members: &[usize], what: &str, speakers: &[&Speaker]) {
-    exactly_one(lab, vips, members, what, &|| logs(lab, speakers));
+    exactly_one(lab, vips, members, what, &|| diag(lab, speakers));
 }
 
 /// [`exactly_the_owner`] with any diagnostics.
@@ -81,7 +63,7 @@ fn exactly_one(
     diag: &(dyn Fn() -> String + Sync),
 ) {
     for v in vips {
-        let want = macs(&[owner(*v, members)]);
+        let want = plan::node_macs(&[owner(*v, members)]);
         let r = wait::until_value(
             &format!("{what}: {v} answered by its owner alone"),
             T,
@@ -96,7 +78,7 @@ fn exactly_one(
             .iter()
             .map(|v| {
                 scope.spawn(move || {
-                    let want = macs(&[owner(*v, members)]);
+                    let want = plan::node_macs(&[owner(*v, members)]);
                     let start = Instant::now();
                     let (mut samples, mut wrong) = (0, Vec::new());
                     while start.elapsed() < STEADY {
@@ -216,7 +198,7 @@ fn a_speaker_that_cannot_read_its_peer_claims_nothing() {
     while t.elapsed() < Duration::from_secs(1) + ALONE_WAIT * 2 {
         for v in vips {
             let seen = lab.arp_answers(v, 1).unwrap();
-            assert!(seen.is_empty(), "{v} answered by {seen:?} from a lone view\n{}", logs(&lab, &[&s1]));
+            assert!(seen.is_empty(), "{v} answered by {seen:?} from a lone view\n{}", diag(&lab, &[&s1]));
             samples += 1;
         }
     }
