@@ -78,8 +78,8 @@ pub(super) struct Reader {
     pub(super) taken_over: watch::Sender<u64>,
     /// Late ticks already counted in the metric.
     pub(super) late_reported: u64,
-    /// The live members' addresses, copied from `members` when it changes, and the
-    /// suspected set last published: the watches' locks are taken only on a change, never
+    /// The members' addresses (every member live at some point, at its last address),
+    /// merged from `members` when it changes, and the suspected set last published: the watches' locks are taken only on a change, never
     /// at every tick. A lock held by a thread of normal priority that the scheduler
     /// preempted (the speaker's event loop reading `suspected`) would block this real-time
     /// thread as long (a priority inversion; the lock does not lend its priority).
@@ -332,8 +332,13 @@ impl Reader {
         }
         while self.sealer.keys().poll_event().is_some() {}
         if self.members.has_changed().unwrap_or(false) {
-            self.addresses = self.members.borrow_and_update().clone();
-            let live = self.addresses.keys().cloned().collect();
+            let members = self.members.borrow_and_update().clone();
+            let live = members.keys().cloned().collect();
+            // Addresses are kept when members leave the live set: a release must reach a
+            // member this node's SWIM dropped a moment ago (seen when a partition heals:
+            // this node rejoined under a new identity, its view briefly lacked a member
+            // it had beaten, the release went nowhere and that member claimed for seconds).
+            self.addresses.extend(members);
             self.heartbeats.handle(now, Input::Live(live));
         }
         if self.successors.has_changed().unwrap_or(false) {
@@ -419,8 +424,8 @@ struct Outbox<'a> {
 }
 
 impl Outbox<'_> {
-    /// Seals and sends one heartbeat message to the live member `name`; false when it
-    /// is not live or the send failed.
+    /// Seals and sends one heartbeat message to member `name` (at its last known
+    /// address); false when it was never live or the send failed.
     fn send(&mut self, name: &str, message: Message<'_>) -> bool {
         let Some(to) = self.addresses.get(name).copied() else { return false };
         message.encode_into(&mut self.buf.payload);
