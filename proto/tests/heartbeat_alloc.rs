@@ -14,7 +14,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use ferrolb_proto::membership::auth::{Kind, Sealer};
+use ferrolb_proto::membership::MembershipMetrics;
+use ferrolb_proto::membership::auth::{DropReason, Kind, Sealer};
 use ferrolb_proto::membership::heartbeat::{Heartbeats, Input, Message};
 use ferrolb_proto::membership::peers::Peers;
 use ferrolb_proto::membership::{HeartbeatConfig, Seed};
@@ -156,11 +157,15 @@ fn beats_sent_and_received_allocate_nothing() {
         step(k, &mut owner, &mut successor);
     }
     assert_eq!(successor.hb.watched().collect::<Vec<_>>(), ["node1"]);
+    // A flood's datagrams are dropped and counted on the same thread.
+    let metrics = MembershipMetrics::default();
     COUNTING.with(|c| c.set(true));
     for k in 101..=20_100 {
         step(k, &mut owner, &mut successor);
+        metrics.drop_packet(DropReason::UnknownSource);
     }
     COUNTING.with(|c| c.set(false));
+    assert_eq!(metrics.dropped(DropReason::UnknownSource), 20_000);
     let allocations = ALLOCATIONS.load(Ordering::Relaxed);
     assert_eq!(received, 20_100, "every beat was opened and taken");
     assert!(successor.hb.suspected().is_empty());

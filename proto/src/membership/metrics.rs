@@ -23,11 +23,37 @@ pub(super) struct ResultLabels {
     pub(super) result: String,
 }
 
+/// `ferrolb_membership_dropped_packets` with a counter per reason made up front: the
+/// reader thread counts a drop without building a label (no allocation, even under a
+/// flood), and every reason is exported from the start.
+#[derive(Clone, Debug)]
+pub(super) struct Dropped {
+    pub(super) family: Family<ReasonLabels, Counter>,
+    by_reason: Vec<Counter>,
+}
+
+impl Default for Dropped {
+    fn default() -> Self {
+        let family = Family::<ReasonLabels, Counter>::default();
+        let by_reason = DropReason::ALL
+            .iter()
+            .map(|r| family.get_or_create(&ReasonLabels { reason: r.as_str().into() }).clone())
+            .collect();
+        Dropped { family, by_reason }
+    }
+}
+
+impl Dropped {
+    fn of(&self, reason: DropReason) -> Option<&Counter> {
+        DropReason::ALL.iter().position(|r| *r == reason).and_then(|i| self.by_reason.get(i))
+    }
+}
+
 /// Membership metrics (`ferrolb_membership_*`).
 #[derive(Clone, Debug, Default)]
 pub struct MembershipMetrics {
     pub(super) size: Gauge,
-    pub(super) dropped: Family<ReasonLabels, Counter>,
+    pub(super) dropped: Dropped,
     pub(super) blind: Gauge,
     pub(super) rotation_phase: Gauge,
     pub(super) key_changes: Family<ResultLabels, Counter>,
@@ -48,7 +74,7 @@ impl MembershipMetrics {
         registry.register(
             "ferrolb_membership_dropped_packets",
             "Membership datagrams dropped, by reason",
-            m.dropped.clone(),
+            m.dropped.family.clone(),
         );
         registry.register(
             "ferrolb_membership_blind",
@@ -103,8 +129,11 @@ impl MembershipMetrics {
         m
     }
 
-    pub(super) fn drop_packet(&self, reason: DropReason) {
-        self.dropped.get_or_create(&ReasonLabels { reason: reason.as_str().into() }).inc();
+    /// Counts one datagram dropped for `reason` (allocation-free: the reader thread).
+    pub fn drop_packet(&self, reason: DropReason) {
+        if let Some(c) = self.dropped.of(reason) {
+            c.inc();
+        }
     }
 
     pub(super) fn heartbeat_cleared(&self, reason: &str) {
@@ -148,7 +177,7 @@ impl MembershipMetrics {
 
     /// Datagrams dropped for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
-        self.dropped.get_or_create(&ReasonLabels { reason: reason.as_str().into() }).get()
+        self.dropped.of(reason).map_or(0, Counter::get)
     }
 
     /// Datagrams dropped that most likely came from a peer this node cannot read
