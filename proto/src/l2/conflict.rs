@@ -26,9 +26,11 @@
 //! confirmed faces something that does not follow the rule: a device that is no ferrolb
 //! node (or one of an older release) holds the address, which it reports once.
 //!
-//! An address stays exempt from probing for [`FRESH`] after it became owned (the
-//! previous owner answers during its hand-over grace: make before break); an address
-//! being handed over (quiet) is neither probed nor judged.
+//! An address stays exempt from probing, and from yielding, for [`FRESH`] after it became
+//! owned: the previous owner answers (and may still send the announcements of its own
+//! earlier takeover) during its hand-over grace, and a new owner that yielded to it would
+//! leave the address unanswered once it lets go (make before break). An address being
+//! handed over (quiet) is neither probed nor judged.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::IpAddr;
@@ -47,8 +49,9 @@ pub const PROBE_CONFLICT: Duration = Duration::from_millis(100);
 pub const MAX_PROBES: u32 = 50;
 /// The same other MAC seen again this much later confirms a conflict.
 pub const CONFIRM_GAP: Duration = Duration::from_millis(100);
-/// A conflict ends when the other MAC was not seen for this long.
-pub const RELEASE_AFTER: Duration = Duration::from_millis(600);
+/// A conflict ends when the other MAC was not seen for this long (four probes of an
+/// address under conflict).
+pub const RELEASE_AFTER: Duration = Duration::from_millis(400);
 /// A winner still seeing the other MAC this long after confirming reports a device
 /// that does not yield.
 pub const FOREIGN_AFTER: Duration = Duration::from_secs(2);
@@ -108,6 +111,8 @@ struct Other {
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
+    /// When it became owned.
+    since: Instant,
     next_probe: Instant,
     other: Option<Other>,
 }
@@ -151,7 +156,7 @@ impl Conflicts {
     fn set_owned(&mut self, now: Instant, owned: BTreeSet<IpAddr>, quiet: BTreeSet<IpAddr>) {
         self.entries.retain(|a, _| owned.contains(a));
         for a in owned {
-            self.entries.entry(a).or_insert(Entry { next_probe: now + FRESH, other: None });
+            self.entries.entry(a).or_insert(Entry { since: now, next_probe: now + FRESH, other: None });
         }
         for a in &quiet {
             if let Some(e) = self.entries.get_mut(a) {
@@ -166,10 +171,11 @@ impl Conflicts {
             return;
         }
         let Some(e) = self.entries.get_mut(&addr) else { return };
+        let fresh = now.saturating_duration_since(e.since) < FRESH;
         match &mut e.other {
             Some(o) if o.mac == mac => {
                 o.last = now;
-                if o.won.is_none() && now.saturating_duration_since(o.first) >= CONFIRM_GAP {
+                if o.won.is_none() && !fresh && now.saturating_duration_since(o.first) >= CONFIRM_GAP {
                     let won = rank(addr, self.me) > rank(addr, mac);
                     o.won = Some(won);
                     self.events.push_back(Event::Conflict { addr, other: mac, won });

@@ -225,3 +225,32 @@ fn probes_keep_to_the_budget_with_many_addresses() {
     assert!(sent >= MAX_PROBES * 9, "the budget is used: {sent} probes in 10 s");
     assert!(wakes <= 2 * sent + 10, "poll_timeout wakes only for work: {wakes} wake-ups");
 }
+
+/// The new owner of an address sees the previous one announce it (the last steps of the
+/// previous owner's own takeover burst) and answer while it hands over: it does not
+/// yield, even to a higher rank, or nobody would answer once the previous owner lets go.
+#[test]
+fn a_fresh_owner_does_not_yield_to_the_owner_handing_over() {
+    let addr = (1..=255).map(v4).find(|a| rank(*a, B) > rank(*a, A)).unwrap();
+    let t0 = Instant::now();
+    let mut c = Conflicts::new(A);
+    c.handle(t0, owned(&[addr]));
+    let mut t = t0;
+    // B announces and answers every probe for a second, then lets go.
+    while t < t0 + Duration::from_secs(1) {
+        c.handle(t, Input::Seen { addr, mac: B });
+        c.handle(t, Input::Timeout);
+        while let Some(a) = c.poll_transmit() {
+            c.handle(t, Input::Seen { addr: a, mac: B });
+        }
+        assert!(!c.yielded(&addr), "yielded {:?} after owning", t - t0);
+        t += STEP;
+    }
+    while t < t0 + FRESH * 2 {
+        c.handle(t, Input::Timeout);
+        while c.poll_transmit().is_some() {}
+        assert!(!c.yielded(&addr));
+        t += STEP;
+    }
+    assert_eq!(c.poll_event(), None, "no conflict was confirmed");
+}
