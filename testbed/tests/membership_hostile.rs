@@ -48,6 +48,20 @@ fn dropped(reason: &str) -> String {
     format!("ferrolb_membership_dropped_packets_total{{reason=\"{reason}\"}}")
 }
 
+/// Waits until each VIP is answered by its owner among node1 and node2 alone.
+fn wait_owners(lab: &Lab, vips: &[IpAddr], speakers: &[&Speaker]) {
+    for v in vips {
+        let want = plan::node_macs(&[owner(*v, &[1, 2])]);
+        let r = wait::until_value(
+            &format!("{v} answered by its owner alone"),
+            T,
+            || Ok(lab.arp_answers(*v, 1).unwrap()),
+            |m| *m == want,
+        );
+        assert!(r.is_ok(), "{r:?}\n{}", diag(lab, speakers));
+    }
+}
+
 /// Starts node `i`'s speaker with its metrics on the lab network.
 fn start(lab: &Lab, i: usize, file: &str, key: &std::path::Path) -> Speaker {
     let metrics = SocketAddr::new(node_v4(i).into(), METRICS_PORT).to_string();
@@ -135,16 +149,7 @@ fn forged_beats_and_releases_of_another_node_change_nothing() {
     let file = yaml::l2_file(&[1, 2, 3], &vips);
     let mut s1 = start(&lab, 1, &file, &key_file);
     let s2 = start(&lab, 2, &file, &key_file);
-    for v in vips {
-        let want = plan::node_macs(&[owner(v, &[1, 2])]);
-        let r = wait::until_value(
-            &format!("{v} answered by its owner alone"),
-            T,
-            || Ok(lab.arp_answers(v, 1).unwrap()),
-            |m| *m == want,
-        );
-        assert!(r.is_ok(), "{r:?}\n{}", diag(&lab, &[&s1, &s2]));
-    }
+    wait_owners(&lab, &vips, &[&s1, &s2]);
     s2.wait_log("membership: hearing heartbeats from node1", T).unwrap();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -202,16 +207,7 @@ fn a_flood_on_the_membership_port_moves_no_address() {
     let vips = vips();
     let file = yaml::l2_file(&[1, 2], &vips);
     let speakers = [start(&lab, 1, &file, &key), start(&lab, 2, &file, &key)];
-    for v in vips {
-        let want = plan::node_macs(&[owner(v, &[1, 2])]);
-        let r = wait::until_value(
-            &format!("{v} answered by its owner alone"),
-            T,
-            || Ok(lab.arp_answers(v, 1).unwrap()),
-            |m| *m == want,
-        );
-        assert!(r.is_ok(), "{r:?}\n{}", diag(&lab, &[&speakers[0], &speakers[1]]));
-    }
+    wait_owners(&lab, &vips, &[&speakers[0], &speakers[1]]);
     speakers[1].wait_log("membership: hearing heartbeats from node1", T).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
