@@ -67,6 +67,38 @@ pub fn until_value<T: Debug>(
     }
 }
 
+/// How long past the timer it is about [`stays`] keeps looking: what the timer sets off
+/// (a log line, an ARP answer, an UPDATE at a router) becomes visible to a probe within it.
+pub const PAST_TIMER: Duration = Duration::from_millis(500);
+
+/// Proves that something does not happen: polls `observe` until `past_timer` (the timer
+/// that would make it happen, plus the detection it implies) and [`PAST_TIMER`] have
+/// passed, failing at the first observation `ok` rejects. The last observation is made
+/// after the whole wait, so no caller can stop looking before the timer expires.
+pub fn stays<T: Debug>(
+    what: &str,
+    past_timer: Duration,
+    mut observe: impl FnMut() -> Result<T, Error>,
+    ok: impl Fn(&T) -> bool,
+) -> Result<T, Error> {
+    let start = Instant::now();
+    let wait = past_timer + PAST_TIMER;
+    loop {
+        let last = start.elapsed() >= wait;
+        let v = observe()?;
+        if !ok(&v) {
+            return Err(Error::Check(format!(
+                "{what}: broken {:?} into a wait of {wait:?}: {v:?}",
+                start.elapsed()
+            )));
+        }
+        if last {
+            return Ok(v);
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,5 +119,47 @@ mod tests {
         let err =
             until_value("never", Duration::from_millis(120), || Ok(7), |v| *v == 8).unwrap_err().to_string();
         assert!(err.contains("never") && err.contains('7'), "{err}");
+    }
+
+    #[test]
+    fn stays_looks_until_past_the_timer() {
+        let timer = Duration::from_millis(200);
+        let start = Instant::now();
+        let mut polls = 0;
+        stays("nothing happens", timer, || Ok(polls += 1), |_| true).unwrap();
+        let waited = start.elapsed();
+        assert!(waited >= timer + PAST_TIMER, "stopped looking after {waited:?}");
+        assert!(polls >= 2, "{polls} observations");
+    }
+
+    #[test]
+    fn stays_reports_what_happens_just_before_the_timer_expires() {
+        let timer = Duration::from_millis(300);
+        let start = Instant::now();
+        let err = stays(
+            "no takeover",
+            timer,
+            || Ok(start.elapsed() >= timer - Duration::from_millis(20)),
+            |took_over| !took_over,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("no takeover") && err.contains("true"), "{err}");
+        assert!(start.elapsed() < timer + PAST_TIMER, "the violation was seen late: {err}");
+    }
+
+    #[test]
+    fn stays_reports_what_the_timer_sets_off_within_the_margin() {
+        let timer = Duration::from_millis(100);
+        let start = Instant::now();
+        let r = stays("no takeover", timer, || Ok(start.elapsed()), |t| *t < timer + PAST_TIMER / 2);
+        assert!(r.is_err(), "{r:?}");
+    }
+
+    #[test]
+    fn stays_fails_at_the_first_violation() {
+        let start = Instant::now();
+        let r = stays("quiet", Duration::from_secs(30), || Ok(1), |n| *n == 0);
+        assert!(r.is_err() && start.elapsed() < Duration::from_secs(1), "{r:?}");
     }
 }
