@@ -12,6 +12,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::time::Duration;
 
+use ferrolb_proto::membership::claim_gate::ALONE_WAIT;
+use ferrolb_proto::membership::{HeartbeatConfig, Timings};
 use ferrolb_testbed::client::{self, ArpProbes, ProbeStream};
 use ferrolb_testbed::netns::Netns;
 use ferrolb_testbed::plan::{lan_v4 as v4, owner};
@@ -251,6 +253,9 @@ fn owner_failure_moves_the_addresses_to_the_survivor() {
 /// the addresses stay where they are.
 #[test]
 fn a_starved_successor_takes_nothing_over() {
+    const STARVED: Duration = Duration::from_millis(150);
+    let heartbeats = HeartbeatConfig::default();
+    assert!(STARVED > heartbeats.silence() * 5, "a starvation the successor could sleep through");
     let (lab, [a, b], speakers, o) = owned_pair();
     let successor = &speakers[2 - o];
     // Watching the owner: without its beats this test would prove nothing.
@@ -258,14 +263,15 @@ fn a_starved_successor_takes_nothing_over() {
     let mark = successor.logs().len();
     for _ in 0..3 {
         signal(successor, "STOP");
-        std::thread::sleep(Duration::from_millis(150));
+        std::thread::sleep(STARVED); // the input: how long the successor gets no CPU
         signal(successor, "CONT");
-        std::thread::sleep(Duration::from_millis(500));
+        // Past the longest silence a watch may stretch to: a suspicion would be logged.
+        let since = || Ok(successor.logs().get(mark..).unwrap_or_default().to_string());
+        wait::stays("the successor suspects nobody", heartbeats.max_silence, since, |s| {
+            !s.contains("stopped sending heartbeats") && !s.contains("now owns the address")
+        })
+        .unwrap();
     }
-    let logs = successor.logs();
-    let since = logs.get(mark..).unwrap_or_default();
-    assert!(!since.contains("stopped sending heartbeats"), "{since}");
-    assert!(!since.contains("now owns the address"), "{since}");
     for v in [a, b] {
         assert_eq!(neighbour_mac(&lab, v), Some(plan::node_mac(o)), "{v} stays with node{o}");
     }
@@ -328,7 +334,7 @@ fn joining_speaker_takes_only_what_it_wins_and_a_wrong_key_changes_nothing() {
     let key = write_membership_key(&lab, "cluster-key").unwrap();
     let vips: Vec<IpAddr> = (201..=208).map(v4).collect();
     let file = static_file(3, &vips);
-    let mut s = vec![start_member(&lab, 1, &file, &key), start_member(&lab, 2, &file, &key)];
+    let mut s = [start_member(&lab, 1, &file, &key), start_member(&lab, 2, &file, &key)];
     wait_owners(&lab, &vips, &[1, 2]);
 
     // node3 with another key: the others never see it, it claims nothing.
@@ -336,12 +342,15 @@ fn joining_speaker_takes_only_what_it_wins_and_a_wrong_key_changes_nothing() {
     std::fs::write(&key3, "a-different-key-of-at-least-32-characters\n").unwrap();
     let mut s3 = start_member(&lab, 3, &file, &key3);
     s3.wait_log("the membership key differs", T).unwrap();
+    // Past the moment a node that settled alone claims (join_timeout, then ALONE_WAIT).
+    let lone_claim = Timings::default().join_timeout + ALONE_WAIT;
+    let logs = || Ok([&s[0], &s[1], &s3].map(|sp| sp.logs()));
+    wait::stays("node3 unseen and claiming nothing", lone_claim, logs, |[l1, l2, l3]| {
+        [l1, l2].iter().all(|l| !l.contains("node3 joined membership") && !l.contains("no longer owns"))
+            && !l3.contains("this node now owns")
+    })
+    .unwrap();
     wait_owners(&lab, &vips, &[1, 2]);
-    for sp in &s {
-        assert!(!sp.logs().contains("node3 joined membership"), "{}", sp.logs());
-        assert!(!sp.logs().contains("no longer owns"), "{}", sp.logs());
-    }
-    assert!(!s3.logs().contains("this node now owns"), "{}", s3.logs());
 
     // The right key: node3 joins and wins its share. Make before break: a client
     // resolving an address node3 wins is answered at every moment (a request every
@@ -405,11 +414,15 @@ fn a_new_successor_is_no_death_of_the_owner() {
     let s3 = start_member(&lab, 3, &file, &key);
     s3.wait_log(&format!("hearing heartbeats from node{o}"), T).unwrap();
     watcher.wait_log(&format!("node{o} no longer beats this node"), T).unwrap();
-    // Past the longest silence a watch may stretch to (250 ms): a watch left behind
-    // would have fired.
-    std::thread::sleep(Duration::from_millis(400));
+    // Past the longest silence a watch may stretch to: a watch left behind would fire.
+    let suspected = format!("no heartbeat from node{o}");
+    let logs = || Ok(watcher.logs());
+    wait::stays("the former successor suspects nothing", HeartbeatConfig::default().max_silence, logs, |l| {
+        !l.contains(&suspected) && !l.contains("now owns the address")
+    })
+    .unwrap();
     wait_owners(&lab, &[vip], &[1, 2, 3]);
     let logs = watcher.logs();
-    assert!(!logs.contains(&format!("no heartbeat from node{o}")), "{logs}");
+    assert!(!logs.contains(&suspected), "{logs}");
     assert!(!logs.contains("now owns the address"), "{logs}");
 }
