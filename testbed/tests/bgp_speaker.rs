@@ -228,7 +228,9 @@ fn speaker_follows_static_file_edits_with_bird_and_recorder() {
         )
         .unwrap();
     speaker.wait_log("static file rejected, the last good content stays in force", T).unwrap();
-    assert!(bird.rib().unwrap().iter().any(|p| p.prefix == "203.0.113.11/32"));
+    // No timer: a withdrawal would reach BIRD within the margin of wait::stays.
+    let kept = |rib: &Vec<routers::RibPath>| rib.iter().any(|p| p.prefix == "203.0.113.11/32");
+    wait::stays("the last good route at BIRD", Duration::ZERO, || bird.rib(), kept).unwrap();
     let logs = speaker.logs();
     assert_eq!(logs.matches("BGPPeer changed: restarting its session").count(), 2, "{logs}");
     routers::wait_established(&bird, &[v4(1), v6(1)], T).unwrap();

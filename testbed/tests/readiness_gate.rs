@@ -155,18 +155,15 @@ fn the_gate_follows_what_node1_really_announces_and_pods_without_it_are_untouche
         )
     })
     .unwrap();
-    // Without the hold, the first evaluation writes False within milliseconds.
-    std::thread::sleep(Duration::from_millis(500));
+    // Without the hold, the first evaluation writes False within milliseconds (no timer:
+    // the margin of wait::stays covers the write); the hold itself lasts far longer.
+    let version = || Ok(stored(&cluster, "local-0")["metadata"]["resourceVersion"].clone());
+    let kept = |v: &Value| *v == true_version;
+    wait::stays("the gate unwritten while the session is down", Duration::ZERO, version, kept).unwrap();
     let mut bird = Bird::start(&lab, &RouterSpec::default()).unwrap();
     let r = routers::wait_rib(&bird, &format!("{LOCAL_VIP}/32"), &[v4(1)], T);
     assert!(r.is_ok(), "{r:?}\n{}", lab.logs(60));
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(
-        stored(&cluster, "local-0")["metadata"]["resourceVersion"],
-        true_version,
-        "the restart rewrote the gate: {}",
-        stored(&cluster, "local-0")
-    );
+    wait::stays("the gate unwritten once the session is up", Duration::ZERO, version, kept).unwrap();
 
     // The router goes away (its sessions with it): False with the reason.
     let t = Instant::now();

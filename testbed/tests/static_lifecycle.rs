@@ -12,7 +12,7 @@ use std::time::Duration;
 use ferrolb_testbed::client::{self, HttpServer};
 use ferrolb_testbed::routers::{self, Bird, Router, RouterSpec};
 use ferrolb_testbed::speaker::{self, Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan};
+use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -60,7 +60,8 @@ fn a_service_added_scaled_to_zero_and_moved_to_another_pool_is_followed_by_route
     }
     let sp = Speaker::start_with(&lab, 1, &file(None), &speaker::binary("debug").unwrap(), &[]).unwrap();
     routers::wait_established(&bird, &[node], T).unwrap();
-    assert!(bird.rib().unwrap().is_empty(), "no Service, no route");
+    // No timer: a route would follow Established within the margin of wait::stays.
+    wait::stays("no Service, no route", Duration::ZERO, || bird.rib(), |rib| rib.is_empty()).unwrap();
 
     // Added: announced with the blue advertisement's community; the client reaches it.
     sp.replace_file(&file(Some((blue, 2)))).unwrap();
