@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod binary;
+pub mod bootstrap;
 pub mod client;
 pub mod cluster;
 pub mod demo;

@@ -8,12 +8,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use ferrolb_testbed::bootstrap::{self, APISERVER_NAMES};
 use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::https::{self, HealthServer, TestCa};
-use ferrolb_testbed::process::{Proc, Spawn};
+use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Router, RouterSpec};
-use ferrolb_testbed::speaker::yaml;
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 use nix::sys::signal::Signal;
 
@@ -22,49 +22,9 @@ const BGP_VIP: &str = "203.0.113.100";
 const L2_VIP: &str = "192.0.2.200";
 const L2_VIP6: &str = "2001:db8::200";
 const BGP_VIP6: &str = "2001:db8:3::100";
-/// The names of kubeadm's apiserver serving certificate that matter here (no 127.0.0.1).
-const APISERVER_NAMES: &[&str] = &["kubernetes", "10.96.0.1"];
-
-/// The debug binary (testbed/test.sh builds it first).
-fn binary() -> PathBuf {
-    ferrolb_testbed::binary::workspace("ferrolb-bootstrap", "debug").unwrap()
-}
-
-/// One node's files: the test CA and a checkpoint.
+/// One node's files: the test CA and a checkpoint probing the stand-in apiserver.
 fn checkpoint(lab: &Lab, node: usize, ca: &TestCa, spec_extra: &str, objects: &str) -> PathBuf {
-    checkpoint_probing(lab, node, ca, spec_extra, objects, "https://127.0.0.1:6443/readyz")
-}
-
-/// [`checkpoint`] with another `healthCheck.url`.
-fn checkpoint_probing(
-    lab: &Lab,
-    node: usize,
-    ca: &TestCa,
-    spec_extra: &str,
-    objects: &str,
-    url: &str,
-) -> PathBuf {
-    let dir = lab.subdir(&format!("bootstrap{node}")).unwrap();
-    ca.write(&dir).unwrap();
-    let members = yaml::vip_members(lab.nodes().len());
-    let text = format!(
-        "apiVersion: ferrolb.io/v1alpha1
-kind: ControlPlaneVIP
-metadata: {{name: apiserver}}
-spec:
-{spec_extra}  members:
-{members}  healthCheck:
-    url: {url}
-    interval: 200ms
-    timeout: 1s
-    failureThreshold: 2
-    caFile: {ca}
-{objects}",
-        ca = dir.join("ca.crt").display()
-    );
-    let path = dir.join("checkpoint.yaml");
-    std::fs::write(&path, text).unwrap();
-    path
+    bootstrap::checkpoint(lab, node, ca, spec_extra, objects, bootstrap::READYZ).unwrap()
 }
 
 fn bgp_checkpoint(lab: &Lab, node: usize, ca: &TestCa) -> PathBuf {
@@ -90,10 +50,9 @@ spec: {{myASN: {}, peerASN: {}, peerAddress: {}, sourceAddress: {}, connectTime:
     )
 }
 
-/// Starts the fake apiserver health endpoint of node `i` (healthy).
+/// Starts the stand-in apiserver health endpoint of node `i` (healthy).
 fn apiserver(lab: &Lab, i: usize, ca: &TestCa) -> HealthServer {
-    // Like kubeadm's serving certificate: no 127.0.0.1 among the names.
-    HealthServer::start(lab.node(i), "127.0.0.1:6443".parse().unwrap(), ca, APISERVER_NAMES).unwrap()
+    bootstrap::apiserver(lab, i, ca).unwrap()
 }
 
 /// Node `i`'s stand-in apiserver on every address (IPv4 and IPv6) port 6443, so the VIP
@@ -117,33 +76,12 @@ fn metric(lab: &Lab, i: usize, name: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// L2 checkpoints for every node of the lab (shared membership key) for `vip`.
 fn l2_checkpoints(lab: &Lab, ca: &TestCa, vip: &str, url: &str) -> Vec<PathBuf> {
-    (1..=lab.nodes().len())
-        .map(|i| {
-            let dir = lab.subdir(&format!("bootstrap{i}")).unwrap();
-            let key = dir.join("membership.key");
-            std::fs::write(&key, "lab-membership-key-0123456789abcdef\n").unwrap();
-            let extra = format!(
-                "  address: \"{vip}\"\n  mode: L2\n  interface: eth0\n  membershipKeyFile: {}\n",
-                key.display()
-            );
-            checkpoint_probing(lab, i, ca, &extra, "", url)
-        })
-        .collect()
+    bootstrap::l2_checkpoints(lab, ca, vip, url).unwrap()
 }
 
 fn start(lab: &Lab, i: usize, checkpoint: &Path, extra: &[&str], run: usize) -> Proc {
-    let bin = binary();
-    let cp = checkpoint.display().to_string();
-    let node = plan::node_name(i);
-    let mut argv = vec![bin.to_str().unwrap(), "run", "--checkpoint", &cp, "--node-name", &node];
-    argv.extend_from_slice(extra);
-    lab.spawn(
-        lab.node(i),
-        Spawn::new(format!("bootstrap-node{i}-{run}"), &argv).env("RUST_LOG", "info,ferrolb_speaker=debug"),
-    )
-    .unwrap()
+    bootstrap::start(lab, i, checkpoint, extra, run).unwrap()
 }
 
 fn sigterm_exits_zero(p: &mut Proc) {
@@ -278,7 +216,7 @@ fn invalid_checkpoint_without_prev_exits_with_one_clear_line() {
         "apiVersion: ferrolb.io/v1alpha1\nkind: ControlPlaneVIP\nmetadata: {name: a}\nspec: {address: 192.0.2.200, mode: L2, members: [{name: node1, address: 192.0.2.11}], healthCheck: {interval: soon}}\n",
     )
     .unwrap();
-    let out = std::process::Command::new(binary())
+    let out = std::process::Command::new(bootstrap::binary().unwrap())
         .args(["run", "--checkpoint", cp.to_str().unwrap(), "--node-name", "node1"])
         .output()
         .unwrap();

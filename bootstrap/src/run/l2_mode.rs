@@ -1,5 +1,8 @@
 //! L2 mode: the VIP on the elected member's interface, answered by ARP/NDP, handed over
-//! make before break (see `ferrolb_bootstrap::l2::holder`).
+//! make before break (see `ferrolb_bootstrap::l2::holder`). When membership splits while
+//! the LAN still carries ARP/NDP, both sides hold the VIP: the announcer's conflict
+//! detection settles it on the wire and the member that yields takes the VIP off its
+//! interface until the other goes silent ([`yielded_on_the_wire`]).
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
@@ -11,7 +14,9 @@ use ferrolb_bootstrap::l2::claims::{Claims, Seen};
 use ferrolb_bootstrap::l2::holder::{Event, HANDOVER_WAIT, Holder, Input, Release};
 use ferrolb_bootstrap::metrics::Metrics;
 use ferrolb_bootstrap::{addr, l2};
-use ferrolb_proto::l2::{DEFAULT_TAKEOVER, InterfaceChoice, L2Announcer, L2Config, L2Handle, Owned};
+use ferrolb_proto::l2::{
+    DEFAULT_TAKEOVER, InterfaceChoice, L2Announcer, L2Config, L2Handle, L2Status, Owned,
+};
 use ferrolb_proto::membership::{MembershipConfig, Seed};
 use tokio::sync::watch;
 
@@ -51,8 +56,12 @@ pub(super) async fn run_l2(
     let claims = watch_claims(addrs, &ifname, ip).await;
     let mut claimed = claims.as_ref().map(Claims::seen);
     let mut live = membership.live_healthy();
-    // The VIP is on the interface (or someone else's equal address is) and announced.
-    let mut holding = false;
+    let mut holder_view = BTreeSet::new();
+    let mut wire = announcer.status();
+    // The announcer answers for the VIP (and probes it for conflicts).
+    let mut announcing = false;
+    // The VIP is on the interface (or someone else's equal address is).
+    let mut on_interface = false;
     let mut released: Option<Release> = None;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     metrics.set_ready(true);
@@ -70,34 +79,57 @@ pub(super) async fn run_l2(
             r = live.changed() => {
                 if r.is_err() { bail!("membership stopped") }
                 let view = live.borrow_and_update().clone();
+                let joined = view.iter().any(|m| *m != a.node_name && !holder_view.contains(m));
+                holder_view.clone_from(&view);
                 holder.handle(Instant::now(), Input::View(view));
+                // Membership hears another member again and still elects this one: a
+                // conflict of the split is membership's to settle now (the other hands
+                // over once it hears our announcement; see `L2Handle::renew`).
+                if joined && holder.elected() == Some(a.node_name.as_str()) && yielded_on_the_wire(&wire.borrow(), ip) {
+                    tracing::info!(%ip, "membership elects this member again after a split: answering for the VIP again");
+                    announcer.renew();
+                }
             }
             Some(seen) = next_claim(&mut claimed) => {
                 let by = claimant(addrs, &vip.spec.members, seen.mac).await;
                 holder.handle(Instant::now(), Input::Claim { at: seen.at, by });
             }
+            r = wire.changed() => {
+                if r.is_err() { bail!("the L2 announcer stopped") }
+            }
             _ = sleep_until(timeout), if timeout.is_some() => holder.handle(Instant::now(), Input::Timeout),
             // Retries an address change that failed.
             _ = tick.tick() => {}
         }
+        let yielded = yielded_on_the_wire(&wire.borrow_and_update(), ip);
         while let Some(event) = holder.poll_event() {
             match event {
                 Event::HandingOver { to } => {
                     tracing::info!(%ip, successor = %to, "another member is elected; keeping the VIP until it announces it")
                 }
                 Event::Released(why) => released = Some(why),
+                // A yielded VIP is announced again when the conflict ends (the announcer's).
+                Event::Defend if yielded => {}
                 Event::Defend => {
                     tracing::info!(%ip, interface = %ifname, "another node announced the VIP; announcing it again");
                     announcer.reannounce();
                 }
             }
         }
-        if holder.holds() {
+        // Held, the VIP goes on the interface (the kernel answers for it too) unless
+        // another node outranks this one on the wire (see `yielded_on_the_wire`).
+        let want = holder.holds() && !yielded;
+        if want {
             match addrs.ensure(&ifname, ip, addr::host_len(ip)).await {
                 Ok(addr::Ensured::Added) => {
-                    tracing::info!(%ip, interface = %ifname, live_healthy = ?*live.borrow(), "took the VIP");
+                    let how = if announcing {
+                        "took the VIP back after an address conflict"
+                    } else {
+                        "took the VIP"
+                    };
+                    tracing::info!(%ip, interface = %ifname, live_healthy = ?*live.borrow(), "{how}");
                 }
-                Ok(addr::Ensured::Foreign) if !holding => {
+                Ok(addr::Ensured::Foreign) if !on_interface => {
                     tracing::warn!(%ip, interface = %ifname, "the VIP is on the interface but not ferrolb's; leaving it")
                 }
                 Ok(_) => {}
@@ -106,19 +138,27 @@ pub(super) async fn run_l2(
                     continue;
                 }
             }
-            if !holding {
-                // Gratuitous ARP / unsolicited NA burst now, answers while we own it.
-                announcer.set_owned(owned(ip, &ifname));
-            }
-            holding = true;
+            on_interface = true;
             metrics.vip_owned.set(1);
-        } else if holding {
+        }
+        if holder.holds() && !announcing {
+            // Gratuitous ARP / unsolicited NA burst now, answers while we own it.
+            announcer.set_owned(owned(ip, &ifname));
+            announcing = true;
+        } else if !holder.holds() && announcing {
             announcer.set_owned(Owned::new());
+            announcing = false;
+        }
+        if !want && on_interface {
             match addrs.release(&ifname, ip).await {
                 Ok(_) => {
-                    let because = released.map_or("not elected", Release::as_str);
+                    let because = if holder.holds() {
+                        "another node answers for it and outranks this one on the wire (address conflict)"
+                    } else {
+                        released.map_or("not elected", Release::as_str)
+                    };
                     tracing::info!(%ip, interface = %ifname, live_healthy = ?*live.borrow(), because, "released the VIP");
-                    holding = false;
+                    on_interface = false;
                     metrics.vip_owned.set(0);
                 }
                 Err(e) => tracing::warn!(error = %e, "removing the VIP"),
@@ -187,6 +227,15 @@ async fn sleep_until(t: Option<Instant>) {
         Some(t) => tokio::time::sleep_until(t.into()).await,
         None => std::future::pending().await,
     }
+}
+
+/// Whether the announcer yielded `ip` to another node that answers for it and outranks
+/// this one (`ferrolb_proto::l2::conflict`): membership between the two is split while
+/// the LAN still carries ARP/NDP. The holder still holds it, but the address leaves the
+/// interface, or the kernel would go on answering beside the other node; it comes back
+/// when the other node has been silent for a moment (it died, or membership healed).
+fn yielded_on_the_wire(status: &L2Status, ip: IpAddr) -> bool {
+    status.addresses.get(&ip).and_then(|a| a.conflict).is_some_and(|c| !c.won)
 }
 
 fn owned(ip: IpAddr, ifname: &str) -> Owned {

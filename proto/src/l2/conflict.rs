@@ -67,6 +67,13 @@ pub enum Input {
     Seen { addr: IpAddr, mac: Mac },
     /// The moment [`Conflicts::poll_timeout`] asked for (early calls do nothing).
     Timeout,
+    /// Membership elected this node for its owned addresses again after a split (it
+    /// hears the other side once more): every owned address starts afresh, as a new
+    /// owner's would ([`FRESH`]), and a yielded one is answered again. The other side
+    /// now learns from membership whom the address belongs to, and lets go (a yielded
+    /// owner waiting for the other to fall silent would leave the address unanswered
+    /// between that node's hand-over and its own return).
+    Renew,
 }
 
 /// What a conflict came to.
@@ -84,6 +91,9 @@ pub enum Event {
     /// `other` is no longer seen for `addr`; `resumed`: this node had yielded and
     /// answers again (announce it).
     Resolved { addr: IpAddr, other: Mac, resumed: bool },
+    /// The conflict with `other` over `addr` was left to membership ([`Input::Renew`]);
+    /// `resumed`: this node had yielded and answers again.
+    Renewed { addr: IpAddr, other: Mac, resumed: bool },
 }
 
 /// The rank of `mac` for `addr`: of two MACs answering for one address, the higher
@@ -150,6 +160,22 @@ impl Conflicts {
             Input::Owned { owned, quiet } => self.set_owned(now, owned, quiet),
             Input::Seen { addr, mac } => self.seen(now, addr, mac),
             Input::Timeout => self.tick(now),
+            Input::Renew => self.renew(now),
+        }
+    }
+
+    fn renew(&mut self, now: Instant) {
+        for (addr, e) in &mut self.entries {
+            if self.quiet.contains(addr) {
+                continue;
+            }
+            if let Some(o) = e.other.take()
+                && o.won.is_some()
+            {
+                let resumed = o.won == Some(false);
+                self.events.push_back(Event::Renewed { addr: *addr, other: o.mac, resumed });
+            }
+            *e = Entry { since: now, next_probe: now + FRESH, other: None };
         }
     }
 

@@ -136,7 +136,7 @@ impl L2Announcer {
         let conn_task = tokio::spawn(conn);
         let (desired_tx, desired_rx) = watch::channel(Owned::new());
         let (status_tx, status_rx) = watch::channel(L2Status::default());
-        let (reannounce_tx, reannounce_rx) = watch::channel(0);
+        let (reannounce_tx, reannounce_rx) = watch::channel(Again::default());
         let (quiet_tx, quiet_rx) = watch::channel(BTreeSet::new());
         let announcer = Announcer {
             allowed: cfg.allowed_interfaces,
@@ -180,7 +180,7 @@ pub fn strict_arp_problem(arp_ignore: &str, arp_announce: &str) -> Option<String
 pub struct L2Handle {
     desired: watch::Sender<Owned>,
     status: watch::Receiver<L2Status>,
-    reannounce: watch::Sender<u64>,
+    reannounce: watch::Sender<Again>,
     quiet: watch::Sender<BTreeSet<IpAddr>>,
     task: JoinHandle<()>,
 }
@@ -197,7 +197,18 @@ impl L2Handle {
     /// claimed this node's addresses and moved clients' neighbour entries to itself; the
     /// owner, whose owned set did not change, must move them back.
     pub fn reannounce(&self) {
-        self.reannounce.send_modify(|g| *g = g.wrapping_add(1));
+        self.reannounce.send_modify(|a| a.announce = a.announce.wrapping_add(1));
+    }
+
+    /// Membership elected this node for its owned addresses again after a split (it
+    /// hears the nodes it could not): forgets the address conflicts of the split
+    /// (answering again for the ones yielded, see [`conflict::Input::Renew`]) and sends
+    /// the takeover burst for every owned address.
+    pub fn renew(&self) {
+        self.reannounce.send_modify(|a| {
+            a.announce = a.announce.wrapping_add(1);
+            a.renew = a.renew.wrapping_add(1);
+        });
     }
 
     /// The owned set last given to [`L2Handle::set_owned`].
@@ -227,6 +238,14 @@ impl L2Handle {
         drop(desired);
         let _ = task.await;
     }
+}
+
+/// What [`L2Handle::reannounce`] and [`L2Handle::renew`] ask: each counter is bumped
+/// once per call (a responder acts on a change of either).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Again {
+    announce: u64,
+    renew: u64,
 }
 
 /// Reports from responders to the announcer.
@@ -264,7 +283,7 @@ impl Announcer {
         handle: rtnetlink::Handle,
         mut messages: Messages,
         mut desired: watch::Receiver<Owned>,
-        mut reannounce: watch::Receiver<u64>,
+        mut reannounce: watch::Receiver<Again>,
         mut quiet: watch::Receiver<BTreeSet<IpAddr>>,
         conn_task: JoinHandle<()>,
     ) {
@@ -275,6 +294,7 @@ impl Announcer {
         let (report_tx, mut report_rx) = mpsc::unbounded_channel();
         let mut reannounce_open = true;
         let mut quiet_open = true;
+        let mut asked = Again::default();
         loop {
             let want = desired.borrow_and_update().clone();
             self.quiet = quiet.borrow_and_update().clone();
@@ -287,9 +307,16 @@ impl Announcer {
                 }
                 r = reannounce.changed(), if reannounce_open => match r {
                     Ok(()) => {
-                        reannounce.borrow_and_update();
+                        let now = *reannounce.borrow_and_update();
+                        let renew = now.renew != asked.renew;
+                        asked = now;
                         for w in self.workers.values() {
-                            w.reannounce.send_modify(|g| *g = g.wrapping_add(1));
+                            w.reannounce.send_modify(|a| {
+                                a.announce = a.announce.wrapping_add(1);
+                                if renew {
+                                    a.renew = a.renew.wrapping_add(1);
+                                }
+                            });
                         }
                     }
                     Err(_) => reannounce_open = false,
@@ -335,7 +362,7 @@ impl Announcer {
                 self.conflicts.insert(addr, Conflict { other, won: true, foreign: true });
             }
             conflict::Event::Reclaim { .. } => {}
-            conflict::Event::Resolved { addr, .. } => {
+            conflict::Event::Resolved { addr, .. } | conflict::Event::Renewed { addr, .. } => {
                 self.conflicts.remove(&addr);
             }
         }

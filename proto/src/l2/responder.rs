@@ -17,15 +17,16 @@ use super::conflict::{self, Conflicts};
 use super::links::Link;
 use super::ndp::{self, ALL_NODES, ND_HOP_LIMIT, NdMessage, TYPE_NA, TYPE_NS};
 use super::socket::{ArpSocket, NdFrameSocket, NdpSocket};
-use super::{L2Metrics, Report};
+use super::{Again, L2Metrics, Report};
 
 /// A running responder; dropping it stops the task and closes its sockets.
 pub(super) struct Worker {
     pub(super) name: String,
     pub(super) mac: Mac,
     pub(super) owned: watch::Sender<BTreeSet<IpAddr>>,
-    /// Bumped to announce every owned address again (see [`super::L2Handle::reannounce`]).
-    pub(super) reannounce: watch::Sender<u64>,
+    /// Bumped to announce every owned address again (see [`super::L2Handle::reannounce`]
+    /// and [`super::L2Handle::renew`]).
+    pub(super) reannounce: watch::Sender<Again>,
     /// Owned addresses answered but not announced (see [`super::L2Handle::set_quiet`]).
     pub(super) quiet: watch::Sender<BTreeSet<IpAddr>>,
     task: JoinHandle<()>,
@@ -52,7 +53,7 @@ impl Worker {
         let ndp = NdpSocket::open(&link.name, link.index)?;
         let nd_frames = NdFrameSocket::open(link.index)?;
         let (tx, rx) = watch::channel(owned);
-        let (re_tx, re_rx) = watch::channel(0);
+        let (re_tx, re_rx) = watch::channel(Again::default());
         let (quiet_tx, quiet_rx) = watch::channel(quiet);
         let r = Responder {
             interface: link.name.clone(),
@@ -99,7 +100,7 @@ impl Responder {
     async fn run(
         mut self,
         mut owned: watch::Receiver<BTreeSet<IpAddr>>,
-        mut reannounce: watch::Receiver<u64>,
+        mut reannounce: watch::Receiver<Again>,
         mut quiet: watch::Receiver<BTreeSet<IpAddr>>,
     ) {
         let mut arp_buf = vec![0u8; 2048];
@@ -109,6 +110,7 @@ impl Responder {
         self.set_owned(initial);
         let mut quiet_open = true;
         let mut reannounce_open = true;
+        let mut renewed = 0;
         loop {
             let next = self.bursts.keys().next().map(|(due, _)| *due);
             let probe = self.conflicts.poll_timeout();
@@ -123,7 +125,11 @@ impl Responder {
                 }
                 r = reannounce.changed(), if reannounce_open => match r {
                     Ok(()) => {
-                        reannounce.borrow_and_update();
+                        let asked = *reannounce.borrow_and_update();
+                        if asked.renew != renewed {
+                            renewed = asked.renew;
+                            self.on_conflict(conflict::Input::Renew).await;
+                        }
                         self.restart_bursts();
                     }
                     Err(_) => reannounce_open = false,
@@ -242,6 +248,10 @@ impl Responder {
                     "L2 address conflict: {} keeps answering for {addr} although it does not outrank this node: \
                      it is no ferrolb node of this release; remove the address from that device or from the pool", mac(&other));
             }
+            conflict::Event::Renewed { addr, other, resumed } => {
+                tracing::info!(%interface, address = %addr, other = %mac(&other), resumed,
+                    "L2 address conflict left to membership: it elected this node for {addr} again");
+            }
             conflict::Event::Resolved { addr, other, resumed } => {
                 tracing::info!(%interface, address = %addr, other = %mac(&other),
                     "L2 address conflict over: {} no longer answers for {addr}", mac(&other));
@@ -282,7 +292,9 @@ impl Responder {
         let Some(first) = self.takeover.first() else { return };
         let now = Instant::now();
         self.bursts.clear();
-        for a in self.owned.difference(&self.quiet) {
+        // A yielded address is announced again when its conflict ends, not before: an
+        // announcement now would move clients to this node, which does not answer it.
+        for a in self.owned.difference(&self.quiet).filter(|a| !self.conflicts.yielded(a)) {
             self.bursts.insert((now + *first, *a), (now, 0));
         }
     }
@@ -311,6 +323,9 @@ impl Responder {
                 break;
             }
             let (start, step) = entry.remove();
+            if self.conflicts.yielded(&addr) {
+                continue;
+            }
             match self.announce(addr).await {
                 Ok(()) => {
                     self.metrics.count_gratuitous(addr);

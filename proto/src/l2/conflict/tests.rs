@@ -108,6 +108,34 @@ fn two_owners_settle_on_the_higher_rank_and_the_loser_comes_back_when_the_winner
     }
 }
 
+/// Membership healed and elected the owner that yielded: renewed, it answers at once and
+/// neither probes nor yields for FRESH, so the other (now handing over) hears it and lets
+/// go; if the other goes on answering past FRESH, the rule settles it again.
+#[test]
+fn a_renewed_owner_answers_at_once_and_the_rule_applies_again_after_fresh() {
+    for last in 1..=20 {
+        let addr = v4(last);
+        let winner = usize::from(rank(addr, B) > rank(addr, A));
+        let loser = 1 - winner;
+        let mut lan = Lan::new(addr);
+        lan.run(addr, Duration::from_secs(3));
+        assert!(!lan.answers(loser, addr));
+        lan.events.clear();
+        lan.nodes[loser].1.handle(lan.t, Input::Renew);
+        assert!(lan.answers(loser, addr), "{addr}: renewed, the loser answers at once");
+        let other = lan.nodes[winner].0;
+        assert_eq!(lan.nodes[loser].1.poll_event(), Some(Event::Renewed { addr, other, resumed: true }));
+        // The winner does not hand over here: both answer until FRESH, then one.
+        let both = lan.run(addr, Duration::from_secs(3));
+        assert!(both >= FRESH - STEP * 2, "{addr}: yielded again after {both:?}, within FRESH");
+        assert!(
+            both <= FRESH + PROBE_CONFLICT + CONFIRM_GAP + STEP * 4,
+            "{addr}: both answered for {both:?}"
+        );
+        assert!(lan.answers(winner, addr) && !lan.answers(loser, addr), "{addr}");
+    }
+}
+
 #[test]
 fn a_new_owner_does_not_probe_while_the_previous_one_hands_over() {
     let addr = v4(7);

@@ -1,0 +1,94 @@
+//! ferrolb-bootstrap in lab nodes: its checkpoint files, a stand-in for the local
+//! apiserver's health endpoint (HTTPS on 127.0.0.1:6443 with a test CA, switched between
+//! healthy and unhealthy by the test) and the process.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use crate::https::{HealthServer, TestCa};
+use crate::process::{Proc, Spawn};
+use crate::speaker::yaml;
+use crate::{Error, Lab};
+
+/// The names of kubeadm's apiserver serving certificate that matter here (no 127.0.0.1).
+pub const APISERVER_NAMES: &[&str] = &["kubernetes", "10.96.0.1"];
+
+/// The health endpoint every checkpoint of [`checkpoint`] probes by default.
+pub const READYZ: &str = "https://127.0.0.1:6443/readyz";
+
+/// The debug binary (testbed/test.sh builds it first).
+pub fn binary() -> Result<PathBuf, Error> {
+    crate::binary::workspace("ferrolb-bootstrap", "debug")
+}
+
+/// Node `node`'s files: the test CA and a checkpoint whose ControlPlaneVIP has
+/// `spec_extra` (indented spec lines), every lab node as a member and a health check of
+/// `url` every 200 ms, followed by `objects` (more documents, `---` first).
+pub fn checkpoint(
+    lab: &Lab,
+    node: usize,
+    ca: &TestCa,
+    spec_extra: &str,
+    objects: &str,
+    url: &str,
+) -> Result<PathBuf, Error> {
+    let dir = lab.subdir(&format!("bootstrap{node}"))?;
+    ca.write(&dir)?;
+    let members = yaml::vip_members(lab.nodes().len());
+    let text = format!(
+        "apiVersion: ferrolb.io/v1alpha1
+kind: ControlPlaneVIP
+metadata: {{name: apiserver}}
+spec:
+{spec_extra}  members:
+{members}  healthCheck:
+    url: {url}
+    interval: 200ms
+    timeout: 1s
+    failureThreshold: 2
+    caFile: {ca}
+{objects}",
+        ca = dir.join("ca.crt").display()
+    );
+    let path = dir.join("checkpoint.yaml");
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+/// L2 checkpoints for every node of the lab (one shared membership key) for `vip` on
+/// eth0, probing `url`.
+pub fn l2_checkpoints(lab: &Lab, ca: &TestCa, vip: &str, url: &str) -> Result<Vec<PathBuf>, Error> {
+    (1..=lab.nodes().len())
+        .map(|i| {
+            let dir = lab.subdir(&format!("bootstrap{i}"))?;
+            let key = dir.join("membership.key");
+            std::fs::write(&key, "lab-membership-key-0123456789abcdef\n")?;
+            let extra = format!(
+                "  address: \"{vip}\"\n  mode: L2\n  interface: eth0\n  membershipKeyFile: {}\n",
+                key.display()
+            );
+            checkpoint(lab, i, ca, &extra, "", url)
+        })
+        .collect()
+}
+
+/// Starts node `i`'s stand-in apiserver health endpoint on 127.0.0.1:6443 (healthy).
+pub fn apiserver(lab: &Lab, i: usize, ca: &TestCa) -> Result<HealthServer, Error> {
+    // Like kubeadm's serving certificate: no 127.0.0.1 among the names.
+    HealthServer::start(lab.node(i), SocketAddr::from(([127, 0, 0, 1], 6443)), ca, APISERVER_NAMES)
+}
+
+/// Starts `ferrolb-bootstrap run` on node `i` from `checkpoint` with `extra` arguments;
+/// `run` tells the log files of successive runs apart.
+pub fn start(lab: &Lab, i: usize, checkpoint: &Path, extra: &[&str], run: usize) -> Result<Proc, Error> {
+    let bin = binary()?;
+    let bin = bin.display().to_string();
+    let cp = checkpoint.display().to_string();
+    let node = crate::plan::node_name(i);
+    let mut argv = vec![bin.as_str(), "run", "--checkpoint", &cp, "--node-name", &node];
+    argv.extend_from_slice(extra);
+    lab.spawn(
+        lab.node(i),
+        Spawn::new(format!("bootstrap-node{i}-{run}"), &argv).env("RUST_LOG", "info,ferrolb_speaker=debug"),
+    )
+}
