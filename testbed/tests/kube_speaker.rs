@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use ferrolb_speaker::cluster::{CALL_TIMEOUT, WatchBackoff};
 use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
 use ferrolb_testbed::plan::node_ip as v4;
 use ferrolb_testbed::process::Proc;
@@ -23,6 +24,11 @@ use serde_json::json;
 const T: Duration = Duration::from_secs(30);
 /// How long the apiserver stays unreachable (issue 6's acceptance).
 const OUTAGE: Duration = Duration::from_secs(60);
+// Each half of it (refusing, then hanging) outlasts a hung call's deadline and the longest
+// watch back-off (1.5 × its maximum): a speaker that let failed calls change what it announces
+// would have done so within it.
+const _: () =
+    assert!(OUTAGE.as_millis() / 2 > CALL_TIMEOUT.as_millis() + WatchBackoff::MAX.as_millis() * 3 / 2);
 const METRICS_PORT: u16 = 9121;
 
 fn speaker(lab: &Lab, cluster: &FakeCluster, i: usize) -> Proc {

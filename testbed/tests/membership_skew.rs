@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ferrolb_proto::membership::DEFAULT_PORT;
-use ferrolb_proto::membership::MembershipKey;
 use ferrolb_proto::membership::auth::Sealer;
 use ferrolb_proto::membership::claim_gate::ALONE_WAIT;
+use ferrolb_proto::membership::{MembershipKey, Timings};
 use ferrolb_testbed::https::{HealthServer, TestCa};
 use ferrolb_testbed::netns;
 use ferrolb_testbed::plan::{lan_v4 as v4, owner};
@@ -34,7 +34,8 @@ use ferrolb_testbed::speaker::{Speaker, diag, faketime, write_membership_key, ya
 use ferrolb_testbed::{Lab, LabConfig, plan, wait};
 
 const T: Duration = Duration::from_secs(30);
-/// How long a steady phase is sampled.
+/// How long a steady phase is sampled: past the moment a node that settled alone claims
+/// (join_timeout, then ALONE_WAIT), had the skew kept the nodes from reading each other.
 const STEADY: Duration = Duration::from_secs(5);
 /// The skewed node.
 const SKEWED: usize = 2;
@@ -72,6 +73,11 @@ fn exactly_one(
         );
         assert!(r.is_ok(), "{r:?}\n{}", diag());
     }
+    let lone_claim = Timings::default().join_timeout + ALONE_WAIT;
+    assert!(
+        STEADY > lone_claim + wait::PAST_TIMER,
+        "{STEADY:?} sampled, a lone node claims after {lone_claim:?}"
+    );
     // One sampler per VIP, in parallel: an ARP sample takes about a second.
     let wrong: Vec<(IpAddr, usize, Vec<BTreeSet<String>>)> = std::thread::scope(|scope| {
         let samplers: Vec<_> = vips
@@ -192,10 +198,10 @@ fn a_speaker_that_cannot_read_its_peer_claims_nothing() {
         })
     };
 
-    // Past join_timeout (1 s) + ALONE_WAIT, a lone node would have claimed both VIPs.
+    // Past join_timeout + ALONE_WAIT (twice), a lone node would have claimed both VIPs.
     let t = Instant::now();
     let mut samples = 0;
-    while t.elapsed() < Duration::from_secs(1) + ALONE_WAIT * 2 {
+    while t.elapsed() < Timings::default().join_timeout + ALONE_WAIT * 2 {
         for v in vips {
             let seen = lab.arp_answers(v, 1).unwrap();
             assert!(seen.is_empty(), "{v} answered by {seen:?} from a lone view\n{}", diag(&lab, &[&s1]));

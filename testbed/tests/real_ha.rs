@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ferrolb_api::IpAddressPool;
-use ferrolb_speaker::cluster::KINDS;
+use ferrolb_speaker::cluster::{CALL_TIMEOUT, KINDS, WatchBackoff};
 use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
 use ferrolb_testbed::kubeapi::{Objects, ingress_ips as ingress};
 use ferrolb_testbed::netns::Netns;
@@ -50,11 +50,11 @@ const LEASE: &str = "6s";
 const SERVICES: usize = 200;
 /// How long the apiserver stays frozen (the acceptance: a minute).
 const STOP_OUTAGE: Duration = Duration::from_secs(60);
-/// How long the apiserver stays dead. Shorter than the freeze: a dead apiserver refuses
-/// connections at once, so every client sees the failure immediately; 20 s is past the
-/// controller's renew deadline (10 s with the default 15 s lease) and several watch
-/// back-off rounds, and longer adds no new state, only test time.
+/// How long the apiserver stays dead: shorter than the freeze (refused at once), past the
+/// controller's renew deadline (10 s of the default 15 s lease) and two watch back-offs.
 const KILL_OUTAGE: Duration = Duration::from_secs(20);
+const _: () = assert!(KILL_OUTAGE.as_millis() > 2 * (WatchBackoff::MAX.as_millis() * 3 / 2));
+const _: () = assert!(STOP_OUTAGE.as_millis() > CALL_TIMEOUT.as_millis() + WatchBackoff::MAX.as_millis() * 3);
 /// A bound on how long the speakers' watches may take to recover once the apiserver is
 /// back from its death (a poll limit, not a goal: the figure is printed). Every watch of
 /// the speakers (readiness pod watch included) and of the controller backs off at most
