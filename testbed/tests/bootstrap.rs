@@ -8,6 +8,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use ferrolb_bootstrap::l2::ALONE_WAIT;
+use ferrolb_bootstrap::l2::holder::HANDOVER_WAIT;
 use ferrolb_testbed::bootstrap::{self, APISERVER_NAMES};
 use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::https::{self, HealthServer, TestCa};
@@ -341,8 +343,14 @@ fn l2_owner_holds_the_vip_and_it_moves_when_the_owner_turns_unhealthy() {
     // The last member to turn unhealthy may have taken the VIP on the way; whoever
     // holds it once all are unhealthy keeps it.
     let last = wait::until_value("one holder", T, || Ok(holders(&lab)), |h| h.len() == 1).unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(holders(&lab), last, "with no healthy member the holder must keep the VIP");
+    // A holder hands over after HANDOVER_WAIT at most: past it, it still holds.
+    wait::stays(
+        "with no healthy member the holder keeps the VIP",
+        HANDOVER_WAIT,
+        || Ok(holders(&lab)),
+        |h| *h == last,
+    )
+    .unwrap();
 
     // All healthy again: the election winner among all three holds it; SIGTERM of that
     // holder hands the VIP over to another member at once (it leaves membership first).
@@ -399,8 +407,14 @@ fn l2_member_with_another_membership_key_claims_nothing() {
         Ok(p2.logs().contains("differs between members").then_some(()))
     })
     .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(holders(&lab), vec![first], "a member with another key must claim nothing");
+    // A member that settled alone claims after ALONE_WAIT: past it, still nothing.
+    wait::stays(
+        "a member with another key claims nothing",
+        ALONE_WAIT,
+        || Ok(holders(&lab)),
+        |h| *h == [first],
+    )
+    .unwrap();
     assert!(!p2.logs().contains("took the VIP"), "{}", p2.logs());
     sigterm_exits_zero(&mut p2);
     sigterm_exits_zero(&mut p1);
@@ -435,8 +449,13 @@ fn l2_cold_start_waits_for_a_ready_apiserver_and_a_kill_of_every_member_reads_no
         assert_eq!(metric(&lab, i, "ferrolb_bootstrap_healthy"), Some(0.0));
         assert_eq!(metric(&lab, i, "ferrolb_bootstrap_last_health_check_success"), Some(0.0));
     }
-    std::thread::sleep(Duration::from_millis(2500)); // past ALONE_WAIT and many probes
-    assert!(holders(&lab).is_empty(), "no apiserver is ready, yet {:?} holds the VIP", holders(&lab));
+    wait::stays(
+        "no apiserver is ready: nobody holds the VIP",
+        ALONE_WAIT,
+        || Ok(holders(&lab)),
+        |h| h.is_empty(),
+    )
+    .unwrap();
     assert!(fetch_marker(&lab, vip, &ca).is_err(), "the VIP answered with no member holding it");
 
     // One member becomes ready — not the one the election would pick among all three,
