@@ -126,7 +126,16 @@ mod tests {
         let timer = Duration::from_millis(200);
         let start = Instant::now();
         let mut polls = 0;
-        stays("nothing happens", timer, || Ok(polls += 1), |_| true).unwrap();
+        stays(
+            "nothing happens",
+            timer,
+            || {
+                polls += 1;
+                Ok(polls)
+            },
+            |_| true,
+        )
+        .unwrap();
         let waited = start.elapsed();
         assert!(waited >= timer + PAST_TIMER, "stopped looking after {waited:?}");
         assert!(polls >= 2, "{polls} observations");
