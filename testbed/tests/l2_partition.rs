@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use ferrolb_proto::l2::conflict;
 use ferrolb_testbed::bootstrap;
-use ferrolb_testbed::client::{ArpProbes, ArpReport};
+use ferrolb_testbed::client::{self, ArpProbes, ArpReport};
 use ferrolb_testbed::https::{HealthServer, TestCa};
 use ferrolb_testbed::netns::Netns;
 use ferrolb_testbed::plan::{node_v4, owner};
@@ -240,4 +240,17 @@ fn apiserver_vip_through_a_cut(vip: Ipv4Addr) {
         "the member that yielded kept the VIP on its interface\n{logs}"
     );
     assert_eq!(holders(), [elected], "after the heal the elected member alone holds the VIP\n{logs}");
+    // Counted where operators look (bootstrap's /metrics, the speaker's names).
+    for result in ["won", "yielded"] {
+        let series = format!("ferrolb_l2_address_conflicts_total{{result=\"{result}\"}}");
+        let total: f64 = (1..=2).map(|i| sample(&lab, i, &series)).sum();
+        assert!(total >= 1.0, "{series}: {total} on the two members\n{logs}");
+    }
+}
+
+/// A sample of bootstrap's metrics on node `i` (0 when absent).
+fn sample(lab: &Lab, i: usize, series: &str) -> f64 {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 7949));
+    let text = client::http_get(lab.node(i), addr, "/metrics", Duration::from_secs(2)).unwrap();
+    text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok()).unwrap_or(0.0)
 }
