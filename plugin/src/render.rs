@@ -4,10 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::report::{Explanation, GateState, PeerRow, PoolRef, PoolRow, StatusRow, or_none};
-
-/// What kubectl prints for an empty cell.
-pub const NONE: &str = "<none>";
+use crate::report::{Explanation, GateState, NONE, PeerRow, PoolRef, PoolRow, StatusRow, or_none};
 
 /// Output format (`-o`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
