@@ -7,6 +7,7 @@
 //! * [`holder`]: whether this member holds the VIP (sans IO), handing over make before
 //!   break: a holder lets go only once its successor announced the VIP.
 //! * [`claims`]: sees other nodes announce the VIP (the successor's announcement).
+//! * [`key`]: following `spec.membershipKeyFile`, rotating like the speaker.
 //! * here: the membership that carries health.
 //!
 //! Health travels in the membership identity: [`SwimMembership`] runs the speaker's SWIM
@@ -17,11 +18,19 @@
 //! others (it must, to release the VIP when a healthy one appears), a dead member
 //! disappears under either name, and [`SwimMembership::live_healthy`] is the set of live
 //! members under their plain name.
+//!
+//! The key file is re-read while membership runs ([`SwimMembership::start_with_key_file`])
+//! and a new key rotates without a split. A rejoin starts its instance with the key the
+//! members seal with by then: the latest once it was learned at least the rotation window
+//! W ago, else the previous one, handed the latest at once (see [`key`] for the rule and
+//! its residual edges).
 
 pub mod claims;
 pub mod holder;
+pub mod key;
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ferrolb_proto::membership::claim_gate::{ClaimGate, Observation, Verdict};
@@ -78,12 +87,32 @@ impl SwimMembership {
         cfg: MembershipConfig,
         metrics: MembershipMetrics,
     ) -> Result<Self, MembershipError> {
-        let node = cfg.name.clone();
+        Self::start_inner(cfg, metrics, None)
+    }
+
+    /// Like [`SwimMembership::start_with_metrics`], following the key file `cfg.key` was
+    /// read from (`spec.membershipKeyFile`): re-read every [`key::KEY_FILE_POLL`], a new
+    /// key rotates in `cfg.rotation_window` ([`key`]); an unusable one leaves the current
+    /// key in force, logged and counted (`ferrolb_membership_key_changes`) once.
+    pub fn start_with_key_file(
+        cfg: MembershipConfig,
+        metrics: MembershipMetrics,
+        key_file: impl Into<PathBuf>,
+    ) -> Result<Self, MembershipError> {
+        Self::start_inner(cfg, metrics, Some(key_file.into()))
+    }
+
+    fn start_inner(
+        cfg: MembershipConfig,
+        metrics: MembershipMetrics,
+        key_file: Option<PathBuf>,
+    ) -> Result<Self, MembershipError> {
         let first = spawn(&cfg, false, &metrics)?;
+        let keys = key::Keys::new(&cfg, key_file);
         let (local, local_rx) = watch::channel(false);
         let (tx, out) = watch::channel(BTreeSet::new());
         let (stop, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(drive(cfg, node, first, metrics, local_rx, tx, stop_rx));
+        let task = tokio::spawn(drive(cfg, keys, first, metrics, local_rx, tx, stop_rx));
         Ok(Self { local, out, stop: Some(stop), task })
     }
 
@@ -161,14 +190,15 @@ fn report_blindness(guard: &mut ClaimGate, metrics: &MembershipMetrics) {
 }
 
 async fn drive(
-    cfg: MembershipConfig,
-    node: String,
+    mut cfg: MembershipConfig,
+    mut keys: key::Keys,
     mut handle: MembershipHandle,
     metrics: MembershipMetrics,
     mut local: watch::Receiver<bool>,
     out: watch::Sender<BTreeSet<String>>,
     mut stop: oneshot::Receiver<()>,
 ) {
+    let node = cfg.name.clone();
     let mut healthy = false;
     // The speaker's guard, kept across rejoins: a member that settled alone waits
     // ALONE_WAIT, and one that never saw another member while datagrams it cannot read
@@ -176,6 +206,10 @@ async fn drive(
     // VIP from its lone view.
     let mut guard = ClaimGate::new(cfg.seeds.iter().filter(|s| s.name != node).count());
     let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut key_poll =
+        tokio::time::interval_at(tokio::time::Instant::now() + key::KEY_FILE_POLL, key::KEY_FILE_POLL);
+    key_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let follows_file = keys.follows_file();
     loop {
         let mut live = handle.live();
         let mut settled = handle.settled();
@@ -189,6 +223,7 @@ async fn drive(
                         if h != healthy { healthy = h; break }
                     }
                     r = settled.changed() => if r.is_err() { tracing::warn!("membership stopped"); return },
+                    _ = key_poll.tick(), if follows_file => keys.poll(&handle, &metrics),
                 }
                 continue;
             }
@@ -227,6 +262,7 @@ async fn drive(
                 }
                 r = live.changed() => if r.is_err() { tracing::warn!("membership stopped"); return },
                 r = settled.changed() => if r.is_err() { tracing::warn!("membership stopped"); return },
+                _ = key_poll.tick(), if follows_file => keys.poll(&handle, &metrics),
                 _ = tick.tick() => {}
             }
         }
@@ -236,8 +272,14 @@ async fn drive(
         handle.leave().await;
         tracing::info!(name = %membership_name(&node, healthy), "rejoining membership with the new health");
         handle = loop {
+            let then = keys.for_rejoin(&mut cfg);
             match spawn(&cfg, healthy, &metrics) {
-                Ok(h) => break h,
+                Ok(h) => {
+                    if let Some(k) = then {
+                        h.set_key(k);
+                    }
+                    break h;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "membership cannot restart; retrying");
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -252,7 +294,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
-    fn set(names: &[&str]) -> BTreeSet<String> {
+    pub(super) fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|s| s.to_string()).collect()
     }
 
@@ -267,7 +309,7 @@ mod tests {
         assert_eq!(healthy_of(&live), set(&["node1"]));
     }
 
-    fn config(name: &str, port: u16, others: &[(&str, u16)]) -> MembershipConfig {
+    pub(super) fn config(name: &str, port: u16, others: &[(&str, u16)]) -> MembershipConfig {
         let at = |p: u16| std::net::SocketAddr::from(([127, 0, 0, 1], p));
         let seeds = others.iter().map(|(n, p)| Seed { name: n.to_string(), addr: at(*p) }).collect();
         let key =
