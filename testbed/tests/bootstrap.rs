@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use ferrolb_bootstrap::l2::ALONE_WAIT;
 use ferrolb_bootstrap::l2::holder::HANDOVER_WAIT;
+use ferrolb_proto::membership::Timings;
 use ferrolb_testbed::bootstrap::{self, APISERVER_NAMES};
 use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::https::{self, HealthServer, TestCa};
@@ -84,6 +85,11 @@ fn l2_checkpoints(lab: &Lab, ca: &TestCa, vip: &str, url: &str) -> Vec<PathBuf> 
 
 fn start(lab: &Lab, i: usize, checkpoint: &Path, extra: &[&str], run: usize) -> Proc {
     bootstrap::start(lab, i, checkpoint, extra, run).unwrap()
+}
+
+/// When a member that settled alone would claim: join_timeout, then ALONE_WAIT.
+fn lone_claim() -> Duration {
+    Timings::default().join_timeout + ALONE_WAIT
 }
 
 fn sigterm_exits_zero(p: &mut Proc) {
@@ -407,10 +413,11 @@ fn l2_member_with_another_membership_key_claims_nothing() {
         Ok(p2.logs().contains("differs between members").then_some(()))
     })
     .unwrap();
-    // A member that settled alone claims after ALONE_WAIT: past it, still nothing.
+    // A member that settled alone claims after join_timeout and ALONE_WAIT: past it,
+    // still nothing.
     wait::stays(
         "a member with another key claims nothing",
-        ALONE_WAIT,
+        lone_claim(),
         || Ok(holders(&lab)),
         |h| *h == [first],
     )
@@ -451,7 +458,7 @@ fn l2_cold_start_waits_for_a_ready_apiserver_and_a_kill_of_every_member_reads_no
     }
     wait::stays(
         "no apiserver is ready: nobody holds the VIP",
-        ALONE_WAIT,
+        lone_claim(),
         || Ok(holders(&lab)),
         |h| h.is_empty(),
     )

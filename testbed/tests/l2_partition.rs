@@ -36,6 +36,18 @@ const CUT: Duration = Duration::from_secs(10);
 /// confirmation.
 const BOUND: Duration = Duration::from_secs(4);
 
+/// How long the client keeps asking after the heal: past every timer of the conflict
+/// detector that could still move an address (a yielded owner answers again
+/// RELEASE_AFTER after the other's last answer; a winner reports a foreign device
+/// FOREIGN_AFTER after a confirmed conflict).
+const AFTER_HEAL: Duration = Duration::from_secs(6);
+const _: () = assert!(
+    AFTER_HEAL.as_millis()
+        > conflict::FOREIGN_AFTER.as_millis()
+            + conflict::FRESH.as_millis()
+            + conflict::RELEASE_AFTER.as_millis()
+);
+
 /// Requests go every this often to each VIP.
 const EVERY: Duration = Duration::from_millis(10);
 
@@ -68,7 +80,7 @@ impl<'a> Cut<'a> {
 }
 
 /// An ARP request every [`EVERY`] for each VIP from the client, from 500 ms before the
-/// cut until 6 s after the heal.
+/// cut until [`AFTER_HEAL`] after the heal.
 struct Probes {
     probes: Vec<ArpProbes>,
     started: Instant,
@@ -92,7 +104,7 @@ impl Probes {
         std::thread::sleep(CUT.saturating_sub(self.started.elapsed()));
         cut.heal();
         let healed_at = self.started.elapsed() + Duration::from_millis(500);
-        std::thread::sleep(Duration::from_secs(6));
+        std::thread::sleep(AFTER_HEAL);
         (self.probes.into_iter().map(|p| p.stop().unwrap()).collect(), cut_at, healed_at)
     }
 }
