@@ -59,6 +59,17 @@ pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1u32 << 20)
 }
 
+/// A duration in milliseconds, a decimal below 10 ms.
+pub fn fmt_ms(d: Duration) -> String {
+    let v = ms(d);
+    if v < 10.0 { format!("{v:.1}") } else { format!("{v:.0}") }
+}
+
+/// "min / median / max" of byte counts, in MiB.
+pub fn mib_spread(r: &Summary<u64>) -> String {
+    format!("{:.1} / {:.1} / {:.1}", mib(r.min), mib(r.median), mib(r.max))
+}
+
 /// Peak resident set size of a process (VmHWM), in bytes.
 pub fn peak_rss(pid: i32) -> Option<u64> {
     proc_status_bytes(pid, "VmHWM:")

@@ -4,11 +4,10 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::runs::{bytes_per_prefix, idle_rss, median_ratios, result_of, sizes};
-use super::tables::{fmt_ms, mib_spread};
 use crate::bench::bgp_scale::{Outcome, System as Speaker};
 use crate::bench::failover::{self, Failure, Family};
 use crate::bench::l2_soak::Soaked;
-use crate::bench::{Summary, mib};
+use crate::bench::{Summary, fmt_ms, mib, mib_spread};
 
 /// Whether a goal is met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,13 +8,7 @@ use super::goals::{Goal, goal_table, scale_goals_at};
 use super::runs::{TIMES, bytes_per_prefix, idle_rss, ratio, result_of, runs_of, sizes};
 use crate::bench::bgp_scale::{Outcome, ScaleResult, System as Speaker};
 use crate::bench::failover::{self, Family, Row};
-use crate::bench::{Summary, mib, ms};
-
-/// A duration in milliseconds, a decimal below 10 ms.
-pub(super) fn fmt_ms(d: Duration) -> String {
-    let v = ms(d);
-    if v < 10.0 { format!("{v:.1}") } else { format!("{v:.0}") }
-}
+use crate::bench::{Summary, fmt_ms, mib, mib_spread};
 
 /// `min | median | max` cells, or dashes.
 pub(super) fn summary_cells(s: Option<Summary>) -> String {
@@ -219,9 +213,4 @@ pub(super) fn memory_section(scale: &[Outcome], goals: &[Goal], figure: &str) ->
     s.push_str(&goal_table(goals));
     s.push_str(figure);
     s
-}
-
-/// "min / median / max" of byte counts, in MiB.
-pub(super) fn mib_spread(r: &Summary<u64>) -> String {
-    format!("{:.1} / {:.1} / {:.1}", mib(r.min), mib(r.median), mib(r.max))
 }
