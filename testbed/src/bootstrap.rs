@@ -81,14 +81,28 @@ pub fn apiserver(lab: &Lab, i: usize, ca: &TestCa) -> Result<HealthServer, Error
 /// Starts `ferrolb-bootstrap run` on node `i` from `checkpoint` with `extra` arguments;
 /// `run` tells the log files of successive runs apart.
 pub fn start(lab: &Lab, i: usize, checkpoint: &Path, extra: &[&str], run: usize) -> Result<Proc, Error> {
+    start_with_env(lab, i, checkpoint, extra, run, &[])
+}
+
+/// [`start`] with `env` set (a test's override of the one setting it is about).
+pub fn start_with_env(
+    lab: &Lab,
+    i: usize,
+    checkpoint: &Path,
+    extra: &[&str],
+    run: usize,
+    env: &[(&str, &str)],
+) -> Result<Proc, Error> {
     let bin = binary()?;
     let bin = bin.display().to_string();
     let cp = checkpoint.display().to_string();
     let node = crate::plan::node_name(i);
     let mut argv = vec![bin.as_str(), "run", "--checkpoint", &cp, "--node-name", &node];
     argv.extend_from_slice(extra);
-    lab.spawn(
-        lab.node(i),
-        Spawn::new(format!("bootstrap-node{i}-{run}"), &argv).env("RUST_LOG", "info,ferrolb_speaker=debug"),
-    )
+    let mut spec =
+        Spawn::new(format!("bootstrap-node{i}-{run}"), &argv).env("RUST_LOG", "info,ferrolb_speaker=debug");
+    for (k, v) in env {
+        spec = spec.env(k, v);
+    }
+    lab.spawn(lab.node(i), spec)
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ferrolb_bootstrap::l2::ALONE_WAIT;
 use ferrolb_bootstrap::l2::holder::HANDOVER_WAIT;
-use ferrolb_proto::membership::Timings;
+use ferrolb_proto::membership::{TEST_ROTATION_WINDOW_ENV, Timings};
 use ferrolb_testbed::bootstrap::{self, APISERVER_NAMES};
 use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::https::{self, HealthServer, TestCa};
@@ -86,6 +86,11 @@ fn l2_checkpoints(lab: &Lab, ca: &TestCa, vip: &str, url: &str) -> Vec<PathBuf> 
 fn start(lab: &Lab, i: usize, checkpoint: &Path, extra: &[&str], run: usize) -> Proc {
     bootstrap::start(lab, i, checkpoint, extra, run).unwrap()
 }
+
+/// The key of the members in the key mismatch test.
+const RIGHT_KEY: &str = "the-right-membership-key-0123456789";
+/// The rotation window of the member whose key is fixed there (shipped: 30 s).
+const ROTATION_WINDOW: Duration = Duration::from_secs(2);
 
 /// When a member that settled alone would claim: join_timeout, then ALONE_WAIT.
 fn lone_claim() -> Duration {
@@ -384,7 +389,8 @@ fn l2_owner_holds_the_vip_and_it_moves_when_the_owner_turns_unhealthy() {
 
 /// L2 key mismatch: a member whose membership key differs from the others' never
 /// joins; it claims nothing (even as the election winner) and says why, while the
-/// member already holding the VIP keeps it.
+/// member already holding the VIP keeps it. Fixing its key file is enough: it rotates
+/// to the key while running (its rotation window shortened to [`ROTATION_WINDOW`]).
 #[test]
 fn l2_member_with_another_membership_key_claims_nothing() {
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
@@ -404,11 +410,14 @@ fn l2_member_with_another_membership_key_claims_nothing() {
         checkpoint(&lab, i, &ca, &extra, "")
     };
     // The election loser starts alone and takes the VIP (no one else answers).
-    let mut p1 = start(&lab, first, &cp(first, "the-right-membership-key-0123456789"), &[], 1);
+    let mut p1 = start(&lab, first, &cp(first, RIGHT_KEY), &[], 1);
     wait::until_value("the first member holds the VIP", T, || Ok(holders(&lab)), |h| h == &vec![first])
         .unwrap();
     // The winner comes with another key: it must not claim the VIP from its lone view.
-    let mut p2 = start(&lab, winner, &cp(winner, "a-different-membership-key-9876543210"), &[], 1);
+    let window = ROTATION_WINDOW.as_millis().to_string();
+    let env = [(TEST_ROTATION_WINDOW_ENV, window.as_str())];
+    let cp2 = cp(winner, "a-different-membership-key-9876543210");
+    let mut p2 = bootstrap::start_with_env(&lab, winner, &cp2, &[], 1, &env).unwrap();
     wait::until("the mismatch reported", T, || {
         Ok(p2.logs().contains("differs between members").then_some(()))
     })
@@ -423,6 +432,19 @@ fn l2_member_with_another_membership_key_claims_nothing() {
     )
     .unwrap();
     assert!(!p2.logs().contains("took the VIP"), "{}", p2.logs());
+    // The operator writes the right key into the file: the member follows it without a
+    // restart (it opens the others' datagrams at once and seals with the key after the
+    // rotation window), joins, and as the election winner takes the VIP over.
+    std::fs::write(lab.subdir(&format!("bootstrap{winner}")).unwrap().join("membership.key"), RIGHT_KEY)
+        .unwrap();
+    let r = wait::until_value(
+        "the winner holds the VIP after the key was fixed",
+        T,
+        || Ok(holders(&lab)),
+        |h| *h == [winner],
+    );
+    assert!(r.is_ok(), "{r:?}\n{}\n{}", p1.logs(), p2.logs());
+    assert!(p2.logs().contains("membership key changed"), "{}", p2.logs());
     sigterm_exits_zero(&mut p2);
     sigterm_exits_zero(&mut p1);
 }

@@ -242,7 +242,8 @@ fn owned(ip: IpAddr, ifname: &str) -> Owned {
     Owned::from([(ip, InterfaceChoice::Named(BTreeSet::from([ifname.to_string()])))])
 }
 
-/// Reads the membership key and starts membership (seeded with `spec.members` on
+/// Reads the membership key (and keeps following its file, so a changed key rotates
+/// without a split) and starts membership (seeded with `spec.members` on
 /// `spec.membershipPort`) and the ARP/NDP announcer for the VIP's interface.
 fn start_l2(
     a: &RunArgs,
@@ -283,7 +284,9 @@ fn start_l2(
     })?;
     let mut cfg = MembershipConfig::new(&a.node_name, advertise, seeds, key);
     cfg.bind = SocketAddr::new(advertise.ip(), port);
-    let membership = l2::SwimMembership::start_with_metrics(cfg, metrics.membership.clone())
+    // The shipped window (the labs shorten it in debug builds, as for the speaker).
+    cfg.rotation_window = ferrolb_proto::membership::rotation_window();
+    let membership = l2::SwimMembership::start_with_key_file(cfg, metrics.membership.clone(), key_file)
         .map_err(|e| anyhow!("ControlPlaneVIP: spec.membershipPort: membership cannot start: {e}"))?;
     let l2cfg = L2Config { allowed_interfaces: None, takeover: DEFAULT_TAKEOVER.to_vec() };
     let announcer = L2Announcer::spawn(l2cfg, metrics.l2.clone())
