@@ -59,17 +59,32 @@ spec:
 /// eth0, probing `url`.
 pub fn l2_checkpoints(lab: &Lab, ca: &TestCa, vip: &str, url: &str) -> Result<Vec<PathBuf>, Error> {
     (1..=lab.nodes().len())
-        .map(|i| {
-            let dir = lab.subdir(&format!("bootstrap{i}"))?;
-            let key = dir.join("membership.key");
-            std::fs::write(&key, "lab-membership-key-0123456789abcdef\n")?;
-            let extra = format!(
-                "  address: \"{vip}\"\n  mode: L2\n  interface: eth0\n  membershipKeyFile: {}\n",
-                key.display()
-            );
-            checkpoint(lab, i, ca, &extra, "", url)
-        })
+        .map(|i| l2_checkpoint(lab, i, ca, vip, url, "lab-membership-key-0123456789abcdef\n"))
         .collect()
+}
+
+/// Node `i`'s L2 checkpoint for `vip` on eth0, probing `url`, its membership key `key`
+/// (in [`key_file`]).
+pub fn l2_checkpoint(
+    lab: &Lab,
+    i: usize,
+    ca: &TestCa,
+    vip: &str,
+    url: &str,
+    key: &str,
+) -> Result<PathBuf, Error> {
+    let file = key_file(lab, i)?;
+    std::fs::write(&file, key)?;
+    let extra = format!(
+        "  address: \"{vip}\"\n  mode: L2\n  interface: eth0\n  membershipKeyFile: {}\n",
+        file.display()
+    );
+    checkpoint(lab, i, ca, &extra, "", url)
+}
+
+/// Node `i`'s membership key file.
+pub fn key_file(lab: &Lab, i: usize) -> Result<PathBuf, Error> {
+    Ok(lab.subdir(&format!("bootstrap{i}"))?.join("membership.key"))
 }
 
 /// Starts node `i`'s stand-in apiserver health endpoint on 127.0.0.1:6443 (healthy).

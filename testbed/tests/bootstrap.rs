@@ -280,18 +280,8 @@ fn l2_owner_holds_the_vip_and_it_moves_when_the_owner_turns_unhealthy() {
     lab.client().sysctl("net.ipv4.neigh.eth0.delay_first_probe_time", "600").unwrap();
     let ca = TestCa::new().unwrap();
     let health: Vec<HealthServer> = (1..=n).map(|i| apiserver(&lab, i, &ca)).collect();
-    let mut procs = Vec::new();
-    for i in 1..=n {
-        let dir = lab.subdir(&format!("bootstrap{i}")).unwrap();
-        let key = dir.join("membership.key");
-        std::fs::write(&key, "lab-membership-key-0123456789abcdef\n").unwrap();
-        let extra = format!(
-            "  address: {L2_VIP}\n  mode: L2\n  interface: eth0\n  membershipKeyFile: {}\n",
-            key.display()
-        );
-        let cp = checkpoint(&lab, i, &ca, &extra, "");
-        procs.push(start(&lab, i, &cp, &[], 1));
-    }
+    let cps = l2_checkpoints(&lab, &ca, L2_VIP, bootstrap::READYZ);
+    let mut procs: Vec<Proc> = (1..=n).map(|i| start(&lab, i, &cps[i - 1], &[], 1)).collect();
     let vip: IpAddr = L2_VIP.parse().unwrap();
     let owner = plan::owner(vip, &(1..=n).collect::<Vec<_>>());
     wait::until_value(
@@ -399,16 +389,8 @@ fn l2_member_with_another_membership_key_claims_nothing() {
     let vip: IpAddr = L2_VIP.parse().unwrap();
     let winner = plan::owner(vip, &[1, 2]);
     let first = 3 - winner;
-    let cp = |i: usize, key: &str| {
-        let dir = lab.subdir(&format!("bootstrap{i}")).unwrap();
-        let file = dir.join("membership.key");
-        std::fs::write(&file, key).unwrap();
-        let extra = format!(
-            "  address: {L2_VIP}\n  mode: L2\n  interface: eth0\n  membershipKeyFile: {}\n",
-            file.display()
-        );
-        checkpoint(&lab, i, &ca, &extra, "")
-    };
+    let cp =
+        |i: usize, key: &str| bootstrap::l2_checkpoint(&lab, i, &ca, L2_VIP, bootstrap::READYZ, key).unwrap();
     // The election loser starts alone and takes the VIP (no one else answers).
     let mut p1 = start(&lab, first, &cp(first, RIGHT_KEY), &[], 1);
     wait::until_value("the first member holds the VIP", T, || Ok(holders(&lab)), |h| h == &vec![first])
@@ -435,8 +417,7 @@ fn l2_member_with_another_membership_key_claims_nothing() {
     // The operator writes the right key into the file: the member follows it without a
     // restart (it opens the others' datagrams at once and seals with the key after the
     // rotation window), joins, and as the election winner takes the VIP over.
-    std::fs::write(lab.subdir(&format!("bootstrap{winner}")).unwrap().join("membership.key"), RIGHT_KEY)
-        .unwrap();
+    std::fs::write(bootstrap::key_file(&lab, winner).unwrap(), RIGHT_KEY).unwrap();
     let r = wait::until_value(
         "the winner holds the VIP after the key was fixed",
         T,
