@@ -38,6 +38,9 @@ pub mod duration;
 mod fast_yaml;
 pub mod selector;
 pub mod service_fields;
+/// BGPPeer and BFDProfile → protocol settings (feature `settings`).
+#[cfg(feature = "settings")]
+pub mod settings;
 pub mod stream;
 pub mod validate;
 

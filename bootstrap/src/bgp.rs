@@ -7,11 +7,11 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferrolb_api::settings::{peer_session_config, router_id};
 use ferrolb_api::{BgpPeer, Community as ApiCommunity, ControlPlaneVip, ValidConfig};
 use ferrolb_proto::bgp::session::{self, Routes, SessionConfig, SessionHandle};
 use ferrolb_proto::bgp::socket::Password;
 use ferrolb_proto::bgp::{Community, LargeCommunity, Origin, PathAttributes};
-use ferrolb_proto::crd::{peer_session_config, router_id};
 use ipnet::IpNet;
 use kube::ResourceExt;
 use tokio::time::Instant;

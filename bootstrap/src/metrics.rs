@@ -82,7 +82,7 @@ impl Metrics {
     /// Every metric registered under `ferrolb_bootstrap_`.
     pub fn new() -> Self {
         let mut root = Registry::default();
-        ferrolb_proto::build_info::register(&mut root, env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
+        ferrolb_runtime::build_info::register(&mut root, env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         let membership = ferrolb_proto::membership::MembershipMetrics::new(&mut root);
         let l2 = ferrolb_proto::l2::L2Metrics::new(&mut root);
         let registry = root.sub_registry_with_prefix("ferrolb_bootstrap");
@@ -222,7 +222,7 @@ impl Metrics {
     }
 
     /// The answer to `GET path`: (status line, content type, body).
-    pub fn answer(&self, path: &str, now: Instant) -> ferrolb_proto::http::Answer {
+    pub fn answer(&self, path: &str, now: Instant) -> ferrolb_runtime::http::Answer {
         const TEXT: &str = "text/plain";
         match path {
             "/metrics" => {
@@ -238,7 +238,7 @@ impl Metrics {
 
     /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` (bound now, served on a task).
     pub async fn serve(self: Arc<Self>, addr: SocketAddr) -> std::io::Result<()> {
-        ferrolb_proto::http::serve(addr, move |path| self.answer(path, Instant::now())).await
+        ferrolb_runtime::http::serve(addr, move |path| self.answer(path, Instant::now())).await
     }
 }
 
@@ -282,7 +282,7 @@ mod tests {
     #[test]
     fn build_info_names_the_version_and_revision() {
         let text = Metrics::new().encode();
-        let line = ferrolb_proto::build_info::sample(env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
+        let line = ferrolb_runtime::build_info::sample(env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
     }
 

@@ -1,11 +1,11 @@
 //! `/metrics` (OpenMetrics), `/healthz` and `/readyz` on `--metrics-addr`, served by the
-//! project's one responder ([`ferrolb_proto::http`]: bounded timeouts, accept backoff).
+//! project's one responder ([`ferrolb_runtime::http`]: bounded timeouts, accept backoff).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ferrolb_proto::http::Answer;
+use ferrolb_runtime::http::Answer;
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
@@ -45,16 +45,16 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-/// Serves until the task is dropped (see [`ferrolb_proto::http::serve_on`]).
+/// Serves until the task is dropped (see [`ferrolb_runtime::http::serve_on`]).
 pub async fn serve(listener: TcpListener, metrics: Metrics, health: Health) {
-    ferrolb_proto::http::serve_on(listener, move |path| answer(&metrics, &health, path)).await
+    ferrolb_runtime::http::serve_on(listener, move |path| answer(&metrics, &health, path)).await
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use ferrolb_proto::http::response;
+    use ferrolb_runtime::http::response;
     use hyper::StatusCode;
 
     #[test]

@@ -118,7 +118,7 @@ impl Metrics {
         );
         r.register("ferrolb_controller_leader", "1 while this replica is the leader", m.leader.clone());
         // Which build runs (the revision comes from buildinfo/build.rs, as in `--version`).
-        ferrolb_proto::build_info::register(&mut r, env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
+        ferrolb_runtime::build_info::register(&mut r, env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         // Exported at 0 from the start, so that the first failure is an increase
         // (FerrolbAllocationFailing in manifests/components/monitoring).
         for result in ["assigned", "failed"] {
@@ -193,7 +193,7 @@ mod tests {
     #[test]
     fn build_info_names_the_version_and_revision() {
         let text = Metrics::new().encode();
-        let line = ferrolb_proto::build_info::sample(env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
+        let line = ferrolb_runtime::build_info::sample(env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
     }
 

@@ -20,7 +20,7 @@ mod resource;
 mod selector;
 mod service;
 mod store;
-pub use ferrolb_proto::wait;
+pub use ferrolb_testkit::wait;
 mod watch;
 
 use std::collections::{BTreeMap, BTreeSet};

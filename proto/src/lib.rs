@@ -1,8 +1,10 @@
 //! ferrolb's protocols, without Kubernetes: BGP-4 ([`bgp`]), BFD ([`bfd`]), ARP/NDP
 //! announcements ([`l2`]), SWIM membership ([`membership`]) and the L2 owner election
 //! ([`election`]). The speaker and ferrolb-bootstrap drive them; the fuzz targets
-//! (`proto/fuzz`) feed their decoders. With feature `crd`, module `crd` translates the
-//! BGPPeer and BFDProfile resources into their settings.
+//! (`proto/fuzz`) feed their decoders. Nothing here knows Kubernetes: the BGPPeer and
+//! BFDProfile resources become these protocols' settings in `ferrolb_api::settings`,
+//! and what every binary runs besides (the metrics endpoint, build info, accept
+//! back-off) is `ferrolb-runtime`'s.
 //!
 //! # One sans-IO shape
 //!
@@ -25,17 +27,8 @@
 //! The binaries' own timers are spelled the same way: ferrolb-bootstrap's health gate
 //! (`handle`, `poll_transmit` for the next probe, `poll_timeout`, `poll_event`), its
 //! BGP drain and L2 holder, and the speaker's drain timers (`handle`, `poll_timeout`).
-pub mod accept;
 pub mod bfd;
 pub mod bgp;
-pub mod build_info;
-#[cfg(feature = "crd")]
-pub mod crd;
 pub mod election;
-pub mod http;
 pub mod l2;
 pub mod membership;
-pub mod test_env;
-/// Bounded waits for async tests (feature `test-kit`; `ferrolb_fakeapi::wait` re-exports it).
-#[cfg(any(test, feature = "test-kit"))]
-pub mod wait;

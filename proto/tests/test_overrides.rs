@@ -1,5 +1,5 @@
 //! `FERROLB_TEST_*` environment overrides take effect in debug builds only: every read of
-//! one in the workspace goes through `ferrolb_proto::test_env::test_override`, and a debug
+//! one in the workspace goes through `ferrolb_runtime::test_env::test_override`, and a debug
 //! build (what the labs run) still honours them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
@@ -10,7 +10,7 @@ use std::time::Duration;
 use ferrolb_proto::membership::{TEST_ROTATION_WINDOW_ENV, auth, rotation_window};
 
 /// The one file allowed to read a `FERROLB_TEST_*` variable itself.
-const HELPER: &str = "proto/src/test_env.rs";
+const HELPER: &str = "runtime/src/test_env.rs";
 
 /// The workspace's Rust sources, as (path relative to the workspace, text).
 fn workspace_sources() -> Vec<(String, String)> {

@@ -163,7 +163,7 @@ impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
         let mut root = Registry::default();
-        ferrolb_proto::build_info::register(&mut root, env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
+        ferrolb_runtime::build_info::register(&mut root, env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         // These three register their own `ferrolb_`-prefixed names.
         let l2 = L2Metrics::new(&mut root);
         let membership = MembershipMetrics::new(&mut root);
@@ -311,7 +311,7 @@ impl Metrics {
     }
 
     /// The answer to `GET path`: (status line, content type, body).
-    pub fn answer(&self, path: &str) -> ferrolb_proto::http::Answer {
+    pub fn answer(&self, path: &str) -> ferrolb_runtime::http::Answer {
         match path {
             "/metrics" => {
                 ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", self.encode())
@@ -334,7 +334,7 @@ impl Metrics {
 
     /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` until the runtime stops.
     pub async fn serve(self: Arc<Self>, addr: SocketAddr) -> std::io::Result<()> {
-        ferrolb_proto::http::serve(addr, move |path| self.answer(path)).await
+        ferrolb_runtime::http::serve(addr, move |path| self.answer(path)).await
     }
 }
 
@@ -379,7 +379,7 @@ mod tests {
     #[test]
     fn build_info_names_the_version_and_revision() {
         let text = Metrics::new().encode();
-        let line = ferrolb_proto::build_info::sample(env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
+        let line = ferrolb_runtime::build_info::sample(env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         assert!(text.lines().any(|l| l == line), "{line:?} missing in\n{text}");
     }
 

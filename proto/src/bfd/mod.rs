@@ -5,8 +5,8 @@
 //! * [`session`]: the sans-IO state machine, `Session::handle(now, Input)` +
 //!   `poll_transmit()` / `poll_timeout()` / `poll_event()`.
 //! * [`driver`]: tokio sockets and tasks (RFC 5881), `Bfd::spawn(BfdConfig) -> BfdHandle`
-//!   whose `state()` is a `watch::Receiver<BfdState>`. `crate::crd::bfd_session_config`
-//!   (feature `crd`) maps a BFDProfile to a [`SessionConfig`].
+//!   whose `state()` is a `watch::Receiver<BfdState>`. `ferrolb_api::settings::bfd_session_config`
+//!   (feature `settings`) maps a BFDProfile to a [`SessionConfig`].
 //! * [`metrics`]: `ferrolb_bfd_session_up{peer}`, `ferrolb_bfd_state_transitions_total`.
 //!
 //! Wiring a BGP peer with `bfdProfile: NAME` (RFC 5882 §4.3: BFD Down tears BGP down):

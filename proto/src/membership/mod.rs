@@ -53,7 +53,7 @@ pub const TEST_ROTATION_WINDOW_ENV: &str = "FERROLB_TEST_MEMBERSHIP_ROTATION_WIN
 /// The key rotation window: [`auth::ROTATION_WINDOW`], unless a test set
 /// [`TEST_ROTATION_WINDOW_ENV`].
 pub fn rotation_window() -> Duration {
-    crate::test_env::test_override(TEST_ROTATION_WINDOW_ENV)
+    ferrolb_runtime::test_env::test_override(TEST_ROTATION_WINDOW_ENV)
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map_or(auth::ROTATION_WINDOW, Duration::from_millis)
 }

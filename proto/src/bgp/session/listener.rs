@@ -21,9 +21,9 @@ impl Listener {
         let peers: Arc<Mutex<HashMap<IpAddr, SessionHandle>>> = Arc::default();
         let (l, p) = (listener.clone(), peers.clone());
         let task = tokio::spawn(async move {
-            let mut backoff = crate::accept::AcceptBackoff::default();
+            let mut backoff = ferrolb_runtime::accept::AcceptBackoff::default();
             loop {
-                let (stream, from) = crate::accept::accept(&*l, &mut backoff, "BGP").await;
+                let (stream, from) = ferrolb_runtime::accept::accept(&*l, &mut backoff, "BGP").await;
                 let ip = match from.ip() {
                     IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
                     v4 => v4,

@@ -47,7 +47,7 @@ fn setup_with(
 }
 
 async fn wait_for(h: &SessionHandle, what: &str, f: impl Fn(&SessionStatus) -> bool) -> SessionStatus {
-    crate::wait::until_watched_within(what, Duration::from_secs(10), &mut h.watch_status(), f).await
+    ferrolb_testkit::wait::until_watched_within(what, Duration::from_secs(10), &mut h.watch_status(), f).await
 }
 
 fn routes() -> BTreeMap<IpNet, Arc<PathAttributes>> {

@@ -28,13 +28,13 @@ use tokio::time::Instant;
 use crate::metrics::{Metrics, PeerLabel};
 use crate::model::ClusterModel;
 use crate::plan::{Announcements, RouteAttrs};
+use ferrolb_api::settings::{self, PeerError};
 use ferrolb_proto::bfd::{self, Bfd, BfdConfig, BfdHandle, BfdState};
 use ferrolb_proto::bgp::error::subcode;
 use ferrolb_proto::bgp::fsm::State;
 use ferrolb_proto::bgp::session::{self, Listener, Routes, SessionConfig, SessionHandle, SessionStatus};
 use ferrolb_proto::bgp::socket::Password;
 use ferrolb_proto::bgp::{Community, LargeCommunity, PathAttributes};
-use ferrolb_proto::crd::{self, PeerError};
 
 /// Everything a session is built from; a change means a new session.
 #[derive(Debug, Clone, PartialEq)]
@@ -133,7 +133,7 @@ struct PeerSession {
 /// Builds the session config of a BGPPeer for this node.
 fn session_config(name: &str, s: &PeerSettings, restarting: bool) -> Result<SessionConfig, PeerError> {
     let next_hops = (s.next_hop_v4, s.next_hop_v6);
-    crd::peer_session_config(
+    settings::peer_session_config(
         name,
         &s.spec,
         s.password.clone(),
@@ -242,7 +242,7 @@ impl BgpAnnouncer {
             IpAddr::V6(v6) => Some(*v6),
             IpAddr::V4(_) => None,
         });
-        let router_id = crd::router_id(name, &spec, node_v4, &format!("node {}", self.node))?;
+        let router_id = settings::router_id(name, &spec, node_v4, &format!("node {}", self.node))?;
         // Static mode: from passwordFile; Kubernetes mode: from the passwordSecret.
         let password = passwords.get(name).cloned();
         let bfd = match &spec.bfd_profile {
@@ -254,7 +254,7 @@ impl BgpAnnouncer {
                     problem: format!("no BFDProfile is named {profile:?}"),
                     fix: "create the BFDProfile or remove spec.bfdProfile",
                 })?;
-                Some(crd::bfd_session_config(p).map_err(|e| PeerError {
+                Some(settings::bfd_session_config(p).map_err(|e| PeerError {
                     peer: name.to_owned(),
                     field: "spec.bfdProfile",
                     problem: e.to_string(),

@@ -1,17 +1,18 @@
-//! The one translation of the CRDs into protocol settings (feature `crd`): BGPPeer →
-//! BGP session config and its router-id default, BFDProfile → BFD session config. The
-//! speaker and ferrolb-bootstrap both use it, so a field means the same in both.
+//! The one translation of the CRDs into protocol settings (feature `settings`, which
+//! pulls `ferrolb-proto`): BGPPeer → BGP session config and its router-id default,
+//! BFDProfile → BFD session config. The speaker and ferrolb-bootstrap both use it, so a
+//! field means the same in both.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use ferrolb_api::{AddressFamily, BfdProfile, BgpPeerSpec};
+use ferrolb_proto::bfd::{SessionConfig as BfdSessionConfig, Timers};
+use ferrolb_proto::bgp::Family;
+use ferrolb_proto::bgp::fsm::{GracefulRestartConfig, PeerConfig};
+use ferrolb_proto::bgp::session::SessionConfig;
+use ferrolb_proto::bgp::socket::Password;
 
-use crate::bfd::{SessionConfig as BfdSessionConfig, Timers};
-use crate::bgp::Family;
-use crate::bgp::fsm::{GracefulRestartConfig, PeerConfig};
-use crate::bgp::session::SessionConfig;
-use crate::bgp::socket::Password;
+use crate::{AddressFamily, BfdProfile, BgpPeerSpec};
 
 /// Why a BGPPeer cannot get a session on this node.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,7 +76,7 @@ pub fn peer_session_config(
             "write an IPv4 or IPv6 address",
         )
     })?;
-    let secs = |d: Result<ferrolb_api::Duration, ferrolb_api::DurationError>, field| {
+    let secs = |d: Result<crate::Duration, crate::DurationError>, field| {
         d.map(|d| d.0).map_err(|e| err(field, e.to_string(), "write a duration such as 90s"))
     };
     let hold = secs(spec.hold_time(), "spec.holdTime")?;
@@ -159,7 +160,7 @@ pub fn bfd_session_config(profile: &BfdProfile) -> Result<BfdSessionConfig, Prof
     let name = profile.metadata.name.clone().unwrap_or_default();
     let spec = &profile.spec;
     let err = |field, reason: String| ProfileError { profile: name.clone(), field, reason };
-    let interval = |field: &'static str, d: Result<ferrolb_api::Duration, ferrolb_api::DurationError>| {
+    let interval = |field: &'static str, d: Result<crate::Duration, crate::DurationError>| {
         let d = d.map_err(|e| err(field, format!("{e}; write a duration such as 300ms")))?.std();
         if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&d) {
             return Err(err(field, format!("{d:?} is outside 10ms..60s; pick a value in that range")));
@@ -181,7 +182,7 @@ pub fn bfd_session_config(profile: &BfdProfile) -> Result<BfdSessionConfig, Prof
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use ferrolb_api::BfdProfileSpec;
+    use crate::BfdProfileSpec;
 
     fn profile(f: impl FnOnce(&mut BfdProfileSpec)) -> BfdProfile {
         let mut spec = BfdProfileSpec::default();

@@ -1,7 +1,7 @@
 //! Bounded polls for async tests: wait on a condition, never on a bare sleep. One
-//! spelling for every test crate: here so that proto's own tests can use it without
-//! Kubernetes, re-exported as `ferrolb_fakeapi::wait` (the labs' thread-based polls
-//! are `ferrolb_testbed::wait`).
+//! spelling for every test crate, proto's own tests included (no Kubernetes here),
+//! re-exported as `ferrolb_fakeapi::wait` (the labs' thread-based polls are
+//! `ferrolb_testbed::wait`).
 
 use std::fmt::Debug;
 use std::future::Future;
