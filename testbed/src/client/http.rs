@@ -1,0 +1,112 @@
+//! HTTP between lab namespaces: a GET from a client, and a tiny server answering every
+//! request with a fixed body.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::Error;
+use crate::netns::Netns;
+
+/// Fetches `http://addr:port/path` from inside `ns`; returns the body.
+pub fn http_get(ns: &Netns, addr: SocketAddr, path: &str, timeout: Duration) -> Result<String, Error> {
+    let path = path.to_string();
+    ns.run(move || -> Result<String, Error> {
+        let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
+        // One write: `write!` would send each formatted piece as its own segment, and a
+        // server that answers after its first read closes with the rest unread (RST).
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())?;
+        let mut resp = String::new();
+        s.read_to_string(&mut resp)?;
+        let (head, body) =
+            resp.split_once("\r\n\r\n").ok_or_else(|| Error::Parse(format!("HTTP response: {resp}")))?;
+        if !head.starts_with("HTTP/1.") || head.split_whitespace().nth(1).is_none_or(|c| c != "200") {
+            return Err(Error::Parse(format!("HTTP status: {head}")));
+        }
+        Ok(body.to_string())
+    })?
+}
+
+/// A tiny HTTP server inside a namespace answering every request with a fixed body
+/// (which node answered). Stops when dropped.
+pub struct HttpServer {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for HttpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HttpServer")
+    }
+}
+
+impl HttpServer {
+    /// Serves `body` on `bind` inside `ns`.
+    pub fn start(ns: &Netns, bind: SocketAddr, body: &str) -> Result<Self, Error> {
+        let listener = ns.run(move || -> std::io::Result<TcpListener> {
+            let s = Socket::new(Domain::for_address(bind), Type::STREAM, Some(Protocol::TCP))?;
+            s.set_reuse_address(true)?;
+            // Bind to addresses that are not (yet) configured, like a VIP before takeover.
+            if bind.is_ipv4() {
+                s.set_freebind_v4(true)?;
+            } else {
+                s.set_freebind_v6(true)?;
+            }
+            s.bind(&bind.into())?;
+            s.listen(64)?;
+            let l: TcpListener = s.into();
+            l.set_nonblocking(true)?;
+            Ok(l)
+        })??;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (stop2, body) = (stop.clone(), body.to_string());
+        let handle = std::thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut s, _)) => {
+                        let _ = s.set_nonblocking(false);
+                        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                        read_request_head(&mut s);
+                        let _ = write!(
+                            s,
+                            "HTTP/1.0 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Ok(HttpServer { stop, handle: Some(handle) })
+    }
+}
+
+/// Reads until the end of the request head (or 8 KiB, EOF, error or the read timeout),
+/// so the answer never races request bytes still arriving: closing a socket with
+/// unread data resets the connection.
+fn read_request_head(s: &mut TcpStream) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(buf.get(..n).unwrap_or_default()),
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
