@@ -22,22 +22,30 @@
 //! (testbed/kube/build.sh), the debug binaries the image holds, containerd, runc and a C
 //! compiler (testbed/prereqs.sh).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant, SystemTime};
+mod cold_start;
+mod install;
+mod upgrade;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use serde_json::Value;
 
 use super::Timeline;
-use crate::client::{self, ArpProbes, ArpReport, ProbeReport, ProbeStream};
+use crate::client;
 use crate::cluster::vip::{Bootstrap, vip_server};
 use crate::cluster::{self, Cluster, ClusterConfig, ferrolb, node_ready};
 use crate::image::{self, Dockerfile};
 use crate::kubeapi::Objects;
-use crate::routers::{self, Bird, RouterSpec};
-use crate::speaker::yaml;
+use crate::routers::{Bird, RouterSpec};
 use crate::{Error, Lab, LabConfig, plan, wait};
+
+use cold_start::cold_start;
+use install::install;
+use upgrade::upgrade;
+pub use upgrade::{ARP_PROBE, ARP_SENDERS, PROBE, SpeakerPod, Upgrade};
 
 /// Control-plane nodes: node1..node3.
 pub const CONTROL_PLANES: usize = 3;
@@ -51,19 +59,6 @@ const T: Duration = Duration::from_secs(240);
 pub const IMAGE: &str = "localhost/ferrolb:circle";
 /// The speaker DaemonSet's image after the upgrade: a second archive, another tag.
 pub const IMAGE_NEXT: &str = "localhost/ferrolb:circle-next";
-/// Interval of the client's connection probes during the upgrade.
-pub const PROBE: Duration = Duration::from_millis(10);
-/// A probe whose handshake takes longer is lost (a SYN the kernel must resend).
-const PROBE_TIMEOUT: Duration = Duration::from_millis(900);
-/// Interval of the client's ARP requests for the L2 Service during the upgrade.
-pub const ARP_PROBE: Duration = Duration::from_millis(10);
-
-/// How many sender addresses take turns asking: an answer up to `ARP_PROBE ×
-/// ARP_SENDERS` (500 ms) late still counts for its request.
-pub const ARP_SENDERS: u8 = 50;
-
-/// A speaker pod: its name, its node, the image of its running container.
-pub type SpeakerPod = (String, String, String);
 
 /// What the demo measured.
 #[derive(Debug)]
@@ -74,25 +69,6 @@ pub struct Report {
     pub upgrade: Upgrade,
     /// Time from power-on to each cold-start milestone, in order.
     pub cold_start: Vec<(String, Duration)>,
-}
-
-/// The speaker DaemonSet rolled from [`IMAGE`] to [`IMAGE_NEXT`] by the real DaemonSet
-/// controller, with the client's TCP connection probes running all along.
-#[derive(Debug)]
-pub struct Upgrade {
-    /// `kubectl set image` to `kubectl rollout status` done.
-    pub took: Duration,
-    /// The speaker pods before (name, node, image).
-    pub before: Vec<SpeakerPod>,
-    /// The speaker pods after, each Ready.
-    pub after: Vec<SpeakerPod>,
-    /// The L2 Service's address and its probes.
-    pub l2: (IpAddr, ProbeReport),
-    /// The client's ARP requests for the L2 Service's address: a new client resolving
-    /// it at any moment of the upgrade.
-    pub arp: ArpReport,
-    /// The BGP Service's address and its probes.
-    pub bgp: (IpAddr, ProbeReport),
 }
 
 fn check(cond: bool, what: impl FnOnce() -> String) -> Result<(), Error> {
@@ -115,69 +91,6 @@ fn worker_apiserver_peers(lab: &Lab) -> Result<Vec<String>, Error> {
     Ok(out.lines().filter_map(|l| l.split_whitespace().last()).map(str::to_owned).collect())
 }
 
-/// The Services' backend: a Deployment of ferrolb's image whose one process serves HTTP
-/// on the pod network (a speaker in static mode with nothing to announce: its /metrics).
-fn backend() -> String {
-    let node = yaml::node(1).replace('\n', "\n    ");
-    format!(
-        r#"apiVersion: v1
-kind: ConfigMap
-metadata: {{name: web-static, namespace: default}}
-data:
-  static.yaml: |
-    {node}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: web, namespace: default}}
-spec:
-  replicas: 1
-  selector: {{matchLabels: {{app: web}}}}
-  template:
-    metadata: {{labels: {{app: web}}}}
-    spec:
-      automountServiceAccountToken: false
-      containers:
-      - name: web
-        image: {IMAGE}
-        command: [/usr/local/bin/ferrolb-speaker]
-        args: [--node-name, node1, --static, /etc/web/static.yaml, --metrics-addr, "0.0.0.0:8080"]
-        ports: [{{containerPort: 8080}}]
-        readinessProbe:
-          httpGet: {{path: /readyz, port: 8080}}
-          periodSeconds: 1
-        volumeMounts: [{{name: static, mountPath: /etc/web}}]
-      volumes: [{{name: static, configMap: {{name: web-static}}}}]
-"#
-    )
-}
-
-/// BGP to the router (the L2 pool comes from manifests/examples/l2.yaml) and two
-/// Services of policy Cluster, one per pool: every node may carry their traffic, so a
-/// speaker leaving hands its part over rather than taking it down.
-fn bgp_and_services() -> String {
-    let service = |name: &str, pool: &str| {
-        format!(
-            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: default\n  annotations:\n    \
-             ferrolb.io/address-pool: {pool}\nspec:\n  type: LoadBalancer\n  selector: {{app: web}}\n  \
-             ports: [{{port: 80, targetPort: 8080, protocol: TCP}}]\n"
-        )
-    };
-    yaml::stream(&[
-        yaml::pool("public", &[plan::BGP_POOL_V4]),
-        yaml::peer("router", plan::NODE_ASN, plan::ROUTER_ASN, plan::ROUTER_V4.into(), &[]),
-        yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
-        service("web-l2", "lan"),
-        service("web-bgp", "public"),
-    ])
-}
-
-/// Unix microseconds now.
-fn now_us() -> i64 {
-    let d = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
-}
-
 fn kubectl_json(cluster: &Cluster, args: &[&str]) -> Result<Value, Error> {
     let mut all = args.to_vec();
     all.extend(["-o", "json"]);
@@ -193,50 +106,8 @@ pub fn running_and_ready(pod: &Value) -> bool {
             .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
-/// Whether every pod the selector picks in `ns` has all its containers started after
-/// `since_us` (Unix µs) and is Ready: started by the kubelets after the cold start.
-fn pods_restarted_ready(cluster: &Cluster, ns: &str, selector: &str, want: usize, since_us: i64) -> bool {
-    let Ok(pods) = kubectl_json(cluster, &["get", "pods", "-n", ns, "-l", selector]) else {
-        return false;
-    };
-    let items = pods["items"].as_array().cloned().unwrap_or_default();
-    items.len() == want
-        && items.iter().all(|p| {
-            running_and_ready(p)
-                && p["status"]["containerStatuses"].as_array().is_some_and(|cs| {
-                    cs.iter().all(|c| {
-                        c["state"]["running"]["startedAt"]
-                            .as_str()
-                            .and_then(cluster::audit::rfc3339_us)
-                            // startedAt has whole seconds.
-                            .is_some_and(|t| t + 1_000_000 > since_us)
-                    })
-                })
-        })
-}
-
-/// The speaker pods by node, and whether all are Ready.
-fn speaker_pods(cluster: &Cluster) -> Result<(Vec<SpeakerPod>, bool), Error> {
-    let pods = kubectl_json(cluster, &["get", "pods", "-n", ferrolb::NAMESPACE, "-l", SPEAKERS])?;
-    let items = pods["items"].as_array().cloned().unwrap_or_default();
-    let ready = items.iter().all(running_and_ready);
-    let mut out: Vec<SpeakerPod> = items
-        .iter()
-        .map(|p| {
-            let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-            (
-                s(&p["metadata"]["name"]),
-                s(&p["spec"]["nodeName"]),
-                s(&p["status"]["containerStatuses"][0]["image"]),
-            )
-        })
-        .collect();
-    out.sort_by(|a, b| a.1.cmp(&b.1));
-    Ok((out, ready))
-}
-
+/// The speaker pods' label selector.
 const SPEAKERS: &str = "app.kubernetes.io/component=speaker";
-const CONTROLLERS: &str = "app.kubernetes.io/component=controller";
 
 /// What the client's path to a Service address looks like, for a failure message.
 pub fn diagnose(lab: &Lab, cluster: &Cluster, a: IpAddr) -> String {
@@ -429,258 +300,4 @@ fn circle(t: &Timeline, lab: &Lab, cluster: &Cluster, boot: &Bootstrap) -> Resul
     }
     t.say("ferrolb-bootstrap-node1..3: the kubelets' static pods, Running and Ready");
     Ok(())
-}
-
-/// ferrolb from `manifests/` on the kubelets, its configuration, the Services; returns
-/// the example Service's ingress and the addresses of web-l2 and web-bgp.
-fn install(
-    t: &Timeline,
-    lab: &Lab,
-    bird: &Bird,
-    cluster: &Cluster,
-) -> Result<(String, IpAddr, IpAddr), Error> {
-    let installed = Instant::now();
-    // The speaker as shipped: no argument added (its heartbeat defaults included).
-    ferrolb::install_on_kubelets(cluster, &lab.dir().join("kustomize"), "l2-bgp", IMAGE, &[])?;
-    t.say(format!("kubectl apply -k (manifests/overlays/l2-bgp, image {IMAGE}, speaker defaults)"));
-    let ns = ferrolb::NAMESPACE;
-    ferrolb::wait_jsonpath(
-        cluster,
-        &["daemonset", "-n", ns, "ferrolb-speaker"],
-        "{.status.numberReady}",
-        T,
-        |n| n == NODES.to_string(),
-    )?;
-    t.say(format!(
-        "speaker DaemonSet Ready on {NODES} nodes {:.1} s after kubectl apply",
-        installed.elapsed().as_secs_f64()
-    ));
-    ferrolb::wait_jsonpath(
-        cluster,
-        &["deployment", "-n", ns, "ferrolb-controller"],
-        "{.status.readyReplicas}",
-        T,
-        |n| n == "2",
-    )?;
-    t.say(format!(
-        "controller Deployment 2/2 Ready {:.1} s after kubectl apply",
-        installed.elapsed().as_secs_f64()
-    ));
-    let pods = kubectl_json(cluster, &["get", "pods", "-n", ns])?;
-    let mut speaker_nodes = Vec::new();
-    for pod in pods["items"].as_array().into_iter().flatten() {
-        let spec = &pod["spec"];
-        let name = &pod["metadata"]["name"];
-        check(spec["containers"][0]["image"] == IMAGE, || {
-            format!("{name} runs {}", spec["containers"][0]["image"])
-        })?;
-        match spec["serviceAccountName"].as_str().unwrap_or_default() {
-            "ferrolb-speaker" => {
-                let args = &spec["containers"][0]["args"];
-                let tuned = args
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|x| x.as_str().is_some_and(|a| a.starts_with("--l2-heartbeat")));
-                check(!tuned, || {
-                    format!("{name} runs with heartbeat flags the manifests do not set: {args}")
-                })?;
-                speaker_nodes.push(spec["nodeName"].as_str().unwrap_or_default().to_owned());
-            }
-            "ferrolb-controller" => {
-                // On the pod network, not the node's.
-                let ip = pod["status"]["podIP"].as_str().unwrap_or_default();
-                check(ip.starts_with("198.19.2"), || format!("controller pod IP {ip}"))?;
-            }
-            other => return Err(Error::Check(format!("a pod of ServiceAccount {other} in {ns}"))),
-        }
-    }
-    speaker_nodes.sort();
-    check(speaker_nodes == (1..=NODES).map(plan::node_name).collect::<Vec<_>>(), || {
-        format!("speakers on {speaker_nodes:?}")
-    })?;
-    println!(
-        "\n--- kubectl get pods -A -o wide ---\n{}",
-        cluster.kubectl(&["get", "pods", "-A", "-o", "wide"])?
-    );
-
-    // LoadBalancer Services get addresses and the client reaches their pod.
-    let examples = ferrolb::manifests_dir().join("examples");
-    cluster.kubectl(&["apply", "-f", &examples.join("l2.yaml").display().to_string()])?;
-    cluster.kubectl_stdin(&["apply", "-f", "-"], &backend())?;
-    let service_at = Instant::now();
-    cluster.kubectl(&["apply", "-f", &examples.join("service.yaml").display().to_string()])?;
-    cluster.kubectl_stdin(&["apply", "-f", "-"], &bgp_and_services())?;
-    t.say(
-        "kubectl apply: manifests/examples/l2.yaml and service.yaml (web, Local), a BGPPeer to the router, \
-         Services web-l2 (pool lan) and web-bgp (pool public), a Deployment of app=web",
-    );
-    let ingress = wait_ingress(cluster, "web")?;
-    t.say(format!(
-        "Service web got {ingress} {:.1} s after it was created",
-        service_at.elapsed().as_secs_f64()
-    ));
-    let l2 = first_v4(&wait_ingress(cluster, "web-l2")?)?;
-    let bgp = first_v4(&wait_ingress(cluster, "web-bgp")?)?;
-    t.say(format!("Service web-l2 got {l2}, web-bgp got {bgp}"));
-    reach(lab, cluster, first_v4(&ingress)?, "")?;
-    t.say(format!("client → http://{}/metrics on the LAN: the web pod answers", first_v4(&ingress)?));
-    let hops: Vec<IpAddr> = (1..=NODES).map(plan::node_ip).collect();
-    routers::wait_established(bird, &hops, T)?;
-    routers::wait_kernel_route(lab.router(), &format!("{bgp}/32"), &hops, T)?;
-    t.say(format!("router: {NODES} BGP sessions Established, {bgp}/32 ECMP over every node"));
-    for a in [l2, bgp] {
-        reach(lab, cluster, a, "")?;
-    }
-    t.say(format!(
-        "client → http://{l2}/metrics (ARP) and http://{bgp}/metrics (through the router): answered"
-    ));
-
-    // ferrolb's components authenticated with their ServiceAccounts' tokens (the pods
-    // hold no other credential: in-cluster config, no kubeconfig mounted).
-    let audit = cluster.audit();
-    for sa in [ferrolb::SPEAKER_SA, ferrolb::CONTROLLER_SA] {
-        let user = format!("system:serviceaccount:{ns}:{sa}");
-        check(audit.iter().any(|r| r.user == user), || format!("no request by {user}"))?;
-    }
-    Ok((ingress, l2, bgp))
-}
-
-/// The speaker DaemonSet rolled to [`IMAGE_NEXT`] under the client's probes.
-fn upgrade(t: &Timeline, lab: &Lab, cluster: &Cluster, l2: IpAddr, bgp: IpAddr) -> Result<Upgrade, Error> {
-    let probes =
-        [l2, bgp].map(|a| ProbeStream::connect(lab.client(), SocketAddr::new(a, 80), PROBE, PROBE_TIMEOUT));
-    let [l2_probe, bgp_probe] = probes;
-    let (l2_probe, bgp_probe) = (l2_probe?, bgp_probe?);
-    for p in [&l2_probe, &bgp_probe] {
-        p.wait_answered(100, T)?;
-    }
-    // Unused LAN addresses (the client's is .100, the nodes' .11-.19, the L2 pool .200-).
-    let senders: Vec<Ipv4Addr> = (0..ARP_SENDERS).map(|k| Ipv4Addr::new(192, 0, 2, 150 + k)).collect();
-    let IpAddr::V4(l2_v4) = l2 else { return Err(Error::Check(format!("{l2} is not IPv4"))) };
-    let arp = ArpProbes::start(lab.client(), "eth0", l2_v4, ARP_PROBE, &senders)?;
-    t.say(format!(
-        "client: a TCP connection to {l2}:80 and to {bgp}:80 every {} ms, an ARP request for {l2} every {} ms \
-         (an answer up to {} ms late counts)",
-        PROBE.as_millis(),
-        ARP_PROBE.as_millis(),
-        (ARP_PROBE * u32::from(ARP_SENDERS)).as_millis()
-    ));
-    let (before, _) = speaker_pods(cluster)?;
-    let ns = ferrolb::NAMESPACE;
-    let started = Instant::now();
-    cluster.kubectl(&[
-        "-n",
-        ns,
-        "set",
-        "image",
-        "daemonset/ferrolb-speaker",
-        &format!("speaker={IMAGE_NEXT}"),
-    ])?;
-    t.say(format!("kubectl -n {ns} set image daemonset/ferrolb-speaker speaker={IMAGE_NEXT}"));
-    cluster.kubectl(&["-n", ns, "rollout", "status", "daemonset/ferrolb-speaker", "--timeout=600s"])?;
-    let took = started.elapsed();
-    t.say(format!(
-        "kubectl rollout status: the DaemonSet controller replaced {NODES} speakers in {:.1} s",
-        took.as_secs_f64()
-    ));
-    let after = wait::until_value(
-        "every new speaker Ready",
-        T,
-        || speaker_pods(cluster),
-        |(pods, ready)| *ready && pods.len() == NODES && pods.iter().all(|p| p.2.ends_with(IMAGE_NEXT)),
-    )?
-    .0;
-    check(after.iter().all(|p| before.iter().all(|b| b.0 != p.0)), || {
-        format!("speaker pods not replaced: before {before:?}, after {after:?}")
-    })?;
-    for p in [&l2_probe, &bgp_probe] {
-        p.wait_answered(100, T)?;
-    }
-    let arp = arp.stop()?;
-    let owners: Vec<String> = arp
-        .owners
-        .iter()
-        .map(|mac| (1..=NODES).find(|i| plan::node_mac(*i) == *mac).map_or(mac.clone(), plan::node_name))
-        .collect();
-    t.say(format!(
-        "client ARP for {l2} during the upgrade: {} requests, {} unanswered {:?}, {} answered by two nodes \
-         (handovers); owners {}",
-        arp.sent,
-        arp.unanswered.len(),
-        arp.unanswered,
-        arp.answered_twice,
-        owners.join(" → ")
-    ));
-    for (pod, node, _) in &after {
-        let logs = cluster.kubectl(&["logs", "-n", ns, pod]).unwrap_or_default();
-        for line in logs.lines().filter(|l| l.contains("L2:") || l.contains("membership")) {
-            println!("  {node} {}", line.trim());
-        }
-    }
-    let l2_report = l2_probe.stop(Duration::ZERO);
-    let bgp_report = bgp_probe.stop(Duration::ZERO);
-    for (a, r) in [(l2, &l2_report), (bgp, &bgp_report)] {
-        t.say(format!(
-            "client → {a}:80 during the upgrade: {} connections, {} failed, longest outage {:.0} ms",
-            r.sent,
-            r.lost(),
-            r.max_outage().as_secs_f64() * 1000.0
-        ));
-    }
-    Ok(Upgrade { took, before, after, l2: (l2, l2_report), arp, bgp: (bgp, bgp_report) })
-}
-
-/// Power loss of the whole lab and its cold start; returns each milestone's time.
-fn cold_start(
-    t: &Timeline,
-    lab: &Lab,
-    cluster: &mut Cluster,
-    addresses: &[IpAddr],
-) -> Result<Vec<(String, Duration)>, Error> {
-    let ns = ferrolb::NAMESPACE;
-    let name = plan::node_name(WORKER);
-    let vip_port = format!("{}:{}", cluster::VIP_V4, cluster::APISERVER_PORT);
-    cluster.power_off(lab);
-    check(holders(lab).is_empty(), || "the VIP survived the power-off".into())?;
-    t.say("power off: every process of the cluster SIGKILLed, mounts, cgroups and the VIP gone; disks kept");
-    let since_us = now_us();
-    let t0 = Instant::now();
-    let mut milestones = Vec::new();
-    let mut milestone = |what: String| {
-        t.say(format!("cold start: {what} after {:.1} s", t0.elapsed().as_secs_f64()));
-        milestones.push((what, t0.elapsed()));
-    };
-    cluster.power_on()?;
-    milestone("every process started".into());
-    wait::until_value("the VIP after the cold start", T, || Ok(holders(lab)), |h| h.len() == 1)?;
-    milestone("VIP up from the checkpoints".into());
-    wait::until(&format!("{name} renewing its Lease through the VIP after the cold start"), T, || {
-        let renew = cluster
-            .kubectl(&["get", "lease", "-n", "kube-node-lease", &name, "-o", "jsonpath={.spec.renewTime}"])
-            .ok();
-        Ok(renew.as_deref().and_then(cluster::audit::rfc3339_us).filter(|t| *t > since_us))
-    })?;
-    milestone(format!("{name} registered (Lease renewed) through the VIP"));
-    let peers = worker_apiserver_peers(lab)?;
-    check(peers.iter().all(|p| *p == vip_port), || format!("{name}: {peers:?}"))?;
-    wait::until_holds("the speakers restarted and Ready", T, || {
-        pods_restarted_ready(cluster, ns, SPEAKERS, NODES, since_us)
-    })?;
-    milestone(format!("{NODES} speakers Ready"));
-    wait::until_holds("the controllers restarted and Ready", T, || {
-        pods_restarted_ready(cluster, ns, CONTROLLERS, 2, since_us)
-    })?;
-    milestone("2 controllers Ready".into());
-    let examples = ferrolb::manifests_dir().join("examples");
-    let cold =
-        std::fs::read_to_string(examples.join("service.yaml"))?.replace("name: web\n", "name: web-cold\n");
-    cluster.kubectl_stdin(&["apply", "-f", "-"], &cold)?;
-    let cold_ingress = wait_ingress(cluster, "web-cold")?;
-    milestone(format!("a new Service got {cold_ingress}"));
-    for a in addresses.iter().copied().chain([first_v4(&cold_ingress)?]) {
-        reach(lab, cluster, a, " after the cold start")?;
-        milestone(format!("the client reached {a}:80"));
-    }
-    Ok(milestones)
 }

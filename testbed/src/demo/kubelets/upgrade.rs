@@ -1,0 +1,157 @@
+//! The speaker DaemonSet's rolling upgrade to a second image under the client's TCP
+//! connection probes and ARP requests ([`Upgrade`]).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{IMAGE_NEXT, NODES, SPEAKERS, T, check, kubectl_json, running_and_ready};
+use crate::client::{ArpProbes, ArpReport, ProbeReport, ProbeStream};
+use crate::cluster::{Cluster, ferrolb};
+use crate::demo::Timeline;
+use crate::{Error, Lab, plan, wait};
+
+/// Interval of the client's connection probes during the upgrade.
+pub const PROBE: Duration = Duration::from_millis(10);
+/// A probe whose handshake takes longer is lost (a SYN the kernel must resend).
+const PROBE_TIMEOUT: Duration = Duration::from_millis(900);
+/// Interval of the client's ARP requests for the L2 Service during the upgrade.
+pub const ARP_PROBE: Duration = Duration::from_millis(10);
+
+/// How many sender addresses take turns asking: an answer up to `ARP_PROBE ×
+/// ARP_SENDERS` (500 ms) late still counts for its request.
+pub const ARP_SENDERS: u8 = 50;
+
+/// A speaker pod: its name, its node, the image of its running container.
+pub type SpeakerPod = (String, String, String);
+
+/// The speaker DaemonSet rolled from [`IMAGE`](super::IMAGE) to [`IMAGE_NEXT`] by the real DaemonSet
+/// controller, with the client's TCP connection probes running all along.
+#[derive(Debug)]
+pub struct Upgrade {
+    /// `kubectl set image` to `kubectl rollout status` done.
+    pub took: Duration,
+    /// The speaker pods before (name, node, image).
+    pub before: Vec<SpeakerPod>,
+    /// The speaker pods after, each Ready.
+    pub after: Vec<SpeakerPod>,
+    /// The L2 Service's address and its probes.
+    pub l2: (IpAddr, ProbeReport),
+    /// The client's ARP requests for the L2 Service's address: a new client resolving
+    /// it at any moment of the upgrade.
+    pub arp: ArpReport,
+    /// The BGP Service's address and its probes.
+    pub bgp: (IpAddr, ProbeReport),
+}
+
+/// The speaker pods by node, and whether all are Ready.
+fn speaker_pods(cluster: &Cluster) -> Result<(Vec<SpeakerPod>, bool), Error> {
+    let pods = kubectl_json(cluster, &["get", "pods", "-n", ferrolb::NAMESPACE, "-l", SPEAKERS])?;
+    let items = pods["items"].as_array().cloned().unwrap_or_default();
+    let ready = items.iter().all(running_and_ready);
+    let mut out: Vec<SpeakerPod> = items
+        .iter()
+        .map(|p| {
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            (
+                s(&p["metadata"]["name"]),
+                s(&p["spec"]["nodeName"]),
+                s(&p["status"]["containerStatuses"][0]["image"]),
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok((out, ready))
+}
+
+/// The speaker DaemonSet rolled to [`IMAGE_NEXT`] under the client's probes.
+pub(super) fn upgrade(
+    t: &Timeline,
+    lab: &Lab,
+    cluster: &Cluster,
+    l2: IpAddr,
+    bgp: IpAddr,
+) -> Result<Upgrade, Error> {
+    let probes =
+        [l2, bgp].map(|a| ProbeStream::connect(lab.client(), SocketAddr::new(a, 80), PROBE, PROBE_TIMEOUT));
+    let [l2_probe, bgp_probe] = probes;
+    let (l2_probe, bgp_probe) = (l2_probe?, bgp_probe?);
+    for p in [&l2_probe, &bgp_probe] {
+        p.wait_answered(100, T)?;
+    }
+    // Unused LAN addresses (the client's is .100, the nodes' .11-.19, the L2 pool .200-).
+    let senders: Vec<Ipv4Addr> = (0..ARP_SENDERS).map(|k| Ipv4Addr::new(192, 0, 2, 150 + k)).collect();
+    let IpAddr::V4(l2_v4) = l2 else { return Err(Error::Check(format!("{l2} is not IPv4"))) };
+    let arp = ArpProbes::start(lab.client(), "eth0", l2_v4, ARP_PROBE, &senders)?;
+    t.say(format!(
+        "client: a TCP connection to {l2}:80 and to {bgp}:80 every {} ms, an ARP request for {l2} every {} ms \
+         (an answer up to {} ms late counts)",
+        PROBE.as_millis(),
+        ARP_PROBE.as_millis(),
+        (ARP_PROBE * u32::from(ARP_SENDERS)).as_millis()
+    ));
+    let (before, _) = speaker_pods(cluster)?;
+    let ns = ferrolb::NAMESPACE;
+    let started = Instant::now();
+    cluster.kubectl(&[
+        "-n",
+        ns,
+        "set",
+        "image",
+        "daemonset/ferrolb-speaker",
+        &format!("speaker={IMAGE_NEXT}"),
+    ])?;
+    t.say(format!("kubectl -n {ns} set image daemonset/ferrolb-speaker speaker={IMAGE_NEXT}"));
+    cluster.kubectl(&["-n", ns, "rollout", "status", "daemonset/ferrolb-speaker", "--timeout=600s"])?;
+    let took = started.elapsed();
+    t.say(format!(
+        "kubectl rollout status: the DaemonSet controller replaced {NODES} speakers in {:.1} s",
+        took.as_secs_f64()
+    ));
+    let after = wait::until_value(
+        "every new speaker Ready",
+        T,
+        || speaker_pods(cluster),
+        |(pods, ready)| *ready && pods.len() == NODES && pods.iter().all(|p| p.2.ends_with(IMAGE_NEXT)),
+    )?
+    .0;
+    check(after.iter().all(|p| before.iter().all(|b| b.0 != p.0)), || {
+        format!("speaker pods not replaced: before {before:?}, after {after:?}")
+    })?;
+    for p in [&l2_probe, &bgp_probe] {
+        p.wait_answered(100, T)?;
+    }
+    let arp = arp.stop()?;
+    let owners: Vec<String> = arp
+        .owners
+        .iter()
+        .map(|mac| (1..=NODES).find(|i| plan::node_mac(*i) == *mac).map_or(mac.clone(), plan::node_name))
+        .collect();
+    t.say(format!(
+        "client ARP for {l2} during the upgrade: {} requests, {} unanswered {:?}, {} answered by two nodes \
+         (handovers); owners {}",
+        arp.sent,
+        arp.unanswered.len(),
+        arp.unanswered,
+        arp.answered_twice,
+        owners.join(" → ")
+    ));
+    for (pod, node, _) in &after {
+        let logs = cluster.kubectl(&["logs", "-n", ns, pod]).unwrap_or_default();
+        for line in logs.lines().filter(|l| l.contains("L2:") || l.contains("membership")) {
+            println!("  {node} {}", line.trim());
+        }
+    }
+    let l2_report = l2_probe.stop(Duration::ZERO);
+    let bgp_report = bgp_probe.stop(Duration::ZERO);
+    for (a, r) in [(l2, &l2_report), (bgp, &bgp_report)] {
+        t.say(format!(
+            "client → {a}:80 during the upgrade: {} connections, {} failed, longest outage {:.0} ms",
+            r.sent,
+            r.lost(),
+            r.max_outage().as_secs_f64() * 1000.0
+        ));
+    }
+    Ok(Upgrade { took, before, after, l2: (l2, l2_report), arp, bgp: (bgp, bgp_report) })
+}
