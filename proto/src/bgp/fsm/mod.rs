@@ -8,34 +8,22 @@
 //! connections at once so it can resolve connection collisions (RFC 4271 §6.8).
 mod config;
 mod events;
+mod open;
+mod timers;
 
 pub use config::{GracefulRestartConfig, PeerConfig};
 pub use events::{ConnId, DownReason, Event, Input, Negotiated, State, Transmit};
 
-use super::capability::{Capability, GrFamily, GracefulRestart};
 use super::error::{DecodeError, ErrorAction, code, subcode};
 use super::message::{Message, Notification, Open};
 use bytes::Bytes;
+use open::{check_open, negotiate};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+use timers::{Timer, Timers};
 
 /// Hold time used while waiting for the peer's OPEN (RFC 4271 §8.2.2, "4 minutes").
 pub const OPEN_HOLD_TIME: Duration = Duration::from_secs(240);
-
-/// The FSM's timers (RFC 4271 §8); their order breaks ties between equal deadlines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Timer {
-    /// ConnectRetryTimer, also used for the reconnect backoff in Idle.
-    ConnectRetry,
-    /// HoldTimer.
-    Hold,
-    /// KeepaliveTimer.
-    Keepalive,
-}
-
-impl Timer {
-    const ALL: [Timer; 3] = [Timer::ConnectRetry, Timer::Hold, Timer::Keepalive];
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Direction {
@@ -63,8 +51,7 @@ pub struct Fsm {
     failures: u32,
     established_at: Option<Instant>,
     negotiated: Option<Negotiated>,
-    /// Deadlines of the armed timers, indexed by [`Timer`].
-    timers: [Option<Instant>; 3],
+    timers: Timers,
     transmit: VecDeque<Transmit>,
     events: VecDeque<Event>,
 }
@@ -81,7 +68,7 @@ impl Fsm {
             failures: 0,
             established_at: None,
             negotiated: None,
-            timers: [None; 3],
+            timers: Timers::default(),
             transmit: VecDeque::new(),
             events: VecDeque::new(),
         }
@@ -109,7 +96,7 @@ impl Fsm {
 
     /// When to call `handle(now, Input::Timeout)` next; `None` while no timer runs.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.iter().flatten().min().copied()
+        self.timers.next()
     }
 
     /// The next connection to open or close, state change or session up/down, if any.
@@ -142,16 +129,10 @@ impl Fsm {
     /// Fires every timer due at `now`, earliest first; a timer that an earlier one
     /// stopped or re-armed does not fire.
     fn timeout(&mut self, now: Instant) {
-        let mut due: Vec<(Instant, Timer)> = Timer::ALL
-            .into_iter()
-            .filter_map(|t| self.timers[t as usize].filter(|at| *at <= now).map(|at| (at, t)))
-            .collect();
-        due.sort();
-        for (at, t) in due {
-            if self.timers[t as usize] != Some(at) {
+        for (at, t) in self.timers.due(now) {
+            if !self.timers.take(t, at) {
                 continue;
             }
-            self.timers[t as usize] = None;
             match t {
                 Timer::ConnectRetry => self.connect_retry_expired(now),
                 Timer::Hold => self.hold_timer_expired(now),
@@ -182,7 +163,7 @@ impl Fsm {
             self.set_state(State::Active, format!("{reason}, passive"));
         } else {
             self.events.push_back(Event::Connect);
-            self.arm(Timer::ConnectRetry, now + self.config.connect_retry);
+            self.timers.arm(Timer::ConnectRetry, now + self.config.connect_retry);
             self.set_state(State::Connect, reason);
         }
     }
@@ -197,7 +178,7 @@ impl Fsm {
         }
         let was_up = self.state == State::Established;
         self.drop_primary();
-        self.cancel_all();
+        self.timers.cancel_all();
         self.started = false;
         self.failures = 0;
         if was_up {
@@ -234,11 +215,11 @@ impl Fsm {
             State::Connect => {
                 // RFC 4271 §8.2.2 Connect state, event 9: drop the attempt and retry.
                 self.events.push_back(Event::Connect);
-                self.arm(Timer::ConnectRetry, now + self.backoff());
+                self.timers.arm(Timer::ConnectRetry, now + self.backoff());
             }
             State::Active if !self.config.passive => {
                 self.events.push_back(Event::Connect);
-                self.arm(Timer::ConnectRetry, now + self.backoff());
+                self.timers.arm(Timer::ConnectRetry, now + self.backoff());
                 self.set_state(State::Connect, "connect retry timer expired");
             }
             _ => {}
@@ -250,10 +231,10 @@ impl Fsm {
         match self.state {
             State::Connect | State::Active => {
                 self.primary = Some(conn);
-                self.cancel(Timer::ConnectRetry);
+                self.timers.cancel(Timer::ConnectRetry);
                 let open = self.our_open();
                 self.send(id, Message::Open(open));
-                self.arm(Timer::Hold, now + OPEN_HOLD_TIME);
+                self.timers.arm(Timer::Hold, now + OPEN_HOLD_TIME);
                 let how = if dir == Direction::Outbound { "connected to peer" } else { "peer connected" };
                 self.set_state(State::OpenSent, format!("{how}, OPEN sent"));
             }
@@ -281,7 +262,7 @@ impl Fsm {
         if self.primary.as_ref().is_none_or(|c| c.id != id) {
             if self.state == State::Connect {
                 // Event 18 in Connect: the outgoing attempt failed (RFC 4271 §8.2.2).
-                self.arm(Timer::ConnectRetry, now + self.backoff());
+                self.timers.arm(Timer::ConnectRetry, now + self.backoff());
                 self.failures = self.failures.saturating_add(1);
                 self.set_state(State::Active, "connect failed");
             }
@@ -349,36 +330,8 @@ impl Fsm {
         self.fail(now, DownReason::NotificationSent(n, err.reason));
     }
 
-    /// Checks the peer's OPEN (RFC 4271 §6.2); returns the NOTIFICATION to send if it is bad.
-    fn check_open(&self, open: &Open) -> Result<(), (Notification, &'static str)> {
-        let notif = |sub: u8, data: Bytes| Notification { code: code::OPEN_MESSAGE, subcode: sub, data };
-        if open.asn() != self.config.peer_as {
-            return Err((
-                notif(subcode::BAD_PEER_AS, Bytes::copy_from_slice(&open.my_as.to_be_bytes())),
-                "bad peer AS",
-            ));
-        }
-        let id = open.bgp_id;
-        if id.is_unspecified() || (!self.config.is_ebgp() && id == self.config.router_id) {
-            return Err((notif(subcode::BAD_BGP_IDENTIFIER, Bytes::new()), "bad BGP identifier"));
-        }
-        // RFC 4271 §6.2: hold time 1 or 2 seconds MUST be rejected.
-        if open.hold_time == 1 || open.hold_time == 2 {
-            return Err((notif(subcode::UNACCEPTABLE_HOLD_TIME, Bytes::new()), "unacceptable hold time"));
-        }
-        // RFC 4271 §6.2 lets us reject on the hold time: 0 would leave a dead peer
-        // unnoticed unless BFD watches the session.
-        if self.config.hold_time.min(open.hold_time) == 0 && !self.config.allow_zero_hold_time {
-            return Err((
-                notif(subcode::UNACCEPTABLE_HOLD_TIME, Bytes::new()),
-                "unacceptable hold time 0 (no keepalives) without BFD",
-            ));
-        }
-        Ok(())
-    }
-
     fn open_received(&mut self, now: Instant, open: Open) {
-        if let Err((n, why)) = self.check_open(&open) {
+        if let Err((n, why)) = check_open(&self.config, &open) {
             self.send_primary(Message::Notification(n.clone()));
             return self.fail(now, DownReason::NotificationSent(n, why));
         }
@@ -390,7 +343,8 @@ impl Fsm {
 
     /// OpenSent → OpenConfirm on the primary connection.
     fn accept_open(&mut self, now: Instant, open: Open) {
-        let neg = self.negotiate(&open);
+        let conn = self.primary.as_ref().map(|c| c.id).unwrap_or(ConnId(0));
+        let neg = negotiate(&self.config, &open, conn);
         if let Some(p) = self.primary.as_mut() {
             p.open = Some(open);
         }
@@ -398,8 +352,8 @@ impl Fsm {
         let hold = neg.hold_time;
         self.negotiated = Some(neg);
         if hold == 0 {
-            self.cancel(Timer::Hold);
-            self.cancel(Timer::Keepalive);
+            self.timers.cancel(Timer::Hold);
+            self.timers.cancel(Timer::Keepalive);
         } else {
             self.arm_hold(now);
             self.arm_keepalive(now);
@@ -410,7 +364,7 @@ impl Fsm {
     fn secondary_message(&mut self, now: Instant, msg: Message) {
         match msg {
             Message::Open(open) => {
-                if self.check_open(&open).is_err() {
+                if check_open(&self.config, &open).is_err() {
                     if let Some(c) = self.secondary.take() {
                         self.close(c.id);
                     }
@@ -459,39 +413,12 @@ impl Fsm {
             self.negotiated = None;
             // Our OPEN already went out on it; we are in OpenSent there unless its OPEN arrived.
             self.set_state(State::OpenSent, "connection collision: kept the other connection");
-            self.arm(Timer::Hold, now + OPEN_HOLD_TIME);
-            self.cancel(Timer::Keepalive);
+            self.timers.arm(Timer::Hold, now + OPEN_HOLD_TIME);
+            self.timers.cancel(Timer::Keepalive);
             if let Some(o) = sec_open {
                 self.accept_open(now, o);
             }
             on_primary
-        }
-    }
-
-    fn negotiate(&self, open: &Open) -> Negotiated {
-        let hold_time = self.config.hold_time.min(open.hold_time);
-        let keepalive_time = if hold_time == 0 {
-            0
-        } else {
-            // Never above a third of the hold time (RFC 4271 §10), never 0, whatever the config says.
-            let cap = (hold_time / 3).max(1);
-            self.config.keepalive_time.unwrap_or(cap).clamp(1, cap)
-        };
-        let theirs = open.families();
-        let families = self.config.families.iter().filter(|f| theirs.contains(f)).copied().collect();
-        Negotiated {
-            peer_as: open.asn(),
-            peer_id: open.bgp_id,
-            hold_time,
-            keepalive_time,
-            four_octet_as: open.four_octet_as().is_some(),
-            families,
-            route_refresh: open.capabilities.contains(&Capability::RouteRefresh),
-            peer_graceful_restart: open.capabilities.iter().find_map(|c| match c {
-                Capability::GracefulRestart(g) => Some(g.clone()),
-                _ => None,
-            }),
-            conn: self.primary.as_ref().map(|c| c.id).unwrap_or(ConnId(0)),
         }
     }
 
@@ -517,7 +444,7 @@ impl Fsm {
             self.close(c.id);
         }
         self.drop_primary();
-        self.cancel_all();
+        self.timers.cancel_all();
         if self.state == State::Established {
             if self
                 .established_at
@@ -538,7 +465,7 @@ impl Fsm {
         let delay = self.backoff();
         self.failures = self.failures.saturating_add(1);
         if self.started {
-            self.arm(Timer::ConnectRetry, now + delay);
+            self.timers.arm(Timer::ConnectRetry, now + delay);
         }
         self.set_state(State::Idle, format!("{reason}; retry in {}s", delay.as_secs()));
     }
@@ -547,18 +474,6 @@ impl Fsm {
         if let Some(c) = self.primary.take() {
             self.close(c.id);
         }
-    }
-
-    fn cancel_all(&mut self) {
-        self.timers = [None; 3];
-    }
-
-    fn arm(&mut self, timer: Timer, at: Instant) {
-        self.timers[timer as usize] = Some(at);
-    }
-
-    fn cancel(&mut self, timer: Timer) {
-        self.timers[timer as usize] = None;
     }
 
     fn close(&mut self, conn: ConnId) {
@@ -580,7 +495,7 @@ impl Fsm {
             && n.hold_time > 0
         {
             let d = Duration::from_secs(u64::from(n.hold_time));
-            self.arm(Timer::Hold, now + d);
+            self.timers.arm(Timer::Hold, now + d);
         }
     }
 
@@ -589,27 +504,12 @@ impl Fsm {
             && n.keepalive_time > 0
         {
             let d = Duration::from_secs(u64::from(n.keepalive_time));
-            self.arm(Timer::Keepalive, now + d);
+            self.timers.arm(Timer::Keepalive, now + d);
         }
     }
 
     /// The OPEN we send: multiprotocol per family, route refresh, 4-octet AS, and GR.
     pub fn our_open(&self) -> Open {
-        let mut caps: Vec<Capability> =
-            self.config.families.iter().map(|f| Capability::Multiprotocol(*f)).collect();
-        caps.push(Capability::RouteRefresh);
-        if let Some(gr) = &self.config.graceful_restart {
-            caps.push(Capability::GracefulRestart(GracefulRestart {
-                restarting: gr.restarting,
-                restart_time: gr.restart_time.min(4095),
-                families: self
-                    .config
-                    .families
-                    .iter()
-                    .map(|f| GrFamily { family: *f, forwarding_preserved: gr.forwarding_preserved })
-                    .collect(),
-            }));
-        }
-        Open::new(self.config.local_as, self.config.hold_time, self.config.router_id, caps)
+        open::our_open(&self.config)
     }
 }
