@@ -3,16 +3,16 @@
 //! AS4_PATH (RFC 6793), LARGE_COMMUNITIES (RFC 8092), and unknown ones kept raw.
 mod as_path;
 mod community;
+mod mp;
 
 pub use as_path::{AS_TRANS, AsPath, AsSegment};
 pub use community::{Community, LargeCommunity};
+pub use mp::{MpNextHop, MpReach, MpUnreach};
 
 use super::error::{DecodeError, ErrorAction, subcode};
-use super::nlri::{Family, decode_prefixes, encode_prefix};
 use super::reader::Reader;
 use bytes::{BufMut, Bytes, BytesMut};
-use ipnet::IpNet;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::Ipv4Addr;
 
 /// Attribute flag bits (RFC 4271 §4.3).
 pub mod flag {
@@ -71,40 +71,6 @@ pub struct Aggregator {
     pub asn: u32,
     /// BGP identifier of the aggregator.
     pub address: Ipv4Addr,
-}
-
-/// Next hop carried in MP_REACH_NLRI.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum MpNextHop {
-    /// IPv4 next hop (4 octets).
-    V4(Ipv4Addr),
-    /// IPv6 global next hop, with the optional link-local one (16 or 32 octets, RFC 2545 §3).
-    V6 {
-        /// Global address.
-        global: Ipv6Addr,
-        /// Link-local address, when the peer shares a link.
-        link_local: Option<Ipv6Addr>,
-    },
-}
-
-/// MP_REACH_NLRI for IPv4/IPv6 unicast (RFC 4760 §3).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct MpReach {
-    /// AFI/SAFI.
-    pub family: Family,
-    /// Next hop.
-    pub next_hop: MpNextHop,
-    /// Reachable prefixes.
-    pub nlri: Vec<IpNet>,
-}
-
-/// MP_UNREACH_NLRI (RFC 4760 §4); empty `withdrawn` is End-of-RIB (RFC 4724 §2).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct MpUnreach {
-    /// AFI/SAFI.
-    pub family: Family,
-    /// Withdrawn prefixes.
-    pub withdrawn: Vec<IpNet>,
 }
 
 /// An attribute we do not interpret, preserved as raw bytes.
@@ -225,36 +191,12 @@ impl PathAttributes {
             v.clear();
         }
         if let Some(mp) = &self.mp_reach {
-            v.put_u16(mp.family.afi);
-            v.put_u8(mp.family.safi);
-            match mp.next_hop {
-                MpNextHop::V4(a) => {
-                    v.put_u8(4);
-                    v.put_slice(&a.octets());
-                }
-                MpNextHop::V6 { global, link_local: None } => {
-                    v.put_u8(16);
-                    v.put_slice(&global.octets());
-                }
-                MpNextHop::V6 { global, link_local: Some(ll) } => {
-                    v.put_u8(32);
-                    v.put_slice(&global.octets());
-                    v.put_slice(&ll.octets());
-                }
-            }
-            v.put_u8(0); // Reserved.
-            for p in &mp.nlri {
-                encode_prefix(p, &mut v);
-            }
+            mp.encode_value(&mut v);
             put_attr(out, flag::OPTIONAL, attr_type::MP_REACH, &v);
             v.clear();
         }
         if let Some(mp) = &self.mp_unreach {
-            v.put_u16(mp.family.afi);
-            v.put_u8(mp.family.safi);
-            for p in &mp.withdrawn {
-                encode_prefix(p, &mut v);
-            }
+            mp.encode_value(&mut v);
             put_attr(out, flag::OPTIONAL, attr_type::MP_UNREACH, &v);
             v.clear();
         }
@@ -462,8 +404,15 @@ impl PathAttributes {
                     ));
                 }
             },
-            attr_type::MP_REACH => self.decode_mp_reach(value, raw, flags, type_code)?,
-            attr_type::MP_UNREACH => self.decode_mp_unreach(value, raw, flags, type_code)?,
+            // MP attributes of other families are kept as they came, flags and all.
+            attr_type::MP_REACH => match MpReach::decode_value(value.clone(), &raw)? {
+                Some(mp) => self.mp_reach = Some(mp),
+                None => self.unknown.push(RawAttribute { flags, type_code, value }),
+            },
+            attr_type::MP_UNREACH => match MpUnreach::decode_value(value.clone(), &raw)? {
+                Some(mp) => self.mp_unreach = Some(mp),
+                None => self.unknown.push(RawAttribute { flags, type_code, value }),
+            },
             _ if !optional => {
                 return Err(DecodeError::reset(
                     super::error::code::UPDATE_MESSAGE,
@@ -482,84 +431,6 @@ impl PathAttributes {
                 value,
             }),
         }
-        Ok(())
-    }
-
-    fn decode_mp_reach(
-        &mut self,
-        value: Bytes,
-        raw: Bytes,
-        flags: u8,
-        type_code: u8,
-    ) -> Result<(), DecodeError> {
-        // RFC 7606 §7.11: a malformed MP_REACH resets the session (we do not do AFI/SAFI
-        // disable); RFC 4271 §6.3: Optional Attribute Error carries the attribute.
-        let bad = || {
-            DecodeError::reset(
-                super::error::code::UPDATE_MESSAGE,
-                subcode::OPTIONAL_ATTRIBUTE_ERROR,
-                raw.clone(),
-                "malformed MP_REACH_NLRI",
-            )
-        };
-        let mut r = Reader::new(value.clone());
-        let afi = r.u16().ok_or_else(bad)?;
-        let safi = r.u8().ok_or_else(bad)?;
-        let family = Family { afi, safi };
-        if family != Family::IPV4_UNICAST && family != Family::IPV6_UNICAST {
-            self.unknown.push(RawAttribute { flags, type_code, value });
-            return Ok(());
-        }
-        let nh_len = r.u8().ok_or_else(bad)?;
-        let nh = r.take(usize::from(nh_len)).ok_or_else(bad)?;
-        let next_hop = match (family.afi, nh.len()) {
-            (1, 4) => MpNextHop::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&nh[..]).map_err(|_| bad())?)),
-            (2, 16) => MpNextHop::V6 {
-                global: Ipv6Addr::from(<[u8; 16]>::try_from(&nh[..]).map_err(|_| bad())?),
-                link_local: None,
-            },
-            (2, 32) => {
-                let g = nh.get(..16).ok_or_else(bad)?;
-                let l = nh.get(16..).ok_or_else(bad)?;
-                MpNextHop::V6 {
-                    global: Ipv6Addr::from(<[u8; 16]>::try_from(g).map_err(|_| bad())?),
-                    link_local: Some(Ipv6Addr::from(<[u8; 16]>::try_from(l).map_err(|_| bad())?)),
-                }
-            }
-            _ => return Err(bad()),
-        };
-        let _reserved = r.u8().ok_or_else(bad)?;
-        let nlri = decode_prefixes(&mut r, family.afi == 2).map_err(|_| bad())?;
-        self.mp_reach = Some(MpReach { family, next_hop, nlri });
-        Ok(())
-    }
-
-    fn decode_mp_unreach(
-        &mut self,
-        value: Bytes,
-        raw: Bytes,
-        flags: u8,
-        type_code: u8,
-    ) -> Result<(), DecodeError> {
-        // RFC 7606 §7.12, as for MP_REACH.
-        let bad = || {
-            DecodeError::reset(
-                super::error::code::UPDATE_MESSAGE,
-                subcode::OPTIONAL_ATTRIBUTE_ERROR,
-                raw.clone(),
-                "malformed MP_UNREACH_NLRI",
-            )
-        };
-        let mut r = Reader::new(value.clone());
-        let afi = r.u16().ok_or_else(bad)?;
-        let safi = r.u8().ok_or_else(bad)?;
-        let family = Family { afi, safi };
-        if family != Family::IPV4_UNICAST && family != Family::IPV6_UNICAST {
-            self.unknown.push(RawAttribute { flags, type_code, value });
-            return Ok(());
-        }
-        let withdrawn = decode_prefixes(&mut r, family.afi == 2).map_err(|_| bad())?;
-        self.mp_unreach = Some(MpUnreach { family, withdrawn });
         Ok(())
     }
 
