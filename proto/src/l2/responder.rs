@@ -292,9 +292,11 @@ impl Responder {
         let Some(first) = self.takeover.first() else { return };
         let now = Instant::now();
         self.bursts.clear();
-        // A yielded address is announced again when its conflict ends, not before: an
-        // announcement now would move clients to this node, which does not answer it.
-        for a in self.owned.difference(&self.quiet).filter(|a| !self.conflicts.yielded(a)) {
+        // A yielded address too: membership says it is this node's (a member that was to
+        // take it left, or rejoined after a false suspicion), and the clients must come
+        // back before the other node's grace ends (the conflict ends 400 ms after it
+        // falls silent, too late for them).
+        for a in self.owned.difference(&self.quiet) {
             self.bursts.insert((now + *first, *a), (now, 0));
         }
     }
@@ -323,9 +325,6 @@ impl Responder {
                 break;
             }
             let (start, step) = entry.remove();
-            if self.conflicts.yielded(&addr) {
-                continue;
-            }
             match self.announce(addr).await {
                 Ok(()) => {
                     self.metrics.count_gratuitous(addr);

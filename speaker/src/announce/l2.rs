@@ -37,10 +37,13 @@ impl L2Announcer {
         self.handle.set_quiet(self.handle.owned());
     }
 
-    /// Sends the takeover burst again for every owned address (a member rejoined after
-    /// a false suspicion and may have drawn clients away).
-    pub fn reannounce(&self) {
-        self.handle.reannounce();
+    /// Membership changed who owns what: every owned address starts afresh (an address
+    /// yielded on the wire to a node membership no longer gives it to is answered at
+    /// once, see `ferrolb_proto::l2::conflict::Input::Renew`) and gets the takeover
+    /// burst again (a member that rejoined after a false suspicion, or that left, may
+    /// have drawn clients away).
+    pub fn renew(&self) {
+        self.handle.renew();
     }
 
     /// What is really announced ([`crate::announce::AnnouncedFeed::set_l2`]).

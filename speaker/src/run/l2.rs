@@ -68,7 +68,7 @@ impl L2Part {
             tracing::info!(
                 "a member left before its join grace passed: re-announcing the addresses this node owns"
             );
-            self.announcer.reannounce();
+            self.announcer.renew();
         }
         Some(candidates)
     }
@@ -266,7 +266,7 @@ impl State {
         if p.taken_over.has_changed().unwrap_or(false) {
             p.taken_over.borrow_and_update();
             // A false suspicion: clients may have followed the successor's announcement.
-            p.announcer.reannounce();
+            p.announcer.renew();
         }
         let before = p.used.clone();
         let after = p.usable_live(&self.metrics, now);
@@ -303,7 +303,17 @@ impl State {
             ),
         };
         let joined = matches!((&before, &after), (Some(b), Some(a)) if a.difference(b).next().is_some());
+        let left = matches!((&before, &after), (Some(b), Some(a)) if b.difference(a).next().is_some());
         self.replan(&cause).await;
+        // A member left: an address this node yielded to it on the wire is this node's
+        // again now, not once that member has been silent for a while (its hand-over
+        // grace, then the conflict's release): answer it at once.
+        if left
+            && !joined
+            && let Some(p) = &self.l2
+        {
+            p.announcer.renew();
+        }
         // A member that joins may have been thought dead by itself or others for a
         // moment (a false suspicion on a starved node) and claimed our addresses;
         // clients may have followed its gratuitous ARP. Move them back.
@@ -311,7 +321,7 @@ impl State {
             if !self.plan.l2.is_empty() {
                 tracing::info!(reason = %cause.text, "L2: re-announcing the addresses this node still owns");
             }
-            p.announcer.reannounce();
+            p.announcer.renew();
         }
     }
 }
