@@ -81,11 +81,11 @@ pub struct Context {
     /// from here on. Before, a pool status write would say 0 assigned, then be corrected.
     pub replayed: AtomicBool,
     /// The MetalLB-spelling notice each Service got (see [`crate::metallb_notice`]).
-    pub metallb_notices: crate::metallb_notice::Notices,
+    pub metallb_notices: crate::memo::Notices,
     /// Pools changed: the configuration task re-validates the other kinds, which refer to them.
     pub config_dirty: Notify,
     /// Service versions a later write of ours superseded: not reconciled.
-    pub superseded: crate::service_write::Superseded,
+    pub superseded: crate::memo::Superseded,
 }
 
 /// A reference to this version of an object, for an Event whose note is about this

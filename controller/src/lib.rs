@@ -2,8 +2,8 @@
 //!
 //! * [`ipam`]: the pure allocator (no Kubernetes types).
 //! * [`model`]: Kubernetes objects → allocator inputs (the only place reading their fields).
-//! * [`reconcile`]: `reconcile(service, ctx)` / `error_policy`; [`service_write`]: its writes,
-//!   conditional on the Service's version the decision read; [`pool_sync`]: pool validation and status;
+//! * [`reconcile`]: `reconcile(key, ctx)`; [`service_write`]: its writes, conditional on
+//!   the Service's version the decision read; [`memo`]: what it remembers of them; [`pool_sync`]: pool validation and status;
 //!   [`validity`]: the `Valid` condition of every configuration kind.
 //! * [`run`]: leader election, crash-consistent startup, watches; [`leader`]: the Lease decision.
 //! * [`fence`]: deadlines on API calls, and the fence that stops a leader's writes when its term ends.
@@ -17,6 +17,7 @@ pub mod http;
 pub mod ipam;
 pub mod leader;
 pub mod membership_secret;
+pub mod memo;
 pub mod metallb_notice;
 pub mod metrics;
 pub mod migrate;

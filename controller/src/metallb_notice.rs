@@ -6,7 +6,6 @@
 //! after that a restart publishes them once more).
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
 
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::jiff::Timestamp;
@@ -24,72 +23,46 @@ pub const REASON: &str = "MetalLBAnnotation";
 /// Page size when reading the published notices back.
 const PAGE: u32 = 500;
 
-/// The notice each Service got last: its uid and the note.
-#[derive(Debug, Default)]
-pub struct Notices(Mutex<BTreeMap<ServiceKey, (String, String)>>);
-
-impl Notices {
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<ServiceKey, (String, String)>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Remembers the note for this Service; whether it differs from the last one.
-    fn remember(&self, key: &ServiceKey, uid: &str, note: &str) -> bool {
-        let mut map = self.lock();
-        if map.get(key).is_some_and(|(u, n)| u == uid && n == note) {
-            return false;
-        }
-        map.insert(key.clone(), (uid.to_owned(), note.to_owned()));
-        true
-    }
-
-    /// Forgets a Service (deleted or no longer served).
-    pub fn forget(&self, key: &ServiceKey) {
-        self.lock().remove(key);
-    }
-
-    /// Remembers the notices this controller already published, from the Events API. A
-    /// failure (no `list` on events, a timeout) is logged: notices are then published
-    /// again, which is noise, not harm.
-    pub async fn load(&self, ctx: &Context) {
-        let api: Api<K8sEvent> = Api::all(ctx.client.clone());
-        let mut params = ListParams::default().fields(&format!("reason={REASON}")).limit(PAGE);
-        let mut newest: BTreeMap<ServiceKey, (Option<Timestamp>, String, String)> = BTreeMap::new();
-        loop {
-            let page = match ctx.call(api.list(&params)).await {
-                Ok(p) => p,
-                Err(e) => {
-                    warn!(error = %e, "cannot read back the {REASON} Events; they may be published again");
-                    return;
-                }
+/// Remembers (in [`Context::metallb_notices`]) the notices this controller already
+/// published, from the Events API. A failure (no `list` on events, a timeout) is logged:
+/// notices are then published again, which is noise, not harm.
+pub async fn load(ctx: &Context) {
+    let api: Api<K8sEvent> = Api::all(ctx.client.clone());
+    let mut params = ListParams::default().fields(&format!("reason={REASON}")).limit(PAGE);
+    let mut newest: BTreeMap<ServiceKey, (Option<Timestamp>, String, String)> = BTreeMap::new();
+    loop {
+        let page = match ctx.call(api.list(&params)).await {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(error = %e, "cannot read back the {REASON} Events; they may be published again");
+                return;
+            }
+        };
+        for ev in page.items {
+            if ev.reporting_controller.as_deref() != Some(REPORTING_CONTROLLER)
+                || ev.regarding.as_ref().and_then(|r| r.kind.as_deref()) != Some("Service")
+            {
+                continue;
+            }
+            let (Some(regarding), Some(note)) = (ev.regarding, ev.note) else { continue };
+            let (Some(ns), Some(name), Some(uid)) = (regarding.namespace, regarding.name, regarding.uid)
+            else {
+                continue;
             };
-            for ev in page.items {
-                if ev.reporting_controller.as_deref() != Some(REPORTING_CONTROLLER)
-                    || ev.regarding.as_ref().and_then(|r| r.kind.as_deref()) != Some("Service")
-                {
-                    continue;
-                }
-                let (Some(regarding), Some(note)) = (ev.regarding, ev.note) else { continue };
-                let (Some(ns), Some(name), Some(uid)) = (regarding.namespace, regarding.name, regarding.uid)
-                else {
-                    continue;
-                };
-                let at = ev.event_time.map(|t| t.0);
-                let key = ServiceKey::new(ns, name);
-                if newest.get(&key).is_none_or(|(t, ..)| *t <= at) {
-                    newest.insert(key, (at, uid, note));
-                }
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params.continue_token = Some(token),
-                None => break,
+            let at = ev.event_time.map(|t| t.0);
+            let key = ServiceKey::new(ns, name);
+            if newest.get(&key).is_none_or(|(t, ..)| *t <= at) {
+                newest.insert(key, (at, uid, note));
             }
         }
-        debug!(services = newest.len(), "read back the {REASON} Events");
-        let mut map = self.lock();
-        for (key, (_, uid, note)) in newest {
-            map.insert(key, (uid, note));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params.continue_token = Some(token),
+            None => break,
         }
+    }
+    debug!(services = newest.len(), "read back the {REASON} Events");
+    for (key, (_, uid, note)) in newest {
+        ctx.metallb_notices.remember(&key, &uid, &note);
     }
 }
 

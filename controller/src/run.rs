@@ -171,7 +171,7 @@ async fn serve(
         let _ = ns_reader.wait_until_ready().await;
         let _ = synced_rx.await;
         // Before the first reconcile, so that no notice is published twice.
-        ctx.metallb_notices.load(&ctx).await;
+        crate::metallb_notice::load(&ctx).await;
     };
     tokio::select! {
         _ = ready => {}

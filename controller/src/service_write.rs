@@ -14,9 +14,6 @@
 //! version the previous one returned: a write in between by anyone else still makes it
 //! a 409, and our own first write does not.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
-
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -109,46 +106,6 @@ impl<'a> Writes<'a> {
     }
 }
 
-/// Versions of Services that a later write of ours superseded: the ingress write's, once
-/// the annotation write followed. The watch delivers them all, in order; a reconcile of
-/// such a version would decide from an object we know is already old, and its write would
-/// be refused (409) for nothing. It is skipped instead: the newer version's event queues
-/// the Service again. An entry lives until the watch has caught up with our writes.
-#[derive(Debug, Default)]
-pub struct Superseded(Mutex<HashMap<ServiceKey, Vec<Box<str>>>>);
-
-impl Superseded {
-    fn lock(&self) -> MutexGuard<'_, HashMap<ServiceKey, Vec<Box<str>>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn set(&self, key: &ServiceKey, versions: Vec<Box<str>>) {
-        let mut map = self.lock();
-        if versions.is_empty() {
-            map.remove(key);
-        } else {
-            map.insert(key.clone(), versions);
-        }
-    }
-
-    /// Whether `svc` is a version a later write of ours superseded. Any other version
-    /// means the watch has caught up (or someone else wrote): the entry goes.
-    pub fn is_superseded(&self, svc: &CachedService) -> bool {
-        let mut map = self.lock();
-        let Some(versions) = map.get(&svc.key) else { return false };
-        let ours = svc.resource_version.as_deref().is_some_and(|v| versions.iter().any(|o| **o == *v));
-        if !ours {
-            map.remove(&svc.key);
-        }
-        ours
-    }
-
-    /// Forgets a Service (deleted or released).
-    pub fn forget(&self, key: &ServiceKey) {
-        self.lock().remove(key);
-    }
-}
-
 fn write_error(what: &'static str, key: &ServiceKey, source: CallError) -> Error {
     Error::Write { what, object: format!("Service {key}"), source }
 }
@@ -167,32 +124,6 @@ fn conditional(mut patch: Value, version: Option<&str>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn at(version: &str) -> CachedService {
-        CachedService {
-            key: ServiceKey::new("default", "s"),
-            resource_version: Some(version.into()),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn only_versions_our_later_write_superseded_are_skipped_until_the_watch_caught_up() {
-        let s = Superseded::default();
-        assert!(!s.is_superseded(&at("5")), "nothing written");
-        // Status write made 6, the annotation write 7: 6 is superseded, 7 is current.
-        s.set(&at("5").key, vec!["6".into()]);
-        assert!(s.is_superseded(&at("6")));
-        assert!(s.is_superseded(&at("6")), "until the watch caught up");
-        assert!(!s.is_superseded(&at("7")));
-        assert!(!s.is_superseded(&at("6")), "caught up: forgotten");
-        // Someone else's version: decided from as usual.
-        s.set(&at("5").key, vec!["8".into()]);
-        assert!(!s.is_superseded(&at("9")));
-        s.set(&at("5").key, vec!["10".into()]);
-        s.forget(&at("5").key);
-        assert!(!s.is_superseded(&at("10")));
-    }
 
     #[test]
     fn every_patch_carries_the_version_it_is_conditional_on() {

@@ -6,29 +6,7 @@ use std::net::IpAddr;
 use thiserror::Error;
 
 use super::range::Family;
-use super::service::{Protocol, ServiceKey};
-
-/// Why two Services may not share an address.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum ShareRefusal {
-    /// At least one of them has no `ferrolb.io/allow-shared-ip` annotation.
-    #[error("both services need the same ferrolb.io/allow-shared-ip key to share an address")]
-    NotShareable,
-    /// Both have a sharing key, but not the same one.
-    #[error("sharing keys differ")]
-    KeysDiffer,
-    /// Both use the same protocol and port.
-    #[error("both use port {protocol}/{port}")]
-    PortClash {
-        /// The protocol.
-        protocol: Protocol,
-        /// The port.
-        port: u16,
-    },
-    /// One has `externalTrafficPolicy: Local` and they select different backends.
-    #[error("externalTrafficPolicy is Local and the services select different backends")]
-    BackendsDiffer,
-}
+use super::service::{ServiceKey, ShareRefusal};
 
 /// Why an address could not be allocated or kept.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -18,8 +18,8 @@ mod service;
 pub use allocator::{
     Allocator, Assigned, Evicted, FamilyStats, Moved, OrphanReason, Placement, PoolStats, Replayed,
 };
-pub use error::{AllocError, ShareRefusal};
+pub use error::AllocError;
 pub use pool::{PoolSpec, ServiceAllocation};
 pub use range::{AddrRange, Family, RangeError};
 pub use selector::{LabelSelector, Operator, Requirement};
-pub use service::{FamilyPolicy, Protocol, ServiceKey, ServiceRequest, TrafficPolicy};
+pub use service::{FamilyPolicy, Protocol, ServiceKey, ServiceRequest, ShareRefusal, TrafficPolicy};

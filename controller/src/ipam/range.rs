@@ -220,10 +220,7 @@ impl fmt::Display for AddrRange {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
+    use ferrolb_testkit::ip;
 
     #[test]
     fn parses_cidr_range_and_single() {

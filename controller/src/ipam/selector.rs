@@ -62,9 +62,7 @@ mod tests {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
-    fn set(v: &[&str]) -> BTreeSet<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
+    use ferrolb_testkit::names as set;
 
     #[test]
     fn empty_selector_matches_everything() {

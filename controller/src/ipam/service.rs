@@ -7,7 +7,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::range::Family;
-use crate::ipam::error::ShareRefusal;
 
 /// A Service's namespace and name, as `namespace/name` in one shared allocation: the
 /// allocator keeps several copies of each key (its map, the request, every address's
@@ -186,6 +185,28 @@ impl ServiceRequest {
     pub(crate) fn placement_fields(&self) -> (&[IpAddr], &Option<String>, FamilyPolicy) {
         (&self.requested, &self.pool, self.families)
     }
+}
+
+/// Why two Services may not share an address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShareRefusal {
+    /// At least one of them has no `ferrolb.io/allow-shared-ip` annotation.
+    #[error("both services need the same ferrolb.io/allow-shared-ip key to share an address")]
+    NotShareable,
+    /// Both have a sharing key, but not the same one.
+    #[error("sharing keys differ")]
+    KeysDiffer,
+    /// Both use the same protocol and port.
+    #[error("both use port {protocol}/{port}")]
+    PortClash {
+        /// The protocol.
+        protocol: Protocol,
+        /// The port.
+        port: u16,
+    },
+    /// One has `externalTrafficPolicy: Local` and they select different backends.
+    #[error("externalTrafficPolicy is Local and the services select different backends")]
+    BackendsDiffer,
 }
 
 #[cfg(test)]
