@@ -10,8 +10,7 @@ use crate::netns::{self, Netns};
 use crate::plan;
 use crate::process::{Proc, Spawn, read_lossy, tail};
 
-/// Where labs keep configs, sockets and logs: `<BASE_DIR>/<lab id>/`.
-pub const BASE_DIR: &str = "/tmp/ferrolb-testbed";
+pub use crate::BASE_DIR;
 
 static NEXT_LAB: AtomicU32 = AtomicU32::new(0);
 

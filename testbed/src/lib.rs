@@ -31,6 +31,10 @@ use std::time::Duration;
 
 pub use lab::{Lab, LabConfig};
 
+/// Where labs keep configs, sockets and logs (`<BASE_DIR>/<lab id>/`), and the real
+/// control plane its clusters and the kubelet host's state.
+pub const BASE_DIR: &str = "/tmp/ferrolb-testbed";
+
 /// Errors of the testbed; each carries what was being done.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

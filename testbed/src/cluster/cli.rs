@@ -14,7 +14,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::{Cluster, ClusterConfig};
-use crate::lab::{self, BASE_DIR, Lab, LabConfig};
+use crate::BASE_DIR;
+use crate::lab::{self, Lab, LabConfig};
 use crate::netns;
 use crate::process::{read_lossy, tail};
 

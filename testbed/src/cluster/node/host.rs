@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
+use crate::BASE_DIR;
 use crate::Error;
-use crate::lab::BASE_DIR;
 use crate::netns;
 
 /// The host sysctls a kubelet sets (to 1, 10 and 1 on these machines).
