@@ -4,7 +4,9 @@
 //! * [`checkpoint`]: read with fallback to `FILE.prev`, render, one-line errors.
 //! * [`health`]: the health gate (pure) and the HTTPS prober of the local apiserver.
 //! * [`bgp`]: BGP mode (every healthy member announces; drain with GRACEFUL_SHUTDOWN).
-//! * [`l2`]: L2 mode election and the membership / ARP-NDP trait boundary.
+//! * [`l2`]: L2 mode: who holds the VIP (sans-IO [`l2::holder`]), health carried in the
+//!   SWIM membership name, following the membership key file, other nodes' claims.
+//!   The run loops that drive them are the binary's (`src/run/`).
 //! * [`addr`]: interface addresses marked as ferrolb's (IFA_PROTO).
 //! * [`refresh`]: rewriting the checkpoint from the local apiserver.
 //! * [`credentials`]: the least-privilege client certificate and kubeconfig.

@@ -7,10 +7,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use ferrolb_controller::ipam::*;
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
+use ferrolb_testkit::ip;
 
 fn pool(name: &str, ranges: &[&str]) -> PoolSpec {
     PoolSpec::new(name, ranges.iter().map(|r| r.parse().unwrap()).collect())

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
 use std::collections::BTreeSet;
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use ferrolb_fakeapi::wait::{until, until_watched_within};
@@ -12,14 +12,10 @@ use ferrolb_proto::membership::MembershipKey;
 use ferrolb_proto::membership::auth::{DropReason, Sealer};
 use ferrolb_proto::membership::claim_gate::{self, ClaimGate, Observation, Verdict};
 use ferrolb_proto::membership::{Membership, MembershipConfig, MembershipHandle, MembershipMetrics, Seed};
+use ferrolb_testkit::free_udp_ports;
 use tokio::sync::watch;
 
 const KEY: &str = "loopback-test-key-0123456789abcdef";
-
-fn free_port() -> u16 {
-    let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    s.local_addr().unwrap().port()
-}
 
 fn start(name: &str, me: SocketAddr, seeds: &[Seed], key: &str) -> (MembershipHandle, MembershipMetrics) {
     start_at(name, me, seeds, key, None)
@@ -54,7 +50,7 @@ async fn wait_live(rx: &mut watch::Receiver<BTreeSet<String>>, want: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_join_crash_leave_and_ignore_a_wrong_key() {
     let addrs: Vec<SocketAddr> =
-        (0..4).map(|_| SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()))).collect();
+        free_udp_ports::<4>().into_iter().map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p))).collect();
     let seeds: Vec<Seed> =
         ["a", "b", "c"].iter().zip(&addrs).map(|(n, a)| Seed { name: n.to_string(), addr: *a }).collect();
     let (a, ma) = start("a", addrs[0], &seeds, KEY);
@@ -114,7 +110,7 @@ const HOUR_MS: i64 = 3_600_000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clocks_that_disagree_change_nothing_and_a_clock_stepping_back_rejoins() {
     let addrs: Vec<SocketAddr> =
-        (0..5).map(|_| SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()))).collect();
+        free_udp_ports::<5>().into_iter().map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p))).collect();
     let names = ["on-time", "ahead-60s", "behind-60s", "ahead-1h", "behind-1h"];
     let skews = [0, 60_000, -60_000, HOUR_MS, -HOUR_MS];
     let seeds: Vec<Seed> =
@@ -194,7 +190,7 @@ fn unreadable_datagrams(kind: Unreadable) -> impl FnMut() -> Vec<u8> {
 async fn a_node_that_cannot_read_its_peer_claims_nothing() {
     let runs = [Unreadable::Forged, Unreadable::Replayed, Unreadable::Version1].map(|kind| {
         tokio::spawn(async move {
-            let me = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+            let me = SocketAddr::from((Ipv4Addr::LOCALHOST, free_udp_ports::<1>()[0]));
             let peer = tokio::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
             let seeds = [Seed { name: "peer".into(), addr: peer.local_addr().unwrap() }];
             let (h, metrics) = start("me", me, &seeds, KEY);
@@ -252,7 +248,7 @@ async fn a_rolling_key_change_within_the_window_never_splits_membership() {
     const NEW: &str = "the-rotated-loopback-key-0123456789";
     async fn rolling(window: Duration) -> (bool, Vec<MembershipMetrics>) {
         let addrs: Vec<SocketAddr> =
-            (0..3).map(|_| SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()))).collect();
+            free_udp_ports::<3>().into_iter().map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p))).collect();
         let names = ["a", "b", "c"];
         let seeds: Vec<Seed> =
             names.iter().zip(&addrs).map(|(n, a)| Seed { name: n.to_string(), addr: *a }).collect();
@@ -319,7 +315,7 @@ async fn a_rolling_key_change_within_the_window_never_splits_membership() {
 /// `d` must settle only on a view holding both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_starting_node_settles_on_the_whole_view_not_the_first_answer() {
-    let [pa, pb, pd, pr] = [free_port(), free_port(), free_port(), free_port()];
+    let [pa, pb, pd, pr] = free_udp_ports();
     let at = |p| SocketAddr::from((Ipv4Addr::LOCALHOST, p));
     // a and b do not know each other: only d's arrival joins them.
     let (a, _) = start("a", at(pa), &[], KEY);

@@ -296,9 +296,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
-    fn set(names: &[&str]) -> BTreeSet<String> {
-        names.iter().map(|s| s.to_string()).collect()
-    }
+    use ferrolb_testkit::names as set;
 
     fn vip() -> IpAddr {
         "192.0.2.200".parse().unwrap()

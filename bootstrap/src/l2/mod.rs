@@ -1,8 +1,9 @@
-//! L2 mode: one owner among `spec.members`, elected with the speaker's rendezvous hash
-//! among members that are live AND healthy; the owner puts the VIP on the interface
-//! (marked as ferrolb's, see [`crate::addr`]) and announces it by gratuitous ARP /
-//! unsolicited NA (the speaker's `L2Announcer`). When no member is healthy the current
-//! owner keeps the VIP: an apiserver that answers badly beats no apiserver.
+//! L2 mode: one owner among `spec.members`, elected with `ferrolb_proto::election`'s
+//! rendezvous hash among members that are live AND healthy; the owner puts the VIP on
+//! the interface (marked as ferrolb's, see [`crate::addr`]) and announces it by
+//! gratuitous ARP / unsolicited NA (`ferrolb_proto::l2::L2Announcer`, the speaker's
+//! too). When no member is healthy the current owner keeps the VIP: an apiserver that
+//! answers badly beats no apiserver.
 //!
 //! * [`holder`]: whether this member holds the VIP (sans IO), handing over make before
 //!   break: a holder lets go only once its successor announced the VIP.
@@ -10,7 +11,7 @@
 //! * [`key`]: following `spec.membershipKeyFile`, rotating like the speaker.
 //! * here: the membership that carries health.
 //!
-//! Health travels in the membership identity: [`SwimMembership`] runs the speaker's SWIM
+//! Health travels in the membership identity: [`SwimMembership`] runs the SWIM
 //! membership (`ferrolb_proto::membership`) under the node's name while the local
 //! apiserver is healthy, and under `NAME~unhealthy` while it is not (`~` cannot occur in
 //! a Kubernetes node name). A health change leaves membership (peers drop the old name
@@ -294,9 +295,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
-    pub(super) fn set(names: &[&str]) -> BTreeSet<String> {
-        names.iter().map(|s| s.to_string()).collect()
-    }
+    pub(super) use ferrolb_testkit::names as set;
 
     #[test]
     fn health_travels_in_the_membership_name() {
@@ -335,10 +334,7 @@ mod tests {
     /// neither runs under the name the other's `spec.members` gives it.
     #[tokio::test]
     async fn unhealthy_members_find_each_other() {
-        let sock = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let (s1, s2) = (sock(), sock());
-        let (p1, p2) = (s1.local_addr().unwrap().port(), s2.local_addr().unwrap().port());
-        drop((s1, s2));
+        let (p1, p2) = free_ports();
         let metrics = MembershipMetrics::new(&mut Default::default());
         let members = [("node1", p1), ("node2", p2)];
         let start = |name: &str, port: u16| {
@@ -465,9 +461,8 @@ mod tests {
     }
 
     fn free_ports() -> (u16, u16) {
-        let sock = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let (s1, s2) = (sock(), sock());
-        (s1.local_addr().unwrap().port(), s2.local_addr().unwrap().port())
+        let [a, b] = ferrolb_testkit::free_udp_ports();
+        (a, b)
     }
 
     async fn until(m: &Member, what: &str, f: impl Fn(&(BTreeSet<String>, bool)) -> bool) {

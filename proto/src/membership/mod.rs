@@ -63,9 +63,7 @@ pub const DEFAULT_PORT: u16 = 7946;
 
 /// A set of node names, for the tests of the membership modules.
 #[cfg(test)]
-fn names(n: &[&str]) -> BTreeSet<String> {
-    n.iter().map(|s| (*s).to_owned()).collect()
-}
+use ferrolb_testkit::names;
 
 /// Reads a membership key file (`--membership-key-file`). The error names the file
 /// and the fix, never the key.

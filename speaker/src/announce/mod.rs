@@ -134,11 +134,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use ferrolb_proto::l2::AddressStatus;
+    use ferrolb_testkit::ip;
     use std::time::Duration;
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
 
     async fn until(rx: &mut watch::Receiver<Announced>, f: impl Fn(&Announced) -> bool) -> Announced {
         ferrolb_fakeapi::wait::until_watched_within("the announced set", Duration::from_secs(5), rx, f).await

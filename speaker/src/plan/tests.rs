@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::model::tests::{FIXTURE, fixture_model, model_of};
+use ferrolb_testkit::ip;
 use proptest::prelude::*;
 
 fn all_live(m: &ClusterModel) -> BTreeSet<String> {
@@ -9,10 +10,6 @@ fn all_live(m: &ClusterModel) -> BTreeSet<String> {
 }
 
 fn net(s: &str) -> IpNet {
-    s.parse().unwrap()
-}
-
-fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 

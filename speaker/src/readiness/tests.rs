@@ -9,6 +9,7 @@ use crate::announce::bgp::BgpAnnounced;
 use crate::model::tests::model_of;
 use crate::plan;
 use ferrolb_testbed::fixtures::SHOP;
+use ferrolb_testkit::ip;
 
 /// The readiness gate's cluster ([`SHOP`]) plus node2, the Cluster Services `web`
 /// (with a hand-made EndpointSlice `manual-1`) and `fresh` (no address yet).
@@ -41,10 +42,6 @@ endpoints:
 
 fn fixture() -> String {
     format!("{SHOP}---{EXTRA}")
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
 }
 
 /// A pod on `node` with `labels`, the gate, and ContainersReady as given.
