@@ -71,22 +71,10 @@ impl MpReach {
     /// unicast, which the caller keeps raw. `raw` (the whole attribute) goes into the error.
     pub(super) fn decode_value(value: Bytes, raw: &Bytes) -> Result<Option<MpReach>, DecodeError> {
         // RFC 7606 §7.11: a malformed MP_REACH resets the session (we do not do AFI/SAFI
-        // disable); RFC 4271 §6.3: Optional Attribute Error carries the attribute.
-        let bad = || {
-            DecodeError::reset(
-                code::UPDATE_MESSAGE,
-                subcode::OPTIONAL_ATTRIBUTE_ERROR,
-                raw.clone(),
-                "malformed MP_REACH_NLRI",
-            )
-        };
+        // disable).
+        let bad = || malformed(raw, "malformed MP_REACH_NLRI");
         let mut r = Reader::new(value);
-        let afi = r.u16().ok_or_else(bad)?;
-        let safi = r.u8().ok_or_else(bad)?;
-        let family = Family { afi, safi };
-        if family != Family::IPV4_UNICAST && family != Family::IPV6_UNICAST {
-            return Ok(None);
-        }
+        let Some(family) = unicast_family(&mut r).ok_or_else(bad)? else { return Ok(None) };
         let nh_len = r.u8().ok_or_else(bad)?;
         let nh = r.take(usize::from(nh_len)).ok_or_else(bad)?;
         let next_hop = match (family.afi, nh.len()) {
@@ -124,22 +112,23 @@ impl MpUnreach {
     /// Decodes the attribute's value, as [`MpReach::decode_value`] does.
     pub(super) fn decode_value(value: Bytes, raw: &Bytes) -> Result<Option<MpUnreach>, DecodeError> {
         // RFC 7606 §7.12, as for MP_REACH.
-        let bad = || {
-            DecodeError::reset(
-                code::UPDATE_MESSAGE,
-                subcode::OPTIONAL_ATTRIBUTE_ERROR,
-                raw.clone(),
-                "malformed MP_UNREACH_NLRI",
-            )
-        };
+        let bad = || malformed(raw, "malformed MP_UNREACH_NLRI");
         let mut r = Reader::new(value);
-        let afi = r.u16().ok_or_else(bad)?;
-        let safi = r.u8().ok_or_else(bad)?;
-        let family = Family { afi, safi };
-        if family != Family::IPV4_UNICAST && family != Family::IPV6_UNICAST {
-            return Ok(None);
-        }
+        let Some(family) = unicast_family(&mut r).ok_or_else(bad)? else { return Ok(None) };
         let withdrawn = decode_prefixes(&mut r, family.afi == 2).map_err(|_| bad())?;
         Ok(Some(MpUnreach { family, withdrawn }))
     }
+}
+
+/// The AFI/SAFI that opens both attributes' values: `None` when it is cut short,
+/// `Some(None)` for a family other than IPv4/IPv6 unicast (kept raw by the caller).
+fn unicast_family(r: &mut Reader) -> Option<Option<Family>> {
+    let family = Family { afi: r.u16()?, safi: r.u8()? };
+    Some((family == Family::IPV4_UNICAST || family == Family::IPV6_UNICAST).then_some(family))
+}
+
+/// A malformed MP attribute: the session resets, and the Optional Attribute Error
+/// carries the whole attribute `raw` (RFC 4271 §6.3).
+fn malformed(raw: &Bytes, what: &'static str) -> DecodeError {
+    DecodeError::reset(code::UPDATE_MESSAGE, subcode::OPTIONAL_ATTRIBUTE_ERROR, raw.clone(), what)
 }
