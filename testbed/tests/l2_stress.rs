@@ -32,6 +32,9 @@ const CUTS: usize = 5;
 /// What a successor logs when it suspects a silent owner.
 const SUSPECTED: &str = "membership: no heartbeat from";
 
+/// What a speaker logs when the host's pressure (PSI) stretches its heartbeat silence.
+const STRETCHED: &str = "heartbeat silence stretched";
+
 /// Starts a three-node bed (speakers run by `wrapper`) and waits until every successor
 /// hears its owner's beats: without them the soak would prove nothing.
 fn bed(wrapper: &[&str]) -> Bed {
@@ -44,7 +47,8 @@ fn bed(wrapper: &[&str]) -> Bed {
     bed
 }
 
-/// Checks the soak: no owner change, no ARP request answered twice, no suspicion logged.
+/// Checks the soak: no owner change, no ARP request answered twice, no suspicion logged,
+/// and every speaker stretched its heartbeat silence for the host's pressure.
 fn assert_nothing_moved(bed: &Bed, soaked: &Soaked, logs: &[String]) {
     l2_soak::print_changes(bed, soaked);
     let suspicions: usize = logs.iter().map(|l| l.matches(SUSPECTED).count()).sum();
@@ -60,6 +64,8 @@ fn assert_nothing_moved(bed: &Bed, soaked: &Soaked, logs: &[String]) {
     assert_eq!(soaked.answered_twice(), 0, "two owners at once under stress\n{all}");
     assert!(soaked.arp_samples() > 0, "the ARP sampler ran");
     assert_eq!(suspicions, 0, "a false suspicion under stress\n{all}");
+    // The stress is what the kernel reports: every speaker allowed more silence.
+    assert!(logs.iter().all(|l| l.contains(STRETCHED)), "a speaker never saw the host's pressure\n{all}");
 }
 
 /// Shipped defaults, 60 s of saturated cores: nothing moves; five link cuts of the home

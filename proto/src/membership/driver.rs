@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use foca::{Foca, OwnedNotification, PostcardCodec, Timer};
@@ -14,7 +16,7 @@ use tokio::time::Instant;
 
 use super::auth::{DropReason, KeyEvent, KeyRole, Sealer};
 use super::metrics::{KeyLabels, ResultLabels};
-use super::{MemberId, MembershipKey, MembershipMetrics, Seed, reader, settle};
+use super::{MemberId, MembershipKey, MembershipMetrics, Seed, pressure, reader, settle};
 
 pub(super) type Swim = Foca<MemberId, PostcardCodec, StdRng, foca::NoCustomBroadcast>;
 
@@ -44,7 +46,16 @@ pub(super) struct Driver {
     /// Datagrams dropped unopened (no Node's address, or over a node's rate) when last
     /// logged, and when: one line a minute at most.
     pub(super) refused: (u64, Option<Instant>),
+    /// Where this host's pressure is published for the reader thread, and the gauge
+    /// that computes it (None with heartbeats off: nothing to stretch).
+    pub(super) pressure: Option<(Arc<AtomicU16>, pressure::Gauge)>,
+    /// Whether the silence was last said to be stretched, and when that was logged at
+    /// info (once per [`PRESSURE_LOG_EVERY`] at most; the rest at debug).
+    pub(super) stretched: (bool, Option<Instant>),
 }
+
+/// How often a change of the heartbeat's stretch is logged at info at most.
+const PRESSURE_LOG_EVERY: Duration = Duration::from_secs(30);
 
 /// How often the refused datagrams are logged at most.
 const REFUSED_LOG_EVERY: Duration = Duration::from_secs(60);
@@ -54,6 +65,8 @@ impl Driver {
         self.announce_to_seeds().await;
         let mut rejoin = tokio::time::interval(self.rejoin_interval);
         rejoin.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sample = tokio::time::interval(pressure::SAMPLE_EVERY);
+        sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next_timer = self.timers.keys().next().map(|(t, _)| *t);
             let settle_wait = self.settle.deadline().map(Instant::from_std);
@@ -75,6 +88,7 @@ impl Driver {
                     }
                 },
                 _ = sleep_until(next_timer), if next_timer.is_some() => self.fire_timers().await,
+                _ = sample.tick(), if self.pressure.is_some() => self.sample_pressure(),
                 _ = rejoin.tick() => {
                     self.log_refused();
                     self.announce_to_seeds().await;
@@ -96,6 +110,44 @@ impl Driver {
                     return;
                 }
             }
+        }
+    }
+
+    /// Reads this host's pressure counters, publishes the pressure to the reader, and
+    /// says when the heartbeat silence starts or stops being stretched.
+    fn sample_pressure(&mut self) {
+        let Some((shared, gauge)) = self.pressure.as_mut() else { return };
+        let permille = gauge.handle(std::time::Instant::now(), pressure::read());
+        shared.store(permille, Ordering::Relaxed);
+        let times = pressure::multiplier(permille);
+        if (times > 1) == self.stretched.0 {
+            return;
+        }
+        self.stretched.0 = times > 1;
+        let now = Instant::now();
+        let info = self.stretched.1.is_none_or(|t| now.duration_since(t) >= PRESSURE_LOG_EVERY);
+        let (node, pressure) = (self.name.as_str(), f64::from(permille) / 10.0);
+        match (times > 1, info) {
+            (true, true) => tracing::info!(
+                node,
+                pressure,
+                times,
+                "membership: this host is under CPU or memory pressure (PSI, percent): heartbeat silence stretched"
+            ),
+            (false, true) => tracing::info!(
+                node,
+                pressure,
+                "membership: host pressure gone (PSI, percent): the configured heartbeat silence rules again"
+            ),
+            (true, false) => {
+                tracing::debug!(node, pressure, times, "membership: heartbeat silence stretched")
+            }
+            (false, false) => {
+                tracing::debug!(node, pressure, "membership: heartbeat silence back to the configured one")
+            }
+        }
+        if info {
+            self.stretched.1 = Some(now);
         }
     }
 

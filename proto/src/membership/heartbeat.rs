@@ -20,6 +20,10 @@
 //!   may be queued in its own socket. The driver reads every queued datagram before it
 //!   judges, and judges as of the instant it found the socket empty, so a beat that
 //!   arrived while the driver was descheduled after reading is never taken for silence.
+//!   What the beat thread cannot see, the kernel reports: while this host's tasks wait
+//!   for a CPU or memory ([`Input::Pressure`], from PSI: [`super::pressure`]), a beat may
+//!   wait in a deferred network softirq, so the silence is stretched by
+//!   [`pressure::multiplier`] (up to 9 times, never past `max_silence`).
 //! * **The silence adapts to the sender** (Lifeguard's other half, and the idea of
 //!   phi-accrual detectors): a member whose beats come irregularly (its node's CPUs
 //!   saturated, its beat thread without real-time priority) is given `MARGIN` times the
@@ -60,6 +64,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use super::pressure;
 
 /// What a heartbeat datagram says: its payload under [`super::auth::Kind::Beat`], a
 /// type byte and the sender's node name (borrowed from the datagram).
@@ -182,6 +188,10 @@ pub enum Input<'a> {
     Targets(BTreeSet<String>),
     /// SWIM's live set: watches of members no longer in it end (SWIM took over).
     Live(BTreeSet<String>),
+    /// How much of the time this host's tasks wait for a CPU or memory, in permille
+    /// ([`super::pressure`]): the silence allowed is stretched by
+    /// [`pressure::multiplier`] of it.
+    Pressure(u16),
 }
 
 /// Why a suspicion ended.
@@ -261,10 +271,11 @@ impl Watch {
         self.heard = now;
     }
 
-    /// The silence after which it is suspected at `now`.
-    fn allowance(&self, now: Instant, cfg: &HeartbeatConfig) -> Duration {
+    /// The silence after which it is suspected at `now`, on a host under `pressure`.
+    fn allowance(&self, now: Instant, cfg: &HeartbeatConfig, pressure: u16) -> Duration {
         let floor = cfg.silence();
-        self.peak(now).saturating_mul(MARGIN).min(cfg.max_silence).max(floor)
+        let stretched = floor.saturating_mul(pressure::multiplier(pressure)).min(cfg.max_silence);
+        self.peak(now).saturating_mul(MARGIN).min(cfg.max_silence).max(stretched).max(floor)
     }
 }
 
@@ -281,6 +292,8 @@ pub struct Heartbeats {
     watched: BTreeMap<Arc<str>, Watch>,
     /// Since when this node's own ticks came on time.
     on_time_since: Option<Instant>,
+    /// This host's pressure, in permille ([`Input::Pressure`]).
+    pressure: u16,
     /// Ticks that came an interval or more late (this node was starved).
     late_ticks: u64,
     /// Changes of the suspected set so far.
@@ -300,6 +313,7 @@ impl Heartbeats {
             due: None,
             watched: BTreeMap::new(),
             on_time_since: None,
+            pressure: 0,
             late_ticks: 0,
             suspicions_changed: 0,
             beat_now: false,
@@ -337,6 +351,7 @@ impl Heartbeats {
                 self.release_now = !self.releasing.is_empty();
                 self.targets = t;
             }
+            Input::Pressure(p) => self.pressure = p,
             Input::Live(live) => {
                 let before = self.watched.values().filter(|w| w.suspected.is_some()).count();
                 self.watched.retain(|name, _| live.contains(&**name));
@@ -410,7 +425,7 @@ impl Heartbeats {
         for (name, w) in &mut self.watched {
             match w.suspected {
                 None if judging => {
-                    let silence = w.allowance(now, &self.cfg);
+                    let silence = w.allowance(now, &self.cfg, self.pressure);
                     if now.saturating_duration_since(w.heard) >= silence {
                         w.suspected = Some(now);
                         self.suspicions_changed += 1;
@@ -482,12 +497,17 @@ impl Heartbeats {
     /// The silence after which member `name` would be suspected at `now` (None when it is
     /// not watched): the configured one, or more for a member whose beats came irregularly.
     pub fn allowance(&self, now: Instant, name: &str) -> Option<Duration> {
-        self.watched.get(name).map(|w| w.allowance(now, &self.cfg))
+        self.watched.get(name).map(|w| w.allowance(now, &self.cfg, self.pressure))
     }
 
     /// Ticks that came an interval or more late: the times this node was starved.
     pub fn late_ticks(&self) -> u64 {
         self.late_ticks
+    }
+
+    /// What the host's pressure multiplies the silence by now ([`pressure::multiplier`]).
+    pub fn stretch(&self) -> u32 {
+        pressure::multiplier(self.pressure)
     }
 }
 

@@ -64,6 +64,7 @@ pub struct MembershipMetrics {
     pub(super) heartbeat_cleared: Family<ReasonLabels, Counter>,
     pub(super) heartbeat_late_ticks: Counter,
     pub(super) heartbeat_realtime: Gauge,
+    pub(super) heartbeat_silence_multiplier: Gauge,
 }
 
 impl MembershipMetrics {
@@ -125,6 +126,11 @@ impl MembershipMetrics {
             "ferrolb_membership_heartbeat_realtime",
             "1 when the heartbeat thread runs at real-time priority (SCHED_FIFO)",
             m.heartbeat_realtime.clone(),
+        );
+        registry.register(
+            "ferrolb_membership_heartbeat_silence_multiplier",
+            "What this host's CPU and memory pressure (PSI) multiplies the heartbeat silence by: 1 on a quiet host, up to 9",
+            m.heartbeat_silence_multiplier.clone(),
         );
         m
     }

@@ -25,6 +25,7 @@ pub mod join_grace;
 pub mod key;
 mod metrics;
 pub mod peers;
+pub mod pressure;
 mod reader;
 pub mod settle;
 
@@ -34,6 +35,8 @@ pub use metrics::MembershipMetrics;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::num::{NonZeroU8, NonZeroUsize};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU16;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use foca::{Config, Foca, PeriodicParams, PostcardCodec};
@@ -270,6 +273,9 @@ impl Membership {
         let (swim_tx, swim_rx) = mpsc::channel(1024);
         let seeds: Vec<Seed> = cfg.seeds.into_iter().filter(|s| s.name != cfg.name).collect();
         let (nodes_tx, nodes_rx) = watch::channel(seeds.clone());
+        // This host's pressure in permille: the driver samples it, the reader stretches
+        // the heartbeat silence by it ([`pressure`]).
+        let host_pressure = Arc::new(AtomicU16::new(0));
         let reader = reader::Reader {
             name: cfg.name.clone(),
             socket: reader_sock,
@@ -287,6 +293,8 @@ impl Membership {
             published: 0,
             peers: peers::Peers::new(&seeds),
             nodes: nodes_rx,
+            pressure: host_pressure.clone(),
+            pressure_fed: 0,
         }
         .spawn()
         .map_err(bind_err)?;
@@ -316,6 +324,8 @@ impl Membership {
             swim: swim_rx,
             _reader: reader,
             refused: (0, None),
+            pressure: cfg.heartbeat.enabled().then_some((host_pressure, pressure::Gauge::default())),
+            stretched: (false, None),
         };
         metrics_size(&driver);
         let task = tokio::spawn(driver.run(cmd_rx));

@@ -31,7 +31,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::{Duration, Instant};
 
@@ -90,6 +90,10 @@ pub(super) struct Reader {
     pub(super) peers: Peers,
     /// The Nodes' membership addresses ([`super::MembershipHandle::set_nodes`]).
     pub(super) nodes: watch::Receiver<Vec<Seed>>,
+    /// This host's pressure in permille, sampled by the membership task (an atomic: no
+    /// lock), and the value last handed to the heartbeat.
+    pub(super) pressure: Arc<AtomicU16>,
+    pub(super) pressure_fed: u16,
 }
 
 /// What the reader thread has to say, written to the log by the notes thread.
@@ -347,6 +351,12 @@ impl Reader {
                 notes.say(Note::Successors(targets.clone()));
             }
             self.heartbeats.handle(now, Input::Targets(targets));
+        }
+        let pressure = self.pressure.load(Ordering::Relaxed);
+        if pressure != self.pressure_fed {
+            self.pressure_fed = pressure;
+            self.heartbeats.handle(now, Input::Pressure(pressure));
+            self.metrics.heartbeat_silence_multiplier.set(i64::from(self.heartbeats.stretch()));
         }
         self.heartbeats.handle(now, Input::Timeout);
         self.beat(buf, notes);

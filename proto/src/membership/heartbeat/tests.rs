@@ -375,3 +375,86 @@ fn suspicion_changes_are_counted() {
     assert_eq!(n.hb.suspicions_changed(), 2);
     assert!(n.hb.suspected().is_empty());
 }
+
+/// A host whose tasks wait for a CPU half the time (PSI) stretches the silence five
+/// times: 240 ms of silence is nothing, 250 ms is a suspicion; once the pressure is gone
+/// the configured silence rules again.
+#[test]
+fn a_host_under_pressure_allows_more_silence() {
+    let mut n = Node::new();
+    n.run(200, Some("owner"));
+    let t = n.now;
+    n.hb.handle(t, Input::Pressure(500));
+    assert_eq!(n.hb.stretch(), 5);
+    assert_eq!(n.hb.allowance(t, "owner"), Some(5 * CFG.silence()));
+    n.run(200 + 240, None);
+    assert!(n.events().is_empty(), "240 ms of silence on a host under pressure");
+    n.run(200 + 250, None);
+    assert_eq!(n.events(), vec![Event::Suspected("owner".into())]);
+
+    let mut n = Node::new();
+    n.run(200, Some("owner"));
+    let t = n.now;
+    n.hb.handle(t, Input::Pressure(500));
+    n.hb.handle(t, Input::Pressure(0));
+    assert_eq!(n.hb.allowance(t, "owner"), Some(CFG.silence()));
+    n.run(200 + 50, None);
+    assert_eq!(
+        n.events(),
+        vec![Event::Suspected("owner".into())],
+        "a quiet host fails over as fast as before"
+    );
+}
+
+/// Full pressure stretches at most nine times, and never past `max_silence`.
+#[test]
+fn the_stretch_is_bounded_by_the_largest_silence() {
+    for (max_silence, want) in [(CFG.max_silence, 9 * CFG.silence()), (200 * MS, 200 * MS)] {
+        let t0 = Instant::now();
+        let mut hb = Heartbeats::new(HeartbeatConfig { max_silence, ..CFG });
+        hb.handle(t0, Input::Beat("owner"));
+        hb.handle(t0, Input::Pressure(1000));
+        assert_eq!(hb.allowance(t0, "owner"), Some(want));
+    }
+}
+
+/// The lab's false suspicion, replayed with the shipped defaults: a minute of beats with
+/// gaps of up to 10 ms (cores saturated), then one beat delayed 24 ms in a deferred
+/// softirq. On a host the kernel reports as busy that is no suspicion; on one reported
+/// quiet it still is (nothing else tells them apart).
+#[test]
+fn a_delivery_stall_on_a_busy_host_is_no_suspicion() {
+    for (pressure, suspected) in [(0, true), (400, false)] {
+        let cfg = HeartbeatConfig::default();
+        let t0 = Instant::now();
+        let mut hb = Heartbeats::new(cfg);
+        hb.handle(t0, Input::Pressure(pressure));
+        let mut now = t0;
+        let mut last_beat = t0;
+        let mut i = 0u32;
+        // 60 s of beats 5 or 10 ms apart (every second tick, and every seventh), the
+        // node's own ticks on time.
+        while now < t0 + Duration::from_secs(60) {
+            now += cfg.interval;
+            i += 1;
+            if i.is_multiple_of(2) || i.is_multiple_of(7) {
+                hb.handle(now, Input::Beat("owner"));
+                last_beat = now;
+            }
+            hb.handle(now, Input::Timeout);
+        }
+        while hb.poll_event().is_some() {}
+        // Silence until 24 ms after the last beat, ticks on time.
+        let stall_end = last_beat + Duration::from_millis(24);
+        while let Some(due) = hb.poll_timeout().filter(|d| *d < stall_end) {
+            hb.handle(due, Input::Timeout);
+        }
+        let events: Vec<Event> = std::iter::from_fn(|| hb.poll_event()).collect();
+        assert_eq!(
+            events.contains(&Event::Suspected("owner".into())),
+            suspected,
+            "pressure {pressure} ‰: {events:?}, allowance {:?}",
+            hb.allowance(stall_end, "owner")
+        );
+    }
+}
