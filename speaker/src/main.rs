@@ -187,7 +187,7 @@ fn main() -> ExitCode {
             }
             None => {
                 let client = client(kubeconfig.as_ref()).await?;
-                let opts = KubeOptions { options, namespace, plans: None };
+                let opts = KubeOptions { options, namespace, plans: None, record: None };
                 run::run_kube(opts, client, metrics).await.map_err(|e| e.to_string())
             }
         }

@@ -276,6 +276,7 @@ fn announcements_status_events_crash_consistency_and_an_apiserver_outage() {
             },
             namespace: "ferrolb-system".into(),
             plans: Some(plans_tx),
+            record: None,
         };
         let run = tokio::spawn(run::run_kube(opts, speaker_client, metrics.clone()));
 
@@ -559,4 +560,72 @@ async fn watched_secrets_follow_changes_by_name_only() {
     assert!(!rx.borrow().contains_key(&name("unrelated")), "a Secret not asked for was watched");
     watch.set(&BTreeSet::from([name("ferrolb-membership")]));
     assert!(!rx.borrow().contains_key(&name("bgp-auth")), "a Secret no longer wanted is forgotten");
+}
+
+/// A run's inputs, recorded, replay into the same plans in a state with no I/O of its
+/// own: the event loop decides from its inputs and their recorded clock only. The run
+/// lists, drains an address whose last local endpoint is terminating (the drain running
+/// out on the clock), and withdraws a deleted Service.
+#[test]
+fn a_recorded_run_replays_into_the_same_plans() {
+    in_netns("replay", || async {
+        let (client, server) = FakeApiServer::new().client();
+        register_crds(&server, &[]);
+        kubeapi::apply_stream(&client, TWO_RACKS).await.unwrap();
+        let options = Options {
+            node_name: "node1".into(),
+            lb_class: DEFAULT_LB_CLASS.into(),
+            membership_bind: None,
+            membership_key_file: None,
+            // The setting this test is about: a drain that runs out while it watches.
+            drain_max_delay: Duration::from_millis(300),
+            drain_on_shutdown: run::DEFAULT_DRAIN_ON_SHUTDOWN,
+            heartbeat: ferrolb_proto::membership::HeartbeatConfig::default(),
+        };
+        let (plans_tx, mut plans_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (record_tx, mut record_rx) = tokio::sync::mpsc::unbounded_channel();
+        let opts = KubeOptions {
+            options: options.clone(),
+            namespace: "ferrolb-system".into(),
+            plans: Some(plans_tx),
+            record: Some(record_tx),
+        };
+        let run = tokio::spawn(run::run_kube(opts, client.clone(), Arc::new(Metrics::new())));
+        let mut live: Vec<Announcements> = Vec::new();
+        let mut next_plan = async || {
+            let p = tokio::time::timeout(Duration::from_secs(30), plans_rx.recv()).await.unwrap().unwrap();
+            live.push(p.clone());
+            p
+        };
+        let first = next_plan().await;
+        assert!(announced(&first).contains("203.0.113.20"), "{first:?}");
+        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+        // Its one local endpoint terminates (still serving): drained, then withdrawn.
+        let terminating = json!({"endpoints": [{"addresses": ["10.0.0.1"], "nodeName": "node1",
+            "conditions": {"ready": false, "serving": true, "terminating": true}}]});
+        slices.patch("local-a", &PatchParams::default(), &Patch::Merge(&terminating)).await.unwrap();
+        while announced(&next_plan().await).contains("203.0.113.20") {}
+        let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
+        svcs.delete("web", &DeleteParams::default()).await.unwrap();
+        while announced(&next_plan().await).contains("203.0.113.10") {}
+        run.abort();
+        let _ = run.await;
+        while let Ok(p) = plans_rx.try_recv() {
+            live.push(p);
+        }
+        let mut recorded = Vec::new();
+        while let Ok(r) = record_rx.try_recv() {
+            recorded.push(r);
+        }
+        assert!(
+            recorded.iter().any(|r| matches!(r.input, run::Input::DrainDue)),
+            "the drain ran out on the clock"
+        );
+        let replayed = run::replay(options, recorded).await;
+        assert!(live.len() >= 3, "{} plans", live.len());
+        assert_eq!(replayed.len(), live.len());
+        for (i, (r, l)) in replayed.iter().zip(&live).enumerate() {
+            assert_eq!(r, l, "plan {i} of {}", live.len());
+        }
+    });
 }

@@ -1,5 +1,5 @@
 //! Following `spec.membershipKeyFile` while bootstrap runs, as the speaker follows its
-//! key file (`speaker/src/run/rotation.rs`): the file is re-read every [`KEY_FILE_POLL`]
+//! key file (`speaker/src/run/on_rotation.rs`): the file is re-read every [`KEY_FILE_POLL`]
 //! and a changed valid key goes to the running membership instance, which rotates to it
 //! without a split ([`ferrolb_proto::membership::auth::Keyring`]: accepted at once, sealed
 //! with after the rotation window W, the old key retired after 2W). A key that cannot be

@@ -19,7 +19,7 @@
 //!   field selector `spec.nodeName`, and their `pods/status` patches) and
 //!   `RemoteWatch` (the other nodes' ServiceAnnouncements, for Cluster Services).
 //!
-//! The speaker's Kubernetes mode (`run/gate.rs`, `GatePart`) wires them: pods and
+//! The speaker's Kubernetes mode (`run/parts/gate.rs`, `GatePart`) wires them: pods and
 //! ServiceAnnouncements watched, [`apply_gate_pending`] before every plan, [`desired_all`]
 //! after every plan and every change of [`Announced`] or of the remote view.
 //!

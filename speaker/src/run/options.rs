@@ -7,6 +7,7 @@ use std::time::Duration;
 use ferrolb_proto::membership::HeartbeatConfig;
 use tokio::sync::mpsc;
 
+use super::input::Recorded;
 use crate::plan::Announcements;
 
 /// Options of both modes.
@@ -42,6 +43,9 @@ pub struct KubeOptions {
     pub namespace: String,
     /// Every new plan is sent here (tests and embedding programs follow it).
     pub plans: Option<mpsc::UnboundedSender<Announcements>>,
+    /// Every input the event loop processes is sent here, to replay the run
+    /// ([`super::replay`]).
+    pub record: Option<mpsc::UnboundedSender<Recorded>>,
 }
 
 /// Options of static mode.

@@ -2,7 +2,7 @@
 
 use tokio::time::Instant;
 
-use super::drain::HANDOVER_GRACE;
+use super::parts::drain::HANDOVER_GRACE;
 use super::state::State;
 
 /// Drains every BGP prefix, hands L2 over, then closes the sessions with Cease.

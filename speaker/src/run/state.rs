@@ -1,4 +1,5 @@
-//! What the event loop owns, and the one path every change ends in: [`State::replan`].
+//! What the event loop owns (the parts), and the one path every change ends in:
+//! [`State::replan`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -9,11 +10,13 @@ use ferrolb_proto::bgp::socket::Password;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::drain::{DrainTimers, HANDOVER_GRACE};
-use super::kube::ClusterPart;
-use super::l2::L2Part;
+use super::input::{Cause, Wakeups};
 use super::options::Options;
-use super::rotation;
+use super::parts::cluster::ClusterPart;
+use super::parts::drain::{DrainTimers, HANDOVER_GRACE};
+use super::parts::feed::FeedPart;
+use super::parts::l2::L2Part;
+use super::parts::rotation;
 use crate::announce::bgp::BgpAnnouncer;
 use crate::cluster::status;
 use crate::metrics::{Metrics, OwnershipLabel, ProtocolLabel};
@@ -21,24 +24,16 @@ use crate::model::ClusterModel;
 use crate::plan::{self, Announcements};
 use crate::readiness;
 
-/// Why the L2 owned set changed (log text and metric label).
-pub(super) struct Cause {
-    pub(super) label: &'static str,
-    pub(super) text: String,
-}
-
-impl Cause {
-    pub(super) fn new(label: &'static str, text: impl Into<String>) -> Self {
-        Cause { label, text: text.into() }
-    }
-}
-
 /// Everything the event loop owns.
 pub(super) struct State {
     pub(super) opts: Options,
+    /// When the input being processed came: the one clock of every handler.
+    pub(super) now: Instant,
     /// Static mode: the file.
     pub(super) file: Option<PathBuf>,
-    /// Kubernetes mode.
+    /// Kubernetes mode (and its replay): the watchers' updates into the model.
+    pub(super) feed: Option<FeedPart>,
+    /// Kubernetes mode: the API side.
     pub(super) cluster: Option<ClusterPart>,
     /// Where each new plan is sent, if anywhere.
     pub(super) plans: Option<mpsc::UnboundedSender<Announcements>>,
@@ -75,7 +70,9 @@ impl State {
             drains: DrainTimers::new(opts.drain_max_delay),
             rotation: rotation::Rotation::default(),
             planner: plan::Planner::new(),
+            now: Instant::now(),
             file: None,
+            feed: None,
             cluster: None,
             plans: None,
             opts,
@@ -91,7 +88,7 @@ impl State {
         }
         let live = self.live_members();
         let mut new = self.planner.plan(&mut self.model, &self.opts.node_name, &live).clone();
-        self.drains.handle(Instant::now(), &mut new);
+        self.drains.handle(self.now, &mut new);
         if let Some(p) = &self.l2 {
             for ip in new.l2.keys().filter(|ip| !self.plan.l2.contains_key(ip)) {
                 tracing::info!(address = %ip, reason = %cause.text, "L2: this node now owns the address");
@@ -130,7 +127,9 @@ impl State {
         self.metrics.announced.get_or_create(&ProtocolLabel { protocol: "l2".into() }).set(len_i64(&new.l2));
         self.metrics.l2_unowned.set(len_i64(&new.l2_unowned));
         if let Some(c) = &self.cluster {
-            let want = status::desired(&self.model, &new, &self.opts.node_name, &c.feed.uids);
+            let uids = self.feed.as_ref().map(|f| &f.feed.uids);
+            let want =
+                status::desired(&self.model, &new, &self.opts.node_name, uids.unwrap_or(&Default::default()));
             c.status.send_if_modified(|d| {
                 let differs = d.as_ref() != Some(&want);
                 if differs {
@@ -146,6 +145,36 @@ impl State {
         let entries = old.bgp.values().map(BTreeMap::len).sum::<usize>();
         crate::drop_later(old, entries);
         self.update_gates();
+    }
+
+    /// Whether every watched kind has been listed (Kubernetes mode).
+    pub(super) fn synced(&self) -> bool {
+        self.feed.as_ref().is_some_and(FeedPart::synced)
+    }
+
+    /// Hands the readiness gate writer the conditions this node's gated pods should have
+    /// now (Kubernetes mode).
+    pub(super) fn update_gates(&mut self) {
+        let synced = self.synced();
+        if let Some(c) = self.cluster.as_mut() {
+            c.gate.evaluate(self.now, synced, &self.model, &self.opts.node_name, &self.plan);
+        }
+    }
+
+    /// What to wake up for at this turn.
+    pub(super) fn wakeups(&self) -> Wakeups {
+        let cluster = self.cluster.as_ref();
+        Wakeups {
+            secrets: cluster.map(|c| c.secrets_seen.clone()),
+            poll_files: (self.l2.is_some() && self.opts.membership_key_file.is_some()) || self.file.is_some(),
+            gate: cluster.map(|c| c.gate.watch()),
+            gate_hold: cluster.and_then(|c| c.gate.hold_until()),
+            drain: self.drains.poll_timeout(),
+            l2: self.l2.as_ref().map(L2Part::watch),
+            join: self.l2.as_ref().and_then(L2Part::next_join),
+            l2_ticks: self.l2.is_some(),
+            retry_l2: cluster.is_some() && self.l2_error.is_some(),
+        }
     }
 }
 

@@ -2,16 +2,17 @@
 
 use std::sync::Arc;
 
-use super::event_loop::{serve, signals};
+use super::event_loop::serve;
+use super::input::{Cause, Sources};
 use super::options::StaticOptions;
-use super::state::{Cause, State};
+use super::state::State;
 use crate::error::{SpeakerError, one_line};
 use crate::metrics::{Metrics, ResultLabel};
 use crate::model::static_file;
 
 /// Runs static mode until SIGTERM or SIGINT; sessions end with Cease.
 pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<(), SpeakerError> {
-    let signals = signals()?;
+    let sources = Sources::new()?;
     let StaticOptions { options, file } = opts;
     let loaded = static_file::load(&file, &options.lb_class)?;
     for w in &loaded.warnings {
@@ -37,7 +38,7 @@ pub async fn run_static(opts: StaticOptions, metrics: Arc<Metrics>) -> Result<()
     state.ensure_l2().await.map_err(SpeakerError::L2)?;
     state.replan(&Cause::new("config", "speaker started")).await;
     metrics.set_ready();
-    serve(state, Some(changes), None, signals).await
+    serve(state, sources.with_file_changes(changes), None).await
 }
 
 impl State {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::gate::caught_up;
+use super::parts::gate::caught_up;
 use super::*;
 use crate::announce::Announced;
 use crate::error::one_line;

@@ -1,45 +1,17 @@
-//! Key and password rotation without a restart (issue #13).
-//!
-//! The membership key (Secret `ferrolb-membership`, or `--membership-key-file`) and the
-//! BGP passwords (BGPPeer `spec.passwordSecret`, or `spec.passwordFile` in static mode)
-//! are followed while the speaker runs: Secrets through a watch on each by name, files by
-//! re-reading them every [`FILE_POLL`]. A new membership key goes to membership, which
-//! rotates without a split ([`ferrolb_proto::membership::auth::Keyring`]); a new password goes
-//! through the plan to the BGP announcer, which restarts only that peer's session (its
-//! settings changed) with the new TCP MD5 key on the connection and the listener. A key
-//! or password that cannot be used leaves the current one in force, with one error line.
+//! Rotation inputs: a watched Secret changed, or the key and password files are due to
+//! be read again ([`super::parts::rotation`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use ferrolb_api::MEMBERSHIP_SECRET_NAME;
-use ferrolb_proto::membership::MembershipKey;
-use tokio::sync::watch;
+use ferrolb_proto::bgp::socket::Password;
+use ferrolb_proto::membership::{self, MembershipKey};
 
-use super::state::{Cause, State};
-use crate::cluster::secrets::{self, SecretName, Watched};
+use super::input::Cause;
+use super::state::State;
+use crate::cluster::secrets::{self, SecretName};
 use crate::error::one_line;
 use crate::model::static_file;
-use ferrolb_proto::bgp::socket::Password;
-use ferrolb_proto::membership;
-
-/// How often key and password files are re-read.
-pub(super) const FILE_POLL: Duration = Duration::from_secs(2);
-
-/// What the rotation logic remembers: errors already logged, so each is logged once.
-#[derive(Debug, Default)]
-pub(super) struct Rotation {
-    key_error: Option<String>,
-    password_errors: BTreeSet<String>,
-}
-
-/// Resolves when a watched Secret changed (never without a watch).
-pub(super) async fn secrets_changed(rx: Option<watch::Receiver<Watched>>) {
-    let Some(mut rx) = rx else { return std::future::pending().await };
-    if rx.changed().await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
 
 impl State {
     /// Kubernetes mode: watches the Secrets in use, the password Secrets of the BGPPeers
@@ -52,11 +24,6 @@ impl State {
             wanted.insert((c.namespace.clone(), MEMBERSHIP_SECRET_NAME.to_owned()));
         }
         c.secrets.set(&wanted);
-    }
-
-    /// The clone [`secrets_changed`] waits on (None in static mode).
-    pub(super) fn secrets_watch(&self) -> Option<watch::Receiver<Watched>> {
-        self.cluster.as_ref().map(|c| c.secrets_seen.clone())
     }
 
     /// Kubernetes mode: a watched Secret changed.
@@ -83,11 +50,6 @@ impl State {
         self.apply_passwords(passwords, errors, "BGP password Secret changed").await;
     }
 
-    /// Whether [`State::poll_files`] has anything to read.
-    pub(super) fn polls_files(&self) -> bool {
-        (self.l2.is_some() && self.opts.membership_key_file.is_some()) || self.file.is_some()
-    }
-
     /// Re-reads the membership key file and (static mode) the BGP password files.
     pub(super) async fn poll_files(&mut self) {
         if self.l2.is_some()
@@ -110,18 +72,8 @@ impl State {
     /// an unusable one leaves the current key in force and is logged and counted once.
     fn apply_membership_key(&mut self, key: Result<MembershipKey, String>) {
         let Some(p) = self.l2.as_ref() else { return };
-        match key {
-            Ok(k) => {
-                self.rotation.key_error = None;
-                p.membership.set_key(k);
-            }
-            Err(e) => {
-                if self.rotation.key_error.as_ref() != Some(&e) {
-                    tracing::error!("membership key unchanged, the current one stays in force: {e}");
-                    self.metrics.membership.key_rejected();
-                    self.rotation.key_error = Some(e);
-                }
-            }
+        if let Some(k) = self.rotation.key(key, &self.metrics) {
+            p.membership.set_key(k);
         }
     }
 
@@ -134,12 +86,7 @@ impl State {
         errors: Vec<String>,
         why: &str,
     ) {
-        for e in &errors {
-            if !self.rotation.password_errors.contains(e) {
-                tracing::error!("{e}; the password last read stays in force");
-            }
-        }
-        self.rotation.password_errors = errors.into_iter().collect();
+        self.rotation.password_errors(errors);
         if passwords == self.passwords {
             return;
         }

@@ -1,0 +1,30 @@
+//! Kubernetes mode: what the event loop talks to the API with (the status writer, the
+//! Secrets, the readiness gate, the watchers' lifetime). The model itself comes from the
+//! [`super::feed`].
+
+use std::collections::BTreeMap;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::gate::GatePart;
+use crate::cluster;
+use crate::cluster::status::Desired;
+
+/// Kubernetes mode: the API side of the event loop.
+pub(in crate::run) struct ClusterPart {
+    pub(in crate::run) client: kube::Client,
+    pub(in crate::run) namespace: String,
+    /// The desired ServiceAnnouncements; the writer task converges the API to them.
+    pub(in crate::run) status: watch::Sender<Option<Desired>>,
+    /// The BGP password Secrets last read completely (re-read when they change).
+    pub(in crate::run) password_refs: BTreeMap<String, ferrolb_api::SecretKeyRef>,
+    /// Watches the Secrets in use, so rotated keys and passwords apply ([`super::rotation`]).
+    pub(in crate::run) secrets: cluster::secrets::SecretWatch,
+    /// What of them was applied last.
+    pub(in crate::run) secrets_seen: watch::Receiver<cluster::secrets::Watched>,
+    /// Pod readiness gates of this node's pods.
+    pub(in crate::run) gate: GatePart,
+    /// Aborts the watchers when the speaker stops.
+    pub(in crate::run) _watchers: JoinSet<()>,
+}

@@ -1,0 +1,289 @@
+//! L2 claims: membership and the L2 announcer run while L2Advertisements exist, and
+//! this node elects owners only from a view the [`ClaimGate`] allows.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use ferrolb_proto::membership::claim_gate::{ClaimGate, Observation, Verdict};
+use ferrolb_proto::membership::join_grace::JoinGrace;
+use ferrolb_proto::membership::{
+    self, HeartbeatConfig, Membership, MembershipConfig, MembershipHandle, MembershipKey, Seed,
+};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::drain::HANDOVER_GRACE;
+use crate::announce::l2::L2Announcer;
+use crate::cluster;
+use crate::metrics::Metrics;
+use crate::model::ClusterModel;
+
+/// Membership and the L2 announcer, running while L2Advertisements exist.
+pub(in crate::run) struct L2Part {
+    pub(in crate::run) announcer: L2Announcer,
+    pub(in crate::run) membership: MembershipHandle,
+    pub(in crate::run) live: watch::Receiver<BTreeSet<String>>,
+    pub(in crate::run) settled: watch::Receiver<bool>,
+    /// Members whose heartbeats stopped (SWIM has not declared them down yet).
+    pub(in crate::run) suspected: watch::Receiver<BTreeSet<String>>,
+    /// Changes when a member that missed this node's heartbeats took its addresses over.
+    pub(in crate::run) taken_over: watch::Receiver<u64>,
+    /// Whether the view may be elected from: settled, not alone for a moment only, and
+    /// not blind (datagrams from peers this node cannot read, nobody live).
+    pub(in crate::run) guard: ClaimGate,
+    /// Members that join count as candidates after [`HANDOVER_GRACE`]: make before
+    /// break when a node comes back (`ferrolb_proto::membership::join_grace`).
+    pub(in crate::run) joins: JoinGrace,
+    /// The live set last used for planning (None: not claiming).
+    pub(in crate::run) used: Option<BTreeSet<String>>,
+}
+
+impl L2Part {
+    /// When a joining member becomes a candidate: the event loop re-elects then.
+    pub(in crate::run) fn next_join(&self) -> Option<Instant> {
+        self.joins.next_change(HANDOVER_GRACE).map(Instant::from_std)
+    }
+
+    /// The live set to elect from, or None while this node may not claim.
+    pub(in crate::run) fn usable_live(
+        &mut self,
+        metrics: &Metrics,
+        now: Instant,
+    ) -> Option<BTreeSet<String>> {
+        let settled = *self.settled.borrow_and_update();
+        let mut live = self.live.borrow_and_update().clone();
+        for gone in self.suspected.borrow_and_update().iter() {
+            live.remove(gone);
+        }
+        let seen = Observation {
+            settled,
+            live_others: live.len().saturating_sub(1),
+            unreadable: metrics.membership.unreadable(),
+        };
+        if self.guard.handle(now, seen) != Verdict::Claim {
+            self.joins.reset();
+            return None;
+        }
+        let candidates = self.joins.candidates(now.into_std(), live, HANDOVER_GRACE);
+        if self.joins.left_early() {
+            // It may have announced this node's addresses as its own: clients that
+            // followed it come back.
+            tracing::info!(
+                "a member left before its join grace passed: re-announcing the addresses this node owns"
+            );
+            self.announcer.renew();
+        }
+        Some(candidates)
+    }
+}
+
+impl L2Part {
+    /// Logs, exports and (Kubernetes mode) records on this node's Node object that it became
+    /// blind (it cannot read its peers: it claims no L2 address) or no longer is.
+    pub(in crate::run) fn report_blindness(
+        &mut self,
+        metrics: &Metrics,
+        client: Option<&kube::Client>,
+        node: &str,
+    ) {
+        let Some(blind) = self.guard.poll_event() else { return };
+        let m = &metrics.membership;
+        m.set_blind(blind);
+        let (warning, reason, note) = if blind {
+            let note = format!(
+                "membership: datagrams from other nodes arrive but none can be read ({}) and no other node is live: \
+                 not answering ARP/NDP for any address. Either the membership key differs between nodes \
+                 (--membership-key-file, or Secret ferrolb-membership) or they run a ferrolb release with another \
+                 membership wire version; fix the key or finish the upgrade (ferrolb_membership_dropped_packets_total \
+                 counts them by reason)",
+                m.unreadable_summary()
+            );
+            tracing::error!("{note}");
+            (true, "MembershipBlind", note)
+        } else {
+            let note = "membership: no longer blind (a peer is heard, or the unreadable datagrams stopped); \
+                        electing L2 owners from the membership view again"
+                .to_string();
+            tracing::info!("{note}");
+            (false, "MembershipRecovered", note)
+        };
+        if let Some(client) = client {
+            node_event(client.clone(), node, warning, reason, note);
+        }
+    }
+}
+
+/// Records an `AddressConflict` Event on this node's Node for every address conflict the
+/// L2 announcer reports (another MAC answers for an owned address), once per change; ends
+/// with the announcer.
+pub(in crate::run) async fn conflict_events(
+    mut status: watch::Receiver<ferrolb_proto::l2::L2Status>,
+    client: kube::Client,
+    node: String,
+) {
+    use ferrolb_proto::l2::arp::mac_to_string;
+    let mut seen: std::collections::BTreeMap<IpAddr, ferrolb_proto::l2::Conflict> = Default::default();
+    while status.changed().await.is_ok() {
+        let now: std::collections::BTreeMap<IpAddr, ferrolb_proto::l2::Conflict> = status
+            .borrow_and_update()
+            .addresses
+            .iter()
+            .filter_map(|(a, st)| st.conflict.map(|c| (*a, c)))
+            .collect();
+        for (addr, c) in now.iter().filter(|(a, c)| seen.get(a) != Some(c)) {
+            let other = mac_to_string(&c.other);
+            let note = match (c.won, c.foreign) {
+                (_, true) => format!(
+                    "{other} keeps answering ARP/NDP for {addr} although this node outranks it: it is no ferrolb \
+                     node of this release; remove {addr} from that device or from the address pool"
+                ),
+                (true, false) => format!(
+                    "{other} also answers ARP/NDP for {addr}; this node outranks it, keeps the address and \
+                     announces it again (membership between the two nodes is split, or a device holds the address)"
+                ),
+                (false, false) => format!(
+                    "{other} also answers ARP/NDP for {addr} and outranks this node: this node stopped answering \
+                     for it (membership between the two nodes is split, or a device holds the address)"
+                ),
+            };
+            node_event(client.clone(), &node, true, "AddressConflict", note);
+        }
+        seen = now;
+    }
+}
+
+/// Publishes an Event about Node `node` (best effort, in the background: L2 never waits
+/// for the apiserver).
+fn node_event(client: kube::Client, node: &str, warning: bool, reason: &'static str, note: String) {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let reporter = Reporter { controller: cluster::status::MANAGER.into(), instance: Some(node.to_owned()) };
+    let regarding = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(node.to_owned()),
+        ..ObjectReference::default()
+    };
+    let ev = Event {
+        type_: if warning { EventType::Warning } else { EventType::Normal },
+        reason: reason.into(),
+        note: Some(ferrolb_api::event_note(note)),
+        action: "ElectL2Owners".into(),
+        secondary: None,
+    };
+    tokio::spawn(async move {
+        let recorder = Recorder::new(client, reporter);
+        if let Err(e) = cluster::within(recorder.publish(&ev, &regarding)).await {
+            tracing::debug!(error = %e, reason, "cannot publish the Node Event (best effort)");
+        }
+    });
+}
+
+/// The address membership uses for a node: its first IPv4 InternalIP, else its first.
+fn membership_ip(model: &ClusterModel, node: &str) -> Option<IpAddr> {
+    let addrs = &model.nodes.get(node)?.addresses;
+    addrs.iter().find(|a| a.is_ipv4()).or_else(|| addrs.first()).copied()
+}
+
+/// The membership port (`--membership-bind`'s): every node's is this node's.
+pub(in crate::run) fn membership_port(bind: Option<SocketAddr>) -> u16 {
+    bind.map_or(membership::DEFAULT_PORT, |b| b.port())
+}
+
+/// Every address of every Node at the membership port: where membership datagrams may
+/// come from, and for whom they may speak ([`membership::peers`]).
+pub(in crate::run) fn node_addresses(model: &ClusterModel, port: u16) -> Vec<Seed> {
+    let mut out = Vec::new();
+    for (name, node) in &model.nodes {
+        out.extend(
+            node.addresses.iter().map(|ip| Seed { name: name.clone(), addr: SocketAddr::new(*ip, port) }),
+        );
+    }
+    out
+}
+
+/// Reads the key and starts membership (seeded with the Nodes' InternalIPs) and the
+/// L2 announcer.
+pub(in crate::run) fn start_l2(
+    me: &str,
+    membership_bind: Option<SocketAddr>,
+    heartbeat: HeartbeatConfig,
+    (model, metrics): (&ClusterModel, &Metrics),
+    key: MembershipKey,
+) -> Result<L2Part, String> {
+    let port = membership_port(membership_bind);
+    let advertise_ip = match membership_bind.map(|b| b.ip()).filter(|ip| !ip.is_unspecified()) {
+        Some(ip) => ip,
+        None => membership_ip(model, me).ok_or_else(|| {
+            format!(
+                "node {me}: no InternalIP in status.addresses of its Node; membership needs it \
+                 (or give --membership-bind ADDR:PORT)"
+            )
+        })?,
+    };
+    let bind = membership_bind.unwrap_or_else(|| {
+        let any: IpAddr =
+            if advertise_ip.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { Ipv6Addr::UNSPECIFIED.into() };
+        SocketAddr::new(any, port)
+    });
+    let seeds: Vec<Seed> = model
+        .nodes
+        .keys()
+        .filter(|n| *n != me)
+        .filter_map(|n| {
+            membership_ip(model, n).map(|ip| Seed { name: n.clone(), addr: SocketAddr::new(ip, port) })
+        })
+        .collect();
+    let others = seeds.len();
+    let mut cfg = MembershipConfig::new(me, SocketAddr::new(advertise_ip, port), seeds, key);
+    cfg.bind = bind;
+    cfg.rotation_window = membership::rotation_window();
+    cfg.heartbeat = heartbeat;
+    let announcer = L2Announcer::spawn(metrics)?;
+    let membership = Membership::spawn(cfg, metrics.membership.clone()).map_err(|e| e.to_string())?;
+    membership.set_nodes(&node_addresses(model, port));
+    tracing::info!(bind = %bind, advertise = %SocketAddr::new(advertise_ip, port), seeds = others, "membership started for L2 announcements");
+    Ok(L2Part {
+        live: membership.live(),
+        settled: membership.settled(),
+        suspected: membership.suspected(),
+        taken_over: membership.taken_over(),
+        announcer,
+        membership,
+        guard: ClaimGate::new(others),
+        joins: JoinGrace::default(),
+        used: None,
+    })
+}
+
+/// What [`l2_changed`] waits on: membership's live set, settledness and heartbeat suspects.
+pub(in crate::run) type L2Watch = (
+    watch::Receiver<BTreeSet<String>>,
+    watch::Receiver<bool>,
+    watch::Receiver<BTreeSet<String>>,
+    watch::Receiver<u64>,
+);
+
+impl L2Part {
+    /// The receivers [`l2_changed`] waits on.
+    pub(in crate::run) fn watch(&self) -> L2Watch {
+        (self.live.clone(), self.settled.clone(), self.suspected.clone(), self.taken_over.clone())
+    }
+}
+
+/// Resolves when membership's live set, settledness or heartbeat suspects change (never
+/// without L2).
+pub(in crate::run) async fn l2_changed(part: Option<L2Watch>) {
+    let Some((mut live, mut settled, mut suspected, mut taken_over)) = part else {
+        return std::future::pending().await;
+    };
+    let ok = tokio::select! {
+        r = live.changed() => r.is_ok(),
+        r = settled.changed() => r.is_ok(),
+        r = suspected.changed() => r.is_ok(),
+        r = taken_over.changed() => r.is_ok(),
+    };
+    if !ok {
+        std::future::pending::<()>().await;
+    }
+}
