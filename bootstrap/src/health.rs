@@ -457,11 +457,8 @@ pub async fn run(
                 tracing::debug!(error = %e, "health probe failed");
             }
         }
-        match gate.poll_timeout() {
-            Some(at) => tokio::time::sleep_until(at).await,
-            // Not reached: a gate hands out a probe or schedules the next one.
-            None => std::future::pending().await,
-        }
+        // Never None: a gate hands out a probe or schedules the next one.
+        ferrolb_proto::time::sleep_until(gate.poll_timeout()).await;
         gate.handle(Instant::now(), Input::Timeout);
     }
 }

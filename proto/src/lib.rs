@@ -16,12 +16,18 @@
 //! `None` if it waits for nothing; `poll_event()` returns what happened for the driver
 //! (a state change, a connection to open or close, a session up or down) until `None`.
 //! A driver loops: wait for a packet or the earliest `poll_timeout`, call `handle`, then
-//! drain `poll_transmit` and `poll_event`. [`bfd::Session`] and [`bgp::fsm::Fsm`] speak
-//! all four, and their tokio drivers, [`bfd::driver`] and [`bgp::session`], are thin
-//! loops of that kind; tests drive the same machines with a fake clock and no sockets.
-//! Smaller pieces use the part they need: the membership [`membership::auth::Keyring`]
-//! (`handle_timeout(now)`, `poll_timeout`, `poll_event`) and
-//! [`membership::claim_gate::ClaimGate`] (`handle` returns its verdict, `poll_event`).
+//! drain `poll_transmit` and `poll_event`. [`bfd::Session`], [`bgp::fsm::Fsm`] and
+//! [`bgp::session::machine::Machine`] (the FSM with the RIB-Out: UPDATEs and
+//! ROUTE-REFRESH answers leave through its `poll_transmit` like every other message)
+//! speak all four, and their tokio drivers, [`bfd::driver`] and [`bgp::session`], are
+//! thin loops of that kind; tests drive the same machines with a fake clock and no
+//! sockets. Every machine takes `std::time::Instant`; drivers wait for `poll_timeout`
+//! with the one helper [`time::sleep_until`]. Smaller pieces use the part they need, in
+//! the same words: the membership [`membership::auth::Keyring`] (`handle_timeout(now)`
+//! for its only input, the clock; `poll_timeout`, `poll_event`),
+//! [`membership::join_grace::JoinGrace`] (`poll_timeout`) and
+//! [`membership::claim_gate::ClaimGate`] (`handle` returns its verdict, which its caller
+//! needs at once; `poll_event`).
 //! SWIM itself is foca's sans-IO core, run by [`membership::Membership`]; the ARP/NDP
 //! codecs are sans-IO and the [`l2::L2Announcer`] responder tasks answer with them.
 //! The binaries' own timers are spelled the same way: ferrolb-bootstrap's health gate
@@ -32,3 +38,4 @@ pub mod bgp;
 pub mod election;
 pub mod l2;
 pub mod membership;
+pub mod time;

@@ -202,7 +202,7 @@ async fn a_node_that_cannot_read_its_peer_claims_nothing() {
                     live_others: h.live().borrow().len() - 1,
                     unreadable: metrics.unreadable(),
                 };
-                guard.handle(tokio::time::Instant::now(), seen)
+                guard.handle(std::time::Instant::now(), seen)
             };
             let start = std::time::Instant::now();
             let mut verdicts = Vec::new();

@@ -237,7 +237,7 @@ async fn drive(
                 live_others: view.len().saturating_sub(1),
                 unreadable: metrics.unreadable(),
             };
-            let verdict = guard.handle(tokio::time::Instant::now(), seen);
+            let verdict = guard.handle(std::time::Instant::now(), seen);
             report_blindness(&mut guard, &metrics);
             if healthy {
                 set.insert(node.clone());
@@ -439,7 +439,7 @@ mod tests {
                     Ok((from, at)) = heard.recv() => if from != name {
                         h.handle(Instant::now(), Input::Claim { at, by: Some(from) })
                     },
-                    _ = tokio::time::sleep_until(timeout.unwrap_or_else(Instant::now).into()), if timeout.is_some() => {
+                    _ = ferrolb_proto::time::sleep_until(timeout), if timeout.is_some() => {
                         h.handle(Instant::now(), Input::Timeout)
                     }
                 }

@@ -49,7 +49,7 @@ pub(super) async fn run_bgp(
                 let h = *health.borrow_and_update();
                 drain.handle(Instant::now(), Input::Health(h));
             }
-            _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => {
+            _ = ferrolb_proto::time::sleep_until(deadline) => {
                 drain.handle(Instant::now(), Input::Timeout);
             }
         }

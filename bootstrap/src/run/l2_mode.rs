@@ -18,6 +18,7 @@ use ferrolb_proto::l2::{
     DEFAULT_TAKEOVER, InterfaceChoice, L2Announcer, L2Config, L2Handle, L2Status, Owned,
 };
 use ferrolb_proto::membership::{MembershipConfig, Seed};
+use ferrolb_proto::time::sleep_until;
 use tokio::sync::watch;
 
 use super::Stop;
@@ -220,13 +221,6 @@ async fn next_claim(claimed: &mut Option<watch::Receiver<Option<Seen>>>) -> Opti
         return *rx.borrow_and_update();
     }
     std::future::pending().await
-}
-
-async fn sleep_until(t: Option<Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t.into()).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// Whether the announcer yielded `ip` to another node that answers for it and outranks

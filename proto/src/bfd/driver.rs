@@ -439,13 +439,7 @@ impl SessionTask {
         tracing::info!(state = %self.session.state(), local_discr = self.session.local_discr(), "BFD session started");
         self.flush().await;
         loop {
-            let deadline = self.session.poll_timeout().map(Instant::from_std);
-            let sleep = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let sleep = crate::time::sleep_until(self.session.poll_timeout());
             tokio::select! {
                 p = self.packets.recv() => match p {
                     Some(p) => self.session.handle(Instant::now().into_std(), Input::Packet(p)),

@@ -12,6 +12,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::time::sleep_until;
+
 use super::arp::{self, ArpPacket, BROADCAST_MAC, Mac, Operation};
 use super::conflict::{self, Conflicts};
 use super::links::Link;
@@ -142,7 +144,7 @@ impl Responder {
                     Err(_) => quiet_open = false,
                 },
                 _ = sleep_until(next), if next.is_some() => self.send_due().await,
-                _ = sleep_until(probe.map(Instant::from_std)), if probe.is_some() => {
+                _ = sleep_until(probe), if probe.is_some() => {
                     self.on_conflict(conflict::Input::Timeout).await;
                 }
                 r = self.arp.recv(&mut arp_buf) => match r {
@@ -447,12 +449,5 @@ impl Responder {
             Ok(_) => self.metrics.count_reply(target),
             Err(e) => tracing::debug!(interface = %self.interface, error = %e, "NA failed"),
         }
-    }
-}
-
-async fn sleep_until(t: Option<Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
     }
 }

@@ -22,7 +22,7 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// A node that settled alone although others are listed waits this long before
 /// claiming, listening for datagrams it cannot read.

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::auth::{DropReason, KeyEvent, KeyRole, Sealer};
 use super::metrics::{KeyLabels, ResultLabels};
 use super::{MemberId, MembershipKey, MembershipMetrics, Seed, pressure, reader, settle};
+use crate::time::sleep_until;
 
 pub(super) type Swim = Foca<MemberId, PostcardCodec, StdRng, foca::NoCustomBroadcast>;
 
@@ -353,12 +354,5 @@ impl Driver {
             ),
         }
         self.settled.send_replace(true);
-    }
-}
-
-async fn sleep_until(t: Option<Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
     }
 }

@@ -69,7 +69,7 @@ impl JoinGrace {
     /// their elections together: an owner switches its heartbeats to a joiner that is
     /// now a successor while the former successor already counts it too, rather than
     /// hearing silence and taking over.
-    pub fn next_change(&self, grace: Duration) -> Option<Instant> {
+    pub fn poll_timeout(&self, grace: Duration) -> Option<Instant> {
         self.joining.values().min().map(|t| *t + grace)
     }
 
@@ -94,14 +94,14 @@ mod tests {
         let t0 = Instant::now();
         let mut g = JoinGrace::default();
         assert_eq!(g.candidates(t0, names(&["a", "b"]), GRACE), names(&["a", "b"]));
-        assert_eq!(g.next_change(GRACE), None);
+        assert_eq!(g.poll_timeout(GRACE), None);
         let t1 = t0 + Duration::from_secs(5);
         assert_eq!(g.candidates(t1, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
-        assert_eq!(g.next_change(GRACE), Some(t1 + GRACE));
+        assert_eq!(g.poll_timeout(GRACE), Some(t1 + GRACE));
         let almost = t1 + GRACE - Duration::from_millis(1);
         assert_eq!(g.candidates(almost, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
         assert_eq!(g.candidates(t1 + GRACE, names(&["a", "b", "c"]), GRACE), names(&["a", "b", "c"]));
-        assert_eq!(g.next_change(GRACE), None);
+        assert_eq!(g.poll_timeout(GRACE), None);
         assert!(!g.left_early());
     }
 

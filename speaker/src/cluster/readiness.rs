@@ -283,12 +283,7 @@ impl Writer {
             let retry_at = failed.then(|| tokio::time::Instant::now() + delay);
             // Back off while writes keep failing (an apiserver outage), not to flood it or the log.
             delay = if failed { (delay * 2).min(RETRY_MAX) } else { RETRY };
-            let retry = async {
-                match retry_at {
-                    Some(t) => tokio::time::sleep_until(t).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let retry = ferrolb_proto::time::sleep_until(retry_at);
             tokio::select! {
                 r = desired.changed() => if r.is_err() { return },
                 r = changes.changed() => if r.is_err() { return },

@@ -25,6 +25,7 @@ use super::parts::rotation::{FILE_POLL, secrets_changed};
 use crate::cluster::Update;
 use crate::cluster::secrets::Watched;
 use crate::error::SpeakerError;
+use ferrolb_proto::time::sleep_until;
 
 /// Watcher updates taken in one input at most (more are the next input's).
 const BATCH: usize = 1024;
@@ -146,11 +147,11 @@ impl Sources {
         tokio::select! {
             () = secrets_changed(w.secrets) => Input::SecretsChanged,
             _ = self.file_poll.tick(), if w.poll_files => Input::PollFiles,
-            () = sleep_until_opt(w.gate_hold) => Input::GateHoldOver,
+            () = sleep_until(w.gate_hold) => Input::GateHoldOver,
             signal = gate_changed(w.gate) => Input::Gate(signal),
-            () = sleep_until_opt(w.drain) => Input::DrainDue,
+            () = sleep_until(w.drain) => Input::DrainDue,
             () = l2_changed(w.l2) => Input::Membership,
-            () = sleep_until_opt(w.join) => Input::JoinDue,
+            () = sleep_until(w.join) => Input::JoinDue,
             _ = self.l2_tick.tick(), if w.l2_ticks => Input::L2Tick,
             () = recv_opt(&mut self.changes) => Input::FileChanged,
             u = recv_or_closed(&mut self.updates) => match u {
@@ -191,14 +192,6 @@ async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> T {
 async fn recv_or_closed<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     match rx.as_mut() {
         Some(r) => r.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Sleeps until `t`, or forever without one.
-async fn sleep_until_opt(t: Option<Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
     }
 }

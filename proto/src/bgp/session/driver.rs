@@ -1,15 +1,16 @@
-//! The session task: owns the TCP connections and the clock, feeds the [`Fsm`] and
-//! carries out what it asks for, and sends what the [`RibOut`] computes.
+//! The session task: owns the TCP connections and the clock, feeds the session
+//! [`Machine`] (the FSM and the RIB-Out) and writes what it gives.
+use super::machine::{self, Machine};
 use super::{CEASE_BFD_DOWN, Command, Routes, SessionConfig, SessionStatus};
 use crate::bgp::error::subcode;
-use crate::bgp::fsm::{ConnId, Event, Fsm, Input, State};
+use crate::bgp::fsm::{ConnId, Event, Input, State};
 use crate::bgp::message::{DecodeContext, EncodeContext, Message, frame_len};
-use crate::bgp::rib_out::{ExportConfig, RibOut};
 use crate::bgp::socket::{self, ConnectOptions};
+use crate::time::sleep_until;
 use bytes::BytesMut;
 use ipnet::IpNet;
 use std::collections::{BTreeSet, HashMap};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -33,8 +34,7 @@ struct Conn {
 
 pub(super) struct Driver {
     config: SessionConfig,
-    fsm: Fsm,
-    rib: RibOut,
+    machine: Machine,
     cmd_rx: mpsc::Receiver<Command>,
     routes_rx: watch::Receiver<Arc<Routes>>,
     status_tx: watch::Sender<SessionStatus>,
@@ -57,8 +57,7 @@ impl Driver {
     ) -> Self {
         let (ev_tx, ev_rx) = mpsc::channel(64);
         Self {
-            fsm: Fsm::new(config.peer.clone()),
-            rib: RibOut::new(config.export.clone()),
+            machine: Machine::new(config.peer.clone(), config.export.clone()),
             config,
             cmd_rx,
             routes_rx,
@@ -77,7 +76,7 @@ impl Driver {
     pub(super) async fn run(mut self) {
         self.handle(Input::ManualStart).await;
         loop {
-            let deadline = self.fsm.poll_timeout().map(Instant::from_std);
+            let deadline = self.machine.poll_timeout();
             tokio::select! {
                 cmd = self.cmd_rx.recv() => match cmd {
                     Some(Command::Accept(stream)) => self.accept(stream).await,
@@ -92,7 +91,10 @@ impl Driver {
                         break;
                     }
                 },
-                Ok(()) = self.routes_rx.changed() => self.sync_routes().await,
+                Ok(()) = self.routes_rx.changed() => {
+                    let routes = self.routes_rx.borrow_and_update().clone();
+                    self.feed(machine::Input::Routes(routes)).await;
+                }
                 Some(ev) = self.ev_rx.recv() => self.conn_event(ev).await,
                 () = sleep_until(deadline) => self.handle(Input::Timeout).await,
             }
@@ -121,7 +123,7 @@ impl Driver {
             self.handle(Input::ManualStart).await;
         } else {
             self.status.bfd_resets += 1;
-            tracing::warn!(state = ?self.fsm.state(), "BFD down: resetting the BGP session now (Cease, BFD down) and holding it down until BFD is up");
+            tracing::warn!(state = ?self.machine.fsm().state(), "BFD down: resetting the BGP session now (Cease, BFD down) and holding it down until BFD is up");
             if let Some((_, h)) = self.connecting.take() {
                 h.abort();
             }
@@ -133,6 +135,13 @@ impl Driver {
     async fn accept(&mut self, stream: TcpStream) {
         let id = self.register(stream);
         self.handle(Input::TcpConnectionConfirmed(id)).await;
+    }
+
+    /// A connection's local address goes to the machine before its first FSM input.
+    fn local(&mut self, id: ConnId) {
+        if let Some(local) = self.conns.get(&id).and_then(|c| c.local) {
+            self.machine.handle(Instant::now().into_std(), machine::Input::Local(id, local));
+        }
     }
 
     fn register(&mut self, stream: TcpStream) -> ConnId {
@@ -177,6 +186,7 @@ impl Driver {
             }
         });
         self.conns.insert(id, Conn { writer, reader, local });
+        self.local(id);
         id
     }
 
@@ -216,12 +226,6 @@ impl Driver {
                             }
                             self.publish();
                         }
-                        if let Message::RouteRefresh(rr) = &msg
-                            && self.fsm.state() == State::Established
-                        {
-                            self.rib.refresh(rr.family);
-                            self.sync_routes().await;
-                        }
                         self.handle(Input::Message(id, msg)).await;
                     }
                     Err(e) => self.handle(Input::MessageError(id, e)).await,
@@ -236,14 +240,24 @@ impl Driver {
         }
     }
 
-    /// Feeds the FSM and carries out everything it asks for: first the messages, then
-    /// the events (a connection closes after what was written on it).
+    /// Feeds the FSM.
     async fn handle(&mut self, input: Input) {
-        self.fsm.handle(Instant::now().into_std(), input);
-        while let Some(t) = self.fsm.poll_transmit() {
-            self.send(t.conn, &t.message).await;
+        self.feed(machine::Input::Fsm(input)).await;
+    }
+
+    /// Feeds the machine and carries out everything it asks for: first the messages,
+    /// then the events (a connection closes after what was written on it).
+    async fn feed(&mut self, input: machine::Input) {
+        self.machine.handle(Instant::now().into_std(), input);
+        let mut written = true;
+        while let Some(t) = self.machine.poll_transmit() {
+            if let Message::Update(u) = &t.message {
+                self.status.prefixes_announced += u.announced().count() as u64;
+                self.status.prefixes_withdrawn += u.withdrawn_prefixes().count() as u64;
+            }
+            written &= self.send(t.conn, &t.message).await;
         }
-        while let Some(ev) = self.fsm.poll_event() {
+        while let Some(ev) = self.machine.poll_event() {
             match ev {
                 Event::Connect => self.start_connect(),
                 Event::Close(id) => {
@@ -265,16 +279,11 @@ impl Driver {
                 Event::SessionUp(n) => {
                     self.decode_ctx = DecodeContext { four_octet_as: n.four_octet_as };
                     self.encode_ctx = EncodeContext { four_octet_as: n.four_octet_as };
-                    let local = self.conns.get(&n.conn).and_then(|c| c.local);
-                    self.rib.set_export(self.export_for(local));
-                    self.rib.session_up(&n);
                     self.status.established_count += 1;
                     self.status.negotiated = Some(n);
                     self.publish();
-                    self.sync_routes().await;
                 }
                 Event::SessionDown(reason) => {
-                    self.rib.session_down();
                     self.decode_ctx = DecodeContext::default();
                     self.encode_ctx = EncodeContext::default();
                     self.status.negotiated = None;
@@ -284,49 +293,17 @@ impl Driver {
                 }
             }
         }
-    }
-
-    /// Export settings with next hops defaulting to the connection's local address.
-    fn export_for(&self, local: Option<SocketAddr>) -> ExportConfig {
-        let mut e = self.config.export.clone();
-        match local.map(|a| a.ip()) {
-            Some(IpAddr::V4(a)) if e.next_hop_v4.is_none() => e.next_hop_v4 = Some(a),
-            Some(IpAddr::V6(a)) => {
-                if let Some(v4) = a.to_ipv4_mapped() {
-                    e.next_hop_v4 = e.next_hop_v4.or(Some(v4));
-                } else {
-                    e.next_hop_v6 = e.next_hop_v6.or(Some(a));
-                }
+        if self.machine.take_synced() {
+            self.status.prefixes_advertised = self.machine.advertised();
+            // Published only now that every UPDATE of this sync is on the wire: a reader
+            // of `advertised` (pod readiness gates) may rely on the peer having been sent it.
+            let advertised: BTreeSet<IpNet> =
+                if written { self.machine.advertised_prefixes().copied().collect() } else { BTreeSet::new() };
+            if *self.status.advertised != advertised {
+                self.status.advertised = Arc::new(advertised);
             }
-            _ => {}
+            self.publish();
         }
-        e
-    }
-
-    async fn sync_routes(&mut self) {
-        if self.fsm.state() != State::Established {
-            return;
-        }
-        let routes = self.routes_rx.borrow_and_update().clone();
-        let updates = self.rib.sync(&routes);
-        let Some(id) = self.fsm.negotiated().map(|n| n.conn) else {
-            return;
-        };
-        let mut written = true;
-        for u in updates {
-            self.status.prefixes_announced += u.announced().count() as u64;
-            self.status.prefixes_withdrawn += u.withdrawn_prefixes().count() as u64;
-            written &= self.send(id, &Message::Update(u)).await;
-        }
-        self.status.prefixes_advertised = self.rib.advertised();
-        // Published only now that every UPDATE of this sync is on the wire: a reader
-        // of `advertised` (pod readiness gates) may rely on the peer having been sent it.
-        let advertised: BTreeSet<IpNet> =
-            if written { self.rib.advertised_prefixes().copied().collect() } else { BTreeSet::new() };
-        if *self.status.advertised != advertised {
-            self.status.advertised = Arc::new(advertised);
-        }
-        self.publish();
     }
 
     /// Writes `msg`; false when it could not be written (the FSM then learns of a
@@ -334,7 +311,7 @@ impl Driver {
     async fn send(&mut self, id: ConnId, msg: &Message) -> bool {
         // A peer that stops reading must not wedge the task (and its hold timer):
         // give up on a write after the hold time.
-        let hold = self.fsm.negotiated().map_or(240, |n| u64::from(n.hold_time));
+        let hold = self.machine.fsm().negotiated().map_or(240, |n| u64::from(n.hold_time));
         let limit = std::time::Duration::from_secs(hold.max(10));
         let Some(conn) = self.conns.get_mut(&id) else {
             return false;
@@ -384,17 +361,10 @@ impl Driver {
     }
 
     fn publish(&mut self) {
-        self.status.state = self.fsm.state();
+        self.status.state = self.machine.fsm().state();
         if self.status.state != State::Established && !self.status.advertised.is_empty() {
             self.status.advertised = Arc::default();
         }
         self.status_tx.send_replace(self.status.clone());
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }

@@ -1,11 +1,13 @@
 //! tokio driver for one BGP peer: [`spawn`] starts a task that owns the TCP
-//! connections and the clock, feeds the sans-IO [`Fsm`](crate::bgp::fsm::Fsm) and sends
-//! what the [`RibOut`](crate::bgp::rib_out::RibOut) computes; the [`SessionHandle`]
-//! controls it. A [`Listener`] hands inbound connections to the session of their peer.
+//! connections and the clock and feeds the sans-IO [`machine::Machine`] (the
+//! [`Fsm`](crate::bgp::fsm::Fsm) and the [`RibOut`](crate::bgp::rib_out::RibOut)): every
+//! message it writes, UPDATEs included, comes from the machine's `poll_transmit`. The
+//! [`SessionHandle`] controls it. A [`Listener`] hands inbound connections to the session of their peer.
 //!
 //! Received routes are counted and dropped: the speaker only announces.
 mod driver;
 mod listener;
+pub mod machine;
 
 pub use listener::Listener;
 

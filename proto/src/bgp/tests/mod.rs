@@ -2,6 +2,7 @@
 //! and sessions over loopback.
 mod codec;
 mod fsm_pair;
+mod machine;
 mod rfc7606;
 mod rib_out;
 mod session;

@@ -41,7 +41,7 @@ pub(in crate::run) struct L2Part {
 impl L2Part {
     /// When a joining member becomes a candidate: the event loop re-elects then.
     pub(in crate::run) fn next_join(&self) -> Option<Instant> {
-        self.joins.next_change(HANDOVER_GRACE).map(Instant::from_std)
+        self.joins.poll_timeout(HANDOVER_GRACE).map(Instant::from_std)
     }
 
     /// The live set to elect from, or None while this node may not claim.
@@ -60,7 +60,7 @@ impl L2Part {
             live_others: live.len().saturating_sub(1),
             unreadable: metrics.membership.unreadable(),
         };
-        if self.guard.handle(now, seen) != Verdict::Claim {
+        if self.guard.handle(now.into_std(), seen) != Verdict::Claim {
             self.joins.reset();
             return None;
         }
