@@ -34,7 +34,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ferrolb_proto::membership::claim_gate::{ClaimGate, Observation, Verdict};
+use ferrolb_proto::membership::claim::{Claim, Wording};
+use ferrolb_proto::membership::claim_gate::Verdict;
 use ferrolb_proto::membership::{
     Membership, MembershipConfig, MembershipError, MembershipHandle, MembershipMetrics, Seed,
 };
@@ -44,6 +45,13 @@ use tokio::task::JoinHandle;
 /// A member that settled alone although others are listed waits this long before
 /// claiming, listening for datagrams it cannot read (the speaker's rule, one copy).
 pub const ALONE_WAIT: Duration = ferrolb_proto::membership::claim_gate::ALONE_WAIT;
+
+/// How the claim's log lines name bootstrap's things.
+const WORDING: Wording = Wording {
+    key: "spec.membershipKeyFile",
+    blind: "claiming nothing (a VIP held stays held)",
+    recovered: "electing the VIP's owner from the membership view again",
+};
 
 /// Suffix of the membership name of a member whose local apiserver is unhealthy.
 pub const UNHEALTHY_SUFFIX: &str = "~unhealthy";
@@ -165,31 +173,6 @@ fn spawn(
     Membership::spawn(member_config(cfg, healthy), metrics.clone())
 }
 
-/// Logs and exports (`ferrolb_membership_blind`) that this member became blind (it
-/// cannot read the other members: it claims nothing) or no longer is.
-fn report_blindness(guard: &mut ClaimGate, metrics: &MembershipMetrics) {
-    match guard.poll_event() {
-        Some(true) => {
-            metrics.set_blind(true);
-            tracing::error!(
-                "membership: datagrams from other members arrive but none can be read ({}) and no other member is \
-                 live: claiming nothing (a VIP held stays held). Either the key in spec.membershipKeyFile differs \
-                 between members or they run a ferrolb-bootstrap release with another membership wire version; fix \
-                 the key file or finish the upgrade",
-                metrics.unreadable_summary()
-            );
-        }
-        Some(false) => {
-            metrics.set_blind(false);
-            tracing::info!(
-                "membership: no longer blind (a member is heard, or unreadable datagrams stopped); electing the VIP's \
-                 owner from the membership view again"
-            );
-        }
-        None => {}
-    }
-}
-
 async fn drive(
     mut cfg: MembershipConfig,
     mut keys: key::Keys,
@@ -201,11 +184,11 @@ async fn drive(
 ) {
     let node = cfg.name.clone();
     let mut healthy = false;
-    // The speaker's guard, kept across rejoins: a member that settled alone waits
+    // The claim gate (the speaker's too), kept across rejoins: a member that settled alone waits
     // ALONE_WAIT, and one that never saw another member while datagrams it cannot read
     // arrive (another key, another version, replays) is blind: it must not claim the
     // VIP from its lone view.
-    let mut guard = ClaimGate::new(cfg.seeds.iter().filter(|s| s.name != node).count());
+    let mut claim = Claim::new(cfg.seeds.iter().filter(|s| s.name != node).count(), WORDING);
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let mut key_poll =
         tokio::time::interval_at(tokio::time::Instant::now() + key::KEY_FILE_POLL, key::KEY_FILE_POLL);
@@ -232,13 +215,8 @@ async fn drive(
             let view = live.borrow_and_update().clone();
             let mut set = healthy_of(&view);
             set.remove(&node);
-            let seen = Observation {
-                settled: true,
-                live_others: view.len().saturating_sub(1),
-                unreadable: metrics.unreadable(),
-            };
-            let verdict = guard.handle(std::time::Instant::now(), seen);
-            report_blindness(&mut guard, &metrics);
+            let (verdict, _) =
+                claim.handle(std::time::Instant::now(), true, view.len().saturating_sub(1), &metrics);
             if healthy {
                 set.insert(node.clone());
             }

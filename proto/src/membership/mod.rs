@@ -18,6 +18,7 @@
 //! peers that remember the previous identity and renews until it wins.
 
 pub mod auth;
+pub mod claim;
 pub mod claim_gate;
 mod driver;
 pub mod heartbeat;

@@ -20,11 +20,7 @@ impl State {
             Some(p) => {
                 let live = p.usable_live(&self.metrics, now);
                 p.used.clone_from(&live);
-                p.report_blindness(
-                    &self.metrics,
-                    self.cluster.as_ref().map(|c| &c.client),
-                    &self.opts.node_name,
-                );
+                p.report_blindness(self.cluster.as_ref().map(|c| &c.client), &self.opts.node_name);
                 live.unwrap_or_default()
             }
             // L2Advertisements but no membership (it could not start): own nothing.
@@ -118,7 +114,7 @@ impl State {
         let before = p.used.clone();
         let after = p.usable_live(&self.metrics, now);
         let suspected = p.suspected.borrow().clone();
-        p.report_blindness(&self.metrics, self.cluster.as_ref().map(|c| &c.client), &self.opts.node_name);
+        p.report_blindness(self.cluster.as_ref().map(|c| &c.client), &self.opts.node_name);
         if before == after {
             return;
         }

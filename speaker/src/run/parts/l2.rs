@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use ferrolb_proto::membership::claim_gate::{ClaimGate, Observation, Verdict};
+use ferrolb_proto::membership::claim::{Blindness, Claim, Wording};
+use ferrolb_proto::membership::claim_gate::Verdict;
 use ferrolb_proto::membership::join_grace::JoinGrace;
 use ferrolb_proto::membership::{
     self, HeartbeatConfig, Membership, MembershipConfig, MembershipHandle, MembershipKey, Seed,
@@ -18,6 +19,13 @@ use crate::cluster;
 use crate::metrics::Metrics;
 use crate::model::ClusterModel;
 
+/// How the claim's log lines name the speaker's things.
+const WORDING: Wording = Wording {
+    key: "--membership-key-file, or Secret ferrolb-membership",
+    blind: "not answering ARP/NDP for any address",
+    recovered: "electing L2 owners from the membership view again",
+};
+
 /// Membership and the L2 announcer, running while L2Advertisements exist.
 pub(in crate::run) struct L2Part {
     pub(in crate::run) announcer: L2Announcer,
@@ -30,7 +38,9 @@ pub(in crate::run) struct L2Part {
     pub(in crate::run) taken_over: watch::Receiver<u64>,
     /// Whether the view may be elected from: settled, not alone for a moment only, and
     /// not blind (datagrams from peers this node cannot read, nobody live).
-    pub(in crate::run) guard: ClaimGate,
+    pub(in crate::run) claim: Claim,
+    /// A change of blindness not yet recorded as a Node Event.
+    pub(in crate::run) blindness: Option<Blindness>,
     /// Members that join count as candidates after [`HANDOVER_GRACE`]: make before
     /// break when a node comes back (`ferrolb_proto::membership::join_grace`).
     pub(in crate::run) joins: JoinGrace,
@@ -55,12 +65,12 @@ impl L2Part {
         for gone in self.suspected.borrow_and_update().iter() {
             live.remove(gone);
         }
-        let seen = Observation {
-            settled,
-            live_others: live.len().saturating_sub(1),
-            unreadable: metrics.membership.unreadable(),
-        };
-        if self.guard.handle(now.into_std(), seen) != Verdict::Claim {
+        let (verdict, blindness) =
+            self.claim.handle(now.into_std(), settled, live.len().saturating_sub(1), &metrics.membership);
+        if blindness.is_some() {
+            self.blindness = blindness;
+        }
+        if verdict != Verdict::Claim {
             self.joins.reset();
             return None;
         }
@@ -78,37 +88,14 @@ impl L2Part {
 }
 
 impl L2Part {
-    /// Logs, exports and (Kubernetes mode) records on this node's Node object that it became
-    /// blind (it cannot read its peers: it claims no L2 address) or no longer is.
-    pub(in crate::run) fn report_blindness(
-        &mut self,
-        metrics: &Metrics,
-        client: Option<&kube::Client>,
-        node: &str,
-    ) {
-        let Some(blind) = self.guard.poll_event() else { return };
-        let m = &metrics.membership;
-        m.set_blind(blind);
-        let (warning, reason, note) = if blind {
-            let note = format!(
-                "membership: datagrams from other nodes arrive but none can be read ({}) and no other node is live: \
-                 not answering ARP/NDP for any address. Either the membership key differs between nodes \
-                 (--membership-key-file, or Secret ferrolb-membership) or they run a ferrolb release with another \
-                 membership wire version; fix the key or finish the upgrade (ferrolb_membership_dropped_packets_total \
-                 counts them by reason)",
-                m.unreadable_summary()
-            );
-            tracing::error!("{note}");
-            (true, "MembershipBlind", note)
-        } else {
-            let note = "membership: no longer blind (a peer is heard, or the unreadable datagrams stopped); \
-                        electing L2 owners from the membership view again"
-                .to_string();
-            tracing::info!("{note}");
-            (false, "MembershipRecovered", note)
-        };
+    /// Records on this node's Node object (Kubernetes mode) that it became blind (it
+    /// cannot read its peers: it claims no L2 address) or no longer is; the log line and
+    /// the metric are the claim's.
+    pub(in crate::run) fn report_blindness(&mut self, client: Option<&kube::Client>, node: &str) {
+        let Some(b) = self.blindness.take() else { return };
+        let reason = if b.blind { "MembershipBlind" } else { "MembershipRecovered" };
         if let Some(client) = client {
-            node_event(client.clone(), node, warning, reason, note);
+            node_event(client.clone(), node, b.blind, reason, b.note);
         }
     }
 }
@@ -250,7 +237,8 @@ pub(in crate::run) fn start_l2(
         taken_over: membership.taken_over(),
         announcer,
         membership,
-        guard: ClaimGate::new(others),
+        claim: Claim::new(others, WORDING),
+        blindness: None,
         joins: JoinGrace::default(),
         used: None,
     })
