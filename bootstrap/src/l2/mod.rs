@@ -48,6 +48,7 @@ pub const ALONE_WAIT: Duration = ferrolb_proto::membership::claim_gate::ALONE_WA
 
 /// How the claim's log lines name bootstrap's things.
 const WORDING: Wording = Wording {
+    peers: "members",
     key: "spec.membershipKeyFile",
     blind: "claiming nothing (a VIP held stays held)",
     recovered: "electing the VIP's owner from the membership view again",

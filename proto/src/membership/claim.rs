@@ -11,6 +11,8 @@ use super::claim_gate::{ClaimGate, Observation, Verdict};
 /// How the log lines name the caller's things.
 #[derive(Debug, Clone, Copy)]
 pub struct Wording {
+    /// What the others are called, e.g. "nodes" or "members".
+    pub peers: &'static str,
     /// Where the membership key comes from, e.g. "--membership-key-file, or Secret
     /// ferrolb-membership".
     pub key: &'static str,
@@ -58,13 +60,14 @@ impl Claim {
         let w = self.wording;
         let note = if blind {
             let note = format!(
-                "membership: datagrams from other nodes arrive but none can be read ({}) and no other node is \
-                 live: {}. Either the membership key differs between nodes ({}) or they run a ferrolb release \
+                "membership: datagrams from other {peers} arrive but none can be read ({}) and none of them is \
+                 live: {}. Either the membership key differs between {peers} ({}) or they run a ferrolb release \
                  with another membership wire version; fix the key or finish the upgrade \
                  (ferrolb_membership_dropped_packets_total counts them by reason)",
                 metrics.unreadable_summary(),
                 w.blind,
-                w.key
+                w.key,
+                peers = w.peers,
             );
             tracing::error!("{note}");
             note
@@ -92,8 +95,12 @@ mod tests {
     #[test]
     fn blindness_is_reported_once_each_way_in_the_callers_words() {
         let metrics = MembershipMetrics::default();
-        let wording =
-            Wording { key: "the-key-source", blind: "claiming nothing here", recovered: "electing again" };
+        let wording = Wording {
+            peers: "members",
+            key: "the-key-source",
+            blind: "claiming nothing here",
+            recovered: "electing again",
+        };
         let mut claim = Claim::new(1, wording);
         let t0 = Instant::now();
         metrics.drop_packet(DropReason::Unauthenticated);
@@ -104,7 +111,7 @@ mod tests {
             b.blind && b.note.contains("the-key-source") && b.note.contains("claiming nothing here"),
             "{b:?}"
         );
-        assert!(b.note.contains("1 unauthenticated"), "{b:?}");
+        assert!(b.note.contains("1 unauthenticated") && b.note.contains("differs between members"), "{b:?}");
         assert!(metrics.blind());
         let t1 = t0 + Duration::from_millis(10);
         assert_eq!(claim.handle(t1, true, 0, &metrics), (Verdict::Blind, None), "said once");

@@ -21,6 +21,7 @@ use crate::model::ClusterModel;
 
 /// How the claim's log lines name the speaker's things.
 const WORDING: Wording = Wording {
+    peers: "nodes",
     key: "--membership-key-file, or Secret ferrolb-membership",
     blind: "not answering ARP/NDP for any address",
     recovered: "electing L2 owners from the membership view again",
