@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use ferrolb_speaker::announce::Announced;
 use ferrolb_speaker::model::ClusterModel;
-use ferrolb_speaker::plan::Announcements;
+use ferrolb_speaker::plan::Plan;
 use ferrolb_speaker::readiness::{self, GatedPod, Inputs, RemoteAnnounced};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -76,7 +76,7 @@ fn main() {
     );
     readiness::apply_gate_pending(&mut model, &pods, "node1");
 
-    let plan = Announcements::default();
+    let plan = Plan::default();
     let announced = Announced::default();
     let remote = RemoteAnnounced::default();
     let inputs = Inputs { model: &model, me: "node1", plan: &plan, announced: &announced, remote: &remote };

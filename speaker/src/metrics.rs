@@ -115,7 +115,7 @@ pub struct Metrics {
     pub prefixes_received: Family<PeerLabel, Counter>,
     /// Addresses this node announces, per protocol.
     pub announced: Family<ProtocolLabel, Gauge>,
-    /// L2 addresses no node can own ([`crate::plan::Announcements::l2_unowned`]).
+    /// L2 addresses no node can own ([`crate::plan::Plan::l2_unowned`]).
     pub l2_unowned: Gauge,
     /// Static file loads, by result.
     pub config_loads: Family<ResultLabel, Counter>,

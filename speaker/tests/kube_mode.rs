@@ -19,7 +19,7 @@ use ferrolb_fakeapi::{FakeApiServer, FakeService, ResponseBody};
 use ferrolb_speaker::cluster::{self, Feed};
 use ferrolb_speaker::metrics::{KindLabel, Metrics};
 use ferrolb_speaker::model::{ClusterModel, DEFAULT_LB_CLASS};
-use ferrolb_speaker::plan::Announcements;
+use ferrolb_speaker::plan::Plan;
 use ferrolb_speaker::run::{self, KubeOptions, Options};
 use ferrolb_testbed::fixtures::TWO_RACKS;
 use ferrolb_testbed::kubeapi;
@@ -208,10 +208,10 @@ async fn event_note(client: &kube::Client, service: &str, reason: &str, containi
 
 /// Every plan the speaker made, in order.
 #[derive(Clone)]
-struct Plans(Arc<Mutex<Vec<Announcements>>>);
+struct Plans(Arc<Mutex<Vec<Plan>>>);
 
 impl Plans {
-    fn record(mut rx: tokio::sync::mpsc::UnboundedReceiver<Announcements>) -> Self {
+    fn record(mut rx: tokio::sync::mpsc::UnboundedReceiver<Plan>) -> Self {
         let plans = Plans(Arc::default());
         let p = plans.clone();
         tokio::spawn(async move {
@@ -224,15 +224,15 @@ impl Plans {
     fn count(&self) -> usize {
         self.0.lock().unwrap().len()
     }
-    fn latest(&self) -> Option<Announcements> {
+    fn latest(&self) -> Option<Plan> {
         self.0.lock().unwrap().last().cloned()
     }
-    fn since(&self, n: usize) -> Vec<Announcements> {
+    fn since(&self, n: usize) -> Vec<Plan> {
         self.0.lock().unwrap()[n..].to_vec()
     }
 }
 
-fn announced(plan: &Announcements) -> BTreeSet<String> {
+fn announced(plan: &Plan) -> BTreeSet<String> {
     plan.bgp_addresses().iter().map(|p| p.addr().to_string()).collect()
 }
 
@@ -591,7 +591,7 @@ fn a_recorded_run_replays_into_the_same_plans() {
             record: Some(record_tx),
         };
         let run = tokio::spawn(run::run_kube(opts, client.clone(), Arc::new(Metrics::new())));
-        let mut live: Vec<Announcements> = Vec::new();
+        let mut live: Vec<Plan> = Vec::new();
         let mut next_plan = async || {
             let p = tokio::time::timeout(Duration::from_secs(30), plans_rx.recv()).await.unwrap().unwrap();
             live.push(p.clone());

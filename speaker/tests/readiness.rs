@@ -76,7 +76,7 @@ async fn wait_gate(server: &FakeApiServer, name: &str, what: &str, f: impl Fn(&V
 
 /// What the speaker's event loop does on any change: count gate-pending pods, plan,
 /// hand the desired conditions to the writer.
-fn evaluate(r: &Readiness, model: &mut ClusterModel, announced: &Announced) -> plan::Announcements {
+fn evaluate(r: &Readiness, model: &mut ClusterModel, announced: &Announced) -> plan::Plan {
     let pods = r.gated_pods();
     readiness::apply_gate_pending(model, &pods, ME);
     let plan = plan::plan(model, ME, &BTreeSet::new());

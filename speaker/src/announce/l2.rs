@@ -8,7 +8,7 @@ use ferrolb_proto::l2::{self, InterfaceChoice, L2Config, L2Handle, L2Status, Own
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
-use crate::plan::Announcements;
+use crate::plan::Plan;
 
 /// Answers ARP/NDP for the addresses the plan gives this node.
 #[derive(Debug)]
@@ -26,7 +26,7 @@ impl L2Announcer {
 
     /// Converges to the plan's L2 addresses; those it hands over to a successor are
     /// answered but no longer announced (owned set first: see [`L2Handle::set_quiet`]).
-    pub fn apply(&self, plan: &Announcements) {
+    pub fn apply(&self, plan: &Plan) {
         self.handle.set_owned(owned_set(&plan.l2));
         self.handle.set_quiet(plan.l2_draining.keys().copied().collect());
     }

@@ -1,6 +1,6 @@
 //! Announcers: take the plan's desired set and converge to it.
 //!
-//! [`bgp`] owns the BGP sessions; [`l2`] hands [`crate::plan::Announcements::l2`] to
+//! [`bgp`] owns the BGP sessions; [`l2`] hands [`crate::plan::Plan::l2`] to
 //! the ARP/NDP responder of [`ferrolb_proto::l2`].
 //!
 //! Both report what they *really* announce, which can lag the plan: a BGP prefix

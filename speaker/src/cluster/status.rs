@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::metrics::{Metrics, ReasonLabel, ResultLabel};
 use crate::model::{ClusterModel, ServiceKey};
-use crate::plan::Announcements;
+use crate::plan::Plan;
 
 /// Field manager of the speaker's writes, and the Events' reporting controller.
 pub const MANAGER: &str = "ferrolb-speaker";
@@ -73,12 +73,7 @@ pub fn object_name(service: &str, node: &str, protocol: AnnouncementProtocol) ->
 }
 
 /// The ServiceAnnouncements and withdrawal reasons `plan` implies for node `me`.
-pub fn desired(
-    model: &ClusterModel,
-    plan: &Announcements,
-    me: &str,
-    uids: &BTreeMap<ServiceKey, String>,
-) -> Desired {
+pub fn desired(model: &ClusterModel, plan: &Plan, me: &str, uids: &BTreeMap<ServiceKey, String>) -> Desired {
     let mut out = Desired::default();
     for (key, svc) in &model.services {
         let mut bgp_addrs = Vec::new();
@@ -501,7 +496,7 @@ mod tests {
         let text = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.10}, {ip: 192.0.2.200}]}}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: down, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.11}]}}\n";
         let stream = ferrolb_api::parse_stream("s.yaml", text).unwrap();
         let model = ClusterModel::from_stream(stream, "s.yaml", crate::model::DEFAULT_LB_CLASS).unwrap();
-        let mut plan = Announcements::default();
+        let mut plan = Plan::default();
         let routes = BTreeMap::from([("203.0.113.10/32".parse().unwrap(), RouteAttrs::default())]);
         plan.bgp.insert("router-a".into(), routes);
         plan.bgp.insert("router-b".into(), BTreeMap::new());

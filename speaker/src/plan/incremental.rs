@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use super::{Announcements, Fragment, Globals, RouteAttrs, fragment, merge_interfaces};
+use super::{Fragment, Globals, Plan, RouteAttrs, fragment, merge_interfaces};
 use crate::model::{Changes, ClusterModel, ServiceInfo, ServiceKey};
 
 /// The Services holding one address or prefix, in key order. Nearly always one, kept
@@ -109,7 +109,7 @@ pub struct Planner {
     /// Addresses announced as draining by some Service, before the check that no
     /// normal route covers them.
     drain_candidates: BTreeMap<IpAddr, String>,
-    out: Announcements,
+    out: Plan,
     recomputed: usize,
 }
 
@@ -121,7 +121,7 @@ impl Planner {
 
     /// Brings the plan up to date with what changed in `model` since the last call
     /// (taking the model's change set) and returns it.
-    pub fn plan(&mut self, model: &mut ClusterModel, me: &str, live: &BTreeSet<String>) -> &Announcements {
+    pub fn plan(&mut self, model: &mut ClusterModel, me: &str, live: &BTreeSet<String>) -> &Plan {
         let changes = model.take_changes();
         self.update(model, changes, me, live)
     }
@@ -131,7 +131,7 @@ impl Planner {
         self.recomputed
     }
 
-    pub(super) fn into_announcements(self) -> Announcements {
+    pub(super) fn into_announcements(self) -> Plan {
         self.out
     }
 
@@ -141,7 +141,7 @@ impl Planner {
         changes: Changes,
         me: &str,
         live: &BTreeSet<String>,
-    ) -> &Announcements {
+    ) -> &Plan {
         let all = changes.all || self.me.as_deref() != Some(me) || self.live != *live;
         let empty = BTreeMap::new();
         let g = Globals::of(model, me, live, &empty);
@@ -346,7 +346,7 @@ impl Planner {
 fn merge_ip(
     ip: IpAddr,
     holders: Option<&Holders>,
-    out: &mut Announcements,
+    out: &mut Plan,
     drain_candidates: &mut BTreeMap<IpAddr, String>,
 ) {
     let mut announced = false;

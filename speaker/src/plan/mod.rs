@@ -1,4 +1,4 @@
-//! `plan(model, me, live_members) -> Announcements`: which addresses this node
+//! `plan(model, me, live_members) -> Plan`: which addresses this node
 //! announces, by which protocol, to which peers, with which attributes, and why not.
 //!
 //! Pure: no I/O, no clock. Every election decision lives here; announcers only converge.
@@ -60,7 +60,7 @@ impl RouteAttrs {
 
 /// What this node should announce.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Announcements {
+pub struct Plan {
     /// Per BGPPeer this node peers with (present even with no routes): prefix → attributes.
     pub bgp: BTreeMap<String, BTreeMap<IpNet, RouteAttrs>>,
     /// Addresses this node owns for ARP/NDP → interfaces (empty: the default set).
@@ -86,7 +86,7 @@ pub struct Announcements {
     pub l2_unowned: BTreeSet<IpAddr>,
 }
 
-impl Announcements {
+impl Plan {
     /// The nodes this node sends L2 heartbeats to: the successors of every address it
     /// owns and does not hand over.
     pub fn heartbeat_targets(&self) -> BTreeSet<String> {
@@ -208,7 +208,7 @@ fn node_blocker(name: &str, node: Option<&NodeInfo>) -> Option<String> {
 /// Computes this node's announcements from scratch. `live_members` are the nodes
 /// membership sees alive; L2 owners are elected among them only. [`Planner`] gives the
 /// same result recomputing only what changed.
-pub fn plan(model: &ClusterModel, me: &str, live_members: &BTreeSet<String>) -> Announcements {
+pub fn plan(model: &ClusterModel, me: &str, live_members: &BTreeSet<String>) -> Plan {
     let mut p = Planner::new();
     p.update(model, Changes::default(), me, live_members);
     p.into_announcements()
@@ -264,7 +264,7 @@ impl<'a> Globals<'a> {
     }
 
     /// Every session this node has (present even with no routes), and which are iBGP.
-    fn sessions(&self, out: &mut Announcements) {
+    fn sessions(&self, out: &mut Plan) {
         for (name, p) in &self.my_peers {
             out.bgp.insert(name.to_string(), BTreeMap::new());
             if p.spec.my_asn == p.spec.peer_asn {

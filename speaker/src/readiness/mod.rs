@@ -64,7 +64,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::announce::Announced;
 use crate::model::{ClusterModel, ServiceKey, TrafficPolicy};
-use crate::plan::Announcements;
+use crate::plan::Plan;
 
 /// The readiness gate's condition type (API.md).
 pub const CONDITION_TYPE: &str = "ferrolb.io/load-balancer-ready";
@@ -230,7 +230,7 @@ pub struct Inputs<'a> {
     /// This node's name.
     pub me: &'a str,
     /// This node's plan (for "planned, not sent yet" and withdrawal reasons).
-    pub plan: &'a Announcements,
+    pub plan: &'a Plan,
     /// What this node really announces.
     pub announced: &'a Announced,
     /// What other nodes announce.

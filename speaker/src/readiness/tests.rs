@@ -76,7 +76,7 @@ fn announced_bgp(prefixes: &[&str], peer: &str) -> Announced {
 
 fn eval(
     model: &ClusterModel,
-    plan: &Announcements,
+    plan: &Plan,
     announced: &Announced,
     remote: &RemoteAnnounced,
     p: &GatedPod,
@@ -116,7 +116,7 @@ fn local_service_is_true_only_once_this_node_really_announces_it() {
     let mut remote = RemoteAnnounced::default();
     remote.addresses.insert(ip("203.0.113.20"), ["node2".to_string()].into());
 
-    let c = eval(&model, &Announcements::default(), &Announced::default(), &remote, &p);
+    let c = eval(&model, &Plan::default(), &Announced::default(), &remote, &p);
     assert!(!c.status);
     assert_eq!(c.reason, reason::NOT_ANNOUNCED);
     assert!(c.message.contains("default/shop: 203.0.113.20 is not announced by node node1"), "{}", c.message);
@@ -145,7 +145,7 @@ fn local_service_is_true_only_once_this_node_really_announces_it() {
 fn cluster_service_counts_any_node_and_says_why_not() {
     let model = model_of(&fixture());
     let p = gated(&pod("web-0", "node1", "web", "10.0.0.7", true));
-    let plan = Announcements::default();
+    let plan = Plan::default();
     let mut remote = RemoteAnnounced::default();
     let c = eval(&model, &plan, &Announced::default(), &remote, &p);
     assert_eq!((c.status, c.reason.as_str()), (false, reason::NOT_ANNOUNCED));
@@ -166,7 +166,7 @@ fn cluster_service_counts_any_node_and_says_why_not() {
     // Owned but the gratuitous announcement not sent: pending.
     l2.addresses.insert(ip("203.0.113.10"), ferrolb_proto::l2::AddressStatus::default());
     let a = Announced::from_parts(&BgpAnnounced::default(), Some(&l2));
-    let mut planned = Announcements::default();
+    let mut planned = Plan::default();
     planned.l2.insert(ip("203.0.113.10"), vec![]);
     let c = eval(&model, &planned, &a, &RemoteAnnounced::default(), &p);
     assert_eq!((c.status, c.reason.as_str()), (false, reason::ANNOUNCEMENT_PENDING));
@@ -176,7 +176,7 @@ fn cluster_service_counts_any_node_and_says_why_not() {
 #[test]
 fn backing_comes_from_selectors_slices_or_addresses() {
     let model = model_of(&fixture());
-    let plan = Announcements::default();
+    let plan = Plan::default();
     let none = RemoteAnnounced::default();
     // Selected by a Service without an address yet.
     let p = gated(&pod("fresh-0", "node1", "fresh", "10.0.0.3", true));

@@ -8,7 +8,7 @@ use ferrolb_proto::membership::HeartbeatConfig;
 use tokio::sync::mpsc;
 
 use super::input::Recorded;
-use crate::plan::Announcements;
+use crate::plan::Plan;
 
 /// Options of both modes.
 #[derive(Debug, Clone)]
@@ -42,7 +42,7 @@ pub struct KubeOptions {
     /// The speaker's namespace (`--namespace`): where Secret `ferrolb-membership` is.
     pub namespace: String,
     /// Every new plan is sent here (tests and embedding programs follow it).
-    pub plans: Option<mpsc::UnboundedSender<Announcements>>,
+    pub plans: Option<mpsc::UnboundedSender<Plan>>,
     /// Every input the event loop processes is sent here, to replay the run
     /// ([`super::replay`]).
     pub record: Option<mpsc::UnboundedSender<Recorded>>,

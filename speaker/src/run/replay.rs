@@ -15,11 +15,11 @@ use super::options::Options;
 use super::parts::feed::FeedPart;
 use super::state::State;
 use crate::metrics::Metrics;
-use crate::plan::Announcements;
+use crate::plan::Plan;
 
 /// Feeds `inputs` in order to a Kubernetes-mode state built from `options` and returns
 /// every plan it made; stops at the first `Stop` input.
-pub async fn replay(options: Options, inputs: impl IntoIterator<Item = Recorded>) -> Vec<Announcements> {
+pub async fn replay(options: Options, inputs: impl IntoIterator<Item = Recorded>) -> Vec<Plan> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut state = State::new(options, Arc::new(Metrics::new()));
     state.plans = Some(tx);

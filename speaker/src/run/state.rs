@@ -21,7 +21,7 @@ use crate::announce::bgp::BgpAnnouncer;
 use crate::cluster::status;
 use crate::metrics::{Metrics, OwnershipLabel, ProtocolLabel};
 use crate::model::ClusterModel;
-use crate::plan::{self, Announcements};
+use crate::plan::{self, Plan};
 use crate::readiness;
 
 /// Everything the event loop owns.
@@ -36,14 +36,14 @@ pub(super) struct State {
     /// Kubernetes mode: the API side.
     pub(super) cluster: Option<ClusterPart>,
     /// Where each new plan is sent, if anywhere.
-    pub(super) plans: Option<mpsc::UnboundedSender<Announcements>>,
+    pub(super) plans: Option<mpsc::UnboundedSender<Plan>>,
     pub(super) model: ClusterModel,
     pub(super) passwords: BTreeMap<String, Password>,
     pub(super) fingerprint: u128,
     pub(super) bgp: BgpAnnouncer,
     /// Recomputes only the Services the model marks changed.
     pub(super) planner: plan::Planner,
-    pub(super) plan: Announcements,
+    pub(super) plan: Plan,
     pub(super) metrics: Arc<Metrics>,
     pub(super) peer_errors: Vec<String>,
     pub(super) l2: Option<L2Part>,
@@ -62,7 +62,7 @@ impl State {
             model: ClusterModel::new(&opts.lb_class),
             passwords: BTreeMap::new(),
             fingerprint: 0,
-            plan: Announcements::default(),
+            plan: Plan::default(),
             metrics,
             peer_errors: Vec::new(),
             l2: None,
@@ -182,7 +182,7 @@ impl State {
 /// Logs what a new plan changed: each address at debug, and at info one summary line
 /// per change with counts and the first few addresses (a 50k-Service file must not
 /// write 50k info lines, nor cost their formatting).
-fn log_changes(old: &Announcements, new: &Announcements) {
+fn log_changes(old: &Plan, new: &Plan) {
     let (o, n) = (old.bgp_addresses(), new.bgp_addresses());
     let announced: Vec<_> = n.difference(&o).collect();
     let unannounced: Vec<_> = o.difference(&n).collect();

@@ -12,7 +12,7 @@ use super::*;
 use crate::announce::Announced;
 use crate::error::one_line;
 use crate::metrics::Metrics;
-use crate::plan::{self, Announcements};
+use crate::plan::{self, Plan};
 
 const L2_FILE: &str = "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\nstatus:\n  conditions: [{type: Ready, status: \"True\"}]\n  addresses: [{type: InternalIP, address: 192.0.2.11}]\n---\napiVersion: ferrolb.io/v1alpha1\nkind: IPAddressPool\nmetadata: {name: lan}\nspec: {addresses: [192.0.2.200-192.0.2.250]}\n---\napiVersion: ferrolb.io/v1alpha1\nkind: L2Advertisement\nmetadata: {name: lan-l2}\nspec: {ipAddressPools: [lan]}\n";
 
@@ -57,7 +57,7 @@ fn a_drain_is_withdrawn_once_it_outlives_the_max_delay() {
     let ip: IpAddr = "203.0.113.20".parse().unwrap();
     let prefix: ipnet::IpNet = "203.0.113.20/32".parse().unwrap();
     let draining = || {
-        let mut a = Announcements::default();
+        let mut a = Plan::default();
         let attrs = plan::RouteAttrs { draining: true, ..Default::default() };
         a.bgp.insert("r".into(), BTreeMap::from([(prefix, attrs)]));
         a.draining.insert(ip, "terminating".into());
@@ -80,7 +80,7 @@ fn a_drain_is_withdrawn_once_it_outlives_the_max_delay() {
     assert!(p.withdrawn[&ip].contains("--drain-max-delay"));
     assert_eq!(timers.poll_timeout(), None, "no timer loop after expiry");
     // The cause ends: the timer is forgotten; a new drain starts afresh.
-    let mut p = Announcements::default();
+    let mut p = Plan::default();
     timers.handle(t0 + Duration::from_secs(40), &mut p);
     let mut p = draining();
     timers.handle(t0 + Duration::from_secs(41), &mut p);
@@ -91,7 +91,7 @@ fn a_drain_is_withdrawn_once_it_outlives_the_max_delay() {
 fn an_l2_handover_is_answered_for_the_grace_then_released() {
     let ip: IpAddr = "192.0.2.201".parse().unwrap();
     let handing_over = || {
-        let mut a = Announcements::default();
+        let mut a = Plan::default();
         a.l2.insert(ip, vec![]);
         a.l2_draining.insert(ip, "default/lan: every serving endpoint on node node1 is terminating".into());
         a
@@ -112,7 +112,7 @@ fn an_l2_handover_is_answered_for_the_grace_then_released() {
     assert!(p.withdrawn[&ip].contains("handover grace"), "{:?}", p.withdrawn);
     assert_eq!(timers.poll_timeout(), None, "no timer loop after expiry");
     // Owned normally again (an endpoint came back): nothing to expire.
-    let mut p = Announcements::default();
+    let mut p = Plan::default();
     p.l2.insert(ip, vec![]);
     timers.handle(t0 + HANDOVER_GRACE * 2, &mut p);
     assert!(p.l2.contains_key(&ip));
@@ -123,8 +123,8 @@ fn an_l2_handover_is_answered_for_the_grace_then_released() {
 fn the_gate_hold_ends_once_the_plan_is_really_announced() {
     let prefix: ipnet::IpNet = "203.0.113.20/32".parse().unwrap();
     let vip: IpAddr = "192.0.2.200".parse().unwrap();
-    assert!(caught_up(&Announcements::default(), &Announced::default()), "nothing planned");
-    let mut plan = Announcements::default();
+    assert!(caught_up(&Plan::default(), &Announced::default()), "nothing planned");
+    let mut plan = Plan::default();
     plan.bgp.insert("r".into(), BTreeMap::from([(prefix, plan::RouteAttrs::default())]));
     plan.l2.insert(vip, vec![]);
     let mut announced = Announced::default();

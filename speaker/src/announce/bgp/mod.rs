@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::metrics::{Metrics, PeerLabel};
 use crate::model::ClusterModel;
-use crate::plan::{Announcements, RouteAttrs};
+use crate::plan::{Plan, RouteAttrs};
 use ferrolb_api::settings::{self, PeerError};
 use ferrolb_proto::bfd::{self, Bfd, BfdConfig, BfdHandle, BfdState};
 use ferrolb_proto::bgp::error::subcode;
@@ -272,7 +272,7 @@ impl BgpAnnouncer {
         &mut self,
         model: &ClusterModel,
         passwords: &BTreeMap<String, Password>,
-        plan: &Announcements,
+        plan: &Plan,
     ) -> Vec<PeerError> {
         let mut errors = Vec::new();
         let removed: Vec<String> =

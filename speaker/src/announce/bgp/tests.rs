@@ -167,7 +167,7 @@ async fn announced_state_lists_prefixes_per_peer_once_sent() {
     }
     let vip: IpNet = "203.0.113.10/32".parse().unwrap();
     let plan_with = |routes: &[IpNet], peers: &[&str]| {
-        let mut plan = Announcements::default();
+        let mut plan = Plan::default();
         for p in peers {
             let r = routes.iter().map(|n| (*n, RouteAttrs::default())).collect();
             plan.bgp.insert((*p).to_string(), r);

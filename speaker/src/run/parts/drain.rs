@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::plan::Announcements;
+use crate::plan::Plan;
 
 /// On SIGTERM this node leaves membership first, then keeps answering ARP/NDP this
 /// long, so the successors (which see the departure at once) announce the addresses
@@ -37,7 +37,7 @@ impl DrainTimers {
     /// Starts timers for newly draining addresses, forgets those no longer draining,
     /// and withdraws from `plan` those draining for `--drain-max-delay` or longer, and
     /// those handed over by L2 for [`HANDOVER_GRACE`] or longer.
-    pub fn handle(&mut self, now: Instant, plan: &mut Announcements) {
+    pub fn handle(&mut self, now: Instant, plan: &mut Plan) {
         let expired = self.drains.handle(now, &plan.draining, self.max);
         plan.expire_drains(&expired, self.max);
         let expired = self.handovers.handle(now, &plan.l2_draining, HANDOVER_GRACE);

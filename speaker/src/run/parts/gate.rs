@@ -10,7 +10,7 @@ use crate::announce::{Announced, AnnouncedFeed};
 use crate::cluster::readiness::{Readiness, RemoteWatch};
 use crate::metrics::Metrics;
 use crate::model::ClusterModel;
-use crate::plan::Announcements;
+use crate::plan::Plan;
 use crate::readiness::{self, GatedPod, RemoteAnnounced};
 
 /// After the model synced, how long the readiness gate keeps pods True that it would
@@ -46,7 +46,7 @@ pub(in crate::run) enum Hold {
 }
 
 /// Whether everything `plan` announces is really announced.
-pub(in crate::run) fn caught_up(plan: &Announcements, announced: &Announced) -> bool {
+pub(in crate::run) fn caught_up(plan: &Plan, announced: &Announced) -> bool {
     plan.bgp_addresses().iter().all(|p| announced.bgp.contains_key(p))
         && plan.l2.keys().all(|ip| announced.l2.contains(ip))
 }
@@ -134,7 +134,7 @@ impl GatePart {
         synced: bool,
         model: &ClusterModel,
         me: &str,
-        plan: &Announcements,
+        plan: &Plan,
     ) {
         if !synced || !self.readiness.pods_current() {
             return;
