@@ -15,7 +15,7 @@ use ferrolb_proto::membership::MembershipKey;
 use ferrolb_proto::membership::{DEFAULT_PORT, Membership, MembershipConfig, MembershipMetrics, Seed};
 use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::runtime::NsRuntime;
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 use tokio::sync::watch;
 
 const T: Duration = Duration::from_secs(20);
@@ -30,12 +30,12 @@ fn vip() -> IpAddr {
 fn speaker(lab: &Lab, i: usize, n: usize) -> (watch::Receiver<L2Status>, NsRuntime) {
     let seeds: Vec<Seed> = (1..=n)
         .map(|j| Seed {
-            name: plan::node_name(j),
-            addr: SocketAddr::new(plan::node_v4(j).into(), DEFAULT_PORT),
+            name: addressing::node_name(j),
+            addr: SocketAddr::new(addressing::node_v4(j).into(), DEFAULT_PORT),
         })
         .collect();
-    let me = plan::node_name(i);
-    let advertise = SocketAddr::new(plan::node_v4(i).into(), DEFAULT_PORT);
+    let me = addressing::node_name(i);
+    let advertise = SocketAddr::new(addressing::node_v4(i).into(), DEFAULT_PORT);
     NsRuntime::start(lab.node(i), move || {
         let l2 = L2Announcer::spawn(L2Config::default(), L2Metrics::default()).unwrap();
         let mut cfg = MembershipConfig::new(&me, advertise, seeds, MembershipKey::parse(KEY).unwrap());
@@ -101,7 +101,7 @@ fn survivor_takes_over_when_the_owner_dies() {
         )
         .unwrap();
         let _ = lab.client().exec_output(&["ping", "-c", "1", "-W", "1", &vip().to_string()]);
-        client::wait_neighbour_mac(lab.client(), "eth0", vip(), &plan::node_mac(owner), T).unwrap();
+        client::wait_neighbour_mac(lab.client(), "eth0", vip(), &addressing::node_mac(owner), T).unwrap();
 
         let probe = ProbeStream::start(lab.client(), vip(), Duration::from_millis(10)).unwrap();
         probe.wait_sent(30, T).unwrap();
@@ -109,7 +109,7 @@ fn survivor_takes_over_when_the_owner_dies() {
         // The owner's node dies: its speaker stops and its link goes down.
         lab.node(owner).ip(&["link", "set", "eth0", "down"]).unwrap();
         owner_rt.stop();
-        client::wait_neighbour_mac(lab.client(), "eth0", vip(), &plan::node_mac(survivor), T).unwrap();
+        client::wait_neighbour_mac(lab.client(), "eth0", vip(), &addressing::node_mac(survivor), T).unwrap();
         probe.wait_sent(30, T).unwrap();
         let report = probe.stop(Duration::from_millis(100));
         println!(

@@ -14,7 +14,7 @@ use ferrolb_proto::l2::{
 use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::netns::Netns;
 use ferrolb_testbed::runtime::NsRuntime;
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 const T: Duration = Duration::from_secs(20);
@@ -72,7 +72,7 @@ fn client_resolves_to_the_owner_only_and_follows_a_takeover() {
         lab.add_vip_on_lo(n, vip4()).unwrap();
         lab.add_vip_on_lo(n, vip6()).unwrap();
     }
-    let (mac1, mac2) = (plan::node_mac(1), plan::node_mac(2));
+    let (mac1, mac2) = (addressing::node_mac(1), addressing::node_mac(2));
     let node1 = announcer(lab.node(1));
     let node2 = announcer(lab.node(2));
     node1.handle.set_owned(both());
@@ -191,7 +191,7 @@ fn malformed_arp_and_ndp_are_ignored() {
         &arp::ArpPacket {
             operation: arp::Operation::Request,
             sender_mac: client_mac,
-            sender_ip: plan::CLIENT_V4,
+            sender_ip: addressing::CLIENT_V4,
             target_mac: [0; 6],
             target_ip: v4,
         },
@@ -236,7 +236,7 @@ fn malformed_arp_and_ndp_are_ignored() {
         |(a, n)| *a == 1 && *n == 1,
     )
     .unwrap();
-    assert_eq!(lab.ndp_answers(vip6()).unwrap(), BTreeSet::from([plan::node_mac(1)]));
+    assert_eq!(lab.ndp_answers(vip6()).unwrap(), BTreeSet::from([addressing::node_mac(1)]));
 }
 
 #[test]
@@ -328,7 +328,7 @@ fn reannounce_moves_a_client_back_after_a_mistaken_claim() {
     node1.handle.set_owned([(vip4(), InterfaceChoice::Auto)].into());
     wait_announced(&node1, &[vip4()]);
     ping(&lab, vip4());
-    client::wait_neighbour_mac(lab.client(), "eth0", vip4(), &plan::node_mac(1), T).unwrap();
+    client::wait_neighbour_mac(lab.client(), "eth0", vip4(), &addressing::node_mac(1), T).unwrap();
 
     // The takeover burst ends (after it, nothing but reannounce sends again).
     let burst = L2Config::default().takeover.len() as u64;
@@ -339,11 +339,11 @@ fn reannounce_moves_a_client_back_after_a_mistaken_claim() {
     // node2 claims it (as a speaker that thought node1 dead would).
     std::thread::sleep(Duration::from_millis(1100)); // past the client's neighbour locktime
     client::gratuitous_arp(lab.node(2), "eth0", vip4()).unwrap();
-    client::wait_neighbour_mac(lab.client(), "eth0", vip4(), &plan::node_mac(2), T).unwrap();
+    client::wait_neighbour_mac(lab.client(), "eth0", vip4(), &addressing::node_mac(2), T).unwrap();
     let before = node1.metrics.gratuitous_sent(vip4());
 
     node1.handle.reannounce();
-    client::wait_neighbour_mac(lab.client(), "eth0", vip4(), &plan::node_mac(1), T).unwrap();
+    client::wait_neighbour_mac(lab.client(), "eth0", vip4(), &addressing::node_mac(1), T).unwrap();
     assert!(node1.metrics.gratuitous_sent(vip4()) > before);
     assert_eq!(before, burst, "nothing but reannounce sent after the burst");
 }

@@ -14,7 +14,7 @@ use ferrolb_proto::membership::{
 };
 use ferrolb_testbed::netns::Netns;
 use ferrolb_testbed::runtime::{NsRuntime, block_on};
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(20);
 const KEY: &str = "lab-membership-key-0123456789abcdef";
@@ -26,11 +26,11 @@ struct Member {
 }
 
 fn addr(i: usize, port: u16) -> SocketAddr {
-    SocketAddr::new(plan::node_v4(i).into(), port)
+    SocketAddr::new(addressing::node_v4(i).into(), port)
 }
 
 fn seeds(n: usize) -> Vec<Seed> {
-    (1..=n).map(|i| Seed { name: plan::node_name(i), addr: addr(i, DEFAULT_PORT) }).collect()
+    (1..=n).map(|i| Seed { name: addressing::node_name(i), addr: addr(i, DEFAULT_PORT) }).collect()
 }
 
 fn member(ns: &Netns, name: &str, me: SocketAddr, seeds: Vec<Seed>, key: &str) -> Member {
@@ -47,7 +47,7 @@ fn live(m: &Member) -> BTreeSet<String> {
 }
 
 fn set(names: &[usize]) -> BTreeSet<String> {
-    names.iter().map(|i| plan::node_name(*i)).collect()
+    names.iter().map(|i| addressing::node_name(*i)).collect()
 }
 
 /// Waits until every listed member sees exactly `want`; returns how long it took.

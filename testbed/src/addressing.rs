@@ -1,4 +1,4 @@
-//! The fixed address plan of every lab (documentation ranges only).
+//! The fixed addressing of every lab (documentation ranges only).
 //!
 //! ```text
 //!                       LAN segment 192.0.2.0/24, 2001:db8::/64 (bridge br0 in ns "sw")

@@ -111,7 +111,7 @@ pub fn start_with_env(
     let bin = binary()?;
     let bin = bin.display().to_string();
     let cp = checkpoint.display().to_string();
-    let node = crate::plan::node_name(i);
+    let node = crate::addressing::node_name(i);
     let mut argv = vec![bin.as_str(), "run", "--checkpoint", &cp, "--node-name", &node];
     argv.extend_from_slice(extra);
     let mut spec =

@@ -20,9 +20,9 @@ use ferrolb_fakeapi::FakeApiServer;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 
-use crate::{Error, Lab, plan};
+use crate::{Error, Lab, addressing};
 
-/// Port the fake apiserver listens on, on [`plan::ROUTER_V4`].
+/// Port the fake apiserver listens on, on [`addressing::ROUTER_V4`].
 pub const PORT: u16 = 6443;
 
 /// A fake apiserver reachable from every node of a lab; stops when dropped.
@@ -50,7 +50,7 @@ impl FakeCluster {
 
     /// [`FakeCluster::start`] serving `api`, built by the caller (e.g. with a request log).
     pub fn start_with(lab: &Lab, api: FakeApiServer) -> Result<Self, Error> {
-        let addr = SocketAddr::new(plan::ROUTER_V4.into(), PORT);
+        let addr = SocketAddr::new(addressing::ROUTER_V4.into(), PORT);
         let listener = lab.router().run(move || -> std::io::Result<TcpListener> {
             let l = TcpListener::bind(addr)?;
             l.set_nonblocking(true)?;

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::Error;
+use crate::addressing;
 use crate::netns::{self, Netns};
-use crate::plan;
 use crate::process::{Proc, Spawn, read_lossy, tail};
 
 pub use crate::BASE_DIR;
@@ -52,12 +52,12 @@ pub struct Lab {
 }
 
 impl Lab {
-    /// Builds the topology of [`plan`]. Fails with [`Error::Missing`] when not root or
+    /// Builds the topology of [`addressing`]. Fails with [`Error::Missing`] when not root or
     /// when network namespaces are unavailable.
     pub fn up(cfg: LabConfig) -> Result<Lab, Error> {
         check_prerequisites()?;
-        if cfg.nodes == 0 || cfg.nodes > plan::MAX_NODES {
-            return Err(Error::Missing(format!("a lab has 1..={} nodes", plan::MAX_NODES)));
+        if cfg.nodes == 0 || cfg.nodes > addressing::MAX_NODES {
+            return Err(Error::Missing(format!("a lab has 1..={} nodes", addressing::MAX_NODES)));
         }
         let id = if cfg.persistent {
             // pid 0 marks a lab that no process owns; the clock keeps ids apart.
@@ -97,57 +97,65 @@ impl Lab {
         sw.ip(&["link", "set", "br0", "up"])?;
 
         let r = &self.router;
-        attach(sw, r, "r1", plan::ROUTER_MAC)?;
-        addr(r, "eth0", &plan::ROUTER_V4.into(), 24)?;
-        addr(r, "eth0", &plan::ROUTER_V6.into(), 64)?;
+        attach(sw, r, "r1", addressing::ROUTER_MAC)?;
+        addr(r, "eth0", &addressing::ROUTER_V4.into(), 24)?;
+        addr(r, "eth0", &addressing::ROUTER_V6.into(), 64)?;
         r.sysctl("net.ipv4.ip_forward", "1")?;
         r.sysctl("net.ipv6.conf.all.forwarding", "1")?;
 
         for (i, node) in self.nodes.iter().enumerate() {
             let n = i + 1;
-            attach(sw, node, &format!("n{n}"), &plan::node_mac(n))?;
-            addr(node, "eth0", &plan::node_v4(n).into(), 24)?;
-            addr(node, "eth0", &plan::node_v6(n).into(), 64)?;
+            attach(sw, node, &format!("n{n}"), &addressing::node_mac(n))?;
+            addr(node, "eth0", &addressing::node_v4(n).into(), 24)?;
+            addr(node, "eth0", &addressing::node_v6(n).into(), 64)?;
             // As kube-proxy makes a node: VIPs on `lo` are not answered for by ARP.
             node.sysctl("net.ipv4.conf.all.arp_ignore", "1")?;
             node.sysctl("net.ipv4.conf.all.arp_announce", "2")?;
-            node.ip(&["route", "add", plan::LINK_V4, "via", &plan::ROUTER_V4.to_string()])?;
-            node.ip(&["-6", "route", "add", plan::LINK_V6, "via", &plan::ROUTER_V6.to_string()])?;
+            node.ip(&["route", "add", addressing::LINK_V4, "via", &addressing::ROUTER_V4.to_string()])?;
+            node.ip(&["-6", "route", "add", addressing::LINK_V6, "via", &addressing::ROUTER_V6.to_string()])?;
         }
 
         let c = &self.client;
-        attach(sw, c, "c", plan::CLIENT_MAC)?;
-        addr(c, "eth0", &plan::CLIENT_V4.into(), 24)?;
-        addr(c, "eth0", &plan::CLIENT_V6.into(), 64)?;
+        attach(sw, c, "c", addressing::CLIENT_MAC)?;
+        addr(c, "eth0", &addressing::CLIENT_V4.into(), 24)?;
+        addr(c, "eth0", &addressing::CLIENT_V6.into(), 64)?;
         // The routed link: created in r1, its peer end moved straight into the client.
         r.ip(&[
             "link",
             "add",
             "eth1",
             "address",
-            plan::ROUTER_LINK_MAC,
+            addressing::ROUTER_LINK_MAC,
             "type",
             "veth",
             "peer",
             "name",
             "eth1",
             "address",
-            plan::CLIENT_LINK_MAC,
+            addressing::CLIENT_LINK_MAC,
             "netns",
             c.name(),
         ])?;
-        for (ns, a4, a6) in
-            [(r, plan::ROUTER_LINK_V4, plan::ROUTER_LINK_V6), (c, plan::CLIENT_LINK_V4, plan::CLIENT_LINK_V6)]
-        {
+        for (ns, a4, a6) in [
+            (r, addressing::ROUTER_LINK_V4, addressing::ROUTER_LINK_V6),
+            (c, addressing::CLIENT_LINK_V4, addressing::CLIENT_LINK_V6),
+        ] {
             addr(ns, "eth1", &a4.into(), 24)?;
             addr(ns, "eth1", &a6.into(), 64)?;
             ns.ip(&["link", "set", "eth1", "up"])?;
         }
-        let via4 = plan::ROUTER_LINK_V4.to_string();
-        for dst in [plan::BGP_POOL_V4, plan::BULK_V4] {
+        let via4 = addressing::ROUTER_LINK_V4.to_string();
+        for dst in [addressing::BGP_POOL_V4, addressing::BULK_V4] {
             c.ip(&["route", "add", dst, "via", &via4])?;
         }
-        c.ip(&["-6", "route", "add", plan::BGP_POOL_V6, "via", &plan::ROUTER_LINK_V6.to_string()])?;
+        c.ip(&[
+            "-6",
+            "route",
+            "add",
+            addressing::BGP_POOL_V6,
+            "via",
+            &addressing::ROUTER_LINK_V6.to_string(),
+        ])?;
         // Unprivileged-style ICMP echo sockets for the probe stream.
         c.sysctl("net.ipv4.ping_group_range", "0 2147483647")?;
         Ok(())

@@ -1,9 +1,10 @@
 //! Network-namespace labs with real routers (BIRD 2, FRR, GoBGP, ExaBGP) and clients.
 //!
 //! A [`Lab`] is one L2 segment (a bridge in its own namespace) joining a router, N
-//! nodes and a client, plus a routed router↔client link; see [`plan`] for the fixed
+//! nodes and a client, plus a routed router↔client link; see [`addressing`] for the fixed
 //! addresses. Everything it starts dies with it, on drop and on panic.
 
+pub mod addressing;
 pub mod bench;
 pub mod binary;
 pub mod bootstrap;
@@ -19,7 +20,6 @@ pub mod kubeapi;
 pub mod lab;
 pub mod mrt;
 pub mod netns;
-pub mod plan;
 pub mod process;
 pub mod rng;
 pub mod routers;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::netns::Netns;
 use crate::process::{Proc, Spawn, read_lossy};
-use crate::{Error, Lab, plan, wait};
+use crate::{Error, Lab, addressing, wait};
 
 /// What runs the speaker as a container runtime that grants no real-time budget would:
 /// RLIMIT_RTPRIO 0, RLIMIT_NICE 0 and no CAP_SYS_NICE (dropped from the bounding set, so
@@ -74,7 +74,7 @@ impl Speaker {
         extra: &[&str],
         env: &[(String, String)],
     ) -> Result<Self, Error> {
-        let node = plan::node_name(i);
+        let node = addressing::node_name(i);
         let dir = lab.subdir(&format!("speaker-{node}"))?;
         let file = dir.join("static.yaml");
         std::fs::write(&file, yaml)?;
@@ -226,7 +226,7 @@ pub fn start_kube(
 /// a release one) with `lab.spawn(lab.node(i), …)`.
 pub fn kube_spawn(bin: &Path, kubeconfig: &Path, i: usize, tag: &str, metrics: Option<SocketAddr>) -> Spawn {
     let bin = bin.display().to_string();
-    let node = plan::node_name(i);
+    let node = addressing::node_name(i);
     let kubeconfig = kubeconfig.display().to_string();
     let mut argv = vec![
         bin,
@@ -283,9 +283,9 @@ pub mod yaml {
     pub fn node(i: usize) -> String {
         format!(
             "apiVersion: v1\nkind: Node\nmetadata: {{name: {}, labels: {{rack: r{i}}}}}\nstatus:\n  conditions: [{{type: Ready, status: \"True\"}}]\n  addresses: [{{type: InternalIP, address: {}}}, {{type: InternalIP, address: \"{}\"}}]\n",
-            plan::node_name(i),
-            plan::node_v4(i),
-            plan::node_v6(i)
+            addressing::node_name(i),
+            addressing::node_v4(i),
+            addressing::node_v6(i)
         )
     }
 
@@ -325,7 +325,7 @@ pub mod yaml {
     pub fn router_peer_v4(extra: &[&str]) -> String {
         let mut lines = vec!["addressFamilies: [ipv4-unicast]"];
         lines.extend_from_slice(extra);
-        peer("router", plan::NODE_ASN, plan::ROUTER_ASN, plan::ROUTER_V4.into(), &lines)
+        peer("router", addressing::NODE_ASN, addressing::ROUTER_ASN, addressing::ROUTER_V4.into(), &lines)
     }
 
     /// The `spec` line of a BGPPeer asking for graceful restart with `restart_time`.
@@ -365,7 +365,9 @@ pub mod yaml {
     /// address, each line indented four spaces.
     pub fn vip_members(n: usize) -> String {
         (1..=n)
-            .map(|i| format!("    - {{name: {}, address: {}}}\n", plan::node_name(i), plan::node_v4(i)))
+            .map(|i| {
+                format!("    - {{name: {}, address: {}}}\n", addressing::node_name(i), addressing::node_v4(i))
+            })
             .collect()
     }
 

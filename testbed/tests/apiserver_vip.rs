@@ -24,7 +24,7 @@ use ferrolb_proto::membership::Timings;
 use ferrolb_testbed::cluster::{self, Cluster, ClusterConfig, ferrolb};
 use ferrolb_testbed::netns::Netns;
 use ferrolb_testbed::process::{Proc, Spawn};
-use ferrolb_testbed::{Error, Lab, LabConfig, client, plan, wait};
+use ferrolb_testbed::{Error, Lab, LabConfig, addressing, client, wait};
 use k8s_openapi::api::core::v1::Pod;
 
 const T: Duration = Duration::from_secs(30);
@@ -46,7 +46,7 @@ fn vip_server() -> String {
 /// health URL is left to its default, https://127.0.0.1:6443/readyz.
 fn controlplanevip_yaml(key_file: &Path, ca: &Path) -> String {
     let members: String = (1..=MEMBERS)
-        .map(|i| format!("  - {{name: {}, address: {}}}\n", plan::node_name(i), plan::node_v4(i)))
+        .map(|i| format!("  - {{name: {}, address: {}}}\n", addressing::node_name(i), addressing::node_v4(i)))
         .collect();
     format!(
         "apiVersion: ferrolb.io/v1alpha1
@@ -126,7 +126,7 @@ fn expand(s: &str, env: &BTreeMap<String, String>) -> String {
 /// real apiserver (server-side dry run), and read back into the argv we run.
 fn static_pod(cluster: &Cluster, bin: &Path, i: usize, etc: &Path, ca: &Path) -> Member {
     let config_dir = etc.to_path_buf();
-    let node_dir = etc.join(plan::node_name(i));
+    let node_dir = etc.join(addressing::node_name(i));
     std::fs::create_dir_all(&node_dir).unwrap();
     let checkpoint = node_dir.join("checkpoint.yaml");
     let yaml = bootstrap_cli(
@@ -159,7 +159,7 @@ fn static_pod(cluster: &Cluster, bin: &Path, i: usize, etc: &Path, ca: &Path) ->
             (None, Some(from)) => {
                 let field = from.field_ref.as_ref().map(|f| f.field_path.as_str());
                 assert_eq!(field, Some("spec.nodeName"), "env {} from {from:?}", e.name);
-                plan::node_name(i)
+                addressing::node_name(i)
             }
             other => panic!("env {}: {other:?}", e.name),
         };
@@ -172,7 +172,7 @@ fn static_pod(cluster: &Cluster, bin: &Path, i: usize, etc: &Path, ca: &Path) ->
     let arg =
         |flag: &str| argv.iter().find_map(|a| a.strip_prefix(&format!("--{flag}="))).map(str::to_string);
     assert_eq!(arg("checkpoint"), Some(checkpoint.display().to_string()), "{argv:?}");
-    assert_eq!(arg("node-name"), Some(plan::node_name(i)), "{argv:?}");
+    assert_eq!(arg("node-name"), Some(addressing::node_name(i)), "{argv:?}");
 
     // Every file the process reads is inside what the pod mounts.
     let mounts: Vec<(String, String)> = c
@@ -282,7 +282,7 @@ impl VipKubectl {
 
     /// Waits until `get nodes` lists every lab node.
     fn wait_works(&self, what: &str) {
-        let all: Vec<String> = (1..=MEMBERS).map(plan::node_name).collect();
+        let all: Vec<String> = (1..=MEMBERS).map(addressing::node_name).collect();
         wait::until(what, T, || {
             Ok(self.get_nodes(Duration::from_secs(2)).ok().filter(|n| *n == all.join(" ")))
         })
@@ -359,7 +359,7 @@ impl Drop for KubectlStream {
 /// Waits until the VIP is on `want` only, and the client's ARP gets exactly `want`'s MAC.
 fn wait_vip_at(lab: &Lab, want: usize, what: &str) {
     wait::until_value(what, T, || Ok(holders(lab)), |h| h == &vec![want]).unwrap();
-    let mac = BTreeSet::from([plan::node_mac(want)]);
+    let mac = BTreeSet::from([addressing::node_mac(want)]);
     let what = format!("{what}: ARP answered by node{want} only");
     wait::until_value(&what, T, || Ok(arp_answers(lab)), |a| *a == mac).unwrap();
 }
@@ -419,7 +419,7 @@ fn the_apiserver_vip_follows_healthy_real_apiservers() {
     let members: Vec<Member> = (1..=MEMBERS)
         .map(|i| {
             let m = static_pod(&cluster, &bin, i, &etc, &ca);
-            let node = plan::node_name(i);
+            let node = addressing::node_name(i);
             bootstrap_cli(
                 &bin,
                 &[
@@ -476,7 +476,7 @@ fn the_apiserver_vip_follows_healthy_real_apiservers() {
     // Every member's bootstrap, as its static pod runs it.
     let mut procs: Vec<Proc> = members.iter().map(|m| m.start(&lab, &bin, 1)).collect();
     let all: Vec<usize> = (1..=MEMBERS).collect();
-    let owner = plan::owner(vip(), &all);
+    let owner = addressing::owner(vip(), &all);
     wait_vip_at(&lab, owner, "the VIP at the election winner among three healthy members");
     for m in &members {
         let (addr, path) = &m.readiness;
@@ -496,7 +496,7 @@ fn the_apiserver_vip_follows_healthy_real_apiservers() {
     // failureThreshold × interval + 1 s.
     let bound = INTERVAL * FAILURE_THRESHOLD + Duration::from_secs(1);
     let candidates: Vec<usize> = all.iter().copied().filter(|i| *i != owner).collect();
-    let successor = plan::owner(vip(), &candidates);
+    let successor = addressing::owner(vip(), &candidates);
     let killed_at = Instant::now();
     cluster.kill_apiserver(owner);
     let stream = KubectlStream::start(&k, Duration::from_millis(100));
@@ -516,7 +516,7 @@ fn the_apiserver_vip_follows_healthy_real_apiservers() {
     k.wait_works("kubectl get nodes through the VIP on the successor");
     // So far every request of the refresh credentials succeeded, at the local apiserver only.
     for m in &members {
-        let user = format!("system:ferrolb-bootstrap:{}", plan::node_name(m.i));
+        let user = format!("system:ferrolb-bootstrap:{}", addressing::node_name(m.i));
         let own = audit_entries(&cluster.paths().audit_log(m.i), &user);
         assert!(
             own.iter().any(|e| e.resource == "controlplanevips" && e.code == Some(200)),
@@ -598,7 +598,7 @@ fn the_apiserver_vip_follows_healthy_real_apiservers() {
         cluster.restart_apiserver(i).unwrap();
         let ready = Instant::now();
         up.push(i);
-        let want = plan::owner(vip(), &up);
+        let want = addressing::owner(vip(), &up);
         let what = format!("the VIP at node{want} once {up:?} are up");
         wait::until_value(&what, T, || Ok(holders(&lab)), |h| h == &vec![want]).unwrap();
         let held = ready.elapsed();

@@ -10,19 +10,19 @@ use std::time::Duration;
 
 use ferrolb_testbed::bench::bfd::BfdPeer;
 use ferrolb_testbed::routers::{self, BfdSpec, Bird, Frr, Router, RouterSpec};
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 const INTERVAL: Duration = Duration::from_millis(100);
 
 fn spec() -> RouterSpec {
-    let nodes: Vec<IpAddr> = vec![plan::node_v4(1).into(), plan::node_v6(1).into()];
+    let nodes: Vec<IpAddr> = vec![addressing::node_v4(1).into(), addressing::node_v6(1).into()];
     RouterSpec::default().bfd(BfdSpec { interval: INTERVAL, ..BfdSpec::lan(&nodes) })
 }
 
 fn peers(lab: &Lab) -> (BfdPeer, BfdPeer) {
-    let v4 = (plan::node_v4(1).into(), plan::ROUTER_V4.into());
-    let v6 = (plan::node_v6(1).into(), plan::ROUTER_V6.into());
+    let v4 = (addressing::node_v4(1).into(), addressing::ROUTER_V4.into());
+    let v6 = (addressing::node_v6(1).into(), addressing::ROUTER_V6.into());
     let p4 = BfdPeer::start(lab, lab.node(1), "bfd-v4", v4, INTERVAL, 3, false).unwrap();
     // Passive: silent until the router's first packet (BFDProfile passiveMode).
     let p6 = BfdPeer::start(lab, lab.node(1), "bfd-v6", v6, INTERVAL, 3, true).unwrap();
@@ -31,7 +31,7 @@ fn peers(lab: &Lab) -> (BfdPeer, BfdPeer) {
 
 fn comes_up_detects_a_cut_and_recovers(lab: &Lab, router: &dyn Router) {
     let (p4, p6) = peers(lab);
-    let nodes: [IpAddr; 2] = [plan::node_v4(1).into(), plan::node_v6(1).into()];
+    let nodes: [IpAddr; 2] = [addressing::node_v4(1).into(), addressing::node_v6(1).into()];
     for (p, n) in [(&p4, nodes[0]), (&p6, nodes[1])] {
         p.wait_state("Up", T).unwrap();
         routers::wait_bfd(router, n, "up", T).unwrap();
@@ -75,7 +75,7 @@ fn bfd_drops_packets_whose_ttl_or_hop_limit_is_not_255() {
             &lab,
             lab.node(1),
             "bfd-v4",
-            (plan::node_v4(1).into(), plan::ROUTER_V4.into()),
+            (addressing::node_v4(1).into(), addressing::ROUTER_V4.into()),
             INTERVAL,
             3,
             true,
@@ -85,7 +85,7 @@ fn bfd_drops_packets_whose_ttl_or_hop_limit_is_not_255() {
             &lab,
             lab.node(1),
             "bfd-v6",
-            (plan::node_v6(1).into(), plan::ROUTER_V6.into()),
+            (addressing::node_v6(1).into(), addressing::ROUTER_V6.into()),
             INTERVAL,
             3,
             true,
@@ -108,10 +108,10 @@ for fam, src, dst, level, opt in [
     s.setsockopt(level, opt, 255)
     s.sendto(pkt(1), (dst, 3784))
 "#,
-        r4 = plan::ROUTER_V4,
-        n4 = plan::node_v4(1),
-        r6 = plan::ROUTER_V6,
-        n6 = plan::node_v6(1),
+        r4 = addressing::ROUTER_V4,
+        n4 = addressing::node_v4(1),
+        r6 = addressing::ROUTER_V6,
+        n6 = addressing::node_v6(1),
     );
     lab.router().exec(&["python3", "-c", &script]).unwrap();
     for p in [&_p4, &_p6] {

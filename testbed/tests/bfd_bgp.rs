@@ -13,10 +13,10 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use ferrolb_testbed::plan::node_ip as v4;
+use ferrolb_testbed::addressing::node_ip as v4;
 use ferrolb_testbed::routers::{self, BfdSpec, Bird, Frr, Router, RouterSpec};
 use ferrolb_testbed::speaker::{Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 const HOLD: u16 = 90;
@@ -34,15 +34,15 @@ fn static_file(vip: IpAddr) -> String {
     let hold = format!("holdTime: {HOLD}s");
     let peer = yaml::peer(
         "router",
-        plan::NODE_ASN,
-        plan::ROUTER_ASN,
-        plan::ROUTER_V4.into(),
+        addressing::NODE_ASN,
+        addressing::ROUTER_ASN,
+        addressing::ROUTER_V4.into(),
         &["addressFamilies: [ipv4-unicast]", &hold, "bfdProfile: fast"],
     );
     yaml::stream(&[
         yaml::node(1),
         yaml::node(2),
-        yaml::pool("public", &[plan::BGP_POOL_V4]),
+        yaml::pool("public", &[addressing::BGP_POOL_V4]),
         yaml::service("web", &[vip]),
         peer,
         profile.to_string(),
@@ -51,7 +51,7 @@ fn static_file(vip: IpAddr) -> String {
 }
 
 fn cut_link_drops_the_path_before_the_hold_time(lab: &Lab, router: &dyn Router, bfd: &str) {
-    let vip = plan::bgp_vip_v4(20);
+    let vip = addressing::bgp_vip_v4(20);
     let prefix = format!("{vip}/32");
     let file = static_file(vip);
     let s1 = Speaker::start(lab, 1, &file).unwrap();

@@ -12,11 +12,11 @@
 
 use std::time::Duration;
 
+use ferrolb_testbed::addressing::{node_ip as v4, node_ip6 as v6};
 use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::plan::{node_ip as v4, node_ip6 as v6};
 use ferrolb_testbed::routers::{self, Bird, Router, RouterSpec};
 use ferrolb_testbed::speaker::{Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -45,8 +45,8 @@ fn bird_states(bird: &Bird) -> Vec<String> {
 fn static_file(peers: Vec<String>) -> String {
     let mut objs = vec![
         yaml::node(1),
-        yaml::pool("public", &[plan::BGP_POOL_V4, "2001:db8:3::/120"]),
-        yaml::service("web", &[plan::bgp_vip_v4(10), plan::bgp_vip_v6(0x10)]),
+        yaml::pool("public", &[addressing::BGP_POOL_V4, "2001:db8:3::/120"]),
+        yaml::service("web", &[addressing::bgp_vip_v4(10), addressing::bgp_vip_v6(0x10)]),
     ];
     objs.extend(peers);
     objs.push(yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]));
@@ -56,15 +56,15 @@ fn static_file(peers: Vec<String>) -> String {
 /// Node 1's eBGP peers: the lab router over IPv4 and over IPv6 transport.
 fn router_peers(extra: &[&str]) -> Vec<String> {
     let fams = [
-        ("router-v4", plan::ROUTER_V4.into(), "ipv4-unicast"),
-        ("router-v6", plan::ROUTER_V6.into(), "ipv6-unicast"),
+        ("router-v4", addressing::ROUTER_V4.into(), "ipv4-unicast"),
+        ("router-v6", addressing::ROUTER_V6.into(), "ipv6-unicast"),
     ];
     fams.iter()
         .map(|(name, addr, fam)| {
             let families = format!("addressFamilies: [{fam}]");
             let mut e = vec![families.as_str()];
             e.extend_from_slice(extra);
-            yaml::peer(name, plan::NODE_ASN, plan::ROUTER_ASN, *addr, &e)
+            yaml::peer(name, addressing::NODE_ASN, addressing::ROUTER_ASN, *addr, &e)
         })
         .collect()
 }
@@ -168,7 +168,7 @@ fn far_bird(active: bool) -> (Lab, Bird) {
         neighbors: vec![v4(1)],
         multihop: Some(2),
         active,
-        router_id: plan::CLIENT_LINK_V4,
+        router_id: addressing::CLIENT_LINK_V4,
         ..gtsm_router()
     };
     let bird = Bird::start_in(&lab, lab.client(), "bird-far", &spec).unwrap();
@@ -181,9 +181,9 @@ fn far_peer(extra: &[&str]) -> String {
     fields.extend_from_slice(extra);
     static_file(vec![yaml::peer(
         "far",
-        plan::NODE_ASN,
-        plan::ROUTER_ASN,
-        plan::CLIENT_LINK_V4.into(),
+        addressing::NODE_ASN,
+        addressing::ROUTER_ASN,
+        addressing::CLIENT_LINK_V4.into(),
         &fields,
     )])
 }
@@ -191,6 +191,6 @@ fn far_peer(extra: &[&str]) -> String {
 /// The client reaches node 1 through r1 (one routed hop) instead of the shared LAN,
 /// both ways: node 1 already routes the link subnet via r1.
 fn far_router_route(lab: &Lab) {
-    let node = format!("{}/32", plan::node_v4(1));
-    lab.client().ip(&["route", "add", &node, "via", &plan::ROUTER_LINK_V4.to_string()]).unwrap();
+    let node = format!("{}/32", addressing::node_v4(1));
+    lab.client().ip(&["route", "add", &node, "via", &addressing::ROUTER_LINK_V4.to_string()]).unwrap();
 }

@@ -12,19 +12,19 @@ use std::time::Duration;
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{ExaBgp, ExaNeighbor};
 use ferrolb_testbed::speaker::{Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 
 #[test]
 fn zero_hold_time_from_a_peer_is_refused_without_bfd() {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
-    let mut n = ExaNeighbor::passive(plan::CLIENT_V4, 1, plan::ROUTER_ASN, plan::NODE_ASN);
+    let mut n = ExaNeighbor::passive(addressing::CLIENT_V4, 1, addressing::ROUTER_ASN, addressing::NODE_ASN);
     n.hold_time = Some(0);
     let peer = ExaBgp::start(&lab, lab.client(), "peer", &[n]).unwrap();
     let file = yaml::stream(&[
         yaml::node(1),
-        yaml::peer("exabgp", plan::NODE_ASN, plan::ROUTER_ASN, plan::CLIENT_V4.into(), &[]),
+        yaml::peer("exabgp", addressing::NODE_ASN, addressing::ROUTER_ASN, addressing::CLIENT_V4.into(), &[]),
     ]);
     let speaker = Speaker::start(&lab, 1, &file).unwrap();
     // Refused on the first OPEN and again after the reconnect (connectTime 1s).

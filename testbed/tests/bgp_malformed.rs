@@ -20,7 +20,7 @@ use std::time::Duration;
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{ExaBgp, ExaNeighbor, Router};
 use ferrolb_testbed::speaker::{Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -43,28 +43,36 @@ fn announced(peer: &ExaBgp, prefix: &str) -> usize {
 
 /// Announces `198.51.100.0/24` to the speaker with `attribute` added.
 fn send(peer: &ExaBgp, attribute: &str) {
-    let cmd =
-        format!("announce route 198.51.100.0/24 next-hop {} attribute [ {attribute} ]", plan::CLIENT_V4);
+    let cmd = format!(
+        "announce route 198.51.100.0/24 next-hop {} attribute [ {attribute} ]",
+        addressing::CLIENT_V4
+    );
     peer.command(&cmd, T).unwrap();
 }
 
 #[test]
 fn malformed_updates_from_exabgp_are_handled_per_rfc7606() {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
-    let node: IpAddr = plan::node_v4(1).into();
+    let node: IpAddr = addressing::node_v4(1).into();
     // The peer sits on the client's LAN address, iBGP, passive; what it sends through
     // the API is sent once, not again on the next session.
     let mut n = ExaNeighbor::recorder(1);
     n.adj_rib_out = false;
     let peer = ExaBgp::start(&lab, lab.client(), "peer", &[n]).unwrap();
 
-    let vip = plan::bgp_vip_v4(10);
+    let vip = addressing::bgp_vip_v4(10);
     let vip_prefix = format!("{vip}/32");
     let file = yaml::stream(&[
         yaml::node(1),
-        yaml::pool("public", &[plan::BGP_POOL_V4]),
+        yaml::pool("public", &[addressing::BGP_POOL_V4]),
         yaml::service("web", &[vip]),
-        yaml::peer("exabgp", plan::ROUTER_ASN, plan::ROUTER_ASN, plan::CLIENT_V4.into(), &[]),
+        yaml::peer(
+            "exabgp",
+            addressing::ROUTER_ASN,
+            addressing::ROUTER_ASN,
+            addressing::CLIENT_V4.into(),
+            &[],
+        ),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
     ]);
     let speaker = Speaker::start(&lab, 1, &file).unwrap();

@@ -10,12 +10,12 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use ferrolb_testbed::addressing::{node_ip as v4, node_ip6 as v6};
 use ferrolb_testbed::client::ProbeStream;
-use ferrolb_testbed::plan::{node_ip as v4, node_ip6 as v6};
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Frr, GoBgp, Router, RouterSpec};
 use ferrolb_testbed::speaker::{Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -26,14 +26,17 @@ fn router_peers(my_asn: u32, peer_asn: u32, extra: &[&str]) -> Vec<String> {
     let mut e6 = vec!["addressFamilies: [ipv6-unicast]"];
     e6.extend_from_slice(extra);
     vec![
-        yaml::peer("router-v4", my_asn, peer_asn, plan::ROUTER_V4.into(), &e4),
-        yaml::peer("router-v6", my_asn, peer_asn, plan::ROUTER_V6.into(), &e6),
+        yaml::peer("router-v4", my_asn, peer_asn, addressing::ROUTER_V4.into(), &e4),
+        yaml::peer("router-v6", my_asn, peer_asn, addressing::ROUTER_V6.into(), &e6),
     ]
 }
 
 fn static_file(services: &[(&str, Vec<IpAddr>)], peers: Vec<String>, advertisement: &[&str]) -> String {
-    let mut objs =
-        vec![yaml::node(1), yaml::node(2), yaml::pool("public", &[plan::BGP_POOL_V4, "2001:db8:3::/120"])];
+    let mut objs = vec![
+        yaml::node(1),
+        yaml::node(2),
+        yaml::pool("public", &[addressing::BGP_POOL_V4, "2001:db8:3::/120"]),
+    ];
     objs.extend(services.iter().map(|(n, ips)| yaml::service(n, ips)));
     objs.extend(peers);
     objs.push(yaml::bgp_advertisement("public", advertisement));
@@ -71,13 +74,13 @@ fn interop(kind: Kind, mode: Mode) {
         Kind::GoBgp => Box::new(GoBgp::start(&lab, &spec).unwrap()),
     };
     let my_asn = match mode {
-        Mode::Ebgp => plan::NODE_ASN,
-        Mode::Ibgp => plan::ROUTER_ASN,
+        Mode::Ebgp => addressing::NODE_ASN,
+        Mode::Ibgp => addressing::ROUTER_ASN,
     };
-    let (vip4, vip6) = (plan::bgp_vip_v4(10), plan::bgp_vip_v6(0x10));
+    let (vip4, vip6) = (addressing::bgp_vip_v4(10), addressing::bgp_vip_v6(0x10));
     let file = static_file(
         &[("web", vec![vip4, vip6])],
-        router_peers(my_asn, plan::ROUTER_ASN, &[]),
+        router_peers(my_asn, addressing::ROUTER_ASN, &[]),
         &["ipAddressPools: [public]", "localPref: 250", "communities: [\"64512:100\", \"large:64512:1:2\"]"],
     );
     let _speaker = Speaker::start(&lab, 1, &file).unwrap();
@@ -88,7 +91,7 @@ fn interop(kind: Kind, mode: Mode) {
         let p = &paths[0];
         match mode {
             // eBGP: our AS prepended; LOCAL_PREF is not sent (the router shows its default).
-            Mode::Ebgp => assert_eq!(p.as_path, vec![plan::NODE_ASN], "{kind:?} {mode:?}: {p:?}"),
+            Mode::Ebgp => assert_eq!(p.as_path, vec![addressing::NODE_ASN], "{kind:?} {mode:?}: {p:?}"),
             Mode::Ibgp => {
                 assert!(p.as_path.is_empty(), "{kind:?} {mode:?}: {p:?}");
                 assert_eq!(p.local_pref, Some(250), "{kind:?} {mode:?}: {p:?}");
@@ -140,13 +143,20 @@ fn speaker_follows_static_file_edits_with_bird_and_recorder() {
     let bird = Bird::start(&lab, &RouterSpec::default()).unwrap();
     // The recorder sits on the client's LAN address, iBGP, passive.
     let recorder = ExaBgp::start(&lab, lab.client(), "recorder", &[ExaNeighbor::recorder(1)]).unwrap();
-    let recorder_peer =
-        || yaml::peer("recorder", plan::ROUTER_ASN, plan::ROUTER_ASN, plan::CLIENT_V4.into(), &[]);
+    let recorder_peer = || {
+        yaml::peer(
+            "recorder",
+            addressing::ROUTER_ASN,
+            addressing::ROUTER_ASN,
+            addressing::CLIENT_V4.into(),
+            &[],
+        )
+    };
 
-    let (vip4, vip6) = (plan::bgp_vip_v4(10), plan::bgp_vip_v6(0x10));
+    let (vip4, vip6) = (addressing::bgp_vip_v4(10), addressing::bgp_vip_v6(0x10));
     let ad =
         ["ipAddressPools: [public]", "localPref: 250", "communities: [\"64512:100\", \"large:64512:1:2\"]"];
-    let mut peers = router_peers(plan::NODE_ASN, plan::ROUTER_ASN, &[]);
+    let mut peers = router_peers(addressing::NODE_ASN, addressing::ROUTER_ASN, &[]);
     peers.push(recorder_peer());
     let mut speaker =
         Speaker::start(&lab, 1, &static_file(&[("web", vec![vip4, vip6])], peers.clone(), &ad)).unwrap();
@@ -155,7 +165,7 @@ fn speaker_follows_static_file_edits_with_bird_and_recorder() {
     assert!(r.is_ok(), "{r:?}\n{}", lab.logs(40));
     let paths = routers::wait_rib(&bird, "203.0.113.10/32", &[v4(1)], T).unwrap();
     // eBGP: our AS prepended, LOCAL_PREF not sent (BIRD shows its own default).
-    assert_eq!(paths[0].as_path, vec![plan::NODE_ASN]);
+    assert_eq!(paths[0].as_path, vec![addressing::NODE_ASN]);
     assert_eq!(paths[0].communities, vec!["64512:100"]);
     assert_eq!(paths[0].large_communities, vec!["64512:1:2"]);
     routers::wait_rib(&bird, "2001:db8:3::10/128", &[v6(1)], T).unwrap();
@@ -191,10 +201,10 @@ fn speaker_follows_static_file_edits_with_bird_and_recorder() {
         .unwrap();
 
     // Edit 1, by rename: one address added, the IPv6 one removed, communities changed.
-    let vip11 = plan::bgp_vip_v4(11);
+    let vip11 = addressing::bgp_vip_v4(11);
     let ad2 = ["ipAddressPools: [public]", "localPref: 300", "communities: [\"64512:200\"]"];
     // The routers' BGPPeers change too (holdTime): their sessions are re-made.
-    let mut peers2 = router_peers(plan::NODE_ASN, plan::ROUTER_ASN, &["holdTime: 30s"]);
+    let mut peers2 = router_peers(addressing::NODE_ASN, addressing::ROUTER_ASN, &["holdTime: 30s"]);
     peers2.push(recorder_peer());
     speaker.replace_file(&static_file(&[("web", vec![vip4, vip11])], peers2.clone(), &ad2)).unwrap();
     routers::wait_rib(&bird, "203.0.113.11/32", &[v4(1)], T).unwrap();
@@ -267,7 +277,7 @@ fn md5_and_graceful_restart_with_bird() {
     let (right, wrong) = (dir.join("right"), dir.join("wrong"));
     std::fs::write(&right, "right-password\n").unwrap();
     std::fs::write(&wrong, "wrong-password\n").unwrap();
-    let (vip, vip12) = (plan::bgp_vip_v4(10), plan::bgp_vip_v4(12));
+    let (vip, vip12) = (addressing::bgp_vip_v4(10), addressing::bgp_vip_v4(12));
     lab.add_vip_on_lo(lab.node(1), vip).unwrap();
     let pw = |p: &std::path::Path| format!("passwordFile: {}", p.display());
     let file = |pw_line: &str, ips: Vec<IpAddr>| {
@@ -320,7 +330,8 @@ fn invalid_static_file_at_start_exits_with_one_clear_line() {
     let dir = std::env::temp_dir().join(format!("ferrolb-bad-static-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("static.yaml");
-    std::fs::write(&file, yaml::peer("r", 64513, 64512, plan::ROUTER_V4.into(), &["holdTime: 2s"])).unwrap();
+    std::fs::write(&file, yaml::peer("r", 64513, 64512, addressing::ROUTER_V4.into(), &["holdTime: 2s"]))
+        .unwrap();
     let bin = ferrolb_testbed::speaker::binary("debug").unwrap();
     let out = std::process::Command::new(bin)
         .args(["--node-name", "node1", "--static"])

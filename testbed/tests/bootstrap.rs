@@ -17,7 +17,7 @@ use ferrolb_testbed::https::{self, HealthServer, TestCa};
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Router, RouterSpec};
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 use nix::sys::signal::Signal;
 
 const T: Duration = Duration::from_secs(30);
@@ -45,10 +45,10 @@ kind: BGPPeer
 metadata: {{name: router-a}}
 spec: {{myASN: {}, peerASN: {}, peerAddress: {}, sourceAddress: {}, connectTime: 1s}}
 ",
-            plan::NODE_ASN,
-            plan::ROUTER_ASN,
-            plan::ROUTER_V4,
-            plan::node_v4(node)
+            addressing::NODE_ASN,
+            addressing::ROUTER_ASN,
+            addressing::ROUTER_V4,
+            addressing::node_v4(node)
         ),
     )
 }
@@ -62,7 +62,8 @@ fn apiserver(lab: &Lab, i: usize, ca: &TestCa) -> HealthServer {
 /// reaches it; it answers object reads with the node's name.
 fn standin(lab: &Lab, i: usize, ca: &TestCa, healthy: bool) -> HealthServer {
     let bind: SocketAddr = "[::]:6443".parse().unwrap();
-    let s = HealthServer::start_marked(lab.node(i), bind, ca, APISERVER_NAMES, &plan::node_name(i)).unwrap();
+    let s = HealthServer::start_marked(lab.node(i), bind, ca, APISERVER_NAMES, &addressing::node_name(i))
+        .unwrap();
     s.set_healthy(healthy);
     s
 }
@@ -113,7 +114,7 @@ fn bgp_two_healthy_members_give_ecmp_at_the_router() {
     let health: Vec<HealthServer> = (1..=2).map(|i| apiserver(&lab, i, &ca)).collect();
     let _procs: Vec<Proc> =
         (1..=2).map(|i| start(&lab, i, &bgp_checkpoint(&lab, i, &ca), &["--drain-delay", "1s"], 1)).collect();
-    let both: Vec<IpAddr> = (1..=2).map(|i| plan::node_v4(i).into()).collect();
+    let both: Vec<IpAddr> = (1..=2).map(|i| addressing::node_v4(i).into()).collect();
     let prefix = format!("{BGP_VIP}/32");
     let paths = routers::wait_rib(&bird, &prefix, &both, T).unwrap();
     assert!(paths.iter().all(|p| p.communities == vec!["64513:42".to_string()]), "{paths:?}");
@@ -179,7 +180,7 @@ fn wait_announced(rec: &ExaBgp, prefix: &str, from: usize, what: &str) -> usize 
 #[test]
 fn bgp_unhealthy_member_drains_with_graceful_shutdown_then_withdraws() {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
-    let n = ExaNeighbor::passive(plan::ROUTER_V4, 1, plan::ROUTER_ASN, plan::NODE_ASN);
+    let n = ExaNeighbor::passive(addressing::ROUTER_V4, 1, addressing::ROUTER_ASN, addressing::NODE_ASN);
     let rec = ExaBgp::start(&lab, lab.router(), "recorder", &[n]).unwrap();
     let ca = TestCa::new().unwrap();
     let health = apiserver(&lab, 1, &ca);
@@ -261,7 +262,7 @@ fn holders(lab: &Lab) -> Vec<usize> {
 fn wait_moved_to(lab: &Lab, want: usize, what: &str) {
     wait::until_value(what, T, || Ok(holders(lab)), |h| h == &vec![want]).unwrap();
     let vip: IpAddr = L2_VIP.parse().unwrap();
-    client::wait_neighbour_mac(lab.client(), "eth0", vip, &plan::node_mac(want), T).unwrap();
+    client::wait_neighbour_mac(lab.client(), "eth0", vip, &addressing::node_mac(want), T).unwrap();
 }
 
 /// L2 with the real SWIM membership (health carried in the member name) and the
@@ -283,7 +284,7 @@ fn l2_owner_holds_the_vip_and_it_moves_when_the_owner_turns_unhealthy() {
     let cps = l2_checkpoints(&lab, &ca, L2_VIP, bootstrap::READYZ);
     let mut procs: Vec<Proc> = (1..=n).map(|i| start(&lab, i, &cps[i - 1], &[], 1)).collect();
     let vip: IpAddr = L2_VIP.parse().unwrap();
-    let owner = plan::owner(vip, &(1..=n).collect::<Vec<_>>());
+    let owner = addressing::owner(vip, &(1..=n).collect::<Vec<_>>());
     wait::until_value(
         "exactly one owner, the election winner",
         T,
@@ -295,7 +296,7 @@ fn l2_owner_holds_the_vip_and_it_moves_when_the_owner_turns_unhealthy() {
     probe.wait_sent(30, T).unwrap();
     let r = probe.stop(Duration::from_millis(200));
     assert!(r.sent >= 10 && r.received > 0, "client → {vip}: {r:?}");
-    client::wait_neighbour_mac(lab.client(), "eth0", vip, &plan::node_mac(owner), T).unwrap();
+    client::wait_neighbour_mac(lab.client(), "eth0", vip, &addressing::node_mac(owner), T).unwrap();
     assert_eq!(holders(&lab), vec![owner], "exactly one member holds the VIP");
 
     // The owner's apiserver fails: another (healthy) member takes over and its
@@ -387,7 +388,7 @@ fn l2_member_with_another_membership_key_claims_nothing() {
     let ca = TestCa::new().unwrap();
     let _health: Vec<HealthServer> = (1..=2).map(|i| apiserver(&lab, i, &ca)).collect();
     let vip: IpAddr = L2_VIP.parse().unwrap();
-    let winner = plan::owner(vip, &[1, 2]);
+    let winner = addressing::owner(vip, &[1, 2]);
     let first = 3 - winner;
     let cp =
         |i: usize, key: &str| bootstrap::l2_checkpoint(&lab, i, &ca, L2_VIP, bootstrap::READYZ, key).unwrap();
@@ -471,13 +472,13 @@ fn l2_cold_start_waits_for_a_ready_apiserver_and_a_kill_of_every_member_reads_no
     // One member becomes ready — not the one the election would pick among all three,
     // so only the health gate can put the VIP there.
     let all: Vec<usize> = (1..=n).collect();
-    let winner = plan::owner(vip, &all);
+    let winner = addressing::owner(vip, &all);
     let ready = all.iter().copied().find(|i| *i != winner).unwrap();
     api[ready - 1].set_healthy(true);
     wait::until_value("the VIP on the ready member", T, || Ok(holders(&lab)), |h| h == &vec![ready]).unwrap();
     let body =
         wait::until("the client reaches VIP:6443", T, || Ok(fetch_marker(&lab, vip, &ca).ok())).unwrap();
-    assert_eq!(body, plan::node_name(ready), "VIP:6443 answered by another member");
+    assert_eq!(body, addressing::node_name(ready), "VIP:6443 answered by another member");
     assert_eq!(metric(&lab, ready, "ferrolb_bootstrap_vip_owned"), Some(1.0));
     assert_eq!(metric(&lab, ready, "ferrolb_bootstrap_healthy"), Some(1.0));
     assert_eq!(metric(&lab, winner, "ferrolb_bootstrap_vip_owned"), Some(0.0));
@@ -501,7 +502,7 @@ fn l2_cold_start_waits_for_a_ready_apiserver_and_a_kill_of_every_member_reads_no
     assert_eq!(after, reads, "apiserver objects were read during the cold restart");
     let body =
         wait::until("the client reaches VIP:6443", T, || Ok(fetch_marker(&lab, vip, &ca).ok())).unwrap();
-    assert_eq!(body, plan::node_name(winner));
+    assert_eq!(body, addressing::node_name(winner));
     for i in 1..=n {
         assert_eq!(metric(&lab, i, "ferrolb_bootstrap_checkpoint_generation"), Some(1.0));
     }
@@ -527,22 +528,22 @@ fn l2_ipv6_vip_moves_by_unsolicited_na_and_the_client_reaches_it() {
     let cps = l2_checkpoints(&lab, &ca, L2_VIP6, "https://[::1]:6443/readyz");
     let _procs: Vec<Proc> = (1..=n).map(|i| start(&lab, i, &cps[i - 1], &[], 1)).collect();
     let vip: IpAddr = L2_VIP6.parse().unwrap();
-    let owner = plan::owner(vip, &[1, 2]);
+    let owner = addressing::owner(vip, &[1, 2]);
     let holders6 = || Ok((1..=n).filter(|i| holds6(&lab, *i)).collect::<Vec<usize>>());
     wait::until_value("one owner of the IPv6 VIP", T, holders6, |h| h == &vec![owner]).unwrap();
     let body =
         wait::until("the client reaches [VIP]:6443", T, || Ok(fetch_marker(&lab, vip, &ca).ok())).unwrap();
-    assert_eq!(body, plan::node_name(owner));
-    client::wait_neighbour_mac(lab.client(), "eth0", vip, &plan::node_mac(owner), T).unwrap();
+    assert_eq!(body, addressing::node_name(owner));
+    client::wait_neighbour_mac(lab.client(), "eth0", vip, &addressing::node_mac(owner), T).unwrap();
 
     let other = 3 - owner;
     api[owner - 1].set_healthy(false);
     wait::until_value("the IPv6 VIP moved", T, holders6, |h| h == &vec![other]).unwrap();
-    client::wait_neighbour_mac(lab.client(), "eth0", vip, &plan::node_mac(other), T).unwrap();
+    client::wait_neighbour_mac(lab.client(), "eth0", vip, &addressing::node_mac(other), T).unwrap();
     let body =
         wait::until("the client reaches [VIP]:6443 again", T, || Ok(fetch_marker(&lab, vip, &ca).ok()))
             .unwrap();
-    assert_eq!(body, plan::node_name(other));
+    assert_eq!(body, addressing::node_name(other));
 }
 
 /// BGP mode with an IPv6 VIP: node1 over an IPv6 session, node2 over an IPv4 session
@@ -563,25 +564,37 @@ kind: BGPPeer
 metadata: {{name: router}}
 spec: {{myASN: {}, peerASN: {}, peerAddress: \"{peer}\", sourceAddress: \"{source}\", routerID: {}, connectTime: 1s}}
 ",
-            plan::NODE_ASN,
-            plan::ROUTER_ASN,
-            plan::node_v4(i)
+            addressing::NODE_ASN,
+            addressing::ROUTER_ASN,
+            addressing::node_v4(i)
         )
     };
     let spec = format!("  address: \"{BGP_VIP6}\"\n  mode: BGP\n  bgp: {{peers: [router]}}\n");
-    let cp1 = checkpoint(&lab, 1, &ca, &spec, &peer(1, plan::ROUTER_V6.into(), plan::node_v6(1).into()));
-    let cp2 = checkpoint(&lab, 2, &ca, &spec, &peer(2, plan::ROUTER_V4.into(), plan::node_v4(2).into()));
+    let cp1 = checkpoint(
+        &lab,
+        1,
+        &ca,
+        &spec,
+        &peer(1, addressing::ROUTER_V6.into(), addressing::node_v6(1).into()),
+    );
+    let cp2 = checkpoint(
+        &lab,
+        2,
+        &ca,
+        &spec,
+        &peer(2, addressing::ROUTER_V4.into(), addressing::node_v4(2).into()),
+    );
     let text = std::fs::read_to_string(&cp2).unwrap();
-    let member = format!("{{name: node2, address: {}}}", plan::node_v4(2));
+    let member = format!("{{name: node2, address: {}}}", addressing::node_v4(2));
     assert!(text.contains(&member), "{text}");
     std::fs::write(
         &cp2,
-        text.replace(&member, &format!("{{name: node2, address: \"{}\"}}", plan::node_v6(2))),
+        text.replace(&member, &format!("{{name: node2, address: \"{}\"}}", addressing::node_v6(2))),
     )
     .unwrap();
     let _p: Vec<Proc> = [cp1, cp2].iter().enumerate().map(|(i, cp)| start(&lab, i + 1, cp, &[], 1)).collect();
     let prefix = format!("{BGP_VIP6}/128");
-    let hops: Vec<IpAddr> = vec![plan::node_v6(1).into(), plan::node_v6(2).into()];
+    let hops: Vec<IpAddr> = vec![addressing::node_v6(1).into(), addressing::node_v6(2).into()];
     routers::wait_rib(&bird, &prefix, &hops, T).unwrap();
     routers::wait_kernel_route(bird.netns(), &prefix, &hops, T).unwrap();
     let vip: IpAddr = BGP_VIP6.parse().unwrap();

@@ -17,7 +17,7 @@ use ferrolb_testbed::client::{self, ProbeStream};
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{ExaBgp, ExaNeighbor};
 use ferrolb_testbed::speaker::{self, Speaker, write_membership_key, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 const GSHUT: &str = "65535:0";
@@ -30,7 +30,7 @@ fn local_service(name: &str, ip: IpAddr, endpoint: Option<&str>) -> String {
     match endpoint {
         Some(cond) => s.push_str(&format!(
             "\n- {{addresses: [10.0.0.1], nodeName: {}, conditions: {cond}}}\n",
-            plan::node_name(1)
+            addressing::node_name(1)
         )),
         None => s.push_str(" []\n"),
     }
@@ -43,11 +43,17 @@ const TERMINATING: &str = "{ready: false, serving: true, terminating: true}";
 fn file(local: Option<&str>, linger: Option<&str>) -> String {
     let objs = vec![
         yaml::node(1),
-        yaml::pool("public", &[plan::BGP_POOL_V4]),
-        yaml::service("web", &[plan::bgp_vip_v4(10)]),
-        local_service("local", plan::bgp_vip_v4(20), local),
-        local_service("linger", plan::bgp_vip_v4(21), linger),
-        yaml::peer("recorder", plan::ROUTER_ASN, plan::ROUTER_ASN, plan::CLIENT_V4.into(), &[]),
+        yaml::pool("public", &[addressing::BGP_POOL_V4]),
+        yaml::service("web", &[addressing::bgp_vip_v4(10)]),
+        local_service("local", addressing::bgp_vip_v4(20), local),
+        local_service("linger", addressing::bgp_vip_v4(21), linger),
+        yaml::peer(
+            "recorder",
+            addressing::ROUTER_ASN,
+            addressing::ROUTER_ASN,
+            addressing::CLIENT_V4.into(),
+            &[],
+        ),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]", "localPref: 250"]),
     ];
     yaml::stream(&objs)
@@ -148,7 +154,7 @@ fn l2_file(vips: &[IpAddr], conds: [&str; 2]) -> String {
         svc.push_str(&format!(
             "- {{addresses: [10.0.0.{}], nodeName: {}, conditions: {cond}}}\n",
             i + 1,
-            plan::node_name(i + 1)
+            addressing::node_name(i + 1)
         ));
     }
     yaml::stream(&[
@@ -164,7 +170,7 @@ fn l2_file(vips: &[IpAddr], conds: [&str; 2]) -> String {
 fn an_l2_owner_whose_local_endpoints_terminate_hands_over_before_it_stops() {
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let key = write_membership_key(&lab, "cluster-key").unwrap();
-    let (vips, o) = plan::l2_vip_pair();
+    let (vips, o) = addressing::l2_vip_pair();
     let other = 3 - o;
     for n in lab.nodes() {
         for v in vips {
@@ -175,7 +181,7 @@ fn an_l2_owner_whose_local_endpoints_terminate_hands_over_before_it_stops() {
     let speakers = [1, 2].map(|i| Speaker::start_l2(&lab, i, &ready, &key).unwrap());
     for v in vips {
         // Pinging makes the client resolve the address (a first gratuitous ARP creates no entry).
-        let want = plan::node_mac(o);
+        let want = addressing::node_mac(o);
         let r = wait::until(&format!("client resolves {v} to node{o}"), T, || {
             let _ = lab.client().exec_output(&["ping", "-c", "1", "-W", "1", &v.to_string()]);
             let n = client::neighbour(lab.client(), "eth0", v)?;
@@ -195,7 +201,7 @@ fn an_l2_owner_whose_local_endpoints_terminate_hands_over_before_it_stops() {
     let (old, new) = (&speakers[o - 1], &speakers[other - 1]);
     // The successor announces (gratuitous ARP / unsolicited NA move the client)...
     for v in vips {
-        let r = client::wait_neighbour_mac(lab.client(), "eth0", v, &plan::node_mac(other), T);
+        let r = client::wait_neighbour_mac(lab.client(), "eth0", v, &addressing::node_mac(other), T);
         assert!(r.is_ok(), "{v}: {r:?}\n{}", lab.logs(40));
     }
     // ...while the old owner still answers, then stops once the grace has passed.
@@ -203,7 +209,7 @@ fn an_l2_owner_whose_local_endpoints_terminate_hands_over_before_it_stops() {
     assert!(r.is_ok(), "{r:?}\n{}", old.logs());
     let r = old.wait_log("handover grace of", T);
     assert!(r.is_ok(), "{r:?}\n{}", old.logs());
-    assert!(old.logs().contains(&format!("to node {}", plan::node_name(other))), "{}", old.logs());
+    assert!(old.logs().contains(&format!("to node {}", addressing::node_name(other))), "{}", old.logs());
     assert!(!new.logs().contains("L2 handover"), "the successor owns normally\n{}", new.logs());
     for (v, p) in vips.iter().zip(probes) {
         let r = p.stop(Duration::from_millis(100));
@@ -212,7 +218,7 @@ fn an_l2_owner_whose_local_endpoints_terminate_hands_over_before_it_stops() {
     for v in vips {
         assert_eq!(
             client::neighbour(lab.client(), "eth0", v).unwrap().and_then(|n| n.mac),
-            Some(plan::node_mac(other))
+            Some(addressing::node_mac(other))
         );
     }
 }

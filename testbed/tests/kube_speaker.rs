@@ -12,13 +12,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use ferrolb_speaker::cluster::{CALL_TIMEOUT, WatchBackoff};
+use ferrolb_testbed::addressing::node_ip as v4;
 use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
-use ferrolb_testbed::plan::node_ip as v4;
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Router, RouterSpec};
 use ferrolb_testbed::speaker::{start_kube, yaml};
-use ferrolb_testbed::{Lab, LabConfig, client, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, client, wait};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
@@ -36,16 +36,22 @@ fn speaker(lab: &Lab, cluster: &FakeCluster, i: usize) -> Proc {
 }
 
 fn objects() -> String {
-    let web = plan::bgp_vip_v4(10);
-    let local = plan::bgp_vip_v4(20);
+    let web = addressing::bgp_vip_v4(10);
+    let local = addressing::bgp_vip_v4(20);
     let l2 = IpAddr::from([192, 0, 2, 200]);
     let mut objs = vec![
         yaml::node(1),
         yaml::node(2),
-        yaml::pool("public", &[plan::BGP_POOL_V4]),
+        yaml::pool("public", &[addressing::BGP_POOL_V4]),
         yaml::pool("lan", &["192.0.2.200-192.0.2.250"]),
-        yaml::peer("router", plan::NODE_ASN, plan::ROUTER_ASN, plan::ROUTER_V4.into(), &[]),
-        yaml::peer("recorder", plan::ROUTER_ASN, plan::ROUTER_ASN, plan::CLIENT_V4.into(), &[]),
+        yaml::peer("router", addressing::NODE_ASN, addressing::ROUTER_ASN, addressing::ROUTER_V4.into(), &[]),
+        yaml::peer(
+            "recorder",
+            addressing::ROUTER_ASN,
+            addressing::ROUTER_ASN,
+            addressing::CLIENT_V4.into(),
+            &[],
+        ),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
         yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]),
         yaml::service("web", &[web]),
@@ -93,7 +99,7 @@ fn kubernetes_mode_announces_from_the_right_nodes_and_rides_out_an_apiserver_out
     routers::wait_rib(&bird, "203.0.113.20/32", &[v4(2)], T).unwrap();
     // L2: exactly the elected node answers ARP.
     let l2: IpAddr = [192, 0, 2, 200].into();
-    let owner_mac = plan::node_mac(plan::owner(l2, &[1, 2]));
+    let owner_mac = addressing::node_mac(addressing::owner(l2, &[1, 2]));
     let r = wait::until_value(
         "exactly the elected node answers ARP",
         T,

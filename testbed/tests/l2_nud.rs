@@ -14,9 +14,9 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use ferrolb_testbed::addressing::{self, node_v6, owner};
 use ferrolb_testbed::client::neighbour;
 use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::plan::{self, node_v6, owner};
 use ferrolb_testbed::speaker::{Speaker, write_membership_key, yaml};
 use ferrolb_testbed::{Lab, LabConfig, wait};
 
@@ -46,7 +46,7 @@ fn poke(lab: &Lab, vip: IpAddr) {
 fn a_client_rechecking_a_dnated_ipv6_address_is_answered_by_unicast() {
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let key = write_membership_key(&lab, "cluster-key").unwrap();
-    let ([_, vip], _) = plan::l2_vip_pair();
+    let ([_, vip], _) = addressing::l2_vip_pair();
     assert!(vip.is_ipv6());
     for i in [1, 2] {
         dnat(lab.node(i), vip, node_v6(i));
@@ -58,7 +58,7 @@ fn a_client_rechecking_a_dnated_ipv6_address_is_answered_by_unicast() {
     let file = yaml::stream(&objs);
     let speakers: Vec<Speaker> = (1..=2).map(|i| Speaker::start_l2(&lab, i, &file, &key).unwrap()).collect();
     let o = owner(vip, &[1, 2]);
-    let mac = plan::node_mac(o);
+    let mac = addressing::node_mac(o);
     let r = wait::until_value(
         &format!("{vip} answered by node{o} alone"),
         T,

@@ -18,14 +18,14 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use ferrolb_proto::l2::conflict;
+use ferrolb_testbed::addressing::{node_v4, owner};
 use ferrolb_testbed::bootstrap;
 use ferrolb_testbed::client::{self, ArpProbes, ArpReport};
 use ferrolb_testbed::https::{HealthServer, TestCa};
 use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::plan::{node_v4, owner};
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::speaker::{Speaker, diag, write_membership_key, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 /// How long the membership port stays cut.
@@ -137,14 +137,14 @@ fn judge(v: Ipv4Addr, r: &ArpReport, cut_at: Duration, healed_at: Duration, owne
     assert_eq!(lost, 0, "{v}: {lost} requests unanswered after the heal: {r:?}\n{logs}");
     assert_eq!(
         r.owners.last(),
-        Some(&plan::node_mac(owner)),
+        Some(&addressing::node_mac(owner)),
         "{v}: its elected owner alone answers after the heal: {r:?}\n{logs}"
     );
 }
 
 /// Two VIPs: node1 owns the first, node2 the second, when both are live.
 fn vips() -> [Ipv4Addr; 2] {
-    [1, 2].map(|n| match plan::l2_vip_of(n, &[1, 2]) {
+    [1, 2].map(|n| match addressing::l2_vip_of(n, &[1, 2]) {
         IpAddr::V4(a) => a,
         IpAddr::V6(a) => panic!("{a} is not IPv4"),
     })
@@ -160,7 +160,7 @@ fn a_membership_only_partition_leaves_one_mac_per_address() {
     let speakers: Vec<Speaker> = (1..=2).map(|i| Speaker::start_l2(&lab, i, &file, &key).unwrap()).collect();
     let diag = || diag(&lab, &speakers.iter().collect::<Vec<_>>());
     for v in &all {
-        let want = BTreeSet::from([plan::node_mac(owner(*v, &[1, 2]))]);
+        let want = BTreeSet::from([addressing::node_mac(owner(*v, &[1, 2]))]);
         let r = wait::until_value(
             &format!("{v} answered by its owner alone"),
             T,
@@ -197,7 +197,7 @@ fn a_membership_only_partition_leaves_one_mac_on_the_apiserver_vip() {
             .map(|k| Ipv4Addr::new(192, 0, 2, k))
             .find(|v| {
                 let elected = owner(IpAddr::V4(*v), &[1, 2]);
-                let rank = |i: usize| conflict::rank(IpAddr::V4(*v), mac_bytes(&plan::node_mac(i)));
+                let rank = |i: usize| conflict::rank(IpAddr::V4(*v), mac_bytes(&addressing::node_mac(i)));
                 (rank(elected) > rank(3 - elected)) == elected_outranks
             })
             .unwrap();
@@ -226,7 +226,7 @@ fn apiserver_vip_through_a_cut(vip: Ipv4Addr) {
     let r =
         wait::until_value("the elected member alone holds the VIP", T, || Ok(holders()), |h| *h == [elected]);
     assert!(r.is_ok(), "{r:?}\n{}", logs());
-    let want = BTreeSet::from([plan::node_mac(elected)]);
+    let want = BTreeSet::from([addressing::node_mac(elected)]);
     let r = wait::until_value(
         "answered by it alone",
         T,

@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use ferrolb_proto::membership::claim_gate::ALONE_WAIT;
 use ferrolb_proto::membership::{HeartbeatConfig, Timings};
+use ferrolb_testbed::addressing::{lan_v4 as v4, owner};
 use ferrolb_testbed::client::{self, ArpProbes, ProbeStream};
 use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::plan::{lan_v4 as v4, owner};
 use ferrolb_testbed::process::Spawn;
 use ferrolb_testbed::speaker::{Speaker, write_membership_key, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -34,7 +34,7 @@ fn static_file(n: usize, vips: &[IpAddr]) -> String {
 
 /// Pings `vip` until the client's neighbour entry holds node `i`'s MAC.
 fn wait_resolved(lab: &Lab, vip: IpAddr, i: usize) {
-    let want = plan::node_mac(i);
+    let want = addressing::node_mac(i);
     let r = wait::until(&format!("client resolves {vip} to node{i} ({want})"), T, || {
         let _ = lab.client().exec_output(&["ping", "-c", "1", "-W", "1", &vip.to_string()]);
         let n = client::neighbour(lab.client(), "eth0", vip)?;
@@ -55,12 +55,12 @@ fn del_vip_on_lo(ns: &Netns, vip: IpAddr) {
     ns.ip(&["addr", "del", &prefix(vip), "dev", "lo"]).unwrap();
 }
 
-/// A two-node lab, its L2 pair ([`plan::l2_vip_pair`]) on both nodes' `lo`, a speaker
+/// A two-node lab, its L2 pair ([`addressing::l2_vip_pair`]) on both nodes' `lo`, a speaker
 /// on each, and the pair's owner.
 fn owned_pair() -> (Lab, [IpAddr; 2], Vec<Speaker>, usize) {
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let key = write_membership_key(&lab, "cluster-key").unwrap();
-    let (vips, o) = plan::l2_vip_pair();
+    let (vips, o) = addressing::l2_vip_pair();
     let speakers = two_speakers(&lab, &vips, &key);
     (lab, vips, speakers, o)
 }
@@ -103,8 +103,8 @@ fn macs_seen(monitor: &str, vip: IpAddr) -> Vec<String> {
 fn one_owner_answers_and_sigterm_hands_over_without_loss() {
     let (lab, [a, b], mut speakers, o) = owned_pair();
     let other = 3 - o;
-    assert_eq!(lab.arp_answers(a, 3).unwrap(), BTreeSet::from([plan::node_mac(o)]), "{}", lab.logs(30));
-    assert_eq!(lab.ndp_answers(b).unwrap(), BTreeSet::from([plan::node_mac(o)]), "{}", lab.logs(30));
+    assert_eq!(lab.arp_answers(a, 3).unwrap(), BTreeSet::from([addressing::node_mac(o)]), "{}", lab.logs(30));
+    assert_eq!(lab.ndp_answers(b).unwrap(), BTreeSet::from([addressing::node_mac(o)]), "{}", lab.logs(30));
 
     for trial in 1..=3 {
         let p4 = ProbeStream::start(lab.client(), a, Duration::from_millis(10)).unwrap();
@@ -146,14 +146,14 @@ fn one_owner_answers_and_sigterm_hands_over_without_loss() {
             assert_eq!(r.lost(), 0, "trial {trial} {name}: make before break\n{}", lab.logs(40));
         }
         for v in [a, b] {
-            assert_eq!(neighbour_mac(&lab, v), Some(plan::node_mac(other)), "{v} moved to node{other}");
+            assert_eq!(neighbour_mac(&lab, v), Some(addressing::node_mac(other)), "{v} moved to node{other}");
         }
         let mut monitor = monitor;
         monitor.kill();
         let seen = monitor.logs();
         for v in [a, b] {
             let macs = macs_seen(&seen, v);
-            let (old, new) = (plan::node_mac(o), plan::node_mac(other));
+            let (old, new) = (addressing::node_mac(o), addressing::node_mac(other));
             let moved = macs.iter().position(|m| *m == new);
             assert!(moved.is_some(), "trial {trial}: {v} never moved to node{other}: {macs:?}\n{seen}");
             let back = moved.and_then(|i| macs.iter().skip(i).position(|m| *m == old));
@@ -168,12 +168,12 @@ fn one_owner_answers_and_sigterm_hands_over_without_loss() {
         lab.add_vip_on_lo(lab.node(o), b).unwrap();
         speakers[o - 1].restart().unwrap();
         for v in [a, b] {
-            client::wait_neighbour_mac(lab.client(), "eth0", v, &plan::node_mac(o), T).unwrap();
+            client::wait_neighbour_mac(lab.client(), "eth0", v, &addressing::node_mac(o), T).unwrap();
         }
     }
     // The other node answers on for the join grace (make before break), then only the
     // owner does.
-    let only_o = BTreeSet::from([plan::node_mac(o)]);
+    let only_o = BTreeSet::from([addressing::node_mac(o)]);
     wait::until_value(
         "the returned owner alone answering ARP",
         T,
@@ -205,7 +205,7 @@ fn failover(lab: &Lab, what: &str, vips: [IpAddr; 2], survivor: usize, fail: imp
         println!("{what} {v}: {} probes, {} lost, outage {:?}", r.sent, r.lost(), r.max_outage());
         assert_eq!(
             neighbour_mac(lab, *v),
-            Some(plan::node_mac(survivor)),
+            Some(addressing::node_mac(survivor)),
             "{what}: {v} moved to node{survivor}"
         );
     }
@@ -232,7 +232,7 @@ fn owner_failure_moves_the_addresses_to_the_survivor() {
     node.ip(&["link", "set", "eth0", "up"]).unwrap();
     speakers[o - 1].restart().unwrap();
     for v in [a, b] {
-        client::wait_neighbour_mac(lab.client(), "eth0", v, &plan::node_mac(o), T).unwrap();
+        client::wait_neighbour_mac(lab.client(), "eth0", v, &addressing::node_mac(o), T).unwrap();
     }
     // Back to one owner: the survivor let go of what the restarted node owns again (a
     // suspicion left behind once kept it claiming, and the next failure went unseen).
@@ -273,7 +273,7 @@ fn a_starved_successor_takes_nothing_over() {
         .unwrap();
     }
     for v in [a, b] {
-        assert_eq!(neighbour_mac(&lab, v), Some(plan::node_mac(o)), "{v} stays with node{o}");
+        assert_eq!(neighbour_mac(&lab, v), Some(addressing::node_mac(o)), "{v} stays with node{o}");
     }
 }
 
@@ -296,20 +296,20 @@ fn a_falsely_suspected_owner_takes_its_addresses_back_at_once() {
     let (owner_s, successor) = (&speakers[o - 1], &speakers[2 - o]);
     successor.wait_log(&format!("hearing heartbeats from node{o}"), T).unwrap();
     signal(owner_s, "STOP");
-    let r = client::wait_neighbour_mac(lab.client(), "eth0", a, &plan::node_mac(3 - o), T);
+    let r = client::wait_neighbour_mac(lab.client(), "eth0", a, &addressing::node_mac(3 - o), T);
     signal(owner_s, "CONT");
     r.unwrap();
     owner_s.wait_log("took over its addresses; announcing them again", T).unwrap();
     successor.wait_log("ended (beats_resumed)", T).unwrap();
     for v in [a, b] {
-        client::wait_neighbour_mac(lab.client(), "eth0", v, &plan::node_mac(o), Duration::from_secs(5))
+        client::wait_neighbour_mac(lab.client(), "eth0", v, &addressing::node_mac(o), Duration::from_secs(5))
             .unwrap();
     }
 }
 
 fn wait_owners(lab: &Lab, vips: &[IpAddr], members: &[usize]) {
     for v in vips {
-        let want = BTreeSet::from([plan::node_mac(owner(*v, members))]);
+        let want = BTreeSet::from([addressing::node_mac(owner(*v, members))]);
         let r = wait::until_value(
             &format!("{v} answered by its owner only"),
             T,
@@ -369,7 +369,7 @@ fn joining_speaker_takes_only_what_it_wins_and_a_wrong_key_changes_nothing() {
     let arp = arp.stop().unwrap();
     println!("ARP for {} while node3 joined: {arp:?}", won[0]);
     assert!(arp.unanswered.is_empty(), "{arp:?}\n{}", lab.logs(40));
-    assert_eq!(arp.owners.last(), Some(&plan::node_mac(3)), "{arp:?}");
+    assert_eq!(arp.owners.last(), Some(&addressing::node_mac(3)), "{arp:?}");
     assert!(arp.owners.len() >= 2, "{arp:?}");
     for (i, sp) in s.iter_mut().enumerate() {
         let lost =

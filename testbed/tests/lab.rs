@@ -13,32 +13,40 @@ use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{
     self, Bird, ExaBgp, ExaNeighbor, Frr, GoBgp, Router, RouterSpec, StaticRoute,
 };
-use ferrolb_testbed::{Lab, LabConfig, plan};
+use ferrolb_testbed::{Lab, LabConfig, addressing};
 
 const T: Duration = Duration::from_secs(30);
 
 /// node `i` announces the service VIPs over an IPv4 and an IPv6 session, with the VIPs
 /// on its `lo` so it answers for them.
 fn stand_in_speaker(lab: &Lab, i: usize, password: Option<&str>) -> ExaBgp {
-    let (vip4, vip6) = (plan::bgp_vip_v4(10), plan::bgp_vip_v6(0x10));
+    let (vip4, vip6) = (addressing::bgp_vip_v4(10), addressing::bgp_vip_v6(0x10));
     let node = lab.node(i);
     lab.add_vip_on_lo(node, vip4).unwrap();
     lab.add_vip_on_lo(node, vip6).unwrap();
-    let mut n4 = ExaNeighbor::to_router(plan::node_v4(i).into(), plan::ROUTER_V4.into(), plan::node_v4(i))
-        .route(StaticRoute::new("203.0.113.10/32", plan::node_v4(i).into()));
-    let mut n6 = ExaNeighbor::to_router(plan::node_v6(i).into(), plan::ROUTER_V6.into(), plan::node_v4(i))
-        .route(StaticRoute::new("2001:db8:3::10/128", plan::node_v6(i).into()));
+    let mut n4 = ExaNeighbor::to_router(
+        addressing::node_v4(i).into(),
+        addressing::ROUTER_V4.into(),
+        addressing::node_v4(i),
+    )
+    .route(StaticRoute::new("203.0.113.10/32", addressing::node_v4(i).into()));
+    let mut n6 = ExaNeighbor::to_router(
+        addressing::node_v6(i).into(),
+        addressing::ROUTER_V6.into(),
+        addressing::node_v4(i),
+    )
+    .route(StaticRoute::new("2001:db8:3::10/128", addressing::node_v6(i).into()));
     n4.password = password.map(String::from);
     n6.password = password.map(String::from);
     ExaBgp::start(lab, node, &format!("speaker{i}"), &[n4, n6]).unwrap()
 }
 
 fn nodes_v4(n: usize) -> Vec<IpAddr> {
-    (1..=n).map(|i| plan::node_v4(i).into()).collect()
+    (1..=n).map(|i| addressing::node_v4(i).into()).collect()
 }
 
 fn nodes_v6(n: usize) -> Vec<IpAddr> {
-    (1..=n).map(|i| plan::node_v6(i).into()).collect()
+    (1..=n).map(|i| addressing::node_v6(i).into()).collect()
 }
 
 /// Two nodes announce the same VIPs: the router learns both paths over IPv4 and IPv6
@@ -50,12 +58,12 @@ fn router_learns_routes_and_forwards(lab: &Lab, router: &dyn Router) {
     routers::wait_established(router, &peers, T).unwrap();
 
     let paths = routers::wait_rib(router, "203.0.113.10/32", &nodes_v4(2), T).unwrap();
-    assert!(paths.iter().all(|p| p.as_path == vec![plan::NODE_ASN]), "{paths:?}");
+    assert!(paths.iter().all(|p| p.as_path == vec![addressing::NODE_ASN]), "{paths:?}");
     routers::wait_rib(router, "2001:db8:3::10/128", &nodes_v6(2), T).unwrap();
     routers::wait_kernel_route(router.netns(), "203.0.113.10/32", &nodes_v4(2), T).unwrap();
     routers::wait_kernel_route(router.netns(), "2001:db8:3::10/128", &nodes_v6(2), T).unwrap();
 
-    for vip in [plan::bgp_vip_v4(10), plan::bgp_vip_v6(0x10)] {
+    for vip in [addressing::bgp_vip_v4(10), addressing::bgp_vip_v6(0x10)] {
         let probe = ProbeStream::start(lab.client(), vip, Duration::from_millis(10)).unwrap();
         probe.wait_answered(30, T).unwrap();
         let r = probe.stop(Duration::from_millis(200));
@@ -89,18 +97,21 @@ fn gobgp_learns_v4_and_v6_routes_into_its_kernel_with_ecmp() {
 #[test]
 fn recorder_reports_attributes_faithfully() {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
-    let asn = plan::ROUTER_ASN;
-    let rec = ExaNeighbor::passive(plan::ROUTER_V4, 1, asn, asn);
+    let asn = addressing::ROUTER_ASN;
+    let rec = ExaNeighbor::passive(addressing::ROUTER_V4, 1, asn, asn);
     let recorder = ExaBgp::start(&lab, lab.router(), "recorder", &[rec]).unwrap();
 
-    let mut route = StaticRoute::new("203.0.113.20/32", plan::node_v4(1).into());
+    let mut route = StaticRoute::new("203.0.113.20/32", addressing::node_v4(1).into());
     route.communities = vec!["64512:100".into(), "65535:0".into()];
     route.large_communities = vec!["64512:1:2".into(), "4200000000:7:8".into()];
     route.local_pref = Some(250);
     route.med = Some(42);
-    let mut sender =
-        ExaNeighbor::to_router(plan::node_v4(1).into(), plan::ROUTER_V4.into(), plan::node_v4(1))
-            .route(route);
+    let mut sender = ExaNeighbor::to_router(
+        addressing::node_v4(1).into(),
+        addressing::ROUTER_V4.into(),
+        addressing::node_v4(1),
+    )
+    .route(route);
     (sender.local_as, sender.peer_as) = (asn, asn);
     let _speaker = ExaBgp::start(&lab, lab.node(1), "sender", &[sender]).unwrap();
 
@@ -112,8 +123,8 @@ fn recorder_reports_attributes_faithfully() {
         )
         .unwrap();
     let Record::Update(u) = got else { unreachable!() };
-    assert_eq!(u.peer, IpAddr::from(plan::node_v4(1)));
-    assert_eq!(u.announced, vec![("203.0.113.20/32".to_string(), Some(plan::node_v4(1).into()))]);
+    assert_eq!(u.peer, IpAddr::from(addressing::node_v4(1)));
+    assert_eq!(u.announced, vec![("203.0.113.20/32".to_string(), Some(addressing::node_v4(1).into()))]);
     assert_eq!(u.attrs.communities, vec!["64512:100", "65535:0"]);
     assert_eq!(u.attrs.large_communities, vec!["64512:1:2", "4200000000:7:8"]);
     assert_eq!(u.attrs.local_pref, Some(250));
@@ -140,7 +151,8 @@ fn md5_password_gates_the_session() {
     let bird = Bird::start(&lab, &RouterSpec::default().password("right-password")).unwrap();
     let _good = stand_in_speaker(&lab, 1, Some("right-password"));
     let _bad = stand_in_speaker(&lab, 2, Some("wrong-password"));
-    routers::wait_established(&bird, &[plan::node_v4(1).into(), plan::node_v6(1).into()], T).unwrap();
+    routers::wait_established(&bird, &[addressing::node_v4(1).into(), addressing::node_v6(1).into()], T)
+        .unwrap();
     let md5_failures = || -> u64 {
         let out = lab.router().exec(&["nstat", "-az", "TcpExtTCPMD5Failure"]).unwrap();
         out.lines()
@@ -153,7 +165,7 @@ fn md5_password_gates_the_session() {
     })
     .unwrap();
     let up = bird.established().unwrap();
-    assert!(!up.contains(&IpAddr::from(plan::node_v4(2))), "wrong password got a session: {up:?}");
+    assert!(!up.contains(&IpAddr::from(addressing::node_v4(2))), "wrong password got a session: {up:?}");
 }
 
 /// A gratuitous ARP (sent as a request) moves the client's existing entry to the new MAC.
@@ -166,12 +178,12 @@ fn client_neighbour_entry_follows_gratuitous_arp() {
     let probe = ProbeStream::start(lab.client(), vip, Duration::from_millis(10)).unwrap();
     probe.wait_answered(1, T).unwrap();
     assert!(probe.stop(Duration::from_millis(100)).received > 0);
-    client::wait_neighbour_mac(lab.client(), "eth0", vip, &plan::node_mac(1), T).unwrap();
+    client::wait_neighbour_mac(lab.client(), "eth0", vip, &addressing::node_mac(1), T).unwrap();
 
     lab.node(1).ip(&["addr", "del", "192.0.2.200/32", "dev", "eth0"]).unwrap();
     lab.node(2).ip(&["addr", "add", "192.0.2.200/32", "dev", "eth0"]).unwrap();
     client::gratuitous_arp(lab.node(2), "eth0", vip).unwrap();
-    client::wait_neighbour_mac(lab.client(), "eth0", vip, &plan::node_mac(2), Duration::from_secs(2))
+    client::wait_neighbour_mac(lab.client(), "eth0", vip, &addressing::node_mac(2), Duration::from_secs(2))
         .unwrap();
 }
 
@@ -179,7 +191,7 @@ fn client_neighbour_entry_follows_gratuitous_arp() {
 #[test]
 fn probe_stream_reports_loss_gaps() {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
-    let target: IpAddr = plan::node_v4(1).into();
+    let target: IpAddr = addressing::node_v4(1).into();
     let probe = ProbeStream::start(lab.client(), target, Duration::from_millis(10)).unwrap();
     probe.wait_answered(30, T).unwrap();
     lab.node(1).ip(&["link", "set", "eth0", "down"]).unwrap();
@@ -202,11 +214,12 @@ fn client_fetches_http_through_the_router() {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
     let bird = Bird::start(&lab, &RouterSpec::default()).unwrap();
     let _s = stand_in_speaker(&lab, 1, None);
-    let _srv = HttpServer::start(lab.node(1), SocketAddr::new(plan::bgp_vip_v4(10), 8080), "node1").unwrap();
+    let _srv =
+        HttpServer::start(lab.node(1), SocketAddr::new(addressing::bgp_vip_v4(10), 8080), "node1").unwrap();
     routers::wait_kernel_route(bird.netns(), "203.0.113.10/32", &nodes_v4(1), T).unwrap();
     let body = client::http_get(
         lab.client(),
-        SocketAddr::new(plan::bgp_vip_v4(10), 8080),
+        SocketAddr::new(addressing::bgp_vip_v4(10), 8080),
         "/",
         Duration::from_secs(5),
     )
@@ -235,7 +248,8 @@ fn labs_are_isolated_and_leave_nothing_behind() {
         assert!(!netns::pid_alive(p), "process {p} left behind");
     }
     // The other lab is untouched.
-    let probe = ProbeStream::start(b.client(), plan::ROUTER_V4.into(), Duration::from_millis(10)).unwrap();
+    let probe =
+        ProbeStream::start(b.client(), addressing::ROUTER_V4.into(), Duration::from_millis(10)).unwrap();
     probe.wait_answered(20, T).unwrap();
     assert_eq!(probe.stop(Duration::from_millis(100)).lost(), 0);
 

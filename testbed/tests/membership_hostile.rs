@@ -21,16 +21,16 @@ use ferrolb_proto::membership::DEFAULT_PORT;
 use ferrolb_proto::membership::MembershipKey;
 use ferrolb_proto::membership::auth::{Kind, Sealer};
 use ferrolb_proto::membership::heartbeat::Message;
-use ferrolb_testbed::plan::{node_v4, owner};
+use ferrolb_testbed::addressing::{node_v4, owner};
 use ferrolb_testbed::speaker::{Speaker, diag, write_membership_key, yaml};
-use ferrolb_testbed::{Lab, LabConfig, client, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, client, wait};
 
 const T: Duration = Duration::from_secs(30);
 const METRICS_PORT: u16 = 9121;
 
 /// Two VIPs: node1 owns the first, node2 the second, when both are live.
 fn vips() -> [IpAddr; 2] {
-    [plan::l2_vip_of(1, &[1, 2]), plan::l2_vip_of(2, &[1, 2])]
+    [addressing::l2_vip_of(1, &[1, 2]), addressing::l2_vip_of(2, &[1, 2])]
 }
 
 /// The value of one sample (`name{labels}`) of node `i`'s metrics (0 when absent).
@@ -51,7 +51,7 @@ fn dropped(reason: &str) -> String {
 /// Waits until each VIP is answered by its owner among node1 and node2 alone.
 fn wait_owners(lab: &Lab, vips: &[IpAddr], speakers: &[&Speaker]) {
     for v in vips {
-        let want = plan::node_macs(&[owner(*v, &[1, 2])]);
+        let want = addressing::node_macs(&[owner(*v, &[1, 2])]);
         let r = wait::until_value(
             &format!("{v} answered by its owner alone"),
             T,
@@ -105,7 +105,7 @@ fn a_lone_restarted_node_under_keyless_junk_still_claims() {
     let stop = Arc::new(AtomicBool::new(false));
     let junk = sender(
         lab.client().path(),
-        SocketAddr::new(plan::CLIENT_V4.into(), 0),
+        SocketAddr::new(addressing::CLIENT_V4.into(), 0),
         SocketAddr::new(node_v4(1).into(), DEFAULT_PORT),
         Duration::from_millis(100),
         stop.clone(),
@@ -123,7 +123,7 @@ fn a_lone_restarted_node_under_keyless_junk_still_claims() {
             &format!("{v} answered by node1, alone and under junk"),
             T,
             || Ok(lab.arp_answers(v, 1).unwrap()),
-            |m| *m == plan::node_macs(&[1]),
+            |m| *m == addressing::node_macs(&[1]),
         );
         assert!(r.is_ok(), "{r:?}\n{}", diag(&lab, &[&s1]));
     }
@@ -186,7 +186,7 @@ fn forged_beats_and_releases_of_another_node_change_nothing() {
         &format!("{} answered by node2 alone once node1 died", vips[0]),
         T,
         || Ok(lab.arp_answers(vips[0], 1).unwrap()),
-        |m| *m == plan::node_macs(&[2]),
+        |m| *m == addressing::node_macs(&[2]),
     );
     assert!(r.is_ok(), "{r:?}\n{}", diag(&lab, &[&s2]));
     stop.store(true, Ordering::Relaxed);
@@ -215,7 +215,7 @@ fn a_flood_on_the_membership_port_moves_no_address() {
         .map(|_| {
             sender(
                 lab.client().path(),
-                SocketAddr::new(plan::CLIENT_V4.into(), 0),
+                SocketAddr::new(addressing::CLIENT_V4.into(), 0),
                 SocketAddr::new(node_v4(1).into(), DEFAULT_PORT),
                 Duration::ZERO,
                 stop.clone(),
@@ -236,7 +236,7 @@ fn a_flood_on_the_membership_port_moves_no_address() {
         for v in vips {
             let seen = lab.arp_answers(v, 1).unwrap();
             samples += 1;
-            if seen != plan::node_macs(&[owner(v, &[1, 2])]) {
+            if seen != addressing::node_macs(&[owner(v, &[1, 2])]) {
                 wrong.push((t.elapsed(), v, seen));
             }
         }

@@ -26,12 +26,12 @@ use ferrolb_proto::membership::DEFAULT_PORT;
 use ferrolb_proto::membership::auth::Sealer;
 use ferrolb_proto::membership::claim_gate::ALONE_WAIT;
 use ferrolb_proto::membership::{MembershipKey, Timings};
+use ferrolb_testbed::addressing::{lan_v4 as v4, owner};
 use ferrolb_testbed::https::{HealthServer, TestCa};
 use ferrolb_testbed::netns;
-use ferrolb_testbed::plan::{lan_v4 as v4, owner};
 use ferrolb_testbed::process::{Proc, Spawn};
 use ferrolb_testbed::speaker::{Speaker, diag, faketime, write_membership_key, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 /// How long a steady phase is sampled: past the moment a node that settled alone claims
@@ -42,7 +42,7 @@ const SKEWED: usize = 2;
 
 /// Two VIPs: node1 owns the first, node2 the second, when both are live.
 fn vips() -> [IpAddr; 2] {
-    [plan::l2_vip_of(1, &[1, 2]), plan::l2_vip_of(2, &[1, 2])]
+    [addressing::l2_vip_of(1, &[1, 2]), addressing::l2_vip_of(2, &[1, 2])]
 }
 
 fn static_file(vips: &[IpAddr]) -> String {
@@ -64,7 +64,7 @@ fn exactly_one(
     diag: &(dyn Fn() -> String + Sync),
 ) {
     for v in vips {
-        let want = plan::node_macs(&[owner(*v, members)]);
+        let want = addressing::node_macs(&[owner(*v, members)]);
         let r = wait::until_value(
             &format!("{what}: {v} answered by its owner alone"),
             T,
@@ -84,7 +84,7 @@ fn exactly_one(
             .iter()
             .map(|v| {
                 scope.spawn(move || {
-                    let want = plan::node_macs(&[owner(*v, members)]);
+                    let want = addressing::node_macs(&[owner(*v, members)]);
                     let start = Instant::now();
                     let (mut samples, mut wrong) = (0, Vec::new());
                     while start.elapsed() < STEADY {
@@ -182,8 +182,8 @@ fn a_speaker_that_cannot_read_its_peer_claims_nothing() {
         let captured = sealer.seal("node1", b"a datagram captured on the wire");
         std::thread::spawn(move || {
             netns::enter(&path).unwrap();
-            let from = SocketAddr::new(plan::node_v4(2).into(), DEFAULT_PORT);
-            let to = SocketAddr::new(plan::node_v4(1).into(), DEFAULT_PORT);
+            let from = SocketAddr::new(addressing::node_v4(2).into(), DEFAULT_PORT);
+            let to = SocketAddr::new(addressing::node_v4(1).into(), DEFAULT_PORT);
             let sock = UdpSocket::bind(from).unwrap();
             let mut sent = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -272,7 +272,8 @@ fn start_bootstrap(
     run: usize,
 ) -> Proc {
     let bin = ferrolb_testbed::binary::workspace("ferrolb-bootstrap", "debug").unwrap();
-    let (bin, cp, node) = (bin.display().to_string(), checkpoint.display().to_string(), plan::node_name(i));
+    let (bin, cp, node) =
+        (bin.display().to_string(), checkpoint.display().to_string(), addressing::node_name(i));
     let argv = [bin.as_str(), "run", "--checkpoint", &cp, "--node-name", &node];
     let mut spec =
         Spawn::new(format!("bootstrap-node{i}-{run}"), &argv).env("RUST_LOG", "info,ferrolb_speaker=debug");

@@ -13,12 +13,12 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use ferrolb_testbed::addressing::node_ip as v4;
 use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
-use ferrolb_testbed::plan::node_ip as v4;
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::{self, Bird, RouterSpec};
 use ferrolb_testbed::speaker::{start_kube, yaml};
-use ferrolb_testbed::{Error, Lab, LabConfig, client, plan, wait};
+use ferrolb_testbed::{Error, Lab, LabConfig, addressing, client, wait};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -45,14 +45,14 @@ fn objects() -> String {
     // the pod without the gate is not ready either (its containers are not).
     let slice = format!(
         "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: local-a, namespace: default, labels: {{kubernetes.io/service-name: local}}}}\naddressType: IPv4\nendpoints:\n- addresses: [198.18.0.1]\n  nodeName: {n1}\n  conditions: {{ready: false, serving: false}}\n  targetRef: {{kind: Pod, name: local-0, namespace: default}}\n- addresses: [198.18.0.2]\n  nodeName: {n1}\n  conditions: {{ready: false, serving: false}}\n  targetRef: {{kind: Pod, name: plain-0, namespace: default}}\n",
-        n1 = plan::node_name(1)
+        n1 = addressing::node_name(1)
     );
     yaml::stream(&[
         yaml::node(1),
         yaml::node(2),
         yaml::pool("public", &["203.0.113.0/26"]),
         yaml::pool("edge", &["203.0.113.64/26"]),
-        yaml::peer("router", plan::NODE_ASN, plan::ROUTER_ASN, plan::ROUTER_V4.into(), &[]),
+        yaml::peer("router", addressing::NODE_ASN, addressing::ROUTER_ASN, addressing::ROUTER_V4.into(), &[]),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
         yaml::bgp_advertisement(
             "edge",
@@ -66,7 +66,7 @@ fn objects() -> String {
 
 /// Creates a pod on node1 and gives it the status a kubelet would.
 fn create_pod(cluster: &FakeCluster, name: &str, app: &str, ip: &str, gate: bool, containers_ready: bool) {
-    let mut spec = json!({"nodeName": plan::node_name(1), "containers": [{"name": "c", "image": "registry.invalid/app"}]});
+    let mut spec = json!({"nodeName": addressing::node_name(1), "containers": [{"name": "c", "image": "registry.invalid/app"}]});
     if gate {
         spec["readinessGates"] = json!([{"conditionType": GATE}]);
     }

@@ -12,8 +12,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
+use ferrolb_testbed::addressing;
 use ferrolb_testbed::demo::kubelets::{self, ARP_PROBE, IMAGE, IMAGE_NEXT, NODES, PROBE};
-use ferrolb_testbed::plan;
 
 #[test]
 fn workers_register_only_through_the_vip_and_the_speaker_upgrade_loses_nothing() {
@@ -21,7 +21,7 @@ fn workers_register_only_through_the_vip_and_the_speaker_upgrade_loses_nothing()
     let up = &report.upgrade;
 
     // The real DaemonSet controller replaced every speaker, each node's with the new image.
-    let nodes: Vec<String> = (1..=NODES).map(plan::node_name).collect();
+    let nodes: Vec<String> = (1..=NODES).map(addressing::node_name).collect();
     for (pods, image) in [(&up.before, IMAGE), (&up.after, IMAGE_NEXT)] {
         let on: Vec<&str> = pods.iter().map(|p| p.1.as_str()).collect();
         assert_eq!(on, nodes, "speakers {pods:?}");

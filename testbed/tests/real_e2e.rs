@@ -19,14 +19,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use ferrolb_testbed::addressing::{node_ip as v4, node_ip6 as v6};
 use ferrolb_testbed::client::{self, HttpServer};
 use ferrolb_testbed::cluster::audit::Request;
 use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
-use ferrolb_testbed::plan::{node_ip as v4, node_ip6 as v6};
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::{self, Bird, RouterSpec};
 use ferrolb_testbed::speaker::yaml;
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
@@ -43,8 +43,8 @@ fn configuration() -> String {
     let peer = |name: &str, addr: IpAddr, family: &str| {
         yaml::peer(
             name,
-            plan::NODE_ASN,
-            plan::ROUTER_ASN,
+            addressing::NODE_ASN,
+            addressing::ROUTER_ASN,
             addr,
             &[
                 &format!("addressFamilies: [{family}]"),
@@ -52,13 +52,13 @@ fn configuration() -> String {
             ],
         )
     };
-    let lan = format!("{}-{}", plan::L2_POOL_V4.0, plan::L2_POOL_V4.1);
+    let lan = format!("{}-{}", addressing::L2_POOL_V4.0, addressing::L2_POOL_V4.1);
     yaml::stream(&[
         secret,
         yaml::pool("public", &["203.0.113.0/25", "2001:db8:3::/120"]),
         yaml::pool("lan", &[&lan]).replace("spec: {", "spec: {autoAssign: false, "),
-        peer("router-v4", plan::ROUTER_V4.into(), "ipv4-unicast"),
-        peer("router-v6", plan::ROUTER_V6.into(), "ipv6-unicast"),
+        peer("router-v4", addressing::ROUTER_V4.into(), "ipv4-unicast"),
+        peer("router-v6", addressing::ROUTER_V6.into(), "ipv6-unicast"),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
         yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]),
         // Unused by the speakers; here so that every kind's Valid condition is written
@@ -164,7 +164,9 @@ fn ferrolb_on_the_real_apiserver_end_to_end_with_least_privilege() {
     cluster.kubectl_stdin(&["apply", "-f", "-"], &configuration()).unwrap();
     cluster.kubectl_stdin(&["apply", "-f", "-"], &workload()).unwrap();
     let _servers: Vec<HttpServer> = (1..=2)
-        .map(|i| HttpServer::start(lab.node(i), "[::]:80".parse().unwrap(), &plan::node_name(i)).unwrap())
+        .map(|i| {
+            HttpServer::start(lab.node(i), "[::]:80".parse().unwrap(), &addressing::node_name(i)).unwrap()
+        })
         .collect();
 
     let started = Instant::now();
@@ -274,7 +276,7 @@ fn ferrolb_on_the_real_apiserver_end_to_end_with_least_privilege() {
         |m| m.len() == 1,
     )
     .unwrap();
-    assert!(macs.contains(&plan::node_mac(1)) || macs.contains(&plan::node_mac(2)), "{macs:?}");
+    assert!(macs.contains(&addressing::node_mac(1)) || macs.contains(&addressing::node_mac(2)), "{macs:?}");
 
     // ServiceAnnouncements, owned by their Services.
     let names = announcements(&cluster);

@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ferrolb_testbed::addressing::node_ip as v4;
 use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
 use ferrolb_testbed::kubeapi::{Objects, ingress_ips as ingress};
 use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::plan::node_ip as v4;
 use ferrolb_testbed::process::{Proc, strip_ansi};
 use ferrolb_testbed::{Lab, LabConfig, wait};
 use k8s_openapi::api::core::v1::Service;

@@ -25,16 +25,16 @@ use std::time::{Duration, Instant};
 
 use ferrolb_api::IpAddressPool;
 use ferrolb_speaker::cluster::{CALL_TIMEOUT, KINDS, WatchBackoff};
+use ferrolb_testbed::addressing::node_ip as v4;
 use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
 use ferrolb_testbed::kubeapi::{Objects, ingress_ips as ingress};
 use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::plan::node_ip as v4;
 use ferrolb_testbed::process::{Proc, strip_ansi};
 use ferrolb_testbed::rng::Rng;
 use ferrolb_testbed::routers::exabgp::Record;
 use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, RibPath, Router, RouterSpec};
 use ferrolb_testbed::speaker::yaml;
-use ferrolb_testbed::{Lab, LabConfig, client, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, client, wait};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
@@ -423,7 +423,7 @@ fn two_controllers_on_a_real_lease_survive_leader_kills_during_a_churn_of_200_se
     let cluster = Cluster::start(&lab, &ClusterConfig::default()).unwrap();
     ferrolb::install(&cluster, "l2-bgp").unwrap();
     let c = cluster.client();
-    cluster.apply_stream(&yaml::pool(CHURN_POOL, &[plan::BGP_POOL_V4])).unwrap();
+    cluster.apply_stream(&yaml::pool(CHURN_POOL, &[addressing::BGP_POOL_V4])).unwrap();
     cluster.apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHURN_NS}})).unwrap();
 
     let flags = ["--lease-duration", LEASE];
@@ -615,7 +615,7 @@ fn deploy(cluster: &Cluster, c: &kube::Client, bird: &Bird, lab: &Lab, w: &Web, 
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": format!("{}-pod", w.name), "namespace": "default", "labels": {"app": w.name}},
         "spec": {
-            "nodeName": plan::node_name(w.pod_node),
+            "nodeName": addressing::node_name(w.pod_node),
             "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "web", "image": "example.invalid/web"}],
         },
@@ -716,9 +716,21 @@ fn speakers_on_the_real_apiserver_withdraw_nothing_when_it_freezes_or_dies() {
     let c = cluster.client();
     cluster
         .apply_stream(&yaml::stream(&[
-            yaml::pool("public", &[plan::BGP_POOL_V4]),
-            yaml::peer("router", plan::NODE_ASN, plan::ROUTER_ASN, plan::ROUTER_V4.into(), &[]),
-            yaml::peer("recorder", plan::ROUTER_ASN, plan::ROUTER_ASN, plan::CLIENT_V4.into(), &[]),
+            yaml::pool("public", &[addressing::BGP_POOL_V4]),
+            yaml::peer(
+                "router",
+                addressing::NODE_ASN,
+                addressing::ROUTER_ASN,
+                addressing::ROUTER_V4.into(),
+                &[],
+            ),
+            yaml::peer(
+                "recorder",
+                addressing::ROUTER_ASN,
+                addressing::ROUTER_ASN,
+                addressing::CLIENT_V4.into(),
+                &[],
+            ),
             yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
         ]))
         .unwrap();

@@ -20,7 +20,7 @@ use ferrolb_testbed::cluster::node::host;
 use ferrolb_testbed::cluster::{Cluster, ClusterConfig};
 use ferrolb_testbed::image::{self, Dockerfile, containerd};
 use ferrolb_testbed::speaker::yaml;
-use ferrolb_testbed::{Lab, LabConfig, client, netns, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, client, netns, wait};
 use serde_json::Value;
 
 const NODES: usize = 3;
@@ -32,7 +32,7 @@ const T: Duration = Duration::from_secs(180);
 /// A hostNetwork static pod running ferrolb's image: an init container printing the
 /// speaker's version, then the speaker in static mode with its metrics on the node's address.
 fn static_pod(node: usize, image: &str, static_file: &Path) -> String {
-    let ip = plan::node_v4(node);
+    let ip = addressing::node_v4(node);
     format!(
         r#"apiVersion: v1
 kind: Pod
@@ -56,7 +56,7 @@ spec:
     volumeMounts: [{{name: static, mountPath: /etc/ferrolb/static.yaml, readOnly: true}}]
   volumes: [{{name: static, hostPath: {{path: {file}, type: File}}}}]
 "#,
-        name = plan::node_name(node),
+        name = addressing::node_name(node),
         file = static_file.display(),
     )
 }
@@ -121,7 +121,7 @@ fn three_real_kubelets_register_ready_run_the_ferrolb_image_and_leave_nothing() 
     // the lab addresses as InternalIPs, a Lease the kubelet renews, and no not-ready taint
     // once the node lifecycle controller has seen it Ready.
     for i in 1..=NODES {
-        let name = plan::node_name(i);
+        let name = addressing::node_name(i);
         let node = wait::until_value(
             &format!("Node {name} without the not-ready taint"),
             T,
@@ -147,7 +147,11 @@ fn three_real_kubelets_register_ready_run_the_ferrolb_image_and_leave_nothing() 
             .filter(|a| a["type"] == "InternalIP")
             .map(|a| a["address"].as_str().unwrap())
             .collect();
-        assert_eq!(internal, [plan::node_v4(i).to_string(), plan::node_v6(i).to_string()], "{name}");
+        assert_eq!(
+            internal,
+            [addressing::node_v4(i).to_string(), addressing::node_v6(i).to_string()],
+            "{name}"
+        );
         let lease = wait::until(&format!("the kubelet's Lease {name}"), T, || {
             Ok(cluster.kubectl(&["get", "lease", "-n", "kube-node-lease", &name, "-o", "json"]).ok())
         })
@@ -193,7 +197,7 @@ fn three_real_kubelets_register_ready_run_the_ferrolb_image_and_leave_nothing() 
 
     let mut leftovers = Vec::new();
     for (i, node) in cluster.real_nodes().iter().enumerate().map(|(i, n)| (i + 1, n)) {
-        let name = plan::node_name(i);
+        let name = addressing::node_name(i);
         let mirror = format!("ferrolb-speaker-{name}");
         // The mirror pod the kubelet creates: Running, Ready through its readiness probe.
         let pod = wait::until_value(
@@ -212,7 +216,11 @@ fn three_real_kubelets_register_ready_run_the_ferrolb_image_and_leave_nothing() 
         .unwrap();
         let pod: Value = serde_json::from_str(&pod.unwrap()).unwrap();
         assert_eq!(pod["spec"]["nodeName"], name.as_str());
-        assert_eq!(pod["status"]["podIP"], plan::node_v4(i).to_string(), "hostNetwork: the node's address");
+        assert_eq!(
+            pod["status"]["podIP"],
+            addressing::node_v4(i).to_string(),
+            "hostNetwork: the node's address"
+        );
         // The init container ran the image's binary (its log, read through the kubelet).
         let version = cluster.kubectl(&["logs", "-n", "kube-system", &mirror, "-c", "version"]).unwrap();
         assert!(
@@ -222,7 +230,7 @@ fn three_real_kubelets_register_ready_run_the_ferrolb_image_and_leave_nothing() 
         // The speaker serves its metrics on the node's address, inside the node's namespace.
         let metrics = client::http_get(
             lab.node(i),
-            SocketAddr::new(plan::node_v4(i).into(), METRICS_PORT),
+            SocketAddr::new(addressing::node_v4(i).into(), METRICS_PORT),
             "/metrics",
             Duration::from_secs(5),
         )

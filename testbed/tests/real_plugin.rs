@@ -22,7 +22,7 @@ use ferrolb_api::IpAddressPool;
 use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
 use ferrolb_testbed::kubeapi::Objects as _;
 use ferrolb_testbed::speaker::yaml;
-use ferrolb_testbed::{Lab, LabConfig, binary, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, binary, wait};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -38,7 +38,13 @@ const VIEWER: &str = "viewer";
 fn configuration() -> String {
     yaml::stream(&[
         yaml::pool("public", &["203.0.113.0/28"]),
-        yaml::peer("router-v4", plan::NODE_ASN, plan::ROUTER_ASN, plan::ROUTER_V4.into(), &[]),
+        yaml::peer(
+            "router-v4",
+            addressing::NODE_ASN,
+            addressing::ROUTER_ASN,
+            addressing::ROUTER_V4.into(),
+            &[],
+        ),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
         format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n"),
         format!(
@@ -150,7 +156,11 @@ fn the_kubectl_plugin_reads_everything_with_the_viewer_role_and_writes_nothing()
     let pools_json: Value = serde_json::from_str(&plugin(&conf, &["pools", "-o", "json"])).unwrap();
     assert_eq!(pools_json[0]["assigned"], 1, "{pools_json}");
     let peers = plugin(&conf, &["peers"]);
-    assert_shows("peers", &peers, &["node1", "node2", "router-v4", &plan::ROUTER_V4.to_string(), &address]);
+    assert_shows(
+        "peers",
+        &peers,
+        &["node1", "node2", "router-v4", &addressing::ROUTER_V4.to_string(), &address],
+    );
     let explain = plugin(&conf, &["explain", "-n", NS, "web"]);
     assert_shows("explain", &explain, &[&address, "node1", "router-v4"]);
 

@@ -28,7 +28,7 @@ use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
 use ferrolb_testbed::process::Proc;
 use ferrolb_testbed::routers::{self, Bird, RouterSpec};
 use ferrolb_testbed::speaker::{start_kube, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan};
+use ferrolb_testbed::{Lab, LabConfig, addressing};
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(30);
@@ -44,7 +44,7 @@ enum Pod {
 }
 
 fn vip() -> IpAddr {
-    plan::bgp_vip_v4(30)
+    addressing::bgp_vip_v4(30)
 }
 
 /// Both nodes, a peer to BIRD, and the Local Service with its ingress address.
@@ -52,8 +52,8 @@ fn objects() -> String {
     yaml::stream(&[
         yaml::node(1),
         yaml::node(2),
-        yaml::pool("public", &[plan::BGP_POOL_V4]),
-        yaml::peer("router", plan::NODE_ASN, plan::ROUTER_ASN, plan::ROUTER_V4.into(), &[]),
+        yaml::pool("public", &[addressing::BGP_POOL_V4]),
+        yaml::peer("router", addressing::NODE_ASN, addressing::ROUTER_ASN, addressing::ROUTER_V4.into(), &[]),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
         yaml::service("web", &[vip()])
             .replace("type: LoadBalancer,", "type: LoadBalancer, externalTrafficPolicy: Local,"),
@@ -73,7 +73,7 @@ fn slice(pods: [Option<Pod>; 2]) -> Value {
             };
             Some(json!({
                 "addresses": [format!("10.0.0.{n}")],
-                "nodeName": plan::node_name(n),
+                "nodeName": addressing::node_name(n),
                 "conditions": {"ready": ready, "serving": true, "terminating": terminating},
             }))
         })
@@ -115,7 +115,7 @@ impl Cluster<'_> {
     }
 
     fn wait_route(&self, via: &[usize], what: &str) {
-        let hops: Vec<IpAddr> = via.iter().map(|i| plan::node_v4(*i).into()).collect();
+        let hops: Vec<IpAddr> = via.iter().map(|i| addressing::node_v4(*i).into()).collect();
         let r = routers::wait_kernel_route(self.lab.router(), &format!("{}/32", vip()), &hops, T);
         assert!(r.is_ok(), "{what}: {r:?}\n{}", self.logs());
     }

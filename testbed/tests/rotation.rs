@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 
 use ferrolb_proto::membership::auth::Sealer;
 use ferrolb_proto::membership::{DEFAULT_PORT, TEST_ROTATION_WINDOW_ENV};
+use ferrolb_testbed::addressing::{lan_v4 as v4, owner};
 use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
-use ferrolb_testbed::plan::{lan_v4 as v4, owner};
 use ferrolb_testbed::routers::{self, Bird, Router, RouterSpec, bird};
 use ferrolb_testbed::speaker::{Speaker, binary, start_kube, yaml};
-use ferrolb_testbed::{Lab, LabConfig, client, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, client, wait};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
@@ -48,7 +48,7 @@ const OLD_KEY: &str = "the-old-membership-key-of-the-rotation-lab";
 const NEW_KEY: &str = "the-new-membership-key-of-the-rotation-lab";
 
 fn node_v4(i: usize) -> IpAddr {
-    plan::node_v4(i).into()
+    addressing::node_v4(i).into()
 }
 
 /// Writes `key` into `path` as an operator would: a temporary file renamed into place.
@@ -119,7 +119,7 @@ fn a_rolling_membership_key_change_moves_no_vip() {
     };
     let answering = |vip: IpAddr| client::arp_responders(lab.client(), "eth0", vip, 1).unwrap();
     for v in &vips {
-        let want = BTreeSet::from([plan::node_mac(owner(*v, &nodes))]);
+        let want = BTreeSet::from([addressing::node_mac(owner(*v, &nodes))]);
         let r = wait::until_value(
             &format!("{v} answered by its owner alone"),
             T,
@@ -139,7 +139,7 @@ fn a_rolling_membership_key_change_moves_no_vip() {
             .map(|v| {
                 let stop = stop.clone();
                 scope.spawn(move || {
-                    let want = BTreeSet::from([plan::node_mac(owner(*v, &nodes))]);
+                    let want = BTreeSet::from([addressing::node_mac(owner(*v, &nodes))]);
                     let (mut n, mut wrong) = (0, Vec::new());
                     while !stop.load(Ordering::Relaxed) {
                         let seen = answering(*v);
@@ -274,9 +274,10 @@ fn a_bgp_password_file_change_restarts_only_that_peers_session() {
 
 fn password_change(source: Source) {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
-    let spec_a = bird_spec(plan::ROUTER_V4, "alpha-first");
+    let spec_a = bird_spec(addressing::ROUTER_V4, "alpha-first");
     let bird_a = Bird::start(&lab, &spec_a).unwrap();
-    let bird_b = Bird::start_in(&lab, lab.client(), "bird-b", &bird_spec(plan::CLIENT_V4, "bravo")).unwrap();
+    let bird_b =
+        Bird::start_in(&lab, lab.client(), "bird-b", &bird_spec(addressing::CLIENT_V4, "bravo")).unwrap();
     // The fake apiserver takes `data` (base64), as the real one stores it.
     let secret = |name: &str, key: &str, value: &str| {
         let data = json!({ key: k8s_openapi::ByteString(value.as_bytes().to_vec()) });
@@ -292,17 +293,23 @@ fn password_change(source: Source) {
             }
             Source::Files => format!("passwordFile: {}", file(secret).display()),
         };
-        yaml::peer(name, plan::NODE_ASN, plan::ROUTER_ASN, addr, &["addressFamilies: [ipv4-unicast]", &pw])
+        yaml::peer(
+            name,
+            addressing::NODE_ASN,
+            addressing::ROUTER_ASN,
+            addr,
+            &["addressFamilies: [ipv4-unicast]", &pw],
+        )
     };
     let objects = yaml::stream(&[
         yaml::node(1),
-        yaml::pool("public", &[plan::BGP_POOL_V4]),
+        yaml::pool("public", &[addressing::BGP_POOL_V4]),
         yaml::pool("lan", &["192.0.2.200-192.0.2.250"]),
-        peer("router-a", plan::ROUTER_V4.into(), "bgp-a"),
-        peer("router-b", plan::CLIENT_V4.into(), "bgp-b"),
+        peer("router-a", addressing::ROUTER_V4.into(), "bgp-a"),
+        peer("router-b", addressing::CLIENT_V4.into(), "bgp-b"),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
         yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]),
-        yaml::service("web", &[plan::bgp_vip_v4(10)]),
+        yaml::service("web", &[addressing::bgp_vip_v4(10)]),
     ]);
     let mut cluster = None;
     let mut kube_speaker = None;
@@ -352,7 +359,7 @@ fn password_change(source: Source) {
     // takes B's session out of Established.
     let b_before = session_line(&bird_b);
     assert!(b_before.contains("Established"), "{b_before}");
-    let b_peer = format!("peer={}}}", plan::CLIENT_V4);
+    let b_peer = format!("peer={}}}", addressing::CLIENT_V4);
     let b_transitions = || -> Vec<String> {
         let text = ferrolb_testbed::process::strip_ansi(&logs());
         text.lines()

@@ -24,7 +24,7 @@ use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
 use ferrolb_testbed::process::{Proc, Spawn};
 use ferrolb_testbed::routers::{self, Bird, RouterSpec};
 use ferrolb_testbed::speaker::{binary, yaml};
-use ferrolb_testbed::{Lab, LabConfig, client, mrt, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, client, mrt, wait};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -134,19 +134,19 @@ fn service_churn_returns_the_speaker_to_its_first_cycles_memory_and_series() {
     let cluster = FakeCluster::start(&lab).unwrap();
     let config = [
         yaml::node(1),
-        yaml::pool("bulk", &[plan::BULK_V4]),
+        yaml::pool("bulk", &[addressing::BULK_V4]),
         yaml::peer(
             "router",
-            plan::NODE_ASN,
-            plan::ROUTER_ASN,
-            plan::ROUTER_V4.into(),
+            addressing::NODE_ASN,
+            addressing::ROUTER_ASN,
+            addressing::ROUTER_V4.into(),
             &["addressFamilies: [ipv4-unicast]"],
         ),
         yaml::bgp_advertisement("bulk", &["ipAddressPools: [bulk]"]),
     ];
     cluster.apply_stream(&yaml::stream(&config)).unwrap();
     let sp = speaker(&lab, &cluster);
-    let peer: IpAddr = plan::node_v4(1).into();
+    let peer: IpAddr = addressing::node_v4(1).into();
     let r = routers::wait_established(&bird, &[peer], Duration::from_secs(60));
     assert!(r.is_ok(), "{r:?}\n{}", lab.logs(60));
     let client = cluster.client();

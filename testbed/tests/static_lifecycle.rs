@@ -12,7 +12,7 @@ use std::time::Duration;
 use ferrolb_testbed::client::{self, HttpServer};
 use ferrolb_testbed::routers::{self, Bird, Router, RouterSpec};
 use ferrolb_testbed::speaker::{self, Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, plan, wait};
+use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -22,7 +22,7 @@ fn file(service: Option<(IpAddr, usize)>) -> String {
         yaml::node(1),
         yaml::pool("blue", &["203.0.113.0/25"]),
         yaml::pool("green", &["203.0.113.128/25"]),
-        yaml::peer("router", plan::NODE_ASN, plan::ROUTER_ASN, plan::ROUTER_V4.into(), &[]),
+        yaml::peer("router", addressing::NODE_ASN, addressing::ROUTER_ASN, addressing::ROUTER_V4.into(), &[]),
         yaml::bgp_advertisement("blue", &["ipAddressPools: [blue]", "communities: [\"64512:1\"]"]),
         yaml::bgp_advertisement("green", &["ipAddressPools: [green]", "communities: [\"64512:2\"]"]),
     ];
@@ -31,7 +31,7 @@ fn file(service: Option<(IpAddr, usize)>) -> String {
             .map(|i| {
                 format!(
                     "- {{addresses: [10.0.0.{i}], nodeName: {}, conditions: {{ready: true}}}}",
-                    plan::node_name(1)
+                    addressing::node_name(1)
                 )
             })
             .collect();
@@ -51,8 +51,8 @@ fn fetch(lab: &Lab, ip: IpAddr) -> String {
 fn a_service_added_scaled_to_zero_and_moved_to_another_pool_is_followed_by_router_and_client() {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
     let bird = Bird::start(&lab, &RouterSpec::default()).unwrap();
-    let (blue, green) = (plan::bgp_vip_v4(10), plan::bgp_vip_v4(140));
-    let node: IpAddr = plan::node_v4(1).into();
+    let (blue, green) = (addressing::bgp_vip_v4(10), addressing::bgp_vip_v4(140));
+    let node: IpAddr = addressing::node_v4(1).into();
     let mut servers = Vec::new();
     for ip in [blue, green] {
         lab.add_vip_on_lo(lab.node(1), ip).unwrap();

@@ -18,7 +18,7 @@ use super::Summary;
 use crate::https::{HealthServer, HttpsProbe, TestCa};
 use crate::keepalived::{HealthCheck, Keepalived, VrrpSpec};
 use crate::process::{Proc, Spawn};
-use crate::{Error, Lab, LabConfig, plan, wait};
+use crate::{Error, Lab, LabConfig, addressing, wait};
 
 /// The VIP both systems hold (the first L2 VIP of the plan).
 const VIP: &str = "192.0.2.200";
@@ -75,7 +75,7 @@ fn apiservers(lab: &Lab, ca: &TestCa) -> Result<Vec<HealthServer>, Error> {
                 bind,
                 ca,
                 &["kubernetes", "10.96.0.1"],
-                &plan::node_name(i),
+                &addressing::node_name(i),
             )
         })
         .collect()
@@ -186,14 +186,14 @@ spec:
                 ca = dir.join("ca.crt").display(),
             ),
         )?;
-        let (cp, node) = (cp.display().to_string(), plan::node_name(i));
+        let (cp, node) = (cp.display().to_string(), addressing::node_name(i));
         let bin = bin.display().to_string();
         let argv = [bin.as_str(), "run", "--checkpoint", &cp, "--node-name", &node];
         procs.push(lab.spawn(lab.node(i), Spawn::new(format!("bootstrap-{node}"), &argv))?);
     }
-    let names: Vec<String> = (1..=NODES).map(plan::node_name).collect();
+    let names: Vec<String> = (1..=NODES).map(addressing::node_name).collect();
     let winner = ferrolb_proto::election::owner(vip, names.iter().map(String::as_str))
-        .and_then(|w| (1..=NODES).find(|i| plan::node_name(*i) == w))
+        .and_then(|w| (1..=NODES).find(|i| addressing::node_name(*i) == w))
         .ok_or_else(|| Error::Parse("no election winner".into()))?;
     let phase = p.interval;
     let mut outages = Vec::new();

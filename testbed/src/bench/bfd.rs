@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::Summary;
 use crate::process::{Proc, Spawn};
 use crate::routers::{self, BfdSpec, Bird, Frr, Router, RouterSpec};
-use crate::{Error, Lab, LabConfig, plan, wait};
+use crate::{Error, Lab, LabConfig, addressing, wait};
 
 /// Where `cargo build -p ferrolb-proto --example bfd-peer` puts the binary, or
 /// `$FERROLB_BFD_PEER`. Builds it when missing (`cargo test -p ferrolb-testbed` alone does
@@ -197,14 +197,14 @@ fn run_router(
     start: impl Fn(&Lab, &RouterSpec) -> Result<Box<dyn Router>, Error>,
 ) -> Result<Vec<Detection>, Error> {
     let lab = Lab::up(LabConfig::nodes(1))?;
-    let node: IpAddr = plan::node_v4(1).into();
+    let node: IpAddr = addressing::node_v4(1).into();
     let bfd = BfdSpec { interval, multiplier, ..BfdSpec::lan(&[node]) };
     let router = start(&lab, &RouterSpec::default().bfd(bfd))?;
     let peer = BfdPeer::start(
         &lab,
         lab.node(1),
         "bfd-peer",
-        (node, plan::ROUTER_V4.into()),
+        (node, addressing::ROUTER_V4.into()),
         interval,
         multiplier,
         false,

@@ -20,7 +20,7 @@ use crate::netns::Netns;
 use crate::process::{Proc, Spawn};
 use crate::routers::{self, Bird, ExaNeighbor, PeerAs, RouterSpec};
 use crate::speaker::{self, Speaker, yaml};
-use crate::{Error, Lab, LabConfig, mrt, plan, wait};
+use crate::{Error, Lab, LabConfig, addressing, mrt, wait};
 
 /// What one speaker achieved for one table size; times run from the input change.
 #[derive(Debug, Clone)]
@@ -162,16 +162,16 @@ trait Feed {
 /// The speaker's static file: node1, `n` Services holding one bulk /32 each (as an
 /// operator has them: one Service per address), a pool, BIRD on r1 as the peer.
 pub fn ferrolb_static_file(n: u32) -> String {
-    let mut objs = vec![yaml::node(1), yaml::pool("bulk", &[plan::BULK_V4])];
+    let mut objs = vec![yaml::node(1), yaml::pool("bulk", &[addressing::BULK_V4])];
     objs.extend(
         mrt::bulk_prefixes(n).enumerate().map(|(i, ip)| yaml::service(&format!("bulk-{i}"), &[ip.into()])),
     );
     objs.extend([
         yaml::peer(
             "r1",
-            plan::NODE_ASN,
-            plan::ROUTER_ASN,
-            plan::ROUTER_V4.into(),
+            addressing::NODE_ASN,
+            addressing::ROUTER_ASN,
+            addressing::ROUTER_V4.into(),
             &["addressFamilies: [ipv4-unicast]"],
         ),
         yaml::bgp_advertisement("bulk", &["ipAddressPools: [bulk]"]),
@@ -232,7 +232,7 @@ fn measure_in(lab: &Lab, system: System, n: u32, ferrolb_bin: Option<&Path>) -> 
         System::Gobgp => Box::new(GoBgpFeed::start(lab, n)?),
         System::Exabgp => Box::new(ExaBgpFeed::start(lab, n)?),
     };
-    routers::wait_established(&router, &[plan::node_ip(1)], feed.connect_timeout())?;
+    routers::wait_established(&router, &[addressing::node_ip(1)], feed.connect_timeout())?;
     let r = measure(lab, n, feed.as_mut())?;
     Ok(ScaleResult { system: system.label(n), ..r })
 }

@@ -33,7 +33,7 @@ use super::{mib, peak_rss, rss};
 use crate::cluster::ferrolb;
 use crate::kubeapi::{FakeCluster, Objects};
 use crate::speaker::yaml;
-use crate::{Error, Lab, LabConfig, plan, wait};
+use crate::{Error, Lab, LabConfig, addressing, wait};
 
 /// The namespace of the bench's Services.
 const NS: &str = "bench";
@@ -118,7 +118,7 @@ fn cold_start(build: &Build, n: usize) -> Result<Option<u64>, Error> {
     wait_log(&controller, REBUILT, budget)?;
     let ready = start.elapsed();
     let (peak_ready, rss_ready) = (peak_rss(controller.pid()), rss(controller.pid()));
-    let metrics = std::net::SocketAddr::new(plan::node_ip(NODE), ferrolb::CONTROLLER_METRICS_PORT);
+    let metrics = std::net::SocketAddr::new(addressing::node_ip(NODE), ferrolb::CONTROLLER_METRICS_PORT);
     wait::until_value(
         "the controller to reconcile every Service",
         budget,

@@ -21,7 +21,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::Summary;
-use crate::{Error, plan};
+use crate::{Error, addressing};
 
 pub use bed::{Bed, Handover, Takeover};
 pub use neigh::{MacChange, NeighbourWatch, clock, node_of_mac, owner};
@@ -142,9 +142,9 @@ impl System {
 }
 
 /// The bench's VIPs of `families`: 192.0.2.200 and an IPv6 VIP that ferrolb's election
-/// gives the same node among node1 and node2 ([`plan::l2_vip_pair`]).
+/// gives the same node among node1 and node2 ([`addressing::l2_vip_pair`]).
 pub fn vips(families: &[Family]) -> Vec<IpAddr> {
-    plan::l2_vip_pair().0.into_iter().filter(|v| families.contains(&Family::of(*v))).collect()
+    addressing::l2_vip_pair().0.into_iter().filter(|v| families.contains(&Family::of(*v))).collect()
 }
 
 /// What `bench failover` runs.

@@ -8,18 +8,18 @@ use super::Summary;
 use crate::routers::exabgp::Record;
 use crate::routers::{ExaBgp, ExaNeighbor};
 use crate::speaker::{self, Speaker, yaml};
-use crate::{Error, Lab, LabConfig, plan};
+use crate::{Error, Lab, LabConfig, addressing};
 
 fn file(ips: &[IpAddr]) -> String {
     yaml::stream(&[
         yaml::node(1),
-        yaml::pool("public", &[plan::BGP_POOL_V4]),
+        yaml::pool("public", &[addressing::BGP_POOL_V4]),
         yaml::service("web", ips),
         yaml::peer(
             "r1",
-            plan::NODE_ASN,
-            plan::ROUTER_ASN,
-            plan::ROUTER_V4.into(),
+            addressing::NODE_ASN,
+            addressing::ROUTER_ASN,
+            addressing::ROUTER_V4.into(),
             &["addressFamilies: [ipv4-unicast]"],
         ),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
@@ -30,16 +30,20 @@ fn file(ips: &[IpAddr]) -> String {
 pub fn run(trials: usize) -> Result<(), Error> {
     let bin = speaker::binary("release").or_else(|_| speaker::binary("debug"))?;
     let lab = Lab::up(LabConfig::nodes(1))?;
-    let mut rec = ExaNeighbor::to_router(plan::ROUTER_V4.into(), plan::node_v4(1).into(), plan::ROUTER_V4);
+    let mut rec = ExaNeighbor::to_router(
+        addressing::ROUTER_V4.into(),
+        addressing::node_v4(1).into(),
+        addressing::ROUTER_V4,
+    );
     rec.passive = true;
-    (rec.local_as, rec.peer_as) = (plan::ROUTER_ASN, plan::NODE_ASN);
+    (rec.local_as, rec.peer_as) = (addressing::ROUTER_ASN, addressing::NODE_ASN);
     let recorder = ExaBgp::start(&lab, lab.router(), "recorder", &[rec])?;
-    let mut ips: Vec<IpAddr> = vec![plan::bgp_vip_v4(1)];
+    let mut ips: Vec<IpAddr> = vec![addressing::bgp_vip_v4(1)];
     let sp = Speaker::start_with(&lab, 1, &file(&ips), &bin, &[])?;
     recorder.wait_record("End-of-RIB", Duration::from_secs(60), |r| matches!(r, Record::EndOfRib { .. }))?;
     let mut lat = Vec::new();
     for k in 0..trials {
-        let ip = plan::bgp_vip_v4(u8::try_from(10 + k % 200).unwrap_or(10));
+        let ip = addressing::bgp_vip_v4(u8::try_from(10 + k % 200).unwrap_or(10));
         ips.push(ip);
         let prefix = format!("{ip}/32");
         let written =

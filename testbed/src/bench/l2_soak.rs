@@ -18,7 +18,7 @@ use nix::unistd::Pid;
 use super::Summary;
 use super::failover::{self, Bed, Failure, Family, MacChange, System};
 use crate::client::{ArpProbes, ArpReport, ProbeReport};
-use crate::{Error, netns, plan, wait};
+use crate::{Error, addressing, netns, wait};
 
 /// Link cuts of the VIPs' home after the soak, under the same stress.
 pub const FAILOVER_TRIALS: usize = 5;
@@ -242,7 +242,8 @@ pub fn measure(seconds: u64) -> Result<Vec<Soaked>, Error> {
 pub fn print_changes(bed: &Bed, s: &Soaked) {
     for v in &s.vips {
         for c in &v.changes {
-            let node = failover::node_of_mac(bed.lab(), Some(&c.mac)).map_or("?".into(), plan::node_name);
+            let node =
+                failover::node_of_mac(bed.lab(), Some(&c.mac)).map_or("?".into(), addressing::node_name);
             let after = c.at.duration_since(s.start).unwrap_or_default().as_secs_f64();
             println!(
                 "  false failover: {} → {node} ({}) at {} UTC, +{after:.3} s",

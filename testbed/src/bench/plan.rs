@@ -237,8 +237,8 @@ fn speaker_process(lab: &Lab, services: usize, nodes: usize) -> Result<(), Error
     std::fs::write(&file, &text)?;
     let key = speaker::write_membership_key(lab, "bench-plan-membership")?;
     let ns = lab.node(1);
-    let me = SocketAddr::new(crate::plan::node_v4(1).into(), METRICS_PORT);
-    let membership = SocketAddr::new(crate::plan::node_v4(1).into(), 7946);
+    let me = SocketAddr::new(crate::addressing::node_v4(1).into(), METRICS_PORT);
+    let membership = SocketAddr::new(crate::addressing::node_v4(1).into(), 7946);
     let argv: Vec<String> = vec![
         bin.display().to_string(),
         "--node-name".into(),

@@ -10,11 +10,11 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use super::forward::Forwarder;
 use super::pki::write_cert_kubeconfig;
 use super::{APISERVER_PORT, Paths};
-use crate::{Error, plan, wait};
+use crate::{Error, addressing, wait};
 
 /// Where apiserver `i` listens: lab node `i`'s address, [`APISERVER_PORT`].
 pub(super) fn apiserver_addr(i: usize) -> SocketAddr {
-    SocketAddr::new(IpAddr::V4(plan::node_v4(i)), APISERVER_PORT)
+    SocketAddr::new(IpAddr::V4(addressing::node_v4(i)), APISERVER_PORT)
 }
 
 /// A kube client from a kubeconfig file, bound to `rt` (call it outside `rt`'s tasks).

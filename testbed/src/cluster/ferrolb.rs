@@ -12,7 +12,7 @@ use k8s_openapi::api::authentication::v1::BoundObjectReference;
 use super::Cluster;
 use crate::process::{Proc, Spawn};
 use crate::speaker::start_kube;
-use crate::{Error, Lab, binary, plan, wait};
+use crate::{Error, Lab, addressing, binary, wait};
 
 /// The namespace the manifests install into.
 pub const NAMESPACE: &str = "ferrolb-system";
@@ -122,7 +122,7 @@ pub fn start_controller_with(
 pub fn controller_spawn(bin: &Path, kubeconfig: &Path, i: usize, tag: &str, extra: &[&str]) -> Spawn {
     let bin = bin.display().to_string();
     let conf = kubeconfig.display().to_string();
-    let metrics = SocketAddr::new(plan::node_v4(i).into(), CONTROLLER_METRICS_PORT).to_string();
+    let metrics = SocketAddr::new(addressing::node_v4(i).into(), CONTROLLER_METRICS_PORT).to_string();
     let mut argv = vec![
         bin.as_str(),
         "--kubeconfig",
@@ -149,7 +149,7 @@ pub fn speaker_kubeconfig(cluster: &Cluster, i: usize, server_node: usize) -> Re
     let node = BoundObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Node".into()),
-        name: Some(plan::node_name(i)),
+        name: Some(addressing::node_name(i)),
         uid: None,
     };
     cluster.bound_token_kubeconfig(NAMESPACE, SPEAKER_SA, &node, &cluster.lab_server(server_node))

@@ -49,7 +49,7 @@ use k8s_openapi::api::core::v1::Node;
 use crate::kubeapi::Objects;
 use crate::netns::{Netns, describe};
 use crate::process::{Proc, Spawn, Supervised, read_lossy, tail};
-use crate::{Error, plan};
+use crate::{Error, addressing};
 
 use apiserver::apiserver_addr;
 pub use apiserver::client_from;
@@ -126,7 +126,7 @@ impl Paths {
 
     /// The audit log of control-plane node `i`'s apiserver.
     pub fn audit_log(&self, i: usize) -> PathBuf {
-        self.dir.join(format!("audit-{}.log", plan::node_name(i)))
+        self.dir.join(format!("audit-{}.log", addressing::node_name(i)))
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::{Paths, VIP_V4};
 use crate::https::TestCa;
-use crate::{Error, plan};
+use crate::{Error, addressing};
 
 /// Writes the kubeadm-shaped PKI: CA, apiserver serving pair (names and addresses of
 /// every control-plane node, the VIP, loopback, the first ClusterIPs), ServiceAccount
@@ -34,9 +34,9 @@ pub(super) fn write_pki(
     .collect();
     names.push(VIP_V4.to_string());
     for i in 1..=control_planes {
-        names.push(plan::node_name(i));
-        names.push(plan::node_v4(i).to_string());
-        names.push(plan::node_v6(i).to_string());
+        names.push(addressing::node_name(i));
+        names.push(addressing::node_v4(i).to_string());
+        names.push(addressing::node_v6(i).to_string());
     }
     names.extend(extra_sans.iter().cloned());
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();

@@ -20,7 +20,7 @@ use super::{
 use crate::https::TestCa;
 use crate::netns::Netns;
 use crate::process::{Proc, Spawn, Supervised, read_lossy, tail};
-use crate::{Error, Lab, plan, wait};
+use crate::{Error, Lab, addressing, wait};
 
 /// How long a real kubelet may take to register its Node Ready (a cold start of several
 /// kubelets on a loaded 2-core machine).
@@ -60,7 +60,7 @@ impl Cluster {
         let kube_s = kube.display().to_string();
 
         let cp1 = lab.node(1).clone();
-        let etcd_url = format!("http://{}:{ETCD_PORT}", plan::node_v4(1));
+        let etcd_url = format!("http://{}:{ETCD_PORT}", addressing::node_v4(1));
         let etcd_spec = Spawn::new(
             "etcd",
             &[
@@ -116,8 +116,8 @@ impl Cluster {
 
         let nodes: Vec<kubelet::NodeInfo> = (1..=lab.nodes().len())
             .map(|i| kubelet::NodeInfo {
-                name: plan::node_name(i),
-                ips: vec![IpAddr::V4(plan::node_v4(i)), IpAddr::V6(plan::node_v6(i))],
+                name: addressing::node_name(i),
+                ips: vec![IpAddr::V4(addressing::node_v4(i)), IpAddr::V6(addressing::node_v6(i))],
                 control_plane: i <= k,
             })
             .collect();
@@ -223,14 +223,14 @@ rules:
 fn apiserver_spec(kube: &str, paths: &Paths, i: usize, etcd_url: &str) -> Spawn {
     let p = |f: &str| paths.pki.join(f).display().to_string();
     Spawn::new(
-        format!("kube-apiserver-{}", plan::node_name(i)),
+        format!("kube-apiserver-{}", addressing::node_name(i)),
         &[
             kube,
             "kube-apiserver",
             &format!("--etcd-servers={etcd_url}"),
             "--bind-address=::",
             &format!("--secure-port={APISERVER_PORT}"),
-            &format!("--advertise-address={}", plan::node_v4(i)),
+            &format!("--advertise-address={}", addressing::node_v4(i)),
             &format!("--tls-cert-file={}", p("apiserver.crt")),
             &format!("--tls-private-key-file={}", p("apiserver.key")),
             &format!("--client-ca-file={}", p("ca.crt")),
@@ -282,11 +282,11 @@ fn start_real_nodes(
             name: n.name.clone(),
             netns: lab.node(i).clone(),
             ips: n.ips.clone(),
-            pod_subnet: Some(plan::node_pod_v4(i)),
+            pod_subnet: Some(addressing::node_pod_v4(i)),
             proxy: Some(node::ProxySpec {
                 client_cert: paths.pki.join("kube-proxy.crt"),
                 client_key: paths.pki.join("kube-proxy.key"),
-                cluster_cidr: plan::POD_V4.into(),
+                cluster_cidr: addressing::POD_V4.into(),
             }),
             server: match &cfg.workers_server {
                 Some(url) if i > control_planes => url.clone(),
@@ -338,9 +338,15 @@ fn start_real_nodes(
 fn pod_routes(ns: &Netns, i: usize, nodes: usize) -> Result<(), Error> {
     ns.sysctl("net.ipv4.ip_forward", "1")?;
     for j in (1..=nodes).filter(|j| *j != i) {
-        ns.ip(&["route", "replace", &plan::node_pod_v4(j), "via", &plan::node_v4(j).to_string()])?;
+        ns.ip(&[
+            "route",
+            "replace",
+            &addressing::node_pod_v4(j),
+            "via",
+            &addressing::node_v4(j).to_string(),
+        ])?;
     }
-    ns.ip(&["route", "replace", plan::SERVICES_V4, "dev", "eth0"])?;
+    ns.ip(&["route", "replace", addressing::SERVICES_V4, "dev", "eth0"])?;
     Ok(())
 }
 

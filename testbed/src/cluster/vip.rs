@@ -13,7 +13,7 @@ use std::process::Command;
 
 use super::node::RealNode;
 use super::{APISERVER_PORT, Paths, VIP_V4};
-use crate::{Error, binary, plan};
+use crate::{Error, addressing, binary};
 
 /// `https://<VIP>:6443`: the only apiserver address the workers' kubelets know.
 pub fn vip_server() -> String {
@@ -50,7 +50,7 @@ impl Bootstrap {
 
     /// Node `i`'s checkpoint.
     pub fn checkpoint(&self, i: usize) -> PathBuf {
-        self.etc.join(plan::node_name(i)).join("checkpoint.yaml")
+        self.etc.join(addressing::node_name(i)).join("checkpoint.yaml")
     }
 
     /// Writes the key (README: 32 random bytes) and the ControlPlaneVIP (the lab's
@@ -77,7 +77,7 @@ impl Bootstrap {
             "--from",
             &path(&self.vip_file()),
             "--node-name",
-            &plan::node_name(i),
+            &addressing::node_name(i),
             "--ca-file",
             &path(&paths.ca_cert()),
             "--ca-key",
@@ -118,7 +118,9 @@ impl Bootstrap {
 
     fn controlplanevip_yaml(&self, ca: &Path) -> String {
         let members: String = (1..=self.members)
-            .map(|i| format!("  - {{name: {}, address: {}}}\n", plan::node_name(i), plan::node_v4(i)))
+            .map(|i| {
+                format!("  - {{name: {}, address: {}}}\n", addressing::node_name(i), addressing::node_v4(i))
+            })
             .collect();
         format!(
             "apiVersion: ferrolb.io/v1alpha1

@@ -40,7 +40,7 @@ use crate::cluster::{self, Cluster, ClusterConfig, ferrolb, node_ready};
 use crate::image::{self, Dockerfile};
 use crate::kubeapi::Objects;
 use crate::routers::{Bird, RouterSpec};
-use crate::{Error, Lab, LabConfig, plan, wait};
+use crate::{Error, Lab, LabConfig, addressing, wait};
 
 use cold_start::cold_start;
 use install::install;
@@ -173,7 +173,7 @@ pub fn run() -> Result<Report, Error> {
     let t = Timeline::new();
     let lab = Lab::up(LabConfig::nodes(NODES))?;
     t.say(format!(
-        "lab {} up: router r1, node1..node{NODES}, client (addresses in testbed/src/plan.rs)",
+        "lab {} up: router r1, node1..node{NODES}, client (addresses in testbed/src/addressing.rs)",
         lab.id()
     ));
     let bird = Bird::start(&lab, &RouterSpec::default())?;
@@ -241,7 +241,7 @@ fn circle(t: &Timeline, lab: &Lab, cluster: &Cluster, boot: &Bootstrap) -> Resul
         Ok(worker.kubelet_log().lines().any(|l| l.contains(&vip_port)).then_some(()))
     })?;
     let nodes: Api<Node> = Api::all(cluster.client());
-    let name = plan::node_name(WORKER);
+    let name = addressing::node_name(WORKER);
     let found = cluster.block_on(nodes.get_opt(&name)).map_err(|e| Error::Parse(format!("get node: {e}")))?;
     check(found.is_none(), || format!("{name} registered without the VIP"))?;
     check(holders(lab).is_empty(), || format!("the VIP is up without bootstrap: {:?}", holders(lab)))?;
@@ -287,14 +287,15 @@ fn circle(t: &Timeline, lab: &Lab, cluster: &Cluster, boot: &Bootstrap) -> Resul
 
     // Each VIP holder candidate runs bootstrap as the kubelet's pod, Ready by its probe.
     for i in 1..=CONTROL_PLANES {
-        let mirror = format!("ferrolb-bootstrap-{}", plan::node_name(i));
+        let mirror = format!("ferrolb-bootstrap-{}", addressing::node_name(i));
         let pod = wait::until(&format!("{mirror} Running and Ready"), T, || {
             Ok(kubectl_json(cluster, &["get", "pod", "-n", "kube-system", &mirror])
                 .ok()
                 .filter(running_and_ready))
         })?;
         check(
-            pod["spec"]["containers"][0]["image"] == IMAGE && pod["spec"]["nodeName"] == plan::node_name(i),
+            pod["spec"]["containers"][0]["image"] == IMAGE
+                && pod["spec"]["nodeName"] == addressing::node_name(i),
             || format!("{mirror}: {}", pod["spec"]),
         )?;
     }

@@ -13,7 +13,7 @@ use crate::client::{self, HttpServer, ProbeStream};
 use crate::cluster::{Cluster, ClusterConfig, ferrolb};
 use crate::routers::{self, Bird, Router, RouterSpec};
 use crate::speaker::yaml;
-use crate::{Error, Lab, LabConfig, plan, wait};
+use crate::{Error, Lab, LabConfig, addressing, wait};
 
 /// Prints `[  1.234s] message` lines relative to the demo's start.
 #[derive(Debug)]
@@ -43,18 +43,24 @@ impl Default for Timeline {
 /// the router over IPv4 and IPv6 sessions, an L2 pool answered by ARP/NDP.
 fn configuration() -> String {
     let peer = |name: &str, addr: IpAddr, family: &str| {
-        yaml::peer(name, plan::NODE_ASN, plan::ROUTER_ASN, addr, &[&format!("addressFamilies: [{family}]")])
+        yaml::peer(
+            name,
+            addressing::NODE_ASN,
+            addressing::ROUTER_ASN,
+            addr,
+            &[&format!("addressFamilies: [{family}]")],
+        )
     };
     let lan = [
-        format!("{}-{}", plan::L2_POOL_V4.0, plan::L2_POOL_V4.1),
-        format!("{}-{}", plan::L2_POOL_V6.0, plan::L2_POOL_V6.1),
+        format!("{}-{}", addressing::L2_POOL_V4.0, addressing::L2_POOL_V4.1),
+        format!("{}-{}", addressing::L2_POOL_V6.0, addressing::L2_POOL_V6.1),
     ];
     let lan: Vec<&str> = lan.iter().map(String::as_str).collect();
     yaml::stream(&[
-        yaml::pool("public", &[plan::BGP_POOL_V4, "2001:db8:3::/120"]),
+        yaml::pool("public", &[addressing::BGP_POOL_V4, "2001:db8:3::/120"]),
         yaml::pool("lan", &lan),
-        peer("router-v4", plan::ROUTER_V4.into(), "ipv4-unicast"),
-        peer("router-v6", plan::ROUTER_V6.into(), "ipv6-unicast"),
+        peer("router-v4", addressing::ROUTER_V4.into(), "ipv4-unicast"),
+        peer("router-v6", addressing::ROUTER_V6.into(), "ipv6-unicast"),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
         yaml::l2_advertisement("lan", &["ipAddressPools: [lan]"]),
     ])
@@ -75,7 +81,7 @@ fn workload(bgp: [IpAddr; 2], l2: [IpAddr; 2]) -> String {
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: web-{i}, namespace: default, labels: {{app: web}}}}\nspec:\n  \
              nodeName: {}\n  containers: [{{name: web, image: example.invalid/web}}]\n",
-            plan::node_name(i)
+            addressing::node_name(i)
         )
     };
     yaml::stream(&[service("web-bgp", "public", bgp), service("web-l2", "lan", l2), pod(1), pod(2)])
@@ -85,7 +91,10 @@ fn workload(bgp: [IpAddr; 2], l2: [IpAddr; 2]) -> String {
 pub fn run() -> Result<(), Error> {
     let t = Timeline::new();
     let lab = Lab::up(LabConfig::nodes(2))?;
-    t.say(format!("lab {} up: router r1, node1, node2, client (addresses in testbed/src/plan.rs)", lab.id()));
+    t.say(format!(
+        "lab {} up: router r1, node1, node2, client (addresses in testbed/src/addressing.rs)",
+        lab.id()
+    ));
     let bird = Bird::start(&lab, &RouterSpec::default())?;
     t.say("BIRD 2 listening on r1 for neighbours in 192.0.2.0/24 and 2001:db8::/64 (AS 64512)");
     let cluster = Cluster::start(&lab, &ClusterConfig::default())?;
@@ -101,10 +110,10 @@ pub fn run() -> Result<(), Error> {
     cluster.kubectl_stdin(&["apply", "-f", "-"], &configuration())?;
     t.say("kubectl apply: IPAddressPools public (BGP) and lan (L2), BGPPeers router-v4 and router-v6");
 
-    let (vip4, vip6) = (plan::bgp_vip_v4(10), plan::bgp_vip_v6(0x10));
-    let l2v4: IpAddr = plan::L2_POOL_V4.0.parse().map_err(|e| Error::Parse(format!("{e}")))?;
+    let (vip4, vip6) = (addressing::bgp_vip_v4(10), addressing::bgp_vip_v6(0x10));
+    let l2v4: IpAddr = addressing::L2_POOL_V4.0.parse().map_err(|e| Error::Parse(format!("{e}")))?;
     // An IPv6 address with the same elected owner, so the failover moves both.
-    let names = [plan::node_name(1), plan::node_name(2)];
+    let names = [addressing::node_name(1), addressing::node_name(2)];
     let elect = |v: IpAddr| ferrolb_proto::election::owner(v, names.iter().map(String::as_str));
     let l2v6 = (0x200..=0x250)
         .map(|n| IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, n]))
@@ -142,11 +151,11 @@ pub fn run() -> Result<(), Error> {
     println!("\n--- kubectl get svc -o wide ---\n{}", cluster.kubectl(&["get", "svc", "-o", "wide"])?);
 
     let peers: Vec<IpAddr> =
-        (1..=2).flat_map(|i| [plan::node_v4(i).into(), plan::node_v6(i).into()]).collect();
+        (1..=2).flat_map(|i| [addressing::node_v4(i).into(), addressing::node_v6(i).into()]).collect();
     routers::wait_established(&bird, &peers, Duration::from_secs(30))?;
     t.say(format!("router: {} sessions Established", peers.len()));
-    let hops4: Vec<IpAddr> = (1..=2).map(|i| plan::node_v4(i).into()).collect();
-    let hops6: Vec<IpAddr> = (1..=2).map(|i| plan::node_v6(i).into()).collect();
+    let hops4: Vec<IpAddr> = (1..=2).map(|i| addressing::node_v4(i).into()).collect();
+    let hops6: Vec<IpAddr> = (1..=2).map(|i| addressing::node_v6(i).into()).collect();
     routers::wait_kernel_route(lab.router(), &format!("{vip4}/32"), &hops4, Duration::from_secs(20))?;
     routers::wait_kernel_route(lab.router(), &format!("{vip6}/128"), &hops6, Duration::from_secs(20))?;
     println!("\n--- router RIB (birdc show route) ---");
@@ -203,7 +212,7 @@ pub fn run() -> Result<(), Error> {
             let _ = lab.client().exec_output(&["ping", "-c", "1", "-W", "1", &v.to_string()]);
             failover::owner(&lab, v)
         })?;
-        t.say(format!("client resolves {v} to node{o} ({}), the elected owner", plan::node_mac(o)));
+        t.say(format!("client resolves {v} to node{o} ({}), the elected owner", addressing::node_mac(o)));
         owners.push(o);
     }
     let body = fetch(&t, &lab, l2v4)?;
@@ -228,7 +237,7 @@ pub fn run() -> Result<(), Error> {
             lab.client(),
             "eth0",
             v,
-            &plan::node_mac(survivor),
+            &addressing::node_mac(survivor),
             Duration::from_secs(30),
         )?;
         t.say(format!("client now resolves {v} to node{survivor} (gratuitous ARP / unsolicited NA)"));

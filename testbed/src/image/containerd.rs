@@ -318,7 +318,7 @@ fn cri_config(dir: &Path, cri: &Cri) -> Result<String, Error> {
                         "ranges": [[{ "subnet": subnet }]],
                         // No default route anywhere: pods reach the LAN (apiserver VIP,
                         // nodes) and nothing else.
-                        "routes": [{ "dst": crate::plan::LAN_V4 }, { "dst": crate::plan::SERVICES_V4 }],
+                        "routes": [{ "dst": crate::addressing::LAN_V4 }, { "dst": crate::addressing::SERVICES_V4 }],
                         "dataDir": cni.join("ipam"),
                     },
                 }],

@@ -49,8 +49,8 @@ impl ExaNeighbor {
         ExaNeighbor {
             peer,
             local,
-            local_as: crate::plan::NODE_ASN,
-            peer_as: crate::plan::ROUTER_ASN,
+            local_as: crate::addressing::NODE_ASN,
+            peer_as: crate::addressing::ROUTER_ASN,
             router_id,
             passive: false,
             password: None,
@@ -64,7 +64,7 @@ impl ExaNeighbor {
     /// A passive neighbour listening on `local` (also its router id) for node `node`'s
     /// session, as AS `local_as` expecting AS `peer_as`.
     pub fn passive(local: Ipv4Addr, node: usize, local_as: u32, peer_as: u32) -> Self {
-        let mut n = Self::to_router(local.into(), crate::plan::node_ip(node), local);
+        let mut n = Self::to_router(local.into(), crate::addressing::node_ip(node), local);
         n.passive = true;
         (n.local_as, n.peer_as) = (local_as, peer_as);
         n
@@ -73,7 +73,12 @@ impl ExaNeighbor {
     /// The recording peer of node `node`: passive, iBGP (the router's ASN), on the
     /// client's LAN address.
     pub fn recorder(node: usize) -> Self {
-        Self::passive(crate::plan::CLIENT_V4, node, crate::plan::ROUTER_ASN, crate::plan::ROUTER_ASN)
+        Self::passive(
+            crate::addressing::CLIENT_V4,
+            node,
+            crate::addressing::ROUTER_ASN,
+            crate::addressing::ROUTER_ASN,
+        )
     }
 
     /// Adds a route.

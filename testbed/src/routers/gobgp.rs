@@ -155,7 +155,7 @@ pub fn config(spec: &RouterSpec) -> String {
     let peer_as = match spec.peer_as {
         PeerAs::Asn(a) => a,
         // GoBGP peer groups need a concrete ASN; the lab's nodes use NODE_ASN.
-        PeerAs::External => crate::plan::NODE_ASN,
+        PeerAs::External => crate::addressing::NODE_ASN,
     };
     c.push_str("[[peer-groups]]\n  [peer-groups.config]\n    peer-group-name = \"speakers\"\n");
     let _ = writeln!(c, "    peer-as = {peer_as}");

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::netns::Netns;
-use crate::{Error, plan, wait};
+use crate::{Error, addressing, wait};
 
 pub use bird::Bird;
 pub use exabgp::{ExaBgp, ExaNeighbor, StaticRoute};
@@ -85,10 +85,10 @@ impl BfdSpec {
 impl Default for RouterSpec {
     fn default() -> Self {
         RouterSpec {
-            asn: plan::ROUTER_ASN,
-            router_id: plan::ROUTER_V4,
-            peer_as: PeerAs::Asn(plan::NODE_ASN),
-            ranges: vec![plan::LAN_V4.into(), plan::LAN_V6.into()],
+            asn: addressing::ROUTER_ASN,
+            router_id: addressing::ROUTER_V4,
+            peer_as: PeerAs::Asn(addressing::NODE_ASN),
+            ranges: vec![addressing::LAN_V4.into(), addressing::LAN_V6.into()],
             neighbors: Vec::new(),
             password: None,
             graceful_restart: None,

@@ -68,11 +68,11 @@ impl BirdFeed {
         // The router driver's config, turned around: node1's ASN, r1 as the one active
         // neighbour.
         let spec = RouterSpec {
-            asn: plan::NODE_ASN,
-            router_id: plan::node_v4(1),
-            peer_as: PeerAs::Asn(plan::ROUTER_ASN),
+            asn: addressing::NODE_ASN,
+            router_id: addressing::node_v4(1),
+            peer_as: PeerAs::Asn(addressing::ROUTER_ASN),
             ranges: Vec::new(),
-            neighbors: vec![plan::ROUTER_V4.into()],
+            neighbors: vec![addressing::ROUTER_V4.into()],
             active: true,
             ..RouterSpec::default()
         };
@@ -139,8 +139,8 @@ impl Feed for BirdFeed {
 fn gobgp_speaker_config() -> String {
     format!(
         "[global.config]\n  as = {}\n  router-id = \"{}\"\n  port = -1\n",
-        plan::NODE_ASN,
-        plan::node_v4(1)
+        addressing::NODE_ASN,
+        addressing::node_v4(1)
     )
 }
 
@@ -184,7 +184,13 @@ impl GoBgpFeed {
         let feed = GoBgpFeed { ns: node.clone(), proc, dir, prefixes, dump };
         feed.write_dump(&feed.dump, 0)?;
         wait::until("gobgpd API", Duration::from_secs(15), || Ok(feed.cli(&["global"]).ok().map(|_| ())))?;
-        feed.cli(&["neighbor", "add", &plan::ROUTER_V4.to_string(), "as", &plan::ROUTER_ASN.to_string()])?;
+        feed.cli(&[
+            "neighbor",
+            "add",
+            &addressing::ROUTER_V4.to_string(),
+            "as",
+            &addressing::ROUTER_ASN.to_string(),
+        ])?;
         Ok(feed)
     }
 
@@ -192,7 +198,7 @@ impl GoBgpFeed {
     fn write_dump(&self, path: &Path, from: usize) -> Result<(), Error> {
         let rest = &self.prefixes[from.min(self.prefixes.len())..];
         let paths = rest.iter().chain(rest.iter().cycle().take(GOBGP_PADDING)).copied();
-        std::fs::write(path, mrt::dump_host_routes(paths, plan::node_v4(1)))?;
+        std::fs::write(path, mrt::dump_host_routes(paths, addressing::node_v4(1)))?;
         Ok(())
     }
 
@@ -244,7 +250,7 @@ impl Feed for GoBgpFeed {
     }
 
     fn updates_sent(&mut self) -> Option<u64> {
-        let text = self.cli(&["neighbor", &plan::ROUTER_V4.to_string(), "-j"]).ok()?;
+        let text = self.cli(&["neighbor", &addressing::ROUTER_V4.to_string(), "-j"]).ok()?;
         let stats: serde_json::Value = serde_json::from_str(&text).ok()?;
         stats["state"]["messages"]["sent"]["update"].as_u64()
     }
@@ -285,7 +291,11 @@ impl ExaBgpFeed {
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).map_err(|e| {
             Error::Command { command: format!("mkfifo {}", fifo.display()), detail: e.to_string() }
         })?;
-        let neighbor = ExaNeighbor::to_router(plan::node_ip(1), plan::ROUTER_V4.into(), plan::node_v4(1));
+        let neighbor = ExaNeighbor::to_router(
+            addressing::node_ip(1),
+            addressing::ROUTER_V4.into(),
+            addressing::node_v4(1),
+        );
         // The driver's config is the recording peer's, which sends one UPDATE per
         // prefix; as a speaker ExaBGP packs prefixes with the same attributes (its default).
         let conf = routers::exabgp::config(&[neighbor], &script.to_string_lossy(), &fifo.to_string_lossy())

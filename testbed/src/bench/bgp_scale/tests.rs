@@ -13,7 +13,7 @@ fn ferrolb_file_has_one_service_per_address() {
 #[test]
 fn bird_speaker_exports_static_routes_from_the_include() {
     let spec = RouterSpec {
-        neighbors: vec![plan::ROUTER_V4.into()],
+        neighbors: vec![addressing::ROUTER_V4.into()],
         ranges: Vec::new(),
         active: true,
         ..RouterSpec::default()

@@ -11,7 +11,7 @@ use super::{Failure, PROBE_EVERY, System, TAKEOVER_LIMIT};
 use crate::client::{self, ProbeReport, ProbeStream};
 use crate::keepalived::VrrpSpec;
 use crate::speaker::Speaker;
-use crate::{Error, Lab, LabConfig, plan, wait};
+use crate::{Error, Lab, LabConfig, addressing, wait};
 
 /// Longest wait for the VIPs to come back to their preferred owner between trials.
 const SETTLE_LIMIT: Duration = Duration::from_secs(60);
@@ -23,7 +23,7 @@ const QUIET: Duration = Duration::from_secs(1);
 /// Waits until the client's entry for `vip` points at node `i`.
 fn wait_back(lab: &Lab, vip: IpAddr, i: usize) -> Result<(), Error> {
     let _ = lab.client().exec_output(&["ping", "-c", "1", "-W", "1", &vip.to_string()]);
-    client::wait_neighbour_mac(lab.client(), "eth0", vip, &plan::node_mac(i), SETTLE_LIMIT)
+    client::wait_neighbour_mac(lab.client(), "eth0", vip, &addressing::node_mac(i), SETTLE_LIMIT)
 }
 
 /// One trial's figures for one VIP, and its probes for a timeline.
@@ -207,7 +207,7 @@ impl Bed {
     /// Waits up to [`TAKEOVER_LIMIT`] until the client resolves every VIP to a node other
     /// than `from`; returns how long after `since` each moved, if it did.
     fn wait_moved(&self, from: usize, since: SystemTime) -> Vec<Option<Duration>> {
-        let mac = plan::node_mac(from);
+        let mac = addressing::node_mac(from);
         let moved = || {
             let changes = self.watch.changes();
             let first =

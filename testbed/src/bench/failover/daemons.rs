@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use crate::keepalived::{Keepalived, VrrpSpec};
 use crate::speaker::{self, Speaker, yaml};
-use crate::{Error, Lab, plan};
+use crate::{Error, Lab, addressing};
 
 /// One system's daemons, node i's at index i - 1.
 #[derive(Debug)]
@@ -38,8 +38,8 @@ impl Daemons {
 /// one Service holding `vips`.
 fn ferrolb_file(nodes: &[usize], vips: &[IpAddr]) -> String {
     let pool = [
-        format!("{}-{}", plan::L2_POOL_V4.0, plan::L2_POOL_V4.1),
-        format!("{}-{}", plan::L2_POOL_V6.0, plan::L2_POOL_V6.1),
+        format!("{}-{}", addressing::L2_POOL_V4.0, addressing::L2_POOL_V4.1),
+        format!("{}-{}", addressing::L2_POOL_V6.0, addressing::L2_POOL_V6.1),
     ];
     let pool: Vec<&str> = pool.iter().map(String::as_str).collect();
     let mut objects: Vec<String> = nodes.iter().map(|i| yaml::node(*i)).collect();
@@ -76,7 +76,7 @@ pub(super) fn start_ferrolb(
         .iter()
         .map(|i| Speaker::start_wrapped(lab, *i, &file, wrapper, &bin, &flags, &[]))
         .collect::<Result<_, _>>()?;
-    let homes = vips.iter().map(|v| (*v, plan::owner(*v, &nodes))).collect();
+    let homes = vips.iter().map(|v| (*v, addressing::owner(*v, &nodes))).collect();
     Ok((Daemons::Ferrolb(speakers), homes))
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::client;
 use crate::process::{Proc, Spawn};
-use crate::{Error, Lab, plan, wait};
+use crate::{Error, Lab, addressing, wait};
 
 /// Which node the client currently sends the VIP's traffic to (by resolved MAC).
 pub fn owner(lab: &Lab, vip: IpAddr) -> Result<Option<usize>, Error> {
@@ -17,7 +17,7 @@ pub fn owner(lab: &Lab, vip: IpAddr) -> Result<Option<usize>, Error> {
 
 /// The lab node with this LAN MAC.
 pub fn node_of_mac(lab: &Lab, mac: Option<&str>) -> Option<usize> {
-    (1..=lab.nodes().len()).find(|i| mac == Some(plan::node_mac(*i).as_str()))
+    (1..=lab.nodes().len()).find(|i| mac == Some(addressing::node_mac(*i).as_str()))
 }
 
 /// A change of the MAC the client resolves an address to.
@@ -50,7 +50,7 @@ impl NeighbourWatch {
         let argv = ["stdbuf", "-oL", "ip", "-ts", "monitor", "neigh", "dev", "eth0"];
         // ip stamps lines in local time: UTC reads back without a time zone database.
         let proc = lab.spawn(c, Spawn::new("client-neigh-monitor", &argv).env("TZ", "UTC"))?;
-        let mark = plan::lan_v4(MARK.0).to_string();
+        let mark = addressing::lan_v4(MARK.0).to_string();
         wait::until("ip monitor neigh to listen", Duration::from_secs(10), || {
             // A new entry each time: rewriting an unchanged one is not reported.
             let _ = c.ip(&["neigh", "del", &mark, "dev", "eth0"]);

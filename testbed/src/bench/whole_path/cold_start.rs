@@ -20,7 +20,7 @@ use crate::bench::bird_ctl::BirdCtl;
 use crate::bench::{mib, ms, peak_rss, rss};
 use crate::cluster::{Cluster, ferrolb};
 use crate::process::Proc;
-use crate::{Error, Lab, client, plan, wait};
+use crate::{Error, Lab, addressing, client, wait};
 
 /// Tops the Services up to `total` with bounded parallel creates, then waits until every
 /// one has its address and its route.
@@ -46,7 +46,7 @@ pub(super) fn make_existing(
     let budget = T + Duration::from_millis(20) * u32::try_from(total).unwrap_or(u32::MAX);
     seen.wait_addressed(total, budget)?;
     let addressed = t.elapsed();
-    let node = plan::node_ip(WORKER);
+    let node = addressing::node_ip(WORKER);
     wait::until_value(
         &format!("{total} routes from {node} in BIRD"),
         budget,
@@ -176,7 +176,7 @@ pub(super) fn controller_cold_start(
         log.lines().find(|l| l.contains("replayed Service status")).and_then(|l| field(l, "services"));
 
     // Every Service reconciled once since the start (a relist queues them all).
-    let metrics = SocketAddr::new(plan::node_ip(WORKER), ferrolb::CONTROLLER_METRICS_PORT);
+    let metrics = SocketAddr::new(addressing::node_ip(WORKER), ferrolb::CONTROLLER_METRICS_PORT);
     wait::until_value(
         "the restarted controller to reconcile every Service",
         T,

@@ -36,7 +36,7 @@ use crate::cluster::{self, Cluster, ClusterConfig, ferrolb};
 use crate::process::{Proc, read_lossy, strip_ansi};
 use crate::routers::{self, Bird, RouterSpec};
 use crate::speaker::{self, yaml};
-use crate::{Error, Lab, LabConfig, binary, plan, wait};
+use crate::{Error, Lab, LabConfig, addressing, binary, wait};
 
 mod cold_start;
 pub(crate) use cold_start::{REBUILT, reconciles};
@@ -122,7 +122,7 @@ pub fn run(p: &Params) -> Result<(), Error> {
     let speaker_conf = ferrolb::speaker_kubeconfig(&cluster, WORKER, 1)?;
     let mut controller = builds.start_controller(&lab, &controller_conf, "controller")?;
     let mut speaker = builds.start_speaker(&lab, &speaker_conf, "speaker")?;
-    routers::wait_established(&bird, &[plan::node_ip(WORKER)], T)?;
+    routers::wait_established(&bird, &[addressing::node_ip(WORKER)], T)?;
     wait_log(&controller, cold_start::REBUILT, T)?;
     println!("  cluster, ferrolb and BIRD up in {:.1} s", t.elapsed().as_secs_f64());
     // The Kubernetes-mode speaker at rest: its BGP session up, its watches listed,
@@ -203,7 +203,7 @@ impl Builds {
     }
 
     fn start_speaker(&self, lab: &Lab, conf: &Path, tag: &str) -> Result<Proc, Error> {
-        let metrics = SocketAddr::new(plan::node_ip(WORKER), 9121);
+        let metrics = SocketAddr::new(addressing::node_ip(WORKER), 9121);
         lab.spawn(lab.node(WORKER), speaker::kube_spawn(&self.speaker.path, conf, WORKER, tag, Some(metrics)))
     }
 }

@@ -10,7 +10,7 @@ use crate::bench::bird_ctl::BirdCtl;
 use crate::bench::ms;
 use crate::process::Proc;
 use crate::routers::bird::parse_protocols;
-use crate::{Error, Lab, plan, wait};
+use crate::{Error, Lab, addressing, wait};
 
 /// SIGKILLs the speaker and starts it again; prints how long until BIRD has its session
 /// and every route back.
@@ -28,7 +28,7 @@ pub(super) fn speaker_restart(
         GR_TIME.as_secs(),
         GR_TIME.as_secs()
     );
-    let node = plan::node_ip(WORKER);
+    let node = addressing::node_ip(WORKER);
     speaker.kill();
     let down = wait::until_value(
         "BIRD to see the killed speaker's session go down",

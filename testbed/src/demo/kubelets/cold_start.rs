@@ -10,7 +10,7 @@ use super::{
 };
 use crate::cluster::{self, Cluster, ferrolb};
 use crate::demo::Timeline;
-use crate::{Error, Lab, plan, wait};
+use crate::{Error, Lab, addressing, wait};
 
 /// The controller pods' label selector.
 const CONTROLLERS: &str = "app.kubernetes.io/component=controller";
@@ -51,7 +51,7 @@ pub(super) fn cold_start(
     addresses: &[IpAddr],
 ) -> Result<Vec<(String, Duration)>, Error> {
     let ns = ferrolb::NAMESPACE;
-    let name = plan::node_name(WORKER);
+    let name = addressing::node_name(WORKER);
     let vip_port = format!("{}:{}", cluster::VIP_V4, cluster::APISERVER_PORT);
     cluster.power_off(lab);
     check(holders(lab).is_empty(), || "the VIP survived the power-off".into())?;

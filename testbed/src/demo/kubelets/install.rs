@@ -10,7 +10,7 @@ use crate::cluster::{Cluster, ferrolb};
 use crate::demo::Timeline;
 use crate::routers::{self, Bird};
 use crate::speaker::yaml;
-use crate::{Error, Lab, plan};
+use crate::{Error, Lab, addressing};
 
 /// The Services' backend: a Deployment of ferrolb's image whose one process serves HTTP
 /// on the pod network (a speaker in static mode with nothing to announce: its /metrics).
@@ -61,8 +61,8 @@ fn bgp_and_services() -> String {
         )
     };
     yaml::stream(&[
-        yaml::pool("public", &[plan::BGP_POOL_V4]),
-        yaml::peer("router", plan::NODE_ASN, plan::ROUTER_ASN, plan::ROUTER_V4.into(), &[]),
+        yaml::pool("public", &[addressing::BGP_POOL_V4]),
+        yaml::peer("router", addressing::NODE_ASN, addressing::ROUTER_ASN, addressing::ROUTER_V4.into(), &[]),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
         service("web-l2", "lan"),
         service("web-bgp", "public"),
@@ -134,7 +134,7 @@ pub(super) fn install(
         }
     }
     speaker_nodes.sort();
-    check(speaker_nodes == (1..=NODES).map(plan::node_name).collect::<Vec<_>>(), || {
+    check(speaker_nodes == (1..=NODES).map(addressing::node_name).collect::<Vec<_>>(), || {
         format!("speakers on {speaker_nodes:?}")
     })?;
     println!(
@@ -163,7 +163,7 @@ pub(super) fn install(
     t.say(format!("Service web-l2 got {l2}, web-bgp got {bgp}"));
     reach(lab, cluster, first_v4(&ingress)?, "")?;
     t.say(format!("client → http://{}/metrics on the LAN: the web pod answers", first_v4(&ingress)?));
-    let hops: Vec<IpAddr> = (1..=NODES).map(plan::node_ip).collect();
+    let hops: Vec<IpAddr> = (1..=NODES).map(addressing::node_ip).collect();
     routers::wait_established(bird, &hops, T)?;
     routers::wait_kernel_route(lab.router(), &format!("{bgp}/32"), &hops, T)?;
     t.say(format!("router: {NODES} BGP sessions Established, {bgp}/32 ECMP over every node"));

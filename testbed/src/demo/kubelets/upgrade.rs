@@ -10,7 +10,7 @@ use super::{IMAGE_NEXT, NODES, SPEAKERS, T, check, kubectl_json, running_and_rea
 use crate::client::{ArpProbes, ArpReport, ProbeReport, ProbeStream};
 use crate::cluster::{Cluster, ferrolb};
 use crate::demo::Timeline;
-use crate::{Error, Lab, plan, wait};
+use crate::{Error, Lab, addressing, wait};
 
 /// Interval of the client's connection probes during the upgrade.
 pub const PROBE: Duration = Duration::from_millis(10);
@@ -126,7 +126,9 @@ pub(super) fn upgrade(
     let owners: Vec<String> = arp
         .owners
         .iter()
-        .map(|mac| (1..=NODES).find(|i| plan::node_mac(*i) == *mac).map_or(mac.clone(), plan::node_name))
+        .map(|mac| {
+            (1..=NODES).find(|i| addressing::node_mac(*i) == *mac).map_or(mac.clone(), addressing::node_name)
+        })
         .collect();
     t.say(format!(
         "client ARP for {l2} during the upgrade: {} requests, {} unanswered {:?}, {} answered by two nodes \
