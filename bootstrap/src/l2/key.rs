@@ -248,17 +248,13 @@ mod tests {
     use super::super::SwimMembership;
     use super::super::tests::{config, set};
     use ferrolb_fakeapi::wait::{until_watched_within, until_within};
+    use ferrolb_testkit::free_udp_ports;
     use std::collections::BTreeSet;
     use std::path::Path;
     use std::sync::{Arc, Mutex};
 
     const OLD: &str = "0123456789abcdef0123456789abcdef-l2";
     const NEW: &str = "fedcba9876543210fedcba9876543210-l2";
-
-    fn free_ports<const N: usize>() -> [u16; N] {
-        let socks = [(); N].map(|()| std::net::UdpSocket::bind("127.0.0.1:0").unwrap());
-        socks.map(|s| s.local_addr().unwrap().port())
-    }
 
     /// Replaces the key file at once, as `mv` does: never read half written.
     fn write_key(path: &Path, text: &str) {
@@ -363,7 +359,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn members_following_their_key_files_rotate_without_a_split() {
         let w = Duration::from_secs(4);
-        let [p1, p2, p3] = free_ports();
+        let [p1, p2, p3] = free_udp_ports();
         let all = [("node1", p1), ("node2", p2), ("node3", p3)];
         let dir = tempfile::tempdir().unwrap();
         let (f1, f2) = (dir.path().join("node1.key"), dir.path().join("node2.key"));
@@ -404,7 +400,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_member_rejoining_during_and_after_a_rotation_still_sees_the_others() {
         let w = Duration::from_secs(5);
-        let [p1, p2] = free_ports();
+        let [p1, p2] = free_udp_ports();
         let all = [("node1", p1), ("node2", p2)];
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("membership.key");
@@ -443,7 +439,7 @@ mod tests {
     /// and the file is still followed.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_unusable_key_file_leaves_the_current_key_in_force() {
-        let [p1, p2] = free_ports();
+        let [p1, p2] = free_udp_ports();
         let all = [("node1", p1), ("node2", p2)];
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("node1.key");

@@ -313,7 +313,7 @@ mod tests {
     /// neither runs under the name the other's `spec.members` gives it.
     #[tokio::test]
     async fn unhealthy_members_find_each_other() {
-        let (p1, p2) = free_ports();
+        let [p1, p2] = ferrolb_testkit::free_udp_ports();
         let metrics = MembershipMetrics::new(&mut Default::default());
         let members = [("node1", p1), ("node2", p2)];
         let start = |name: &str, port: u16| {
@@ -342,7 +342,7 @@ mod tests {
         use ferrolb_proto::membership::auth::Sealer;
         use ferrolb_proto::membership::claim_gate::UNREADABLE_MEMORY;
         for replayed in [true, false] {
-            let (p1, _) = free_ports();
+            let [p1] = ferrolb_testkit::free_udp_ports();
             let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
             let p2 = peer.local_addr().unwrap().port();
             let metrics = MembershipMetrics::default();
@@ -439,11 +439,6 @@ mod tests {
         Member { membership, state, released, task }
     }
 
-    fn free_ports() -> (u16, u16) {
-        let [a, b] = ferrolb_testkit::free_udp_ports();
-        (a, b)
-    }
-
     async fn until(m: &Member, what: &str, f: impl Fn(&(BTreeSet<String>, bool)) -> bool) {
         ferrolb_fakeapi::wait::until_watched_within(what, Duration::from_secs(10), &mut m.state.clone(), f)
             .await;
@@ -480,7 +475,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn members_turning_unhealthy_together_leave_the_vip_with_one_of_them() {
         for round in 0..30 {
-            let (p1, p2) = free_ports();
+            let [p1, p2] = ferrolb_testkit::free_udp_ports();
             let all = [("node1", p1), ("node2", p2)];
             let wire = tokio::sync::broadcast::channel(16).0;
             let ms = vec![member("node1", p1, &all, &wire), member("node2", p2, &all, &wire)];
@@ -517,7 +512,7 @@ mod tests {
     /// HANDOVER_WAIT.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_owner_turning_unhealthy_releases_when_the_successor_announces() {
-        let (p1, p2) = free_ports();
+        let [p1, p2] = ferrolb_testkit::free_udp_ports();
         let all = [("node1", p1), ("node2", p2)];
         let wire = tokio::sync::broadcast::channel(16).0;
         let ms = vec![member("node1", p1, &all, &wire), member("node2", p2, &all, &wire)];
