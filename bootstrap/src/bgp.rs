@@ -33,7 +33,7 @@ pub enum Phase {
 /// What the drain learns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Input {
-    /// The health gate's verdict changed (or was re-asserted).
+    /// The health monitor's verdict changed (or was re-asserted).
     Health(bool),
     /// Shutting down: drain whatever is announced.
     Shutdown,

@@ -1,6 +1,6 @@
-//! The health gate: probes the local apiserver and says whether this node may announce.
+//! The health monitor: probes the local apiserver and says whether this node may announce.
 //!
-//! [`Gate`] is the pure state machine (thresholds, probe schedule) driven with `now`;
+//! [`Monitor`] is the pure state machine (thresholds, probe schedule) driven with `now`;
 //! [`Prober`] does one HTTP(S) GET; [`run`] ties them together on a tokio task.
 //!
 //! Thresholds: `failureThreshold` consecutive failures turn a healthy node unhealthy;
@@ -13,20 +13,20 @@ use std::time::Duration;
 
 use ferrolb_api::HealthCheck;
 use rustls::pki_types::ServerName;
+use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 /// Consecutive successes before an unhealthy node counts as healthy again: two, so one
 /// lucky answer from an apiserver that is still starting or flapping does not pull the
 /// VIP back (the cost is one interval of delay, 1 s by default).
 pub const SUCCESS_THRESHOLD: u32 = 2;
 
-/// What the gate learns.
+/// What the monitor learns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Input {
-    /// A probe handed out by [`Gate::poll_transmit`] ended: it started at `started`
+    /// A probe handed out by [`Monitor::poll_transmit`] ended: it started at `started`
     /// (the next one is due an interval after that) and `ok` says it got a 200.
     Probed {
         /// When the probe started.
@@ -34,19 +34,19 @@ pub enum Input {
         /// Whether it succeeded.
         ok: bool,
     },
-    /// [`Gate::poll_timeout`] passed: the next probe is due.
+    /// [`Monitor::poll_timeout`] passed: the next probe is due.
     Timeout,
 }
 
-/// One GET of the health check URL, to run now (see [`Gate::poll_transmit`]).
+/// One GET of the health check URL, to run now (see [`Monitor::poll_transmit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Probe;
 
-/// The health state machine, sans IO: driven by [`Gate::handle`], drained by
-/// [`Gate::poll_transmit`] (a probe to run), [`Gate::poll_event`] (health changed) and
-/// [`Gate::poll_timeout`] (when to call `handle(now, Input::Timeout)`).
+/// The health state machine, sans IO: driven by [`Monitor::handle`], drained by
+/// [`Monitor::poll_transmit`] (a probe to run), [`Monitor::poll_event`] (health changed) and
+/// [`Monitor::poll_timeout`] (when to call `handle(now, Input::Timeout)`).
 #[derive(Debug, Clone)]
-pub struct Gate {
+pub struct Monitor {
     interval: Duration,
     failure_threshold: u32,
     success_threshold: u32,
@@ -60,8 +60,8 @@ pub struct Gate {
     change: Option<bool>,
 }
 
-impl Gate {
-    /// A gate that starts unhealthy with its first probe to run at once.
+impl Monitor {
+    /// A monitor that starts unhealthy with its first probe to run at once.
     pub fn new(interval: Duration, failure_threshold: u32, success_threshold: u32) -> Self {
         Self {
             interval,
@@ -120,7 +120,7 @@ impl Gate {
         std::mem::take(&mut self.probe).then_some(Probe)
     }
 
-    /// The new health, once after it changed (call after every [`Gate::handle`]).
+    /// The new health, once after it changed (call after every [`Monitor::handle`]).
     pub fn poll_event(&mut self) -> Option<bool> {
         self.change.take()
     }
@@ -431,22 +431,22 @@ impl rustls::client::danger::ServerCertVerifier for NoVerify {
     }
 }
 
-/// Probes forever on the gate's schedule, publishing health on `tx` and into `metrics`;
+/// Probes forever on the monitor's schedule, publishing health on `tx` and into `metrics`;
 /// logs one line per change with the last probe error.
 pub async fn run(
     prober: Prober,
-    mut gate: Gate,
+    mut monitor: Monitor,
     tx: watch::Sender<bool>,
     metrics: Arc<crate::metrics::Metrics>,
 ) {
     metrics.healthy.set(0);
     loop {
-        while let Some(Probe) = gate.poll_transmit() {
+        while let Some(Probe) = monitor.poll_transmit() {
             let started = Instant::now();
             let result = prober.probe().await;
-            metrics.probe_finished(Instant::now(), result.is_ok());
-            gate.handle(Instant::now(), Input::Probed { started, ok: result.is_ok() });
-            if let Some(healthy) = gate.poll_event() {
+            metrics.probe_finished(tokio::time::Instant::now(), result.is_ok());
+            monitor.handle(Instant::now(), Input::Probed { started, ok: result.is_ok() });
+            if let Some(healthy) = monitor.poll_event() {
                 metrics.healthy.set(i64::from(healthy));
                 match &result {
                     Ok(()) => tracing::info!(healthy, "local apiserver is healthy"),
@@ -457,9 +457,9 @@ pub async fn run(
                 tracing::debug!(error = %e, "health probe failed");
             }
         }
-        // Never None: a gate hands out a probe or schedules the next one.
-        ferrolb_proto::time::sleep_until(gate.poll_timeout()).await;
-        gate.handle(Instant::now(), Input::Timeout);
+        // Never None: a monitor hands out a probe or schedules the next one.
+        ferrolb_proto::time::sleep_until(monitor.poll_timeout()).await;
+        monitor.handle(Instant::now(), Input::Timeout);
     }
 }
 
@@ -468,18 +468,18 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
-    /// Drives the gate through a sequence of probe results on a simulated clock.
-    fn drive(gate: &mut Gate, start: Instant, results: &[bool]) -> Vec<(Duration, bool)> {
+    /// Drives the monitor through a sequence of probe results on a simulated clock.
+    fn drive(monitor: &mut Monitor, start: Instant, results: &[bool]) -> Vec<(Duration, bool)> {
         let mut now = start;
         let mut changes = Vec::new();
         for ok in results {
-            if let Some(at) = gate.poll_timeout() {
+            if let Some(at) = monitor.poll_timeout() {
                 now = at;
-                gate.handle(now, Input::Timeout);
+                monitor.handle(now, Input::Timeout);
             }
-            assert_eq!(gate.poll_transmit(), Some(Probe), "a probe is due");
-            gate.handle(now, Input::Probed { started: now, ok: *ok });
-            if let Some(h) = gate.poll_event() {
+            assert_eq!(monitor.poll_transmit(), Some(Probe), "a probe is due");
+            monitor.handle(now, Input::Probed { started: now, ok: *ok });
+            if let Some(h) = monitor.poll_event() {
                 changes.push((now - start, h));
             }
         }
@@ -488,7 +488,7 @@ mod tests {
 
     #[test]
     fn starts_unhealthy_and_needs_success_threshold() {
-        let mut g = Gate::new(Duration::from_secs(1), 3, 2);
+        let mut g = Monitor::new(Duration::from_secs(1), 3, 2);
         assert!(!g.is_healthy());
         assert_eq!(g.poll_timeout(), None, "first probe at once");
         let t0 = Instant::now();
@@ -499,7 +499,7 @@ mod tests {
 
     #[test]
     fn failure_threshold_consecutive_failures_turn_it_unhealthy() {
-        let mut g = Gate::new(Duration::from_millis(500), 3, 2);
+        let mut g = Monitor::new(Duration::from_millis(500), 3, 2);
         let t0 = Instant::now();
         // Healthy at t=0.5s; two failures and a success reset the count; three in a row trip.
         let changes = drive(&mut g, t0, &[true, true, false, false, true, false, false, false]);
@@ -508,7 +508,7 @@ mod tests {
 
     #[test]
     fn an_isolated_success_does_not_bring_it_back() {
-        let mut g = Gate::new(Duration::from_secs(1), 1, 2);
+        let mut g = Monitor::new(Duration::from_secs(1), 1, 2);
         let t0 = Instant::now();
         let changes = drive(&mut g, t0, &[true, true, false, true, false, true, true]);
         assert_eq!(
@@ -523,7 +523,7 @@ mod tests {
 
     #[test]
     fn probes_are_spaced_by_the_interval() {
-        let mut g = Gate::new(Duration::from_secs(2), 3, 2);
+        let mut g = Monitor::new(Duration::from_secs(2), 3, 2);
         let t0 = Instant::now();
         assert_eq!(g.poll_transmit(), Some(Probe));
         g.handle(t0, Input::Probed { started: t0, ok: true });

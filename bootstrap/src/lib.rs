@@ -2,7 +2,7 @@
 //! the local apiserver's health, with no apiserver needed to start.
 //!
 //! * [`checkpoint`]: read with fallback to `FILE.prev`, render, one-line errors.
-//! * [`health`]: the health gate (pure) and the HTTPS prober of the local apiserver.
+//! * [`health`]: the health monitor (pure) and the HTTPS prober of the local apiserver.
 //! * [`bgp`]: BGP mode (every healthy member announces; drain with GRACEFUL_SHUTDOWN).
 //! * [`l2`]: L2 mode: who holds the VIP (sans-IO [`l2::holder`]), health carried in the
 //!   SWIM membership name, following the membership key file, other nodes' claims.

@@ -43,7 +43,7 @@ pub struct Metrics {
     pub membership: ferrolb_proto::membership::MembershipMetrics,
     /// The L2 announcer (L2 mode): `ferrolb_l2_*`, the speaker's names.
     pub l2: ferrolb_proto::l2::L2Metrics,
-    /// 1 while the health gate says the local apiserver is healthy.
+    /// 1 while the health monitor says the local apiserver is healthy.
     pub healthy: Gauge,
     /// 1 if the last health probe got a 200.
     pub last_check_success: Gauge,

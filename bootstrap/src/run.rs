@@ -120,8 +120,8 @@ pub(crate) async fn run(a: RunArgs) -> anyhow::Result<()> {
         let timeout = vip.spec.health_check.timeout().map(|d| d.std()).unwrap_or(Duration::from_secs(1));
         metrics.set_liveness_window(Metrics::liveness_window(interval, timeout));
         let (health_tx, health_rx) = watch::channel(false);
-        let gate = health::Gate::new(interval, threshold, health::SUCCESS_THRESHOLD);
-        let health_task = tokio::spawn(health::run(prober, gate, health_tx, metrics.clone()));
+        let monitor = health::Monitor::new(interval, threshold, health::SUCCESS_THRESHOLD);
+        let health_task = tokio::spawn(health::run(prober, monitor, health_tx, metrics.clone()));
         let stop = wait_stop(&mut shutdown, &mut written_rx, &a.checkpoint, &cp, &metrics);
         let result = match vip.spec.mode {
             VipMode::Bgp => bgp_mode::run_bgp(&a, &cp, ip, &addrs, health_rx, &metrics, stop).await,

@@ -26,7 +26,7 @@
 //! the same words: the membership [`membership::auth::Keyring`] (`handle_timeout(now)`
 //! for its only input, the clock; `poll_timeout`, `poll_event`),
 //! [`membership::join_grace::JoinGrace`] (`poll_timeout`) and
-//! [`membership::claim_gate::ClaimGate`] (`handle` returns its verdict, which its caller
+//! [`membership::claim::Rule`] (`handle` returns its verdict, which its caller
 //! needs at once; `poll_event`).
 //! SWIM itself is foca's sans-IO core, run by [`membership::Membership`]; the ARP/NDP
 //! codecs are sans-IO and the [`l2::L2Announcer`] responder tasks answer with them.

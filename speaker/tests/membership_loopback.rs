@@ -10,7 +10,7 @@ use std::time::Duration;
 use ferrolb_fakeapi::wait::{until, until_watched_within};
 use ferrolb_proto::membership::MembershipKey;
 use ferrolb_proto::membership::auth::{DropReason, Sealer};
-use ferrolb_proto::membership::claim_gate::{self, ClaimGate, Observation, Verdict};
+use ferrolb_proto::membership::claim::{self, Observation, Rule, Verdict};
 use ferrolb_proto::membership::{Membership, MembershipConfig, MembershipHandle, MembershipMetrics, Seed};
 use ferrolb_testkit::free_udp_ports;
 use tokio::sync::watch;
@@ -194,9 +194,9 @@ async fn a_node_that_cannot_read_its_peer_claims_nothing() {
             let peer = tokio::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
             let seeds = [Seed { name: "peer".into(), addr: peer.local_addr().unwrap() }];
             let (h, metrics) = start("me", me, &seeds, KEY);
-            let mut guard = ClaimGate::new(1);
+            let mut guard = Rule::new(1);
             let mut next = unreadable_datagrams(kind);
-            let observe = |guard: &mut ClaimGate| {
+            let observe = |guard: &mut Rule| {
                 let seen = Observation {
                     settled: *h.settled().borrow(),
                     live_others: h.live().borrow().len() - 1,
@@ -207,7 +207,7 @@ async fn a_node_that_cannot_read_its_peer_claims_nothing() {
             let start = std::time::Instant::now();
             let mut verdicts = Vec::new();
             // The peer sends every 200 ms (a real one announces at least every second).
-            while start.elapsed() < claim_gate::ALONE_WAIT * 2 {
+            while start.elapsed() < claim::ALONE_WAIT * 2 {
                 peer.send_to(&next(), me).await.unwrap();
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 verdicts.push(observe(&mut guard));
@@ -224,7 +224,7 @@ async fn a_node_that_cannot_read_its_peer_claims_nothing() {
                 match observe(&mut guard) {
                     Verdict::Claim => break,
                     v => {
-                        assert!(quiet.elapsed() < claim_gate::UNREADABLE_MEMORY * 2, "{kind:?}: still {v:?}")
+                        assert!(quiet.elapsed() < claim::UNREADABLE_MEMORY * 2, "{kind:?}: still {v:?}")
                     }
                 }
             }

@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::time::Duration;
 
-use ferrolb_proto::membership::claim_gate::ALONE_WAIT;
+use ferrolb_proto::membership::claim::ALONE_WAIT;
 use ferrolb_proto::membership::{HeartbeatConfig, Timings};
 use ferrolb_testbed::addressing::{lan_v4 as v4, owner};
 use ferrolb_testbed::client::{self, ArpProbes, ProbeStream};

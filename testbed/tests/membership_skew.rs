@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use ferrolb_proto::membership::DEFAULT_PORT;
 use ferrolb_proto::membership::auth::Sealer;
-use ferrolb_proto::membership::claim_gate::ALONE_WAIT;
+use ferrolb_proto::membership::claim::ALONE_WAIT;
 use ferrolb_proto::membership::{MembershipKey, Timings};
 use ferrolb_testbed::addressing::{lan_v4 as v4, owner};
 use ferrolb_testbed::https::{HealthServer, TestCa};

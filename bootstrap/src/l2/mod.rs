@@ -34,8 +34,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ferrolb_proto::membership::claim::Verdict;
 use ferrolb_proto::membership::claim::{Claim, Wording};
-use ferrolb_proto::membership::claim_gate::Verdict;
 use ferrolb_proto::membership::{
     Membership, MembershipConfig, MembershipError, MembershipHandle, MembershipMetrics, Seed,
 };
@@ -44,7 +44,7 @@ use tokio::task::JoinHandle;
 
 /// A member that settled alone although others are listed waits this long before
 /// claiming, listening for datagrams it cannot read (the speaker's rule, one copy).
-pub const ALONE_WAIT: Duration = ferrolb_proto::membership::claim_gate::ALONE_WAIT;
+pub const ALONE_WAIT: Duration = ferrolb_proto::membership::claim::ALONE_WAIT;
 
 /// How the claim's log lines name bootstrap's things.
 const WORDING: Wording = Wording {
@@ -185,7 +185,7 @@ async fn drive(
 ) {
     let node = cfg.name.clone();
     let mut healthy = false;
-    // The claim gate (the speaker's too), kept across rejoins: a member that settled alone waits
+    // The claim rule (the speaker's too), kept across rejoins: a member that settled alone waits
     // ALONE_WAIT, and one that never saw another member while datagrams it cannot read
     // arrive (another key, another version, replays) is blind: it must not claim the
     // VIP from its lone view.
@@ -340,7 +340,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_member_that_cannot_read_the_others_claims_nothing() {
         use ferrolb_proto::membership::auth::Sealer;
-        use ferrolb_proto::membership::claim_gate::UNREADABLE_MEMORY;
+        use ferrolb_proto::membership::claim::UNREADABLE_MEMORY;
         for replayed in [true, false] {
             let [p1] = ferrolb_testkit::free_udp_ports();
             let peer = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();

@@ -154,7 +154,7 @@ impl DropReason {
     /// True when the datagram most likely came from a ferrolb peer this node cannot
     /// read (another key, another version, or its traffic judged a replay): while such
     /// datagrams arrive and nobody is live, this node's lone view proves nothing
-    /// ([`super::claim_gate`]). Malformed datagrams are not membership traffic at all,
+    /// ([`super::claim`]). Malformed datagrams are not membership traffic at all,
     /// and datagrams from no Node's address, or over a node's rate, were never opened.
     pub fn from_unreadable_peer(self) -> bool {
         matches!(self, DropReason::Version | DropReason::Unauthenticated | DropReason::Replayed)

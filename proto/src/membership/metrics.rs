@@ -1,5 +1,5 @@
 //! Membership metrics (`ferrolb_membership_*`): one registry entry per series, read
-//! back by tests and the claim gate.
+//! back by tests and the claim rule.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -204,7 +204,7 @@ impl MembershipMetrics {
             .join(", ")
     }
 
-    /// Sets `ferrolb_membership_blind` (see [`claim_gate`]).
+    /// Sets `ferrolb_membership_blind` (see [`claim`]).
     pub fn set_blind(&self, blind: bool) {
         self.blind.set(i64::from(blind));
     }

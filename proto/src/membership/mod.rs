@@ -6,7 +6,7 @@
 //! under the shared key and drops unauthenticated and replayed ones, without looking at
 //! any clock. [`Membership::spawn`] starts a task ([`driver`]) that runs SWIM's timers and publishes
 //! the live set on a watch channel, and a thread ([`reader`]) that reads the UDP socket,
-//! opens every datagram and runs the L2 [`heartbeat`] at real-time priority. [`claim_gate`] decides whether a
+//! opens every datagram and runs the L2 [`heartbeat`] at real-time priority. [`claim`] decides whether a
 //! lone view may be trusted (a node that cannot read its peers must claim nothing).
 //!
 //! Identities carry the node name, its address, a generation and the start time; a
@@ -19,7 +19,6 @@
 
 pub mod auth;
 pub mod claim;
-pub mod claim_gate;
 mod driver;
 pub mod heartbeat;
 pub mod join_grace;

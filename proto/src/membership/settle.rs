@@ -14,7 +14,7 @@
 //! * and at the latest `join_timeout` after joining (a view that keeps growing).
 //!
 //! A node nobody answers settles alone after `join_timeout` from its start, as before:
-//! the [`claim_gate`](super::claim_gate) decides whether that lone view is trusted.
+//! the [`claim`](super::claim) decides whether that lone view is trusted.
 //! Once settled, a node stays settled: later views are SWIM's ordinary changes.
 
 use std::collections::BTreeSet;

@@ -54,7 +54,7 @@ pub enum Input {
     Membership,
     /// A joining member's grace passed: it becomes a candidate.
     JoinDue,
-    /// The L2 tick (the claim gate's timers).
+    /// The L2 tick (the claim rule's timers).
     L2Tick,
     /// Kubernetes mode: L2 could not start (the Secret not there yet); try again.
     L2Retry,

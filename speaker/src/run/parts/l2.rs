@@ -1,11 +1,11 @@
 //! L2 claims: membership and the L2 announcer run while L2Advertisements exist, and
-//! this node elects owners only from a view the [`ClaimGate`] allows.
+//! this node elects owners only from a view the [`Claim`] allows.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use ferrolb_proto::membership::claim::Verdict;
 use ferrolb_proto::membership::claim::{Blindness, Claim, Wording};
-use ferrolb_proto::membership::claim_gate::Verdict;
 use ferrolb_proto::membership::join_grace::JoinGrace;
 use ferrolb_proto::membership::{
     self, HeartbeatConfig, Membership, MembershipConfig, MembershipHandle, MembershipKey, Seed,

@@ -4,7 +4,7 @@
 //! * `feed`: Kubernetes mode, the watchers' updates into the model;
 //! * `cluster`: Kubernetes mode, the API side (status writer, Secrets, gate, watchers);
 //! * `gate`: the pod readiness gate `ferrolb.io/load-balancer-ready`;
-//! * `l2`: membership, the claim gate and the L2 announcer;
+//! * `l2`: membership, the claim rule and the L2 announcer;
 //! * `rotation`: key and password rotation;
 //! * `drain`: drain and handover timers.
 
