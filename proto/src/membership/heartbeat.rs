@@ -23,7 +23,7 @@
 //!   What the beat thread cannot see, the kernel reports: while this host's tasks wait
 //!   for a CPU or memory ([`Input::Pressure`], from PSI: [`super::pressure`]), a beat may
 //!   wait in a deferred network softirq, so the silence is stretched by
-//!   [`pressure::multiplier`] (up to 9 times, never past `max_silence`).
+//!   [`pressure::multiplier`] (up to 5 times, never past `max_silence`).
 //! * **The silence adapts to the sender** (Lifeguard's other half, and the idea of
 //!   phi-accrual detectors): a member whose beats come irregularly (its node's CPUs
 //!   saturated, its beat thread without real-time priority) is given `MARGIN` times the

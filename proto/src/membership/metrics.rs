@@ -129,7 +129,7 @@ impl MembershipMetrics {
         );
         registry.register(
             "ferrolb_membership_heartbeat_silence_multiplier",
-            "What this host's CPU and memory pressure (PSI) multiplies the heartbeat silence by: 1 on a quiet host, up to 9",
+            "What this host's CPU and memory pressure (PSI) multiplies the heartbeat silence by: 1 on a quiet host, up to 5",
             m.heartbeat_silence_multiplier.clone(),
         );
         m
