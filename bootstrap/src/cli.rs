@@ -59,6 +59,20 @@ pub(crate) struct RunArgs {
     pub(crate) shutdown_drain: ferrolb_api::Duration,
 }
 
+impl From<RunArgs> for ferrolb_bootstrap::run::RunOptions {
+    fn from(a: RunArgs) -> Self {
+        ferrolb_bootstrap::run::RunOptions {
+            checkpoint: a.checkpoint,
+            node_name: a.node_name,
+            metrics_addr: a.metrics_addr,
+            kubeconfig: a.kubeconfig,
+            apiserver_tls_name: a.apiserver_tls_name,
+            drain_delay: a.drain_delay,
+            shutdown_drain: a.shutdown_drain,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub(crate) struct ManifestArgs {
     /// Container image.

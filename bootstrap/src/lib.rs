@@ -6,7 +6,8 @@
 //! * [`bgp`]: BGP mode (every healthy member announces; drain with GRACEFUL_SHUTDOWN).
 //! * [`l2`]: L2 mode: who holds the VIP (sans-IO [`l2::holder`]), health carried in the
 //!   SWIM membership name, following the membership key file, other nodes' claims.
-//!   The run loops that drive them are the binary's (`src/run/`).
+//! * [`run`]: `ferrolb-bootstrap run`, the loops that drive them (BGP or L2 mode over
+//!   checkpoint reloads), here so tests drive what the binary runs.
 //! * [`addr`]: interface addresses marked as ferrolb's (IFA_PROTO).
 //! * [`refresh`]: rewriting the checkpoint from the local apiserver.
 //! * [`credentials`]: the least-privilege client certificate and kubeconfig.
@@ -21,3 +22,4 @@ pub mod l2;
 pub mod manifest;
 pub mod metrics;
 pub mod refresh;
+pub mod run;

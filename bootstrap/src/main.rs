@@ -2,11 +2,9 @@
 //!
 //! * [`cli`]: the commands and their flags.
 //! * [`init`]: `checkpoint init`, a first checkpoint and the refresh credentials.
-//! * [`run`]: `run`, the announcing loop (BGP or L2) over checkpoint reloads.
 
 mod cli;
 mod init;
-mod run;
 
 use anyhow::anyhow;
 use clap::Parser;
@@ -39,7 +37,7 @@ fn main() -> std::process::ExitCode {
             .enable_all()
             .build()
             .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(run::run(a))),
+            .and_then(|rt| rt.block_on(ferrolb_bootstrap::run::run(a.into()))),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

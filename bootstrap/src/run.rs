@@ -1,5 +1,6 @@
 //! `run`: announces the VIP of the checkpoint (BGP or L2 mode) gated on the health
-//! checker, restarting with a refreshed checkpoint, until SIGTERM.
+//! monitor, restarting with a refreshed checkpoint, until SIGTERM. In the library, so
+//! tests drive the loop the binary runs.
 
 mod bgp_mode;
 mod l2_mode;
@@ -10,13 +11,31 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::metrics::Metrics;
+use crate::{addr, checkpoint, health};
 use anyhow::{Context, anyhow, bail};
 use ferrolb_api::VipMode;
-use ferrolb_bootstrap::metrics::Metrics;
-use ferrolb_bootstrap::{addr, checkpoint, health};
 use tokio::sync::watch;
 
-use crate::cli::RunArgs;
+/// What `ferrolb-bootstrap run` is started with (its flags).
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The checkpoint file; FILE.prev is the fallback.
+    pub checkpoint: std::path::PathBuf,
+    /// This node's name (as in spec.members).
+    pub node_name: String,
+    /// Metrics (/metrics), liveness (/healthz) and readiness (/readyz) endpoint.
+    pub metrics_addr: std::net::SocketAddr,
+    /// Kubeconfig for the checkpoint refresh; default `bootstrap.kubeconfig` next to the
+    /// checkpoint.
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Name verified in the apiserver certificate when probing a loopback URL.
+    pub apiserver_tls_name: String,
+    /// BGP: how long a draining route (GRACEFUL_SHUTDOWN) stays before its withdrawal.
+    pub drain_delay: ferrolb_api::Duration,
+    /// BGP: keep announcing this long after SIGTERM before withdrawing.
+    pub shutdown_drain: ferrolb_api::Duration,
+}
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
@@ -68,7 +87,7 @@ async fn wait_stop(
     }
 }
 
-pub(crate) async fn run(a: RunArgs) -> anyhow::Result<()> {
+pub async fn run(a: RunOptions) -> anyhow::Result<()> {
     let mut cp = checkpoint::load(&a.checkpoint).map_err(|e| anyhow!(e))?;
     for w in &cp.warnings {
         tracing::warn!("{w}");

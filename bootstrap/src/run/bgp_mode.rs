@@ -3,18 +3,18 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use crate::bgp::Input;
+use crate::metrics::Metrics;
+use crate::{addr, bgp, checkpoint};
 use anyhow::{anyhow, bail};
-use ferrolb_bootstrap::bgp::Input;
-use ferrolb_bootstrap::metrics::Metrics;
-use ferrolb_bootstrap::{addr, bgp, checkpoint};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::RunOptions;
 use super::Stop;
-use crate::cli::RunArgs;
 
 pub(super) async fn run_bgp(
-    a: &RunArgs,
+    a: &RunOptions,
     cp: &checkpoint::Checkpoint,
     ip: IpAddr,
     addrs: &addr::Addresses,

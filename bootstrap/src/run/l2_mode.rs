@@ -1,5 +1,5 @@
 //! L2 mode: the VIP on the elected member's interface, answered by ARP/NDP, handed over
-//! make before break (see `ferrolb_bootstrap::l2::holder`). When membership splits while
+//! make before break (see `crate::l2::holder`). When membership splits while
 //! the LAN still carries ARP/NDP, both sides hold the VIP: the announcer's conflict
 //! detection settles it on the wire and the member that yields takes the VIP off its
 //! interface until the other goes silent ([`yielded_on_the_wire`]).
@@ -8,12 +8,12 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use crate::l2::claims::{Claims, Seen};
+use crate::l2::holder::{Event, HANDOVER_WAIT, Holder, Input, Release};
+use crate::metrics::Metrics;
+use crate::{addr, l2};
 use anyhow::{anyhow, bail};
 use ferrolb_api::{ControlPlaneVip, ControlPlaneVipMember};
-use ferrolb_bootstrap::l2::claims::{Claims, Seen};
-use ferrolb_bootstrap::l2::holder::{Event, HANDOVER_WAIT, Holder, Input, Release};
-use ferrolb_bootstrap::metrics::Metrics;
-use ferrolb_bootstrap::{addr, l2};
 use ferrolb_proto::l2::{
     DEFAULT_TAKEOVER, InterfaceChoice, L2Announcer, L2Config, L2Handle, L2Status, Owned,
 };
@@ -21,11 +21,11 @@ use ferrolb_proto::membership::{MembershipConfig, Seed};
 use ferrolb_proto::time::sleep_until;
 use tokio::sync::watch;
 
+use super::RunOptions;
 use super::Stop;
-use crate::cli::RunArgs;
 
 pub(super) async fn run_l2(
-    a: &RunArgs,
+    a: &RunOptions,
     vip: &ControlPlaneVip,
     ip: IpAddr,
     addrs: &addr::Addresses,
@@ -240,7 +240,7 @@ fn owned(ip: IpAddr, ifname: &str) -> Owned {
 /// without a split) and starts membership (seeded with `spec.members` on
 /// `spec.membershipPort`) and the ARP/NDP announcer for the VIP's interface.
 fn start_l2(
-    a: &RunArgs,
+    a: &RunOptions,
     vip: &ControlPlaneVip,
     metrics: &Metrics,
 ) -> anyhow::Result<(l2::SwimMembership, L2Handle)> {

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::metrics::Metrics;
+use crate::{credentials, refresh};
 use anyhow::bail;
-use ferrolb_bootstrap::metrics::Metrics;
-use ferrolb_bootstrap::{credentials, refresh};
 use tokio::sync::watch;
 
 /// Starts the checkpoint refresh from the local apiserver with `kubeconfig`, and the
