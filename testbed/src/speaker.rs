@@ -320,6 +320,12 @@ pub mod yaml {
         s
     }
 
+    /// The client's ExaBGP recorder as BGPPeer `recorder` (iBGP in the router's AS, on
+    /// the client's address): it records every UPDATE a speaker sends.
+    pub fn recorder_peer() -> String {
+        peer("recorder", addressing::ROUTER_ASN, addressing::ROUTER_ASN, addressing::CLIENT_V4.into(), &[])
+    }
+
     /// The lab's router as BGPPeer `router` on its IPv4 LAN address, IPv4 unicast only;
     /// `extra` holds further `spec` lines.
     pub fn router_peer_v4(extra: &[&str]) -> String {

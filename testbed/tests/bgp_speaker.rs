@@ -143,15 +143,7 @@ fn speaker_follows_static_file_edits_with_bird_and_recorder() {
     let bird = Bird::start(&lab, &RouterSpec::default()).unwrap();
     // The recorder sits on the client's LAN address, iBGP, passive.
     let recorder = ExaBgp::start(&lab, lab.client(), "recorder", &[ExaNeighbor::recorder(1)]).unwrap();
-    let recorder_peer = || {
-        yaml::peer(
-            "recorder",
-            addressing::ROUTER_ASN,
-            addressing::ROUTER_ASN,
-            addressing::CLIENT_V4.into(),
-            &[],
-        )
-    };
+    let recorder_peer = || yaml::recorder_peer();
 
     let (vip4, vip6) = (addressing::bgp_vip_v4(10), addressing::bgp_vip_v6(0x10));
     let ad =

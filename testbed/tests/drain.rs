@@ -47,13 +47,7 @@ fn file(local: Option<&str>, linger: Option<&str>) -> String {
         yaml::service("web", &[addressing::bgp_vip_v4(10)]),
         local_service("local", addressing::bgp_vip_v4(20), local),
         local_service("linger", addressing::bgp_vip_v4(21), linger),
-        yaml::peer(
-            "recorder",
-            addressing::ROUTER_ASN,
-            addressing::ROUTER_ASN,
-            addressing::CLIENT_V4.into(),
-            &[],
-        ),
+        yaml::recorder_peer(),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]", "localPref: 250"]),
     ];
     yaml::stream(&objs)

@@ -724,13 +724,7 @@ fn speakers_on_the_real_apiserver_withdraw_nothing_when_it_freezes_or_dies() {
                 addressing::ROUTER_V4.into(),
                 &[],
             ),
-            yaml::peer(
-                "recorder",
-                addressing::ROUTER_ASN,
-                addressing::ROUTER_ASN,
-                addressing::CLIENT_V4.into(),
-                &[],
-            ),
+            yaml::recorder_peer(),
             yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
         ]))
         .unwrap();
