@@ -389,9 +389,4 @@ impl FakeApiServer {
             },
         }))
     }
-
-    /// Serves a resource type without creating a CRD object (e.g. a built-in this fake lacks).
-    pub fn register_resource(&self, info: ResourceInfo) {
-        self.inner.lock().register(info);
-    }
 }

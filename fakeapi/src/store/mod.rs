@@ -187,9 +187,4 @@ impl Store {
         self.compacted = self.rv;
         self.log.clear();
     }
-
-    /// Registers a resource type directly (no CRD object).
-    pub(crate) fn register(&mut self, info: ResourceInfo) {
-        self.registry.insert(info);
-    }
 }

@@ -151,16 +151,6 @@ impl MembershipMetrics {
         self.heartbeat_suspicions.get()
     }
 
-    /// Heartbeat suspicions that ended without SWIM, by `reason` (`beats_resumed`, `expired`).
-    pub fn heartbeat_suspicions_cleared(&self, reason: &str) -> u64 {
-        self.heartbeat_cleared.get_or_create(&ReasonLabels { reason: reason.into() }).get()
-    }
-
-    /// Heartbeats received.
-    pub fn heartbeats_received(&self) -> u64 {
-        self.heartbeat_received.get()
-    }
-
     /// Heartbeat ticks that came late (this node was starved).
     pub fn heartbeat_late_ticks(&self) -> u64 {
         self.heartbeat_late_ticks.get()

@@ -74,11 +74,6 @@ fn parse_route_count(text: &str) -> u64 {
         .sum()
 }
 
-/// IPv4 routes BIRD installed in the main table of `ns` (`ip -4 route show proto bird`).
-pub fn kernel_count(ns: &Netns) -> Result<u64, Error> {
-    KernelRoutes::open(ns)?.count()
-}
-
 /// Payload bytes received on established BGP sessions in `ns`.
 pub fn bgp_bytes_received(ns: &Netns) -> Result<u64, Error> {
     let text = ns.exec(&["ss", "-tinH", "state", "established", "( sport = :179 )"])?;

@@ -51,7 +51,7 @@ struct PeerSettings {
 /// A BGP peer's BFD session and the task that drives the BGP session from it.
 struct BfdLink {
     /// Dropping the last handle ends the BFD session (telling the peer AdminDown).
-    handle: BfdHandle,
+    _handle: BfdHandle,
     watcher: tokio::task::JoinHandle<()>,
 }
 
@@ -203,11 +203,6 @@ impl BgpAnnouncer {
     /// session goes down.
     pub fn announced(&self) -> watch::Receiver<BgpAnnounced> {
         self.announced.subscribe()
-    }
-
-    /// The BFD state of the session with `peer`, if it has a `bfdProfile`.
-    pub fn bfd_status(&self, peer: &str) -> Option<BfdState> {
-        self.sessions.get(peer).and_then(|s| s.bfd.as_ref()).map(|b| b.handle.current())
     }
 
     /// Number of sessions currently Established.
@@ -393,7 +388,7 @@ impl BgpAnnouncer {
         tracing::info!(peer = %name, %local, address = %peer, "starting BFD session");
         let watcher =
             tokio::spawn(watch_bfd(name.to_owned(), handle.state(), session.clone(), BFD_HOLD_DOWN_MAX));
-        Some(BfdLink { handle, watcher })
+        Some(BfdLink { _handle: handle, watcher })
     }
 
     async fn stop(&mut self, name: &str, mut s: PeerSession, cease: u8) {
