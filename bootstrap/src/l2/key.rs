@@ -28,7 +28,9 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ferrolb_proto::membership::{MembershipConfig, MembershipHandle, MembershipKey, MembershipMetrics};
+use ferrolb_proto::membership::{
+    MembershipConfig, MembershipHandle, MembershipKey, MembershipMetrics, Reread,
+};
 
 /// How often the key file is re-read (the speaker's `FILE_POLL`).
 pub const KEY_FILE_POLL: Duration = Duration::from_secs(2);
@@ -83,14 +85,14 @@ impl KeySchedule {
 #[derive(Debug)]
 pub struct KeyFile {
     path: PathBuf,
-    /// The error logged last: the same one again is not.
-    error: Option<String>,
+    /// Rejections, logged and counted once per distinct error.
+    reread: Reread,
 }
 
 impl KeyFile {
     /// Follows the key file at `path`.
     pub fn new(path: PathBuf) -> Self {
-        KeyFile { path, error: None }
+        KeyFile { path, reread: Reread::default() }
     }
 
     /// Reads the file: its key, or why it cannot be used (naming the field and the file,
@@ -104,28 +106,7 @@ impl KeyFile {
     /// Reads the file: its key, or None when it cannot be used (the current key stays).
     pub fn poll(&mut self, metrics: &MembershipMetrics) -> Option<MembershipKey> {
         let read = self.read();
-        self.judge(read, metrics)
-    }
-
-    fn judge(
-        &mut self,
-        read: Result<MembershipKey, String>,
-        metrics: &MembershipMetrics,
-    ) -> Option<MembershipKey> {
-        match read {
-            Ok(key) => {
-                self.error = None;
-                Some(key)
-            }
-            Err(e) => {
-                if self.error.as_ref() != Some(&e) {
-                    tracing::error!("{e}; membership key unchanged, the current one stays in force");
-                    metrics.key_rejected();
-                    self.error = Some(e);
-                }
-                None
-            }
-        }
+        self.reread.judge(read, metrics)
     }
 }
 
@@ -212,21 +193,6 @@ mod tests {
         // Back to an older key is a change like any other.
         assert!(s.learn(t + w * 2, key("k2")));
         assert_eq!(rejoin(&mut s, t + w * 2), ("k3".into(), Some("k2".into())));
-    }
-
-    #[test]
-    fn an_unusable_key_is_logged_and_counted_once_per_error() {
-        let metrics = MembershipMetrics::default();
-        let mut f = KeyFile::new("/etc/ferrolb/key".into());
-        let rejected = || metrics.key_changes("rejected");
-        assert!(f.judge(Err("too short".into()), &metrics).is_none());
-        assert!(f.judge(Err("too short".into()), &metrics).is_none());
-        assert_eq!(rejected(), 1, "the same error again is not counted");
-        assert!(f.judge(Err("cannot read".into()), &metrics).is_none());
-        assert_eq!(rejected(), 2, "another error is");
-        assert!(f.judge(Ok(key("k1")), &metrics).is_some());
-        assert!(f.judge(Err("cannot read".into()), &metrics).is_none());
-        assert_eq!(rejected(), 3, "an error after a good read is counted again");
     }
 
     #[test]

@@ -26,6 +26,40 @@ impl MembershipKey {
     }
 }
 
+/// A key source that is read again (a file, a Secret): each read gives the key to
+/// hand to membership, or None when it is unusable. The current key then stays in
+/// force, and the error is logged and counted (`ferrolb_membership_key_changes_total`,
+/// rejected) once per distinct error; one after a good read counts again.
+#[derive(Debug, Default)]
+pub struct Reread {
+    /// The error logged last: the same one again is not.
+    error: Option<String>,
+}
+
+impl Reread {
+    /// Judges one read.
+    pub fn judge(
+        &mut self,
+        read: Result<MembershipKey, String>,
+        metrics: &super::MembershipMetrics,
+    ) -> Option<MembershipKey> {
+        match read {
+            Ok(key) => {
+                self.error = None;
+                Some(key)
+            }
+            Err(e) => {
+                if self.error.as_ref() != Some(&e) {
+                    tracing::error!("membership key unchanged, the current one stays in force: {e}");
+                    metrics.key_rejected();
+                    self.error = Some(e);
+                }
+                None
+            }
+        }
+    }
+}
+
 impl fmt::Debug for MembershipKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("MembershipKey(<redacted>)")
@@ -56,5 +90,21 @@ mod tests {
         let err = MembershipKey::parse("short-secret").unwrap_err().to_string();
         assert!(!err.contains("short-secret"), "{err}");
         assert!(err.contains("12 characters"), "{err}");
+    }
+
+    #[test]
+    fn an_unusable_key_is_logged_and_counted_once_per_error() {
+        let metrics = crate::membership::MembershipMetrics::default();
+        let key = MembershipKey::parse("0123456789abcdef0123456789abcdef").unwrap();
+        let mut f = Reread::default();
+        let rejected = || metrics.key_changes("rejected");
+        assert!(f.judge(Err("too short".into()), &metrics).is_none());
+        assert!(f.judge(Err("too short".into()), &metrics).is_none());
+        assert_eq!(rejected(), 1, "the same error again is not counted");
+        assert!(f.judge(Err("cannot read".into()), &metrics).is_none());
+        assert_eq!(rejected(), 2, "another error is");
+        assert!(f.judge(Ok(key), &metrics).is_some());
+        assert!(f.judge(Err("cannot read".into()), &metrics).is_none());
+        assert_eq!(rejected(), 3, "an error after a good read is counted again");
     }
 }

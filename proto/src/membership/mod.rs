@@ -29,7 +29,7 @@ pub mod pressure;
 mod reader;
 pub mod settle;
 
-pub use key::{KEY_MIN_LEN, MembershipKey, MembershipKeyError};
+pub use key::{KEY_MIN_LEN, MembershipKey, MembershipKeyError, Reread};
 pub use metrics::MembershipMetrics;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use ferrolb_proto::membership::MembershipKey;
+use ferrolb_proto::membership::{MembershipKey, Reread};
 use tokio::sync::watch;
 
 use crate::cluster::secrets::Watched;
@@ -24,7 +24,7 @@ pub(in crate::run) const FILE_POLL: Duration = Duration::from_secs(2);
 /// What the rotation logic remembers: errors already logged, so each is logged once.
 #[derive(Debug, Default)]
 pub(in crate::run) struct Rotation {
-    key_error: Option<String>,
+    key: Reread,
     password_errors: BTreeSet<String>,
 }
 
@@ -36,20 +36,7 @@ impl Rotation {
         key: Result<MembershipKey, String>,
         metrics: &Metrics,
     ) -> Option<MembershipKey> {
-        match key {
-            Ok(k) => {
-                self.key_error = None;
-                Some(k)
-            }
-            Err(e) => {
-                if self.key_error.as_ref() != Some(&e) {
-                    tracing::error!("membership key unchanged, the current one stays in force: {e}");
-                    metrics.membership.key_rejected();
-                    self.key_error = Some(e);
-                }
-                None
-            }
-        }
+        self.key.judge(key, &metrics.membership)
     }
 
     /// Passwords that could not be (re)read: each new one is logged once (the previous
