@@ -126,10 +126,9 @@ impl State {
             .set(len_i64(&bgp_addrs));
         self.metrics.announced.get_or_create(&ProtocolLabel { protocol: "l2".into() }).set(len_i64(&new.l2));
         self.metrics.l2_unowned.set(len_i64(&new.l2_unowned));
-        if let Some(c) = &self.cluster {
-            let uids = self.feed.as_ref().map(|f| &f.feed.uids);
-            let want =
-                status::desired(&self.model, &new, &self.opts.node_name, uids.unwrap_or(&Default::default()));
+        // Kubernetes mode, where the feed also is.
+        if let (Some(c), Some(f)) = (&self.cluster, &self.feed) {
+            let want = status::desired(&self.model, &new, &self.opts.node_name, &f.feed.uids);
             c.status.send_if_modified(|d| {
                 let differs = d.as_ref() != Some(&want);
                 if differs {
