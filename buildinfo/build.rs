@@ -31,7 +31,7 @@ fn main() {
 
 /// `hot-text.ld` beside the crate's Cargo.toml (the speaker's): the linker script that lays
 /// out together the functions run from start to rest, so that fewer text pages are
-/// resident (testbed/src/hot_text.rs). lld and GNU ld both read it.
+/// resident (testbed/release/src/hot_text.rs). lld and GNU ld both read it.
 ///
 /// `FERROLB_HOT_TEXT=off` links without it: valgrind keeps the symbols of known sections
 /// only, so a speaker with a `.text.hot` section shows its hot functions as `???` in the

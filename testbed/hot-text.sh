@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates speaker/hot-text.ld: the functions a release speaker runs from its start to
 # rest, gathered by the linker into one section so that fewer text pages are resident
-# (#15; testbed/src/hot_text.rs says why). Run it after a change that moves what runs at
+# (#15; testbed/release/src/hot_text.rs says why). Run it after a change that moves what runs at
 # start; it ends by building the benches' speaker with the new list, so `bench bgp-scale`
 # right after prints the speaker's RSS at rest to compare.
 # Each scenario runs the release speaker under callgrind, which is ~50x slower: the

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 
 use common::veth_namespace;
 use ferrolb_bootstrap::addr::{Addresses, Ensured};
-use ferrolb_testbed::netns::{Netns, TempNetns};
+use ferrolb_lab::netns::{Netns, TempNetns};
 
 fn namespace(role: &str) -> TempNetns {
     veth_namespace(&format!("9{}-{role}", role.len()))

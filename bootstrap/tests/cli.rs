@@ -180,8 +180,8 @@ fn checkpoint_init_refuses_an_invalid_vip_with_one_line() {
 /// namespace (the health prober may start before the key is read).
 #[test]
 fn run_l2_without_a_usable_membership_key_stops_with_one_line() {
-    use ferrolb_testbed::netns::Netns;
-    ferrolb_testbed::lab::check_prerequisites().unwrap();
+    use ferrolb_lab::netns::Netns;
+    ferrolb_lab::lab::check_prerequisites().unwrap();
     let ns = Netns::create(&format!("flb{}x96-key", std::process::id())).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cp = dir.path().join("cp.yaml");

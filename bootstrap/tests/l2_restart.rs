@@ -12,9 +12,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{on_d0, veth_namespace};
-use ferrolb_testbed::https::{HealthServer, TestCa};
-use ferrolb_testbed::process::{Proc, Spawn};
-use ferrolb_testbed::wait;
+use ferrolb_lab::https::{HealthServer, TestCa};
+use ferrolb_lab::process::{Proc, Spawn};
+use ferrolb_lab::wait;
 use nix::sys::signal::Signal;
 
 /// How long a wait may take (a bound, not a speed check).
@@ -50,7 +50,7 @@ fn a_restarted_member_removes_the_vip_its_killed_predecessor_left() {
         Proc::start(&ns, dir.path(), &spec).unwrap()
     };
     let metrics: SocketAddr = "127.0.0.1:7949".parse().unwrap();
-    let ready = || ferrolb_testbed::client::http_get(&ns, metrics, "/readyz", Duration::from_secs(2)).is_ok();
+    let ready = || ferrolb_lab::client::http_get(&ns, metrics, "/readyz", Duration::from_secs(2)).is_ok();
 
     // The only member, healthy: it holds the VIP; SIGKILL leaves the address behind.
     let mut first = start(1);

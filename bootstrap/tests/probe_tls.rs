@@ -5,8 +5,8 @@
 
 use ferrolb_api::HealthCheck;
 use ferrolb_bootstrap::health::{ProbeError, Prober};
-use ferrolb_testbed::https::{HealthServer, TestCa};
-use ferrolb_testbed::netns::{Netns, TempNetns};
+use ferrolb_lab::https::{HealthServer, TestCa};
+use ferrolb_lab::netns::{Netns, TempNetns};
 
 fn probe_in(ns: &Netns, hc: HealthCheck) -> Result<(), String> {
     ns.run(move || {
@@ -24,7 +24,7 @@ fn probe_in(ns: &Netns, hc: HealthCheck) -> Result<(), String> {
 
 #[test]
 fn verifies_the_apiserver_against_the_cluster_ca() {
-    ferrolb_testbed::lab::check_prerequisites().unwrap();
+    ferrolb_lab::lab::check_prerequisites().unwrap();
     let ns = TempNetns::create(&format!("flb{}x97-probe", std::process::id())).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ca = TestCa::new().unwrap();

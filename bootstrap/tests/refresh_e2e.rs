@@ -14,10 +14,10 @@ use std::time::{Duration, SystemTime};
 use common::{on_d0, veth_namespace};
 use ferrolb_api::{ControlPlaneVip, Object};
 use ferrolb_fakeapi::FakeApiServer;
-use ferrolb_testbed::https::{HealthServer, TestCa};
-use ferrolb_testbed::netns::{self, Netns};
-use ferrolb_testbed::process::{Proc, Spawn};
-use ferrolb_testbed::wait;
+use ferrolb_lab::https::{HealthServer, TestCa};
+use ferrolb_lab::netns::{self, Netns};
+use ferrolb_lab::process::{Proc, Spawn};
+use ferrolb_lab::wait;
 use http_body_util::BodyExt;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -177,7 +177,7 @@ fn the_binary_refreshes_its_checkpoint_and_moves_to_the_new_vip() {
     // The metrics say so too: a second checkpoint generation, at least one refresh.
     let metrics = || {
         let addr = "127.0.0.1:7949".parse().unwrap();
-        ferrolb_testbed::client::http_get(&ns, addr, "/metrics", Duration::from_secs(2)).unwrap_or_default()
+        ferrolb_lab::client::http_get(&ns, addr, "/metrics", Duration::from_secs(2)).unwrap_or_default()
     };
     wait::until_holds("checkpoint generation 2 in the metrics", T, || {
         let m = metrics();

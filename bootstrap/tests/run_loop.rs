@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::{Logs, on_d0, veth_namespace};
 use ferrolb_bootstrap::run::{RunOptions, run};
-use ferrolb_testbed::https::{HealthServer, TestCa};
-use ferrolb_testbed::wait;
+use ferrolb_lab::https::{HealthServer, TestCa};
+use ferrolb_lab::wait;
 use tracing::instrument::WithSubscriber;
 
 /// How long a wait may take (a bound, not a speed check).

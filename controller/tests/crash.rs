@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use ferrolb_api::ANNOTATION_ALLOW_SHARED_IP;
-use ferrolb_testbed::rng::Rng;
+use ferrolb_testkit::rng::Rng;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};

@@ -16,14 +16,14 @@ use ferrolb_api::{
 };
 use ferrolb_fakeapi::wait::until;
 use ferrolb_fakeapi::{FakeApiServer, FakeService, ResponseBody};
+use ferrolb_lab::fixtures::TWO_RACKS;
+use ferrolb_lab::kubeapi;
+use ferrolb_lab::netns::{PREFIX, TempNetns};
 use ferrolb_speaker::cluster::{self, Feed};
 use ferrolb_speaker::metrics::{KindLabel, Metrics};
 use ferrolb_speaker::model::{ClusterModel, DEFAULT_LB_CLASS};
 use ferrolb_speaker::plan::Plan;
 use ferrolb_speaker::run::{self, KubeOptions, Options};
-use ferrolb_testbed::fixtures::TWO_RACKS;
-use ferrolb_testbed::kubeapi;
-use ferrolb_testbed::netns::{PREFIX, TempNetns};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;

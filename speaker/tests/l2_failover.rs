@@ -9,13 +9,13 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use ferrolb_lab::client::{self, ProbeStream};
+use ferrolb_lab::runtime::NsRuntime;
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 use ferrolb_proto::election;
 use ferrolb_proto::l2::{InterfaceChoice, L2Announcer, L2Config, L2Metrics, L2Status, Owned};
 use ferrolb_proto::membership::MembershipKey;
 use ferrolb_proto::membership::{DEFAULT_PORT, Membership, MembershipConfig, MembershipMetrics, Seed};
-use ferrolb_testbed::client::{self, ProbeStream};
-use ferrolb_testbed::runtime::NsRuntime;
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 use tokio::sync::watch;
 
 const T: Duration = Duration::from_secs(20);

@@ -8,13 +8,13 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::time::Duration;
 
+use ferrolb_lab::client::{self, ProbeStream};
+use ferrolb_lab::netns::Netns;
+use ferrolb_lab::runtime::NsRuntime;
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 use ferrolb_proto::l2::{
     InterfaceChoice, L2Announcer, L2Config, L2Handle, L2Metrics, L2Status, Owned, arp, ndp,
 };
-use ferrolb_testbed::client::{self, ProbeStream};
-use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::runtime::NsRuntime;
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 const T: Duration = Duration::from_secs(20);

@@ -7,14 +7,14 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use ferrolb_lab::netns::Netns;
+use ferrolb_lab::runtime::{NsRuntime, block_on};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 use ferrolb_proto::membership::MembershipKey;
 use ferrolb_proto::membership::auth::DropReason;
 use ferrolb_proto::membership::{
     DEFAULT_PORT, Membership, MembershipConfig, MembershipHandle, MembershipMetrics, Seed,
 };
-use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::runtime::{NsRuntime, block_on};
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(20);
 const KEY: &str = "lab-membership-key-0123456789abcdef";

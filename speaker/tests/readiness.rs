@@ -16,7 +16,7 @@ use ferrolb_speaker::cluster::readiness::Readiness;
 use ferrolb_speaker::model::ClusterModel;
 use ferrolb_speaker::plan;
 use ferrolb_speaker::readiness::{self, CONDITION_TYPE, Inputs, RemoteAnnounced, reason};
-use ferrolb_testbed::fixtures::SHOP;
+use ferrolb_lab::fixtures::SHOP;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};

@@ -2,10 +2,9 @@
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
-use ferrolb_testbed::bench;
-use ferrolb_testbed::lab::{self, Lab, LabConfig};
-use ferrolb_testbed::netns;
-use ferrolb_testbed::routers::{Bird, Frr, GoBgp, RouterSpec};
+use ferrolb_lab::lab::{self, Lab, LabConfig};
+use ferrolb_lab::netns;
+use ferrolb_lab::routers::{Bird, Frr, GoBgp, RouterSpec};
 
 #[derive(Parser, Debug)]
 #[command(version = env!("FERROLB_VERSION"), about = "Network-namespace labs with real routers for ferrolb")]
@@ -77,7 +76,7 @@ enum ImageCmd {
     /// assembled base) from this workspace's built binaries, and check it against the Dockerfile.
     Build {
         /// Image name containerd gives it on import.
-        #[arg(long, default_value = ferrolb_testbed::image::DEFAULT_NAME)]
+        #[arg(long, default_value = ferrolb_release::image::DEFAULT_NAME)]
         tag: String,
         /// The archive to write.
         #[arg(long, default_value = "ferrolb-image.tar")]
@@ -137,11 +136,11 @@ enum Bench {
         trials: usize,
         /// Only this address family: v4 or v6 (both when absent).
         #[arg(long)]
-        family: Option<bench::failover::Family>,
+        family: Option<ferrolb_bench::failover::Family>,
         /// Only this failure: kill (the owner's daemon SIGKILLed, link up) or link (the
         /// owner's link down); both, plus ferrolb's SIGTERM handover, when absent.
         #[arg(long)]
-        failure: Option<bench::failover::Failure>,
+        failure: Option<ferrolb_bench::failover::Failure>,
     },
     /// L2 soak: false failovers of ferrolb (3 nodes) and keepalived (VRRPv3, 10 ms adverts)
     /// while stress-ng saturates every core and nothing fails.
@@ -182,7 +181,7 @@ enum Bench {
         sizes: Vec<u32>,
         /// Speakers to measure (bird, ferrolb, gobgp, exabgp); BIRD runs first, the reference.
         #[arg(long, value_delimiter = ',', default_value = "bird,ferrolb,gobgp,exabgp")]
-        systems: Vec<bench::bgp_scale::System>,
+        systems: Vec<ferrolb_bench::bgp_scale::System>,
         /// ferrolb only (same as --systems ferrolb).
         #[arg(long)]
         ferrolb_only: bool,
@@ -280,51 +279,53 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Demo { kubelets: false } => ferrolb_testbed::demo::run().context("demo failed"),
         Cmd::Demo { kubelets: true } => demo_kubelets(),
         Cmd::Cluster { cmd: ClusterCmd::Up { name, control_planes, nodes, kubelets } } => {
-            ferrolb_testbed::cluster::cli::up(&name, control_planes, nodes, kubelets)
+            ferrolb_cluster::cli::up(&name, control_planes, nodes, kubelets)
         }
-        Cmd::Cluster { cmd: ClusterCmd::Down { name } } => ferrolb_testbed::cluster::cli::down(&name),
+        Cmd::Cluster { cmd: ClusterCmd::Down { name } } => ferrolb_cluster::cli::down(&name),
         Cmd::Cluster { cmd: ClusterCmd::Serve { name, control_planes, nodes, kubelets } } => {
-            ferrolb_testbed::cluster::cli::serve(&name, control_planes, nodes, kubelets)
+            ferrolb_cluster::cli::serve(&name, control_planes, nodes, kubelets)
         }
         Cmd::Bench { bench: Bench::Failover { trials, family, failure } } => {
-            Ok(bench::failover::run(&bench::failover::Params { trials, family, failure })?)
+            Ok(ferrolb_bench::failover::run(&ferrolb_bench::failover::Params { trials, family, failure })?)
         }
-        Cmd::Bench { bench: Bench::L2Soak { seconds } } => Ok(bench::l2_soak::run(seconds)?),
+        Cmd::Bench { bench: Bench::L2Soak { seconds } } => Ok(ferrolb_bench::l2_soak::run(seconds)?),
         Cmd::Bench { bench: Bench::ApiserverFailover { trials, interval_ms, failure_threshold } } => {
             let interval = std::time::Duration::from_millis(interval_ms);
-            Ok(bench::apiserver_failover::run(&bench::apiserver_failover::Params {
+            Ok(ferrolb_bench::apiserver_failover::run(&ferrolb_bench::apiserver_failover::Params {
                 trials,
                 interval,
                 failure_threshold,
             })?)
         }
         Cmd::Bench { bench: Bench::Bfd { trials, interval_ms, multiplier } } => {
-            Ok(bench::bfd::run(trials, std::time::Duration::from_millis(interval_ms), multiplier)?)
+            Ok(ferrolb_bench::bfd::run(trials, std::time::Duration::from_millis(interval_ms), multiplier)?)
         }
         Cmd::Bench { bench: Bench::BgpScale { sizes, systems, ferrolb_only, runs } } => {
-            let systems = if ferrolb_only { vec![bench::bgp_scale::System::Ferrolb] } else { systems };
-            Ok(bench::bgp_scale::run(&sizes, &systems, runs)?)
+            let systems =
+                if ferrolb_only { vec![ferrolb_bench::bgp_scale::System::Ferrolb] } else { systems };
+            Ok(ferrolb_bench::bgp_scale::run(&sizes, &systems, runs)?)
         }
         Cmd::Bench { bench: Bench::Report { trials, soak_seconds, sizes, runs, out } } => {
-            let out = out.unwrap_or_else(bench::report::workspace_root);
-            Ok(bench::report::run(&bench::report::Params { trials, soak_seconds, sizes, runs, out })?)
+            let out = out.unwrap_or_else(ferrolb_lab::binary::workspace_root);
+            Ok(ferrolb_bench::report::run(&ferrolb_bench::report::Params {
+                trials,
+                soak_seconds,
+                sizes,
+                runs,
+                out,
+            })?)
         }
-        Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(bench::file_latency::run(trials)?),
+        Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(ferrolb_bench::file_latency::run(trials)?),
         Cmd::Bench { bench: Bench::WholePath { services, existing } } => {
-            Ok(bench::whole_path::run(&bench::whole_path::Params { services, existing })?)
+            Ok(ferrolb_bench::whole_path::run(&ferrolb_bench::whole_path::Params { services, existing })?)
         }
         Cmd::Bench { bench: Bench::ControllerMemory { services } } => {
-            Ok(bench::controller_memory::run(&services)?)
+            Ok(ferrolb_bench::controller_memory::run(&services)?)
         }
         Cmd::Image { cmd: ImageCmd::Build { tag, out, profile } } => image_build(&tag, &out, &profile),
         Cmd::HotText { profiles, out } => hot_text(&profiles, &out),
-        #[cfg(feature = "plan-bench")]
         Cmd::Bench { bench: Bench::Plan { services, nodes, changes, no_speaker } } => {
-            Ok(bench::plan::run(services, &nodes, changes, !no_speaker)?)
-        }
-        #[cfg(not(feature = "plan-bench"))]
-        Cmd::Bench { bench: Bench::Plan { .. } } => {
-            anyhow::bail!("bench plan: this ferrolb-testbed was built without feature plan-bench")
+            Ok(ferrolb_bench::plan::run(services, &nodes, changes, !no_speaker)?)
         }
     }
 }
@@ -339,7 +340,7 @@ fn demo_kubelets() -> anyhow::Result<()> {
 }
 
 fn image_build(tag: &str, out: &std::path::Path, profile: &str) -> anyhow::Result<()> {
-    use ferrolb_testbed::image;
+    use ferrolb_release::image;
     let dockerfile = image::Dockerfile::workspace()?;
     let binaries = image::workspace_binaries(&dockerfile, profile)?;
     let built = image::build(&dockerfile, &binaries, tag, out)?;
@@ -377,16 +378,16 @@ fn down(ids: &[String], all: bool, stale: bool) -> anyhow::Result<()> {
     if !all && !stale && ids.is_empty() {
         bail!("say which labs: ferrolb-testbed down ID… | --stale | --all");
     }
-    let mut removed = if all || stale { lab::remove_leftovers(all)? } else { Vec::new() };
+    let mut removed = if all || stale { ferrolb_cluster::remove_leftovers(all)? } else { Vec::new() };
     for id in ids {
         for name in netns::list_ours().into_iter().filter(|n| n.starts_with(&format!("{id}-"))) {
             netns::delete_by_name(&name)?;
-            lab::remove_real_node_leftovers(&name);
+            ferrolb_cluster::remove_real_node_leftovers(&name);
             removed.push(name);
         }
         let _ = std::fs::remove_dir_all(std::path::Path::new(lab::BASE_DIR).join(id));
     }
-    ferrolb_testbed::cluster::node::host::release_stale()?;
+    ferrolb_cluster::node::host::release_stale()?;
     println!(
         "removed {} namespaces{}",
         removed.len(),
@@ -420,14 +421,14 @@ fn hot_text(profiles: &[std::path::PathBuf], out: &std::path::Path) -> anyhow::R
         .iter()
         .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let patterns = ferrolb_testbed::hot_text::patterns(texts.iter().map(String::as_str));
+    let patterns = ferrolb_release::hot_text::patterns(texts.iter().map(String::as_str));
     if patterns.is_empty() {
         bail!(
             "no function of ferrolb-speaker in {} profiles: were they written by callgrind of that binary?",
             profiles.len()
         );
     }
-    std::fs::write(out, ferrolb_testbed::hot_text::linker_script(&patterns))
+    std::fs::write(out, ferrolb_release::hot_text::linker_script(&patterns))
         .with_context(|| format!("writing {}", out.display()))?;
     println!("{}: {} functions from {} profiles", out.display(), patterns.len(), profiles.len());
     Ok(())

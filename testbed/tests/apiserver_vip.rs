@@ -20,11 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferrolb_bootstrap::l2::{ALONE_WAIT, holder::HANDOVER_WAIT};
+use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
+use ferrolb_lab::netns::Netns;
+use ferrolb_lab::process::{Proc, Spawn};
+use ferrolb_lab::{Error, Lab, LabConfig, addressing, client, wait};
 use ferrolb_proto::membership::Timings;
-use ferrolb_testbed::cluster::{self, Cluster, ClusterConfig, ferrolb};
-use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::process::{Proc, Spawn};
-use ferrolb_testbed::{Error, Lab, LabConfig, addressing, client, wait};
 use k8s_openapi::api::core::v1::Pod;
 
 const T: Duration = Duration::from_secs(30);
@@ -34,11 +34,11 @@ const INTERVAL: Duration = Duration::from_millis(300);
 const FAILURE_THRESHOLD: u32 = 2;
 
 fn vip() -> IpAddr {
-    IpAddr::V4(cluster::VIP_V4)
+    IpAddr::V4(ferrolb_cluster::VIP_V4)
 }
 
 fn vip_server() -> String {
-    format!("https://{}:{}", cluster::VIP_V4, cluster::APISERVER_PORT)
+    format!("https://{}:{}", ferrolb_cluster::VIP_V4, ferrolb_cluster::APISERVER_PORT)
 }
 
 /// What an operator writes (manifests/examples/controlplane-vip.yaml with the lab's
@@ -66,8 +66,8 @@ spec:
     failureThreshold: {FAILURE_THRESHOLD}
     caFile: {ca}
 ",
-        vip = cluster::VIP_V4,
-        port = cluster::APISERVER_PORT,
+        vip = ferrolb_cluster::VIP_V4,
+        port = ferrolb_cluster::APISERVER_PORT,
         key = key_file.display(),
         interval = INTERVAL.as_millis(),
         ca = ca.display(),
@@ -210,7 +210,7 @@ fn static_pod(cluster: &Cluster, bin: &Path, i: usize, etc: &Path, ca: &Path) ->
 
 /// Nodes holding the VIP on eth0.
 fn holders(lab: &Lab) -> Vec<usize> {
-    let needle = format!(" {}/32 ", cluster::VIP_V4);
+    let needle = format!(" {}/32 ", ferrolb_cluster::VIP_V4);
     (1..=MEMBERS)
         .filter(|i| lab.node(*i).ip(&["-o", "addr", "show", "dev", "eth0"]).unwrap().contains(&needle))
         .collect()
@@ -365,8 +365,8 @@ fn wait_vip_at(lab: &Lab, want: usize, what: &str) {
 }
 
 /// The audit log events of one user in one file, but for the test's own kubectl.
-fn audit_entries(path: &Path, user: &str) -> Vec<cluster::audit::Request> {
-    let mut events = cluster::audit::read(path, 0, Some(user));
+fn audit_entries(path: &Path, user: &str) -> Vec<ferrolb_cluster::audit::Request> {
+    let mut events = ferrolb_cluster::audit::read(path, 0, Some(user));
     events.retain(|e| !e.user_agent.starts_with("kubectl/"));
     events
 }
@@ -390,7 +390,7 @@ fn the_apiserver_vip_follows_healthy_real_apiservers() {
     let mut cluster =
         Cluster::start(&lab, &ClusterConfig { control_planes: MEMBERS, ..Default::default() }).unwrap();
     eprintln!("control plane up after {:?}", test_start.elapsed());
-    let bin = ferrolb_testbed::binary::workspace("ferrolb-bootstrap", "debug").unwrap();
+    let bin = ferrolb_lab::binary::workspace("ferrolb-bootstrap", "debug").unwrap();
     let ca = cluster.paths().ca_cert();
     let ca_key = cluster.paths().ca_key();
 

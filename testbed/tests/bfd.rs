@@ -8,9 +8,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use ferrolb_testbed::bench::bfd::BfdPeer;
-use ferrolb_testbed::routers::{self, BfdSpec, Bird, Frr, Router, RouterSpec};
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
+use ferrolb_bench::bfd::BfdPeer;
+use ferrolb_lab::routers::{self, BfdSpec, Bird, Frr, Router, RouterSpec};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 const INTERVAL: Duration = Duration::from_millis(100);

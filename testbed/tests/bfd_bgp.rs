@@ -13,10 +13,10 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use ferrolb_testbed::addressing::node_ip as v4;
-use ferrolb_testbed::routers::{self, BfdSpec, Bird, Frr, Router, RouterSpec};
-use ferrolb_testbed::speaker::{Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
+use ferrolb_lab::addressing::node_ip as v4;
+use ferrolb_lab::routers::{self, BfdSpec, Bird, Frr, Router, RouterSpec};
+use ferrolb_lab::speaker::{Speaker, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 const HOLD: u16 = 90;

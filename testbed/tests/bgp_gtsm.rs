@@ -12,11 +12,11 @@
 
 use std::time::Duration;
 
-use ferrolb_testbed::addressing::{node_ip as v4, node_ip6 as v6};
-use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::routers::{self, Bird, Router, RouterSpec};
-use ferrolb_testbed::speaker::{Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
+use ferrolb_lab::addressing::{node_ip as v4, node_ip6 as v6};
+use ferrolb_lab::netns::Netns;
+use ferrolb_lab::routers::{self, Bird, Router, RouterSpec};
+use ferrolb_lab::speaker::{Speaker, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 

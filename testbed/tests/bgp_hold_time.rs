@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
-use ferrolb_testbed::routers::exabgp::Record;
-use ferrolb_testbed::routers::{ExaBgp, ExaNeighbor};
-use ferrolb_testbed::speaker::{Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
+use ferrolb_lab::routers::exabgp::Record;
+use ferrolb_lab::routers::{ExaBgp, ExaNeighbor};
+use ferrolb_lab::speaker::{Speaker, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 

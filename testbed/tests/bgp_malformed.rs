@@ -17,10 +17,10 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use ferrolb_testbed::routers::exabgp::Record;
-use ferrolb_testbed::routers::{ExaBgp, ExaNeighbor, Router};
-use ferrolb_testbed::speaker::{Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
+use ferrolb_lab::routers::exabgp::Record;
+use ferrolb_lab::routers::{ExaBgp, ExaNeighbor, Router};
+use ferrolb_lab::speaker::{Speaker, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 

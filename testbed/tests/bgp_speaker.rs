@@ -10,12 +10,12 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use ferrolb_testbed::addressing::{node_ip as v4, node_ip6 as v6};
-use ferrolb_testbed::client::ProbeStream;
-use ferrolb_testbed::routers::exabgp::Record;
-use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Frr, GoBgp, Router, RouterSpec};
-use ferrolb_testbed::speaker::{Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
+use ferrolb_lab::addressing::{node_ip as v4, node_ip6 as v6};
+use ferrolb_lab::client::ProbeStream;
+use ferrolb_lab::routers::exabgp::Record;
+use ferrolb_lab::routers::{self, Bird, ExaBgp, ExaNeighbor, Frr, GoBgp, Router, RouterSpec};
+use ferrolb_lab::speaker::{Speaker, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -324,7 +324,7 @@ fn invalid_static_file_at_start_exits_with_one_clear_line() {
     let file = dir.join("static.yaml");
     std::fs::write(&file, yaml::peer("r", 64513, 64512, addressing::ROUTER_V4.into(), &["holdTime: 2s"]))
         .unwrap();
-    let bin = ferrolb_testbed::speaker::binary("debug").unwrap();
+    let bin = ferrolb_lab::speaker::binary("debug").unwrap();
     let out = std::process::Command::new(bin)
         .args(["--node-name", "node1", "--static"])
         .arg(&file)

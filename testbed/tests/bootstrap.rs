@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 
 use ferrolb_bootstrap::l2::ALONE_WAIT;
 use ferrolb_bootstrap::l2::holder::HANDOVER_WAIT;
+use ferrolb_lab::bootstrap::{self, APISERVER_NAMES};
+use ferrolb_lab::client::{self, ProbeStream};
+use ferrolb_lab::https::{self, HealthServer, TestCa};
+use ferrolb_lab::process::Proc;
+use ferrolb_lab::routers::exabgp::Record;
+use ferrolb_lab::routers::{self, Bird, ExaBgp, ExaNeighbor, Router, RouterSpec};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 use ferrolb_proto::membership::{TEST_ROTATION_WINDOW_ENV, Timings};
-use ferrolb_testbed::bootstrap::{self, APISERVER_NAMES};
-use ferrolb_testbed::client::{self, ProbeStream};
-use ferrolb_testbed::https::{self, HealthServer, TestCa};
-use ferrolb_testbed::process::Proc;
-use ferrolb_testbed::routers::exabgp::Record;
-use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Router, RouterSpec};
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 use nix::sys::signal::Signal;
 
 const T: Duration = Duration::from_secs(30);
@@ -69,7 +69,7 @@ fn standin(lab: &Lab, i: usize, ca: &TestCa, healthy: bool) -> HealthServer {
 }
 
 /// What the client gets from `https://vip:6443/` (the answering node's name).
-fn fetch_marker(lab: &Lab, vip: IpAddr, ca: &TestCa) -> Result<String, ferrolb_testbed::Error> {
+fn fetch_marker(lab: &Lab, vip: IpAddr, ca: &TestCa) -> Result<String, ferrolb_lab::Error> {
     https::fetch(lab.client(), SocketAddr::new(vip, 6443), "/", ca, "kubernetes", Duration::from_secs(2))
 }
 

@@ -10,9 +10,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ferrolb_cluster::{Cluster, ClusterConfig};
 use ferrolb_fakeapi::conformance::{Backend, run_all};
-use ferrolb_testbed::cluster::{Cluster, ClusterConfig};
-use ferrolb_testbed::{Lab, LabConfig};
+use ferrolb_lab::{Lab, LabConfig};
 use futures::future::BoxFuture;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 

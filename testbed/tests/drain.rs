@@ -13,11 +13,11 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use ferrolb_testbed::client::{self, ProbeStream};
-use ferrolb_testbed::routers::exabgp::Record;
-use ferrolb_testbed::routers::{ExaBgp, ExaNeighbor};
-use ferrolb_testbed::speaker::{self, Speaker, write_membership_key, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
+use ferrolb_lab::client::{self, ProbeStream};
+use ferrolb_lab::routers::exabgp::Record;
+use ferrolb_lab::routers::{ExaBgp, ExaNeighbor};
+use ferrolb_lab::speaker::{self, Speaker, write_membership_key, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 const GSHUT: &str = "65535:0";

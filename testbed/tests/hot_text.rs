@@ -25,8 +25,7 @@ fn section(binary: &std::path::Path, name: &str) -> Option<(u64, u64)> {
 
 #[test]
 fn the_speakers_start_and_rest_code_is_laid_out_first_and_together() {
-    let speaker =
-        ferrolb_testbed::speaker::binary("debug").expect("testbed/test.sh builds the debug speaker");
+    let speaker = ferrolb_lab::speaker::binary("debug").expect("testbed/test.sh builds the debug speaker");
     let script = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../speaker/hot-text.ld"))
         .expect("speaker/hot-text.ld is committed");
     let patterns = script.lines().filter(|l| l.trim_start().starts_with("*(.text.")).count();

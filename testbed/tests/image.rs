@@ -9,8 +9,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use ferrolb_testbed::image::containerd::{self, Containerd};
-use ferrolb_testbed::image::{self, Dockerfile, tar::Kind};
+use ferrolb_cluster::containerd::{self, Containerd};
+use ferrolb_release::image::{self, Dockerfile, tar::Kind};
 use serde_json::{Value, json};
 
 /// The profile of the binaries under test, as in version.rs.
@@ -102,7 +102,7 @@ fn archive_is_an_oci_layout_of_the_dockerfiles_image() {
             .iter()
             .find(|e| e.path == format!("{bin_dir}/{bin}"))
             .unwrap_or_else(|| panic!("the layer has no /{bin_dir}/{bin}"));
-        let host = ferrolb_testbed::binary::workspace(bin, PROFILE).unwrap();
+        let host = ferrolb_lab::binary::workspace(bin, PROFILE).unwrap();
         assert_eq!(e.kind, Kind::File, "{bin}");
         assert!(e.mode & 0o111 == 0o111, "{bin} is not executable: {:o}", e.mode);
         assert_eq!(e.size, std::fs::metadata(host).unwrap().len(), "{bin}: not the workspace's binary");
@@ -151,7 +151,7 @@ fn check_fails_on_another_user_or_a_corrupt_blob() {
     // One byte of a binary changed: the layer no longer has its digest.
     let img = image::inspect(&out.0).unwrap();
     let bin = img.layer.iter().find(|e| e.path.ends_with(&dockerfile.binaries[0])).unwrap();
-    let layer = ferrolb_testbed::image::tar::entries(&mut std::fs::File::open(&out.0).unwrap(), 0, None)
+    let layer = ferrolb_release::image::tar::entries(&mut std::fs::File::open(&out.0).unwrap(), 0, None)
         .unwrap()
         .into_iter()
         .max_by_key(|e| e.size)

@@ -11,14 +11,14 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use ferrolb_lab::addressing::node_ip as v4;
+use ferrolb_lab::kubeapi::{FakeCluster, Objects};
+use ferrolb_lab::process::Proc;
+use ferrolb_lab::routers::exabgp::Record;
+use ferrolb_lab::routers::{self, Bird, ExaBgp, ExaNeighbor, Router, RouterSpec};
+use ferrolb_lab::speaker::{start_kube, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, client, wait};
 use ferrolb_speaker::cluster::{CALL_TIMEOUT, WatchBackoff};
-use ferrolb_testbed::addressing::node_ip as v4;
-use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
-use ferrolb_testbed::process::Proc;
-use ferrolb_testbed::routers::exabgp::Record;
-use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, Router, RouterSpec};
-use ferrolb_testbed::speaker::{start_kube, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing, client, wait};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);

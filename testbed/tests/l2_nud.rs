@@ -14,11 +14,11 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use ferrolb_testbed::addressing::{self, node_v6, owner};
-use ferrolb_testbed::client::neighbour;
-use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::speaker::{Speaker, write_membership_key, yaml};
-use ferrolb_testbed::{Lab, LabConfig, wait};
+use ferrolb_lab::addressing::{self, node_v6, owner};
+use ferrolb_lab::client::neighbour;
+use ferrolb_lab::netns::Netns;
+use ferrolb_lab::speaker::{Speaker, write_membership_key, yaml};
+use ferrolb_lab::{Lab, LabConfig, wait};
 
 const T: Duration = Duration::from_secs(30);
 

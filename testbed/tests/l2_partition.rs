@@ -17,15 +17,15 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
+use ferrolb_lab::addressing::{node_v4, owner};
+use ferrolb_lab::bootstrap;
+use ferrolb_lab::client::{self, ArpProbes, ArpReport};
+use ferrolb_lab::https::{HealthServer, TestCa};
+use ferrolb_lab::netns::Netns;
+use ferrolb_lab::process::Proc;
+use ferrolb_lab::speaker::{Speaker, diag, write_membership_key, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 use ferrolb_proto::l2::conflict;
-use ferrolb_testbed::addressing::{node_v4, owner};
-use ferrolb_testbed::bootstrap;
-use ferrolb_testbed::client::{self, ArpProbes, ArpReport};
-use ferrolb_testbed::https::{HealthServer, TestCa};
-use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::process::Proc;
-use ferrolb_testbed::speaker::{Speaker, diag, write_membership_key, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 /// How long the membership port stays cut.

@@ -12,14 +12,14 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::time::Duration;
 
+use ferrolb_lab::addressing::{lan_v4 as v4, owner};
+use ferrolb_lab::client::{self, ArpProbes, ProbeStream};
+use ferrolb_lab::netns::Netns;
+use ferrolb_lab::process::Spawn;
+use ferrolb_lab::speaker::{Speaker, write_membership_key, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 use ferrolb_proto::membership::claim::ALONE_WAIT;
 use ferrolb_proto::membership::{HeartbeatConfig, Timings};
-use ferrolb_testbed::addressing::{lan_v4 as v4, owner};
-use ferrolb_testbed::client::{self, ArpProbes, ProbeStream};
-use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::process::Spawn;
-use ferrolb_testbed::speaker::{Speaker, write_membership_key, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 

@@ -16,10 +16,10 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use ferrolb_testbed::bench::failover::{self, Bed, Family, System};
-use ferrolb_testbed::bench::l2_soak::{self, Soaked, Stress};
-use ferrolb_testbed::speaker::WITHOUT_REALTIME;
-use ferrolb_testbed::wait;
+use ferrolb_bench::failover::{self, Bed, Family, System};
+use ferrolb_bench::l2_soak::{self, Soaked, Stress};
+use ferrolb_lab::speaker::WITHOUT_REALTIME;
+use ferrolb_lab::wait;
 
 /// Both tests take every core: one at a time.
 static CORES: Mutex<()> = Mutex::new(());

@@ -7,13 +7,11 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use ferrolb_testbed::client::{self, HttpServer, ProbeStream};
-use ferrolb_testbed::netns;
-use ferrolb_testbed::routers::exabgp::Record;
-use ferrolb_testbed::routers::{
-    self, Bird, ExaBgp, ExaNeighbor, Frr, GoBgp, Router, RouterSpec, StaticRoute,
-};
-use ferrolb_testbed::{Lab, LabConfig, addressing};
+use ferrolb_lab::client::{self, HttpServer, ProbeStream};
+use ferrolb_lab::netns;
+use ferrolb_lab::routers::exabgp::Record;
+use ferrolb_lab::routers::{self, Bird, ExaBgp, ExaNeighbor, Frr, GoBgp, Router, RouterSpec, StaticRoute};
+use ferrolb_lab::{Lab, LabConfig, addressing};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -160,7 +158,7 @@ fn md5_password_gates_the_session() {
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap_or(0)
     };
-    ferrolb_testbed::wait::until("MD5 failures counted at the router", T, || {
+    ferrolb_lab::wait::until("MD5 failures counted at the router", T, || {
         Ok((md5_failures() > 0).then_some(()))
     })
     .unwrap();
@@ -282,9 +280,9 @@ fn demo_runs_to_completion() {
 
 #[test]
 fn nodes_reach_the_fake_apiserver_over_http() {
-    use ferrolb_testbed::kubeapi::Objects;
+    use ferrolb_lab::kubeapi::Objects;
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
-    let cluster = ferrolb_testbed::kubeapi::FakeCluster::start(&lab).unwrap();
+    let cluster = ferrolb_lab::kubeapi::FakeCluster::start(&lab).unwrap();
     let node = serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node1"}});
     cluster.apply(&node).unwrap();
     let body =

@@ -17,13 +17,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ferrolb_lab::addressing::{node_v4, owner};
+use ferrolb_lab::speaker::{Speaker, diag, write_membership_key, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, client, wait};
 use ferrolb_proto::membership::DEFAULT_PORT;
 use ferrolb_proto::membership::MembershipKey;
 use ferrolb_proto::membership::auth::{Kind, Sealer};
 use ferrolb_proto::membership::heartbeat::Message;
-use ferrolb_testbed::addressing::{node_v4, owner};
-use ferrolb_testbed::speaker::{Speaker, diag, write_membership_key, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing, client, wait};
 
 const T: Duration = Duration::from_secs(30);
 const METRICS_PORT: u16 = 9121;
@@ -79,7 +79,7 @@ fn sender(
     mut next: impl FnMut(u64) -> Vec<u8> + Send + 'static,
 ) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
-        ferrolb_testbed::netns::enter(&ns).unwrap();
+        ferrolb_lab::netns::enter(&ns).unwrap();
         let sock = UdpSocket::bind(from).unwrap();
         let mut sent = 0u64;
         while !stop.load(Ordering::Relaxed) {

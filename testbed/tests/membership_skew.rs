@@ -22,16 +22,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ferrolb_lab::addressing::{lan_v4 as v4, owner};
+use ferrolb_lab::https::{HealthServer, TestCa};
+use ferrolb_lab::netns;
+use ferrolb_lab::process::{Proc, Spawn};
+use ferrolb_lab::speaker::{Speaker, diag, faketime, write_membership_key, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 use ferrolb_proto::membership::DEFAULT_PORT;
 use ferrolb_proto::membership::auth::Sealer;
 use ferrolb_proto::membership::claim::ALONE_WAIT;
 use ferrolb_proto::membership::{MembershipKey, Timings};
-use ferrolb_testbed::addressing::{lan_v4 as v4, owner};
-use ferrolb_testbed::https::{HealthServer, TestCa};
-use ferrolb_testbed::netns;
-use ferrolb_testbed::process::{Proc, Spawn};
-use ferrolb_testbed::speaker::{Speaker, diag, faketime, write_membership_key, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 /// How long a steady phase is sampled: past the moment a node that settled alone claims
@@ -271,7 +271,7 @@ fn start_bootstrap(
     env: &[(String, String)],
     run: usize,
 ) -> Proc {
-    let bin = ferrolb_testbed::binary::workspace("ferrolb-bootstrap", "debug").unwrap();
+    let bin = ferrolb_lab::binary::workspace("ferrolb-bootstrap", "debug").unwrap();
     let (bin, cp, node) =
         (bin.display().to_string(), checkpoint.display().to_string(), addressing::node_name(i));
     let argv = [bin.as_str(), "run", "--checkpoint", &cp, "--node-name", &node];

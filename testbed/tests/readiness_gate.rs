@@ -13,12 +13,12 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use ferrolb_testbed::addressing::node_ip as v4;
-use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
-use ferrolb_testbed::process::Proc;
-use ferrolb_testbed::routers::{self, Bird, RouterSpec};
-use ferrolb_testbed::speaker::{start_kube, yaml};
-use ferrolb_testbed::{Error, Lab, LabConfig, addressing, client, wait};
+use ferrolb_lab::addressing::node_ip as v4;
+use ferrolb_lab::kubeapi::{FakeCluster, Objects};
+use ferrolb_lab::process::Proc;
+use ferrolb_lab::routers::{self, Bird, RouterSpec};
+use ferrolb_lab::speaker::{start_kube, yaml};
+use ferrolb_lab::{Error, Lab, LabConfig, addressing, client, wait};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};

@@ -12,7 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-use ferrolb_testbed::addressing;
+use ferrolb_lab::addressing;
 use ferrolb_testbed::demo::kubelets::{self, ARP_PROBE, IMAGE, IMAGE_NEXT, NODES, PROBE};
 
 #[test]

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb, kube_binary};
-use ferrolb_testbed::{Lab, LabConfig, netns};
+use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb, kube_binary};
+use ferrolb_lab::{Lab, LabConfig, netns};
 use serde_json::Value;
 
 fn run(cmd: &mut Command) -> String {
@@ -217,7 +217,7 @@ spec:
     };
     let t = Duration::from_secs(30);
     // Ready follows the readiness gate; addresses are the node's (no CNI in the lab).
-    ferrolb_testbed::wait::until_value(
+    ferrolb_lab::wait::until_value(
         "gated not ready, plain ready",
         t,
         || endpoints(&cluster),
@@ -235,7 +235,7 @@ spec:
             r#"{"status":{"conditions":[{"type":"example.com/gate","status":"True"}]}}"#,
         ])
         .unwrap();
-    ferrolb_testbed::wait::until_value(
+    ferrolb_lab::wait::until_value(
         "gated ready",
         t,
         || endpoints(&cluster),
@@ -244,13 +244,13 @@ spec:
     .unwrap();
     // Deleting: terminating for the grace period, then gone.
     cluster.kubectl(&["delete", "pod", "plain", "--wait=false"]).unwrap();
-    ferrolb_testbed::wait::until_value(
+    ferrolb_lab::wait::until_value(
         "plain terminating",
         t,
         || endpoints(&cluster),
         |s| s.contains("node2:192.0.2.12:false:true"),
     )
     .unwrap();
-    ferrolb_testbed::wait::until_value("plain gone", t, || endpoints(&cluster), |s| !s.contains("node2"))
+    ferrolb_lab::wait::until_value("plain gone", t, || endpoints(&cluster), |s| !s.contains("node2"))
         .unwrap();
 }

@@ -19,14 +19,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use ferrolb_testbed::addressing::{node_ip as v4, node_ip6 as v6};
-use ferrolb_testbed::client::{self, HttpServer};
-use ferrolb_testbed::cluster::audit::Request;
-use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
-use ferrolb_testbed::process::Proc;
-use ferrolb_testbed::routers::{self, Bird, RouterSpec};
-use ferrolb_testbed::speaker::yaml;
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
+use ferrolb_cluster::audit::Request;
+use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
+use ferrolb_lab::addressing::{node_ip as v4, node_ip6 as v6};
+use ferrolb_lab::client::{self, HttpServer};
+use ferrolb_lab::process::Proc;
+use ferrolb_lab::routers::{self, Bird, RouterSpec};
+use ferrolb_lab::speaker::yaml;
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 

@@ -18,12 +18,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ferrolb_testbed::addressing::node_ip as v4;
-use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
-use ferrolb_testbed::kubeapi::{Objects, ingress_ips as ingress};
-use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::process::{Proc, strip_ansi};
-use ferrolb_testbed::{Lab, LabConfig, wait};
+use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
+use ferrolb_lab::addressing::node_ip as v4;
+use ferrolb_lab::kubeapi::{Objects, ingress_ips as ingress};
+use ferrolb_lab::netns::Netns;
+use ferrolb_lab::process::{Proc, strip_ansi};
+use ferrolb_lab::{Lab, LabConfig, wait};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -216,7 +216,7 @@ struct ServiceWrite {
 fn service_writes(cluster: &Cluster) -> Vec<ServiceWrite> {
     let user = format!("system:serviceaccount:{}:{}", ferrolb::NAMESPACE, ferrolb::CONTROLLER_SA);
     let text = std::fs::read_to_string(cluster.paths().audit_log(1)).unwrap_or_default();
-    let ts = |v: &Value| v.as_str().and_then(ferrolb_testbed::cluster::audit::rfc3339_us).unwrap_or(0);
+    let ts = |v: &Value| v.as_str().and_then(ferrolb_cluster::audit::rfc3339_us).unwrap_or(0);
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["stage"] == "ResponseComplete" && e["user"]["username"] == user.as_str())
@@ -283,7 +283,7 @@ fn a_paused_leaders_write_that_lands_after_the_new_leaders_is_refused() {
     let through_link = cluster
         .token_kubeconfig_for(ferrolb::NAMESPACE, ferrolb::CONTROLLER_SA, &format!("https://{}", link.addr))
         .unwrap();
-    let bin = ferrolb_testbed::binary::workspace("ferrolb-controller", "debug").unwrap();
+    let bin = ferrolb_lab::binary::workspace("ferrolb-controller", "debug").unwrap();
     let flags = ["--lease-duration", LEASE];
     // kube_client=debug: the client logs each request as it sends it ("requesting").
     let spawn = ferrolb::controller_spawn(&bin, &through_link, 1, "ctrl-a", &flags)

@@ -24,17 +24,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ferrolb_api::IpAddressPool;
+use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
+use ferrolb_lab::addressing::node_ip as v4;
+use ferrolb_lab::kubeapi::{Objects, ingress_ips as ingress};
+use ferrolb_lab::netns::Netns;
+use ferrolb_lab::process::{Proc, strip_ansi};
+use ferrolb_lab::routers::exabgp::Record;
+use ferrolb_lab::routers::{self, Bird, ExaBgp, ExaNeighbor, RibPath, Router, RouterSpec};
+use ferrolb_lab::speaker::yaml;
+use ferrolb_lab::{Lab, LabConfig, addressing, client, wait};
 use ferrolb_speaker::cluster::{CALL_TIMEOUT, KINDS, WatchBackoff};
-use ferrolb_testbed::addressing::node_ip as v4;
-use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
-use ferrolb_testbed::kubeapi::{Objects, ingress_ips as ingress};
-use ferrolb_testbed::netns::Netns;
-use ferrolb_testbed::process::{Proc, strip_ansi};
-use ferrolb_testbed::rng::Rng;
-use ferrolb_testbed::routers::exabgp::Record;
-use ferrolb_testbed::routers::{self, Bird, ExaBgp, ExaNeighbor, RibPath, Router, RouterSpec};
-use ferrolb_testbed::speaker::yaml;
-use ferrolb_testbed::{Lab, LabConfig, addressing, client, wait};
+use ferrolb_testkit::rng::Rng;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
@@ -297,7 +297,7 @@ fn lb_service(name: &str, namespace: &str, selector: Option<&str>, local: bool) 
 fn wait_addresses(cluster: &Cluster, c: &kube::Client, namespace: &str, name: &str) -> Vec<String> {
     let api: Api<Service> = Api::namespaced(c.clone(), namespace);
     wait::until(&format!("an address for Service {namespace}/{name}"), T, || {
-        let s = cluster.block_on(api.get(name)).map_err(|e| ferrolb_testbed::Error::Parse(e.to_string()))?;
+        let s = cluster.block_on(api.get(name)).map_err(|e| ferrolb_lab::Error::Parse(e.to_string()))?;
         let ips = ingress(&s);
         Ok((!ips.is_empty()).then_some(ips))
     })
@@ -351,7 +351,7 @@ fn execute(cluster: &Cluster, c: &kube::Client, op: &Op) {
                 {
                     Ok(_) => Ok(Some(())),
                     Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
-                    Err(e) => Err(ferrolb_testbed::Error::Parse(e.to_string())),
+                    Err(e) => Err(ferrolb_lab::Error::Parse(e.to_string())),
                 }
             })
             .unwrap();

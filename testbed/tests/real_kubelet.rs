@@ -16,11 +16,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ferrolb_testbed::cluster::node::host;
-use ferrolb_testbed::cluster::{Cluster, ClusterConfig};
-use ferrolb_testbed::image::{self, Dockerfile, containerd};
-use ferrolb_testbed::speaker::yaml;
-use ferrolb_testbed::{Lab, LabConfig, addressing, client, netns, wait};
+use ferrolb_cluster::containerd;
+use ferrolb_cluster::node::host;
+use ferrolb_cluster::{Cluster, ClusterConfig};
+use ferrolb_lab::speaker::yaml;
+use ferrolb_lab::{Lab, LabConfig, addressing, client, netns, wait};
+use ferrolb_release::image::{self, Dockerfile};
 use serde_json::Value;
 
 const NODES: usize = 3;

@@ -15,9 +15,9 @@
 use std::time::Duration;
 
 use ferrolb_api::ServiceAnnouncement;
-use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
-use ferrolb_testbed::kubeapi::Objects as _;
-use ferrolb_testbed::{Lab, LabConfig, wait};
+use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
+use ferrolb_lab::kubeapi::Objects as _;
+use ferrolb_lab::{Lab, LabConfig, wait};
 use k8s_openapi::api::authentication::v1::BoundObjectReference;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};

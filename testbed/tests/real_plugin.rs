@@ -19,10 +19,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use ferrolb_api::IpAddressPool;
-use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
-use ferrolb_testbed::kubeapi::Objects as _;
-use ferrolb_testbed::speaker::yaml;
-use ferrolb_testbed::{Lab, LabConfig, addressing, binary, wait};
+use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
+use ferrolb_lab::kubeapi::Objects as _;
+use ferrolb_lab::speaker::yaml;
+use ferrolb_lab::{Lab, LabConfig, addressing, binary, wait};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};

@@ -11,8 +11,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
 use ferrolb_api::validate::{Config, Origin, errors_for, validate};
-use ferrolb_testbed::cluster::{Cluster, ClusterConfig, ferrolb};
-use ferrolb_testbed::{Lab, LabConfig};
+use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
+use ferrolb_lab::{Lab, LabConfig};
 
 /// Objects other corpus objects refer to; validated with each case, never applied.
 const CONTEXT: &str = "\

@@ -23,12 +23,12 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use ferrolb_testbed::client::ProbeStream;
-use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
-use ferrolb_testbed::process::Proc;
-use ferrolb_testbed::routers::{self, Bird, RouterSpec};
-use ferrolb_testbed::speaker::{start_kube, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing};
+use ferrolb_lab::client::ProbeStream;
+use ferrolb_lab::kubeapi::{FakeCluster, Objects};
+use ferrolb_lab::process::Proc;
+use ferrolb_lab::routers::{self, Bird, RouterSpec};
+use ferrolb_lab::speaker::{start_kube, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing};
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(30);

@@ -28,13 +28,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ferrolb_lab::addressing::{lan_v4 as v4, owner};
+use ferrolb_lab::kubeapi::{FakeCluster, Objects};
+use ferrolb_lab::routers::{self, Bird, Router, RouterSpec, bird};
+use ferrolb_lab::speaker::{Speaker, binary, start_kube, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, client, wait};
 use ferrolb_proto::membership::auth::Sealer;
 use ferrolb_proto::membership::{DEFAULT_PORT, TEST_ROTATION_WINDOW_ENV};
-use ferrolb_testbed::addressing::{lan_v4 as v4, owner};
-use ferrolb_testbed::kubeapi::{FakeCluster, Objects};
-use ferrolb_testbed::routers::{self, Bird, Router, RouterSpec, bird};
-use ferrolb_testbed::speaker::{Speaker, binary, start_kube, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing, client, wait};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
@@ -361,7 +361,7 @@ fn password_change(source: Source) {
     assert!(b_before.contains("Established"), "{b_before}");
     let b_peer = format!("peer={}}}", addressing::CLIENT_V4);
     let b_transitions = || -> Vec<String> {
-        let text = ferrolb_testbed::process::strip_ansi(&logs());
+        let text = ferrolb_lab::process::strip_ansi(&logs());
         text.lines()
             .filter(|l| l.contains(&b_peer) && l.contains("BGP session state changed"))
             .map(str::to_string)

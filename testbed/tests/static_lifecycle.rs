@@ -9,10 +9,10 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use ferrolb_testbed::client::{self, HttpServer};
-use ferrolb_testbed::routers::{self, Bird, Router, RouterSpec};
-use ferrolb_testbed::speaker::{self, Speaker, yaml};
-use ferrolb_testbed::{Lab, LabConfig, addressing, wait};
+use ferrolb_lab::client::{self, HttpServer};
+use ferrolb_lab::routers::{self, Bird, Router, RouterSpec};
+use ferrolb_lab::speaker::{self, Speaker, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 
 const T: Duration = Duration::from_secs(30);
 

@@ -27,7 +27,7 @@ fn is_git_revision(r: &str) -> bool {
 fn every_binary_prints_its_version_and_git_revision() {
     let mut binaries: Vec<(&str, PathBuf)> = ["ferrolb-speaker", "ferrolb-controller", "ferrolb-bootstrap"]
         .into_iter()
-        .map(|name| (name, ferrolb_testbed::binary::workspace(name, "debug").unwrap()))
+        .map(|name| (name, ferrolb_lab::binary::workspace(name, "debug").unwrap()))
         .collect();
     binaries.push(("ferrolb-testbed", PathBuf::from(env!("CARGO_BIN_EXE_ferrolb-testbed"))));
     // Set for the tests, it was set for the builds (cargo test builds with the same environment).

@@ -1,10 +1,12 @@
 //! ferrolb's test kit, for tests only (no product crate depends on it outside its
 //! dev-dependencies): bounded waits for async tests ([`wait`]; `ferrolb_fakeapi::wait`
-//! re-exports them) and the small values every test spells the same way.
+//! re-exports them), a seeded generator for randomised
+//! tests ([`rng`]) and the small values every test spells the same way.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, UdpSocket};
 
+pub mod rng;
 pub mod wait;
 
 /// `s` as an IP address (a typo fails the test that wrote it).

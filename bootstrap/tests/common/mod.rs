@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferrolb_testbed::netns::{Netns, TempNetns};
+use ferrolb_lab::netns::{Netns, TempNetns};
 
 /// How long a wait of these tests may take, in tokio time (instant when paused).
 pub const PATIENCE: Duration = Duration::from_secs(5);
@@ -13,7 +13,7 @@ pub const PATIENCE: Duration = Duration::from_secs(5);
 /// A namespace of the test's own, `flb<pid>x<tag>` (so `ferrolb-testbed down --stale`
 /// finds leftovers), with a veth `d0` (peer `d1`) up.
 pub fn veth_namespace(tag: &str) -> TempNetns {
-    ferrolb_testbed::lab::check_prerequisites().unwrap();
+    ferrolb_lab::lab::check_prerequisites().unwrap();
     let ns = TempNetns::create(&format!("flb{}x{tag}", std::process::id())).unwrap();
     ns.ip(&["link", "add", "d0", "type", "veth", "peer", "name", "d1"]).unwrap();
     ns.ip(&["link", "set", "d0", "up"]).unwrap();

@@ -13,7 +13,7 @@ use ferrolb_fakeapi::FakeApiServer;
 /// The kit's bounded poll, for every test of this crate.
 pub use ferrolb_fakeapi::wait::until;
 /// The kit's reading of a Service's ingress IPs.
-pub use ferrolb_testbed::kubeapi::ingress_ips as ingress;
+pub use ferrolb_lab::kubeapi::ingress_ips as ingress;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

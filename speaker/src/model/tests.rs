@@ -5,7 +5,7 @@ use super::*;
 use ferrolb_api::parse_stream;
 
 /// Two nodes, one LoadBalancer Service per policy, endpoints, a BGP and an L2 setup.
-pub(crate) use ferrolb_testbed::fixtures::PLANNER as FIXTURE;
+pub(crate) use ferrolb_lab::fixtures::PLANNER as FIXTURE;
 
 pub(crate) fn fixture_model() -> ClusterModel {
     model_of(FIXTURE)

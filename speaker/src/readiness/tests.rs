@@ -8,7 +8,7 @@ use super::*;
 use crate::announce::bgp::BgpAnnounced;
 use crate::model::tests::model_of;
 use crate::plan;
-use ferrolb_testbed::fixtures::SHOP;
+use ferrolb_lab::fixtures::SHOP;
 use ferrolb_testkit::ip;
 
 /// The readiness gate's cluster ([`SHOP`]) plus node2, the Cluster Services `web`

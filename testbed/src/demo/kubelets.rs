@@ -34,13 +34,13 @@ use kube::api::Api;
 use serde_json::Value;
 
 use super::Timeline;
-use crate::client;
-use crate::cluster::vip::{Bootstrap, vip_server};
-use crate::cluster::{self, Cluster, ClusterConfig, ferrolb, node_ready};
-use crate::image::{self, Dockerfile};
-use crate::kubeapi::Objects;
-use crate::routers::{Bird, RouterSpec};
-use crate::{Error, Lab, LabConfig, addressing, wait};
+use ferrolb_cluster::vip::{Bootstrap, vip_server};
+use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb, node_ready};
+use ferrolb_lab::client;
+use ferrolb_lab::kubeapi::Objects;
+use ferrolb_lab::routers::{Bird, RouterSpec};
+use ferrolb_lab::{Error, Lab, LabConfig, addressing, wait};
+use ferrolb_release::image::{self, Dockerfile};
 
 use cold_start::cold_start;
 use install::install;
@@ -77,7 +77,7 @@ fn check(cond: bool, what: impl FnOnce() -> String) -> Result<(), Error> {
 
 /// Control-plane nodes holding the VIP on eth0.
 pub fn holders(lab: &Lab) -> Vec<usize> {
-    let needle = format!(" {}/32 ", cluster::VIP_V4);
+    let needle = format!(" {}/32 ", ferrolb_cluster::VIP_V4);
     (1..=CONTROL_PLANES)
         .filter(|i| {
             lab.node(*i).ip(&["-o", "addr", "show", "dev", "eth0"]).is_ok_and(|out| out.contains(&needle))
@@ -173,7 +173,7 @@ pub fn run() -> Result<Report, Error> {
     let t = Timeline::new();
     let lab = Lab::up(LabConfig::nodes(NODES))?;
     t.say(format!(
-        "lab {} up: router r1, node1..node{NODES}, client (addresses in testbed/src/addressing.rs)",
+        "lab {} up: router r1, node1..node{NODES}, client (addresses in testbed/lab/src/addressing.rs)",
         lab.id()
     ));
     let bird = Bird::start(&lab, &RouterSpec::default())?;
@@ -236,7 +236,7 @@ fn circle(t: &Timeline, lab: &Lab, cluster: &Cluster, boot: &Bootstrap) -> Resul
 
     // Without the static pods: the worker's kubelet tries the VIP and fails, and its
     // Node does not exist.
-    let vip_port = format!("{}:{}", cluster::VIP_V4, cluster::APISERVER_PORT);
+    let vip_port = format!("{}:{}", ferrolb_cluster::VIP_V4, ferrolb_cluster::APISERVER_PORT);
     wait::until("the worker's kubelet failing to reach the VIP", T, || {
         Ok(worker.kubelet_log().lines().any(|l| l.contains(&vip_port)).then_some(()))
     })?;
@@ -268,7 +268,7 @@ fn circle(t: &Timeline, lab: &Lab, cluster: &Cluster, boot: &Bootstrap) -> Resul
     }
     t.say("`ferrolb-bootstrap manifest` written to /etc/kubernetes/manifests of node1..node3");
     let h = wait::until_value("the VIP on one control plane", T, || Ok(holders(lab)), |h| h.len() == 1)?;
-    t.say(format!("VIP {} up on node{}", cluster::VIP_V4, h[0]));
+    t.say(format!("VIP {} up on node{}", ferrolb_cluster::VIP_V4, h[0]));
     let node = wait::until(&format!("{name} Ready through the VIP"), T, || {
         Ok(cluster.block_on(nodes.get_opt(&name)).ok().flatten().filter(node_ready))
     })?;

@@ -8,12 +8,12 @@ pub mod kubelets;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use crate::bench::failover;
-use crate::client::{self, HttpServer, ProbeStream};
-use crate::cluster::{Cluster, ClusterConfig, ferrolb};
-use crate::routers::{self, Bird, Router, RouterSpec};
-use crate::speaker::yaml;
-use crate::{Error, Lab, LabConfig, addressing, wait};
+use ferrolb_bench::failover;
+use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
+use ferrolb_lab::client::{self, HttpServer, ProbeStream};
+use ferrolb_lab::routers::{self, Bird, Router, RouterSpec};
+use ferrolb_lab::speaker::yaml;
+use ferrolb_lab::{Error, Lab, LabConfig, addressing, wait};
 
 /// Prints `[  1.234s] message` lines relative to the demo's start.
 #[derive(Debug)]
@@ -92,7 +92,7 @@ pub fn run() -> Result<(), Error> {
     let t = Timeline::new();
     let lab = Lab::up(LabConfig::nodes(2))?;
     t.say(format!(
-        "lab {} up: router r1, node1, node2, client (addresses in testbed/src/addressing.rs)",
+        "lab {} up: router r1, node1, node2, client (addresses in testbed/lab/src/addressing.rs)",
         lab.id()
     ));
     let bird = Bird::start(&lab, &RouterSpec::default())?;
@@ -182,11 +182,11 @@ pub fn run() -> Result<(), Error> {
         cluster.kubectl(&["get", "serviceannouncements"])?
     );
     // The operator's view of the same: the kubectl plugin (plugin/README.md).
-    let plugin = crate::binary::workspace("kubectl-ferrolb", "debug")?;
+    let plugin = ferrolb_lab::binary::workspace("kubectl-ferrolb", "debug")?;
     let ferrolb_cli = |args: &[&str]| {
         let mut cmd = std::process::Command::new(&plugin);
         cmd.arg("--kubeconfig").arg(cluster.kubeconfig()).args(args);
-        crate::netns::run(&mut cmd)
+        ferrolb_lab::netns::run(&mut cmd)
     };
     let status =
         wait::until("kubectl ferrolb status: both Services announced", Duration::from_secs(30), || {

@@ -8,9 +8,9 @@ use super::{
     NODES, SPEAKERS, T, WORKER, check, first_v4, holders, kubectl_json, reach, running_and_ready,
     wait_ingress, worker_apiserver_peers,
 };
-use crate::cluster::{self, Cluster, ferrolb};
 use crate::demo::Timeline;
-use crate::{Error, Lab, addressing, wait};
+use ferrolb_cluster::{Cluster, ferrolb};
+use ferrolb_lab::{Error, Lab, addressing, wait};
 
 /// The controller pods' label selector.
 const CONTROLLERS: &str = "app.kubernetes.io/component=controller";
@@ -35,7 +35,7 @@ fn pods_restarted_ready(cluster: &Cluster, ns: &str, selector: &str, want: usize
                     cs.iter().all(|c| {
                         c["state"]["running"]["startedAt"]
                             .as_str()
-                            .and_then(cluster::audit::rfc3339_us)
+                            .and_then(ferrolb_cluster::audit::rfc3339_us)
                             // startedAt has whole seconds.
                             .is_some_and(|t| t + 1_000_000 > since_us)
                     })
@@ -52,7 +52,7 @@ pub(super) fn cold_start(
 ) -> Result<Vec<(String, Duration)>, Error> {
     let ns = ferrolb::NAMESPACE;
     let name = addressing::node_name(WORKER);
-    let vip_port = format!("{}:{}", cluster::VIP_V4, cluster::APISERVER_PORT);
+    let vip_port = format!("{}:{}", ferrolb_cluster::VIP_V4, ferrolb_cluster::APISERVER_PORT);
     cluster.power_off(lab);
     check(holders(lab).is_empty(), || "the VIP survived the power-off".into())?;
     t.say("power off: every process of the cluster SIGKILLed, mounts, cgroups and the VIP gone; disks kept");
@@ -71,7 +71,7 @@ pub(super) fn cold_start(
         let renew = cluster
             .kubectl(&["get", "lease", "-n", "kube-node-lease", &name, "-o", "jsonpath={.spec.renewTime}"])
             .ok();
-        Ok(renew.as_deref().and_then(cluster::audit::rfc3339_us).filter(|t| *t > since_us))
+        Ok(renew.as_deref().and_then(ferrolb_cluster::audit::rfc3339_us).filter(|t| *t > since_us))
     })?;
     milestone(format!("{name} registered (Lease renewed) through the VIP"));
     let peers = worker_apiserver_peers(lab)?;

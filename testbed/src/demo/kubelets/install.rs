@@ -6,11 +6,11 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use super::{IMAGE, NODES, T, check, first_v4, kubectl_json, reach, wait_ingress};
-use crate::cluster::{Cluster, ferrolb};
 use crate::demo::Timeline;
-use crate::routers::{self, Bird};
-use crate::speaker::yaml;
-use crate::{Error, Lab, addressing};
+use ferrolb_cluster::{Cluster, ferrolb};
+use ferrolb_lab::routers::{self, Bird};
+use ferrolb_lab::speaker::yaml;
+use ferrolb_lab::{Error, Lab, addressing};
 
 /// The Services' backend: a Deployment of ferrolb's image whose one process serves HTTP
 /// on the pod network (a speaker in static mode with nothing to announce: its /metrics).

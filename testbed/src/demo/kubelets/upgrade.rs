@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::{IMAGE_NEXT, NODES, SPEAKERS, T, check, kubectl_json, running_and_ready};
-use crate::client::{ArpProbes, ArpReport, ProbeReport, ProbeStream};
-use crate::cluster::{Cluster, ferrolb};
 use crate::demo::Timeline;
-use crate::{Error, Lab, addressing, wait};
+use ferrolb_cluster::{Cluster, ferrolb};
+use ferrolb_lab::client::{ArpProbes, ArpReport, ProbeReport, ProbeStream};
+use ferrolb_lab::{Error, Lab, addressing, wait};
 
 /// Interval of the client's connection probes during the upgrade.
 pub const PROBE: Duration = Duration::from_millis(10);

@@ -1,0 +1,205 @@
+//! `bench controller-memory`: the controller's peak RSS (VmHWM) on a cold start with N
+//! LoadBalancer Services already holding addresses (issue #15 point 3: < 150 MiB at 100k).
+//!
+//! `whole-path --existing` does the same cold start on the real control plane, but its
+//! pool and ClusterIP ranges stop at 30k Services and each one is written through etcd;
+//! here the fake apiserver serves them over HTTP from the router namespace to the
+//! `ferrolb-controller` process on node1, which lists, watches, replays every status into
+//! its IPAM and reconciles every Service once. The Services are stored as the real
+//! apiserver stores them once ferrolb addressed them: the spec with the apiserver's
+//! defaults (clusterIP, ipFamilies, policies, targetPort), managedFields of their creator
+//! and of the controller's two writes, `ipMode: VIP` ingress and the
+//! `ferrolb.io/ip-allocated-from-pool` annotation — so the controller finds nothing to
+//! write, which the bench checks from the fake's request log.
+//!
+//! The fake copies every stored object to serve each 500-item page of a list, so listing
+//! grows with the square of N: on 2 CPUs 10k Services list in seconds, 50k in about two
+//! minutes, 100k in about ten; hence the default sizes.
+//!
+//! Figures are printed beside the goal, never asserted.
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use ferrolb_api::ANNOTATION_IP_ALLOCATED_FROM_POOL;
+use ferrolb_fakeapi::FakeApiServer;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::whole_path::{Build, GOAL_CONTROLLER_RSS_MIB, GOAL_RSS_SERVICES, REBUILT, reconciles, wait_log};
+use super::{mib, peak_rss, rss};
+use ferrolb_cluster::ferrolb;
+use ferrolb_lab::kubeapi::{FakeCluster, Objects};
+use ferrolb_lab::speaker::yaml;
+use ferrolb_lab::{Error, Lab, LabConfig, addressing, wait};
+
+/// The namespace of the bench's Services.
+const NS: &str = "bench";
+/// The pool: every bulk benchmarking address (131072).
+const POOL: &str = "198.18.0.0/15";
+const POOL_NAME: &str = "bench";
+/// The node running the controller.
+const NODE: usize = 1;
+/// Concurrent in-process writes while storing the Services.
+const IN_FLIGHT: usize = 8;
+/// The field managers the real apiserver records: the creator, and the controller (its
+/// user agent's product token, as for its status and annotation patches).
+const CREATOR: &str = "kubectl-create";
+const CONTROLLER: &str = "ferrolb-controller";
+
+/// Runs one cold start per size and prints the controller's memory.
+pub fn run(sizes: &[usize]) -> Result<(), Error> {
+    let capacity = 1usize << (32 - 15);
+    if let Some(n) = sizes.iter().find(|n| **n == 0 || **n > capacity) {
+        return Err(Error::Missing(format!("--services {n}: between 1 and {capacity} (the pool {POOL})")));
+    }
+    let build = Build::choose("ferrolb-controller")?;
+    println!(
+        "bench controller-memory: ferrolb-controller cold start with N LoadBalancer Services holding addresses, served by the fake apiserver over HTTP"
+    );
+    println!("  binary: {}", build.how);
+    let mut peaks = Vec::new();
+    for &n in sizes {
+        peaks.push((n, cold_start(&build, n)?));
+    }
+    if let [(n0, Some(p0)), .., (n1, Some(p1))] = peaks.as_slice()
+        && n1 > n0
+    {
+        println!(
+            "\n  marginal peak RSS per Service between {n0} and {n1}: {:.0} bytes",
+            (*p1 as f64 - *p0 as f64) / (n1 - n0) as f64
+        );
+    }
+    Ok(())
+}
+
+/// One lab, `n` Services stored, the controller started once; returns its VmHWM in bytes.
+fn cold_start(build: &Build, n: usize) -> Result<Option<u64>, Error> {
+    println!("\n{n} Services");
+    let lab = Lab::up(LabConfig::nodes(NODE))?;
+    let cluster = FakeCluster::start_with(&lab, FakeApiServer::new().with_request_log())?;
+    for ns in [ferrolb::NAMESPACE, NS] {
+        // With the label the real apiserver gives every namespace (the fake gives none).
+        let metadata = json!({"name": ns, "labels": {"kubernetes.io/metadata.name": ns}});
+        cluster.apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}))?;
+    }
+    cluster.apply_stream(&yaml::pool(POOL_NAME, &[POOL]))?;
+
+    let t = Instant::now();
+    let client = cluster.client();
+    cluster.block_on(
+        futures::stream::iter((0..n).map(|i| store(&client, i)))
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<Vec<()>>(),
+    )?;
+    let one = cluster
+        .api()
+        .get_json("v1", "services", Some(NS), &service_name(0))
+        .ok_or_else(|| Error::Parse(format!("Service {NS}/{} not stored", service_name(0))))?;
+    println!(
+        "   stored in {:.1} s (in process); one Service is {} bytes of JSON, {} managedFields entries",
+        t.elapsed().as_secs_f64(),
+        one.to_string().len(),
+        one.pointer("/metadata/managedFields").and_then(|m| m.as_array()).map_or(0, Vec::len)
+    );
+    // The change log would replay every write to a watch from resourceVersion 0; the
+    // controller lists, so only the objects matter.
+    cluster.api().compact();
+    let before = cluster.api().request_log().len();
+
+    let start = Instant::now();
+    let controller = lab.spawn(
+        lab.node(NODE),
+        ferrolb::controller_spawn(&build.path, cluster.kubeconfig(), NODE, "controller", &[]),
+    )?;
+    let budget = Duration::from_secs(120) + Duration::from_millis(2) * u32::try_from(n).unwrap_or(u32::MAX);
+    wait_log(&controller, REBUILT, budget)?;
+    let ready = start.elapsed();
+    let (peak_ready, rss_ready) = (peak_rss(controller.pid()), rss(controller.pid()));
+    let metrics = std::net::SocketAddr::new(addressing::node_ip(NODE), ferrolb::CONTROLLER_METRICS_PORT);
+    wait::until_value(
+        "the controller to reconcile every Service",
+        budget,
+        || reconciles(&lab, metrics),
+        |r| *r >= n as u64,
+    )?;
+    let reconciled = start.elapsed();
+    let (peak, resident) = (peak_rss(controller.pid()), rss(controller.pid()));
+    let service_writes = cluster.api().request_log()[before..]
+        .iter()
+        .filter(|r| r.is_write() && r.path.contains("/services/"))
+        .count();
+
+    let show = |b: Option<u64>| b.map_or_else(|| "unknown".to_string(), |b| format!("{:.1} MiB", mib(b)));
+    println!(
+        "   process start → ready (state rebuilt) {:.2} s, → every Service reconciled {:.2} s; writes to Services meanwhile: {service_writes}",
+        ready.as_secs_f64(),
+        reconciled.as_secs_f64()
+    );
+    println!("   at ready:          VmHWM {}, VmRSS {}", show(peak_ready), show(rss_ready));
+    println!(
+        "   every Service reconciled: VmHWM {}, VmRSS {}   (goal: VmHWM < {GOAL_CONTROLLER_RSS_MIB:.0} MiB at {GOAL_RSS_SERVICES} Services)",
+        show(peak),
+        show(resident)
+    );
+    drop(controller);
+    drop(cluster);
+    drop(lab);
+    Ok(peak)
+}
+
+fn service_name(i: usize) -> String {
+    format!("svc-{i:06}")
+}
+
+/// Creates Service `i` as its creator would, then writes what the controller writes: the
+/// ingress (status) and the pool annotation, each as its own request.
+async fn store(client: &kube::Client, i: usize) -> Result<(), Error> {
+    let api: Api<Service> = Api::namespaced(client.clone(), NS);
+    let name = service_name(i);
+    let fail = |what: &str, e: kube::Error| Error::Parse(format!("{what} Service {NS}/{name}: {e}"));
+    let svc: Service = serde_json::from_value(defaulted(&name, i))
+        .map_err(|e| Error::Parse(format!("Service {name}: {e}")))?;
+    let pp = PostParams { field_manager: Some(CREATOR.into()), ..Default::default() };
+    api.create(&pp, &svc).await.map_err(|e| fail("creating", e))?;
+    let pp = PatchParams { field_manager: Some(CONTROLLER.into()), ..Default::default() };
+    let ip = nth_address(i);
+    let status = json!({"status": {"loadBalancer": {"ingress": [{"ip": ip.to_string(), "ipMode": "VIP"}]}}});
+    api.patch_status(&name, &pp, &Patch::Merge(&status))
+        .await
+        .map_err(|e| fail("writing the status of", e))?;
+    let annotation = json!({"metadata": {"annotations": {ANNOTATION_IP_ALLOCATED_FROM_POOL: POOL_NAME}}});
+    api.patch(&name, &pp, &Patch::Merge(&annotation)).await.map_err(|e| fail("annotating", e))?;
+    Ok(())
+}
+
+/// A LoadBalancer Service as the real apiserver stores it after defaulting (the fake
+/// defaults nothing). The ClusterIP is a string only: nothing routes it, no kube-proxy runs.
+fn defaulted(name: &str, i: usize) -> serde_json::Value {
+    let cluster_ip =
+        Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 96, 0, 10)) + u32::try_from(i).unwrap_or(0)).to_string();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "type": "LoadBalancer",
+            "allocateLoadBalancerNodePorts": false,
+            "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}],
+            "clusterIP": cluster_ip,
+            "clusterIPs": [cluster_ip],
+            "ipFamilies": ["IPv4"],
+            "ipFamilyPolicy": "SingleStack",
+            "sessionAffinity": "None",
+            "externalTrafficPolicy": "Cluster",
+            "internalTrafficPolicy": "Cluster",
+        },
+    })
+}
+
+/// The `i`-th address of [`POOL`].
+fn nth_address(i: usize) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 0)) + u32::try_from(i).unwrap_or(0))
+}
