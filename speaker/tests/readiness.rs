@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use ferrolb_fakeapi::wait::{until, until_watched_within};
 use ferrolb_fakeapi::{FakeApiServer, Verb};
+use ferrolb_lab::fixtures::SHOP;
 use ferrolb_speaker::announce::Announced;
 use ferrolb_speaker::announce::bgp::BgpAnnounced;
-use ferrolb_speaker::cluster::readiness::Readiness;
+use ferrolb_speaker::cluster::pod_conditions::PodConditions;
 use ferrolb_speaker::model::ClusterModel;
 use ferrolb_speaker::plan;
 use ferrolb_speaker::readiness::{self, CONDITION_TYPE, Inputs, RemoteAnnounced, reason};
-use ferrolb_lab::fixtures::SHOP;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -76,7 +76,7 @@ async fn wait_gate(server: &FakeApiServer, name: &str, what: &str, f: impl Fn(&V
 
 /// What the speaker's event loop does on any change: count gate-pending pods, plan,
 /// hand the desired conditions to the writer.
-fn evaluate(r: &Readiness, model: &mut ClusterModel, announced: &Announced) -> plan::Plan {
+fn evaluate(r: &PodConditions, model: &mut ClusterModel, announced: &Announced) -> plan::Plan {
     let pods = r.gated_pods();
     readiness::apply_gate_pending(model, &pods, ME);
     let plan = plan::plan(model, ME, &BTreeSet::new());
@@ -101,7 +101,7 @@ async fn gate_turns_true_only_once_announced_and_false_with_a_reason_when_withdr
     let plain_before = stored(&server, "plain-0");
     let elsewhere_before = stored(&server, "elsewhere-0");
 
-    let mut readiness = Readiness::start(client.clone(), ME);
+    let mut readiness = PodConditions::start(client.clone(), ME);
     // The reflector lists this node's pods (and only those).
     until("the reflector lists a gated pod", || async { (!readiness.gated_pods().is_empty()).then_some(()) })
         .await;
@@ -233,7 +233,7 @@ async fn a_write_racing_the_kubelet_is_retried_without_losing_its_change() {
     let (client, server) = FakeApiServer::new().client();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     create_pod(&pods, "shop-0", ME, true, "10.0.0.5").await;
-    let readiness = Readiness::start(client.clone(), ME);
+    let readiness = PodConditions::start(client.clone(), ME);
     until("the reflector lists a gated pod", || async { (!readiness.gated_pods().is_empty()).then_some(()) })
         .await;
     let mut m = model();
@@ -293,7 +293,7 @@ async fn gate_follows_the_real_bgp_session() {
     // The event loop: gated pods → model → plan → BGP announcer; announced state → gate.
     let (stop_tx, mut stop) = tokio::sync::oneshot::channel::<()>();
     let event_loop = tokio::spawn(async move {
-        let mut readiness = Readiness::start(client, ME);
+        let mut readiness = PodConditions::start(client, ME);
         let mut bgp = BgpAnnouncer::new(ME, Arc::new(Metrics::new()));
         let feed = AnnouncedFeed::spawn(bgp.announced());
         let mut announced = feed.subscribe();

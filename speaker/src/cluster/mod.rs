@@ -7,10 +7,10 @@
 //! without touching the model in between, so the announcements stay exactly as they are.
 //!
 //! Beside the watchers live the speaker's other API clients: [`status`] writes the
-//! ServiceAnnouncements, [`readiness`] the pod readiness gates, [`secrets`] reads keys
-//! and passwords.
+//! ServiceAnnouncements, [`pod_conditions`] the conditions of the pod readiness gate,
+//! [`secrets`] reads keys and passwords.
 
-pub mod readiness;
+pub mod pod_conditions;
 pub mod secrets;
 pub mod status;
 

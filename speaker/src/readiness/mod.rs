@@ -15,7 +15,7 @@
 //! * [`apply_gate_pending`]: the Local chicken-and-egg (below), applied to the model
 //!   before planning.
 //! * [`keep_true`]: the startup hold of a restarted speaker (README-readiness.md).
-//! * [`crate::cluster::readiness`]: the Kubernetes I/O, `Readiness` (this node's pods,
+//! * [`crate::cluster::pod_conditions`]: the Kubernetes I/O, `PodConditions` (this node's pods,
 //!   field selector `spec.nodeName`, and their `pods/status` patches) and
 //!   `RemoteWatch` (the other nodes' ServiceAnnouncements, for Cluster Services).
 //!

@@ -12,7 +12,7 @@ use super::parts::gate::GatePart;
 use super::state::State;
 use crate::announce::AnnouncedFeed;
 use crate::cluster;
-use crate::cluster::readiness::Readiness;
+use crate::cluster::pod_conditions::PodConditions;
 use crate::cluster::status;
 use crate::error::SpeakerError;
 use crate::metrics::Metrics;
@@ -39,7 +39,7 @@ pub async fn run_kube(
     tracing::info!(node = %state.opts.node_name, namespace = %opts.namespace, "speaker started in Kubernetes mode; listing");
     let feed = AnnouncedFeed::spawn(state.bgp.announced());
     let gate = GatePart {
-        readiness: Readiness::start_with_metrics(
+        conditions: PodConditions::start_with_metrics(
             client.clone(),
             &state.opts.node_name,
             metrics.readiness.clone(),

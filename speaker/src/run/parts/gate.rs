@@ -7,7 +7,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::announce::{Announced, AnnouncedFeed};
-use crate::cluster::readiness::{Readiness, RemoteWatch};
+use crate::cluster::pod_conditions::{PodConditions, RemoteWatch};
 use crate::metrics::Metrics;
 use crate::model::ClusterModel;
 use crate::plan::Plan;
@@ -22,7 +22,7 @@ pub const GATE_STARTUP_HOLD: Duration = Duration::from_secs(30);
 /// pods (see [`crate::readiness`] and README-readiness.md).
 pub(in crate::run) struct GatePart {
     /// Watches this node's pods and writes their conditions.
-    pub(in crate::run) readiness: Readiness,
+    pub(in crate::run) conditions: PodConditions,
     /// What the BGP and L2 announcers really announce.
     pub(in crate::run) feed: AnnouncedFeed,
     pub(in crate::run) announced: watch::Receiver<Announced>,
@@ -90,14 +90,14 @@ pub(in crate::run) async fn gate_changed(w: Option<GateWatch>) -> GateSignal {
 impl GatePart {
     /// The clones [`gate_changed`] waits on.
     pub(in crate::run) fn watch(&self) -> GateWatch {
-        (self.readiness.pod_changes(), self.announced.clone(), self.remote.as_ref().map(RemoteWatch::changes))
+        (self.conditions.pod_changes(), self.announced.clone(), self.remote.as_ref().map(RemoteWatch::changes))
     }
 
     /// This node's gated pods as they are now (the change is marked seen); the first
     /// one starts the watch of the other nodes' ServiceAnnouncements.
     pub(in crate::run) fn read_pods(&mut self, client: &kube::Client, metrics: &Metrics) -> Vec<GatedPod> {
-        self.readiness.mark_pods_seen();
-        let pods = self.readiness.gated_pods();
+        self.conditions.mark_pods_seen();
+        let pods = self.conditions.gated_pods();
         metrics.readiness.pods_gated.set(i64::try_from(pods.len()).unwrap_or(i64::MAX));
         if !pods.is_empty() && self.remote.is_none() {
             tracing::info!(
@@ -136,7 +136,7 @@ impl GatePart {
         me: &str,
         plan: &Plan,
     ) {
-        if !synced || !self.readiness.pods_current() {
+        if !synced || !self.conditions.pods_current() {
             return;
         }
         let announced = self.announced.borrow_and_update().clone();
@@ -157,7 +157,7 @@ impl GatePart {
                 readiness::keep_true(&mut desired, &self.pods);
             }
         }
-        self.readiness.publish(desired);
+        self.conditions.publish(desired);
     }
 
     /// The startup hold ran out.

@@ -1,5 +1,5 @@
 //! Kubernetes I/O of the pod readiness gate ([`crate::readiness`] holds the pure rule):
-//! [`Readiness`] watches this node's pods and patches `pods/status` where a pod's
+//! [`PodConditions`] watches this node's pods and patches `pods/status` where a pod's
 //! condition differs from the desired one; [`RemoteWatch`] follows the other nodes'
 //! ServiceAnnouncements, for Cluster Services.
 
@@ -84,13 +84,13 @@ fn condition_patch(pod: &Pod, want: &GateCondition, now: &Time) -> serde_json::V
 
 /// Watches this node's pods and keeps their gate conditions as desired.
 ///
-/// The event loop calls [`Readiness::gated_pods`] after [`Readiness::pods_changed`],
+/// The event loop calls [`PodConditions::gated_pods`] after [`PodConditions::pods_changed`],
 /// plans with [`crate::readiness::apply_gate_pending`], computes [`desired_all`]
 /// whenever the model, the plan or the announced state changed, and hands the result
-/// to [`Readiness::publish`]. A writer task patches only pods whose condition differs.
+/// to [`PodConditions::publish`]. A writer task patches only pods whose condition differs.
 /// Dropping it stops both tasks.
 #[derive(Debug)]
-pub struct Readiness {
+pub struct PodConditions {
     store: Store<Pod>,
     changes: watch::Receiver<u64>,
     listed: watch::Receiver<bool>,
@@ -99,7 +99,7 @@ pub struct Readiness {
     tasks: Vec<JoinHandle<()>>,
 }
 
-impl Drop for Readiness {
+impl Drop for PodConditions {
     fn drop(&mut self) {
         for t in &self.tasks {
             t.abort();
@@ -107,14 +107,14 @@ impl Drop for Readiness {
     }
 }
 
-impl Readiness {
+impl PodConditions {
     /// Starts watching the pods of `node` (field selector `spec.nodeName`) and the
     /// writer; call within a tokio runtime.
     pub fn start(client: kube::Client, node: &str) -> Self {
         Self::start_with_metrics(client, node, ReadinessMetrics::default())
     }
 
-    /// [`Readiness::start`], counting writes into `metrics` (`ferrolb_readiness_*`).
+    /// [`PodConditions::start`], counting writes into `metrics` (`ferrolb_readiness_*`).
     pub fn start_with_metrics(client: kube::Client, node: &str, metrics: ReadinessMetrics) -> Self {
         let pods: Api<Pod> = Api::all(client.clone());
         let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
@@ -122,17 +122,17 @@ impl Readiness {
         let (desired, desired_rx) = watch::channel(Arc::new(BTreeMap::new()));
         let w = Writer { client, store: store.clone(), written: BTreeMap::new(), metrics };
         let write = tokio::spawn(w.run(desired_rx, changes.clone()));
-        Readiness { store, changes, listed, desired, node: node.to_owned(), tasks: vec![reflect, write] }
+        PodConditions { store, changes, listed, desired, node: node.to_owned(), tasks: vec![reflect, write] }
     }
 
     /// Whether this node's pods were listed completely once, and every change since
-    /// was marked seen ([`Readiness::mark_pods_seen`]): the gated pods last read are current.
+    /// was marked seen ([`PodConditions::mark_pods_seen`]): the gated pods last read are current.
     pub fn pods_current(&self) -> bool {
         *self.listed.borrow() && !self.changes.has_changed().unwrap_or(false)
     }
 
     /// A receiver that sees every later change of this node's pods (for an event loop
-    /// that selects over clones; it calls [`Readiness::mark_pods_seen`] when it handles one).
+    /// that selects over clones; it calls [`PodConditions::mark_pods_seen`] when it handles one).
     pub fn pod_changes(&self) -> watch::Receiver<u64> {
         self.changes.clone()
     }
@@ -237,7 +237,7 @@ impl RemoteWatch {
         *self.listed.borrow()
     }
 
-    /// A receiver that sees every later change (see [`Readiness::pod_changes`]).
+    /// A receiver that sees every later change (see [`PodConditions::pod_changes`]).
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.changes.clone()
     }
