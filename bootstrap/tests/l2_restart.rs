@@ -11,8 +11,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{on_d0, veth_namespace};
-use ferrolb_lab::https::{HealthServer, TestCa};
+use common::{OneMember, on_d0};
 use ferrolb_lab::process::{Proc, Spawn};
 use ferrolb_lab::wait;
 use nix::sys::signal::Signal;
@@ -22,24 +21,11 @@ const T: Duration = Duration::from_secs(30);
 
 #[test]
 fn a_restarted_member_removes_the_vip_its_killed_predecessor_left() {
-    let ns = veth_namespace("97-restart");
-    ns.ip(&["addr", "add", "192.0.2.11/24", "dev", "d0"]).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new().unwrap();
-    ca.write(dir.path()).unwrap();
-    let health = HealthServer::start(&ns, "127.0.0.1:6444".parse().unwrap(), &ca, &["kubernetes"]).unwrap();
+    let bed = OneMember::new("97-restart");
+    let (ns, dir, health) = (&bed.ns, &bed.dir, &bed.health);
     let cp = dir.path().join("checkpoint.yaml").display().to_string();
-    let key_file = dir.path().join("membership.key").display().to_string();
-    std::fs::write(&key_file, "0123456789abcdef0123456789abcdef-restart\n").unwrap();
-    let ca_crt = dir.path().join("ca.crt").display().to_string();
     let bin = env!("CARGO_BIN_EXE_ferrolb-bootstrap");
-    let init = std::process::Command::new(bin)
-        .args(["checkpoint", "init", "--checkpoint", &cp, "--address", "192.0.2.200", "--interface", "d0"])
-        .args(["--member", "node1=192.0.2.11", "--membership-key-file", &key_file, "--no-credentials"])
-        .args(["--health-url", "https://127.0.0.1:6444/readyz", "--ca-file", &ca_crt])
-        .output()
-        .unwrap();
-    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    bed.init_checkpoint(&cp, &["--no-credentials"]);
     let text = std::fs::read_to_string(&cp).unwrap().replace("interval: 1s", "interval: 200ms");
     std::fs::write(&cp, text).unwrap();
     let start = |run: usize| {
@@ -47,23 +33,23 @@ fn a_restarted_member_removes_the_vip_its_killed_predecessor_left() {
             format!("bootstrap-{run}"),
             &[bin, "run", "--checkpoint", &cp, "--node-name", "node1"],
         );
-        Proc::start(&ns, dir.path(), &spec).unwrap()
+        Proc::start(ns, dir.path(), &spec).unwrap()
     };
     let metrics: SocketAddr = "127.0.0.1:7949".parse().unwrap();
-    let ready = || ferrolb_lab::client::http_get(&ns, metrics, "/readyz", Duration::from_secs(2)).is_ok();
+    let ready = || ferrolb_lab::client::http_get(ns, metrics, "/readyz", Duration::from_secs(2)).is_ok();
 
     // The only member, healthy: it holds the VIP; SIGKILL leaves the address behind.
     let mut first = start(1);
-    wait::until_holds("the VIP on d0", T, || on_d0(&ns, "192.0.2.200")).unwrap();
+    wait::until_holds("the VIP on d0", T, || on_d0(ns, "192.0.2.200")).unwrap();
     first.kill();
-    assert!(on_d0(&ns, "192.0.2.200"), "SIGKILL released the VIP");
+    assert!(on_d0(ns, "192.0.2.200"), "SIGKILL released the VIP");
 
     // Restarted with its apiserver unhealthy: not elected, so the leftover must go.
     health.set_healthy(false);
     let mut second = start(2);
     wait::until_holds("the restarted member's announcer running", T, ready).unwrap();
     assert!(
-        !on_d0(&ns, "192.0.2.200"),
+        !on_d0(ns, "192.0.2.200"),
         "the VIP left by the killed process is still on d0:\n{}",
         second.logs()
     );
@@ -71,9 +57,9 @@ fn a_restarted_member_removes_the_vip_its_killed_predecessor_left() {
 
     // Elected again once healthy: it adds the VIP itself; SIGTERM releases it.
     health.set_healthy(true);
-    wait::until_holds("the VIP back on d0", T, || on_d0(&ns, "192.0.2.200")).unwrap();
+    wait::until_holds("the VIP back on d0", T, || on_d0(ns, "192.0.2.200")).unwrap();
     second.signal(Signal::SIGTERM);
     let status = second.wait_exit(Duration::from_secs(20)).expect("no exit on SIGTERM");
     assert!(status.success(), "{status:?}\n{}", second.logs());
-    assert!(!on_d0(&ns, "192.0.2.200"), "the VIP stayed after SIGTERM");
+    assert!(!on_d0(ns, "192.0.2.200"), "the VIP stayed after SIGTERM");
 }

@@ -11,10 +11,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use common::{on_d0, veth_namespace};
+use common::{OneMember, on_d0};
 use ferrolb_api::{ControlPlaneVip, Object};
 use ferrolb_fakeapi::FakeApiServer;
-use ferrolb_lab::https::{HealthServer, TestCa};
+use ferrolb_lab::https::TestCa;
 use ferrolb_lab::netns::{self, Netns};
 use ferrolb_lab::process::{Proc, Spawn};
 use ferrolb_lab::wait;
@@ -113,54 +113,20 @@ const T: Duration = Duration::from_secs(30);
 
 #[test]
 fn the_binary_refreshes_its_checkpoint_and_moves_to_the_new_vip() {
-    let ns = veth_namespace("96-e2e");
-    ns.ip(&["addr", "add", "192.0.2.11/24", "dev", "d0"]).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new().unwrap();
-    ca.write(dir.path()).unwrap();
-    let _health = HealthServer::start(&ns, "127.0.0.1:6444".parse().unwrap(), &ca, &["kubernetes"]).unwrap();
+    let bed = OneMember::new("96-e2e");
+    let (ns, dir, ca) = (&bed.ns, &bed.dir, &bed.ca);
     let cp = dir.path().join("bootstrap/checkpoint.yaml");
     let bin = env!("CARGO_BIN_EXE_ferrolb-bootstrap");
-    let (cps, ca_crt, ca_key) = (
-        cp.display().to_string(),
-        dir.path().join("ca.crt").display().to_string(),
-        dir.path().join("ca.key").display().to_string(),
-    );
+    let cps = cp.display().to_string();
+    let ca_key = dir.path().join("ca.key").display().to_string();
     // L2 runs the real membership (alone here) and ARP/NDP announcer.
-    let key_file = dir.path().join("membership.key").display().to_string();
-    std::fs::write(&key_file, "0123456789abcdef0123456789abcdef-e2e\n").unwrap();
-    let init = std::process::Command::new(bin)
-        .args([
-            "checkpoint",
-            "init",
-            "--checkpoint",
-            &cps,
-            "--address",
-            "192.0.2.200",
-            "--interface",
-            "d0",
-            "--member",
-            "node1=192.0.2.11",
-            "--membership-key-file",
-            &key_file,
-            "--health-url",
-            "https://127.0.0.1:6444/readyz",
-            "--ca-file",
-            &ca_crt,
-            "--ca-key",
-            &ca_key,
-            "--node-name",
-            "node1",
-        ])
-        .output()
-        .unwrap();
-    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
-    let set_address = serve_fake_apiserver(&ns, &ca, &cp);
+    bed.init_checkpoint(&cps, &["--ca-key", &ca_key, "--node-name", "node1"]);
+    let set_address = serve_fake_apiserver(ns, ca, &cp);
 
     let spec = Spawn::new("bootstrap", &[bin, "run", "--checkpoint", &cps, "--node-name", "node1"])
         .env("RUST_LOG", "info,ferrolb_bootstrap=debug");
-    let mut p = Proc::start(&ns, dir.path(), &spec).unwrap();
-    wait::until_holds("the VIP on d0", T, || on_d0(&ns, "192.0.2.200")).unwrap();
+    let mut p = Proc::start(ns, dir.path(), &spec).unwrap();
+    wait::until_holds("the VIP on d0", T, || on_d0(ns, "192.0.2.200")).unwrap();
 
     let first = std::fs::read_to_string(&cp).unwrap();
     set_address.send("192.0.2.201".into()).unwrap();
@@ -170,14 +136,14 @@ fn the_binary_refreshes_its_checkpoint_and_moves_to_the_new_vip() {
     .unwrap();
     assert_eq!(std::fs::read_to_string(ferrolb_bootstrap::checkpoint::prev_path(&cp)).unwrap(), first);
     wait::until_holds("the new VIP on d0 and the old one gone", T, || {
-        on_d0(&ns, "192.0.2.201") && !on_d0(&ns, "192.0.2.200")
+        on_d0(ns, "192.0.2.201") && !on_d0(ns, "192.0.2.200")
     })
     .unwrap();
     assert!(p.logs().contains("checkpoint changed"), "{}", p.logs());
     // The metrics say so too: a second checkpoint generation, at least one refresh.
     let metrics = || {
         let addr = "127.0.0.1:7949".parse().unwrap();
-        ferrolb_lab::client::http_get(&ns, addr, "/metrics", Duration::from_secs(2)).unwrap_or_default()
+        ferrolb_lab::client::http_get(ns, addr, "/metrics", Duration::from_secs(2)).unwrap_or_default()
     };
     wait::until_holds("checkpoint generation 2 in the metrics", T, || {
         let m = metrics();
@@ -201,5 +167,5 @@ fn the_binary_refreshes_its_checkpoint_and_moves_to_the_new_vip() {
     p.signal(Signal::SIGTERM);
     let status = p.wait_exit(Duration::from_secs(20)).expect("no exit on SIGTERM");
     assert!(status.success(), "{status:?}\n{}", p.logs());
-    assert!(!on_d0(&ns, "192.0.2.201"), "the VIP stayed after SIGTERM");
+    assert!(!on_d0(ns, "192.0.2.201"), "the VIP stayed after SIGTERM");
 }

@@ -9,9 +9,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Logs, on_d0, veth_namespace};
+use common::{Logs, OneMember, on_d0};
 use ferrolb_bootstrap::run::{RunOptions, run};
-use ferrolb_lab::https::{HealthServer, TestCa};
 use ferrolb_lab::wait;
 use tracing::instrument::WithSubscriber;
 
@@ -20,23 +19,10 @@ const T: Duration = Duration::from_secs(30);
 
 #[test]
 fn the_library_loop_holds_the_vip_as_the_only_healthy_member() {
-    let ns = veth_namespace("96-runloop");
-    ns.ip(&["addr", "add", "192.0.2.11/24", "dev", "d0"]).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new().unwrap();
-    ca.write(dir.path()).unwrap();
-    let _health = HealthServer::start(&ns, "127.0.0.1:6444".parse().unwrap(), &ca, &["kubernetes"]).unwrap();
-    let cp = dir.path().join("checkpoint.yaml");
-    let key_file = dir.path().join("membership.key").display().to_string();
-    std::fs::write(&key_file, "0123456789abcdef0123456789abcdef-runloop\n").unwrap();
-    let ca_crt = dir.path().join("ca.crt").display().to_string();
-    let init = std::process::Command::new(env!("CARGO_BIN_EXE_ferrolb-bootstrap"))
-        .args(["checkpoint", "init", "--checkpoint", &cp.display().to_string(), "--address", "192.0.2.200"])
-        .args(["--interface", "d0", "--member", "node1=192.0.2.11", "--membership-key-file", &key_file])
-        .args(["--no-credentials", "--health-url", "https://127.0.0.1:6444/readyz", "--ca-file", &ca_crt])
-        .output()
-        .unwrap();
-    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let bed = OneMember::new("96-runloop");
+    let ns = &bed.ns;
+    let cp = bed.dir.path().join("checkpoint.yaml");
+    bed.init_checkpoint(&cp.display().to_string(), &["--no-credentials"]);
     let opts = RunOptions {
         checkpoint: cp,
         node_name: "node1".into(),
@@ -46,7 +32,7 @@ fn the_library_loop_holds_the_vip_as_the_only_healthy_member() {
         drain_delay: "5s".parse().unwrap(),
         shutdown_drain: "2s".parse().unwrap(),
     };
-    let inside = (*ns).clone();
+    let inside = (**ns).clone();
     ns.run(move || {
         let runtime =
             || tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

@@ -71,3 +71,55 @@ impl tracing_subscriber::fmt::MakeWriter<'_> for Logs {
         self.clone()
     }
 }
+
+/// The VIP the single-member beds announce, on `d0`.
+pub const VIP: &str = "192.0.2.200";
+
+/// One control-plane member, `node1` at 192.0.2.11 on `d0` of its own namespace, with a
+/// healthy apiserver stand-in on 127.0.0.1:6444 (TLS from a test CA written into `dir`)
+/// and a membership key: what the bootstrap's L2 tests start from.
+pub struct OneMember {
+    pub ns: TempNetns,
+    pub dir: tempfile::TempDir,
+    pub ca: ferrolb_lab::https::TestCa,
+    pub health: ferrolb_lab::https::HealthServer,
+    /// `dir/ca.crt`.
+    pub ca_crt: String,
+    /// `dir/membership.key`.
+    pub key_file: String,
+}
+
+impl OneMember {
+    /// The bed, in namespace `flb<pid>x<tag>`; `tag` also salts the membership key.
+    pub fn new(tag: &str) -> Self {
+        let ns = veth_namespace(tag);
+        ns.ip(&["addr", "add", "192.0.2.11/24", "dev", "d0"]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ca = ferrolb_lab::https::TestCa::new().unwrap();
+        ca.write(dir.path()).unwrap();
+        let health = ferrolb_lab::https::HealthServer::start(
+            &ns,
+            "127.0.0.1:6444".parse().unwrap(),
+            &ca,
+            &["kubernetes"],
+        )
+        .unwrap();
+        let key_file = dir.path().join("membership.key").display().to_string();
+        std::fs::write(&key_file, format!("0123456789abcdef0123456789abcdef-{tag}\n")).unwrap();
+        let ca_crt = dir.path().join("ca.crt").display().to_string();
+        OneMember { ns, dir, ca, health, ca_crt, key_file }
+    }
+
+    /// `ferrolb-bootstrap checkpoint init` of [`VIP`] on `d0` with this one member into
+    /// `checkpoint`, its health URL the stand-in's; `extra` arguments appended.
+    pub fn init_checkpoint(&self, checkpoint: &str, extra: &[&str]) {
+        let init = std::process::Command::new(env!("CARGO_BIN_EXE_ferrolb-bootstrap"))
+            .args(["checkpoint", "init", "--checkpoint", checkpoint, "--address", VIP, "--interface", "d0"])
+            .args(["--member", "node1=192.0.2.11", "--membership-key-file", &self.key_file])
+            .args(["--health-url", "https://127.0.0.1:6444/readyz", "--ca-file", &self.ca_crt])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    }
+}

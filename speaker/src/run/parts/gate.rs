@@ -90,7 +90,11 @@ pub(in crate::run) async fn gate_changed(w: Option<GateWatch>) -> GateSignal {
 impl GatePart {
     /// The clones [`gate_changed`] waits on.
     pub(in crate::run) fn watch(&self) -> GateWatch {
-        (self.conditions.pod_changes(), self.announced.clone(), self.remote.as_ref().map(RemoteWatch::changes))
+        (
+            self.conditions.pod_changes(),
+            self.announced.clone(),
+            self.remote.as_ref().map(RemoteWatch::changes),
+        )
     }
 
     /// This node's gated pods as they are now (the change is marked seen); the first
