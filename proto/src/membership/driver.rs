@@ -4,8 +4,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use foca::{Foca, OwnedNotification, PostcardCodec, Timer};
@@ -47,16 +45,10 @@ pub(super) struct Driver {
     /// Datagrams dropped unopened (no Node's address, or over a node's rate) when last
     /// logged, and when: one line a minute at most.
     pub(super) refused: (u64, Option<Instant>),
-    /// Where this host's pressure is published for the reader thread, and the gauge
-    /// that computes it (None with heartbeats off: nothing to stretch).
-    pub(super) pressure: Option<(Arc<AtomicU16>, pressure::Gauge)>,
-    /// Whether the silence was last said to be stretched, and when that was logged at
-    /// info (once per [`PRESSURE_LOG_EVERY`] at most; the rest at debug).
-    pub(super) stretched: (bool, Option<Instant>),
+    /// This host's pressure, sampled for the reader thread (None with heartbeats off:
+    /// nothing to stretch).
+    pub(super) pressure: Option<pressure::Sampler>,
 }
-
-/// How often a change of the heartbeat's stretch is logged at info at most.
-const PRESSURE_LOG_EVERY: Duration = Duration::from_secs(30);
 
 /// How often the refused datagrams are logged at most.
 const REFUSED_LOG_EVERY: Duration = Duration::from_secs(60);
@@ -89,7 +81,9 @@ impl Driver {
                     }
                 },
                 _ = sleep_until(next_timer), if next_timer.is_some() => self.fire_timers().await,
-                _ = sample.tick(), if self.pressure.is_some() => self.sample_pressure(),
+                _ = sample.tick(), if self.pressure.is_some() => {
+                    if let Some(p) = self.pressure.as_mut() { p.sample(&self.name) }
+                }
                 _ = rejoin.tick() => {
                     self.log_refused();
                     self.announce_to_seeds().await;
@@ -111,44 +105,6 @@ impl Driver {
                     return;
                 }
             }
-        }
-    }
-
-    /// Reads this host's pressure counters, publishes the pressure to the reader, and
-    /// says when the heartbeat silence starts or stops being stretched.
-    fn sample_pressure(&mut self) {
-        let Some((shared, gauge)) = self.pressure.as_mut() else { return };
-        let permille = gauge.handle(std::time::Instant::now(), pressure::read());
-        shared.store(permille, Ordering::Relaxed);
-        let times = pressure::multiplier(permille);
-        if (times > 1) == self.stretched.0 {
-            return;
-        }
-        self.stretched.0 = times > 1;
-        let now = Instant::now();
-        let info = self.stretched.1.is_none_or(|t| now.duration_since(t) >= PRESSURE_LOG_EVERY);
-        let (node, pressure) = (self.name.as_str(), f64::from(permille) / 10.0);
-        match (times > 1, info) {
-            (true, true) => tracing::info!(
-                node,
-                pressure,
-                times,
-                "membership: this host is under CPU or memory pressure (PSI, percent): heartbeat silence stretched"
-            ),
-            (false, true) => tracing::info!(
-                node,
-                pressure,
-                "membership: host pressure gone (PSI, percent): the configured heartbeat silence rules again"
-            ),
-            (true, false) => {
-                tracing::debug!(node, pressure, times, "membership: heartbeat silence stretched")
-            }
-            (false, false) => {
-                tracing::debug!(node, pressure, "membership: heartbeat silence back to the configured one")
-            }
-        }
-        if info {
-            self.stretched.1 = Some(now);
         }
     }
 

@@ -324,8 +324,7 @@ impl Membership {
             swim: swim_rx,
             _reader: reader,
             refused: (0, None),
-            pressure: cfg.heartbeat.enabled().then_some((host_pressure, pressure::Gauge::default())),
-            stretched: (false, None),
+            pressure: cfg.heartbeat.enabled().then(|| pressure::Sampler::new(host_pressure)),
         };
         metrics_size(&driver);
         let task = tokio::spawn(driver.run(cmd_rx));

@@ -15,6 +15,8 @@
 //! pressure in permille; [`read`] reads them. A kernel without PSI gives no counters
 //! and no stretch.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often the counters are read.
@@ -84,6 +86,65 @@ impl Gauge {
     /// The pressure now, in permille.
     pub fn pressure(&self) -> u16 {
         self.recent[0].max(self.recent[1])
+    }
+}
+
+/// How often a change of the stretch is logged at info at most (the rest at debug).
+const LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// The membership task's side: reads the counters every [`SAMPLE_EVERY`], publishes the
+/// pressure to the reader thread through an atomic (no lock, no allocation there), and
+/// says when the heartbeat silence starts or stops being stretched.
+#[derive(Debug)]
+pub struct Sampler {
+    shared: Arc<AtomicU16>,
+    gauge: Gauge,
+    /// Whether the silence was last said to be stretched.
+    stretched: bool,
+    /// When a change was last logged at info.
+    logged: Option<Instant>,
+}
+
+impl Sampler {
+    /// A sampler publishing into `shared`.
+    pub fn new(shared: Arc<AtomicU16>) -> Self {
+        Sampler { shared, gauge: Gauge::default(), stretched: false, logged: None }
+    }
+
+    /// Reads the counters now and publishes the pressure; logs for member `node`.
+    pub fn sample(&mut self, node: &str) {
+        let now = Instant::now();
+        let permille = self.gauge.handle(now, read());
+        self.shared.store(permille, Ordering::Relaxed);
+        let times = multiplier(permille);
+        if (times > 1) == self.stretched {
+            return;
+        }
+        self.stretched = times > 1;
+        let info = self.logged.is_none_or(|t| now.duration_since(t) >= LOG_EVERY);
+        let pressure = f64::from(permille) / 10.0;
+        match (self.stretched, info) {
+            (true, true) => tracing::info!(
+                node,
+                pressure,
+                times,
+                "membership: this host is under CPU or memory pressure (PSI, percent): heartbeat silence stretched"
+            ),
+            (false, true) => tracing::info!(
+                node,
+                pressure,
+                "membership: host pressure gone (PSI, percent): the configured heartbeat silence rules again"
+            ),
+            (true, false) => {
+                tracing::debug!(node, pressure, times, "membership: heartbeat silence stretched")
+            }
+            (false, false) => {
+                tracing::debug!(node, pressure, "membership: heartbeat silence back to the configured one")
+            }
+        }
+        if info {
+            self.logged = Some(now);
+        }
     }
 }
 

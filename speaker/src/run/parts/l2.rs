@@ -49,6 +49,15 @@ pub(in crate::run) struct L2Part {
     pub(in crate::run) used: Option<BTreeSet<String>>,
 }
 
+/// What [`l2_changed`] waits on: membership's live set, settledness, heartbeat suspects
+/// and takeovers.
+pub(in crate::run) type L2Watch = (
+    watch::Receiver<BTreeSet<String>>,
+    watch::Receiver<bool>,
+    watch::Receiver<BTreeSet<String>>,
+    watch::Receiver<u64>,
+);
+
 impl L2Part {
     /// When a joining member becomes a candidate: the event loop re-elects then.
     pub(in crate::run) fn next_join(&self) -> Option<Instant> {
@@ -86,9 +95,7 @@ impl L2Part {
         }
         Some(candidates)
     }
-}
 
-impl L2Part {
     /// Records on this node's Node object (Kubernetes mode) that it became blind (it
     /// cannot read its peers: it claims no L2 address) or no longer is; the log line and
     /// the metric are the claim's.
@@ -98,6 +105,11 @@ impl L2Part {
         if let Some(client) = client {
             node_event(client.clone(), node, b.blind, reason, b.note);
         }
+    }
+
+    /// The receivers [`l2_changed`] waits on.
+    pub(in crate::run) fn watch(&self) -> L2Watch {
+        (self.live.clone(), self.settled.clone(), self.suspected.clone(), self.taken_over.clone())
     }
 }
 
@@ -243,21 +255,6 @@ pub(in crate::run) fn start_l2(
         joins: JoinGrace::default(),
         used: None,
     })
-}
-
-/// What [`l2_changed`] waits on: membership's live set, settledness and heartbeat suspects.
-pub(in crate::run) type L2Watch = (
-    watch::Receiver<BTreeSet<String>>,
-    watch::Receiver<bool>,
-    watch::Receiver<BTreeSet<String>>,
-    watch::Receiver<u64>,
-);
-
-impl L2Part {
-    /// The receivers [`l2_changed`] waits on.
-    pub(in crate::run) fn watch(&self) -> L2Watch {
-        (self.live.clone(), self.settled.clone(), self.suspected.clone(), self.taken_over.clone())
-    }
 }
 
 /// Resolves when membership's live set, settledness or heartbeat suspects change (never
