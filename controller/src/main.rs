@@ -109,21 +109,8 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
             "no Kubernetes configuration: not in a cluster and no kubeconfig; pass --kubeconfig FILE",
         )?,
     };
-    kube::Client::try_from(with_deadlines(config)).context("cannot build a Kubernetes client")
-}
-
-/// Deadlines on every request of the client (kube's defaults have no read timeout: a request
-/// the apiserver accepted and never answers would wait forever). The calls the controller makes
-/// itself have tighter ones (`fence.rs`); these bound what kube-runtime's watchers send (each
-/// list, each watch's start) and any stream that goes silent. The read timeout must outlast a
-/// quiet watch, which the apiserver ends after the 290 s kube-runtime asks for.
-fn with_deadlines(mut config: kube::Config) -> kube::Config {
-    config.connect_timeout = Some(Duration::from_secs(10));
-    config.write_timeout = Some(Duration::from_secs(30));
-    config.read_timeout = Some(Duration::from_secs(300));
-    // From when each request is sent, not from when its pooled connection went idle.
-    config.reset_reader_on_write = true;
-    config
+    kube::Client::try_from(ferrolb_runtime::kube_client::with_deadlines(config))
+        .context("cannot build a Kubernetes client")
 }
 
 /// Registers the SIGTERM handler now (before "starting" is logged, so a SIGTERM right after

@@ -116,22 +116,8 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, String> {
             )
         })?,
     };
-    kube::Client::try_from(with_deadlines(config))
+    kube::Client::try_from(ferrolb_runtime::kube_client::with_deadlines(config))
         .map_err(|e| format!("cannot build a Kubernetes client: {e}"))
-}
-
-/// Deadlines on every request of the client (kube's defaults have no read timeout: a request
-/// the apiserver accepted and never answers would wait forever). The calls the speaker makes
-/// itself have tighter ones (`cluster::CALL_TIMEOUT`); these bound what kube-runtime's watchers send (each
-/// list, each watch's start) and any stream that goes silent. The read timeout must outlast a
-/// quiet watch, which the apiserver ends after the 290 s kube-runtime asks for.
-fn with_deadlines(mut config: kube::Config) -> kube::Config {
-    config.connect_timeout = Some(Duration::from_secs(10));
-    config.write_timeout = Some(Duration::from_secs(30));
-    config.read_timeout = Some(Duration::from_secs(300));
-    // From when each request is sent, not from when its pooled connection went idle.
-    config.reset_reader_on_write = true;
-    config
 }
 
 /// Heap profiling build (`--features dhat-heap`): every allocation is counted.

@@ -27,7 +27,7 @@ pub(super) async fn start_refresh(
         Ok(None) => {}
         Err(e) => tracing::warn!(error = %e, "cannot read the refresh client certificate's expiry"),
     }
-    let client = kube::Client::try_from(with_deadlines(config))?;
+    let client = kube::Client::try_from(ferrolb_runtime::kube_client::with_deadlines(config))?;
     let resync = Duration::from_secs(60);
     let path = checkpoint.to_path_buf();
     tokio::spawn(refresh::run(client, vip_name.into(), path, resync, Some(written), metrics.clone()));
@@ -48,18 +48,4 @@ async fn local_config(kubeconfig: &Path) -> anyhow::Result<kube::Config> {
         );
     }
     Ok(config)
-}
-
-/// Deadlines on every request of the client, as in the speaker and the controller (kube's
-/// defaults have no read timeout: a request the apiserver accepted and never answers would
-/// wait forever). The refresh's reads have a tighter one (`refresh::CALL_TIMEOUT`); these
-/// bound the watch's list and start and a stream that goes silent. The read timeout must
-/// outlast a quiet watch, which the apiserver ends after the 290 s kube-runtime asks for.
-fn with_deadlines(mut config: kube::Config) -> kube::Config {
-    config.connect_timeout = Some(Duration::from_secs(10));
-    config.write_timeout = Some(Duration::from_secs(30));
-    config.read_timeout = Some(Duration::from_secs(300));
-    // From when each request is sent, not from when its pooled connection went idle.
-    config.reset_reader_on_write = true;
-    config
 }
