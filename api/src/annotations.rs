@@ -3,7 +3,14 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use crate::crd::{ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_LOAD_BALANCER_IPS};
+/// Requested addresses on a Service, comma-separated, one per family.
+pub const ANNOTATION_LOAD_BALANCER_IPS: &str = "ferrolb.io/loadBalancerIPs";
+/// Pool a Service wants its address from.
+pub const ANNOTATION_ADDRESS_POOL: &str = "ferrolb.io/address-pool";
+/// Sharing key: Services with the same key may share an address when ports do not clash.
+pub const ANNOTATION_ALLOW_SHARED_IP: &str = "ferrolb.io/allow-shared-ip";
+/// Written by the controller: the pool an address came from.
+pub const ANNOTATION_IP_ALLOCATED_FROM_POOL: &str = "ferrolb.io/ip-allocated-from-pool";
 
 /// The Service annotations ferrolb reads, each with MetalLB's spellings of it, newest
 /// first. MetalLB's are honoured so that Services keep working while a cluster migrates;

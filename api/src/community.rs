@@ -78,7 +78,7 @@ mod tests {
         assert_eq!("no-export".parse(), Ok(Community::Standard(65535, 65281)));
         assert_eq!(
             "graceful-shutdown".parse::<Community>().unwrap().to_string(),
-            crate::GRACEFUL_SHUTDOWN_COMMUNITY
+            crate::crd::GRACEFUL_SHUTDOWN_COMMUNITY
         );
     }
 

@@ -3,6 +3,10 @@
 use std::fmt;
 use std::str::FromStr;
 
+/// Longest duration string the CRD admits and the parser reads: it bounds the cost of
+/// the CEL rules that read durations; longer values overflow or are padded nonsense.
+pub const DURATION_MAX_LEN: usize = 24;
+
 /// A parsed API duration; `Display` prints a form that parses back to the same value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Duration(pub std::time::Duration);
@@ -22,7 +26,7 @@ pub enum DurationError {
     /// The value does not fit.
     #[error("{0:?} is too large")]
     Overflow(String),
-    /// Longer than [`crate::crd::rules::DURATION_MAX_LEN`] characters (the CRD's `maxLength`).
+    /// Longer than [`DURATION_MAX_LEN`] characters (the CRD's `maxLength`).
     #[error("{0:?} is longer than 24 characters")]
     TooLong(String),
 }
@@ -58,7 +62,7 @@ impl FromStr for Duration {
         if s.is_empty() {
             return Err(DurationError::Empty);
         }
-        if s.chars().count() > crate::crd::rules::DURATION_MAX_LEN {
+        if s.chars().count() > DURATION_MAX_LEN {
             return Err(DurationError::TooLong(s.to_owned()));
         }
         if s.starts_with('-') {

@@ -46,7 +46,9 @@ pub mod validate;
 
 pub use address::{AddressError, AddressRange};
 pub use annotations::{
-    AnnotationValue, LoadBalancerIpsError, SERVICE_ANNOTATIONS, parse_load_balancer_ips, service_annotation,
+    ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP, ANNOTATION_IP_ALLOCATED_FROM_POOL,
+    ANNOTATION_LOAD_BALANCER_IPS, AnnotationValue, LoadBalancerIpsError, SERVICE_ANNOTATIONS,
+    parse_load_balancer_ips, service_annotation,
 };
 pub use community::{Community, CommunityError};
 pub use crd::*;

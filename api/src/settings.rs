@@ -12,7 +12,7 @@ use ferrolb_proto::bgp::fsm::{GracefulRestartConfig, PeerConfig};
 use ferrolb_proto::bgp::session::SessionConfig;
 use ferrolb_proto::bgp::socket::Password;
 
-use crate::{AddressFamily, BfdProfile, BgpPeerSpec};
+use crate::crd::{AddressFamily, BfdProfile, BgpPeerSpec};
 
 /// Why a BGPPeer cannot get a session on this node.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,7 +76,7 @@ pub fn peer_session_config(
             "write an IPv4 or IPv6 address",
         )
     })?;
-    let secs = |d: Result<crate::Duration, crate::DurationError>, field| {
+    let secs = |d: Result<crate::duration::Duration, crate::duration::DurationError>, field| {
         d.map(|d| d.0).map_err(|e| err(field, e.to_string(), "write a duration such as 90s"))
     };
     let hold = secs(spec.hold_time(), "spec.holdTime")?;
@@ -160,7 +160,8 @@ pub fn bfd_session_config(profile: &BfdProfile) -> Result<BfdSessionConfig, Prof
     let name = profile.metadata.name.clone().unwrap_or_default();
     let spec = &profile.spec;
     let err = |field, reason: String| ProfileError { profile: name.clone(), field, reason };
-    let interval = |field: &'static str, d: Result<crate::Duration, crate::DurationError>| {
+    let interval = |field: &'static str,
+                    d: Result<crate::duration::Duration, crate::duration::DurationError>| {
         let d = d.map_err(|e| err(field, format!("{e}; write a duration such as 300ms")))?.std();
         if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&d) {
             return Err(err(field, format!("{d:?} is outside 10ms..60s; pick a value in that range")));
@@ -182,7 +183,7 @@ pub fn bfd_session_config(profile: &BfdProfile) -> Result<BfdSessionConfig, Prof
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::BfdProfileSpec;
+    use crate::crd::BfdProfileSpec;
 
     fn profile(f: impl FnOnce(&mut BfdProfileSpec)) -> BfdProfile {
         let mut spec = BfdProfileSpec::default();

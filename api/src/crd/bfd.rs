@@ -73,12 +73,12 @@ pub struct BfdProfileStatus {
 
 impl BfdProfileSpec {
     /// Parsed `receiveInterval`.
-    pub fn receive_interval(&self) -> Result<crate::Duration, crate::DurationError> {
+    pub fn receive_interval(&self) -> Result<crate::duration::Duration, crate::duration::DurationError> {
         self.receive_interval.parse()
     }
 
     /// Parsed `transmitInterval`.
-    pub fn transmit_interval(&self) -> Result<crate::Duration, crate::DurationError> {
+    pub fn transmit_interval(&self) -> Result<crate::duration::Duration, crate::duration::DurationError> {
         self.transmit_interval.parse()
     }
 }

@@ -251,7 +251,7 @@ pub struct BgpAdvertisementSpec {
 
 impl BgpAdvertisementSpec {
     /// Parsed `communities`.
-    pub fn communities(&self) -> Result<Vec<crate::Community>, crate::CommunityError> {
+    pub fn communities(&self) -> Result<Vec<crate::community::Community>, crate::community::CommunityError> {
         self.communities.iter().map(|c| c.parse()).collect()
     }
 }

@@ -166,12 +166,12 @@ pub struct ControlPlaneVipStatus {
 
 impl HealthCheck {
     /// Parsed `interval`.
-    pub fn interval(&self) -> Result<crate::Duration, crate::DurationError> {
+    pub fn interval(&self) -> Result<crate::duration::Duration, crate::duration::DurationError> {
         self.interval.parse()
     }
 
     /// Parsed `timeout`.
-    pub fn timeout(&self) -> Result<crate::Duration, crate::DurationError> {
+    pub fn timeout(&self) -> Result<crate::duration::Duration, crate::duration::DurationError> {
         self.timeout.parse()
     }
 }

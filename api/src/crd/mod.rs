@@ -36,14 +36,6 @@ pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` as written in objects.
 pub const API_VERSION: &str = "ferrolb.io/v1alpha1";
 
-/// Requested addresses on a Service, comma-separated, one per family.
-pub const ANNOTATION_LOAD_BALANCER_IPS: &str = "ferrolb.io/loadBalancerIPs";
-/// Pool a Service wants its address from.
-pub const ANNOTATION_ADDRESS_POOL: &str = "ferrolb.io/address-pool";
-/// Sharing key: Services with the same key may share an address when ports do not clash.
-pub const ANNOTATION_ALLOW_SHARED_IP: &str = "ferrolb.io/allow-shared-ip";
-/// Written by the controller: the pool an address came from.
-pub const ANNOTATION_IP_ALLOCATED_FROM_POOL: &str = "ferrolb.io/ip-allocated-from-pool";
 /// Default `spec.loadBalancerClass` served (`--lb-class`).
 pub const DEFAULT_LOAD_BALANCER_CLASS: &str = "ferrolb.io/lb";
 /// Pod readiness gate condition type.

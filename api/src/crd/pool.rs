@@ -103,8 +103,8 @@ impl ServiceAllocation {
         service_labels: &std::collections::BTreeMap<String, String>,
     ) -> bool {
         (self.namespaces.is_empty() || self.namespaces.iter().any(|n| n == namespace))
-            && crate::selectors_match(&self.namespace_selectors, namespace_labels)
-            && crate::selectors_match(&self.service_selectors, service_labels)
+            && crate::selector::selectors_match(&self.namespace_selectors, namespace_labels)
+            && crate::selector::selectors_match(&self.service_selectors, service_labels)
     }
 }
 
@@ -121,7 +121,7 @@ impl IpAddressPoolSpec {
 
     /// Usable (IPv4, IPv6) address counts, honouring `avoidBuggyIPs`, for the status
     /// fields; saturating. Fails on the first bad entry.
-    pub fn capacity(&self) -> Result<(u128, u128), crate::AddressError> {
+    pub fn capacity(&self) -> Result<(u128, u128), crate::address::AddressError> {
         let (mut v4, mut v6) = (0u128, 0u128);
         for r in self.ranges()? {
             let skip = if self.avoid_buggy_ips { r.buggy_count() } else { 0 };
@@ -136,8 +136,8 @@ impl IpAddressPoolSpec {
     }
 
     /// The parsed `addresses`, in order; fails on the first bad entry.
-    pub fn ranges(&self) -> Result<Vec<crate::AddressRange>, crate::AddressError> {
-        self.addresses.iter().map(|a| crate::AddressRange::parse(a)).collect()
+    pub fn ranges(&self) -> Result<Vec<crate::address::AddressRange>, crate::address::AddressError> {
+        self.addresses.iter().map(|a| crate::address::AddressRange::parse(a)).collect()
     }
 }
 

@@ -8,11 +8,9 @@
 
 use serde_json::{Value, json};
 
-/// Longest duration string the CRD admits and the parser reads: it bounds the cost of
-/// the CEL rules that read durations; longer values overflow or are padded nonsense.
-pub const DURATION_MAX_LEN: usize = 24;
+use crate::duration::DURATION_MAX_LEN;
 
-/// Go `time.ParseDuration` syntax without sign or spaces, exactly what [`crate::Duration`] parses.
+/// Go `time.ParseDuration` syntax without sign or spaces, exactly what [`crate::duration::Duration`] parses.
 pub const DURATION_PATTERN: &str = r"^\+?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$";
 
 /// Pattern of an unsigned decimal at most `max`, as Rust's `str::parse` accepts it
@@ -429,7 +427,7 @@ mod tests {
             "1e3s",
             "99999999999999h",
         ] {
-            let parsed = s.parse::<crate::Duration>().is_ok();
+            let parsed = s.parse::<crate::duration::Duration>().is_ok();
             assert_eq!(r.is_match(s) && s.chars().count() <= DURATION_MAX_LEN, parsed, "{s:?}");
         }
     }
@@ -457,7 +455,7 @@ mod tests {
             "LARGE:1:2:3",
             "1:2:3",
         ] {
-            assert_eq!(r.is_match(s), s.parse::<crate::Community>().is_ok(), "{s:?}");
+            assert_eq!(r.is_match(s), s.parse::<crate::community::Community>().is_ok(), "{s:?}");
         }
     }
 
