@@ -34,10 +34,8 @@ use tokio::sync::broadcast;
 pub use error::ApiError;
 pub use resource::ResourceInfo;
 pub use service::{FakeService, ResponseBody};
+pub use store::ROOT_CA_CONFIGMAP;
 use store::{Managed, Store, WatchMsg};
-
-/// The ConfigMap holding the cluster's CA bundle, which every namespace has.
-pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
 
 /// The kind of API request, for the request counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

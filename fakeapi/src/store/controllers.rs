@@ -4,8 +4,10 @@
 use serde_json::{Value, json};
 
 use super::{Managed, Store, Target, now};
-use crate::ROOT_CA_CONFIGMAP;
 use crate::resource::ResourceInfo;
+
+/// The ConfigMap holding the cluster's CA bundle, which every namespace has.
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
 
 const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
 /// The fake serves no TLS; its CA bundle is a placeholder.

@@ -17,6 +17,7 @@ use crate::events;
 use crate::resource::{Registry, ResourceInfo};
 
 mod controllers;
+pub use controllers::ROOT_CA_CONFIGMAP;
 mod gc;
 mod read;
 mod write;
