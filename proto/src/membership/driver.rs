@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::auth::{DropReason, KeyEvent, KeyRole, Sealer};
 use super::metrics::{KeyLabels, ResultLabels};
-use super::{MemberId, MembershipKey, MembershipMetrics, Seed, pressure, reader, settle};
+use super::{MemberId, MembershipKey, MembershipMetrics, Seed, pressure, reader, scale, settle};
 use crate::time::sleep_until;
 
 pub(super) type Swim = Foca<MemberId, PostcardCodec, StdRng, foca::NoCustomBroadcast>;
@@ -28,6 +28,10 @@ pub(super) struct Driver {
     pub(super) socket: UdpSocket,
     pub(super) seeds: Vec<Seed>,
     pub(super) rejoin_interval: Duration,
+    /// Keeps SWIM's settings sized to the live set ([`scale`]).
+    pub(super) resizer: scale::Resizer,
+    /// Rejoin ticks so far: which seeds the next one announces to.
+    pub(super) rejoin_tick: u64,
     pub(super) name: String,
     pub(super) live: watch::Sender<BTreeSet<String>>,
     /// Live members other than this node and where they listen, for the heartbeats.
@@ -49,6 +53,9 @@ pub(super) struct Driver {
     /// nothing to stretch).
     pub(super) pressure: Option<pressure::Sampler>,
 }
+
+/// How many joined and left names a membership change logs at most.
+const LOGGED_NAMES: usize = 10;
 
 /// How often the refused datagrams are logged at most.
 const REFUSED_LOG_EVERY: Duration = Duration::from_secs(60);
@@ -104,6 +111,18 @@ impl Driver {
                     }
                     return;
                 }
+            }
+        }
+    }
+
+    /// SWIM's settings for a live set of `members`, when its size class changed
+    /// ([`scale`]): longer suspicions and more retransmissions in a larger cluster.
+    fn resize(&mut self, members: usize) {
+        let Some(config) = self.resizer.resize(members) else { return };
+        match self.foca.set_config(config) {
+            Ok(()) => tracing::debug!(node = %self.name, members, "membership: SWIM settings resized"),
+            Err(e) => {
+                tracing::warn!(node = %self.name, error = %e, "membership: cannot resize SWIM's settings")
             }
         }
     }
@@ -207,12 +226,11 @@ impl Driver {
 
     async fn announce_to_seeds(&mut self) {
         let live = self.live.borrow().clone();
-        let targets: Vec<MemberId> = self
-            .seeds
-            .iter()
-            .filter(|s| !live.contains(&s.name))
+        let targets: Vec<MemberId> = scale::announce_targets(&self.seeds, &live, self.rejoin_tick)
+            .into_iter()
             .map(|s| MemberId { name: s.name.clone(), addr: s.addr, generation: 0, started: 0 })
             .collect();
+        self.rejoin_tick += 1;
         for t in targets {
             if let Err(e) = self.foca.announce(t, &mut self.runtime) {
                 tracing::debug!(error = %e, "membership: announce failed");
@@ -254,6 +272,9 @@ impl Driver {
                     tracing::warn!(node = %self.name, "membership: declared down");
                     changed = true;
                 }
+                // The simulator's build (feature `sim`) also reports data and failed probes.
+                #[allow(unreachable_patterns)]
+                _ => {}
             }
         }
         if changed {
@@ -271,14 +292,21 @@ impl Driver {
                 }
                 differs
             });
+            self.resize(live.len());
             self.live.send_if_modified(|cur| {
-                if *cur != live {
-                    tracing::info!(node = %self.name, live = ?live, "membership changed");
-                    *cur = live.clone();
-                    true
-                } else {
-                    false
+                if *cur == live {
+                    return false;
                 }
+                // What changed, not the whole set: thousands of names on every node at
+                // every change would flood the logs of a large cluster.
+                let joined: Vec<&String> = live.difference(cur).take(LOGGED_NAMES).collect();
+                let left: Vec<&String> = cur.difference(&live).take(LOGGED_NAMES).collect();
+                tracing::info!(
+                    node = %self.name, size = live.len(), ?joined, ?left,
+                    "membership changed (at most {LOGGED_NAMES} names each)"
+                );
+                *cur = live.clone();
+                true
             });
             // After the live set: whoever sees settled sees the view it settled on.
             let now = std::time::Instant::now();

@@ -27,19 +27,21 @@ mod metrics;
 pub mod peers;
 pub mod pressure;
 mod reader;
+pub mod scale;
 pub mod settle;
+#[cfg(feature = "sim")]
+pub mod sim;
 
 pub use key::{KEY_MIN_LEN, MembershipKey, MembershipKeyError, Reread};
 pub use metrics::MembershipMetrics;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::num::{NonZeroU8, NonZeroUsize};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU16;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use foca::{Config, Foca, PeriodicParams, PostcardCodec};
+use foca::{Foca, PostcardCodec};
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 use tokio::net::UdpSocket;
@@ -196,33 +198,6 @@ impl MembershipConfig {
             heartbeat: HeartbeatConfig::default(),
         }
     }
-
-    fn foca_config(&self) -> Result<Config, MembershipError> {
-        let t = &self.timings;
-        if t.probe_rtt.is_zero() || t.probe_rtt >= t.probe_period || t.suspect_to_down_after.is_zero() {
-            return Err(MembershipError::Timings(
-                "probe_rtt must be non-zero and shorter than probe_period; suspect_to_down_after non-zero"
-                    .into(),
-            ));
-        }
-        let n = |v: usize| NonZeroUsize::new(v).unwrap_or(NonZeroUsize::MIN);
-        Ok(Config {
-            probe_period: t.probe_period,
-            probe_rtt: t.probe_rtt,
-            num_indirect_probes: n(3),
-            max_transmissions: NonZeroU8::new(6).unwrap_or(NonZeroU8::MIN),
-            suspect_to_down_after: t.suspect_to_down_after,
-            remove_down_after: Some(Duration::from_secs(3600)),
-            max_packet_size: n(1400),
-            notify_down_members: true,
-            periodic_announce: Some(PeriodicParams { frequency: t.rejoin_interval * 10, num_members: n(1) }),
-            periodic_announce_to_down_members: Some(PeriodicParams {
-                frequency: t.rejoin_interval,
-                num_members: n(2),
-            }),
-            periodic_gossip: Some(PeriodicParams { frequency: t.gossip_interval, num_members: n(2) }),
-        })
-    }
 }
 
 /// Errors starting membership.
@@ -255,7 +230,10 @@ impl Membership {
             bind_udp(cfg.bind).and_then(|s| s.set_nonblocking(true).map(|()| s)).map_err(bind_err)?;
         let reader_sock = std_sock.try_clone().map_err(bind_err)?;
         let socket = UdpSocket::from_std(std_sock).map_err(bind_err)?;
-        let config = cfg.foca_config()?;
+        let seeds: Vec<Seed> = cfg.seeds.into_iter().filter(|s| s.name != cfg.name).collect();
+        // Sized for every Node (this one too); resized as the live set grows or shrinks.
+        let size = seeds.len() + 1;
+        let (resizer, config) = scale::Resizer::new(cfg.timings.clone(), size)?;
         let sealer = Sealer::with_window(cfg.key.expose(), rand::random(), cfg.rotation_window)
             .map_err(|_| MembershipError::Key)?;
         let opener = Sealer::with_window(cfg.key.expose(), rand::random(), cfg.rotation_window)
@@ -271,7 +249,6 @@ impl Membership {
         let (suspected_tx, suspected_rx) = watch::channel(BTreeSet::new());
         let (taken_over_tx, taken_over_rx) = watch::channel(0);
         let (swim_tx, swim_rx) = mpsc::channel(1024);
-        let seeds: Vec<Seed> = cfg.seeds.into_iter().filter(|s| s.name != cfg.name).collect();
         let (nodes_tx, nodes_rx) = watch::channel(seeds.clone());
         // This host's pressure in permille: the driver samples it, the reader stretches
         // the heartbeat silence by it ([`pressure`]).
@@ -314,6 +291,8 @@ impl Membership {
             socket,
             seeds,
             rejoin_interval: cfg.timings.rejoin_interval,
+            resizer,
+            rejoin_tick: 0,
             name: cfg.name.clone(),
             live: live_tx,
             members: members_tx,
