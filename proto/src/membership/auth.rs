@@ -87,6 +87,8 @@ impl Kind {
 pub const VERSION: u8 = 3;
 const HEADER_LEN: usize = 4 + 1 + 8 + 8;
 const TAG_LEN: usize = 32;
+/// What sealing adds to a payload: the header before it and the MAC after it.
+pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;
 /// How far behind the newest counter of a session a late datagram may be.
 const WINDOW: u64 = 64;
 /// Sessions remembered per receiver; beyond, the least recently heard is forgotten.
