@@ -136,6 +136,28 @@ pub const MARGIN: u32 = 2;
 /// minute brings it back to the configured one.
 pub const PEAK_HALF_LIFE: Duration = Duration::from_secs(20);
 
+/// At most this many members are beaten. The election spreads the successors of an
+/// owner's addresses over the cluster: an owner of 1 000 addresses among 1 000 nodes has
+/// about 630 of them, and beating each every 5 ms would be 126 000 datagrams a second.
+/// The members that are successor of the most addresses are beaten; the others learn of
+/// the owner's death through SWIM, as without heartbeats.
+pub const MAX_TARGETS: usize = 16;
+
+/// The members to beat, from the successors of each address owned: the
+/// [`MAX_TARGETS`] named for the most addresses (ties by name).
+pub fn targets<'a, S>(successors: impl IntoIterator<Item = S>) -> BTreeSet<String>
+where
+    S: IntoIterator<Item = &'a String>,
+{
+    let mut count: BTreeMap<&String, usize> = BTreeMap::new();
+    for name in successors.into_iter().flatten() {
+        *count.entry(name).or_default() += 1;
+    }
+    let mut ranked: Vec<(&String, usize)> = count.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    ranked.into_iter().take(MAX_TARGETS).map(|(n, _)| n.clone()).collect()
+}
+
 /// Heartbeat timings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeartbeatConfig {

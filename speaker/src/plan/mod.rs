@@ -17,6 +17,7 @@ pub use incremental::Planner;
 
 use crate::model::{Changes, ClusterModel, EndpointCounts, NodeInfo, ServiceInfo, ServiceKey, TrafficPolicy};
 use ferrolb_proto::election;
+use ferrolb_proto::membership::heartbeat;
 
 /// Attributes of one announced prefix, as the advertisement(s) asked.
 #[derive(Debug, Clone, PartialEq, Eq, Default, PartialOrd, Ord)]
@@ -87,14 +88,13 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The nodes this node sends L2 heartbeats to: the successors of every address it
-    /// owns and does not hand over.
+    /// The nodes this node sends L2 heartbeats to: the successors of the addresses it
+    /// owns and does not hand over, at most [`heartbeat::MAX_TARGETS`] of them (those
+    /// of the most addresses).
     pub fn heartbeat_targets(&self) -> BTreeSet<String> {
-        self.l2_successors
-            .iter()
-            .filter(|(ip, _)| !self.l2_draining.contains_key(ip))
-            .flat_map(|(_, s)| s.iter().cloned())
-            .collect()
+        heartbeat::targets(
+            self.l2_successors.iter().filter(|(ip, _)| !self.l2_draining.contains_key(ip)).map(|(_, s)| s),
+        )
     }
 
     /// Addresses announced by BGP to at least one peer.

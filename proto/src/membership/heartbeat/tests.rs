@@ -458,3 +458,15 @@ fn a_delivery_stall_on_a_busy_host_is_no_suspicion() {
         );
     }
 }
+
+#[test]
+fn an_owner_beats_at_most_max_targets_members_those_of_the_most_addresses() {
+    let lists: Vec<Vec<String>> = (0..1000).map(|i| vec![format!("node{:03}", i % 300)]).collect();
+    let chosen = targets(&lists);
+    assert_eq!(chosen.len(), MAX_TARGETS);
+    // node000..node099 succeed 4 addresses each, the others 3: the first are chosen.
+    let expected: BTreeSet<String> = (0..MAX_TARGETS).map(|i| format!("node{i:03}")).collect();
+    assert_eq!(chosen, expected);
+    let few: Vec<Vec<String>> = vec![vec!["a".into()], vec!["b".into(), "a".into()]];
+    assert_eq!(targets(&few), BTreeSet::from(["a".to_owned(), "b".to_owned()]));
+}
