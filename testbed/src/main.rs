@@ -226,6 +226,20 @@ enum Bench {
         #[arg(long)]
         out: Option<std::path::PathBuf>,
     },
+    /// SWIM membership of many members in one process, simulated time, delay and loss:
+    /// traffic per member, false suspicions, time for every member to learn a death;
+    /// the L2 heartbeats of an owner of 1 000 addresses (issue #39 point 3).
+    MembershipScale {
+        /// Cluster sizes.
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]
+        sizes: Vec<usize>,
+        /// Shares of datagrams lost, in percent.
+        #[arg(long, value_delimiter = ',', default_value = "0,1,5")]
+        loss: Vec<f64>,
+        /// Simulated seconds measured at rest per size and loss.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
     /// Static-file edit → UPDATE at an ExaBGP recorder (receive timestamp).
     FileLatency {
         /// Number of edits.
@@ -313,6 +327,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 sizes,
                 runs,
                 out,
+            })?)
+        }
+        Cmd::Bench { bench: Bench::MembershipScale { sizes, loss, seconds } } => {
+            let losses = loss.iter().map(|l| l / 100.0).collect();
+            Ok(ferrolb_bench::membership_scale::run(&ferrolb_bench::membership_scale::Params {
+                sizes,
+                losses,
+                seconds,
             })?)
         }
         Cmd::Bench { bench: Bench::FileLatency { trials } } => Ok(ferrolb_bench::file_latency::run(trials)?),

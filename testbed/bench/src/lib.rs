@@ -9,6 +9,7 @@ pub mod controller_memory;
 pub mod failover;
 pub mod file_latency;
 pub mod l2_soak;
+pub mod membership_scale;
 pub mod plan;
 pub mod report;
 pub mod svg;
