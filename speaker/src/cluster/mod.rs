@@ -16,6 +16,7 @@ pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ferrolb_api::{
@@ -132,21 +133,52 @@ impl Update {
 /// a Local Service's endpoints can move without the announcements following. A dead
 /// apiserver refuses a retry at once and a live one answers it cheaply, and a recovering
 /// one sees each speaker's relists spread over the jitter, so a short cap costs little.
+///
+/// **A thundering herd spread with the cluster.** Every speaker's watches fail together
+/// when the apiserver restarts, and each first retry may be a relist: 5 000 speakers
+/// times ten kinds within half a second. So the first retry after a success waits up to
+/// [`RELIST_SPREAD_PER_NODE`] more per Node in the cluster ([`set_cluster_size`]), at
+/// random: 10 s for 5 000 Nodes, nothing noticeable for a handful.
 #[derive(Debug, Clone)]
 pub struct WatchBackoff {
     next: Duration,
+    /// The Nodes to spread for; None: the cluster's, as last synced.
+    nodes: Option<usize>,
 }
 
 impl WatchBackoff {
-    /// The first delay.
+    /// The first delay (before the cluster's spread).
     pub const MIN: Duration = Duration::from_millis(500);
     /// The longest delay before jitter (with it, at most 1.5 × this).
     pub const MAX: Duration = Duration::from_secs(5);
 }
 
+/// How much the first retry of a failed watch is spread per Node in the cluster.
+pub const RELIST_SPREAD_PER_NODE: Duration = Duration::from_millis(2);
+
+/// The Nodes in the cluster, as last synced: what the first retry's spread is made of.
+static CLUSTER_SIZE: AtomicUsize = AtomicUsize::new(0);
+
+/// Records the number of Nodes, for the spread of every watch's first retry.
+pub fn set_cluster_size(nodes: usize) {
+    CLUSTER_SIZE.store(nodes, Ordering::Relaxed);
+}
+
+/// The window the first retry of a failed watch is spread over, for `nodes` Nodes.
+pub fn relist_spread(nodes: usize) -> Duration {
+    RELIST_SPREAD_PER_NODE.saturating_mul(u32::try_from(nodes).unwrap_or(u32::MAX))
+}
+
 impl Default for WatchBackoff {
     fn default() -> Self {
-        WatchBackoff { next: Self::MIN }
+        WatchBackoff { next: Self::MIN, nodes: None }
+    }
+}
+
+impl WatchBackoff {
+    /// A backoff spreading its first retry for `nodes` Nodes, whatever the cluster's.
+    pub fn for_nodes(nodes: usize) -> Self {
+        WatchBackoff { next: Self::MIN, nodes: Some(nodes) }
     }
 }
 
@@ -155,8 +187,10 @@ impl Iterator for WatchBackoff {
 
     fn next(&mut self) -> Option<Duration> {
         let base = self.next;
+        let nodes = self.nodes.unwrap_or_else(|| CLUSTER_SIZE.load(Ordering::Relaxed));
+        let spread = if base == Self::MIN { relist_spread(nodes) } else { Duration::ZERO };
         self.next = (self.next * 2).min(Self::MAX);
-        Some(base.mul_f64(1.0 + rand::random::<f64>() / 2.0))
+        Some(base.mul_f64(1.0 + rand::random::<f64>() / 2.0) + spread.mul_f64(rand::random::<f64>()))
     }
 }
 

@@ -198,3 +198,23 @@ fn a_failing_watch_retries_within_seconds_however_long_the_outage() {
     b.reset();
     assert!(b.next().is_some_and(|d| d <= WatchBackoff::MIN.mul_f64(1.5)));
 }
+
+#[test]
+fn the_first_retries_of_a_large_cluster_spread_over_seconds() {
+    assert!(relist_spread(3) < Duration::from_millis(10));
+    let spread = relist_spread(5000);
+    assert_eq!(spread, Duration::from_secs(10));
+    // 1 000 speakers' first retries after an apiserver restart: spread over the window,
+    // about a tenth in each tenth of it (counted, not timed).
+    let mut per_second = [0u32; 12];
+    for _ in 0..1000 {
+        let d = WatchBackoff::for_nodes(5000).next().unwrap();
+        per_second[usize::try_from(d.as_secs()).unwrap().min(11)] += 1;
+    }
+    assert!(per_second[1..10].iter().all(|n| (50..=150).contains(n)), "{per_second:?}");
+    assert_eq!(per_second[11], 0, "past MIN × 1.5 + the spread: {per_second:?}");
+    // The spread is for the first retry only: the next ones double as before.
+    let mut b = WatchBackoff::for_nodes(5000);
+    b.next();
+    assert!(b.next().is_some_and(|d| d <= WatchBackoff::MIN.mul_f64(3.0)));
+}

@@ -35,6 +35,7 @@ impl State {
             }
             self.watch_secrets();
         }
+        crate::cluster::set_cluster_size(self.model.nodes.len());
         if !applied.was_synced {
             self.metrics.model_synced.set(1);
             tracing::info!(
