@@ -105,6 +105,10 @@ enum ClusterCmd {
         /// images imported locally) instead of the testbed acting as the kubelet.
         #[arg(long)]
         kubelets: bool,
+        /// Fake Nodes (kwok-node-00001, …) that kwok keeps Ready beside the lab's nodes;
+        /// pods bound to them by nodeName become Running and Ready (testbed/kube/KWOK.md).
+        #[arg(long, default_value_t = 0)]
+        kwok_nodes: usize,
     },
     /// Stop a cluster started by `cluster up` and remove its lab and state.
     Down {
@@ -123,6 +127,8 @@ enum ClusterCmd {
         nodes: usize,
         #[arg(long)]
         kubelets: bool,
+        #[arg(long)]
+        kwok_nodes: usize,
     },
 }
 
@@ -292,12 +298,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Status => status(),
         Cmd::Demo { kubelets: false } => ferrolb_testbed::demo::run().context("demo failed"),
         Cmd::Demo { kubelets: true } => demo_kubelets(),
-        Cmd::Cluster { cmd: ClusterCmd::Up { name, control_planes, nodes, kubelets } } => {
-            ferrolb_cluster::cli::up(&name, control_planes, nodes, kubelets)
+        Cmd::Cluster { cmd: ClusterCmd::Up { name, control_planes, nodes, kubelets, kwok_nodes } } => {
+            ferrolb_cluster::cli::up(&name, control_planes, nodes, kubelets, kwok_nodes)
         }
         Cmd::Cluster { cmd: ClusterCmd::Down { name } } => ferrolb_cluster::cli::down(&name),
-        Cmd::Cluster { cmd: ClusterCmd::Serve { name, control_planes, nodes, kubelets } } => {
-            ferrolb_cluster::cli::serve(&name, control_planes, nodes, kubelets)
+        Cmd::Cluster { cmd: ClusterCmd::Serve { name, control_planes, nodes, kubelets, kwok_nodes } } => {
+            ferrolb_cluster::cli::serve(&name, control_planes, nodes, kubelets, kwok_nodes)
         }
         Cmd::Bench { bench: Bench::Failover { trials, family, failure } } => {
             Ok(ferrolb_bench::failover::run(&ferrolb_bench::failover::Params { trials, family, failure })?)

@@ -32,7 +32,13 @@ fn running_pid(name: &str) -> Option<i32> {
 }
 
 /// Starts the cluster in the background and waits until it is ready.
-pub fn up(name: &str, control_planes: usize, nodes: usize, kubelets: bool) -> anyhow::Result<()> {
+pub fn up(
+    name: &str,
+    control_planes: usize,
+    nodes: usize,
+    kubelets: bool,
+    kwok_nodes: usize,
+) -> anyhow::Result<()> {
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
         bail!("--name: letters, digits and '-' only");
     }
@@ -52,6 +58,7 @@ pub fn up(name: &str, control_planes: usize, nodes: usize, kubelets: bool) -> an
     cmd.args(["cluster", "serve", "--name", name])
         .args(["--control-planes", &control_planes.to_string(), "--nodes", &nodes.to_string()])
         .args(kubelets.then_some("--kubelets"))
+        .args(["--kwok-nodes", &kwok_nodes.to_string()])
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
@@ -59,6 +66,8 @@ pub fn up(name: &str, control_planes: usize, nodes: usize, kubelets: bool) -> an
     let mut child = cmd.spawn().context("starting ferrolb-testbed cluster serve")?;
     std::fs::write(dir.join("serve.pid"), child.id().to_string())?;
     let start = Instant::now();
+    // Thousands of fake Nodes take their time to register and turn Ready.
+    let timeout = UP_TIMEOUT + Duration::from_millis(40) * u32::try_from(kwok_nodes).unwrap_or(u32::MAX / 40);
     let ready = dir.join("ready");
     while !ready.exists() {
         if let Some(status) = child.try_wait()? {
@@ -68,9 +77,9 @@ pub fn up(name: &str, control_planes: usize, nodes: usize, kubelets: bool) -> an
                 tail(&read_lossy(&dir.join("serve.log")), 30)
             );
         }
-        if start.elapsed() > UP_TIMEOUT {
+        if start.elapsed() > timeout {
             let _ = kill(Pid::from_raw(i32::try_from(child.id()).unwrap_or(0)), Signal::SIGTERM);
-            bail!("the cluster was not ready after {UP_TIMEOUT:?}; see {}", dir.join("serve.log").display());
+            bail!("the cluster was not ready after {timeout:?}; see {}", dir.join("serve.log").display());
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -120,10 +129,17 @@ pub fn down(name: &str) -> anyhow::Result<()> {
 }
 
 /// Runs the lab and its control plane until SIGTERM or SIGINT.
-pub fn serve(name: &str, control_planes: usize, nodes: usize, kubelets: bool) -> anyhow::Result<()> {
+pub fn serve(
+    name: &str,
+    control_planes: usize,
+    nodes: usize,
+    kubelets: bool,
+    kwok_nodes: usize,
+) -> anyhow::Result<()> {
     let dir = state_dir(name);
     let lab = Lab::up(LabConfig::nodes(nodes.max(control_planes)))?;
-    let cluster = Cluster::start(&lab, &ClusterConfig { control_planes, kubelets, ..Default::default() })?;
+    let cluster =
+        Cluster::start(&lab, &ClusterConfig { control_planes, kubelets, kwok_nodes, ..Default::default() })?;
     std::fs::copy(cluster.kubeconfig(), dir.join("kubeconfig"))?;
     let mut summary = format!(
         "cluster {name} is up: lab {} ({} nodes, {control_planes} control plane{}), apiserver on the host at https://{}\n",
@@ -154,6 +170,22 @@ pub fn serve(name: &str, control_planes: usize, nodes: usize, kubelets: bool) ->
             node.name(),
             node.static_pod_path().display(),
             node.containerd()?.socket().display()
+        ));
+    }
+    if let Some(kwok) = cluster.kwok() {
+        let names = kwok.nodes();
+        summary.push_str(&format!(
+            "  {} fake nodes {}…{} (kwok, label {}={}): registered in {:.1} s, Ready {:.1} s later; \
+             pods bound to them get IPs from {}; kwok log: {}\n",
+            names.len(),
+            names.first().map_or("", String::as_str),
+            names.last().map_or("", String::as_str),
+            crate::kwok::LABEL.0,
+            crate::kwok::LABEL.1,
+            kwok.registered_in().as_secs_f64(),
+            kwok.ready_in().as_secs_f64(),
+            crate::kwok::FAKE_POD_V4,
+            kwok.log_path().display(),
         ));
     }
     summary.push_str(&format!("  files: {}\n", cluster.paths().dir.display()));

@@ -13,6 +13,9 @@
 //! instead ([`node`]): the Nodes register themselves, pods really run (hostNetwork), and
 //! the node lifecycle controller runs, as on a real cluster.
 //!
+//! With [`ClusterConfig::kwok_nodes`], kwok ([`kwok`]) keeps that many fake Nodes Ready
+//! beside the lab's, and makes the pods bound to them Running and Ready.
+//!
 //! The apiservers live in the control-plane nodes' namespaces; the host reaches them
 //! only through loopback forwarders ([`forward`]), never through a route into the lab.
 //!
@@ -34,6 +37,7 @@ mod faults;
 pub mod ferrolb;
 pub mod forward;
 pub mod kubelet;
+pub mod kwok;
 mod leftovers;
 pub mod node;
 mod pki;
@@ -86,11 +90,20 @@ pub struct ClusterConfig {
     /// [`Cluster::start`] does not wait for the workers' Nodes: what serves it may
     /// come up only later (the bootstrap static pod).
     pub workers_server: Option<String>,
+    /// Fake Nodes (`kwok-node-00001`, …) kwok keeps Ready, registered once the control
+    /// plane is up ([`kwok`]); 0: no kwok.
+    pub kwok_nodes: usize,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { control_planes: 1, extra_sans: Vec::new(), kubelets: false, workers_server: None }
+        ClusterConfig {
+            control_planes: 1,
+            extra_sans: Vec::new(),
+            kubelets: false,
+            workers_server: None,
+            kwok_nodes: 0,
+        }
     }
 }
 
@@ -156,6 +169,8 @@ pub struct Cluster {
     kubelet: Option<tokio::task::JoinHandle<()>>,
     /// Real kubelets and their containerd, one per lab node (with [`ClusterConfig::kubelets`]).
     real_nodes: Vec<node::RealNode>,
+    /// kwok and its fake Nodes (with [`ClusterConfig::kwok_nodes`]).
+    kwok: Option<kwok::Kwok>,
     log_dir: PathBuf,
 }
 
@@ -276,6 +291,7 @@ impl Cluster {
         let mut out = String::new();
         for p in [self.etcd.log_path().to_path_buf(), self.controller_manager.log_path().to_path_buf()]
             .into_iter()
+            .chain(self.kwok.as_ref().map(|k| k.log_path().to_path_buf()))
             .chain(self.apiserver_specs.iter().map(|(_, s)| self.log_dir.join(format!("{}.log", s.name))))
         {
             out.push_str(&format!("----- {} -----\n{}\n", p.display(), tail(&read_lossy(&p), lines)));
@@ -291,6 +307,9 @@ impl Drop for Cluster {
         }
         // The kubelets first, while the apiserver still answers them.
         self.real_nodes.clear();
+        if let Some(k) = &mut self.kwok {
+            k.kill();
+        }
         if let Some(s) = &mut self.scheduler {
             s.kill();
         }

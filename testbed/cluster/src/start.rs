@@ -15,7 +15,7 @@ use super::forward::Forwarder;
 use super::pki::{write_cert_kubeconfig, write_client_pair, write_pki};
 use super::{
     APISERVER_PORT, Cluster, ClusterConfig, ETCD_PORT, ISSUER, Paths, SERVICE_CIDRS, kube_binary, kubelet,
-    node, node_ready,
+    kwok, node, node_ready,
 };
 use ferrolb_lab::https::TestCa;
 use ferrolb_lab::netns::Netns;
@@ -31,7 +31,8 @@ impl Cluster {
     /// 2..=K, the controller-manager on node 1; waits for every apiserver's `/readyz`;
     /// registers every lab node as a Ready Node and starts acting as their kubelet, or,
     /// with [`ClusterConfig::kubelets`], starts a real node on each and waits until
-    /// every Node is Ready.
+    /// every Node is Ready; then, with [`ClusterConfig::kwok_nodes`], starts kwok and
+    /// waits until its fake Nodes are Ready.
     pub fn start(lab: &Lab, cfg: &ClusterConfig) -> Result<Self, Error> {
         Self::start_with(lab, cfg, &mut |_, _, _| Ok(()))
     }
@@ -52,6 +53,10 @@ impl Cluster {
             )));
         }
         let kube = kube_binary()?;
+        if cfg.kwok_nodes > 0 {
+            // Missing kwok fails here, not after the control plane came up.
+            kwok::check(cfg.kwok_nodes)?;
+        }
         let paths = Paths::new(lab.subdir("cluster")?);
         std::fs::create_dir_all(&paths.pki)?;
         let ca = write_pki(&paths, k, &cfg.extra_sans)?;
@@ -180,8 +185,12 @@ impl Cluster {
             (None, real)
         } else {
             rt.block_on(kubelet::register_nodes(&admin, &nodes))?;
-            (Some(rt.spawn(kubelet::run(admin, nodes.clone()))), Vec::new())
+            (Some(rt.spawn(kubelet::run(admin.clone(), nodes.clone()))), Vec::new())
         };
+        // kwok's Leases matter only to the node lifecycle controller, which runs with real kubelets.
+        let kwok = (cfg.kwok_nodes > 0)
+            .then(|| kwok::Kwok::start(&cp1, &paths, &cp1_server, cfg.kubelets, &rt, &admin, cfg.kwok_nodes))
+            .transpose()?;
 
         let cluster = Cluster {
             paths,
@@ -201,6 +210,7 @@ impl Cluster {
             rt,
             kubelet,
             real_nodes,
+            kwok,
             log_dir,
         };
         // The ServiceAccount controllers and the RBAC bootstrap must have run before a
