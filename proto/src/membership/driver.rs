@@ -228,7 +228,7 @@ impl Driver {
         let live = self.live.borrow().clone();
         let targets: Vec<MemberId> = scale::announce_targets(&self.seeds, &live, self.rejoin_tick)
             .into_iter()
-            .map(|s| MemberId { name: s.name.clone(), addr: s.addr, generation: 0, started: 0 })
+            .map(|s| MemberId { name: s.name.as_str().into(), addr: s.addr, generation: 0, started: 0 })
             .collect();
         self.rejoin_tick += 1;
         for t in targets {
@@ -278,12 +278,13 @@ impl Driver {
             }
         }
         if changed {
-            let mut live: BTreeSet<String> = self.foca.iter_members().map(|m| m.id().name.clone()).collect();
+            let mut live: BTreeSet<String> =
+                self.foca.iter_members().map(|m| m.id().name.to_string()).collect();
             live.insert(self.name.clone());
             // The gauge first: whoever sees the new live set sees the matching size.
             self.metrics.size.set(i64::try_from(live.len()).unwrap_or(i64::MAX));
             let members: BTreeMap<String, SocketAddr> =
-                self.foca.iter_members().map(|m| (m.id().name.clone(), m.id().addr)).collect();
+                self.foca.iter_members().map(|m| (m.id().name.to_string(), m.id().addr)).collect();
             let others: BTreeSet<String> = members.keys().cloned().collect();
             self.members.send_if_modified(|cur| {
                 let differs = *cur != members;

@@ -87,8 +87,9 @@ pub fn read_key_file(path: &std::path::Path) -> Result<MembershipKey, String> {
 /// start time), which orders the identities of one name: the greater one wins.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberId {
-    /// Node name (unique in the cluster).
-    pub name: String,
+    /// Node name (unique in the cluster); shared, so that SWIM, which compares the names
+    /// of every member to find the one an update is about, copies no string to do so.
+    pub name: Arc<str>,
     /// Where it receives membership datagrams.
     pub addr: SocketAddr,
     /// Renewals of this instance's identity: +1 every time it was declared down (a
@@ -101,14 +102,14 @@ pub struct MemberId {
 }
 
 impl foca::Identity for MemberId {
-    type Addr = String;
+    type Addr = Arc<str>;
 
     fn renew(&self) -> Option<Self> {
         let generation = self.generation.checked_add(1)?;
         Some(MemberId { generation, ..self.clone() })
     }
 
-    fn addr(&self) -> String {
+    fn addr(&self) -> Arc<str> {
         self.name.clone()
     }
 
@@ -240,7 +241,7 @@ impl Membership {
             .map_err(|_| MembershipError::Key)?;
         let (key_tx, key_rx) = watch::channel(cfg.key.clone());
         let started = cfg.started_ms.unwrap_or_else(unix_ms);
-        let me = MemberId { name: cfg.name.clone(), addr: cfg.advertise, generation: 0, started };
+        let me = MemberId { name: cfg.name.as_str().into(), addr: cfg.advertise, generation: 0, started };
         let rng: StdRng = rand::make_rng();
         let foca = Foca::new(me, config, rng, PostcardCodec);
         let (live_tx, live_rx) = watch::channel(BTreeSet::from([cfg.name.clone()]));
@@ -444,4 +445,28 @@ fn unix_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod wire_tests {
+    use super::*;
+
+    /// The identity as releases before the shared name wrote it.
+    #[derive(Serialize)]
+    struct Before {
+        name: String,
+        addr: SocketAddr,
+        generation: u32,
+        started: u64,
+    }
+
+    #[test]
+    fn a_member_identity_is_written_as_before_the_name_was_shared() {
+        let addr: SocketAddr = "192.0.2.11:7946".parse().unwrap();
+        let now = MemberId { name: "node1".into(), addr, generation: 3, started: 1_764_000_000_000 };
+        let before = Before { name: "node1".into(), addr, generation: 3, started: 1_764_000_000_000 };
+        let bytes = postcard::to_allocvec(&now).unwrap();
+        assert_eq!(bytes, postcard::to_allocvec(&before).unwrap());
+        assert_eq!(postcard::from_bytes::<MemberId>(&bytes).unwrap(), now);
+    }
 }

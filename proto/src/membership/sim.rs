@@ -14,6 +14,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -96,7 +97,7 @@ pub struct Sim {
     params: Params,
     now: Duration,
     nodes: Vec<Node>,
-    index: HashMap<String, usize>,
+    index: HashMap<Arc<str>, usize>,
     queue: BinaryHeap<Reverse<(Duration, u64)>>,
     events: HashMap<u64, Event>,
     seq: u64,
@@ -322,7 +323,7 @@ impl Sim {
 fn member_id(i: usize) -> MemberId {
     let octets = u128::try_from(i).unwrap_or(0) + 0x2001_0db8_0000_0000_0000_0000_0000_0000;
     MemberId {
-        name: format!("worker-{i:05}.rack.example"),
+        name: format!("worker-{i:05}.rack.example").into(),
         addr: SocketAddr::new(IpAddr::V6(Ipv6Addr::from(octets)), 7946),
         generation: 0,
         started: 1_764_000_000_000,
