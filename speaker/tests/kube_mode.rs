@@ -265,15 +265,7 @@ fn announcements_status_events_crash_consistency_and_an_apiserver_outage() {
         let (plans_tx, plans_rx) = tokio::sync::mpsc::unbounded_channel();
         let plans = Plans::record(plans_rx);
         let opts = KubeOptions {
-            options: Options {
-                node_name: "node1".into(),
-                lb_class: DEFAULT_LB_CLASS.into(),
-                membership_bind: None,
-                membership_key_file: None,
-                drain_max_delay: run::DEFAULT_DRAIN_MAX_DELAY,
-                drain_on_shutdown: run::DEFAULT_DRAIN_ON_SHUTDOWN,
-                heartbeat: ferrolb_proto::membership::HeartbeatConfig::default(),
-            },
+            options: Options::defaults("node1"),
             namespace: "ferrolb-system".into(),
             plans: Some(plans_tx),
             record: None,
@@ -572,16 +564,8 @@ fn a_recorded_run_replays_into_the_same_plans() {
         let (client, server) = FakeApiServer::new().client();
         register_crds(&server, &[]);
         kubeapi::apply_stream(&client, TWO_RACKS).await.unwrap();
-        let options = Options {
-            node_name: "node1".into(),
-            lb_class: DEFAULT_LB_CLASS.into(),
-            membership_bind: None,
-            membership_key_file: None,
-            // The setting this test is about: a drain that runs out while it watches.
-            drain_max_delay: Duration::from_millis(300),
-            drain_on_shutdown: run::DEFAULT_DRAIN_ON_SHUTDOWN,
-            heartbeat: ferrolb_proto::membership::HeartbeatConfig::default(),
-        };
+        // The setting this test is about: a drain that runs out while it watches.
+        let options = Options { drain_max_delay: Duration::from_millis(300), ..Options::defaults("node1") };
         let (plans_tx, mut plans_rx) = tokio::sync::mpsc::unbounded_channel();
         let (record_tx, mut record_rx) = tokio::sync::mpsc::unbounded_channel();
         let opts = KubeOptions {

@@ -18,7 +18,6 @@ use ferrolb_fakeapi::{FakeApiServer, LoggedRequest, Verb};
 use ferrolb_lab::kubeapi;
 use ferrolb_lab::netns::{PREFIX, TempNetns};
 use ferrolb_speaker::metrics::Metrics;
-use ferrolb_speaker::model::DEFAULT_LB_CLASS;
 use ferrolb_speaker::run::{self, KubeOptions, Options};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -67,15 +66,7 @@ fn objects() -> String {
 
 fn start(server: &FakeApiServer, node: &str) -> JoinHandle<anyhow::Result<()>> {
     let opts = KubeOptions {
-        options: Options {
-            node_name: node.into(),
-            lb_class: DEFAULT_LB_CLASS.into(),
-            membership_bind: None,
-            membership_key_file: None,
-            drain_max_delay: run::DEFAULT_DRAIN_MAX_DELAY,
-            drain_on_shutdown: run::DEFAULT_DRAIN_ON_SHUTDOWN,
-            heartbeat: ferrolb_proto::membership::HeartbeatConfig::default(),
-        },
+        options: Options::defaults(node),
         namespace: "ferrolb-system".into(),
         plans: None,
         record: None,

@@ -34,6 +34,23 @@ pub struct Options {
     pub heartbeat: HeartbeatConfig,
 }
 
+impl Options {
+    /// What node `node_name` runs with when no flag says otherwise: class
+    /// `ferrolb.io/lb`, membership on its default address with the key from the Secret,
+    /// the default drains and heartbeats.
+    pub fn defaults(node_name: &str) -> Self {
+        Options {
+            node_name: node_name.into(),
+            lb_class: crate::model::DEFAULT_LB_CLASS.into(),
+            membership_bind: None,
+            membership_key_file: None,
+            drain_max_delay: DEFAULT_DRAIN_MAX_DELAY,
+            drain_on_shutdown: DEFAULT_DRAIN_ON_SHUTDOWN,
+            heartbeat: HeartbeatConfig::default(),
+        }
+    }
+}
+
 /// Options of Kubernetes mode.
 #[derive(Debug, Clone)]
 pub struct KubeOptions {

@@ -19,15 +19,7 @@ const L2_FILE: &str = "apiVersion: v1\nkind: Node\nmetadata: {name: node1}\nstat
 fn opts(dir: &std::path::Path, key: Option<PathBuf>) -> StaticOptions {
     let file = dir.join("static.yaml");
     std::fs::write(&file, L2_FILE).unwrap();
-    let options = Options {
-        node_name: "node1".into(),
-        lb_class: crate::model::DEFAULT_LB_CLASS.into(),
-        membership_bind: None,
-        membership_key_file: key,
-        drain_max_delay: DEFAULT_DRAIN_MAX_DELAY,
-        drain_on_shutdown: DEFAULT_DRAIN_ON_SHUTDOWN,
-        heartbeat: ferrolb_proto::membership::HeartbeatConfig::default(),
-    };
+    let options = Options { membership_key_file: key, ..Options::defaults("node1") };
     StaticOptions { options, file }
 }
 
