@@ -269,6 +269,23 @@ enum Bench {
         #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 50_000])]
         services: Vec<usize>,
     },
+    /// At cluster scale on the real control plane (issue #39): kwok's fake Nodes, two real
+    /// speakers and the controller; ferrolb's apiserver requests at rest, per Service change
+    /// and on a rolling restart of the speakers, their RSS and CPU, Service created → route.
+    Scale {
+        /// Fake Nodes; one lab per value and per value of --services.
+        #[arg(long, value_delimiter = ',', default_values_t = [100usize, 1_000])]
+        nodes: Vec<usize>,
+        /// LoadBalancer Services made before measuring.
+        #[arg(long, value_delimiter = ',', default_values_t = [100usize, 1_000])]
+        services: Vec<usize>,
+        /// How long ferrolb is watched at rest, seconds.
+        #[arg(long, default_value_t = 20)]
+        rest_seconds: u64,
+        /// Services created one after another at rest, each timed to its route.
+        #[arg(long, default_value_t = 20)]
+        late: usize,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -349,6 +366,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Bench { bench: Bench::ControllerMemory { services } } => {
             Ok(ferrolb_bench::controller_memory::run(&services)?)
+        }
+        Cmd::Bench { bench: Bench::Scale { nodes, services, rest_seconds, late } } => {
+            use ferrolb_bench::scale;
+            let rest = std::time::Duration::from_secs(rest_seconds);
+            Ok(scale::run(&scale::Params { nodes, services, settings: scale::Settings { rest, late } })?)
         }
         Cmd::Image { cmd: ImageCmd::Build { tag, out, profile } } => image_build(&tag, &out, &profile),
         Cmd::HotText { profiles, out } => hot_text(&profiles, &out),

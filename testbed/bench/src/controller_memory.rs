@@ -28,7 +28,8 @@ use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::whole_path::{Build, GOAL_CONTROLLER_RSS_MIB, GOAL_RSS_SERVICES, REBUILT, reconciles, wait_log};
+use super::builds::Build;
+use super::whole_path::{GOAL_CONTROLLER_RSS_MIB, GOAL_RSS_SERVICES, REBUILT, reconciles, wait_log};
 use super::{mib, peak_rss, rss};
 use ferrolb_cluster::ferrolb;
 use ferrolb_lab::kubeapi::{FakeCluster, Objects};

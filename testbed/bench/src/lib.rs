@@ -5,6 +5,7 @@ pub mod apiserver_failover;
 pub mod bfd;
 pub mod bgp_scale;
 mod bird_ctl;
+pub mod builds;
 pub mod controller_memory;
 pub mod failover;
 pub mod file_latency;
@@ -12,6 +13,7 @@ pub mod l2_soak;
 pub mod membership_scale;
 pub mod plan;
 pub mod report;
+pub mod scale;
 pub mod svg;
 pub mod whole_path;
 

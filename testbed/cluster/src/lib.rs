@@ -39,6 +39,7 @@ pub mod forward;
 pub mod kubelet;
 pub mod kwok;
 mod leftovers;
+pub mod load;
 pub mod node;
 mod pki;
 mod start;

@@ -17,6 +17,7 @@ use super::{
     wait_log,
 };
 use crate::bird_ctl::BirdCtl;
+use crate::builds::{CLOCK_TICKS, cpu_ticks};
 use crate::{mib, ms, peak_rss, rss};
 use ferrolb_cluster::{Cluster, ferrolb};
 use ferrolb_lab::process::Proc;
@@ -99,7 +100,7 @@ impl CpuMeter {
         let mut rows: Vec<(&str, u64)> = by_program.into_iter().filter(|(_, t)| *t > 0).collect();
         rows.sort_by_key(|r| std::cmp::Reverse(r.1));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        let secs = |ticks: u64| ticks as f64 / CLOCK_TICKS;
+        let secs = |ticks: u64| ticks as f64 / CLOCK_TICKS as f64;
         let all: u64 = rows.iter().map(|(_, t)| t).sum();
         println!(
             "   CPU meanwhile: {:.0} s of {:.0} s available on {cores:.0} CPUs ({:.0}% busy)",
@@ -115,18 +116,6 @@ impl CpuMeter {
     fn sample_pids(pids: impl Iterator<Item = i32>) -> BTreeMap<i32, u64> {
         pids.filter_map(|p| Some((p, cpu_ticks(p)?))).collect()
     }
-}
-
-/// Linux reports /proc times in USER_HZ ticks, 100 per second on every architecture it runs.
-const CLOCK_TICKS: f64 = 100.0;
-
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
 /// The program a process runs: its argv[0]'s file name, the command of the multicall
@@ -166,7 +155,7 @@ pub(super) fn controller_cold_start(
     }
     let offset = audit_len(cluster);
     let (start, start_us) = (Instant::now(), unix_us());
-    *controller = builds.start_controller(lab, conf, "controller-restarted")?;
+    *controller = builds.start_controller(lab, conf, WORKER, "controller-restarted")?;
     wait_log(controller, REBUILT, T)?;
     let log = controller.logs();
     let since = |needle: &str| log_time(&log, needle).map(|t| us_between(start_us, t));

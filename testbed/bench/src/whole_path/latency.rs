@@ -14,6 +14,7 @@ use super::{
     Audited, BIRD_POLL, GOAL_P50, GOAL_P99, PER_SERVICE, audit, bird_socket, create, micros, service_account,
     service_name, unix_us, us_between,
 };
+use crate::builds::percentiles;
 use crate::ms;
 use ferrolb_cluster::{Cluster, ferrolb};
 use ferrolb_lab::{Error, Lab};
@@ -122,13 +123,4 @@ fn print_row(what: &str, xs: &[Duration], note: &str) {
         ),
         None => println!("   {what:<34} no samples"),
     }
-}
-
-/// p50, p90, p99 and max (nearest rank).
-pub(super) fn percentiles(xs: &[Duration]) -> Option<[Duration; 4]> {
-    let mut v = xs.to_vec();
-    v.sort();
-    let max = *v.last()?;
-    let at = |p: usize| v[(v.len() * p).div_ceil(100).clamp(1, v.len()) - 1];
-    Some([at(50), at(90), at(99), max])
 }

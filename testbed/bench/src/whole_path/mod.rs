@@ -22,12 +22,13 @@
 //! gives the static-mode figure). Figures are printed beside the goals, never
 //! asserted.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Service;
+
+use crate::builds::Builds;
 use kube::api::{Api, PostParams};
 
 use crate::bird_ctl::BirdCtl;
@@ -35,11 +36,14 @@ use ferrolb_cluster::audit::rfc3339_us;
 use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
 use ferrolb_lab::process::{Proc, read_lossy, strip_ansi};
 use ferrolb_lab::routers::{self, Bird, RouterSpec};
-use ferrolb_lab::speaker::{self, yaml};
-use ferrolb_lab::{Error, Lab, LabConfig, addressing, binary, wait};
+use ferrolb_lab::speaker::yaml;
+use ferrolb_lab::{Error, Lab, LabConfig, addressing, wait};
 
 mod cold_start;
 pub(crate) use cold_start::{REBUILT, reconciles};
+
+/// The speaker's metrics port, as the manifests serve it.
+const SPEAKER_METRICS_PORT: u16 = 9121;
 mod latency;
 mod observe;
 mod restart;
@@ -120,8 +124,8 @@ pub fn run(p: &Params) -> Result<(), Error> {
     let bird = Bird::start(&lab, &RouterSpec::default().graceful_restart(GR_TIME))?;
     let controller_conf = ferrolb::kubeconfig(&cluster, ferrolb::CONTROLLER_SA, 1)?;
     let speaker_conf = ferrolb::speaker_kubeconfig(&cluster, WORKER, 1)?;
-    let mut controller = builds.start_controller(&lab, &controller_conf, "controller")?;
-    let mut speaker = builds.start_speaker(&lab, &speaker_conf, "speaker")?;
+    let mut controller = builds.start_controller(&lab, &controller_conf, WORKER, "controller")?;
+    let mut speaker = builds.start_speaker(&lab, &speaker_conf, WORKER, "speaker", SPEAKER_METRICS_PORT)?;
     routers::wait_established(&bird, &[addressing::node_ip(WORKER)], T)?;
     wait_log(&controller, cold_start::REBUILT, T)?;
     println!("  cluster, ferrolb and BIRD up in {:.1} s", t.elapsed().as_secs_f64());
@@ -159,53 +163,6 @@ pub fn run(p: &Params) -> Result<(), Error> {
     drop(lab);
     println!("\nlab {id} torn down");
     Ok(())
-}
-
-/// A build of one of ferrolb's programs, and how it was chosen (for printing).
-pub(crate) struct Build {
-    pub(crate) path: PathBuf,
-    pub(crate) how: String,
-}
-
-impl Build {
-    /// The release build of `name` when present, else the debug one (`$FERROLB_<NAME>_BIN`
-    /// wins).
-    pub(crate) fn choose(name: &str) -> Result<Self, Error> {
-        if let Some(path) = binary::from_env(name) {
-            let how = format!("{name}: {} (from ${})", path.display(), binary::env_var(name));
-            return Ok(Build { path, how });
-        }
-        let (path, profile) = match binary::workspace(name, "release") {
-            Ok(p) => (p, "release"),
-            Err(_) => (binary::workspace(name, "debug")?, "debug"),
-        };
-        let how = format!("{name}: {profile} build, {}", path.display());
-        Ok(Build { path, how })
-    }
-}
-
-/// The controller and speaker builds the bench runs, started on [`WORKER`].
-struct Builds {
-    controller: Build,
-    speaker: Build,
-}
-
-impl Builds {
-    fn choose() -> Result<Self, Error> {
-        Ok(Builds {
-            controller: Build::choose("ferrolb-controller")?,
-            speaker: Build::choose("ferrolb-speaker")?,
-        })
-    }
-
-    fn start_controller(&self, lab: &Lab, conf: &Path, tag: &str) -> Result<Proc, Error> {
-        lab.spawn(lab.node(WORKER), ferrolb::controller_spawn(&self.controller.path, conf, WORKER, tag, &[]))
-    }
-
-    fn start_speaker(&self, lab: &Lab, conf: &Path, tag: &str) -> Result<Proc, Error> {
-        let metrics = SocketAddr::new(addressing::node_ip(WORKER), 9121);
-        lab.spawn(lab.node(WORKER), speaker::kube_spawn(&self.speaker.path, conf, WORKER, tag, Some(metrics)))
-    }
 }
 
 /// The bench's objects: its namespace, more ClusterIPs, the pool, the router as a

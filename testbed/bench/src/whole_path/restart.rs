@@ -46,7 +46,7 @@ pub(super) fn speaker_restart(
     }
 
     let (start, start_us) = (Instant::now(), unix_us());
-    *speaker = builds.start_speaker(lab, conf, "speaker-restarted")?;
+    *speaker = builds.start_speaker(lab, conf, WORKER, "speaker-restarted", super::SPEAKER_METRICS_PORT)?;
     let mut established: Option<Duration> = None;
     let mut polls = 0u64;
     let done = loop {

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use super::latency::percentiles;
 use super::observe::{PeerState, peer_state};
 use super::{field, line_time, rfc3339_us};
+use crate::builds::percentiles;
 
 #[test]
 fn percentiles_by_nearest_rank() {

@@ -1,0 +1,401 @@
+//! `bench scale`: what ferrolb costs the apiserver as nodes and Services grow (issue #39,
+//! point 2), on the real control plane.
+//!
+//! One lab per size: etcd, kube-apiserver v1.37 and kube-controller-manager on node1;
+//! kwok keeping `nodes` fake Nodes Ready beside the two real ones; the real controller
+//! (node2) and a real speaker on each real node, all with their own ServiceAccounts'
+//! tokens; BIRD on r1, peering with both speakers. `services` LoadBalancer Services
+//! (policy Cluster, no NodePorts) each select a few pods on fake nodes, which kwok makes
+//! Ready and the real EndpointSlice controller lists.
+//!
+//! Once everything is at rest (every Service addressed and routed via both nodes, every
+//! ServiceAnnouncement written, every endpoint ready, ferrolb silent for a while):
+//! 1. the requests ferrolb sends at rest, per component and verb (apiserver audit log),
+//!    with the speakers' and the controller's RSS and CPU time meanwhile;
+//! 2. Services created one after another, from the create request to the route in BIRD;
+//! 3. the requests one Service change costs: a Service's ports patched, one Service created;
+//! 4. every speaker restarted in turn (SIGTERM, started again, its routes back before the
+//!    next): the lists each one makes, per kind.
+//!
+//! Figures are printed beside the issue's goals, never asserted on time;
+//! `testbed/tests/real_scale.rs` runs the smallest size and asserts what is counted.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::bird_ctl::BirdCtl;
+use crate::builds::{Builds, CLOCK_TICKS, cpu_ticks};
+use crate::whole_path::{REBUILT, wait_log};
+use ferrolb_cluster::load::{Window, now_us};
+use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
+use ferrolb_lab::process::Proc;
+use ferrolb_lab::routers::{self, Bird, RouterSpec};
+use ferrolb_lab::{Error, Lab, LabConfig, addressing, client};
+
+mod print;
+pub mod requests;
+mod routes;
+#[cfg(test)]
+mod tests;
+mod workload;
+
+pub use requests::Requests;
+use workload::Workload;
+
+/// Sizes and settings of a run.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// Fake Nodes, one lab per value (and per value of `services`).
+    pub nodes: Vec<usize>,
+    /// Services.
+    pub services: Vec<usize>,
+    /// What every size runs with.
+    pub settings: Settings,
+}
+
+/// One size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size {
+    /// Fake Nodes (kwok), besides the two real ones.
+    pub nodes: usize,
+    /// LoadBalancer Services made before the measurements.
+    pub services: usize,
+}
+
+/// What every size runs with.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// How long ferrolb is watched at rest.
+    pub rest: Duration,
+    /// Services created one after another at rest, each timed to its route.
+    pub late: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { rest: Duration::from_secs(20), late: 20 }
+    }
+}
+
+/// The real nodes, each running a speaker; the controller runs on the last.
+const SPEAKERS: usize = 2;
+/// Any single wait that does not grow with the size (a start, a session, a restart).
+const T: Duration = Duration::from_secs(120);
+/// How long ferrolb must have sent nothing but watches and Lease renewals to be at rest.
+const QUIET: Duration = Duration::from_secs(3);
+
+/// The issue's goals, printed beside the figures.
+mod goals {
+    /// A speaker's RSS at 5 000 nodes and 10 000 Services, MiB.
+    pub(super) const SPEAKER_RSS_MIB: f64 = 64.0;
+    /// Service created → route, p99, ms.
+    pub(super) const ROUTE_P99_MS: f64 = 100.0;
+}
+
+/// Every size of `p`, one lab each, printed as it completes, then a summary.
+pub fn run(p: &Params) -> Result<(), Error> {
+    let mut all = Vec::new();
+    for &nodes in &p.nodes {
+        for &services in &p.services {
+            let size = Size { nodes, services };
+            println!("\n=== bench scale: {nodes} fake Nodes, {services} Services ===");
+            let figures = measure(size, &p.settings)?;
+            figures.print();
+            all.push(figures);
+        }
+    }
+    print::summary(&all);
+    Ok(())
+}
+
+/// What one size measured.
+#[derive(Debug, Clone)]
+pub struct Figures {
+    /// The size.
+    pub size: Size,
+    /// Fake pods behind each Service.
+    pub pods_per_service: usize,
+    /// Which builds ran.
+    pub builds: Vec<String>,
+    /// How long getting there took.
+    pub setup: Setup,
+    /// ferrolb at rest.
+    pub rest: Rest,
+    /// Services created at rest, one at a time.
+    pub latency: Latency,
+    /// One Service's ports patched.
+    pub port_change: Requests,
+    /// One Service created.
+    pub new_service: Requests,
+    /// Every speaker restarted in turn.
+    pub restart: Restart,
+    /// Services not routed via every speaker at the end (should be none).
+    pub unrouted: Vec<String>,
+}
+
+/// How long getting to rest took.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    /// Lab, control plane, fake Nodes Ready, ferrolb installed and started, sessions up.
+    pub cluster_up: Duration,
+    /// Pods and Services created.
+    pub created: Duration,
+    /// From the first create to rest.
+    pub settled: Duration,
+}
+
+/// ferrolb at rest.
+#[derive(Debug, Clone)]
+pub struct Rest {
+    /// The requests of the window.
+    pub requests: Requests,
+    /// Writes by others to what the speakers watch, over the window (should be none).
+    pub others: requests::Tally,
+    /// Each process over the window.
+    pub processes: Vec<Process>,
+}
+
+/// One of ferrolb's processes over the rest window.
+#[derive(Debug, Clone)]
+pub struct Process {
+    /// `controller`, `speaker node1`, …
+    pub who: String,
+    /// VmRSS at the end of the window, bytes.
+    pub rss: Option<u64>,
+    /// Of which anonymous (heap, stacks) and file-backed (mostly the binary's text), bytes.
+    pub rss_split: Option<(u64, u64)>,
+    /// A speaker's live heap (`ferrolb_speaker_heap_bytes`), bytes.
+    pub heap: Option<u64>,
+    /// utime + stime over the window.
+    pub cpu: Option<Duration>,
+}
+
+/// Service created → route in BIRD.
+#[derive(Debug, Clone, Default)]
+pub struct Latency {
+    /// One per Service routed in time.
+    pub samples: Vec<Duration>,
+    /// Create request → the controller's status write received, per Service routed
+    /// (apiserver audit log).
+    pub to_status: Vec<Duration>,
+    /// Services not routed within the bound.
+    pub missed: Vec<String>,
+}
+
+/// Every speaker restarted in turn.
+#[derive(Debug, Clone)]
+pub struct Restart {
+    /// The requests from the first SIGTERM until ferrolb was at rest again.
+    pub requests: Requests,
+    /// The restarted speakers, as named in [`Requests`] (`speaker node1`, …).
+    pub speakers: Vec<String>,
+    /// How long, until every route was back and ferrolb at rest.
+    pub took: Duration,
+}
+
+/// Runs one size in a lab of its own and returns what it measured.
+pub fn measure(size: Size, settings: &Settings) -> Result<Figures, Error> {
+    let builds = Builds::choose()?;
+    let started = Instant::now();
+    let lab = Lab::up(LabConfig::nodes(SPEAKERS))?;
+    let cluster = Cluster::start(&lab, &ClusterConfig { kwok_nodes: size.nodes, ..Default::default() })?;
+    ferrolb::install(&cluster, "bgp")?;
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &workload::configuration())?;
+    workload::wait_ready(&cluster)?;
+    let bird = Bird::start(&lab, &RouterSpec::default())?;
+    let mut ctl = BirdCtl::connect(&routes::bird_socket(&lab))?;
+    let controller_conf = ferrolb::kubeconfig(&cluster, ferrolb::CONTROLLER_SA, 1)?;
+    let controller = builds.start_controller(&lab, &controller_conf, SPEAKERS, "controller")?;
+    let speaker_confs = (1..=SPEAKERS)
+        .map(|i| ferrolb::speaker_kubeconfig(&cluster, i, 1))
+        .collect::<Result<Vec<PathBuf>, Error>>()?;
+    let mut speakers = (1..=SPEAKERS)
+        .map(|i| builds.start_speaker(&lab, &speaker_confs[i - 1], i, "speaker", SPEAKER_METRICS_PORT))
+        .collect::<Result<Vec<Proc>, Error>>()?;
+    routers::wait_established(&bird, &speaker_ips(), T)?;
+    wait_log(&controller, REBUILT, T)?;
+    let cluster_up = started.elapsed();
+    println!(
+        "  lab, control plane, {} fake Nodes Ready, ferrolb and BIRD up in {:.1} s",
+        size.nodes,
+        cluster_up.as_secs_f64()
+    );
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let client = ferrolb_cluster::client_from(&rt, &cluster.kubeconfig())?;
+    // Room for every Service the run makes: the late ones and the change's too.
+    let work = Workload::new(&cluster, &rt, &client, size.services + settings.late + 1);
+    let names: Vec<String> = (1..=size.services).map(|i| format!("svc-{i:05}")).collect();
+    let t = Instant::now();
+    work.create_many(&names)?;
+    let created = t.elapsed();
+    println!(
+        "  {} pods and {} Services created in {:.1} s; waiting for rest",
+        names.len() * work.pods_per_service,
+        names.len(),
+        created.as_secs_f64()
+    );
+    // kube-controller-manager writes each new Node and EndpointSlice at 20 requests a
+    // second; kwok makes pods Ready a few hundred a second.
+    let per_object = |n: usize, ms: u64| Duration::from_millis(ms) * u32::try_from(n).unwrap_or(u32::MAX);
+    let budget = T + per_object(size.nodes, 100) + per_object(size.services, 200);
+    routes::wait_converged(&work, &mut ctl, size.services, budget)?;
+    requests::wait_quiet(&cluster, budget)?;
+    let setup = Setup { cluster_up, created, settled: t.elapsed() };
+    println!("  at rest {:.1} s after the first create", setup.settled.as_secs_f64());
+
+    let rest = at_rest(&lab, &cluster, &controller, &speakers, settings.rest)?;
+    let mut total = size.services;
+    let latency = routes::created_to_route(&work, &mut ctl, settings.late)?;
+    total += settings.late;
+    routes::wait_converged(&work, &mut ctl, total, budget)?;
+    requests::wait_quiet(&cluster, T)?;
+    let (port_change, new_service) = one_change(&cluster, &work, &mut ctl, &names[0], total)?;
+    total += 1;
+    let restart =
+        rolling_restart(&lab, &cluster, &builds, &work, &mut ctl, &mut speakers, &speaker_confs, total)?;
+    let unrouted = routes::progress(&work, &mut ctl)?.unrouted;
+    let pods_per_service = work.pods_per_service;
+
+    drop(work);
+    rt.shutdown_background();
+    drop((controller, speakers, bird, cluster));
+    drop(lab);
+    Ok(Figures {
+        size,
+        pods_per_service,
+        builds: vec![builds.controller.how.clone(), builds.speaker.how.clone()],
+        setup,
+        rest,
+        latency,
+        port_change,
+        new_service,
+        restart,
+        unrouted,
+    })
+}
+
+/// Watches ferrolb for `length` at rest: its requests, its processes' CPU time and RSS,
+/// the speakers' live heap.
+fn at_rest(
+    lab: &Lab,
+    cluster: &Cluster,
+    controller: &Proc,
+    speakers: &[Proc],
+    length: Duration,
+) -> Result<Rest, Error> {
+    // (who, pid, the lab node whose speaker it is)
+    let mut procs: Vec<(String, i32, Option<usize>)> = vec![("controller".into(), controller.pid(), None)];
+    procs.extend(speakers.iter().enumerate().map(|(i, p)| (speaker_name(i + 1), p.pid(), Some(i + 1))));
+    let window = Window::open(cluster);
+    let before: Vec<Option<u64>> = procs.iter().map(|(_, pid, _)| cpu_ticks(*pid)).collect();
+    // The measurement itself: nothing is awaited, ferrolb is watched doing nothing.
+    std::thread::sleep(length);
+    let after: Vec<Option<u64>> = procs.iter().map(|(_, pid, _)| cpu_ticks(*pid)).collect();
+    let processes = procs
+        .iter()
+        .zip(before.iter().zip(&after))
+        .map(|((who, pid, node), (b, a))| Process {
+            who: who.clone(),
+            rss: crate::rss(*pid),
+            rss_split: crate::rss_split(*pid),
+            heap: node.and_then(|i| speaker_heap(lab, i)),
+            cpu: b.zip(*a).map(|(b, a)| ticks(a.saturating_sub(b))),
+        })
+        .collect();
+    let end = now_us();
+    let requests = requests::close(&window, end)?;
+    let others = requests::others_writes(&window, end);
+    Ok(Rest { requests, others, processes })
+}
+
+/// `ferrolb_speaker_heap_bytes` of the speaker of lab node `i` (live allocations: what
+/// the build or the allocator's free lists do not change), read from the client.
+fn speaker_heap(lab: &Lab, i: usize) -> Option<u64> {
+    let addr = SocketAddr::new(addressing::node_ip(i), SPEAKER_METRICS_PORT);
+    let text = client::http_get(lab.client(), addr, "/metrics", Duration::from_secs(2)).ok()?;
+    let v = text.lines().find_map(|l| l.strip_prefix("ferrolb_speaker_heap_bytes "))?;
+    v.trim().parse::<f64>().ok().map(|b| b as u64)
+}
+
+/// One Service's ports patched, then (once ferrolb is quiet again) one Service created:
+/// the requests of each, from the change until ferrolb is at rest again. The new
+/// Service's route proves both were processed: every component sees the Services in
+/// the order they changed, on one watch.
+fn one_change(
+    cluster: &Cluster,
+    work: &Workload<'_>,
+    ctl: &mut BirdCtl,
+    patched: &str,
+    services: usize,
+) -> Result<(Requests, Requests), Error> {
+    // The new Service's pods first: kwok's work, not the change's.
+    let name = "change-00001";
+    work.create_pods(name)?;
+    let first = Window::open(cluster);
+    work.patch_port(patched, 8080)?;
+    requests::wait_quiet(cluster, T)?;
+    let second = Window::open(cluster);
+    work.create_service(name)?;
+    routes::wait_converged(work, ctl, services + 1, T)?;
+    requests::wait_quiet(cluster, T)?;
+    let end = now_us();
+    let port_change = requests::close(&first, second.from_us())?;
+    let new_service = requests::close(&second, end)?;
+    Ok((port_change, new_service))
+}
+
+/// Restarts every speaker in turn, as a DaemonSet rollout does: SIGTERM, started again
+/// with the same token, then its model synced and every route back from its node
+/// before the next. Returns the requests from the first SIGTERM until ferrolb is at
+/// rest again.
+#[allow(clippy::too_many_arguments)] // the lab's parts, each used
+fn rolling_restart(
+    lab: &Lab,
+    cluster: &Cluster,
+    builds: &Builds,
+    work: &Workload<'_>,
+    ctl: &mut BirdCtl,
+    speakers: &mut [Proc],
+    confs: &[PathBuf],
+    services: usize,
+) -> Result<Restart, Error> {
+    let window = Window::open(cluster);
+    let t = Instant::now();
+    for (i, conf) in (1..=speakers.len()).zip(confs) {
+        let old = &mut speakers[i - 1];
+        if old.terminate(Duration::from_secs(10)).is_none() {
+            old.kill();
+        }
+        let new = builds.start_speaker(lab, conf, i, "speaker-restarted", SPEAKER_METRICS_PORT)?;
+        wait_log(&new, SYNCED, T)?;
+        speakers[i - 1] = new;
+        routes::wait_routes_from(ctl, addressing::node_ip(i), services, T)?;
+    }
+    routes::wait_converged(work, ctl, services, T)?;
+    requests::wait_quiet(cluster, T)?;
+    let took = t.elapsed();
+    let requests = requests::close(&window, now_us())?;
+    Ok(Restart { requests, speakers: (1..=speakers.len()).map(speaker_name).collect(), took })
+}
+
+/// The speaker's log line once every watched kind is listed.
+const SYNCED: &str = "every watch listed: model synced";
+
+/// Where a speaker serves its metrics, on its node's address (the manifests' port).
+const SPEAKER_METRICS_PORT: u16 = 9121;
+
+/// How the figures name the speaker of lab node `i`.
+fn speaker_name(i: usize) -> String {
+    format!("speaker {}", addressing::node_name(i))
+}
+
+/// The speakers' addresses, BIRD's neighbours.
+fn speaker_ips() -> Vec<std::net::IpAddr> {
+    (1..=SPEAKERS).map(addressing::node_ip).collect()
+}
+
+fn ticks(n: u64) -> Duration {
+    Duration::from_millis(n * 1000 / CLOCK_TICKS)
+}

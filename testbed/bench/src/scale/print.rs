@@ -1,0 +1,315 @@
+//! The figures as tables, beside the goals.
+
+use crate::builds::percentiles;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::requests::{SPEAKER_WATCHES, Tally, is_busy};
+use super::{Figures, QUIET, Requests, SPEAKERS, goals};
+use crate::mib;
+
+impl Figures {
+    /// Prints one size's figures.
+    pub fn print(&self) {
+        let s = self.size;
+        println!(
+            "  {} fake Nodes (kwok) and {SPEAKERS} real ones, each running a speaker (BGP to BIRD), the controller on node{SPEAKERS}",
+            s.nodes
+        );
+        println!(
+            "  {} LoadBalancer Services (policy Cluster) with {} fake pods each, then {} created one at a time and 1 for the change",
+            s.services,
+            self.pods_per_service,
+            self.latency.samples.len() + self.latency.missed.len()
+        );
+        for b in &self.builds {
+            println!("  {b}");
+        }
+        println!(
+            "  up in {:.1} s; pods and Services created in {:.1} s; at rest {:.1} s after the first create",
+            self.setup.cluster_up.as_secs_f64(),
+            self.setup.created.as_secs_f64(),
+            self.setup.settled.as_secs_f64()
+        );
+        self.print_rest();
+        self.print_latency();
+        self.print_change();
+        self.print_restart();
+        if self.unrouted.is_empty() {
+            println!("\n  every Service routed via every speaker at the end");
+        } else {
+            println!("\n  NOT routed via every speaker at the end: {:?}", self.unrouted);
+        }
+    }
+
+    fn print_rest(&self) {
+        let r = &self.rest.requests;
+        println!(
+            "\n  1. apiserver requests at rest over {:.0} s (audit log, each request once)   goal: ≈ 0/s, watches only",
+            r.window.as_secs_f64()
+        );
+        let renewals = r.tally(super::requests::is_lease_renewal);
+        for ((who, verb, resource), n) in &renewals {
+            println!(
+                "     {who:<16} {verb:<7} {resource:<24} {n:>5}  {:>5.2}/s  leader election: the Lease read and renewed every 3 s",
+                r.rate(*n)
+            );
+        }
+        let busy = r.busy();
+        print_tally(&busy, Some(r));
+        let n: usize = busy.values().sum();
+        println!("     besides watches and Lease renewals: {n} requests ({:.2}/s)", r.rate(n));
+        let others: usize = self.rest.others.values().sum();
+        println!(
+            "     writes by others to Nodes, Services, EndpointSlices meanwhile (watch events for every speaker): {others}"
+        );
+        print_tally(&self.rest.others, None);
+        let watches = r.watches();
+        if watches.is_empty() {
+            println!("     watches opened: none");
+        } else {
+            let w: Vec<String> = watches.iter().map(|((who, res), n)| format!("{who} {res} {n}")).collect();
+            println!("     watches opened (one ended, re-opened): {}", w.join(", "));
+        }
+        println!(
+            "     {:<16} {:>9} {:>20} {:>10}  {:>24}   goal at 5 000 nodes and 10 000 Services: speaker RSS < {:.0} MiB, CPU ≈ 0",
+            "process",
+            "RSS",
+            "(anonymous / file)",
+            "live heap",
+            "CPU over the window",
+            goals::SPEAKER_RSS_MIB
+        );
+        for p in &self.rest.processes {
+            let rss = p.rss.map_or("—".into(), |b| format!("{:.1} MiB", mib(b)));
+            let split =
+                p.rss_split.map_or(String::new(), |(a, f)| format!("({:.1} / {:.1})", mib(a), mib(f)));
+            let cpu = p.cpu.map_or("—".into(), |c| {
+                format!("{:.2} s ({:.2} % of a core)", c.as_secs_f64(), 100.0 * share(c, r.window))
+            });
+            let heap = p.heap.map_or(String::new(), |b| format!("{:.1} MiB", mib(b)));
+            println!("     {:<16} {rss:>9} {split:>20} {heap:>10}  {cpu:>24}", p.who);
+        }
+    }
+
+    fn print_latency(&self) {
+        let l = &self.latency;
+        println!(
+            "\n  2. Service created → route in BIRD: {} Services one after another at rest (clock from the create request; BIRD polled every 5 ms)",
+            l.samples.len() + l.missed.len()
+        );
+        match percentiles(&l.samples) {
+            Some([p50, p90, p99, max]) => println!(
+                "     p50 {} ms  p90 {} ms  p99 {} ms  max {} ms   goal p99 < {:.0} ms{}",
+                crate::fmt_ms(p50),
+                crate::fmt_ms(p90),
+                crate::fmt_ms(p99),
+                crate::fmt_ms(max),
+                goals::ROUTE_P99_MS,
+                if l.samples.len() < 100 { " (fewer than 100 samples: p99 is the maximum)" } else { "" }
+            ),
+            None => println!("     no sample"),
+        }
+        if let Some([p50, p90, p99, max]) = percentiles(&l.to_status) {
+            println!(
+                "     of which create request → the controller's status write received (audit log): p50 {} ms  p90 {} ms  p99 {} ms  max {} ms",
+                crate::fmt_ms(p50),
+                crate::fmt_ms(p90),
+                crate::fmt_ms(p99),
+                crate::fmt_ms(max)
+            );
+        }
+        if !l.missed.is_empty() {
+            println!("     not routed within 30 s: {:?}", l.missed);
+        }
+    }
+
+    fn print_change(&self) {
+        println!(
+            "\n  3. one Service change: ferrolb's requests from the change until it was quiet for {} s   goal: no list, no relist, no per-node write",
+            QUIET.as_secs()
+        );
+        for (what, r) in [
+            ("ports of svc-00001 patched (80 → 8080)", &self.port_change),
+            ("one Service created (its pods before)", &self.new_service),
+        ] {
+            let busy = r.busy();
+            let n: usize = busy.values().sum();
+            println!(
+                "     {what}: {n} requests besides watches and Lease renewals ({} of these){}",
+                r.lease_renewals(),
+                if n == 0 { "" } else { ":" }
+            );
+            print_tally(&busy, None);
+            let lists: usize = r.lists().values().sum();
+            if lists > 0 {
+                println!("       of which {lists} lists");
+            }
+        }
+        let per_speaker: Vec<String> = self
+            .new_service
+            .tally(|c| c.is_write() && c.node.is_some())
+            .iter()
+            .map(|((who, verb, res), n)| format!("{who} {verb} {res} {n}"))
+            .collect();
+        if !per_speaker.is_empty() {
+            println!(
+                "     per-node writes for one Service created (they grow with the nodes running a speaker): {}",
+                per_speaker.join(", ")
+            );
+        }
+    }
+
+    fn print_restart(&self) {
+        let r = &self.restart;
+        println!(
+            "\n  4. rolling restart of every speaker (SIGTERM, started again, its routes back in BIRD before the next), {:.1} s until at rest   goal: ≤ 1 list per speaker per kind",
+            r.took.as_secs_f64()
+        );
+        let lists = r.requests.lists();
+        let pages = r.requests.later_pages();
+        let mut rows: Vec<String> = SPEAKER_WATCHES.iter().map(|s| (*s).to_string()).collect();
+        let others: BTreeSet<String> =
+            lists.keys().map(|(_, res)| res.clone()).filter(|res| !rows.contains(res)).collect();
+        rows.extend(others);
+        let mut header = format!("     {:<24}", "lists (+ later pages)");
+        for who in &r.speakers {
+            header.push_str(&format!(" {who:>16}"));
+        }
+        println!("{header}");
+        for res in &rows {
+            let mut line = format!("     {res:<24}");
+            for who in &r.speakers {
+                let key = (who.clone(), res.clone());
+                let n = lists.get(&key).copied().unwrap_or(0);
+                let cell = match pages.get(&key) {
+                    Some(p) => format!("{n} (+{p})"),
+                    None => n.to_string(),
+                };
+                line.push_str(&format!(" {cell:>16}"));
+            }
+            println!("{line}");
+        }
+        let by_others: Vec<String> = lists
+            .iter()
+            .filter(|((who, _), _)| !r.speakers.contains(who))
+            .map(|((who, res), n)| format!("{who} {res} {n}"))
+            .collect();
+        if !by_others.is_empty() {
+            println!("     lists by others meanwhile: {}", by_others.join(", "));
+        }
+        let other = r.requests.tally(|c| is_busy(c) && c.request.verb != "list");
+        let n: usize = other.values().sum();
+        println!(
+            "     requests besides lists, watches and Lease renewals: {n}{}",
+            if n == 0 { "" } else { ":" }
+        );
+        print_tally(&other, None);
+    }
+}
+
+/// The sizes side by side.
+pub(super) fn summary(all: &[Figures]) {
+    if all.is_empty() {
+        return;
+    }
+    println!("\n=== bench scale: summary ===");
+    println!(
+        "  {:>6} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>15}",
+        "fake",
+        "",
+        "at rest",
+        "change",
+        "new Svc",
+        "restart",
+        "speaker",
+        "speaker",
+        "speaker",
+        "controller",
+        "created → route"
+    );
+    println!(
+        "  {:>6} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>15}",
+        "Nodes",
+        "Services",
+        "req/s (a)",
+        "lists",
+        "writes",
+        "lists (b)",
+        "RSS MiB",
+        "heap MiB",
+        "CPU % (c)",
+        "RSS MiB",
+        "p50 / p99 ms"
+    );
+    for f in all {
+        let rest = f.rest.requests.busy().values().sum::<usize>();
+        let change_lists: usize =
+            [&f.port_change, &f.new_service].iter().map(|r| r.lists().values().sum::<usize>()).sum();
+        let writes = f.new_service.calls.iter().filter(|c| c.is_write() && is_busy(c)).count();
+        let restart_lists = f.restart.requests.lists().values().copied().max().unwrap_or(0);
+        let speakers: Vec<&super::Process> =
+            f.rest.processes.iter().filter(|p| p.who.starts_with("speaker")).collect();
+        let rss =
+            speakers.iter().filter_map(|p| p.rss).max().map_or("—".into(), |b| format!("{:.1}", mib(b)));
+        let heap =
+            speakers.iter().filter_map(|p| p.heap).max().map_or("—".into(), |b| format!("{:.1}", mib(b)));
+        let cpu = speakers
+            .iter()
+            .filter_map(|p| p.cpu)
+            .max()
+            .map_or("—".into(), |c| format!("{:.2}", 100.0 * share(c, f.rest.requests.window)));
+        let controller = f
+            .rest
+            .processes
+            .iter()
+            .find(|p| p.who == "controller")
+            .and_then(|p| p.rss)
+            .map_or("—".into(), |b| format!("{:.1}", mib(b)));
+        let route = match percentiles(&f.latency.samples) {
+            Some([p50, _, p99, _]) => format!("{} / {}", crate::fmt_ms(p50), crate::fmt_ms(p99)),
+            None => "—".into(),
+        };
+        println!(
+            "  {:>6} {:>8} {:>10.2} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>15}",
+            f.size.nodes,
+            f.size.services,
+            f.rest.requests.rate(rest),
+            change_lists,
+            writes,
+            restart_lists,
+            rss,
+            heap,
+            cpu,
+            controller,
+            route
+        );
+    }
+    println!("  (a) besides watches and the controller's Lease renewals; goal ≈ 0");
+    println!("  (b) the most lists of one kind by one speaker; goal ≤ 1");
+    println!("  (c) of one core, the busier speaker, over the rest window; goal ≈ 0");
+    println!(
+        "  goals: no list per change; speaker RSS < {:.0} MiB at 5 000 nodes and 10 000 Services; p99 < {:.0} ms",
+        goals::SPEAKER_RSS_MIB,
+        goals::ROUTE_P99_MS
+    );
+    println!("  new Svc writes: by the controller and every speaker together, for one Service created");
+    println!(
+        "  speaker RSS and heap: the larger speaker's at the end of the rest window; heap = ferrolb_speaker_heap_bytes (live allocations)"
+    );
+}
+
+/// Rows of a tally: component, verb, resource, count (and rate over `per` when given).
+fn print_tally(t: &Tally, per: Option<&Requests>) {
+    for ((who, verb, resource), n) in t {
+        match per {
+            Some(r) => println!("     {who:<16} {verb:<7} {resource:<24} {n:>5}  {:>5.2}/s", r.rate(*n)),
+            None => println!("       {who:<16} {verb:<7} {resource:<24} {n:>5}"),
+        }
+    }
+}
+
+/// The share of `window` that `cpu` is.
+fn share(cpu: Duration, window: Duration) -> f64 {
+    cpu.as_secs_f64() / window.as_secs_f64().max(1e-3)
+}

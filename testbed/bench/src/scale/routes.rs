@@ -1,0 +1,187 @@
+//! What BIRD and the API show: every Service addressed, routed via every speaker and
+//! announced (ServiceAnnouncements), every endpoint ready; and the time from a Service's
+//! create request to its route in BIRD.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use kube::api::ListParams;
+
+use super::workload::{Workload, poll};
+use super::{Latency, SPEAKERS, requests, speaker_ips};
+use crate::bird_ctl::BirdCtl;
+use ferrolb_cluster::ferrolb;
+use ferrolb_cluster::load::{Window, now_us};
+use ferrolb_lab::routers::bird::parse_routes;
+use ferrolb_lab::{Error, Lab, kubeapi};
+
+/// How often BIRD is polled while timing a route.
+const BIRD_POLL: Duration = Duration::from_millis(5);
+/// Longest wait for one Service's route while timing.
+const PER_SERVICE: Duration = Duration::from_secs(30);
+/// How often the API and BIRD's whole RIB are read while waiting for convergence.
+const CONVERGE_POLL: Duration = Duration::from_secs(1);
+
+/// Where [`ferrolb_lab::routers::Bird::start`] puts BIRD's control socket.
+pub(super) fn bird_socket(lab: &Lab) -> PathBuf {
+    lab.dir().join("bird").join("bird.ctl")
+}
+
+/// How far the cluster is from serving every Service of the bench.
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    services: usize,
+    addressed: usize,
+    routed: usize,
+    announcements: usize,
+    ready_endpoints: usize,
+    /// Services not routed via every speaker (addressed or not).
+    pub(super) unrouted: Vec<String>,
+}
+
+/// Reads the Services, ServiceAnnouncements and EndpointSlices of the bench, and
+/// BIRD's RIB.
+pub(super) fn progress(work: &Workload<'_>, ctl: &mut BirdCtl) -> Result<Progress, Error> {
+    let list_err = |what: &str, e: kube::Error| Error::Parse(format!("listing {what}: {e}"));
+    let lp = ListParams::default();
+    let services = work.rt.block_on(work.services.list(&lp)).map_err(|e| list_err("Services", e))?;
+    let announcements = work
+        .rt
+        .block_on(work.announcements.list_metadata(&lp))
+        .map_err(|e| list_err("ServiceAnnouncements", e))?;
+    let slices = work.rt.block_on(work.slices.list(&lp)).map_err(|e| list_err("EndpointSlices", e))?;
+    let rib = next_hops(&ctl.command("show route all")?);
+    let speakers: BTreeSet<IpAddr> = speaker_ips().into_iter().collect();
+    let mut p = Progress { services: services.items.len(), ..Progress::default() };
+    for svc in &services.items {
+        let ips: Vec<IpAddr> = kubeapi::ingress_ips(svc).iter().filter_map(|s| s.parse().ok()).collect();
+        if !ips.is_empty() {
+            p.addressed += 1;
+        }
+        let routed =
+            !ips.is_empty() && ips.iter().all(|ip| rib.get(ip).is_some_and(|hops| speakers.is_subset(hops)));
+        if routed {
+            p.routed += 1;
+        } else {
+            p.unrouted.push(svc.metadata.name.clone().unwrap_or_default());
+        }
+    }
+    p.announcements = announcements.items.len();
+    p.ready_endpoints = slices
+        .items
+        .iter()
+        .flat_map(|s| &s.endpoints)
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+        .count();
+    Ok(p)
+}
+
+/// Waits until `services` Services are addressed and routed via every speaker, each
+/// speaker announced each one (a ServiceAnnouncement), and every pod behind them is a
+/// ready endpoint.
+pub(super) fn wait_converged(
+    work: &Workload<'_>,
+    ctl: &mut BirdCtl,
+    services: usize,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let what = format!(
+        "{services} Services addressed, routed via {SPEAKERS} speakers and announced, {} ready endpoints",
+        services * work.pods_per_service
+    );
+    poll(
+        &what,
+        timeout,
+        CONVERGE_POLL,
+        || progress(work, ctl),
+        |p| {
+            p.services == services
+                && p.addressed == services
+                && p.routed == services
+                && p.announcements == SPEAKERS * services
+                && p.ready_endpoints == services * work.pods_per_service
+        },
+    )?;
+    Ok(())
+}
+
+/// Waits until BIRD holds at least `n` routes from `speaker`.
+pub(super) fn wait_routes_from(
+    ctl: &mut BirdCtl,
+    speaker: IpAddr,
+    n: usize,
+    timeout: Duration,
+) -> Result<(), Error> {
+    poll(
+        &format!("{n} routes from {speaker} in BIRD"),
+        timeout,
+        Duration::from_millis(250),
+        || {
+            let text = ctl.command("show route all")?;
+            Ok(parse_routes(&text).iter().filter(|p| p.next_hop == Some(speaker)).count())
+        },
+        |got| *got >= n,
+    )?;
+    Ok(())
+}
+
+/// Creates `n` Services one after another (their pods first), each timed from its create
+/// request to its prefix's first path in BIRD (`show route count`, as `bench bgp-scale`
+/// polls it) before the next; and, from the audit log (same clock), to the controller's
+/// status write.
+pub(super) fn created_to_route(work: &Workload<'_>, ctl: &mut BirdCtl, n: usize) -> Result<Latency, Error> {
+    let window = Window::open(work.cluster);
+    let mut out = Latency::default();
+    let mut created: Vec<(String, i64)> = Vec::new();
+    for j in 1..=n {
+        let name = format!("late-{j:05}");
+        work.create_pods(&name)?;
+        let before = ctl.route_count()?;
+        let (t, t_us) = (Instant::now(), now_us());
+        work.create_service(&name)?;
+        // One Service at a time, nothing else changing: one more network is its route.
+        let routed = loop {
+            if ctl.route_count()? > before {
+                break Some(t.elapsed());
+            }
+            if t.elapsed() > PER_SERVICE {
+                break None;
+            }
+            std::thread::sleep(BIRD_POLL);
+        };
+        match routed {
+            Some(d) => {
+                out.samples.push(d);
+                created.push((name, t_us));
+            }
+            None => out.missed.push(name),
+        }
+    }
+    // The status write precedes the route: logged by now.
+    let controller = requests::user_of(ferrolb::CONTROLLER_SA);
+    let calls = window.calls(&[&controller], now_us());
+    for (name, t_us) in &created {
+        let write = calls
+            .iter()
+            .filter(|c| c.request.verb == "patch" && c.request.resource == "services/status")
+            .find(|c| c.request.name == *name)
+            .and_then(|c| c.request.received_us);
+        if let Some(w) = write {
+            out.to_status.push(Duration::from_micros(u64::try_from(w - t_us).unwrap_or(0)));
+        }
+    }
+    Ok(out)
+}
+
+/// Each prefix's next hops, by address, from `show route all`.
+fn next_hops(text: &str) -> HashMap<IpAddr, BTreeSet<IpAddr>> {
+    let mut out: HashMap<IpAddr, BTreeSet<IpAddr>> = HashMap::new();
+    for p in parse_routes(text) {
+        let Some(addr) = p.prefix.split('/').next().and_then(|a| a.parse::<IpAddr>().ok()) else { continue };
+        let hops = out.entry(addr).or_default();
+        hops.extend(p.next_hop);
+    }
+    out
+}

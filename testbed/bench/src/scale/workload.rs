@@ -1,0 +1,193 @@
+//! The bench's objects: ferrolb's configuration, the Services and the fake pods behind
+//! them (bound to kwok's Nodes, which make them Ready).
+
+use std::time::Duration;
+
+use ferrolb_api::ServiceAnnouncement;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::T;
+use ferrolb_cluster::{Cluster, ferrolb};
+use ferrolb_lab::Error;
+use ferrolb_lab::speaker::yaml;
+
+/// The namespace of the bench's Services and pods.
+pub(super) const NS: &str = "scale";
+/// The address pool: bulk benchmarking addresses, room for 65 000 Services.
+const POOL: &str = "198.18.0.0/16";
+/// More ClusterIPs than the cluster's default /20 (never routed: no kube-proxy runs),
+/// below kwok's pod and node ranges (198.19.128.0/17).
+const EXTRA_SERVICE_CIDR: &str = "198.19.0.0/17";
+/// Fake pods' addresses kwok has ([`ferrolb_cluster::kwok::FAKE_POD_V4`]: 16 382), with
+/// room to spare.
+const POD_ADDRESSES: usize = 16_000;
+/// Pods behind each Service when addresses allow.
+const MAX_PODS_PER_SERVICE: usize = 3;
+/// Services created at once; and Services whose pods are created at once.
+const IN_FLIGHT: usize = 16;
+
+/// ferrolb's configuration and the bench's namespace: the pool, the router as a BGPPeer
+/// and the advertisement, more ClusterIPs.
+pub(super) fn configuration() -> String {
+    yaml::stream(&[
+        format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n"),
+        format!(
+            "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {{name: scale-extra}}\nspec: {{cidrs: [\"{EXTRA_SERVICE_CIDR}\"]}}\n"
+        ),
+        yaml::pool("scale", &[POOL]),
+        yaml::router_peer_v4(&[]),
+        yaml::bgp_advertisement("scale", &["ipAddressPools: [scale]"]),
+    ])
+}
+
+/// Waits until the extra ServiceCIDR is Ready and the namespace has its default
+/// ServiceAccount (pods are refused without it).
+pub(super) fn wait_ready(cluster: &Cluster) -> Result<(), Error> {
+    ferrolb::wait_jsonpath(
+        cluster,
+        &["servicecidr", "scale-extra"],
+        "{.status.conditions[?(@.type==\"Ready\")].status}",
+        T,
+        |s| s == "True",
+    )?;
+    ferrolb::wait_jsonpath(cluster, &["serviceaccount", "default", "-n", NS], "{.metadata.name}", T, |s| {
+        s == "default"
+    })?;
+    Ok(())
+}
+
+/// Creates and changes the bench's objects, as the admin.
+pub(super) struct Workload<'a> {
+    pub(super) cluster: &'a Cluster,
+    pub(super) rt: &'a tokio::runtime::Runtime,
+    pub(super) services: Api<Service>,
+    pub(super) slices: Api<EndpointSlice>,
+    pub(super) announcements: Api<ServiceAnnouncement>,
+    /// Fake pods behind each Service: [`MAX_PODS_PER_SERVICE`], fewer when kwok's
+    /// addresses would not do for `services` Services (none beyond 16 000).
+    pub(super) pods_per_service: usize,
+}
+
+impl<'a> Workload<'a> {
+    /// For at most `services` Services in all.
+    pub(super) fn new(
+        cluster: &'a Cluster,
+        rt: &'a tokio::runtime::Runtime,
+        client: &kube::Client,
+        services: usize,
+    ) -> Self {
+        Workload {
+            cluster,
+            rt,
+            services: Api::namespaced(client.clone(), NS),
+            slices: Api::namespaced(client.clone(), NS),
+            announcements: Api::namespaced(client.clone(), NS),
+            pods_per_service: (POD_ADDRESSES / services.max(1)).min(MAX_PODS_PER_SERVICE),
+        }
+    }
+
+    /// Creates the pods of every Service of `names` (up to [`IN_FLIGHT`] Services' at
+    /// once), then the Services ([`IN_FLIGHT`] at once).
+    pub(super) fn create_many(&self, names: &[String]) -> Result<(), Error> {
+        let chunk = names.len().div_ceil(IN_FLIGHT).max(1);
+        std::thread::scope(|s| {
+            let workers: Vec<_> = names
+                .chunks(chunk)
+                .map(|mine| s.spawn(move || mine.iter().try_for_each(|n| self.create_pods(n))))
+                .collect();
+            workers.into_iter().try_for_each(|w| {
+                w.join().unwrap_or_else(|_| Err(Error::Thread("creating fake pods panicked".into())))
+            })
+        })?;
+        self.rt.block_on(
+            futures::stream::iter(names.iter().map(|n| create(&self.services, n)))
+                .buffer_unordered(IN_FLIGHT)
+                .try_collect::<Vec<()>>(),
+        )?;
+        Ok(())
+    }
+
+    /// The fake pods Service `name` selects (`app=<name>`), bound to the first fake Nodes.
+    pub(super) fn create_pods(&self, name: &str) -> Result<(), Error> {
+        if self.pods_per_service > 0 {
+            self.cluster.create_fake_pods(NS, name, self.pods_per_service)?;
+        }
+        Ok(())
+    }
+
+    /// Creates Service `name`.
+    pub(super) fn create_service(&self, name: &str) -> Result<(), Error> {
+        self.rt.block_on(create(&self.services, name))
+    }
+
+    /// Sets Service `name`'s only port to `port` (same target port: the EndpointSlices
+    /// do not change, only the Service).
+    pub(super) fn patch_port(&self, name: &str, port: u16) -> Result<(), Error> {
+        let patch = json!({"spec": {"ports": [{"port": port, "protocol": "TCP", "targetPort": "http"}]}});
+        self.rt
+            .block_on(self.services.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
+            .map_err(|e| Error::Parse(format!("patching Service {NS}/{name}: spec.ports: {e}")))?;
+        Ok(())
+    }
+}
+
+/// A LoadBalancer Service (policy Cluster) selecting `app=<name>`, without NodePorts
+/// (thousands of Services would exhaust their range).
+fn service(name: &str) -> Result<Service, Error> {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "type": "LoadBalancer",
+            "allocateLoadBalancerNodePorts": false,
+            "selector": {"app": name},
+            "ports": [{"port": 80, "protocol": "TCP", "targetPort": "http"}],
+        },
+    }))
+    .map_err(|e| Error::Parse(format!("Service {name}: {e}")))
+}
+
+/// Creates Service `name`, retrying twice on failure; each attempt bounded. Already
+/// there (an earlier attempt got through) is success.
+async fn create(api: &Api<Service>, name: &str) -> Result<(), Error> {
+    let svc = service(name)?;
+    let mut last = String::new();
+    for _ in 0..3 {
+        match tokio::time::timeout(Duration::from_secs(30), api.create(&PostParams::default(), &svc)).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => return Ok(()),
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "no answer in 30 s".into(),
+        }
+    }
+    Err(Error::Parse(format!("creating Service {NS}/{name}: {last}")))
+}
+
+/// Polls `probe` every `every` until it says done; the timeout's error shows its last
+/// observation. For probes too costly for [`ferrolb_lab::wait::until_value`]'s 50 ms (lists of
+/// thousands of objects, BIRD's whole RIB).
+pub(super) fn poll<P: std::fmt::Debug>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Result<P, Error>,
+    done: impl Fn(&P) -> bool,
+) -> Result<P, Error> {
+    let start = std::time::Instant::now();
+    loop {
+        let last = match probe() {
+            Ok(p) if done(&p) => return Ok(p),
+            Ok(p) => format!("{p:?}"),
+            Err(e) => e.to_string(),
+        };
+        if start.elapsed() >= timeout {
+            return Err(Error::Timeout { what: what.into(), after: timeout, last });
+        }
+        std::thread::sleep(every);
+    }
+}

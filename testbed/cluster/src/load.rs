@@ -1,0 +1,160 @@
+//! The load API clients put on the apiserver, counted from its audit log ([`super::audit`]):
+//! every request some users made within a window of time, each counted once. A speaker's
+//! token is bound to its Node, so the apiserver names that node in the request's user
+//! (extra [`NODE_NAME_EXTRA`]): speakers sharing one ServiceAccount are told apart.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use super::Cluster;
+use super::audit::Request;
+
+/// The user extra a token bound to a Node (or to a pod on it) carries: the node's name.
+pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
+
+/// One request, as counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// The audit event it is counted at.
+    pub request: Request,
+    /// The node the user's token is bound to, if any.
+    pub node: Option<String>,
+}
+
+impl Call {
+    /// Whether `r` is the one event its request is counted at: a watch when it starts
+    /// streaming (or when it fails before that), anything else when it completes. With
+    /// `omitStages: [RequestReceived]` (the testbed's audit policy) a request has one such
+    /// event; a watch has a second one when it ends, not counted.
+    pub fn counted_at(r: &Request) -> bool {
+        match (r.verb.as_str(), r.stage.as_str()) {
+            ("watch", "ResponseStarted") => true,
+            ("watch", "ResponseComplete") => r.code.is_some_and(|c| c != 200),
+            (_, stage) => stage == "ResponseComplete" || stage == "Panic",
+        }
+    }
+
+    /// A later page of a list (`continue=` in the URI): part of a list already counted.
+    pub fn is_later_page(&self) -> bool {
+        self.request.verb == "list" && self.request.uri.contains("continue=")
+    }
+
+    /// Whether the request writes (create, update, patch, delete).
+    pub fn is_write(&self) -> bool {
+        matches!(self.request.verb.as_str(), "create" | "update" | "patch" | "delete" | "deletecollection")
+    }
+
+    /// One audit log line, if it is an event `Call::counted_at` counts.
+    pub fn parse(line: &str) -> Option<Call> {
+        let request = Request::parse(line)?;
+        if !Call::counted_at(&request) {
+            return None;
+        }
+        let e: Value = serde_json::from_str(line).ok()?;
+        let node = e["user"]["extra"][NODE_NAME_EXTRA][0].as_str().map(str::to_owned);
+        Some(Call { request, node })
+    }
+}
+
+/// A stretch of every apiserver's audit log, from when it was opened on.
+#[derive(Debug, Clone)]
+pub struct Window {
+    /// Each apiserver's audit log and its length when the window opened.
+    logs: Vec<(PathBuf, u64)>,
+    from_us: i64,
+}
+
+impl Window {
+    /// Opens a window now.
+    pub fn open(cluster: &Cluster) -> Window {
+        let logs = (1..=cluster.control_planes)
+            .map(|i| {
+                let path = cluster.paths.audit_log(i);
+                let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+                (path, len)
+            })
+            .collect();
+        Window { logs, from_us: now_us() }
+    }
+
+    /// When the window opened, Unix microseconds.
+    pub fn from_us(&self) -> i64 {
+        self.from_us
+    }
+
+    /// The requests of `users` (no user given: everyone's) received since the window
+    /// opened and before `until_us`, each once (see [`Call::counted_at`]), in log order
+    /// per apiserver. A request still running (or not yet logged) is missing: read once
+    /// the log has moved past `until_us`.
+    pub fn calls(&self, users: &[&str], until_us: i64) -> Vec<Call> {
+        let quoted: Vec<String> = users.iter().map(|u| format!("\"{u}\"")).collect();
+        let anyone = users.is_empty();
+        self.logs
+            .iter()
+            .map(|(path, offset)| read_from(path, *offset))
+            .flat_map(|text| {
+                text.lines()
+                    // Parsing JSON is the cost: skip lines that cannot be the users'.
+                    .filter(|l| anyone || quoted.iter().any(|q| l.contains(q.as_str())))
+                    .filter_map(Call::parse)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|c| anyone || users.contains(&c.request.user.as_str()))
+            .filter(|c| c.request.received_us.is_some_and(|t| t >= self.from_us && t < until_us))
+            .collect()
+    }
+}
+
+/// The text of the file at `path` from byte `offset` on; a missing file holds none.
+/// ([`super::audit::read`] gives parsed events of one user; the node a request names is not
+/// among their fields, so the lines are read here.)
+fn read_from(path: &Path, offset: u64) -> String {
+    let mut bytes = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.seek(SeekFrom::Start(offset)).and_then(|_| f.read_to_end(&mut bytes));
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Now, Unix microseconds.
+pub fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIST: &str = r#"{"kind":"Event","level":"Metadata","stage":"ResponseComplete","requestURI":"/api/v1/nodes?limit=500\u0026continue=abc","verb":"list","user":{"username":"system:serviceaccount:ferrolb-system:ferrolb-speaker","extra":{"authentication.kubernetes.io/node-name":["node2"]}},"objectRef":{"resource":"nodes","apiVersion":"v1"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-26T01:00:00.000001Z","stageTimestamp":"2026-11-26T01:00:00.003000Z"}"#;
+
+    #[test]
+    fn a_call_names_its_node_and_later_pages() {
+        let c = Call::parse(LIST).unwrap();
+        assert_eq!(c.node.as_deref(), Some("node2"));
+        assert_eq!((c.request.verb.as_str(), c.request.resource.as_str()), ("list", "nodes"));
+        assert!(c.is_later_page() && !c.is_write());
+        let first = LIST.replace(r"\u0026continue=abc", "");
+        assert!(!Call::parse(&first).unwrap().is_later_page());
+        let unbound = LIST.replace(r#","extra":{"authentication.kubernetes.io/node-name":["node2"]}"#, "");
+        assert_eq!(Call::parse(&unbound).unwrap().node, None);
+    }
+
+    #[test]
+    fn each_request_is_counted_once() {
+        let watch = |stage: &str, code: u16| {
+            LIST.replace("\"list\"", "\"watch\"")
+                .replace("ResponseComplete", stage)
+                .replace("{\"code\":200}", &format!("{{\"code\":{code}}}"))
+        };
+        assert!(Call::parse(&watch("ResponseStarted", 200)).is_some());
+        assert!(Call::parse(&watch("ResponseComplete", 200)).is_none(), "the end of a counted watch");
+        assert!(Call::parse(&watch("ResponseComplete", 403)).is_some(), "a watch refused at once");
+        assert!(Call::parse(&LIST.replace("ResponseComplete", "ResponseStarted")).is_none());
+        assert!(Call::parse(&LIST.replace("ResponseComplete", "Panic")).is_some());
+    }
+}

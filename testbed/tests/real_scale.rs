@@ -1,0 +1,65 @@
+//! ferrolb at scale, counted (issue #39): the smallest size of `bench scale` — 100 fake
+//! Nodes (kwok) beside two real nodes with real speakers, the real controller, 100
+//! LoadBalancer Services over fake pods, on the real control plane with BIRD — run through
+//! the bench's own measuring code. Only what is counted is asserted, never a time:
+//! * at rest ferrolb sends nothing but watches and the controller's Lease renewals
+//!   (its leader election reads and renews the Lease every 3 s; the speaker has no
+//!   periodic request at all: see `ferrolb_bench::scale::requests`);
+//! * one Service change (its ports patched; one Service created) makes no component list;
+//! * a rolling restart of every speaker costs exactly one list per kind per speaker;
+//! * every Service created is routed in BIRD via both speakers.
+//!
+//! Needs `target/kube/current/ferrolb-kube` with kwok beside it and the debug ferrolb
+//! binaries (testbed/test.sh builds them first).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
+use std::collections::BTreeMap;
+
+use ferrolb_bench::scale::requests::SPEAKER_WATCHES;
+use ferrolb_bench::scale::{self, Settings, Size};
+
+#[test]
+fn ferrolb_is_quiet_at_rest_lists_nothing_per_change_and_once_per_kind_on_a_restart() {
+    let settings = Settings::default();
+    let f = scale::measure(Size { nodes: 100, services: 100 }, &settings).unwrap();
+    f.print();
+
+    // At rest: watches and Lease renewals only, and renewals there are (the window was
+    // read after the controller's next one: the audit log covers it).
+    let rest = &f.rest.requests;
+    assert!(rest.lease_renewals() > 0, "no Lease renewal in {:?}: was the controller watched?", rest.window);
+    assert_eq!(rest.busy(), BTreeMap::new(), "requests at rest besides watches and Lease renewals");
+
+    // One change: no list by anyone. Each was processed: the Service created after the
+    // patch is routed (below), and the components see Services in order.
+    for (what, r) in [("ports patched", &f.port_change), ("one Service created", &f.new_service)] {
+        assert_eq!(r.lists(), BTreeMap::new(), "{what}: lists");
+        assert_eq!(r.later_pages(), BTreeMap::new(), "{what}: list pages");
+    }
+    let speakers_wrote = f.new_service.calls.iter().filter(|c| c.is_write() && c.node.is_some()).count();
+    assert!(speakers_wrote > 0, "the new Service's ServiceAnnouncements were written meanwhile");
+
+    // A rolling restart: each speaker lists each kind it watches exactly once, and
+    // whatever else it lists (its pods, its ServiceAnnouncements) once too.
+    let lists = f.restart.requests.lists();
+    assert_eq!(f.restart.speakers.len(), 2);
+    for who in &f.restart.speakers {
+        for kind in SPEAKER_WATCHES {
+            assert_eq!(
+                lists.get(&(who.clone(), kind.to_string())),
+                Some(&1),
+                "{who} lists of {kind}: {lists:?}"
+            );
+        }
+    }
+    let more: BTreeMap<_, _> = lists.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(more.is_empty(), "more than one list of a kind by one component: {more:?}");
+    let by_others: Vec<_> = lists.keys().filter(|(who, _)| !f.restart.speakers.contains(who)).collect();
+    assert!(by_others.is_empty(), "lists by components not restarted: {by_others:?}");
+
+    // Every Service routed via both speakers: the 100, the late ones, the change's.
+    assert!(f.unrouted.is_empty(), "not routed via both speakers: {:?}", f.unrouted);
+    assert!(f.latency.missed.is_empty(), "late Services never routed: {:?}", f.latency.missed);
+    assert_eq!(f.latency.samples.len(), settings.late);
+}
