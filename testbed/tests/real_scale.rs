@@ -37,7 +37,8 @@ fn ferrolb_is_quiet_at_rest_lists_nothing_per_change_and_once_per_kind_on_a_rest
         assert_eq!(r.lists(), BTreeMap::new(), "{what}: lists");
         assert_eq!(r.later_pages(), BTreeMap::new(), "{what}: list pages");
     }
-    let speakers_wrote = f.new_service.calls.iter().filter(|c| c.is_write() && c.node.is_some()).count();
+    let speakers_wrote =
+        f.new_service.calls.iter().filter(|c| c.is_write() && c.request.node.is_some()).count();
     assert!(speakers_wrote > 0, "the new Service's ServiceAnnouncements were written meanwhile");
 
     // A rolling restart: each speaker lists each kind it watches exactly once, and

@@ -36,7 +36,13 @@ pub struct Request {
     pub received_us: Option<i64>,
     /// `stageTimestamp`, Unix microseconds.
     pub stage_us: Option<i64>,
+    /// The node the user's token is bound to (user extra [`NODE_NAME_EXTRA`]), if any:
+    /// speakers sharing one ServiceAccount are told apart by it.
+    pub node: Option<String>,
 }
+
+/// The user extra a token bound to a Node (or to a pod on it) carries: the node's name.
+pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
 
 impl Request {
     /// One line of an audit log; None if it is not an audit event.
@@ -62,6 +68,7 @@ impl Request {
             code: e["responseStatus"]["code"].as_u64().and_then(|c| u16::try_from(c).ok()),
             received_us: e["requestReceivedTimestamp"].as_str().and_then(rfc3339_us),
             stage_us: e["stageTimestamp"].as_str().and_then(rfc3339_us),
+            node: e["user"]["extra"][NODE_NAME_EXTRA][0].as_str().map(str::to_owned),
         })
     }
 }
@@ -75,11 +82,7 @@ pub fn parse(text: &str) -> Vec<Request> {
 /// thousands of Services: read only the tail), only those of `user` if given. A missing
 /// log holds no event.
 pub fn read(path: &Path, offset: u64, user: Option<&str>) -> Vec<Request> {
-    let mut bytes = Vec::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
-        let _ = f.seek(SeekFrom::Start(offset)).and_then(|_| f.read_to_end(&mut bytes));
-    }
-    let text = String::from_utf8_lossy(&bytes);
+    let text = tail(path, offset);
     // Parsing JSON is the cost: skip lines that cannot be the user's.
     let quoted = user.map(|u| format!("\"{u}\""));
     text.lines()
@@ -87,6 +90,15 @@ pub fn read(path: &Path, offset: u64, user: Option<&str>) -> Vec<Request> {
         .filter_map(Request::parse)
         .filter(|r| user.is_none_or(|u| r.user == u))
         .collect()
+}
+
+/// The text of the log at `path` from byte `offset` on; a missing log holds none.
+pub fn tail(path: &Path, offset: u64) -> String {
+    let mut bytes = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.seek(SeekFrom::Start(offset)).and_then(|_| f.read_to_end(&mut bytes));
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// An RFC 3339 timestamp as Unix microseconds.

@@ -1,27 +1,19 @@
 //! The load API clients put on the apiserver, counted from its audit log ([`super::audit`]):
 //! every request some users made within a window of time, each counted once. A speaker's
 //! token is bound to its Node, so the apiserver names that node in the request's user
-//! (extra [`NODE_NAME_EXTRA`]): speakers sharing one ServiceAccount are told apart.
+//! ([`Request::node`]): speakers sharing one ServiceAccount are told apart.
 
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
-
 use super::Cluster;
-use super::audit::Request;
-
-/// The user extra a token bound to a Node (or to a pod on it) carries: the node's name.
-pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
+use super::audit::{self, Request};
 
 /// One request, as counted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
-    /// The audit event it is counted at.
+    /// The audit event it is counted at (its `node`: the node the token is bound to).
     pub request: Request,
-    /// The node the user's token is bound to, if any.
-    pub node: Option<String>,
 }
 
 impl Call {
@@ -53,9 +45,7 @@ impl Call {
         if !Call::counted_at(&request) {
             return None;
         }
-        let e: Value = serde_json::from_str(line).ok()?;
-        let node = e["user"]["extra"][NODE_NAME_EXTRA][0].as_str().map(str::to_owned);
-        Some(Call { request, node })
+        Some(Call { request })
     }
 }
 
@@ -94,7 +84,7 @@ impl Window {
         let anyone = users.is_empty();
         self.logs
             .iter()
-            .map(|(path, offset)| read_from(path, *offset))
+            .map(|(path, offset)| audit::tail(path, *offset))
             .flat_map(|text| {
                 text.lines()
                     // Parsing JSON is the cost: skip lines that cannot be the users'.
@@ -106,17 +96,6 @@ impl Window {
             .filter(|c| c.request.received_us.is_some_and(|t| t >= self.from_us && t < until_us))
             .collect()
     }
-}
-
-/// The text of the file at `path` from byte `offset` on; a missing file holds none.
-/// ([`super::audit::read`] gives parsed events of one user; the node a request names is not
-/// among their fields, so the lines are read here.)
-fn read_from(path: &Path, offset: u64) -> String {
-    let mut bytes = Vec::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
-        let _ = f.seek(SeekFrom::Start(offset)).and_then(|_| f.read_to_end(&mut bytes));
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// Now, Unix microseconds.
@@ -135,13 +114,13 @@ mod tests {
     #[test]
     fn a_call_names_its_node_and_later_pages() {
         let c = Call::parse(LIST).unwrap();
-        assert_eq!(c.node.as_deref(), Some("node2"));
+        assert_eq!(c.request.node.as_deref(), Some("node2"));
         assert_eq!((c.request.verb.as_str(), c.request.resource.as_str()), ("list", "nodes"));
         assert!(c.is_later_page() && !c.is_write());
         let first = LIST.replace(r"\u0026continue=abc", "");
         assert!(!Call::parse(&first).unwrap().is_later_page());
         let unbound = LIST.replace(r#","extra":{"authentication.kubernetes.io/node-name":["node2"]}"#, "");
-        assert_eq!(Call::parse(&unbound).unwrap().node, None);
+        assert_eq!(Call::parse(&unbound).unwrap().request.node, None);
     }
 
     #[test]

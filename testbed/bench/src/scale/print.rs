@@ -148,7 +148,7 @@ impl Figures {
         }
         let per_speaker: Vec<String> = self
             .new_service
-            .tally(|c| c.is_write() && c.node.is_some())
+            .tally(|c| c.is_write() && c.request.node.is_some())
             .iter()
             .map(|((who, verb, res), n)| format!("{who} {verb} {res} {n}"))
             .collect();

@@ -49,7 +49,7 @@ impl Requests {
         if *user == user_of(ferrolb::CONTROLLER_SA) {
             "controller".into()
         } else if *user == user_of(ferrolb::SPEAKER_SA) {
-            format!("speaker {}", c.node.as_deref().unwrap_or("(no node)"))
+            format!("speaker {}", c.request.node.as_deref().unwrap_or("(no node)"))
         } else {
             user.clone()
         }
