@@ -28,7 +28,15 @@ async fn two_replicas_one_leader_and_takeover() {
     svc("default", "one").create(&client).await;
     addresses(&client, "default", "one").await;
     // The standby is healthy, ready, and not leading (it never even started the watches).
-    assert!(!standby.is_leader() && standby.health.is_ready());
+    let state = |r: &common::Running| (r.is_leader(), r.health.is_ready(), r.is_finished());
+    let why = format!(
+        "(leading, ready, finished): leader {:?}, standby {:?}; lease holder {:?}",
+        state(&leader),
+        state(&standby),
+        holder(&client).await
+    );
+    assert!(!standby.is_leader(), "the standby leads: {why}");
+    assert!(standby.health.is_ready(), "the standby is not ready: {why}");
     assert_eq!(holder(&client).await.as_deref(), Some(first.as_str()));
 
     // Crash of the leader: the lease expires and the standby takes over.

@@ -82,14 +82,12 @@ pub struct Running {
     task: JoinHandle<Result<(), Error>>,
 }
 
-/// Logs to the test output when RUST_LOG is set.
+/// Logs to the test output: warnings always (the harness shows them only for a failed
+/// test, which then tells why a replica stepped down), more when RUST_LOG says so.
 pub fn logs() {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-    }
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
 }
 
 /// Starts a controller on a client of its own, tagged with its identity (so that
