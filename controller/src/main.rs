@@ -10,6 +10,7 @@ use ferrolb_controller::http::{self, Health};
 use ferrolb_controller::leader::LeaseConfig;
 use ferrolb_controller::metrics::Metrics;
 use ferrolb_controller::{Settings, run};
+use ferrolb_runtime::kube_client::{self, Limits};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tracing::info;
 use tracing_subscriber::EnvFilter;
@@ -109,8 +110,7 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
             "no Kubernetes configuration: not in a cluster and no kubeconfig; pass --kubeconfig FILE",
         )?,
     };
-    kube::Client::try_from(ferrolb_runtime::kube_client::with_deadlines(config))
-        .context("cannot build a Kubernetes client")
+    kube_client::client(config, Limits::CONTROLLER).context("cannot build a Kubernetes client")
 }
 
 /// Registers the SIGTERM handler now (before "starting" is logged, so a SIGTERM right after

@@ -1,6 +1,22 @@
-//! The deadlines every ferrolb binary's Kubernetes client carries.
+//! Every ferrolb binary's Kubernetes client: deadlines on each request and client-side
+//! request limits ([`throttle`]).
+
+mod throttle;
 
 use std::time::Duration;
+
+pub use throttle::{Limits, Throttle, ThrottleLayer};
+
+/// A client for `config` with the deadlines of [`with_deadlines`] and its requests held to
+/// `limits` (one of the [`Limits`] constants of the binary it runs in).
+pub fn client(config: kube::Config, limits: Limits) -> Result<kube::Client, kube::Error> {
+    // Outermost, right under the Client's queue, whose order it keeps. kube's own retries
+    // (a 429, 503 or 504, after a back-off or the server's Retry-After) are paced by the
+    // apiserver and not counted again.
+    Ok(kube::client::ClientBuilder::try_from(with_deadlines(config))?
+        .with_layer(&ThrottleLayer::new(limits))
+        .build())
+}
 
 /// Deadlines on every request of a client. kube's defaults have no read timeout: a
 /// request the apiserver accepted and never answers would wait forever. The calls a
@@ -9,7 +25,7 @@ use std::time::Duration;
 /// kube-runtime's watchers send (each list, each watch's start) and any stream that
 /// goes silent. The read timeout must outlast a quiet watch, which the apiserver ends
 /// after the 290 s kube-runtime asks for.
-pub fn with_deadlines(mut config: kube::Config) -> kube::Config {
+fn with_deadlines(mut config: kube::Config) -> kube::Config {
     config.connect_timeout = Some(Duration::from_secs(10));
     config.write_timeout = Some(Duration::from_secs(30));
     config.read_timeout = Some(Duration::from_secs(300));

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use ferrolb_proto::membership::HeartbeatConfig;
+use ferrolb_runtime::kube_client::{self, Limits};
 use ferrolb_speaker::error::one_line;
 use ferrolb_speaker::metrics::Metrics;
 use ferrolb_speaker::model::DEFAULT_LB_CLASS;
@@ -116,8 +117,7 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, String> {
             )
         })?,
     };
-    kube::Client::try_from(ferrolb_runtime::kube_client::with_deadlines(config))
-        .map_err(|e| format!("cannot build a Kubernetes client: {e}"))
+    kube_client::client(config, Limits::SPEAKER).map_err(|e| format!("cannot build a Kubernetes client: {e}"))
 }
 
 /// Heap profiling build (`--features dhat-heap`): every allocation is counted.

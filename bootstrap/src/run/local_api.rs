@@ -1,4 +1,4 @@
-//! The refresh's client of the local apiserver: loopback only, with deadlines.
+//! The refresh's client of the local apiserver: loopback only, with deadlines and request limits.
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::metrics::Metrics;
 use crate::{credentials, refresh};
 use anyhow::bail;
+use ferrolb_runtime::kube_client::{self, Limits};
 use tokio::sync::watch;
 
 /// Starts the checkpoint refresh from the local apiserver with `kubeconfig`, and the
@@ -27,7 +28,7 @@ pub(super) async fn start_refresh(
         Ok(None) => {}
         Err(e) => tracing::warn!(error = %e, "cannot read the refresh client certificate's expiry"),
     }
-    let client = kube::Client::try_from(ferrolb_runtime::kube_client::with_deadlines(config))?;
+    let client = kube_client::client(config, Limits::BOOTSTRAP)?;
     let resync = Duration::from_secs(60);
     let path = checkpoint.to_path_buf();
     tokio::spawn(refresh::run(client, vip_name.into(), path, resync, Some(written), metrics.clone()));
