@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 const T: Duration = Duration::from_secs(60);
 const NS: &str = "own-node";
 const GATE: &str = "ferrolb.io/load-balancer-ready";
-/// The speaker's field manager and node label (speaker/src/cluster/status.rs).
+/// The speaker's field manager and node label (speaker/src/cluster/status/mod.rs).
 const MANAGER: &str = "ferrolb-speaker";
 const NODE_LABEL: &str = "ferrolb.io/node";
 

@@ -190,7 +190,10 @@ where
     let (changes_tx, changes) = watch::channel(0u64);
     let (listed_tx, listed) = watch::channel(false);
     let task = tokio::spawn(async move {
-        let stream = reflector::reflector(writer, watcher(api, cfg)).backoff(WatchBackoff::default());
+        // Without managedFields, most of an object as listed: the store holds every pod of
+        // this node, or every ServiceAnnouncement of the cluster (one per Service and node).
+        let slim = watcher(api, cfg).modify(|o: &mut K| o.meta_mut().managed_fields = None);
+        let stream = reflector::reflector(writer, slim).backoff(WatchBackoff::default());
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
             match ev {

@@ -5,6 +5,7 @@
 //! feeds watch events through the same calls, so there is one code path after that.
 //! ferrolb configuration arrives as a whole [`ValidConfig`] (it is validated as a set).
 
+mod endpoints;
 pub mod static_file;
 
 use std::borrow::Cow;
@@ -17,7 +18,8 @@ use ferrolb_api::{
     ServiceFields, StreamError, ValidConfig,
 };
 use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+pub use endpoints::{EndpointCounts, EndpointRef, Slice, endpoint_refs};
 
 /// The label that keeps a node out of every announcement.
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
@@ -54,35 +56,6 @@ pub enum TrafficPolicy {
     Local,
 }
 
-/// Endpoints of one Service on one node, by condition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct EndpointCounts {
-    /// `conditions.ready` (absent counts as ready).
-    pub ready: u32,
-    /// `conditions.serving` (absent: same as ready).
-    pub serving: u32,
-    /// `conditions.terminating`.
-    pub terminating: u32,
-    /// Both `serving` and `terminating`: still answering, but going away.
-    pub serving_terminating: u32,
-}
-
-/// One endpoint of an EndpointSlice as listed, for pod readiness gates
-/// ([`crate::readiness`]), which need to know which pods back a Service.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct EndpointRef {
-    /// `targetRef.name` when `targetRef.kind` is Pod.
-    pub pod: Option<String>,
-    /// `addresses`.
-    pub addresses: Vec<IpAddr>,
-    /// `nodeName`.
-    pub node: Option<String>,
-    /// `conditions.ready` (absent counts as ready).
-    pub ready: bool,
-    /// `conditions.terminating`.
-    pub terminating: bool,
-}
-
 /// What the planner needs of a Service.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ServiceInfo {
@@ -92,6 +65,28 @@ pub struct ServiceInfo {
     pub ingress: Vec<IpAddr>,
     /// `spec.externalTrafficPolicy`.
     pub traffic_policy: TrafficPolicy,
+}
+
+/// A Service's `spec.selector`, sorted by key and exactly sized (a map holds room for 11
+/// pairs, however few: most selectors have one or two).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Selector(Box<[(Box<str>, Box<str>)]>);
+
+impl Selector {
+    /// The selector of these labels.
+    pub fn of(labels: BTreeMap<String, String>) -> Selector {
+        Selector(labels.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
+    }
+
+    /// Its pairs, sorted by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// Whether `labels` carry every pair (an empty selector selects nothing).
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        !self.0.is_empty() && self.iter().all(|(k, v)| labels.get(k).is_some_and(|l| l == v))
+    }
 }
 
 /// What the planner needs of a Node.
@@ -117,8 +112,8 @@ pub struct NodeInfo {
 pub struct ClusterModel {
     /// Services ferrolb serves.
     pub services: BTreeMap<ServiceKey, ServiceInfo>,
-    /// Endpoints per Service, per EndpointSlice name, per node.
-    pub endpoint_slices: BTreeMap<ServiceKey, BTreeMap<String, BTreeMap<String, EndpointCounts>>>,
+    /// The EndpointSlices of each Service, sorted by name.
+    pub endpoint_slices: BTreeMap<ServiceKey, Vec<Slice>>,
     /// Nodes by name.
     pub nodes: BTreeMap<String, NodeInfo>,
     /// IPAddressPools by name.
@@ -137,10 +132,8 @@ pub struct ClusterModel {
     changes: Changes,
     /// The Service of each EndpointSlice (namespace, name) added by `upsert_endpoint_slice`.
     slice_owners: BTreeMap<(String, String), ServiceKey>,
-    /// Endpoints per Service, per EndpointSlice name, one by one (readiness gates).
-    pub slice_endpoints: BTreeMap<ServiceKey, BTreeMap<String, Vec<EndpointRef>>>,
     /// `spec.selector` of the served Services that have a non-empty one (readiness gates).
-    pub service_selectors: BTreeMap<ServiceKey, BTreeMap<String, String>>,
+    pub service_selectors: BTreeMap<ServiceKey, Selector>,
     /// Endpoints, per Service and node, that are not ready only because ferrolb's own
     /// readiness gate is pending; [`ClusterModel::endpoints`] counts them as ready and
     /// serving, or a Local Service could never be announced for a pod whose gate waits
@@ -304,7 +297,7 @@ impl ClusterModel {
                 let (key, entry) = &mut services[i];
                 let (info, selector) = entry.take()?;
                 if let Some(sel) = selector {
-                    selectors.push((key.clone(), sel));
+                    selectors.push((key.clone(), Selector::of(sel)));
                 }
                 Some((key.clone(), info))
             })
@@ -446,7 +439,7 @@ impl ClusterModel {
             return;
         };
         match selector {
-            Some(sel) => self.service_selectors.insert(key.clone(), sel),
+            Some(sel) => self.service_selectors.insert(key.clone(), Selector::of(sel)),
             None => self.service_selectors.remove(&key),
         };
         if self.services.get(&key) != Some(&info) {
@@ -461,94 +454,6 @@ impl ClusterModel {
             self.mark(key);
         }
         self.service_selectors.remove(key);
-    }
-
-    /// Adds or replaces an EndpointSlice (attributed to the Service its label names).
-    pub fn upsert_endpoint_slice(&mut self, slice: &EndpointSlice) {
-        let slice_name = name_of(&slice.metadata);
-        let namespace = slice.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-        let Some(svc) = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) else {
-            // No longer attributed to a Service (its label went): forget it.
-            self.remove_endpoint_slice(&namespace, &slice_name);
-            return;
-        };
-        let key = ServiceKey { namespace: namespace.as_str().into(), name: svc.as_str().into() };
-        let mut per_node: BTreeMap<String, EndpointCounts> = BTreeMap::new();
-        let mut refs = Vec::with_capacity(slice.endpoints.len());
-        for ep in &slice.endpoints {
-            let c = ep.conditions.as_ref();
-            let ready = c.and_then(|c| c.ready).unwrap_or(true);
-            let serving = c.and_then(|c| c.serving).unwrap_or(ready);
-            let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
-            refs.push(EndpointRef {
-                pod: ep
-                    .target_ref
-                    .as_ref()
-                    .filter(|t| t.kind.as_deref() == Some("Pod"))
-                    .and_then(|t| t.name.clone()),
-                addresses: ep.addresses.iter().filter_map(|a| a.parse().ok()).collect(),
-                node: ep.node_name.clone(),
-                ready,
-                terminating,
-            });
-            let Some(node) = ep.node_name.clone() else { continue };
-            let e = per_node.entry(node).or_default();
-            e.ready += u32::from(ready);
-            e.serving += u32::from(serving);
-            e.terminating += u32::from(terminating);
-            e.serving_terminating += u32::from(serving && terminating);
-        }
-        // Counts are what the planner reads; the endpoints one by one are what readiness
-        // gates read (a pod replaced by another leaves the counts as they were).
-        let unchanged = self.endpoint_slices.get(&key).and_then(|s| s.get(&slice_name)) == Some(&per_node)
-            && self.slice_endpoints.get(&key).and_then(|s| s.get(&slice_name)) == Some(&refs);
-        if unchanged {
-            return;
-        }
-        // The slice may have moved to another Service (its label changed).
-        self.remove_endpoint_slice(&key.namespace, &slice_name);
-        self.mark(&key);
-        self.slice_owners.insert((key.namespace.to_string(), slice_name.clone()), key.clone());
-        self.slice_endpoints.entry(key.clone()).or_default().insert(slice_name.clone(), refs);
-        self.endpoint_slices.entry(key).or_default().insert(slice_name, per_node);
-    }
-
-    /// Removes an EndpointSlice by namespace and name.
-    pub fn remove_endpoint_slice(&mut self, namespace: &str, name: &str) {
-        let Some(k) = self.slice_owners.remove(&(namespace.to_owned(), name.to_owned())) else { return };
-        if let Some(slices) = self.endpoint_slices.get_mut(&k) {
-            slices.remove(name);
-            if slices.is_empty() {
-                self.endpoint_slices.remove(&k);
-            }
-        }
-        if let Some(slices) = self.slice_endpoints.get_mut(&k) {
-            slices.remove(name);
-            if slices.is_empty() {
-                self.slice_endpoints.remove(&k);
-            }
-        }
-        self.mark(&k);
-    }
-
-    /// Endpoint counts of a Service on every node, summed over its slices.
-    pub fn endpoints(&self, key: &ServiceKey) -> BTreeMap<&str, EndpointCounts> {
-        let mut out: BTreeMap<&str, EndpointCounts> = BTreeMap::new();
-        for per_node in self.endpoint_slices.get(key).into_iter().flat_map(|s| s.values()) {
-            for (node, c) in per_node {
-                let e = out.entry(node.as_str()).or_default();
-                e.ready += c.ready;
-                e.serving += c.serving;
-                e.terminating += c.terminating;
-                e.serving_terminating += c.serving_terminating;
-            }
-        }
-        for (node, n) in self.gate_pending.get(key).into_iter().flatten() {
-            let e = out.entry(node.as_str()).or_default();
-            e.ready += n;
-            e.serving += n;
-        }
-        out
     }
 
     /// True when an L2Advertisement applies to one of the Service's addresses (its

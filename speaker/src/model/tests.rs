@@ -3,6 +3,7 @@
 
 use super::*;
 use ferrolb_api::parse_stream;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 /// Two nodes, one LoadBalancer Service per policy, endpoints, a BGP and an L2 setup.
 pub(crate) use ferrolb_lab::fixtures::PLANNER as FIXTURE;

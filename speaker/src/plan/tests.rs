@@ -260,8 +260,8 @@ proptest! {
             traffic_policy: if local { TrafficPolicy::Local } else { TrafficPolicy::Cluster },
             ..Default::default()
         });
-        let per_node = (0..4).filter(|i| eps[*i]).map(|i| (format!("n{i}"), crate::model::EndpointCounts { ready: 1, serving: 1, terminating: 0, serving_terminating: 0 })).collect();
-        m.endpoint_slices.insert(key, BTreeMap::from([("s".to_string(), per_node)]));
+        let per_node = (0..4).filter(|i| eps[*i]).map(|i| (format!("n{i}").into(), crate::model::EndpointCounts { ready: 1, serving: 1, terminating: 0, serving_terminating: 0 })).collect();
+        m.endpoint_slices.insert(key, vec![crate::model::Slice { name: "s".into(), per_node, ..Default::default() }]);
         let live_set: BTreeSet<String> = (0..4).filter(|i| live[*i]).map(|i| format!("n{i}")).collect();
         let mut owners = 0;
         for i in 0..4 {
@@ -299,8 +299,8 @@ proptest! {
             c.serving_terminating += u32::from(*s && *t);
         }
         let other = crate::model::EndpointCounts { ready: u32::from(other_ready), serving: u32::from(other_ready), ..Default::default() };
-        let per_node = BTreeMap::from([("node1".to_string(), c), ("node2".to_string(), other)]);
-        m.endpoint_slices.insert(key, BTreeMap::from([("s".to_string(), per_node)]));
+        let per_node = Box::new([("node1".into(), c), ("node2".into(), other)]);
+        m.endpoint_slices.insert(key, vec![crate::model::Slice { name: "s".into(), per_node, ..Default::default() }]);
         let a = plan(&m, "node1", &all_live(&m));
         let vip = ip("203.0.113.20");
         let p = net("203.0.113.20/32");

@@ -63,7 +63,7 @@ use ferrolb_api::ServiceAnnouncement;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::announce::Announced;
-use crate::model::{ClusterModel, ServiceKey, TrafficPolicy};
+use crate::model::{ClusterModel, ServiceKey, TrafficPolicy, endpoint_refs};
 use crate::plan::Plan;
 
 /// The readiness gate's condition type (API.md).
@@ -237,10 +237,6 @@ pub struct Inputs<'a> {
     pub remote: &'a RemoteAnnounced,
 }
 
-fn selector_matches(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
-    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
-
 /// Gated pods indexed by what EndpointSlices and selectors refer to them by.
 struct PodIndex<'p> {
     pods: Vec<&'p GatedPod>,
@@ -278,7 +274,7 @@ impl<'p> PodIndex<'p> {
     /// The pod an endpoint of a slice in `ns` refers to: by `targetRef`, else by address.
     fn endpoint_pod(&self, ns: &str, ep: &crate::model::EndpointRef) -> Option<usize> {
         match &ep.pod {
-            Some(name) => self.by_name.get(&(ns, name.as_str())).copied(),
+            Some(name) => self.by_name.get(&(ns, &**name)).copied(),
             None => ep.addresses.iter().find_map(|a| self.by_ip.get(&(ns, *a)).copied()),
         }
     }
@@ -289,11 +285,11 @@ impl<'p> PodIndex<'p> {
     fn backing<'m>(&self, model: &'m ClusterModel) -> Vec<BTreeSet<&'m ServiceKey>> {
         let mut out: Vec<BTreeSet<&'m ServiceKey>> = vec![BTreeSet::new(); self.pods.len()];
         for ns in self.namespaces() {
-            for (key, slices) in in_namespace(&model.slice_endpoints, ns) {
+            for (key, slices) in in_namespace(&model.endpoint_slices, ns) {
                 if !model.services.contains_key(key) {
                     continue;
                 }
-                for i in slices.values().flatten().filter_map(|ep| self.endpoint_pod(ns, ep)) {
+                for i in endpoint_refs(slices).filter_map(|ep| self.endpoint_pod(ns, ep)) {
                     if let Some(set) = out.get_mut(i) {
                         set.insert(key);
                     }
@@ -302,8 +298,8 @@ impl<'p> PodIndex<'p> {
             for (key, sel) in in_namespace(&model.service_selectors, ns) {
                 // Candidates carry the selector's first label; then the whole selector must match.
                 let Some((k, v)) = sel.iter().next() else { continue };
-                for &i in self.by_label.get(&(ns, k.as_str(), v.as_str())).into_iter().flatten() {
-                    let matches = self.pods.get(i).is_some_and(|p| selector_matches(sel, &p.labels));
+                for &i in self.by_label.get(&(ns, k, v)).into_iter().flatten() {
+                    let matches = self.pods.get(i).is_some_and(|p| sel.matches(&p.labels));
                     if matches && let Some(set) = out.get_mut(i) {
                         set.insert(key);
                     }
@@ -347,14 +343,12 @@ pub fn gate_pending(
     }
     let idx = PodIndex::new(waiting);
     for ns in idx.namespaces() {
-        for (key, slices) in in_namespace(&model.slice_endpoints, ns) {
+        for (key, slices) in in_namespace(&model.endpoint_slices, ns) {
             let local = model.services.get(key).is_some_and(|s| s.traffic_policy == TrafficPolicy::Local);
             if !local || model.l2_selects(key) {
                 continue;
             }
-            let n = slices
-                .values()
-                .flatten()
+            let n = endpoint_refs(slices)
                 .filter(|ep| !ep.ready && !ep.terminating && ep.node.as_deref() == Some(me))
                 .filter(|ep| idx.endpoint_pod(ns, ep).is_some())
                 .count();

@@ -260,14 +260,12 @@ fn gate_pending_never_touches_l2_elections_or_cluster_services() {
     assert!(gate_pending(std::slice::from_ref(&p), &m2, "node1").contains_key(&shop));
     // Cluster Services are announced without endpoints: nothing to count.
     let mut m = model_of(&fixture());
-    let mut slice = m.slice_endpoints[&shop].clone();
-    for eps in slice.values_mut() {
-        for ep in eps.iter_mut() {
-            ep.pod = Some("web-0".into());
-        }
+    let mut slices = m.endpoint_slices[&shop].clone();
+    for ep in slices.iter_mut().flat_map(|s| s.endpoints.iter_mut()) {
+        ep.pod = Some("web-0".into());
     }
     let web = ServiceKey { namespace: "default".into(), name: "web".into() };
-    m.slice_endpoints.insert(web.clone(), slice);
+    m.endpoint_slices.insert(web.clone(), slices);
     let w = gated(&pod("web-0", "node1", "web", "10.0.0.5", true));
     assert!(!gate_pending(&[w], &m, "node1").contains_key(&web));
 }

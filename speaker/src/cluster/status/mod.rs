@@ -37,11 +37,66 @@ const EVENT_REFILL: Duration = Duration::from_secs(20);
 const RETRY_MIN: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
+/// One ServiceAnnouncement as far as the writer cares, wanted or as the API holds it. The
+/// object is made only to write it: whole objects (an API's, managedFields and all) cost
+/// about 4 KB per Service in the writer and as much again in the desired set, the
+/// largest part of a speaker's heap at 1 000 Services; the spec is shared by both.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// The spec.
+    pub spec: Arc<ServiceAnnouncementSpec>,
+    /// The owning Service's uid; empty when the object's owner reference is not exactly
+    /// the one the speaker writes (so it is rewritten).
+    pub owner: String,
+}
+
+impl Record {
+    /// What the writer keeps of an object read from the API.
+    fn of(o: ServiceAnnouncement) -> Record {
+        let ours = |r: &OwnerReference| *r == owner_reference(&o.spec.service.name, &r.uid);
+        let owner = match o.metadata.owner_references.as_deref() {
+            Some([r]) if ours(r) => r.uid.clone(),
+            _ => String::new(),
+        };
+        Record { spec: Arc::new(o.spec), owner }
+    }
+
+    /// The object to write, named `name` in `namespace`, for `node`.
+    pub fn object(&self, namespace: &str, name: &str, node: &str) -> ServiceAnnouncement {
+        ServiceAnnouncement {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                labels: Some(BTreeMap::from([
+                    (NODE_LABEL.to_owned(), label_value(node)),
+                    ("app.kubernetes.io/managed-by".to_owned(), MANAGER.to_owned()),
+                ])),
+                owner_references: Some(vec![owner_reference(&self.spec.service.name, &self.owner)]),
+                ..ObjectMeta::default()
+            },
+            spec: ServiceAnnouncementSpec::clone(&self.spec),
+            status: None,
+        }
+    }
+}
+
+/// The owner reference of a ServiceAnnouncement: its Service, not as controller.
+fn owner_reference(service: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "v1".into(),
+        kind: "Service".into(),
+        name: service.to_owned(),
+        uid: uid.to_owned(),
+        controller: Some(false),
+        block_owner_deletion: Some(false),
+    }
+}
+
 /// What the API should show for this node, from one plan.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Desired {
     /// ServiceAnnouncements by (namespace, name).
-    pub objects: BTreeMap<(String, String), ServiceAnnouncement>,
+    pub objects: BTreeMap<(String, String), Record>,
     /// Why each Service this node does not announce (by some protocol) is not announced.
     pub reasons: BTreeMap<ServiceKey, String>,
     /// Uids of the Services in `objects` and `reasons`, for Event targets.
@@ -107,36 +162,19 @@ pub fn desired(model: &ClusterModel, plan: &Plan, me: &str, uids: &BTreeMap<Serv
             if addresses.is_empty() {
                 return;
             }
-            let name = object_name(&key.name, me, protocol);
-            let obj = ServiceAnnouncement {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: Some(key.namespace.to_string()),
-                    labels: Some(BTreeMap::from([
-                        (NODE_LABEL.to_owned(), label_value(me)),
-                        ("app.kubernetes.io/managed-by".to_owned(), MANAGER.to_owned()),
-                    ])),
-                    owner_references: Some(vec![OwnerReference {
-                        api_version: "v1".into(),
-                        kind: "Service".into(),
-                        name: key.name.to_string(),
-                        uid: uid.clone(),
-                        controller: Some(false),
-                        block_owner_deletion: Some(false),
-                    }]),
-                    ..ObjectMeta::default()
-                },
-                spec: ServiceAnnouncementSpec {
-                    node: me.to_owned(),
-                    service: ServiceRef { namespace: key.namespace.to_string(), name: key.name.to_string() },
-                    protocol,
-                    addresses,
-                    interfaces,
-                    peers,
-                },
-                status: None,
+            let spec = ServiceAnnouncementSpec {
+                node: me.to_owned(),
+                service: ServiceRef { namespace: key.namespace.to_string(), name: key.name.to_string() },
+                protocol,
+                addresses,
+                interfaces,
+                peers,
             };
-            out.objects.insert((key.namespace.to_string(), name), obj);
+            let name = object_name(&key.name, me, protocol);
+            out.objects.insert(
+                (key.namespace.to_string(), name),
+                Record { spec: Arc::new(spec), owner: uid.clone() },
+            );
         };
         add(AnnouncementProtocol::Bgp, bgp_addrs, Vec::new(), peers.into_iter().collect());
         add(AnnouncementProtocol::L2, l2_addrs, ifs.into_iter().collect(), Vec::new());
@@ -206,17 +244,17 @@ impl EventLimiter {
 }
 
 /// (Service, protocol) → what it announces, for Event transitions.
-type Shown = BTreeMap<(ServiceKey, &'static str), ServiceAnnouncementSpec>;
+type Shown = BTreeMap<(ServiceKey, &'static str), Arc<ServiceAnnouncementSpec>>;
 
-fn shown<'a>(objects: impl IntoIterator<Item = &'a ServiceAnnouncement>) -> Shown {
-    objects
+fn shown<'a>(records: impl IntoIterator<Item = &'a Record>) -> Shown {
+    records
         .into_iter()
-        .map(|o| {
+        .map(|r| {
             let key = ServiceKey {
-                namespace: o.spec.service.namespace.as_str().into(),
-                name: o.spec.service.name.as_str().into(),
+                namespace: r.spec.service.namespace.as_str().into(),
+                name: r.spec.service.name.as_str().into(),
             };
-            ((key, proto_name(o.spec.protocol)), o.spec.clone())
+            ((key, proto_name(r.spec.protocol)), r.spec.clone())
         })
         .collect()
 }
@@ -230,7 +268,7 @@ struct Writer {
     metrics: Arc<Metrics>,
     limiter: EventLimiter,
     /// What the API holds, as far as this writer knows (None: not listed yet).
-    current: Option<BTreeMap<(String, String), ServiceAnnouncement>>,
+    current: Option<BTreeMap<(String, String), Record>>,
     /// What the last processed desired set announced, for Events.
     shown: Option<Shown>,
 }
@@ -301,7 +339,7 @@ impl Writer {
         }
     }
 
-    async fn list(&self) -> Result<BTreeMap<(String, String), ServiceAnnouncement>, kube::Error> {
+    async fn list(&self) -> Result<BTreeMap<(String, String), Record>, kube::Error> {
         let api: Api<ServiceAnnouncement> = Api::all(self.client.clone());
         let lp = ListParams::default().labels(&format!("{NODE_LABEL}={}", label_value(&self.node)));
         let list = super::within(api.list(&lp)).await?;
@@ -310,13 +348,11 @@ impl Writer {
             .into_iter()
             .filter(|o| o.spec.node == self.node)
             .map(|o| {
-                (
-                    (
-                        o.metadata.namespace.clone().unwrap_or_default(),
-                        o.metadata.name.clone().unwrap_or_default(),
-                    ),
-                    o,
-                )
+                let key = (
+                    o.metadata.namespace.clone().unwrap_or_default(),
+                    o.metadata.name.clone().unwrap_or_default(),
+                );
+                (key, Record::of(o))
             })
             .collect())
     }
@@ -340,7 +376,7 @@ impl Writer {
 
     async fn converge_from(
         &self,
-        current: &mut BTreeMap<(String, String), ServiceAnnouncement>,
+        current: &mut BTreeMap<(String, String), Record>,
         want: &Desired,
     ) -> Result<(), kube::Error> {
         let stale: Vec<(String, String)> =
@@ -359,19 +395,21 @@ impl Writer {
             tracing::debug!(namespace = %ns, name = %name, "deleted ServiceAnnouncement");
             current.remove(&(ns, name));
         }
-        for (k, obj) in &want.objects {
-            let same = current.get(k).is_some_and(|c| {
-                c.spec == obj.spec && c.metadata.owner_references == obj.metadata.owner_references
-            });
-            if same {
+        for (k, record) in &want.objects {
+            if current.get(k) == Some(record) {
                 continue;
             }
             let api: Api<ServiceAnnouncement> = Api::namespaced(self.client.clone(), &k.0);
             let pp = PatchParams::apply(MANAGER).force();
-            match super::within(api.patch(&k.1, &pp, &Patch::Apply(obj))).await {
+            let obj = record.object(&k.0, &k.1, &self.node);
+            match super::within(api.patch(&k.1, &pp, &Patch::Apply(&obj))).await {
                 Ok(written) => {
                     self.count("applied");
-                    current.insert(k.clone(), written);
+                    // What was sent, sharing its spec with the desired set (the apiserver
+                    // returns the same spec; an object changed since is rewritten at the next
+                    // relist of this writer, after a restart).
+                    drop(written);
+                    current.insert(k.clone(), record.clone());
                 }
                 Err(e) => {
                     self.count("error");
@@ -486,99 +524,4 @@ impl Writer {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn the_plan_becomes_one_object_per_service_and_protocol_with_owner_and_reasons() {
-        use crate::plan::RouteAttrs;
-        let text = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.10}, {ip: 192.0.2.200}]}}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: down, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.11}]}}\n";
-        let stream = ferrolb_api::parse_stream("s.yaml", text).unwrap();
-        let model = ClusterModel::from_stream(stream, "s.yaml", crate::model::DEFAULT_LB_CLASS).unwrap();
-        let mut plan = Plan::default();
-        let routes = BTreeMap::from([("203.0.113.10/32".parse().unwrap(), RouteAttrs::default())]);
-        plan.bgp.insert("router-a".into(), routes);
-        plan.bgp.insert("router-b".into(), BTreeMap::new());
-        plan.l2.insert("192.0.2.200".parse().unwrap(), vec!["eth1".into()]);
-        plan.withdrawn.insert("203.0.113.11".parse().unwrap(), "no serving endpoint".into());
-        let key = |n: &str| ServiceKey { namespace: "shop".into(), name: n.into() };
-        let uids = BTreeMap::from([(key("web"), "uid-web".to_owned()), (key("down"), "uid-down".to_owned())]);
-        let d = desired(&model, &plan, "node1", &uids);
-        let names: Vec<&str> = d.objects.keys().map(|(_, n)| n.as_str()).collect();
-        assert_eq!(names, vec!["web-node1-bgp", "web-node1-l2"]);
-        let bgp = &d.objects[&("shop".to_owned(), "web-node1-bgp".to_owned())];
-        assert_eq!(bgp.spec.addresses, vec!["203.0.113.10"]);
-        assert_eq!(bgp.spec.peers, vec!["router-a"], "only peers that get the prefix");
-        let owner = &bgp.metadata.owner_references.as_ref().unwrap()[0];
-        assert_eq!(
-            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
-            ("Service", "web", "uid-web")
-        );
-        assert_eq!(bgp.metadata.namespace.as_deref(), Some("shop"));
-        assert_eq!(bgp.metadata.labels.as_ref().unwrap()[NODE_LABEL], "node1");
-        let l2 = &d.objects[&("shop".to_owned(), "web-node1-l2".to_owned())];
-        assert_eq!(
-            (l2.spec.protocol, l2.spec.interfaces.clone()),
-            (AnnouncementProtocol::L2, vec!["eth1".to_owned()])
-        );
-        assert_eq!(d.reasons[&key("down")], "203.0.113.11: no serving endpoint");
-        // Without a uid (not seen in the API) no object can be owned: none is written.
-        let d = desired(&model, &plan, "node1", &BTreeMap::new());
-        assert!(d.objects.is_empty());
-    }
-
-    #[test]
-    fn host_routes_and_aggregates_cover_an_address() {
-        let routes: BTreeMap<ipnet::IpNet, ()> = BTreeMap::from([
-            ("203.0.113.0/24".parse().unwrap(), ()),
-            ("2001:db8:3::10/128".parse().unwrap(), ()),
-        ]);
-        assert!(covered(&routes, "203.0.113.77".parse().unwrap()));
-        assert!(covered(&routes, "2001:db8:3::10".parse().unwrap()));
-        assert!(!covered(&routes, "2001:db8:3::11".parse().unwrap()));
-        assert!(!covered(&routes, "198.51.100.1".parse().unwrap()));
-    }
-
-    #[test]
-    fn names_are_valid_unique_and_at_most_63_characters() {
-        assert_eq!(object_name("web", "node1", AnnouncementProtocol::Bgp), "web-node1-bgp");
-        let long_node = "a-very-long-node-name.with.dots.example.invalid.cluster.local.region";
-        let a = object_name("service-with-a-long-name", long_node, AnnouncementProtocol::L2);
-        let b = object_name("service-with-a-long-name", &format!("{long_node}2"), AnnouncementProtocol::L2);
-        assert!(a.len() <= 63 && b.len() <= 63, "{a} {b}");
-        assert_ne!(a, b);
-        assert!(a.starts_with("service-with-a-long-name-a-very"), "{a}");
-        assert!(!a.contains("--") && a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'));
-    }
-
-    #[test]
-    fn a_flapping_service_gets_a_burst_then_one_event_per_refill() {
-        let mut l = EventLimiter::default();
-        let k = ServiceKey { namespace: "default".into(), name: "web".into() };
-        let other = ServiceKey { namespace: "default".into(), name: "db".into() };
-        let t0 = Instant::now();
-        let allowed = (0..10).filter(|i| l.allow(&k, t0 + Duration::from_millis(100 * i))).count();
-        assert_eq!(allowed, EVENT_BURST as usize);
-        assert!(l.allow(&other, t0), "buckets are per Service");
-        assert!(!l.allow(&k, t0 + Duration::from_secs(5)));
-        assert!(l.allow(&k, t0 + EVENT_REFILL + Duration::from_secs(1)));
-        assert!(!l.allow(&k, t0 + EVENT_REFILL + Duration::from_secs(2)));
-    }
-
-    #[test]
-    fn buckets_are_forgotten_once_refilled() {
-        let mut l = EventLimiter::default();
-        let t0 = Instant::now();
-        let key = |i: usize| ServiceKey { namespace: "churn".into(), name: format!("svc-{i}").into() };
-        for i in 0..10_000 {
-            assert!(l.allow(&key(i), t0));
-        }
-        let busy = key(0);
-        while l.allow(&busy, t0) {}
-        l.prune(t0 + EVENT_REFILL * 2);
-        assert_eq!(l.len(), 1, "only the emptied bucket is still refilling");
-        l.prune(t0 + EVENT_REFILL * (EVENT_BURST + 1));
-        assert!(l.is_empty(), "{} buckets left", l.len());
-    }
-}
+mod tests;

@@ -1,0 +1,116 @@
+#![allow(clippy::unwrap_used)]
+use super::*;
+
+#[test]
+fn the_plan_becomes_one_object_per_service_and_protocol_with_owner_and_reasons() {
+    use crate::plan::RouteAttrs;
+    let text = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.10}, {ip: 192.0.2.200}]}}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: down, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.11}]}}\n";
+    let stream = ferrolb_api::parse_stream("s.yaml", text).unwrap();
+    let model = ClusterModel::from_stream(stream, "s.yaml", crate::model::DEFAULT_LB_CLASS).unwrap();
+    let mut plan = Plan::default();
+    let routes = BTreeMap::from([("203.0.113.10/32".parse().unwrap(), RouteAttrs::default())]);
+    plan.bgp.insert("router-a".into(), routes);
+    plan.bgp.insert("router-b".into(), BTreeMap::new());
+    plan.l2.insert("192.0.2.200".parse().unwrap(), vec!["eth1".into()]);
+    plan.withdrawn.insert("203.0.113.11".parse().unwrap(), "no serving endpoint".into());
+    let key = |n: &str| ServiceKey { namespace: "shop".into(), name: n.into() };
+    let uids = BTreeMap::from([(key("web"), "uid-web".to_owned()), (key("down"), "uid-down".to_owned())]);
+    let d = desired(&model, &plan, "node1", &uids);
+    let names: Vec<&str> = d.objects.keys().map(|(_, n)| n.as_str()).collect();
+    assert_eq!(names, vec!["web-node1-bgp", "web-node1-l2"]);
+    let bgp = &d.objects[&("shop".to_owned(), "web-node1-bgp".to_owned())];
+    assert_eq!(bgp.spec.addresses, vec!["203.0.113.10"]);
+    assert_eq!(bgp.spec.peers, vec!["router-a"], "only peers that get the prefix");
+    let bgp = bgp.object("shop", "web-node1-bgp", "node1");
+    let owner = &bgp.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()), ("Service", "web", "uid-web"));
+    assert_eq!(bgp.metadata.namespace.as_deref(), Some("shop"));
+    assert_eq!(bgp.metadata.labels.as_ref().unwrap()[NODE_LABEL], "node1");
+    let l2 = &d.objects[&("shop".to_owned(), "web-node1-l2".to_owned())];
+    assert_eq!(
+        (l2.spec.protocol, l2.spec.interfaces.clone()),
+        (AnnouncementProtocol::L2, vec!["eth1".to_owned()])
+    );
+    assert_eq!(d.reasons[&key("down")], "203.0.113.11: no serving endpoint");
+    // Without a uid (not seen in the API) no object can be owned: none is written.
+    let d = desired(&model, &plan, "node1", &BTreeMap::new());
+    assert!(d.objects.is_empty());
+}
+
+/// The writer keeps a record of what the API returns and compares it with the wanted one:
+/// an object it wrote reads back as the record it came from, and one whose owner
+/// reference someone changed does not (so it is written again).
+#[test]
+fn an_object_written_reads_back_as_its_record_and_a_changed_owner_does_not() {
+    let spec = ServiceAnnouncementSpec {
+        node: "node1".into(),
+        service: ServiceRef { namespace: "shop".into(), name: "web".into() },
+        protocol: AnnouncementProtocol::Bgp,
+        addresses: vec!["203.0.113.10".into()],
+        interfaces: Vec::new(),
+        peers: vec!["router-a".into()],
+    };
+    let record = Record { spec: Arc::new(spec), owner: "uid-web".into() };
+    let mut obj = record.object("shop", "web-node1-bgp", "node1");
+    obj.metadata.uid = Some("sa-uid".into());
+    obj.metadata.resource_version = Some("42".into());
+    assert_eq!(Record::of(obj.clone()), record);
+    obj.metadata.owner_references.as_mut().unwrap()[0].controller = Some(true);
+    assert_eq!(Record::of(obj.clone()).owner, "");
+    obj.metadata.owner_references = None;
+    assert_ne!(Record::of(obj), record);
+}
+
+#[test]
+fn host_routes_and_aggregates_cover_an_address() {
+    let routes: BTreeMap<ipnet::IpNet, ()> = BTreeMap::from([
+        ("203.0.113.0/24".parse().unwrap(), ()),
+        ("2001:db8:3::10/128".parse().unwrap(), ()),
+    ]);
+    assert!(covered(&routes, "203.0.113.77".parse().unwrap()));
+    assert!(covered(&routes, "2001:db8:3::10".parse().unwrap()));
+    assert!(!covered(&routes, "2001:db8:3::11".parse().unwrap()));
+    assert!(!covered(&routes, "198.51.100.1".parse().unwrap()));
+}
+
+#[test]
+fn names_are_valid_unique_and_at_most_63_characters() {
+    assert_eq!(object_name("web", "node1", AnnouncementProtocol::Bgp), "web-node1-bgp");
+    let long_node = "a-very-long-node-name.with.dots.example.invalid.cluster.local.region";
+    let a = object_name("service-with-a-long-name", long_node, AnnouncementProtocol::L2);
+    let b = object_name("service-with-a-long-name", &format!("{long_node}2"), AnnouncementProtocol::L2);
+    assert!(a.len() <= 63 && b.len() <= 63, "{a} {b}");
+    assert_ne!(a, b);
+    assert!(a.starts_with("service-with-a-long-name-a-very"), "{a}");
+    assert!(!a.contains("--") && a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'));
+}
+
+#[test]
+fn a_flapping_service_gets_a_burst_then_one_event_per_refill() {
+    let mut l = EventLimiter::default();
+    let k = ServiceKey { namespace: "default".into(), name: "web".into() };
+    let other = ServiceKey { namespace: "default".into(), name: "db".into() };
+    let t0 = Instant::now();
+    let allowed = (0..10).filter(|i| l.allow(&k, t0 + Duration::from_millis(100 * i))).count();
+    assert_eq!(allowed, EVENT_BURST as usize);
+    assert!(l.allow(&other, t0), "buckets are per Service");
+    assert!(!l.allow(&k, t0 + Duration::from_secs(5)));
+    assert!(l.allow(&k, t0 + EVENT_REFILL + Duration::from_secs(1)));
+    assert!(!l.allow(&k, t0 + EVENT_REFILL + Duration::from_secs(2)));
+}
+
+#[test]
+fn buckets_are_forgotten_once_refilled() {
+    let mut l = EventLimiter::default();
+    let t0 = Instant::now();
+    let key = |i: usize| ServiceKey { namespace: "churn".into(), name: format!("svc-{i}").into() };
+    for i in 0..10_000 {
+        assert!(l.allow(&key(i), t0));
+    }
+    let busy = key(0);
+    while l.allow(&busy, t0) {}
+    l.prune(t0 + EVENT_REFILL * 2);
+    assert_eq!(l.len(), 1, "only the emptied bucket is still refilling");
+    l.prune(t0 + EVENT_REFILL * (EVENT_BURST + 1));
+    assert!(l.is_empty(), "{} buckets left", l.len());
+}

@@ -1,0 +1,191 @@
+//! The watchers: one per kind, each turning its stream into [`Update`]s for the event
+//! loop, and how a failed watch retries.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ferrolb_api::{BfdProfile, BgpAdvertisement, BgpPeer, IpAddressPool, L2Advertisement};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::{Change, Update, slim};
+
+/// How a failed watch retries: doubling from [`WatchBackoff::MIN`] up to
+/// [`WatchBackoff::MAX`], each delay plus up to half again at random, back to the start
+/// after any success.
+///
+/// kube's default is client-go's reflector's (0.8 s doubling to 30 s, up to twice that
+/// with jitter, forgotten only after 2 minutes without an error): after a 20 s apiserver
+/// outage a speaker stayed blind for 60–70 s (testbed/tests/real_ha.rs), a minute in which
+/// a Local Service's endpoints can move without the announcements following. A dead
+/// apiserver refuses a retry at once and a live one answers it cheaply, and a recovering
+/// one sees each speaker's relists spread over the jitter, so a short cap costs little.
+///
+/// **A thundering herd spread with the cluster.** Every speaker's watches fail together
+/// when the apiserver restarts, and each first retry may be a relist: 5 000 speakers
+/// times ten kinds within half a second. So the first retry after a success waits up to
+/// [`RELIST_SPREAD_PER_NODE`] more per Node in the cluster ([`set_cluster_size`]), at
+/// random: 10 s for 5 000 Nodes, nothing noticeable for a handful.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: Duration,
+    /// The Nodes to spread for; None: the cluster's, as last synced.
+    nodes: Option<usize>,
+}
+
+impl WatchBackoff {
+    /// The first delay (before the cluster's spread).
+    pub const MIN: Duration = Duration::from_millis(500);
+    /// The longest delay before jitter (with it, at most 1.5 × this).
+    pub const MAX: Duration = Duration::from_secs(5);
+}
+
+/// How much the first retry of a failed watch is spread per Node in the cluster.
+pub const RELIST_SPREAD_PER_NODE: Duration = Duration::from_millis(2);
+
+/// The Nodes in the cluster, as last synced: what the first retry's spread is made of.
+static CLUSTER_SIZE: AtomicUsize = AtomicUsize::new(0);
+
+/// Records the number of Nodes, for the spread of every watch's first retry.
+pub fn set_cluster_size(nodes: usize) {
+    CLUSTER_SIZE.store(nodes, Ordering::Relaxed);
+}
+
+/// The window the first retry of a failed watch is spread over, for `nodes` Nodes.
+pub fn relist_spread(nodes: usize) -> Duration {
+    RELIST_SPREAD_PER_NODE.saturating_mul(u32::try_from(nodes).unwrap_or(u32::MAX))
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff { next: Self::MIN, nodes: None }
+    }
+}
+
+impl WatchBackoff {
+    /// A backoff spreading its first retry for `nodes` Nodes, whatever the cluster's.
+    pub fn for_nodes(nodes: usize) -> Self {
+        WatchBackoff { next: Self::MIN, nodes: Some(nodes) }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let base = self.next;
+        let nodes = self.nodes.unwrap_or_else(|| CLUSTER_SIZE.load(Ordering::Relaxed));
+        let spread = if base == Self::MIN { relist_spread(nodes) } else { Duration::ZERO };
+        self.next = (self.next * 2).min(Self::MAX);
+        Some(base.mul_f64(1.0 + rand::random::<f64>() / 2.0) + spread.mul_f64(rand::random::<f64>()))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::MIN;
+    }
+}
+
+/// How many updates may wait for the event loop. A watcher finding the queue full waits
+/// (and stops reading its watch, so the apiserver holds the rest) rather than buffering
+/// without bound while the loop is busy, e.g. writing ServiceAnnouncements for a burst.
+/// A queue, not latest-state-wins: every Delete and every whole relist must reach the
+/// [`Feed`], and the loop already plans once for everything queued.
+pub const UPDATE_QUEUE: usize = 256;
+
+/// The channel from the watchers to the event loop, [`UPDATE_QUEUE`] deep.
+pub fn channel() -> (mpsc::Sender<Update>, mpsc::Receiver<Update>) {
+    mpsc::channel(UPDATE_QUEUE)
+}
+
+/// One watched kind: its name (in logs), its [`Update`] variant, and what the speaker
+/// keeps of each object ([`slim`]; the configuration kinds are few objects, kept whole
+/// until the feed strips them).
+struct Kind<K> {
+    name: &'static str,
+    wrap: fn(Change<K>) -> Update,
+    keep: fn(K) -> K,
+}
+
+fn whole<K>(o: K) -> K {
+    o
+}
+
+/// Turns one watcher into [`Update`]s: single events pass through, a (re)list is
+/// collected and sent whole once complete, errors are reported (the stream backs off).
+/// Each object is cut to what the speaker keeps of it as it arrives.
+async fn pump<K>(api: Api<K>, kind: Kind<K>, tx: mpsc::Sender<Update>)
+where
+    K: ferrolb_api::Watched,
+{
+    let Kind { name, wrap, keep } = kind;
+    let stream = watcher::watcher(api, watcher::Config::default()).backoff(WatchBackoff::default());
+    let mut stream = std::pin::pin!(stream);
+    let mut listing: Vec<K> = Vec::new();
+    while let Some(ev) = stream.next().await {
+        let update = match ev {
+            Ok(Event::Init) => {
+                listing.clear();
+                continue;
+            }
+            Ok(Event::InitApply(o)) => {
+                listing.push(keep(o));
+                continue;
+            }
+            Ok(Event::InitDone) => wrap(Change::Listed(std::mem::take(&mut listing))),
+            Ok(Event::Apply(o)) => wrap(Change::Apply(Box::new(keep(o)))),
+            Ok(Event::Delete(o)) => wrap(Change::Delete(Box::new(keep(o)))),
+            Err(e) => Update::WatchFailed { kind: name, error: crate::error::one_line(&e.to_string()) },
+        };
+        if tx.send(update).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Starts one watcher per kind; they run until the returned set is dropped.
+pub fn spawn_watchers(client: &kube::Client, tx: &mpsc::Sender<Update>) -> JoinSet<()> {
+    let mut set = JoinSet::new();
+    let c = || client.clone();
+    let t = || tx.clone();
+    set.spawn(pump(Api::<Node>::all(c()), Kind { name: "Node", wrap: Update::Node, keep: slim::node }, t()));
+    set.spawn(pump(
+        Api::<Service>::all(c()),
+        Kind { name: "Service", wrap: Update::Service, keep: slim::service },
+        t(),
+    ));
+    set.spawn(pump(
+        Api::<EndpointSlice>::all(c()),
+        Kind { name: "EndpointSlice", wrap: Update::EndpointSlice, keep: slim::endpoint_slice },
+        t(),
+    ));
+    set.spawn(pump(
+        Api::<IpAddressPool>::all(c()),
+        Kind { name: "IPAddressPool", wrap: Update::Pool, keep: whole },
+        t(),
+    ));
+    set.spawn(pump(Api::<BgpPeer>::all(c()), Kind { name: "BGPPeer", wrap: Update::Peer, keep: whole }, t()));
+    set.spawn(pump(
+        Api::<BgpAdvertisement>::all(c()),
+        Kind { name: "BGPAdvertisement", wrap: Update::BgpAdvertisement, keep: whole },
+        t(),
+    ));
+    set.spawn(pump(
+        Api::<L2Advertisement>::all(c()),
+        Kind { name: "L2Advertisement", wrap: Update::L2Advertisement, keep: whole },
+        t(),
+    ));
+    set.spawn(pump(
+        Api::<BfdProfile>::all(c()),
+        Kind { name: "BFDProfile", wrap: Update::BfdProfile, keep: whole },
+        t(),
+    ));
+    set
+}

@@ -1,0 +1,107 @@
+//! What a speaker holds per Service grows with the cluster on every node (issue #39: a
+//! speaker's RSS < 64 MiB at 10 000 Services), so it is budgeted in bytes, counted by the
+//! speaker's own allocator: the model and the feed behind it, and the desired
+//! ServiceAnnouncements the status writer converges to. One test in its own binary, so
+//! no other test allocates while it counts.
+//!
+//! Measured: 1.5 KB per Service for the model and feed, 0.7 KB per desired object. Before
+//! the model held its slices and selectors exactly sized and the writer records instead
+//! of whole objects, the same measure gave 3.8 KB and 2.2 KB (both fail these budgets).
+#![allow(clippy::unwrap_used)]
+
+use ferrolb_speaker::cluster::status::desired;
+use ferrolb_speaker::cluster::{Change, Feed, Update};
+use ferrolb_speaker::heap::{Counting, in_use};
+use ferrolb_speaker::model::ClusterModel;
+use ferrolb_speaker::plan::{Plan, RouteAttrs};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::json;
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Bytes per Service (three endpoints on three of the nodes) the model and feed may hold.
+const MODEL_BUDGET: u64 = 2_000;
+/// Bytes per desired ServiceAnnouncement (one per Service this node announces).
+const DESIRED_BUDGET: u64 = 1_000;
+
+const NODES: usize = 100;
+
+/// Service `i` as the apiserver sends it, and its EndpointSlice: three endpoints.
+fn service(i: usize) -> (Service, EndpointSlice) {
+    let name = format!("svc-{i:05}");
+    let ip = format!("198.51.{}.{}", 100 + i / 250, i % 250);
+    let svc = json!({"metadata": {"name": name, "namespace": "scale", "uid": format!("4f1c1f6e-1f8e-4c39-9a51-{i:012}")},
+        "spec": {"type": "LoadBalancer", "selector": {"app": name}, "externalTrafficPolicy": "Cluster"},
+        "status": {"loadBalancer": {"ingress": [{"ip": ip}]}}});
+    let endpoints: Vec<_> = (0..3)
+        .map(|k| {
+            json!({"addresses": [format!("10.{k}.{}.{}", i / 250, i % 250)],
+            "nodeName": format!("node-{:04}", (i * 3 + k) % NODES),
+            "conditions": {"ready": true, "serving": true, "terminating": false},
+            "targetRef": {"kind": "Pod", "name": format!("{name}-{k}"), "namespace": "scale"}})
+        })
+        .collect();
+    let slice = json!({"metadata": {"name": format!("{name}-x7k2p"), "namespace": "scale",
+            "labels": {"kubernetes.io/service-name": name}},
+        "addressType": "IPv4", "endpoints": endpoints});
+    (serde_json::from_value(svc).unwrap(), serde_json::from_value(slice).unwrap())
+}
+
+fn node(i: usize) -> Node {
+    serde_json::from_value(json!({"metadata": {"name": format!("node-{i:04}"), "labels": {"kubernetes.io/hostname": format!("node-{i:04}")}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}],
+            "addresses": [{"type": "InternalIP", "address": format!("10.200.0.{i}")}]}}))
+    .unwrap()
+}
+
+/// The model and feed of `n` Services, and the heap they hold (the objects fed are gone).
+fn model_of(n: usize) -> (ClusterModel, Feed, u64) {
+    let before = in_use().unwrap();
+    let (services, slices): (Vec<_>, Vec<_>) = (0..n).map(service).unzip();
+    let mut model = ClusterModel::new("ferrolb.io/lb");
+    let mut feed = Feed::default();
+    feed.apply(&mut model, Update::Node(Change::Listed((0..NODES).map(node).collect())));
+    feed.apply(&mut model, Update::Service(Change::Listed(services)));
+    feed.apply(&mut model, Update::EndpointSlice(Change::Listed(slices)));
+    let _ = model.take_changes();
+    let held = in_use().unwrap() - before;
+    (model, feed, held)
+}
+
+/// The heap `desired` holds for `n` Services, all announced to one peer.
+fn desired_of(model: &ClusterModel, feed: &Feed) -> (usize, u64) {
+    let routes = model
+        .services
+        .values()
+        .flat_map(|s| s.ingress.iter())
+        .map(|ip| (ipnet::IpNet::from(*ip), RouteAttrs::default()))
+        .collect();
+    let mut plan = Plan::default();
+    plan.bgp.insert("router".into(), routes);
+    let before = in_use().unwrap();
+    let want = desired(model, &plan, "node-0001", &feed.uids);
+    let held = in_use().unwrap() - before;
+    (want.objects.len(), held)
+}
+
+#[test]
+fn a_speaker_holds_a_bounded_number_of_bytes_per_service() {
+    // The marginal cost of 1 000 more Services, so what every speaker holds anyway (the
+    // Nodes, the maps' first nodes) is not charged to them.
+    let (small, small_feed, small_held) = model_of(1_000);
+    let (large, large_feed, large_held) = model_of(2_000);
+    let per_service = (large_held - small_held) / 1_000;
+    println!("model and feed: {per_service} bytes per Service (budget {MODEL_BUDGET})");
+    assert!(per_service <= MODEL_BUDGET, "{per_service} bytes per Service; budget {MODEL_BUDGET}");
+    assert_eq!(large.services.len(), 2_000, "every Service is in the model");
+    assert_eq!(large.endpoints(large.services.keys().next().unwrap()).len(), 3, "with its endpoints");
+
+    let (n_small, d_small) = desired_of(&small, &small_feed);
+    let (n_large, d_large) = desired_of(&large, &large_feed);
+    assert_eq!((n_small, n_large), (1_000, 2_000), "one ServiceAnnouncement per Service announced");
+    let per_object = (d_large - d_small) / 1_000;
+    println!("desired ServiceAnnouncements: {per_object} bytes each (budget {DESIRED_BUDGET})");
+    assert!(per_object <= DESIRED_BUDGET, "{per_object} bytes per object; budget {DESIRED_BUDGET}");
+}
