@@ -285,6 +285,10 @@ enum Bench {
         /// Services created one after another at rest, each timed to its route.
         #[arg(long, default_value_t = 20)]
         late: usize,
+        /// Write the figures as BENCHMARKS.md's cluster-scale section, with log-log plots
+        /// under benchmarks/ (the rest of the file stays as `bench report` wrote it).
+        #[arg(long)]
+        write: bool,
     },
 }
 
@@ -367,10 +371,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench { bench: Bench::ControllerMemory { services } } => {
             Ok(ferrolb_bench::controller_memory::run(&services)?)
         }
-        Cmd::Bench { bench: Bench::Scale { nodes, services, rest_seconds, late } } => {
+        Cmd::Bench { bench: Bench::Scale { nodes, services, rest_seconds, late, write } } => {
             use ferrolb_bench::scale;
             let rest = std::time::Duration::from_secs(rest_seconds);
-            Ok(scale::run(&scale::Params { nodes, services, settings: scale::Settings { rest, late } })?)
+            Ok(scale::run(&scale::Params {
+                nodes,
+                services,
+                settings: scale::Settings { rest, late },
+                write,
+            })?)
         }
         Cmd::Image { cmd: ImageCmd::Build { tag, out, profile } } => image_build(&tag, &out, &profile),
         Cmd::HotText { profiles, out } => hot_text(&profiles, &out),

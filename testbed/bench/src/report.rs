@@ -43,7 +43,7 @@ pub struct Params {
 }
 
 /// The figures' directory, relative to the report.
-const FIGURES: &str = "benchmarks";
+pub(crate) const FIGURES: &str = "benchmarks";
 const TIMELINE: &str = "failover-timeline.svg";
 const RSS: &str = "rss-vs-services.svg";
 
@@ -67,7 +67,13 @@ pub fn run(p: &Params) -> Result<(), Error> {
     let report = Report { env, trials: p.trials, soak_seconds: p.soak_seconds, failover: fo, soak, scale };
     let rendered = render(&report);
     let md = p.out.join("BENCHMARKS.md");
-    write_file(&md, &rendered.markdown)?;
+    // The cluster-scale section is `bench scale --write`'s: kept as it was.
+    let old = std::fs::read_to_string(&md).unwrap_or_default();
+    let markdown = match crate::scale::write::section_of(&old) {
+        Some(scale) => crate::scale::write::splice(&rendered.markdown, scale),
+        None => rendered.markdown.clone(),
+    };
+    write_file(&md, &markdown)?;
     for (name, svg) in &rendered.figures {
         write_file(&figures.join(name), svg)?;
     }
@@ -81,11 +87,11 @@ pub fn run(p: &Params) -> Result<(), Error> {
 }
 
 /// An I/O error naming the file.
-fn io_at(path: &Path, e: std::io::Error) -> Error {
+pub(crate) fn io_at(path: &Path, e: std::io::Error) -> Error {
     Error::Io(std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
 }
 
-fn write_file(path: &Path, text: &str) -> Result<(), Error> {
+pub(crate) fn write_file(path: &Path, text: &str) -> Result<(), Error> {
     std::fs::write(path, text).map_err(|e| io_at(path, e))
 }
 

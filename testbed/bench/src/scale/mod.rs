@@ -39,6 +39,7 @@ mod routes;
 #[cfg(test)]
 mod tests;
 mod workload;
+pub mod write;
 
 pub use requests::Requests;
 use workload::Workload;
@@ -52,6 +53,8 @@ pub struct Params {
     pub services: Vec<usize>,
     /// What every size runs with.
     pub settings: Settings,
+    /// Write the figures into BENCHMARKS.md's cluster-scale section and its plots.
+    pub write: bool,
 }
 
 /// One size.
@@ -106,6 +109,9 @@ pub fn run(p: &Params) -> Result<(), Error> {
         }
     }
     print::summary(&all);
+    if p.write {
+        write::write(&all, &ferrolb_lab::binary::workspace_root())?;
+    }
     Ok(())
 }
 

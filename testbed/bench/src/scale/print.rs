@@ -209,6 +209,75 @@ impl Figures {
 }
 
 /// The sizes side by side.
+/// One size's line of the summary, in the units it is shown in.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Row {
+    pub(super) nodes: usize,
+    pub(super) services: usize,
+    /// Requests a second at rest besides watches and Lease renewals.
+    pub(super) rest_rate: f64,
+    /// Lists for the two changes.
+    pub(super) change_lists: usize,
+    /// Writes for one Service created, every component together.
+    pub(super) writes: usize,
+    /// The most lists of one kind by one speaker over the rolling restart.
+    pub(super) restart_lists: usize,
+    /// The larger speaker's RSS and live heap, MiB.
+    pub(super) rss: Option<f64>,
+    pub(super) heap: Option<f64>,
+    /// The busier speaker's CPU over the rest window, % of a core.
+    pub(super) cpu: Option<f64>,
+    /// The controller's RSS, MiB.
+    pub(super) controller: Option<f64>,
+    /// Service created → route, p50 and p99, ms.
+    pub(super) route: Option<(f64, f64)>,
+}
+
+impl Row {
+    pub(super) fn of(f: &Figures) -> Row {
+        let rest = f.rest.requests.busy().values().sum::<usize>();
+        let speakers: Vec<&super::Process> =
+            f.rest.processes.iter().filter(|p| p.who.starts_with("speaker")).collect();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        Row {
+            nodes: f.size.nodes,
+            services: f.size.services,
+            rest_rate: f.rest.requests.rate(rest),
+            change_lists: [&f.port_change, &f.new_service]
+                .iter()
+                .map(|r| r.lists().values().sum::<usize>())
+                .sum(),
+            writes: f.new_service.calls.iter().filter(|c| c.is_write() && is_busy(c)).count(),
+            restart_lists: f.restart.requests.lists().values().copied().max().unwrap_or(0),
+            rss: speakers.iter().filter_map(|p| p.rss).max().map(mib),
+            heap: speakers.iter().filter_map(|p| p.heap).max().map(mib),
+            cpu: speakers
+                .iter()
+                .filter_map(|p| p.cpu)
+                .max()
+                .map(|c| 100.0 * share(c, f.rest.requests.window)),
+            controller: f.rest.processes.iter().find(|p| p.who == "controller").and_then(|p| p.rss).map(mib),
+            route: percentiles(&f.latency.samples).map(|[p50, _, p99, _]| (ms(p50), ms(p99))),
+        }
+    }
+
+    /// The columns after the size, as shown in both tables.
+    pub(super) fn cells(&self) -> [String; 9] {
+        let one = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.1}"));
+        [
+            format!("{:.2}", self.rest_rate),
+            self.change_lists.to_string(),
+            self.writes.to_string(),
+            self.restart_lists.to_string(),
+            one(self.rss),
+            one(self.heap),
+            self.cpu.map_or("—".into(), |c| format!("{c:.2}")),
+            one(self.controller),
+            self.route.map_or("—".into(), |(p50, p99)| format!("{p50:.0} / {p99:.0}")),
+        ]
+    }
+}
+
 pub(super) fn summary(all: &[Figures]) {
     if all.is_empty() {
         return;
@@ -242,47 +311,11 @@ pub(super) fn summary(all: &[Figures]) {
         "RSS MiB",
         "p50 / p99 ms"
     );
-    for f in all {
-        let rest = f.rest.requests.busy().values().sum::<usize>();
-        let change_lists: usize =
-            [&f.port_change, &f.new_service].iter().map(|r| r.lists().values().sum::<usize>()).sum();
-        let writes = f.new_service.calls.iter().filter(|c| c.is_write() && is_busy(c)).count();
-        let restart_lists = f.restart.requests.lists().values().copied().max().unwrap_or(0);
-        let speakers: Vec<&super::Process> =
-            f.rest.processes.iter().filter(|p| p.who.starts_with("speaker")).collect();
-        let rss =
-            speakers.iter().filter_map(|p| p.rss).max().map_or("—".into(), |b| format!("{:.1}", mib(b)));
-        let heap =
-            speakers.iter().filter_map(|p| p.heap).max().map_or("—".into(), |b| format!("{:.1}", mib(b)));
-        let cpu = speakers
-            .iter()
-            .filter_map(|p| p.cpu)
-            .max()
-            .map_or("—".into(), |c| format!("{:.2}", 100.0 * share(c, f.rest.requests.window)));
-        let controller = f
-            .rest
-            .processes
-            .iter()
-            .find(|p| p.who == "controller")
-            .and_then(|p| p.rss)
-            .map_or("—".into(), |b| format!("{:.1}", mib(b)));
-        let route = match percentiles(&f.latency.samples) {
-            Some([p50, _, p99, _]) => format!("{} / {}", crate::fmt_ms(p50), crate::fmt_ms(p99)),
-            None => "—".into(),
-        };
+    for row in all.iter().map(Row::of) {
+        let [rate, lists, writes, restart, rss, heap, cpu, controller, route] = row.cells();
         println!(
-            "  {:>6} {:>8} {:>10.2} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>15}",
-            f.size.nodes,
-            f.size.services,
-            f.rest.requests.rate(rest),
-            change_lists,
-            writes,
-            restart_lists,
-            rss,
-            heap,
-            cpu,
-            controller,
-            route
+            "  {:>6} {:>8} {rate:>10} {lists:>8} {writes:>8} {restart:>9} {rss:>9} {heap:>9} {cpu:>10} {controller:>10} {route:>15}",
+            row.nodes, row.services
         );
     }
     println!("  (a) besides watches and the controller's Lease renewals; goal ≈ 0");
