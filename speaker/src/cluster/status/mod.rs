@@ -33,6 +33,15 @@ pub const NODE_LABEL: &str = "ferrolb.io/node";
 const EVENT_BURST: u32 = 3;
 /// How often a Service earns one more Event.
 const EVENT_REFILL: Duration = Duration::from_secs(20);
+/// Events of this speaker, all Services together, in a burst; then one a second. Every
+/// speaker reports on every Service it announces: 10 000 Services created at once would
+/// otherwise be 10 000 Events from each node (and as many requests, beside the
+/// ServiceAnnouncements, against the speaker's request limit). Suppressed Events are
+/// counted in `ferrolb_speaker_events_suppressed_total`; the ServiceAnnouncements say
+/// the same.
+const EVENTS_BURST: u32 = 30;
+/// How often this speaker earns one more Event.
+const EVENTS_REFILL: Duration = Duration::from_secs(1);
 /// Retry back-off bounds while writes fail.
 const RETRY_MIN: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
@@ -198,26 +207,54 @@ fn label_value(s: &str) -> String {
     s[..cut].trim_end_matches(['-', '.', '_']).to_owned()
 }
 
-/// Per-Service token bucket, so a flapping plan cannot flood a Service with Events.
-#[derive(Debug, Default)]
+/// Token buckets, so a flapping plan cannot flood a Service with Events (one per
+/// Service) and a burst of Services cannot flood the apiserver (one for them all).
+#[derive(Debug)]
 pub struct EventLimiter {
     buckets: HashMap<ServiceKey, (u32, Instant)>,
+    /// Every Service's: (tokens, last refill; None before the first Event).
+    total: (u32, Option<Instant>),
+    /// Its size and refill period.
+    total_limit: (u32, Duration),
+}
+
+impl Default for EventLimiter {
+    fn default() -> Self {
+        EventLimiter::with_total(EVENTS_BURST, EVENTS_REFILL)
+    }
+}
+
+/// Refills `bucket` (tokens, last refill) for `now`, at one token per `refill`, up to `burst`.
+fn refill(bucket: &mut (u32, Instant), now: Instant, burst: u32, refill: Duration) {
+    let earned = now.saturating_duration_since(bucket.1).as_millis() / refill.as_millis().max(1);
+    let earned = u32::try_from(earned).unwrap_or(u32::MAX);
+    if earned > 0 {
+        bucket.0 = bucket.0.saturating_add(earned).min(burst);
+        bucket.1 = now;
+    }
 }
 
 impl EventLimiter {
+    /// Limits as the default does per Service, and to `burst` then one per `refill` in all.
+    pub fn with_total(burst: u32, refill: Duration) -> Self {
+        EventLimiter { buckets: HashMap::new(), total: (burst, None), total_limit: (burst, refill) }
+    }
+
     /// Whether an Event about `key` may go out at `now` (and takes a token if so).
     pub fn allow(&mut self, key: &ServiceKey, now: Instant) -> bool {
-        let (tokens, since) = self.buckets.entry(key.clone()).or_insert((EVENT_BURST, now));
-        let earned = u32::try_from(now.saturating_duration_since(*since).as_secs() / EVENT_REFILL.as_secs())
-            .unwrap_or(u32::MAX);
-        if earned > 0 {
-            *tokens = tokens.saturating_add(earned).min(EVENT_BURST);
-            *since = now;
-        }
-        if *tokens == 0 {
+        let mut total = (self.total.0, self.total.1.unwrap_or(now));
+        refill(&mut total, now, self.total_limit.0, self.total_limit.1);
+        self.total = (total.0, Some(total.1));
+        if total.0 == 0 {
             return false;
         }
-        *tokens -= 1;
+        let bucket = self.buckets.entry(key.clone()).or_insert((EVENT_BURST, now));
+        refill(bucket, now, EVENT_BURST, EVENT_REFILL);
+        if bucket.0 == 0 {
+            return false;
+        }
+        bucket.0 -= 1;
+        self.total.0 -= 1;
         true
     }
 
@@ -311,7 +348,7 @@ impl Writer {
             let want = rx.borrow_and_update().clone();
             if let Some(want) = want {
                 self.events(&want).await;
-                match self.converge(&want).await {
+                match self.converge(&want, &rx).await {
                     Ok(()) => {
                         if failing {
                             tracing::info!("ServiceAnnouncements written again after failures");
@@ -361,15 +398,21 @@ impl Writer {
         self.metrics.status_writes.get_or_create(&ResultLabel { result: result.into() }).inc();
     }
 
-    /// Writes what differs, deletes what is no longer wanted.
-    async fn converge(&mut self, want: &Desired) -> Result<(), kube::Error> {
+    /// Writes what differs, deletes what is no longer wanted; stops early once a newer
+    /// desired set is waiting in `rx` (the latest set wins: Services created and deleted
+    /// while the writer was behind cost no writes).
+    async fn converge(
+        &mut self,
+        want: &Desired,
+        rx: &watch::Receiver<Option<Desired>>,
+    ) -> Result<(), kube::Error> {
         if self.current.is_none() {
             let listed = self.list().await?;
             tracing::info!(existing = listed.len(), "listed this node's ServiceAnnouncements");
             self.current = Some(listed);
         }
         let mut current = self.current.take().unwrap_or_default();
-        let result = self.converge_from(&mut current, want).await;
+        let result = self.converge_from(&mut current, want, || rx.has_changed().unwrap_or(true)).await;
         self.current = Some(current);
         result
     }
@@ -378,10 +421,14 @@ impl Writer {
         &self,
         current: &mut BTreeMap<(String, String), Record>,
         want: &Desired,
+        superseded: impl Fn() -> bool,
     ) -> Result<(), kube::Error> {
         let stale: Vec<(String, String)> =
             current.keys().filter(|k| !want.objects.contains_key(*k)).cloned().collect();
         for (ns, name) in stale {
+            if superseded() {
+                return Ok(());
+            }
             let api: Api<ServiceAnnouncement> = Api::namespaced(self.client.clone(), &ns);
             match super::within(api.delete(&name, &DeleteParams::default())).await {
                 Ok(_) => self.count("deleted"),
@@ -398,6 +445,9 @@ impl Writer {
         for (k, record) in &want.objects {
             if current.get(k) == Some(record) {
                 continue;
+            }
+            if superseded() {
+                return Ok(());
             }
             let api: Api<ServiceAnnouncement> = Api::namespaced(self.client.clone(), &k.0);
             let pp = PatchParams::apply(MANAGER).force();

@@ -99,9 +99,23 @@ fn a_flapping_service_gets_a_burst_then_one_event_per_refill() {
     assert!(!l.allow(&k, t0 + EVENT_REFILL + Duration::from_secs(2)));
 }
 
+/// A burst of Services (10 000 created at once) costs a speaker a burst of Events and
+/// then one a second, not an Event each.
+#[test]
+fn many_services_at_once_get_a_burst_of_events_in_all_then_one_a_second() {
+    let mut l = EventLimiter::default();
+    let t0 = Instant::now();
+    let key = |i: usize| ServiceKey { namespace: "bulk".into(), name: format!("svc-{i}").into() };
+    let allowed = (0..10_000).filter(|i| l.allow(&key(*i), t0)).count();
+    assert_eq!(allowed, EVENTS_BURST as usize);
+    let later = t0 + EVENTS_REFILL * 5;
+    let allowed = (10_000..20_000).filter(|i| l.allow(&key(*i), later)).count();
+    assert_eq!(allowed, 5, "one more a second");
+}
+
 #[test]
 fn buckets_are_forgotten_once_refilled() {
-    let mut l = EventLimiter::default();
+    let mut l = EventLimiter::with_total(u32::MAX, Duration::from_secs(1));
     let t0 = Instant::now();
     let key = |i: usize| ServiceKey { namespace: "churn".into(), name: format!("svc-{i}").into() };
     for i in 0..10_000 {
