@@ -29,7 +29,7 @@ pub fn write(all: &[Figures], root: &Path) -> Result<(), Error> {
     }
     let md = root.join("BENCHMARKS.md");
     let old = std::fs::read_to_string(&md).unwrap_or_default();
-    report::write_file(&md, &splice(&old, &section(&rows, all, &env)))?;
+    report::write_file(&md, &splice(&old, &section(&rows, all, &env, root)))?;
     println!("\nbench scale: wrote the cluster-scale section of {} and {} plots", md.display(), plots.len());
     Ok(())
 }
@@ -51,7 +51,7 @@ pub fn section_of(doc: &str) -> Option<&str> {
     Some(&doc[b..e + END.len()])
 }
 
-fn section(rows: &[Row], all: &[Figures], env: &Environment) -> String {
+fn section(rows: &[Row], all: &[Figures], env: &Environment, root: &Path) -> String {
     let mut s = format!("{BEGIN}\n## Cluster scale\n\n");
     s.push_str(&format!(
         "ferrolb on the real control plane (etcd, kube-apiserver, kube-controller-manager) beside kwok's fake \
@@ -64,9 +64,10 @@ fn section(rows: &[Row], all: &[Figures], env: &Environment) -> String {
         env.date,
         env.command
     ));
-    let builds: Vec<&String> = all.first().map(|f| f.builds.iter().collect()).unwrap_or_default();
-    for b in builds {
-        s.push_str(&format!("* {b}\n"));
+    // Paths from the workspace root, not this machine's.
+    let root = format!("{}/", root.display());
+    for b in all.first().map(|f| f.builds.as_slice()).unwrap_or_default() {
+        s.push_str(&format!("* {}\n", b.replace(&root, "")));
     }
     s.push_str(
         "\n| fake Nodes | Services | requests/s at rest (a) | lists per change | writes per new Service (b) \
