@@ -49,6 +49,18 @@ pub fn until_holds(what: &str, timeout: Duration, mut check: impl FnMut() -> boo
 pub fn until_value<T: Debug>(
     what: &str,
     timeout: Duration,
+    observe: impl FnMut() -> Result<T, Error>,
+    ok: impl Fn(&T) -> bool,
+) -> Result<T, Error> {
+    until_value_every(what, timeout, POLL, observe, ok)
+}
+
+/// [`until_value`], polling every `poll`: for observations too costly to make every
+/// 50 ms (lists of thousands of objects, a router's whole RIB).
+pub fn until_value_every<T: Debug>(
+    what: &str,
+    timeout: Duration,
+    poll: Duration,
     mut observe: impl FnMut() -> Result<T, Error>,
     ok: impl Fn(&T) -> bool,
 ) -> Result<T, Error> {
@@ -63,7 +75,7 @@ pub fn until_value<T: Debug>(
         if start.elapsed() >= timeout {
             return Err(Error::Timeout { what: what.into(), after: timeout, last });
         }
-        std::thread::sleep(POLL);
+        std::thread::sleep(poll);
     }
 }
 

@@ -11,11 +11,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::workload::poll;
 use super::{QUIET, T};
 use ferrolb_cluster::load::{Call, Window, now_us};
 use ferrolb_cluster::{Cluster, ferrolb};
 use ferrolb_lab::Error;
+use ferrolb_lab::wait::until_value_every;
 
 /// The resources a speaker watches (and lists once at start), besides its own pods and
 /// ServiceAnnouncements (`ferrolb_speaker::cluster::KINDS`).
@@ -141,7 +141,7 @@ pub(super) fn wait_quiet(cluster: &Cluster, timeout: Duration) -> Result<(), Err
     let window = Window::open(cluster);
     let ours = users();
     let quiet_us = i64::try_from(QUIET.as_micros()).unwrap_or(i64::MAX);
-    poll(
+    until_value_every(
         &format!(
             "{QUIET:?} with nothing from ferrolb but watches and Lease renewals, and no write of Nodes, Services or EndpointSlices"
         ),
@@ -180,7 +180,7 @@ pub(super) fn others_writes(window: &Window, end_us: i64) -> Tally {
 /// window that completed (the renewal comes every 3 s).
 pub(super) fn close(window: &Window, end_us: i64) -> Result<Requests, Error> {
     let controller = user_of(ferrolb::CONTROLLER_SA);
-    poll(
+    until_value_every(
         "a Lease renewal in the audit log after the window",
         T,
         Duration::from_millis(250),

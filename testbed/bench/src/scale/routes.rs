@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 
 use kube::api::ListParams;
 
-use super::workload::{Workload, poll};
+use super::workload::Workload;
 use super::{Latency, SPEAKERS, requests, speaker_ips};
 use crate::bird_ctl::BirdCtl;
 use ferrolb_cluster::ferrolb;
 use ferrolb_cluster::load::{Window, now_us};
 use ferrolb_lab::routers::bird::parse_routes;
+use ferrolb_lab::wait::until_value_every;
 use ferrolb_lab::{Error, Lab, kubeapi};
 
 /// How often BIRD is polled while timing a route.
@@ -91,7 +92,7 @@ pub(super) fn wait_converged(
         "{services} Services addressed, routed via {SPEAKERS} speakers and announced, {} ready endpoints",
         services * work.pods_per_service
     );
-    poll(
+    until_value_every(
         &what,
         timeout,
         CONVERGE_POLL,
@@ -114,7 +115,7 @@ pub(super) fn wait_routes_from(
     n: usize,
     timeout: Duration,
 ) -> Result<(), Error> {
-    poll(
+    until_value_every(
         &format!("{n} routes from {speaker} in BIRD"),
         timeout,
         Duration::from_millis(250),

@@ -1,16 +1,15 @@
 //! The bench's objects: ferrolb's configuration, the Services and the fake pods behind
 //! them (bound to kwok's Nodes, which make them Ready).
 
-use std::time::Duration;
-
 use ferrolb_api::ServiceAnnouncement;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::T;
+use crate::whole_path::{create_service, lb_service};
 use ferrolb_cluster::{Cluster, ferrolb};
 use ferrolb_lab::Error;
 use ferrolb_lab::speaker::yaml;
@@ -135,59 +134,7 @@ impl<'a> Workload<'a> {
     }
 }
 
-/// A LoadBalancer Service (policy Cluster) selecting `app=<name>`, without NodePorts
-/// (thousands of Services would exhaust their range).
-fn service(name: &str) -> Result<Service, Error> {
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "type": "LoadBalancer",
-            "allocateLoadBalancerNodePorts": false,
-            "selector": {"app": name},
-            "ports": [{"port": 80, "protocol": "TCP", "targetPort": "http"}],
-        },
-    }))
-    .map_err(|e| Error::Parse(format!("Service {name}: {e}")))
-}
-
-/// Creates Service `name`, retrying twice on failure; each attempt bounded. Already
-/// there (an earlier attempt got through) is success.
+/// Creates Service `name`: LoadBalancer (policy Cluster), selecting `app=<name>`.
 async fn create(api: &Api<Service>, name: &str) -> Result<(), Error> {
-    let svc = service(name)?;
-    let mut last = String::new();
-    for _ in 0..3 {
-        match tokio::time::timeout(Duration::from_secs(30), api.create(&PostParams::default(), &svc)).await {
-            Ok(Ok(_)) => return Ok(()),
-            Ok(Err(kube::Error::Api(s))) if s.code == 409 => return Ok(()),
-            Ok(Err(e)) => last = e.to_string(),
-            Err(_) => last = "no answer in 30 s".into(),
-        }
-    }
-    Err(Error::Parse(format!("creating Service {NS}/{name}: {last}")))
-}
-
-/// Polls `probe` every `every` until it says done; the timeout's error shows its last
-/// observation. For probes too costly for [`ferrolb_lab::wait::until_value`]'s 50 ms (lists of
-/// thousands of objects, BIRD's whole RIB).
-pub(super) fn poll<P: std::fmt::Debug>(
-    what: &str,
-    timeout: Duration,
-    every: Duration,
-    mut probe: impl FnMut() -> Result<P, Error>,
-    done: impl Fn(&P) -> bool,
-) -> Result<P, Error> {
-    let start = std::time::Instant::now();
-    loop {
-        let last = match probe() {
-            Ok(p) if done(&p) => return Ok(p),
-            Ok(p) => format!("{p:?}"),
-            Err(e) => e.to_string(),
-        };
-        if start.elapsed() >= timeout {
-            return Err(Error::Timeout { what: what.into(), after: timeout, last });
-        }
-        std::thread::sleep(every);
-    }
+    create_service(api, &lb_service(NS, name, true)?).await
 }

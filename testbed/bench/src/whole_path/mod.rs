@@ -180,37 +180,53 @@ fn configuration() -> String {
     ])
 }
 
-/// A LoadBalancer Service without selector or NodePorts.
-fn service(name: &str) -> Result<Service, Error> {
-    serde_json::from_value(serde_json::json!({
+/// A LoadBalancer Service in `namespace` without NodePorts (thousands of Services would
+/// exhaust their range): selecting `app=<name>` on target port `http` when `selected`,
+/// else without a selector (no endpoints).
+pub(crate) fn lb_service(namespace: &str, name: &str, selected: bool) -> Result<Service, Error> {
+    let mut svc = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "type": "LoadBalancer",
             "allocateLoadBalancerNodePorts": false,
             "ports": [{"port": 80, "protocol": "TCP"}],
         },
-    }))
-    .map_err(|e| Error::Parse(format!("Service {name}: {e}")))
+    });
+    if selected {
+        svc["spec"]["selector"] = serde_json::json!({"app": name});
+        svc["spec"]["ports"][0]["targetPort"] = "http".into();
+    }
+    serde_json::from_value(svc).map_err(|e| Error::Parse(format!("Service {name}: {e}")))
 }
 
 fn service_name(i: usize) -> String {
     format!("svc-{i:05}")
 }
 
-/// Creates Service `name`, retrying twice on failure; each attempt bounded.
+/// Creates Service `name`.
 async fn create(api: &Api<Service>, name: &str) -> Result<(), Error> {
-    let svc = service(name)?;
+    create_service(api, &lb_service(NS, name, false)?).await
+}
+
+/// Creates `svc`, retrying twice on failure; each attempt bounded. Already there (an
+/// earlier attempt got through) is success.
+pub(crate) async fn create_service(api: &Api<Service>, svc: &Service) -> Result<(), Error> {
     let mut last = String::new();
     for _ in 0..3 {
-        match tokio::time::timeout(Duration::from_secs(30), api.create(&PostParams::default(), &svc)).await {
+        match tokio::time::timeout(Duration::from_secs(30), api.create(&PostParams::default(), svc)).await {
             Ok(Ok(_)) => return Ok(()),
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => return Ok(()),
             Ok(Err(e)) => last = e.to_string(),
             Err(_) => last = "no answer in 30 s".into(),
         }
     }
-    Err(Error::Parse(format!("creating Service {NS}/{name}: {last}")))
+    let (ns, name) = (
+        svc.metadata.namespace.as_deref().unwrap_or_default(),
+        svc.metadata.name.as_deref().unwrap_or_default(),
+    );
+    Err(Error::Parse(format!("creating Service {ns}/{name}: {last}")))
 }
 
 /// Where [`Bird::start`] puts BIRD's control socket (`<lab>/bird/bird.ctl`).
