@@ -453,12 +453,11 @@ impl Writer {
             let pp = PatchParams::apply(MANAGER).force();
             let obj = record.object(&k.0, &k.1, &self.node);
             match super::within(api.patch(&k.1, &pp, &Patch::Apply(&obj))).await {
-                Ok(written) => {
+                Ok(_) => {
                     self.count("applied");
                     // What was sent, sharing its spec with the desired set (the apiserver
                     // returns the same spec; an object changed since is rewritten at the next
                     // relist of this writer, after a restart).
-                    drop(written);
                     current.insert(k.clone(), record.clone());
                 }
                 Err(e) => {
