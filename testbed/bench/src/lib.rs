@@ -7,6 +7,7 @@ pub mod bgp_scale;
 mod bird_ctl;
 pub mod builds;
 pub mod controller_memory;
+pub mod document;
 pub mod failover;
 pub mod file_latency;
 pub mod l2_soak;

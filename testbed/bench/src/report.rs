@@ -5,11 +5,12 @@
 //! and their verdicts (`goals`), the tables (`tables`) and figures (`figures`) drawn from
 //! the runs that stand for each speaker (`runs`), and the machine they ran on (`machine`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::bgp_scale::{self, Outcome, System as Speaker};
 use super::failover;
 use super::l2_soak::{self, Soaked};
+use crate::document::{self, FIGURES, io_at, write_file};
 use ferrolb_lab::Error;
 
 mod figures;
@@ -42,8 +43,6 @@ pub struct Params {
     pub out: PathBuf,
 }
 
-/// The figures' directory, relative to the report.
-pub(crate) const FIGURES: &str = "benchmarks";
 const TIMELINE: &str = "failover-timeline.svg";
 const RSS: &str = "rss-vs-services.svg";
 
@@ -69,8 +68,8 @@ pub fn run(p: &Params) -> Result<(), Error> {
     let md = p.out.join("BENCHMARKS.md");
     // The cluster-scale section is `bench scale --write`'s: kept as it was.
     let old = std::fs::read_to_string(&md).unwrap_or_default();
-    let markdown = match crate::scale::write::section_of(&old) {
-        Some(scale) => crate::scale::write::splice(&rendered.markdown, scale),
+    let markdown = match document::section_of(&old) {
+        Some(scale) => document::splice(&rendered.markdown, scale),
         None => rendered.markdown.clone(),
     };
     write_file(&md, &markdown)?;
@@ -84,15 +83,6 @@ pub fn run(p: &Params) -> Result<(), Error> {
         figures.display()
     );
     report.scale.into_iter().find_map(|o| o.result.err()).map_or(Ok(()), Err)
-}
-
-/// An I/O error naming the file.
-pub(crate) fn io_at(path: &Path, e: std::io::Error) -> Error {
-    Error::Io(std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
-}
-
-pub(crate) fn write_file(path: &Path, text: &str) -> Result<(), Error> {
-    std::fs::write(path, text).map_err(|e| io_at(path, e))
 }
 
 /// Everything measured, ready to write.

@@ -1,5 +1,6 @@
 //! The report rendered from made-up figures: tables, verdicts, well-formed figures.
 use std::net::IpAddr;
+use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
 use super::figures::*;

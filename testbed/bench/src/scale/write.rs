@@ -7,14 +7,10 @@ use std::path::Path;
 use super::Figures;
 use super::goals;
 use super::print::Row;
-use crate::report::{self, Environment};
+use crate::document::{self, SCALE_BEGIN, SCALE_END, splice};
+use crate::report::Environment;
 use crate::svg::{Axis, Plot};
 use ferrolb_lab::Error;
-
-/// The line opening the section.
-pub const BEGIN: &str = "<!-- bench scale: written by `ferrolb-testbed bench scale --write` -->";
-/// The line closing it.
-pub const END: &str = "<!-- /bench scale -->";
 
 /// Writes the section into `root/BENCHMARKS.md` (replacing the one there, or after the
 /// rest) and its plots under `root/benchmarks/`.
@@ -22,37 +18,20 @@ pub fn write(all: &[Figures], root: &Path) -> Result<(), Error> {
     let env = Environment::collect(root);
     let rows: Vec<Row> = all.iter().map(Row::of).collect();
     let plots = [("scale-memory.svg", memory_plot(&rows)), ("scale-latency.svg", latency_plot(&rows))];
-    let dir = root.join(report::FIGURES);
-    std::fs::create_dir_all(&dir).map_err(|e| report::io_at(&dir, e))?;
+    let dir = root.join(document::FIGURES);
+    std::fs::create_dir_all(&dir).map_err(|e| document::io_at(&dir, e))?;
     for (name, svg) in &plots {
-        report::write_file(&dir.join(name), svg)?;
+        document::write_file(&dir.join(name), svg)?;
     }
     let md = root.join("BENCHMARKS.md");
     let old = std::fs::read_to_string(&md).unwrap_or_default();
-    report::write_file(&md, &splice(&old, &section(&rows, all, &env, root)))?;
+    document::write_file(&md, &splice(&old, &section(&rows, all, &env, root)))?;
     println!("\nbench scale: wrote the cluster-scale section of {} and {} plots", md.display(), plots.len());
     Ok(())
 }
 
-/// `doc` with its section replaced by `section` (which carries the markers), or with
-/// `section` after it.
-pub fn splice(doc: &str, section: &str) -> String {
-    let section = section.trim_end();
-    match (doc.find(BEGIN), doc.find(END)) {
-        (Some(b), Some(e)) if e > b => format!("{}{section}{}", &doc[..b], &doc[e + END.len()..]),
-        _ => format!("{}\n\n{section}\n", doc.trim_end()).trim_start().to_owned(),
-    }
-}
-
-/// The section of `doc` with its markers, if it has one (for `bench report` to keep).
-pub fn section_of(doc: &str) -> Option<&str> {
-    let b = doc.find(BEGIN)?;
-    let e = doc[b..].find(END)? + b;
-    Some(&doc[b..e + END.len()])
-}
-
 fn section(rows: &[Row], all: &[Figures], env: &Environment, root: &Path) -> String {
-    let mut s = format!("{BEGIN}\n## Cluster scale\n\n");
+    let mut s = format!("{SCALE_BEGIN}\n## Cluster scale\n\n");
     s.push_str(&format!(
         "ferrolb on the real control plane (etcd, kube-apiserver, kube-controller-manager) beside kwok's fake \
          Nodes: two real nodes each running a speaker (BGP to BIRD), the controller, LoadBalancer Services \
@@ -92,9 +71,12 @@ fn section(rows: &[Row], all: &[Figures], env: &Environment, root: &Path) -> Str
         goals::SPEAKER_RSS_MIB,
         goals::ROUTE_P99_MS
     ));
-    s.push_str(&format!("\n![speaker memory vs Services]({}/scale-memory.svg)\n", report::FIGURES));
-    s.push_str(&format!("\n![Service created → route vs Services]({}/scale-latency.svg)\n", report::FIGURES));
-    s.push_str(END);
+    s.push_str(&format!("\n![speaker memory vs Services]({}/scale-memory.svg)\n", document::FIGURES));
+    s.push_str(&format!(
+        "\n![Service created → route vs Services]({}/scale-latency.svg)\n",
+        document::FIGURES
+    ));
+    s.push_str(SCALE_END);
     s.push('\n');
     s
 }
@@ -169,19 +151,6 @@ fn latency_plot(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_section_replaces_its_old_self_and_nothing_else() {
-        let first = format!("{BEGIN}\none\n{END}\n");
-        let doc = splice("# ferrolb benchmarks\n\nbody\n", &first);
-        assert_eq!(doc, format!("# ferrolb benchmarks\n\nbody\n\n{first}"));
-        let second = format!("{BEGIN}\ntwo\n{END}\n");
-        let again = splice(&doc, &second);
-        assert_eq!(again, format!("# ferrolb benchmarks\n\nbody\n\n{second}"));
-        assert_eq!(splice("", &first), first, "a new file is the section");
-        assert_eq!(section_of(&again), Some(second.trim_end()));
-        assert_eq!(section_of("no section"), None);
-    }
 
     #[test]
     fn log_axes_span_whole_powers_of_ten() {
