@@ -9,6 +9,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use ferrolb_proto::bfd::BfdMetrics;
@@ -139,6 +140,9 @@ pub struct Metrics {
     pub membership: MembershipMetrics,
     /// BFD session metrics (`ferrolb_bfd_*`).
     pub bfd: BfdMetrics,
+    /// Seconds each plan took, from the change to the plan handed to the announcers,
+    /// the status writer and the readiness gates.
+    pub replan_seconds: Histogram,
     /// Heap bytes the speaker's allocations hold, read at each scrape.
     heap_bytes: Gauge,
     ready: AtomicBool,
@@ -189,6 +193,8 @@ impl Metrics {
         let watch_errors = Family::<KindLabel, Counter>::default();
         let model_synced = Gauge::default();
         let heap_bytes = Gauge::default();
+        // 0.25 ms to 4 s.
+        let replan_seconds = Histogram::new(exponential_buckets(0.000_25, 2.0, 15));
         let readiness = ReadinessMetrics::default();
         readiness.register(registry);
         registry.register(
@@ -216,6 +222,11 @@ impl Metrics {
             "speaker_heap_bytes",
             "heap bytes held by live allocations (counted by the allocator; excludes freed memory it keeps)",
             heap_bytes.clone(),
+        );
+        registry.register(
+            "speaker_replan_seconds",
+            "time each plan took: from the change to the plan handed to the announcers, status writer and gates",
+            replan_seconds.clone(),
         );
         registry.register("bgp_session_up", "1 while the BGP session is Established", session_up.clone());
         registry.register("bgp_updates_sent", "BGP UPDATE messages sent", updates_sent.clone());
@@ -255,6 +266,7 @@ impl Metrics {
             model_synced,
             readiness,
             heap_bytes,
+            replan_seconds,
             ready: AtomicBool::new(false),
             scrapes: AtomicU64::new(0),
             heartbeat_ms: AtomicU64::new(0),

@@ -304,6 +304,13 @@ fn announcements_status_events_crash_consistency_and_an_apiserver_outage() {
         let plan = until("the first plan", || async { plans.latest() }).await;
         assert_eq!(announced(&plan), BTreeSet::from(["203.0.113.10".to_owned(), "203.0.113.20".to_owned()]));
         assert!(metrics.is_ready());
+        // Each plan is timed, for operators and `bench scale`.
+        until("the first plan in ferrolb_speaker_replan_seconds", || async {
+            let text = metrics.encode();
+            let count = text.lines().find_map(|l| l.strip_prefix("ferrolb_speaker_replan_seconds_count "));
+            count.and_then(|c| c.trim().parse::<f64>().ok()).filter(|c| *c >= 1.0)
+        })
+        .await;
 
         // Status: one object per announced Service, owned by it; the stale one deleted,
         // the outdated one corrected, the other node's left alone.

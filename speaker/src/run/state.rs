@@ -81,6 +81,8 @@ impl State {
 
     /// Plans anew and hands the plan to the announcers, the status writer and the gates.
     pub(super) async fn replan(&mut self, cause: &Cause) {
+        // The wall clock, not the input's: a metric of what the plan cost.
+        let started = std::time::Instant::now();
         // The Local chicken-and-egg: this node's pods waiting only for the gate count as
         // serving (slices and Services change too, so recount on every plan).
         if let Some(c) = &self.cluster {
@@ -144,6 +146,7 @@ impl State {
         let entries = old.bgp.values().map(BTreeMap::len).sum::<usize>();
         crate::drop_later(old, entries);
         self.update_gates();
+        self.metrics.replan_seconds.observe(started.elapsed().as_secs_f64());
     }
 
     /// Whether every watched kind has been listed (Kubernetes mode).
