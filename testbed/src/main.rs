@@ -289,6 +289,10 @@ enum Bench {
         /// under benchmarks/ (the rest of the file stays as `bench report` wrote it).
         #[arg(long)]
         write: bool,
+        /// Measure nothing: write the cluster-scale section and its plots again from
+        /// benchmarks/scale.json, where --write keeps every size measured so far.
+        #[arg(long, conflicts_with = "write")]
+        rewrite: bool,
     },
 }
 
@@ -371,8 +375,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench { bench: Bench::ControllerMemory { services } } => {
             Ok(ferrolb_bench::controller_memory::run(&services)?)
         }
-        Cmd::Bench { bench: Bench::Scale { nodes, services, rest_seconds, late, write } } => {
+        Cmd::Bench { bench: Bench::Scale { nodes, services, rest_seconds, late, write, rewrite } } => {
             use ferrolb_bench::scale;
+            if rewrite {
+                return Ok(scale::rewrite(&ferrolb_lab::binary::workspace_root())?);
+            }
             let rest = std::time::Duration::from_secs(rest_seconds);
             Ok(scale::run(&scale::Params {
                 nodes,

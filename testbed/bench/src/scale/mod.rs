@@ -36,10 +36,13 @@ use ferrolb_lab::{Error, Lab, LabConfig, addressing, client};
 mod print;
 pub mod requests;
 mod routes;
+mod runs;
 #[cfg(test)]
 mod tests;
 mod workload;
 pub mod write;
+
+pub use write::rewrite;
 
 pub use requests::Requests;
 use workload::Workload;
@@ -187,6 +190,30 @@ pub struct Latency {
     pub to_status: Vec<Duration>,
     /// Services not routed within the bound.
     pub missed: Vec<String>,
+    /// Each speaker's plans meanwhile (`ferrolb_speaker_replan_seconds`), None where
+    /// its metrics could not be read.
+    pub replans: Vec<(String, Option<Replans>)>,
+}
+
+/// A speaker's plans: how many, and the seconds they took together.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Replans {
+    /// Plans made.
+    pub count: u64,
+    /// Seconds they took, summed.
+    pub seconds: f64,
+}
+
+impl Replans {
+    /// What was added since `before`.
+    fn since(self, before: Replans) -> Replans {
+        Replans { count: self.count.saturating_sub(before.count), seconds: self.seconds - before.seconds }
+    }
+
+    /// The mean plan's time, when there was one.
+    pub fn mean(&self) -> Option<Duration> {
+        (self.count > 0).then(|| Duration::from_secs_f64(self.seconds.max(0.0) / self.count as f64))
+    }
 }
 
 /// Every speaker restarted in turn.
@@ -253,7 +280,14 @@ pub fn measure(size: Size, settings: &Settings) -> Result<Figures, Error> {
 
     let rest = at_rest(&lab, &cluster, &controller, &speakers, settings.rest)?;
     let mut total = size.services;
-    let latency = routes::created_to_route(&work, &mut ctl, settings.late)?;
+    let replans_before: Vec<Option<Replans>> = (1..=SPEAKERS).map(|i| replans(&lab, i)).collect();
+    let mut latency = routes::created_to_route(&work, &mut ctl, settings.late)?;
+    latency.replans = (1..=SPEAKERS)
+        .zip(replans_before)
+        .map(|(i, before)| {
+            (speaker_name(i), replans(&lab, i).zip(before).map(|(after, before)| after.since(before)))
+        })
+        .collect();
     total += settings.late;
     routes::wait_converged(&work, &mut ctl, total, budget)?;
     requests::wait_quiet(&cluster, T)?;
@@ -319,10 +353,27 @@ fn at_rest(
 /// `ferrolb_speaker_heap_bytes` of the speaker of lab node `i` (live allocations: what
 /// the build or the allocator's free lists do not change), read from the client.
 fn speaker_heap(lab: &Lab, i: usize) -> Option<u64> {
+    let metrics = speaker_metrics(lab, i)?;
+    sample(&metrics, "ferrolb_speaker_heap_bytes").map(|b| b as u64)
+}
+
+/// The plans the speaker of lab node `i` has made so far.
+fn replans(lab: &Lab, i: usize) -> Option<Replans> {
+    let metrics = speaker_metrics(lab, i)?;
+    let count = sample(&metrics, "ferrolb_speaker_replan_seconds_count")?;
+    let seconds = sample(&metrics, "ferrolb_speaker_replan_seconds_sum")?;
+    Some(Replans { count: count as u64, seconds })
+}
+
+/// The metrics of the speaker of lab node `i`, read from the client.
+fn speaker_metrics(lab: &Lab, i: usize) -> Option<String> {
     let addr = SocketAddr::new(addressing::node_ip(i), SPEAKER_METRICS_PORT);
-    let text = client::http_get(lab.client(), addr, "/metrics", Duration::from_secs(2)).ok()?;
-    let v = text.lines().find_map(|l| l.strip_prefix("ferrolb_speaker_heap_bytes "))?;
-    v.trim().parse::<f64>().ok().map(|b| b as u64)
+    client::http_get(lab.client(), addr, "/metrics", Duration::from_secs(2)).ok()
+}
+
+/// The value of the unlabelled sample `name` in an OpenMetrics text.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
 }
 
 /// One Service's ports patched, then (once ferrolb is quiet again) one Service created:

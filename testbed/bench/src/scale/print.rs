@@ -119,6 +119,16 @@ impl Figures {
                 crate::fmt_ms(max)
             );
         }
+        for (who, r) in &l.replans {
+            match r.and_then(|r| Some((r, r.mean()?))) {
+                Some((r, mean)) => println!(
+                    "     {who}: {} plans meanwhile, {} ms each on average (ferrolb_speaker_replan_seconds)",
+                    r.count,
+                    crate::fmt_ms(mean)
+                ),
+                None => println!("     {who}: no plan measured (ferrolb_speaker_replan_seconds)"),
+            }
+        }
         if !l.missed.is_empty() {
             println!("     not routed within 30 s: {:?}", l.missed);
         }
@@ -210,8 +220,8 @@ impl Figures {
 
 /// The sizes side by side.
 /// One size's line of the summary, in the units it is shown in.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Row {
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Row {
     pub(super) nodes: usize,
     pub(super) services: usize,
     /// Requests a second at rest besides watches and Lease renewals.
@@ -231,6 +241,9 @@ pub(super) struct Row {
     pub(super) controller: Option<f64>,
     /// Service created → route, p50 and p99, ms.
     pub(super) route: Option<(f64, f64)>,
+    /// The slower speaker's mean plan meanwhile (`ferrolb_speaker_replan_seconds`), ms.
+    #[serde(default)]
+    pub(super) replan: Option<f64>,
 }
 
 impl Row {
@@ -258,11 +271,12 @@ impl Row {
                 .map(|c| 100.0 * share(c, f.rest.requests.window)),
             controller: f.rest.processes.iter().find(|p| p.who == "controller").and_then(|p| p.rss).map(mib),
             route: percentiles(&f.latency.samples).map(|[p50, _, p99, _]| (ms(p50), ms(p99))),
+            replan: f.latency.replans.iter().filter_map(|(_, r)| r.as_ref()?.mean()).max().map(ms),
         }
     }
 
     /// The columns after the size, as shown in both tables.
-    pub(super) fn cells(&self) -> [String; 9] {
+    pub(super) fn cells(&self) -> [String; 10] {
         let one = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.1}"));
         [
             format!("{:.2}", self.rest_rate),
@@ -274,6 +288,7 @@ impl Row {
             self.cpu.map_or("—".into(), |c| format!("{c:.2}")),
             one(self.controller),
             self.route.map_or("—".into(), |(p50, p99)| format!("{p50:.0} / {p99:.0}")),
+            self.replan.map_or("—".into(), |v| if v < 10.0 { format!("{v:.1}") } else { format!("{v:.0}") }),
         ]
     }
 }
@@ -284,7 +299,7 @@ pub(super) fn summary(all: &[Figures]) {
     }
     println!("\n=== bench scale: summary ===");
     println!(
-        "  {:>6} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>15}",
+        "  {:>6} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>15} {:>8}",
         "fake",
         "",
         "at rest",
@@ -295,10 +310,11 @@ pub(super) fn summary(all: &[Figures]) {
         "speaker",
         "speaker",
         "controller",
-        "created → route"
+        "created → route",
+        "speaker"
     );
     println!(
-        "  {:>6} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>15}",
+        "  {:>6} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>15} {:>8}",
         "Nodes",
         "Services",
         "req/s (a)",
@@ -309,18 +325,22 @@ pub(super) fn summary(all: &[Figures]) {
         "heap MiB",
         "CPU % (c)",
         "RSS MiB",
-        "p50 / p99 ms"
+        "p50 / p99 ms",
+        "plan ms (d)"
     );
     for row in all.iter().map(Row::of) {
-        let [rate, lists, writes, restart, rss, heap, cpu, controller, route] = row.cells();
+        let [rate, lists, writes, restart, rss, heap, cpu, controller, route, replan] = row.cells();
         println!(
-            "  {:>6} {:>8} {rate:>10} {lists:>8} {writes:>8} {restart:>9} {rss:>9} {heap:>9} {cpu:>10} {controller:>10} {route:>15}",
+            "  {:>6} {:>8} {rate:>10} {lists:>8} {writes:>8} {restart:>9} {rss:>9} {heap:>9} {cpu:>10} {controller:>10} {route:>15} {replan:>8}",
             row.nodes, row.services
         );
     }
     println!("  (a) besides watches and the controller's Lease renewals; goal ≈ 0");
     println!("  (b) the most lists of one kind by one speaker; goal ≤ 1");
     println!("  (c) of one core, the busier speaker, over the rest window; goal ≈ 0");
+    println!(
+        "  (d) the slower speaker's mean plan while the Services were timed to their routes (ferrolb_speaker_replan_seconds)"
+    );
     println!(
         "  goals: no list per change; speaker RSS < {:.0} MiB at 5 000 nodes and 10 000 Services; p99 < {:.0} ms",
         goals::SPEAKER_RSS_MIB,

@@ -1,22 +1,61 @@
 //! `bench scale --write`: the figures as the "Cluster scale" section of `BENCHMARKS.md`,
 //! with log-log plots under `benchmarks/`. The section sits between two markers and is
 //! replaced on each write; `bench report`, which writes the rest of the file, keeps it.
+//! The section shows every size measured so far ([`super::runs`]), each with the run
+//! that measured it.
 
 use std::path::Path;
 
 use super::Figures;
 use super::goals;
 use super::print::Row;
+use super::runs::{self, Run};
 use crate::document::{self, SCALE_BEGIN, SCALE_END, splice};
 use crate::report::Environment;
 use crate::svg::{Axis, Plot};
 use ferrolb_lab::Error;
 
-/// Writes the section into `root/BENCHMARKS.md` (replacing the one there, or after the
-/// rest) and its plots under `root/benchmarks/`.
+/// Adds this run to `root/benchmarks/scale.json`, then writes the section into
+/// `root/BENCHMARKS.md` (replacing the one there, or after the rest) and its plots
+/// under `root/benchmarks/`.
 pub fn write(all: &[Figures], root: &Path) -> Result<(), Error> {
     let env = Environment::collect(root);
-    let rows: Vec<Row> = all.iter().map(Row::of).collect();
+    // Paths from the workspace root, not this machine's.
+    let prefix = format!("{}/", root.display());
+    let new = Run {
+        date: env.date.clone(),
+        machine: format!(
+            "{} ({} cores, {})",
+            env.cpu,
+            env.cores,
+            env.memory
+                .map_or("memory unknown".into(), |b| format!("{:.0} GiB", b as f64 / (1u64 << 30) as f64))
+        ),
+        command: env.command.clone(),
+        builds: all
+            .first()
+            .map(|f| f.builds.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .map(|b| b.replace(&prefix, ""))
+            .collect(),
+        rows: all.iter().map(Row::of).collect(),
+    };
+    let file = root.join(runs::FILE);
+    let runs = runs::merge(runs::load(&file)?, new);
+    std::fs::create_dir_all(root.join(document::FIGURES)).map_err(|e| document::io_at(&file, e))?;
+    runs::save(&file, &runs)?;
+    render(&runs, root)
+}
+
+/// Writes the section and its plots again from `root/benchmarks/scale.json`, measuring
+/// nothing (`bench scale --rewrite`).
+pub fn rewrite(root: &Path) -> Result<(), Error> {
+    render(&runs::load(&root.join(runs::FILE))?, root)
+}
+
+fn render(runs: &[Run], root: &Path) -> Result<(), Error> {
+    let rows: Vec<Row> = runs::rows(runs).into_iter().map(|(_, r)| r.clone()).collect();
     let plots = [("scale-memory.svg", memory_plot(&rows)), ("scale-latency.svg", latency_plot(&rows))];
     let dir = root.join(document::FIGURES);
     std::fs::create_dir_all(&dir).map_err(|e| document::io_at(&dir, e))?;
@@ -25,40 +64,39 @@ pub fn write(all: &[Figures], root: &Path) -> Result<(), Error> {
     }
     let md = root.join("BENCHMARKS.md");
     let old = std::fs::read_to_string(&md).unwrap_or_default();
-    document::write_file(&md, &splice(&old, &section(&rows, all, &env, root)))?;
-    println!("\nbench scale: wrote the cluster-scale section of {} and {} plots", md.display(), plots.len());
+    document::write_file(&md, &splice(&old, &section(runs)))?;
+    println!(
+        "\nbench scale: wrote the cluster-scale section of {} ({} sizes from {} runs, kept in {}) and {} plots",
+        md.display(),
+        rows.len(),
+        runs.len(),
+        runs::FILE,
+        plots.len()
+    );
     Ok(())
 }
 
-fn section(rows: &[Row], all: &[Figures], env: &Environment, root: &Path) -> String {
+fn section(runs: &[Run]) -> String {
     let mut s = format!("{SCALE_BEGIN}\n## Cluster scale\n\n");
-    s.push_str(&format!(
+    s.push_str(
         "ferrolb on the real control plane (etcd, kube-apiserver, kube-controller-manager) beside kwok's fake \
          Nodes: two real nodes each running a speaker (BGP to BIRD), the controller, LoadBalancer Services \
-         (policy Cluster) each backed by fake pods that the real EndpointSlice controller lists. Measured on \
-         {} ({} cores, {}), {}, with `{}`.\n\n",
-        env.cpu,
-        env.cores,
-        env.memory.map_or("memory unknown".into(), |b| format!("{:.0} GiB", b as f64 / (1u64 << 30) as f64)),
-        env.date,
-        env.command
-    ));
-    // Paths from the workspace root, not this machine's.
-    let root = format!("{}/", root.display());
-    for b in all.first().map(|f| f.builds.as_slice()).unwrap_or_default() {
-        s.push_str(&format!("* {}\n", b.replace(&root, "")));
-    }
-    s.push_str(
-        "\n| fake Nodes | Services | requests/s at rest (a) | lists per change | writes per new Service (b) \
-         | lists per speaker and kind on a restart | speaker RSS MiB | speaker heap MiB | speaker CPU at rest, % \
-         of a core | controller RSS MiB | created → route p50 / p99 ms |\n",
+         (policy Cluster) each backed by fake pods that the real EndpointSlice controller lists. Each size is \
+         one lab; the runs that measured them are listed under the table.\n\n",
     );
-    s.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for r in rows {
-        let [rate, lists, writes, restart, rss, heap, cpu, controller, route] = r.cells();
+    s.push_str(
+        "| fake Nodes | Services | requests/s at rest (a) | lists per change | writes per new Service (b) \
+         | lists per speaker and kind on a restart | speaker RSS MiB | speaker heap MiB | speaker CPU at rest, % \
+         of a core | controller RSS MiB | created → route p50 / p99 ms | speaker's plan, mean ms (c) | run |\n",
+    );
+    s.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n");
+    for (i, r) in runs::rows(runs) {
+        let [rate, lists, writes, restart, rss, heap, cpu, controller, route, replan] = r.cells();
         s.push_str(&format!(
-            "| {} | {} | {rate} | {lists} | {writes} | {restart} | {rss} | {heap} | {cpu} | {controller} | {route} |\n",
-            r.nodes, r.services
+            "| {} | {} | {rate} | {lists} | {writes} | {restart} | {rss} | {heap} | {cpu} | {controller} | {route} | {replan} | {} |\n",
+            r.nodes,
+            r.services,
+            runs::label(i)
         ));
     }
     s.push_str(&format!(
@@ -67,10 +105,27 @@ fn section(rows: &[Row], all: &[Figures], env: &Environment, root: &Path) -> Str
          closing note). Goals at 5 000 nodes and 10 000 Services: speaker RSS < {:.0} MiB, CPU at rest ≈ 0, \
          no list per change, ≤ 1 list per speaker and kind on a restart, created → route p99 < {:.0} ms at every \
          size. Route latency has 20 samples per size (p99 is the maximum). RSS is the larger speaker's at the \
-         end of the rest window; heap is `ferrolb_speaker_heap_bytes` (live allocations).\n",
+         end of the rest window; heap is `ferrolb_speaker_heap_bytes` (live allocations). (c) The slower \
+         speaker's mean plan while the Services were timed, from `ferrolb_speaker_replan_seconds` (runs before \
+         that metric show —).\n\nRuns (kept in \
+         `{}`):\n\n",
         goals::SPEAKER_RSS_MIB,
-        goals::ROUTE_P99_MS
+        goals::ROUTE_P99_MS,
+        runs::FILE
     ));
+    for (i, run) in runs.iter().enumerate() {
+        s.push_str(&format!(
+            "* {}: {}, on {}, with `{}`",
+            runs::label(i),
+            run.date,
+            run.machine,
+            run.command
+        ));
+        match run.builds.as_slice() {
+            [] => s.push_str(".\n"),
+            builds => s.push_str(&format!("; {}.\n", builds.join("; "))),
+        }
+    }
     s.push_str(&format!("\n![speaker memory vs Services]({}/scale-memory.svg)\n", document::FIGURES));
     s.push_str(&format!(
         "\n![Service created → route vs Services]({}/scale-latency.svg)\n",
@@ -151,6 +206,56 @@ fn latency_plot(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn benchmarks_md_shows_what_scale_json_keeps() {
+        let root = ferrolb_lab::binary::workspace_root();
+        let runs = runs::load(&root.join(runs::FILE)).unwrap();
+        assert!(!runs.is_empty(), "{} holds the published runs", runs::FILE);
+        let md = std::fs::read_to_string(root.join("BENCHMARKS.md")).unwrap();
+        assert_eq!(
+            document::section_of(&md),
+            Some(section(&runs).trim_end()),
+            "BENCHMARKS.md's cluster-scale section is not what {} renders: `ferrolb-testbed bench scale --rewrite`",
+            runs::FILE
+        );
+    }
+
+    #[test]
+    fn each_size_names_the_run_that_measured_it() {
+        let row = |nodes, services| Row {
+            nodes,
+            services,
+            rest_rate: 0.0,
+            change_lists: 0,
+            writes: 8,
+            restart_lists: 1,
+            rss: Some(16.0),
+            heap: Some(2.4),
+            cpu: None,
+            controller: None,
+            route: Some((17.0, 37.0)),
+            replan: None,
+        };
+        let run = |date: &str, rows| Run {
+            date: date.into(),
+            machine: "a machine".into(),
+            command: "ferrolb-testbed bench scale".into(),
+            builds: vec!["ferrolb-speaker: release build".into()],
+            rows,
+        };
+        let s = section(&[run("first", vec![row(1000, 100)]), run("second", vec![row(100, 1000)])]);
+        let table: Vec<&str> = s.lines().filter(|l| l.starts_with("| 1")).collect();
+        assert_eq!(
+            table,
+            [
+                "| 100 | 1000 | 0.00 | 0 | 8 | 1 | 16.0 | 2.4 | — | — | 17 / 37 | — | B |",
+                "| 1000 | 100 | 0.00 | 0 | 8 | 1 | 16.0 | 2.4 | — | — | 17 / 37 | — | A |"
+            ]
+        );
+        assert!(s.contains("* A: first, on a machine, with `ferrolb-testbed bench scale`; ferrolb-speaker: release build.\n"), "{s}");
+        assert!(s.contains("* B: second,"), "{s}");
+    }
 
     #[test]
     fn log_axes_span_whole_powers_of_ten() {
