@@ -62,7 +62,7 @@ async fn services_gone_before_the_writer_caught_up_cost_no_write() {
     // The apiserver holds the writer's requests: it falls behind.
     server.set_delaying_for("speaker", true);
     let tx = status::spawn(client, NODE, Arc::new(Metrics::new()));
-    tx.send_replace(Some(desired(0..200)));
+    tx.send_replace(Some(Arc::new(desired(0..200))));
     until("the writer waiting on the apiserver", || async {
         server.request_log().iter().any(|r| r.client.as_deref() == Some("speaker")).then_some(())
     })
@@ -70,7 +70,7 @@ async fn services_gone_before_the_writer_caught_up_cost_no_write() {
     // Before it caught up, all but the last 50 Services are gone.
     let kept = desired(150..200);
     let names: BTreeSet<String> = kept.objects.keys().map(|(_, n)| n.clone()).collect();
-    tx.send_replace(Some(kept));
+    tx.send_replace(Some(Arc::new(kept)));
     server.set_delaying_for("speaker", false);
     // Exactly the last 50 in the API. A writer that wrote every set it was handed would
     // first write all 200 in order, so the API would show these 50 alone only once it

@@ -13,7 +13,7 @@ use crate::cluster;
 impl State {
     /// The members L2 owners are elected from: membership's live set once settled
     /// (nobody before: a starting node would otherwise claim everything). Without
-    /// L2Advertisements the set is unused; every Ready node of the file then counts.
+    /// L2Advertisements no election reads it, and it is empty.
     pub(super) fn live_members(&mut self) -> BTreeSet<String> {
         let now = self.now;
         match self.l2.as_mut() {
@@ -25,7 +25,10 @@ impl State {
             }
             // L2Advertisements but no membership (it could not start): own nothing.
             None if !self.model.l2_advertisements.is_empty() => BTreeSet::new(),
-            None => self.model.nodes.iter().filter(|(_, n)| n.ready).map(|(name, _)| name.clone()).collect(),
+            // No L2Advertisement: no election reads the live set. An empty one, not every
+            // Ready node's name: a plan of a BGP-only speaker would otherwise copy, sort
+            // and compare 5 000 names (a third of its time at 1 000 Nodes).
+            None => BTreeSet::new(),
         }
     }
 

@@ -132,9 +132,10 @@ impl State {
         if let (Some(c), Some(f)) = (&self.cluster, &self.feed) {
             let want = status::desired(&self.model, &new, &self.opts.node_name, &f.feed.uids);
             c.status.send_if_modified(|d| {
-                let differs = d.as_ref() != Some(&want);
+                let differs = d.as_deref() != Some(&want);
                 if differs {
-                    *d = Some(want);
+                    // Shared: the writer takes it without copying 10 000 records.
+                    *d = Some(Arc::new(want));
                 }
                 differs
             });

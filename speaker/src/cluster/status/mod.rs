@@ -280,20 +280,9 @@ impl EventLimiter {
     }
 }
 
-/// (Service, protocol) → what it announces, for Event transitions.
-type Shown = BTreeMap<(ServiceKey, &'static str), Arc<ServiceAnnouncementSpec>>;
-
-fn shown<'a>(records: impl IntoIterator<Item = &'a Record>) -> Shown {
-    records
-        .into_iter()
-        .map(|r| {
-            let key = ServiceKey {
-                namespace: r.spec.service.namespace.as_str().into(),
-                name: r.spec.service.name.as_str().into(),
-            };
-            ((key, proto_name(r.spec.protocol)), r.spec.clone())
-        })
-        .collect()
+/// The Service a ServiceAnnouncement speaks for.
+fn service_of(spec: &ServiceAnnouncementSpec) -> ServiceKey {
+    ServiceKey { namespace: spec.service.namespace.as_str().into(), name: spec.service.name.as_str().into() }
 }
 
 struct Writer {
@@ -307,7 +296,8 @@ struct Writer {
     /// What the API holds, as far as this writer knows (None: not listed yet).
     current: Option<BTreeMap<(String, String), Record>>,
     /// What the last processed desired set announced, for Events.
-    shown: Option<Shown>,
+    /// The desired set the last Events were judged against.
+    shown: Option<Arc<Desired>>,
 }
 
 /// Events published through one [`Recorder`] before it is replaced by a fresh one.
@@ -324,7 +314,7 @@ fn recorder(client: &kube::Client, node: &str) -> Recorder {
 /// Starts the writer; send each plan's [`desired`] set into the returned channel
 /// (nothing is written before the first one, so a speaker that has not synced its
 /// model yet never deletes what an earlier run announced).
-pub fn spawn(client: kube::Client, node: &str, metrics: Arc<Metrics>) -> watch::Sender<Option<Desired>> {
+pub fn spawn(client: kube::Client, node: &str, metrics: Arc<Metrics>) -> watch::Sender<Option<Arc<Desired>>> {
     let (tx, rx) = watch::channel(None);
     let writer = Writer {
         node: node.to_owned(),
@@ -341,7 +331,7 @@ pub fn spawn(client: kube::Client, node: &str, metrics: Arc<Metrics>) -> watch::
 }
 
 impl Writer {
-    async fn run(mut self, mut rx: watch::Receiver<Option<Desired>>) {
+    async fn run(mut self, mut rx: watch::Receiver<Option<Arc<Desired>>>) {
         let mut backoff = RETRY_MIN;
         let mut failing = false;
         loop {
@@ -376,6 +366,20 @@ impl Writer {
         }
     }
 
+    /// Listed objects keyed by the names this release gives them, so an object an older
+    /// release named otherwise still matches its Service and protocol.
+    fn named_anew<'a>(
+        &self,
+        listed: impl Iterator<Item = (&'a (String, String), &'a Record)>,
+    ) -> BTreeMap<(String, String), Record> {
+        listed
+            .map(|(_, r)| {
+                let name = object_name(&r.spec.service.name, &self.node, r.spec.protocol);
+                ((r.spec.service.namespace.clone(), name), r.clone())
+            })
+            .collect()
+    }
+
     async fn list(&self) -> Result<BTreeMap<(String, String), Record>, kube::Error> {
         let api: Api<ServiceAnnouncement> = Api::all(self.client.clone());
         let lp = ListParams::default().labels(&format!("{NODE_LABEL}={}", label_value(&self.node)));
@@ -404,7 +408,7 @@ impl Writer {
     async fn converge(
         &mut self,
         want: &Desired,
-        rx: &watch::Receiver<Option<Desired>>,
+        rx: &watch::Receiver<Option<Arc<Desired>>>,
     ) -> Result<(), kube::Error> {
         if self.current.is_none() {
             let listed = self.list().await?;
@@ -469,32 +473,36 @@ impl Writer {
         Ok(())
     }
 
-    /// Events for every (Service, protocol) that started or stopped being announced.
-    async fn events(&mut self, want: &Desired) {
-        let new = shown(want.objects.values());
+    /// Events for every (Service, protocol) that started or stopped being announced:
+    /// the objects of `want` against those of the last set, by name (one object per
+    /// Service and protocol on this node), allocating only for what changed.
+    async fn events(&mut self, want: &Arc<Desired>) {
         let old = match self.shown.take() {
+            Some(s) if Arc::ptr_eq(&s, want) => {
+                self.shown = Some(s);
+                return;
+            }
             Some(s) => s,
             // First plan: compare with what the API showed (an earlier run's objects),
             // so a restart does not re-announce everything in Events.
-            None => match self.current.is_some() {
-                true => shown(self.current.iter().flat_map(|c| c.values())),
-                false => match self.list().await {
-                    Ok(l) => {
-                        let s = shown(l.values());
-                        self.current = Some(l);
-                        s
-                    }
-                    Err(_) => Shown::new(),
-                },
-            },
+            None => {
+                let listed = match self.current.take() {
+                    Some(c) => Some(c),
+                    None => self.list().await.ok(),
+                };
+                let old = Desired { objects: self.named_anew(listed.iter().flatten()), ..Desired::default() };
+                self.current = listed;
+                Arc::new(old)
+            }
         };
         let now = Instant::now();
         let (mut announced, mut withdrawn) = (0usize, 0usize);
-        for ((svc, proto), spec) in &new {
-            if old.get(&(svc.clone(), proto)).is_some_and(|o| o.addresses == spec.addresses) {
+        for (k, record) in &want.objects {
+            if old.objects.get(k).is_some_and(|o| o.spec.addresses == record.spec.addresses) {
                 continue;
             }
             announced += 1;
+            let spec = &record.spec;
             let to = if spec.peers.is_empty() {
                 String::new()
             } else {
@@ -504,27 +512,28 @@ impl Writer {
                 "node {} announces {} by {}{to}",
                 self.node,
                 spec.addresses.join(", "),
-                proto.to_uppercase()
+                proto_name(spec.protocol).to_uppercase()
             );
-            self.event(want, svc, "Announced", note, now).await;
+            self.event(want, &service_of(spec), "Announced", note, now).await;
         }
-        for ((svc, proto), spec) in &old {
-            if new.contains_key(&(svc.clone(), proto)) {
+        for (k, record) in &old.objects {
+            if want.objects.contains_key(k) {
                 continue;
             }
             withdrawn += 1;
+            let (spec, svc) = (&record.spec, service_of(&record.spec));
             let why = want
                 .reasons
-                .get(svc)
+                .get(&svc)
                 .cloned()
                 .unwrap_or_else(|| "the Service is gone or no longer served".into());
             let note = format!(
                 "node {} withdrew {} ({}): {why}",
                 self.node,
                 spec.addresses.join(", "),
-                proto.to_uppercase()
+                proto_name(spec.protocol).to_uppercase()
             );
-            self.event(want, svc, "Withdrawn", note, now).await;
+            self.event(want, &svc, "Withdrawn", note, now).await;
         }
         if announced + withdrawn > 0 {
             tracing::info!(
@@ -533,7 +542,7 @@ impl Writer {
                 "Services announced or withdrawn by this node (each at debug, and as an Event)"
             );
         }
-        self.shown = Some(new);
+        self.shown = Some(want.clone());
         self.limiter.prune(now);
     }
 

@@ -3,6 +3,7 @@
 //! [`super::feed`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -16,7 +17,7 @@ pub(in crate::run) struct ClusterPart {
     pub(in crate::run) client: kube::Client,
     pub(in crate::run) namespace: String,
     /// The desired ServiceAnnouncements; the writer task converges the API to them.
-    pub(in crate::run) status: watch::Sender<Option<Desired>>,
+    pub(in crate::run) status: watch::Sender<Option<Arc<Desired>>>,
     /// The BGP password Secrets last read completely (re-read when they change).
     pub(in crate::run) password_refs: BTreeMap<String, ferrolb_api::SecretKeyRef>,
     /// Watches the Secrets in use, so rotated keys and passwords apply ([`super::rotation`]).

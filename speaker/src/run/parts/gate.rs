@@ -1,6 +1,7 @@
 //! Kubernetes mode: the readiness gate `ferrolb.io/load-balancer-ready` of this node's
 //! pods, fed by the plan, what is really announced and the other nodes' announcements.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -141,6 +142,17 @@ impl GatePart {
         plan: &Plan,
     ) {
         if !synced || !self.conditions.pods_current() {
+            return;
+        }
+        if self.pods.is_empty() {
+            // No gated pod on this node, the common case: nothing to judge, so no copy of
+            // what is announced (every plan would pay for one, 10 000 routes of it).
+            if let Hold::Until(t) = *self.hold.get_or_insert(Hold::Until(now + GATE_STARTUP_HOLD))
+                && now >= t
+            {
+                self.hold = Some(Hold::Done);
+            }
+            self.conditions.publish(BTreeMap::new());
             return;
         }
         let announced = self.announced.borrow_and_update().clone();

@@ -18,7 +18,7 @@ pub const FILE: &str = "benchmarks/scale.json";
 /// One `bench scale` run and the sizes it measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Run {
-    /// When it started, UTC.
+    /// When its figures were written, UTC.
     pub date: String,
     /// The machine: CPU, cores, memory.
     pub machine: String,
