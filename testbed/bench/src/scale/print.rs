@@ -224,6 +224,8 @@ impl Figures {
 pub struct Row {
     pub(super) nodes: usize,
     pub(super) services: usize,
+    /// Fake pods behind each Service.
+    pub(super) pods: usize,
     /// Requests a second at rest besides watches and Lease renewals.
     pub(super) rest_rate: f64,
     /// Lists for the two changes.
@@ -255,6 +257,7 @@ impl Row {
         Row {
             nodes: f.size.nodes,
             services: f.size.services,
+            pods: f.pods_per_service,
             rest_rate: f.rest.requests.rate(rest),
             change_lists: [&f.port_change, &f.new_service]
                 .iter()

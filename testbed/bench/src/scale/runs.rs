@@ -84,6 +84,7 @@ mod tests {
         Row {
             nodes,
             services,
+            pods: 3,
             rest_rate: 0.0,
             change_lists: 0,
             writes: 8,

@@ -81,21 +81,22 @@ fn section(runs: &[Run]) -> String {
     s.push_str(
         "ferrolb on the real control plane (etcd, kube-apiserver, kube-controller-manager) beside kwok's fake \
          Nodes: two real nodes each running a speaker (BGP to BIRD), the controller, LoadBalancer Services \
-         (policy Cluster) each backed by fake pods that the real EndpointSlice controller lists. Each size is \
-         one lab; the runs that measured them are listed under the table.\n\n",
+         (policy Cluster) each backed by fake pods that the real EndpointSlice controller lists (three, fewer \
+         where kwok's 16 000 pod addresses would not do). Each size is one lab; the runs that measured them are listed under the table.\n\n",
     );
     s.push_str(
-        "| fake Nodes | Services | requests/s at rest (a) | lists per change | writes per new Service (b) \
+        "| fake Nodes | Services | fake pods per Service | requests/s at rest (a) | lists per change | writes per new Service (b) \
          | lists per speaker and kind on a restart | speaker RSS MiB | speaker heap MiB | speaker CPU at rest, % \
          of a core | controller RSS MiB | created → route p50 / p99 ms | speaker's plan, mean ms (c) | run |\n",
     );
-    s.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n");
+    s.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n");
     for (i, r) in runs::rows(runs) {
         let [rate, lists, writes, restart, rss, heap, cpu, controller, route, replan] = r.cells();
         s.push_str(&format!(
-            "| {} | {} | {rate} | {lists} | {writes} | {restart} | {rss} | {heap} | {cpu} | {controller} | {route} | {replan} | {} |\n",
+            "| {} | {} | {} | {rate} | {lists} | {writes} | {restart} | {rss} | {heap} | {cpu} | {controller} | {route} | {replan} | {} |\n",
             r.nodes,
             r.services,
+            r.pods,
             runs::label(i)
         ));
     }
@@ -226,6 +227,7 @@ mod tests {
         let row = |nodes, services| Row {
             nodes,
             services,
+            pods: 3,
             rest_rate: 0.0,
             change_lists: 0,
             writes: 8,
@@ -249,8 +251,8 @@ mod tests {
         assert_eq!(
             table,
             [
-                "| 100 | 1000 | 0.00 | 0 | 8 | 1 | 16.0 | 2.4 | — | — | 17 / 37 | — | B |",
-                "| 1000 | 100 | 0.00 | 0 | 8 | 1 | 16.0 | 2.4 | — | — | 17 / 37 | — | A |"
+                "| 100 | 1000 | 3 | 0.00 | 0 | 8 | 1 | 16.0 | 2.4 | — | — | 17 / 37 | — | B |",
+                "| 1000 | 100 | 3 | 0.00 | 0 | 8 | 1 | 16.0 | 2.4 | — | — | 17 / 37 | — | A |"
             ]
         );
         assert!(s.contains("* A: first, on a machine, with `ferrolb-testbed bench scale`; ferrolb-speaker: release build.\n"), "{s}");
