@@ -76,26 +76,32 @@ pub fn label(i: usize) -> String {
     if i < 26 { letter(i).to_string() } else { format!("{}{}", letter(i / 26 - 1), letter(i)) }
 }
 
+/// A made-up size's row, for tests.
+#[cfg(test)]
+pub(super) fn sample_row(nodes: usize, services: usize) -> Row {
+    Row {
+        nodes,
+        services,
+        pods: 3,
+        rest_rate: 0.0,
+        change_lists: 0,
+        writes: 8,
+        restart_lists: 1,
+        rss: Some(16.0),
+        heap: Some(2.4),
+        cpu: None,
+        controller: None,
+        route: Some((17.0, 37.0)),
+        replan: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn row(nodes: usize, services: usize, rss: f64) -> Row {
-        Row {
-            nodes,
-            services,
-            pods: 3,
-            rest_rate: 0.0,
-            change_lists: 0,
-            writes: 8,
-            restart_lists: 1,
-            rss: Some(rss),
-            heap: None,
-            cpu: Some(0.05),
-            controller: None,
-            route: Some((17.0, 37.0)),
-            replan: Some(0.4),
-        }
+        Row { rss: Some(rss), ..sample_row(nodes, services) }
     }
 
     fn run(date: &str, rows: Vec<Row>) -> Run {

@@ -224,21 +224,7 @@ mod tests {
 
     #[test]
     fn each_size_names_the_run_that_measured_it() {
-        let row = |nodes, services| Row {
-            nodes,
-            services,
-            pods: 3,
-            rest_rate: 0.0,
-            change_lists: 0,
-            writes: 8,
-            restart_lists: 1,
-            rss: Some(16.0),
-            heap: Some(2.4),
-            cpu: None,
-            controller: None,
-            route: Some((17.0, 37.0)),
-            replan: None,
-        };
+        let row = runs::sample_row;
         let run = |date: &str, rows| Run {
             date: date.into(),
             machine: "a machine".into(),
