@@ -295,7 +295,6 @@ struct Writer {
     limiter: EventLimiter,
     /// What the API holds, as far as this writer knows (None: not listed yet).
     current: Option<BTreeMap<(String, String), Record>>,
-    /// What the last processed desired set announced, for Events.
     /// The desired set the last Events were judged against.
     shown: Option<Arc<Desired>>,
 }
