@@ -378,7 +378,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench { bench: Bench::Scale { nodes, services, rest_seconds, late, write, rewrite } } => {
             use ferrolb_bench::scale;
             if rewrite {
-                return Ok(scale::rewrite(&ferrolb_lab::binary::workspace_root())?);
+                return Ok(scale::write::rewrite(&ferrolb_lab::binary::workspace_root())?);
             }
             let rest = std::time::Duration::from_secs(rest_seconds);
             Ok(scale::run(&scale::Params {

@@ -224,7 +224,7 @@ fn arp_answers(lab: &Lab) -> BTreeSet<String> {
 /// A `ferrolb_bootstrap_*` sample from node `i`'s metrics endpoint (labels included in `name`).
 fn metric(lab: &Lab, m: &Member, name: &str) -> Option<f64> {
     let text = client::http_get(lab.node(m.i), m.liveness, "/metrics", Duration::from_secs(2)).ok()?;
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    client::metric_sample(&text, name)
 }
 
 /// kubectl through the VIP from the client namespace, CA-verified, as the admin.

@@ -77,7 +77,7 @@ fn fetch_marker(lab: &Lab, vip: IpAddr, ca: &TestCa) -> Result<String, ferrolb_l
 fn metric(lab: &Lab, i: usize, name: &str) -> Option<f64> {
     let addr: SocketAddr = "127.0.0.1:7949".parse().unwrap();
     let text = client::http_get(lab.node(i), addr, "/metrics", Duration::from_secs(2)).unwrap();
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    client::metric_sample(&text, name)
 }
 
 fn l2_checkpoints(lab: &Lab, ca: &TestCa, vip: &str, url: &str) -> Vec<PathBuf> {

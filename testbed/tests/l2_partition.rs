@@ -264,5 +264,5 @@ fn apiserver_vip_through_a_cut(vip: Ipv4Addr) {
 fn sample(lab: &Lab, i: usize, series: &str) -> f64 {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 7949));
     let text = client::http_get(lab.node(i), addr, "/metrics", Duration::from_secs(2)).unwrap();
-    text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok()).unwrap_or(0.0)
+    client::metric_sample(&text, series).unwrap_or(0.0)
 }

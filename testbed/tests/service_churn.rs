@@ -71,10 +71,6 @@ fn series(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
-
 const HEAP: &str = "ferrolb_speaker_heap_bytes";
 
 /// The metrics text without the heap gauge, which moves with every scrape.
@@ -193,7 +189,7 @@ fn service_churn_returns_the_speaker_to_its_first_cycles_memory_and_series() {
             "the speaker announcing nothing",
             LONG,
             || Ok(metrics(&lab)),
-            |t| value(t, "ferrolb_speaker_announced{protocol=\"bgp\"}") == Some(0.0),
+            |t| client::metric_sample(t, "ferrolb_speaker_announced{protocol=\"bgp\"}") == Some(0.0),
         )
         .unwrap();
         // Idle: the speaker's status writer trails the withdrawals (ServiceAnnouncement
@@ -216,7 +212,7 @@ fn service_churn_returns_the_speaker_to_its_first_cycles_memory_and_series() {
         // RSS as it is at rest, printed only: freed heap goes back to the system every
         // 10 s (speaker/src/main.rs `trim_heap`), so it may still be on its way down.
         let at_rest_rss = rss(sp.pid()).unwrap();
-        let heap = value(&metrics(&lab), &format!("{HEAP} ")).expect("the speaker exports its heap") as u64;
+        let heap = client::metric_sample(&metrics(&lab), HEAP).expect("the speaker exports its heap") as u64;
         let cycle = Cycle { announced, withdrawn, heap, rss: at_rest_rss, series: series(&text) };
         println!(
             "cycle {c}: {n} Services announced in {:.1} s, withdrawn and settled in {:.1} s; speaker heap {:.1} MiB, RSS {:.1} MiB, {} series",

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::netns::Netns;
 use crate::{Error, wait};
 
-pub use self::http::{HttpServer, http_get};
+pub use self::http::{HttpServer, http_get, metric_sample};
 pub use arp::{ArpProbes, ArpReport, OWNER_RUN};
 pub use probe::{Gap, ProbeReport, ProbeStream};
 

@@ -42,8 +42,6 @@ mod tests;
 mod workload;
 pub mod write;
 
-pub use write::rewrite;
-
 pub use requests::Requests;
 use workload::Workload;
 
@@ -354,14 +352,14 @@ fn at_rest(
 /// the build or the allocator's free lists do not change), read from the client.
 fn speaker_heap(lab: &Lab, i: usize) -> Option<u64> {
     let metrics = speaker_metrics(lab, i)?;
-    sample(&metrics, "ferrolb_speaker_heap_bytes").map(|b| b as u64)
+    client::metric_sample(&metrics, "ferrolb_speaker_heap_bytes").map(|b| b as u64)
 }
 
 /// The plans the speaker of lab node `i` has made so far.
 fn replans(lab: &Lab, i: usize) -> Option<Replans> {
     let metrics = speaker_metrics(lab, i)?;
-    let count = sample(&metrics, "ferrolb_speaker_replan_seconds_count")?;
-    let seconds = sample(&metrics, "ferrolb_speaker_replan_seconds_sum")?;
+    let count = client::metric_sample(&metrics, "ferrolb_speaker_replan_seconds_count")?;
+    let seconds = client::metric_sample(&metrics, "ferrolb_speaker_replan_seconds_sum")?;
     Some(Replans { count: count as u64, seconds })
 }
 
@@ -369,11 +367,6 @@ fn replans(lab: &Lab, i: usize) -> Option<Replans> {
 fn speaker_metrics(lab: &Lab, i: usize) -> Option<String> {
     let addr = SocketAddr::new(addressing::node_ip(i), SPEAKER_METRICS_PORT);
     client::http_get(lab.client(), addr, "/metrics", Duration::from_secs(2)).ok()
-}
-
-/// The value of the unlabelled sample `name` in an OpenMetrics text.
-fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
 }
 
 /// One Service's ports patched, then (once ferrolb is quiet again) one Service created:

@@ -250,9 +250,7 @@ pub(super) fn controller_cold_start(
 /// client namespace (on the LAN).
 pub(crate) fn reconciles(lab: &Lab, addr: SocketAddr) -> Result<u64, Error> {
     let text = client::http_get(lab.client(), addr, "/metrics", Duration::from_secs(2))?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("ferrolb_controller_reconciles_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
+    client::metric_sample(&text, "ferrolb_controller_reconciles_total")
         .map(|v| v as u64)
         .ok_or_else(|| Error::Parse("no ferrolb_controller_reconciles_total in /metrics".into()))
 }

@@ -34,6 +34,12 @@ pub fn http_get(ns: &Netns, addr: SocketAddr, path: &str, timeout: Duration) -> 
     })?
 }
 
+/// The value of one series in a Prometheus or OpenMetrics text: `series` is its whole
+/// name with any labels as exposed (`ferrolb_l2_address_conflicts_total{result="won"}`).
+pub fn metric_sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 /// A tiny HTTP server inside a namespace answering every request with a fixed body
 /// (which node answered). Stops when dropped.
 pub struct HttpServer {
@@ -108,5 +114,20 @@ impl Drop for HttpServer {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metric_sample;
+
+    #[test]
+    fn a_sample_is_read_by_its_whole_series_name() {
+        let text = "# TYPE x histogram\nx_sum 0.5\nx_count 3\nx_bucket{le=\"+Inf\"} 3\nx 7\nlost_total{result=\"won\"} 2\n";
+        assert_eq!(metric_sample(text, "x"), Some(7.0), "not x_sum nor x_count, which x begins");
+        assert_eq!(metric_sample(text, "x_count"), Some(3.0));
+        assert_eq!(metric_sample(text, "lost_total{result=\"won\"}"), Some(2.0));
+        assert_eq!(metric_sample(text, "lost_total"), None, "a labelled series needs its labels");
+        assert_eq!(metric_sample(text, "absent"), None);
     }
 }
