@@ -64,7 +64,11 @@ pub fn mib(bytes: u64) -> f64 {
 
 /// A duration in milliseconds, a decimal below 10 ms.
 pub fn fmt_ms(d: Duration) -> String {
-    let v = ms(d);
+    fmt_millis(ms(d))
+}
+
+/// Milliseconds for printing: one decimal below 10.
+pub fn fmt_millis(v: f64) -> String {
     if v < 10.0 { format!("{v:.1}") } else { format!("{v:.0}") }
 }
 

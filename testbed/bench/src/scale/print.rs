@@ -291,7 +291,7 @@ impl Row {
             self.cpu.map_or("—".into(), |c| format!("{c:.2}")),
             one(self.controller),
             self.route.map_or("—".into(), |(p50, p99)| format!("{p50:.0} / {p99:.0}")),
-            self.replan.map_or("—".into(), |v| if v < 10.0 { format!("{v:.1}") } else { format!("{v:.0}") }),
+            self.replan.map_or("—".into(), crate::fmt_millis),
         ]
     }
 }

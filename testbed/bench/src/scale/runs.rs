@@ -41,7 +41,11 @@ pub fn load(path: &Path) -> Result<Vec<Run>, Error> {
     }
 }
 
+/// Writes `runs` to `path`, making its folder if need be.
 pub fn save(path: &Path, runs: &[Run]) -> Result<(), Error> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| document::io_at(dir, e))?;
+    }
     let text = serde_json::to_string_pretty(runs).map_err(|e| Error::Parse(e.to_string()))?;
     document::write_file(path, &format!("{text}\n"))
 }
@@ -126,11 +130,11 @@ mod tests {
     #[test]
     fn runs_survive_the_file() {
         let dir = std::env::temp_dir().join(format!("ferrolb-scale-runs-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("scale.json");
+        let path = dir.join("benchmarks").join("scale.json");
         assert_eq!(load(&path).unwrap(), vec![], "no file: no runs");
         let runs = vec![run("first", vec![row(1000, 100, 16.0)])];
         save(&path, &runs).unwrap();
+        assert!(path.exists(), "the folder is made");
         assert_eq!(load(&path).unwrap(), runs);
         std::fs::write(&path, "{").unwrap();
         let e = load(&path).unwrap_err().to_string();

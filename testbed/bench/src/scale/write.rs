@@ -43,7 +43,6 @@ pub fn write(all: &[Figures], root: &Path) -> Result<(), Error> {
     };
     let file = root.join(runs::FILE);
     let runs = runs::merge(runs::load(&file)?, new);
-    std::fs::create_dir_all(root.join(document::FIGURES)).map_err(|e| document::io_at(&file, e))?;
     runs::save(&file, &runs)?;
     render(&runs, root)
 }
