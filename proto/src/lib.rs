@@ -35,6 +35,7 @@
 //! BGP drain and L2 holder, and the speaker's drain timers (`handle`, `poll_timeout`).
 pub mod bfd;
 pub mod bgp;
+pub mod diff;
 pub mod election;
 pub mod l2;
 pub mod membership;

@@ -7,12 +7,15 @@
 //! [`Machine::poll_event`] (the FSM's events), [`Machine::poll_timeout`], and
 //! [`Machine::take_synced`] once the UPDATEs of a sync are queued.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
+use ipnet::IpNet;
+
 use super::Routes;
+use crate::bgp::attributes::PathAttributes;
 use crate::bgp::fsm::{self, ConnId, Event, Fsm, PeerConfig, State, Transmit};
 use crate::bgp::message::Message;
 use crate::bgp::rib_out::{ExportConfig, RibOut};
@@ -39,6 +42,9 @@ pub struct Machine {
     export: ExportConfig,
     locals: HashMap<ConnId, SocketAddr>,
     routes: Arc<Routes>,
+    /// Whether the RIB-Out was last synced to `routes` and nothing since made it forget
+    /// (session down, ROUTE-REFRESH): new routes then need only their differences looked at.
+    rib_current: bool,
     transmit: VecDeque<Transmit>,
     events: VecDeque<Event>,
     synced: bool,
@@ -53,6 +59,7 @@ impl Machine {
             export,
             locals: HashMap::new(),
             routes: Arc::default(),
+            rib_current: false,
             transmit: VecDeque::new(),
             events: VecDeque::new(),
             synced: false,
@@ -66,8 +73,16 @@ impl Machine {
                 self.locals.insert(id, local);
             }
             Input::Routes(routes) => {
+                let changed = self.rib_current.then(|| {
+                    let mut changed = BTreeSet::new();
+                    let same = |a: &Arc<PathAttributes>, b: &Arc<PathAttributes>| Arc::ptr_eq(a, b) || a == b;
+                    crate::diff::walk(&self.routes, &routes, same, |p| {
+                        changed.insert(*p);
+                    });
+                    changed
+                });
                 self.routes = routes;
-                self.sync();
+                self.sync_changed(changed.as_ref());
             }
             Input::Fsm(input) => {
                 let refresh = match &input {
@@ -80,6 +95,7 @@ impl Machine {
                 };
                 if let Some(family) = refresh {
                     self.rib.refresh(family);
+                    self.rib_current = false;
                     self.sync();
                 }
                 if let fsm::Input::TcpConnectionFails(id) = &input {
@@ -106,7 +122,10 @@ impl Machine {
                     self.sync();
                     continue;
                 }
-                Event::SessionDown(_) => self.rib.session_down(),
+                Event::SessionDown(_) => {
+                    self.rib.session_down();
+                    self.rib_current = false;
+                }
                 Event::Close(id) => {
                     self.locals.remove(id);
                 }
@@ -118,13 +137,24 @@ impl Machine {
 
     /// Queues the UPDATEs taking the peer to the routes (nothing unless Established).
     fn sync(&mut self) {
+        self.sync_changed(None);
+    }
+
+    /// [`Machine::sync`], looking only at `changed` when given (the RIB-Out is current
+    /// but for those).
+    fn sync_changed(&mut self, changed: Option<&BTreeSet<IpNet>>) {
         let Some(conn) = self.fsm.negotiated().map(|n| n.conn) else { return };
         if self.fsm.state() != State::Established {
             return;
         }
-        for u in self.rib.sync(&self.routes) {
+        let updates = match changed {
+            Some(c) => self.rib.sync_changed(&self.routes, c),
+            None => self.rib.sync(&self.routes),
+        };
+        for u in updates {
             self.transmit.push_back(Transmit { conn, message: Message::Update(u) });
         }
+        self.rib_current = true;
         self.synced = true;
     }
 

@@ -206,3 +206,34 @@ fn route_refresh_resends_one_family() {
     let (ann, _, _) = wire_check(&r.sync(&desired));
     assert_eq!(ann, v6_hosts(10).collect());
 }
+
+proptest::proptest! {
+    /// Syncing only the prefixes that changed since the last sync sends what a sync of
+    /// the whole set sends, step after step (new routes, withdrawn ones, new attributes).
+    #[test]
+    fn syncing_the_changes_only_equals_syncing_everything(
+        steps in proptest::collection::vec(proptest::collection::btree_map(0u32..40, 0u8..3, 0..30), 1..8)
+    ) {
+        let sets: Vec<Arc<PathAttributes>> = (0..3u16)
+            .map(|i| Arc::new(PathAttributes { local_pref: Some(100 + u32::from(i)), ..base() }))
+            .collect();
+        let (mut whole, mut part) = (up_rib(true), up_rib(true));
+        let mut last: BTreeMap<IpNet, Arc<PathAttributes>> = BTreeMap::new();
+        for step in steps {
+            let hosts: Vec<IpNet> = v4_hosts(40).collect();
+            let routes: BTreeMap<IpNet, Arc<PathAttributes>> =
+                step.iter().map(|(h, a)| (hosts[*h as usize], sets[*a as usize].clone())).collect();
+            let mut changed = BTreeSet::new();
+            crate::diff::walk(&last, &routes, Arc::ptr_eq, |p| {
+                changed.insert(*p);
+            });
+            let (a, b) = (whole.sync(&routes), part.sync_changed(&routes, &changed));
+            let (a, b) = (wire_check(&a), wire_check(&b));
+            proptest::prop_assert_eq!(&a.0, &b.0, "announced");
+            proptest::prop_assert_eq!(&a.1, &b.1, "withdrawn");
+            let sent = |r: &RibOut| r.advertised_prefixes().copied().collect::<BTreeSet<IpNet>>();
+            proptest::prop_assert_eq!(sent(&whole), sent(&part));
+            last = routes;
+        }
+    }
+}
