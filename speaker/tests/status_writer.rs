@@ -1,7 +1,7 @@
-//! The ServiceAnnouncement writer converges to the latest desired set, not through every
-//! set it was handed: a speaker that fell behind (its request limit, a slow apiserver) while
-//! Services came and went writes nothing for those that are gone. Counted requests on the
-//! fake apiserver, no clock.
+//! The ServiceAnnouncement writer converges to each Service's latest status, not through
+//! every change it was handed: a speaker that fell behind (its request limit, a slow
+//! apiserver) while Services came and went writes nothing for those that are gone.
+//! Counted requests on the fake apiserver, no clock.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncement, ServiceAnnouncementSpec, ServiceRef};
 use ferrolb_fakeapi::wait::until;
 use ferrolb_fakeapi::{FakeApiServer, Verb};
-use ferrolb_speaker::cluster::status::{self, Desired, Record, object_name};
+use ferrolb_speaker::cluster::status::{self, Record, Shown, Update, object_name};
 use ferrolb_speaker::metrics::Metrics;
 use ferrolb_speaker::model::ServiceKey;
 use k8s_openapi::api::core::v1::Namespace;
@@ -19,9 +19,10 @@ use kube::api::{Api, ListParams, PostParams};
 
 const NODE: &str = "node1";
 
-/// Services `range` in namespace `bulk`, each announced by BGP from this node.
-fn desired(range: Range<usize>) -> Desired {
-    let mut d = Desired::default();
+/// Services `range` in namespace `bulk`, each announced by BGP from this node (or, not
+/// `announced`, gone).
+fn update(range: Range<usize>, announced: bool, complete: bool) -> Update {
+    let mut u = Update { complete, ..Update::default() };
     for i in range {
         let name = format!("svc-{i:04}");
         let spec = ServiceAnnouncementSpec {
@@ -33,11 +34,18 @@ fn desired(range: Range<usize>) -> Desired {
             peers: vec!["router".into()],
         };
         let uid = format!("uid-{i}");
-        let object = object_name(&name, NODE, AnnouncementProtocol::Bgp);
-        d.objects.insert(("bulk".into(), object), Record { spec: Arc::new(spec), owner: uid.clone() });
-        d.uids.insert(ServiceKey { namespace: "bulk".into(), name: name.into() }, uid);
+        let object = ("bulk".to_owned(), object_name(&name, NODE, AnnouncementProtocol::Bgp));
+        let shown = Shown {
+            objects: vec![(object, Record { spec: Arc::new(spec), owner: uid.clone() })],
+            reason: None,
+            uid,
+        };
+        u.services.insert(
+            ServiceKey { namespace: "bulk".into(), name: name.into() },
+            announced.then(|| Arc::new(shown)),
+        );
     }
-    d
+    u
 }
 
 fn writes(server: &FakeApiServer) -> usize {
@@ -62,15 +70,15 @@ async fn services_gone_before_the_writer_caught_up_cost_no_write() {
     // The apiserver holds the writer's requests: it falls behind.
     server.set_delaying_for("speaker", true);
     let tx = status::spawn(client, NODE, Arc::new(Metrics::new()));
-    tx.send_replace(Some(Arc::new(desired(0..200))));
+    tx.send(update(0..200, true, true));
     until("the writer waiting on the apiserver", || async {
         server.request_log().iter().any(|r| r.client.as_deref() == Some("speaker")).then_some(())
     })
     .await;
     // Before it caught up, all but the last 50 Services are gone.
-    let kept = desired(150..200);
-    let names: BTreeSet<String> = kept.objects.keys().map(|(_, n)| n.clone()).collect();
-    tx.send_replace(Some(Arc::new(kept)));
+    let names: BTreeSet<String> =
+        (150..200).map(|i| object_name(&format!("svc-{i:04}"), NODE, AnnouncementProtocol::Bgp)).collect();
+    tx.send(update(0..150, false, false));
     server.set_delaying_for("speaker", false);
     // Exactly the last 50 in the API. A writer that wrote every set it was handed would
     // first write all 200 in order, so the API would show these 50 alone only once it
@@ -84,4 +92,42 @@ async fn services_gone_before_the_writer_caught_up_cost_no_write() {
     })
     .await;
     assert_eq!(writes(&server), 50, "one write per remaining Service, none for those gone");
+}
+
+/// After the first complete set, a change to one Service costs one request, whatever the
+/// number of Services: the writer converges the Services it is told of, not the whole set.
+#[tokio::test]
+async fn one_changed_service_among_many_costs_one_write() {
+    let server = FakeApiServer::new().with_request_log();
+    for crd in ferrolb_api::crds() {
+        server.register_crd(&crd).unwrap();
+    }
+    let namespaces: Api<Namespace> = Api::all(server.new_client_tagged("test"));
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "bulk"}})).unwrap();
+    namespaces.create(&PostParams::default(), &ns).await.unwrap();
+    let tx = status::spawn(server.new_client_tagged("speaker"), NODE, Arc::new(Metrics::new()));
+    tx.send(update(0..300, true, true));
+    until("every Service written", || async { (writes(&server) == 300).then_some(()) }).await;
+    // svc-0007 moves to another address; svc-0008 is gone.
+    let mut moved = update(7..8, true, false);
+    if let Some(Some(shown)) = moved.services.values_mut().next() {
+        let mut spec = (*shown.objects[0].1.spec).clone();
+        spec.addresses = vec!["198.51.100.251".into()];
+        Arc::make_mut(shown).objects[0].1.spec = Arc::new(spec);
+    }
+    tx.send(moved);
+    tx.send(update(8..9, false, false));
+    let api: Api<ServiceAnnouncement> = Api::namespaced(server.new_client_tagged("test"), "bulk");
+    until("svc-0007 moved and svc-0008 gone", || async {
+        let listed = api.list(&ListParams::default()).await.ok()?;
+        let name = |i: usize| object_name(&format!("svc-{i:04}"), NODE, AnnouncementProtocol::Bgp);
+        let moved = listed
+            .items
+            .iter()
+            .any(|o| o.metadata.name == Some(name(7)) && o.spec.addresses == ["198.51.100.251"]);
+        let gone = !listed.items.iter().any(|o| o.metadata.name == Some(name(8)));
+        (moved && gone).then_some(())
+    })
+    .await;
+    assert_eq!(writes(&server), 302, "one patch and one delete");
 }

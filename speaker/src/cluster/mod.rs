@@ -183,6 +183,9 @@ pub struct Feed {
     slices: BTreeSet<(String, String)>,
     /// Service uids, for owner references of ServiceAnnouncements and Event targets.
     pub uids: BTreeMap<ServiceKey, String>,
+    /// The Services whose uid changed since the status last took them (a Service
+    /// deleted and created again under its name, otherwise the same to the planner).
+    pub uids_changed: BTreeSet<ServiceKey>,
     config: RawConfig,
     /// The configuration last put into the model (None: none yet).
     applied: Option<Config>,
@@ -398,7 +401,11 @@ impl Feed {
     fn note_uid(&mut self, s: &Service) {
         let (namespace, name) = ns_name(&s.metadata);
         if let Some(uid) = &s.metadata.uid {
-            self.uids.insert(ServiceKey { namespace: namespace.into(), name: name.into() }, uid.clone());
+            let key = ServiceKey { namespace: namespace.into(), name: name.into() };
+            if self.uids.get(&key) != Some(uid) {
+                self.uids_changed.insert(key.clone());
+                self.uids.insert(key, uid.clone());
+            }
         }
     }
 

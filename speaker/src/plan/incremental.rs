@@ -135,7 +135,8 @@ impl Planner {
         self.out
     }
 
-    pub(super) fn update(
+    /// [`Planner::plan`] with the model's changes already taken (`changes`).
+    pub fn update(
         &mut self,
         model: &ClusterModel,
         changes: Changes,

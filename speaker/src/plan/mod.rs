@@ -11,6 +11,7 @@ use ferrolb_api::{AddressRange, IpAddressPool, selectors_match};
 use ipnet::IpNet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+pub mod diff;
 mod incremental;
 
 pub use incremental::Planner;

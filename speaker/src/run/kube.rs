@@ -58,6 +58,7 @@ pub async fn run_kube(
         client,
         namespace: opts.namespace,
         status,
+        tracker: status::Tracker::default(),
         password_refs: BTreeMap::new(),
         secrets_seen: secrets.subscribe(),
         secrets,

@@ -2,28 +2,34 @@
 //! node announces (owner reference to the Service, so garbage collection removes it
 //! even while the speaker is down), and Events on the Service when it starts or stops.
 //!
-//! The event loop computes the desired set from each plan ([`desired`]) and hands it to
-//! the writer task ([`spawn`]), which converges the API to it, retrying with back-off
-//! while the apiserver is unreachable; the loop never waits on the API. At start the
-//! writer lists this node's existing objects first, so stale ones left by a crash are
-//! deleted and unchanged ones are not rewritten.
+//! On each plan the event loop's [`Tracker`] works out which Services' status changed
+//! and leaves them in the [`Outbox`] of the writer task ([`spawn`]), which converges the
+//! API Service by Service, retrying with back-off while the apiserver is unreachable;
+//! the loop never waits on the API. At start the writer lists this node's existing
+//! objects first, so stale ones left by a crash are deleted and unchanged ones are not
+//! rewritten.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncement, ServiceAnnouncementSpec, ServiceRef};
+use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncement, ServiceAnnouncementSpec};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use sha2::{Digest, Sha256};
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::metrics::{Metrics, ReasonLabel, ResultLabel};
-use crate::model::{ClusterModel, ServiceKey};
-use crate::plan::Plan;
+use crate::model::ServiceKey;
+
+mod desired;
+mod outbox;
+
+pub use desired::{Desired, Shown, Tracker, Update, desired, shown};
+use outbox::Inbox;
+pub use outbox::Outbox;
 
 /// Field manager of the speaker's writes, and the Events' reporting controller.
 pub const MANAGER: &str = "ferrolb-speaker";
@@ -101,17 +107,6 @@ fn owner_reference(service: &str, uid: &str) -> OwnerReference {
     }
 }
 
-/// What the API should show for this node, from one plan.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Desired {
-    /// ServiceAnnouncements by (namespace, name).
-    pub objects: BTreeMap<(String, String), Record>,
-    /// Why each Service this node does not announce (by some protocol) is not announced.
-    pub reasons: BTreeMap<ServiceKey, String>,
-    /// Uids of the Services in `objects` and `reasons`, for Event targets.
-    pub uids: BTreeMap<ServiceKey, String>,
-}
-
 fn proto_name(p: AnnouncementProtocol) -> &'static str {
     match p {
         AnnouncementProtocol::Bgp => "bgp",
@@ -134,68 +129,6 @@ pub fn object_name(service: &str, node: &str, protocol: AnnouncementProtocol) ->
     }
     let head = full[..cut].trim_end_matches(['-', '.']);
     format!("{head}-{hash}")
-}
-
-/// The ServiceAnnouncements and withdrawal reasons `plan` implies for node `me`.
-pub fn desired(model: &ClusterModel, plan: &Plan, me: &str, uids: &BTreeMap<ServiceKey, String>) -> Desired {
-    let mut out = Desired::default();
-    for (key, svc) in &model.services {
-        let mut bgp_addrs = Vec::new();
-        let mut peers = BTreeSet::new();
-        let mut l2_addrs = Vec::new();
-        let mut ifs = BTreeSet::new();
-        let mut why = Vec::new();
-        for ip in &svc.ingress {
-            if let Some(i) = plan.l2.get(ip) {
-                l2_addrs.push(ip.to_string());
-                ifs.extend(i.iter().cloned());
-            }
-            let to: Vec<&String> =
-                plan.bgp.iter().filter(|(_, routes)| covered(routes, *ip)).map(|(peer, _)| peer).collect();
-            if !to.is_empty() && !plan.withdrawn.contains_key(ip) {
-                bgp_addrs.push(ip.to_string());
-                peers.extend(to.into_iter().cloned());
-            }
-            if let Some(w) = plan.withdrawn.get(ip) {
-                why.push(format!("{ip}: {w}"));
-            }
-        }
-        let Some(uid) = uids.get(key) else { continue };
-        if !why.is_empty() {
-            out.reasons.insert(key.clone(), why.join("; "));
-        }
-        if !why.is_empty() || !bgp_addrs.is_empty() || !l2_addrs.is_empty() {
-            out.uids.insert(key.clone(), uid.clone());
-        }
-        let mut add = |protocol, addresses: Vec<String>, interfaces: Vec<String>, peers: Vec<String>| {
-            if addresses.is_empty() {
-                return;
-            }
-            let spec = ServiceAnnouncementSpec {
-                node: me.to_owned(),
-                service: ServiceRef { namespace: key.namespace.to_string(), name: key.name.to_string() },
-                protocol,
-                addresses,
-                interfaces,
-                peers,
-            };
-            let name = object_name(&key.name, me, protocol);
-            out.objects.insert(
-                (key.namespace.to_string(), name),
-                Record { spec: Arc::new(spec), owner: uid.clone() },
-            );
-        };
-        add(AnnouncementProtocol::Bgp, bgp_addrs, Vec::new(), peers.into_iter().collect());
-        add(AnnouncementProtocol::L2, l2_addrs, ifs.into_iter().collect(), Vec::new());
-    }
-    out
-}
-
-/// Whether a route covers `ip`: its host prefix or an aggregate of it (one lookup per
-/// prefix length, not a scan of every route: 10k Services × 10k routes would not do).
-fn covered<V>(routes: &BTreeMap<ipnet::IpNet, V>, ip: std::net::IpAddr) -> bool {
-    let max: u8 = if ip.is_ipv4() { 32 } else { 128 };
-    (0..=max).rev().any(|len| ipnet::IpNet::new(ip, len).is_ok_and(|n| routes.contains_key(&n.trunc())))
 }
 
 /// A label value (at most 63 characters); long node names are cut, `spec.node` is exact.
@@ -285,6 +218,9 @@ fn service_of(spec: &ServiceAnnouncementSpec) -> ServiceKey {
     ServiceKey { namespace: spec.service.namespace.as_str().into(), name: spec.service.name.as_str().into() }
 }
 
+/// A ServiceAnnouncement's key: (namespace, name).
+type ObjectKey = (String, String);
+
 struct Writer {
     node: String,
     client: kube::Client,
@@ -293,10 +229,14 @@ struct Writer {
     published: usize,
     metrics: Arc<Metrics>,
     limiter: EventLimiter,
-    /// What the API holds, as far as this writer knows (None: not listed yet).
-    current: Option<BTreeMap<(String, String), Record>>,
-    /// The desired set the last Events were judged against.
-    shown: Option<Arc<Desired>>,
+    /// What the API holds, per Service, as far as this writer knows (None: not listed yet).
+    current: Option<BTreeMap<ServiceKey, Vec<(ObjectKey, Record)>>>,
+    /// The latest status of every Service showing something.
+    wanted: BTreeMap<ServiceKey, Arc<Shown>>,
+    /// The Services whose objects may differ from `wanted`.
+    dirty: BTreeSet<ServiceKey>,
+    /// Whether the first complete set has come (nothing is written before).
+    started: bool,
 }
 
 /// Events published through one [`Recorder`] before it is replaced by a fresh one.
@@ -310,11 +250,11 @@ fn recorder(client: &kube::Client, node: &str) -> Recorder {
     Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: Some(node.to_owned()) })
 }
 
-/// Starts the writer; send each plan's [`desired`] set into the returned channel
-/// (nothing is written before the first one, so a speaker that has not synced its
-/// model yet never deletes what an earlier run announced).
-pub fn spawn(client: kube::Client, node: &str, metrics: Arc<Metrics>) -> watch::Sender<Option<Arc<Desired>>> {
-    let (tx, rx) = watch::channel(None);
+/// Starts the writer; send it each plan's status changes ([`Tracker::update`]). Nothing
+/// is written before the first complete set, so a speaker that has not synced its model
+/// yet never deletes what an earlier run announced.
+pub fn spawn(client: kube::Client, node: &str, metrics: Arc<Metrics>) -> Outbox {
+    let (outbox, inbox) = outbox::pair();
     let writer = Writer {
         node: node.to_owned(),
         recorder: recorder(&client, node),
@@ -323,21 +263,25 @@ pub fn spawn(client: kube::Client, node: &str, metrics: Arc<Metrics>) -> watch::
         metrics,
         limiter: EventLimiter::default(),
         current: None,
-        shown: None,
+        wanted: BTreeMap::new(),
+        dirty: BTreeSet::new(),
+        started: false,
     };
-    tokio::spawn(writer.run(rx));
-    tx
+    tokio::spawn(writer.run(inbox));
+    outbox
 }
 
 impl Writer {
-    async fn run(mut self, mut rx: watch::Receiver<Option<Arc<Desired>>>) {
+    async fn run(mut self, inbox: Inbox) {
         let mut backoff = RETRY_MIN;
         let mut failing = false;
         loop {
-            let want = rx.borrow_and_update().clone();
-            if let Some(want) = want {
-                self.events(&want).await;
-                match self.converge(&want, &rx).await {
+            let update = inbox.take();
+            if update.complete || !update.services.is_empty() {
+                self.absorb(update).await;
+            }
+            if self.started {
+                match self.converge(&inbox).await {
                     Ok(()) => {
                         if failing {
                             tracing::info!("ServiceAnnouncements written again after failures");
@@ -351,7 +295,7 @@ impl Writer {
                         }
                         failing = true;
                         tokio::select! {
-                            r = rx.changed() => if r.is_err() { return },
+                            open = inbox.wait() => if !open { return },
                             () = tokio::time::sleep(backoff) => {}
                         }
                         backoff = (backoff * 2).min(RETRY_MAX);
@@ -359,81 +303,133 @@ impl Writer {
                     }
                 }
             }
-            if rx.changed().await.is_err() {
+            if !inbox.has_pending() && !inbox.wait().await {
                 return;
             }
         }
     }
 
-    /// Listed objects keyed by the names this release gives them, so an object an older
-    /// release named otherwise still matches its Service and protocol.
-    fn named_anew<'a>(
+    /// Listed objects grouped by Service, keyed by the names this release gives them, so
+    /// an object an older release named otherwise still matches its Service and protocol.
+    fn named_anew(
         &self,
-        listed: impl Iterator<Item = (&'a (String, String), &'a Record)>,
-    ) -> BTreeMap<(String, String), Record> {
+        listed: &BTreeMap<ServiceKey, Vec<(ObjectKey, Record)>>,
+    ) -> BTreeMap<ServiceKey, Arc<Shown>> {
         listed
-            .map(|(_, r)| {
-                let name = object_name(&r.spec.service.name, &self.node, r.spec.protocol);
-                ((r.spec.service.namespace.clone(), name), r.clone())
+            .iter()
+            .map(|(svc, objects)| {
+                let objects = objects
+                    .iter()
+                    .map(|(_, r)| {
+                        let name = object_name(&r.spec.service.name, &self.node, r.spec.protocol);
+                        ((r.spec.service.namespace.clone(), name), r.clone())
+                    })
+                    .collect();
+                (svc.clone(), Arc::new(Shown { objects, ..Shown::default() }))
             })
             .collect()
     }
 
-    async fn list(&self) -> Result<BTreeMap<(String, String), Record>, kube::Error> {
+    async fn list(&self) -> Result<BTreeMap<ServiceKey, Vec<(ObjectKey, Record)>>, kube::Error> {
         let api: Api<ServiceAnnouncement> = Api::all(self.client.clone());
         let lp = ListParams::default().labels(&format!("{NODE_LABEL}={}", label_value(&self.node)));
         let list = super::within(api.list(&lp)).await?;
-        Ok(list
-            .items
-            .into_iter()
-            .filter(|o| o.spec.node == self.node)
-            .map(|o| {
-                let key = (
-                    o.metadata.namespace.clone().unwrap_or_default(),
-                    o.metadata.name.clone().unwrap_or_default(),
-                );
-                (key, Record::of(o))
-            })
-            .collect())
+        let mut out: BTreeMap<ServiceKey, Vec<(ObjectKey, Record)>> = BTreeMap::new();
+        for o in list.items.into_iter().filter(|o| o.spec.node == self.node) {
+            let key = (
+                o.metadata.namespace.clone().unwrap_or_default(),
+                o.metadata.name.clone().unwrap_or_default(),
+            );
+            out.entry(service_of(&o.spec)).or_default().push((key, Record::of(o)));
+        }
+        Ok(out)
     }
 
     fn count(&self, result: &str) {
         self.metrics.status_writes.get_or_create(&ResultLabel { result: result.into() }).inc();
     }
 
-    /// Writes what differs, deletes what is no longer wanted; stops early once a newer
-    /// desired set is waiting in `rx` (the latest set wins: Services created and deleted
-    /// while the writer was behind cost no writes).
-    async fn converge(
-        &mut self,
-        want: &Desired,
-        rx: &watch::Receiver<Option<Arc<Desired>>>,
-    ) -> Result<(), kube::Error> {
-        if self.current.is_none() {
-            let listed = self.list().await?;
-            tracing::info!(existing = listed.len(), "listed this node's ServiceAnnouncements");
-            self.current = Some(listed);
+    /// Takes in the latest changes: Events for what started or stopped being announced,
+    /// and the Services to converge. The first set is compared with what the API showed
+    /// (an earlier run's objects), so a restart does not re-announce everything in Events.
+    async fn absorb(&mut self, update: Update) {
+        if !self.started {
+            if self.current.is_none() {
+                self.current = self.list().await.ok();
+            }
+            if let Some(c) = &self.current {
+                self.wanted = self.named_anew(c);
+                self.dirty.extend(c.keys().cloned());
+            }
         }
-        let mut current = self.current.take().unwrap_or_default();
-        let result = self.converge_from(&mut current, want, || rx.has_changed().unwrap_or(true)).await;
-        self.current = Some(current);
-        result
+        let mut changes = update.services;
+        if update.complete {
+            // Every Service the set does not name shows nothing.
+            for key in self.wanted.keys() {
+                changes.entry(key.clone()).or_insert(None);
+            }
+            self.started = true;
+        }
+        let now = Instant::now();
+        let (mut announced, mut withdrawn) = (0usize, 0usize);
+        for (key, new) in changes {
+            let old = match &new {
+                Some(s) => self.wanted.insert(key.clone(), s.clone()),
+                None => self.wanted.remove(&key),
+            };
+            let (a, w) = self.events(&key, old.as_deref(), new.as_deref(), now).await;
+            (announced, withdrawn) = (announced + a, withdrawn + w);
+            self.dirty.insert(key);
+        }
+        if announced + withdrawn > 0 {
+            tracing::info!(
+                announced,
+                withdrawn,
+                "Services announced or withdrawn by this node (each at debug, and as an Event)"
+            );
+        }
+        self.limiter.prune(now);
     }
 
-    async fn converge_from(
-        &self,
-        current: &mut BTreeMap<(String, String), Record>,
-        want: &Desired,
-        superseded: impl Fn() -> bool,
-    ) -> Result<(), kube::Error> {
-        let stale: Vec<(String, String)> =
-            current.keys().filter(|k| !want.objects.contains_key(*k)).cloned().collect();
-        for (ns, name) in stale {
-            if superseded() {
+    /// Writes what differs, deletes what is no longer wanted, Service by Service; stops
+    /// early once newer changes wait in `inbox` (the latest status wins).
+    async fn converge(&mut self, inbox: &Inbox) -> Result<(), kube::Error> {
+        if self.current.is_none() {
+            let listed = self.list().await?;
+            tracing::info!(
+                existing = listed.values().map(Vec::len).sum::<usize>(),
+                "listed this node's ServiceAnnouncements"
+            );
+            self.dirty.extend(listed.keys().cloned());
+            self.current = Some(listed);
+        }
+        while let Some(key) = self.dirty.first().cloned() {
+            if inbox.has_pending() {
                 return Ok(());
             }
-            let api: Api<ServiceAnnouncement> = Api::namespaced(self.client.clone(), &ns);
-            match super::within(api.delete(&name, &DeleteParams::default())).await {
+            let want = self.wanted.get(&key).cloned();
+            let want = want.as_deref().map_or(&[][..], |s| &s.objects[..]);
+            let mut current = self.current.as_mut().and_then(|c| c.remove(&key)).unwrap_or_default();
+            let result = self.write(&mut current, want).await;
+            if !current.is_empty() {
+                self.current.get_or_insert_default().insert(key.clone(), current);
+            }
+            result?;
+            self.dirty.remove(&key);
+        }
+        Ok(())
+    }
+
+    /// Converges one Service's objects (`current`, as the API holds them) to `want`.
+    async fn write(
+        &self,
+        current: &mut Vec<(ObjectKey, Record)>,
+        want: &[(ObjectKey, Record)],
+    ) -> Result<(), kube::Error> {
+        while let Some(i) = current.iter().position(|(k, _)| !want.iter().any(|(w, _)| w == k)) {
+            let (ns, name) = &current[i].0;
+            let api: Api<ServiceAnnouncement> = Api::namespaced(self.client.clone(), ns);
+            match super::within(api.delete(name, &DeleteParams::default())).await {
                 Ok(_) => self.count("deleted"),
                 // Garbage-collected with its Service, or deleted by hand: gone is fine.
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -443,61 +439,49 @@ impl Writer {
                 }
             }
             tracing::debug!(namespace = %ns, name = %name, "deleted ServiceAnnouncement");
-            current.remove(&(ns, name));
+            current.remove(i);
         }
-        for (k, record) in &want.objects {
-            if current.get(k) == Some(record) {
+        for (k, record) in want {
+            let held = current.iter().position(|(c, _)| c == k);
+            if held.is_some_and(|i| current[i].1 == *record) {
                 continue;
-            }
-            if superseded() {
-                return Ok(());
             }
             let api: Api<ServiceAnnouncement> = Api::namespaced(self.client.clone(), &k.0);
             let pp = PatchParams::apply(MANAGER).force();
             let obj = record.object(&k.0, &k.1, &self.node);
-            match super::within(api.patch(&k.1, &pp, &Patch::Apply(&obj))).await {
-                Ok(_) => {
-                    self.count("applied");
-                    // What was sent, sharing its spec with the desired set (the apiserver
-                    // returns the same spec; an object changed since is rewritten at the next
-                    // relist of this writer, after a restart).
-                    current.insert(k.clone(), record.clone());
-                }
-                Err(e) => {
-                    self.count("error");
-                    return Err(e);
-                }
+            if let Err(e) = super::within(api.patch(&k.1, &pp, &Patch::Apply(&obj))).await {
+                self.count("error");
+                return Err(e);
+            }
+            self.count("applied");
+            // What was sent, sharing its spec with the wanted status (the apiserver
+            // returns the same spec; an object changed since is rewritten at the next
+            // relist of this writer, after a restart).
+            match held {
+                Some(i) => current[i].1 = record.clone(),
+                None => current.push((k.clone(), record.clone())),
             }
         }
         Ok(())
     }
 
-    /// Events for every (Service, protocol) that started or stopped being announced:
-    /// the objects of `want` against those of the last set, by name (one object per
-    /// Service and protocol on this node), allocating only for what changed.
-    async fn events(&mut self, want: &Arc<Desired>) {
-        let old = match self.shown.take() {
-            Some(s) if Arc::ptr_eq(&s, want) => {
-                self.shown = Some(s);
-                return;
-            }
-            Some(s) => s,
-            // First plan: compare with what the API showed (an earlier run's objects),
-            // so a restart does not re-announce everything in Events.
-            None => {
-                let listed = match self.current.take() {
-                    Some(c) => Some(c),
-                    None => self.list().await.ok(),
-                };
-                let old = Desired { objects: self.named_anew(listed.iter().flatten()), ..Desired::default() };
-                self.current = listed;
-                Arc::new(old)
-            }
-        };
-        let now = Instant::now();
+    /// Events for Service `svc`'s objects that started or stopped being announced, from
+    /// its `old` status to its `new` one (by object name: one per protocol on this node).
+    /// Returns how many of each.
+    async fn events(
+        &mut self,
+        svc: &ServiceKey,
+        old: Option<&Shown>,
+        new: Option<&Shown>,
+        now: Instant,
+    ) -> (usize, usize) {
+        let none: &[(ObjectKey, Record)] = &[];
+        let old_objects = old.map_or(none, |s| &s.objects[..]);
+        let new_objects = new.map_or(none, |s| &s.objects[..]);
+        let uid = new.map(|s| s.uid.clone()).filter(|u| !u.is_empty());
         let (mut announced, mut withdrawn) = (0usize, 0usize);
-        for (k, record) in &want.objects {
-            if old.objects.get(k).is_some_and(|o| o.spec.addresses == record.spec.addresses) {
+        for (k, record) in new_objects {
+            if old_objects.iter().any(|(o, r)| o == k && r.spec.addresses == record.spec.addresses) {
                 continue;
             }
             announced += 1;
@@ -513,18 +497,16 @@ impl Writer {
                 spec.addresses.join(", "),
                 proto_name(spec.protocol).to_uppercase()
             );
-            self.event(want, &service_of(spec), "Announced", note, now).await;
+            self.event(uid.clone(), svc, "Announced", note, now).await;
         }
-        for (k, record) in &old.objects {
-            if want.objects.contains_key(k) {
+        for (k, record) in old_objects {
+            if new_objects.iter().any(|(n, _)| n == k) {
                 continue;
             }
             withdrawn += 1;
-            let (spec, svc) = (&record.spec, service_of(&record.spec));
-            let why = want
-                .reasons
-                .get(&svc)
-                .cloned()
+            let spec = &record.spec;
+            let why = new
+                .and_then(|s| s.reason.clone())
                 .unwrap_or_else(|| "the Service is gone or no longer served".into());
             let note = format!(
                 "node {} withdrew {} ({}): {why}",
@@ -532,20 +514,19 @@ impl Writer {
                 spec.addresses.join(", "),
                 proto_name(spec.protocol).to_uppercase()
             );
-            self.event(want, &svc, "Withdrawn", note, now).await;
+            self.event(uid.clone(), svc, "Withdrawn", note, now).await;
         }
-        if announced + withdrawn > 0 {
-            tracing::info!(
-                announced,
-                withdrawn,
-                "Services announced or withdrawn by this node (each at debug, and as an Event)"
-            );
-        }
-        self.shown = Some(want.clone());
-        self.limiter.prune(now);
+        (announced, withdrawn)
     }
 
-    async fn event(&mut self, want: &Desired, svc: &ServiceKey, reason: &str, note: String, now: Instant) {
+    async fn event(
+        &mut self,
+        uid: Option<String>,
+        svc: &ServiceKey,
+        reason: &str,
+        note: String,
+        now: Instant,
+    ) {
         tracing::debug!(service = %svc, "{note}");
         if !self.limiter.allow(svc, now) {
             self.metrics.events_suppressed.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
@@ -556,7 +537,7 @@ impl Writer {
             kind: Some("Service".into()),
             namespace: Some(svc.namespace.to_string()),
             name: Some(svc.name.to_string()),
-            uid: want.uids.get(svc).cloned(),
+            uid,
             ..ObjectReference::default()
         };
         let ev = Event {

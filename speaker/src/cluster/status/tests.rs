@@ -1,9 +1,12 @@
 #![allow(clippy::unwrap_used)]
+use super::desired::covered;
 use super::*;
+use crate::model::ClusterModel;
+use crate::plan::{Plan, RouteAttrs};
+use ferrolb_api::ServiceRef;
 
 #[test]
 fn the_plan_becomes_one_object_per_service_and_protocol_with_owner_and_reasons() {
-    use crate::plan::RouteAttrs;
     let text = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.10}, {ip: 192.0.2.200}]}}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: down, namespace: shop}\nspec: {type: LoadBalancer}\nstatus: {loadBalancer: {ingress: [{ip: 203.0.113.11}]}}\n";
     let stream = ferrolb_api::parse_stream("s.yaml", text).unwrap();
     let model = ClusterModel::from_stream(stream, "s.yaml", crate::model::DEFAULT_LB_CLASS).unwrap();
@@ -59,6 +62,92 @@ fn an_object_written_reads_back_as_its_record_and_a_changed_owner_does_not() {
     assert_eq!(Record::of(obj.clone()).owner, "");
     obj.metadata.owner_references = None;
     assert_ne!(Record::of(obj), record);
+}
+
+/// Services `names` in namespace `shop`, `web-i` at 203.0.113.i.
+fn model_of(names: &[usize]) -> ClusterModel {
+    let text: String = names
+        .iter()
+        .map(|i| format!("---\napiVersion: v1\nkind: Service\nmetadata: {{name: web-{i}, namespace: shop}}\nspec: {{type: LoadBalancer}}\nstatus: {{loadBalancer: {{ingress: [{{ip: 203.0.113.{i}}}]}}}}\n"))
+        .collect();
+    let stream = ferrolb_api::parse_stream("s.yaml", &text).unwrap();
+    ClusterModel::from_stream(stream, "s.yaml", crate::model::DEFAULT_LB_CLASS).unwrap()
+}
+
+fn web(i: usize) -> ServiceKey {
+    ServiceKey { namespace: "shop".into(), name: format!("web-{i}").into() }
+}
+
+/// A plan announcing `hosts` (203.0.113.i/32) and `aggregates` to router-a.
+fn plan_of(hosts: &[usize], aggregates: &[&str]) -> Plan {
+    let mut routes: BTreeMap<ipnet::IpNet, RouteAttrs> =
+        hosts.iter().map(|i| (format!("203.0.113.{i}/32").parse().unwrap(), RouteAttrs::default())).collect();
+    routes.extend(aggregates.iter().map(|a| (a.parse().unwrap(), RouteAttrs::default())));
+    let mut plan = Plan::default();
+    plan.bgp.insert("router-a".into(), routes);
+    plan
+}
+
+/// Applies `u` to `view` (what the writer would hold).
+fn absorb(view: &mut BTreeMap<ServiceKey, Shown>, u: Update) -> Vec<ServiceKey> {
+    if u.complete {
+        view.clear();
+    }
+    let keys: Vec<ServiceKey> = u.services.keys().cloned().collect();
+    for (k, s) in u.services {
+        match s {
+            Some(s) => view.insert(k, Shown::clone(&s)),
+            None => view.remove(&k),
+        };
+    }
+    keys
+}
+
+/// The tracker names exactly the Services a plan or the model changed, and what it says
+/// adds up to the whole desired set computed from scratch.
+#[test]
+fn the_tracker_names_only_the_services_whose_status_changed() {
+    let model = model_of(&[1, 2, 3, 40, 41]);
+    let mut uids: BTreeMap<ServiceKey, String> =
+        model.services.keys().map(|k| (k.clone(), format!("uid-{}", k.name))).collect();
+    let (mut t, mut view) = (Tracker::default(), BTreeMap::new());
+    let none = crate::model::Changes::none();
+    let scratch =
+        |plan: &Plan, uids: &BTreeMap<ServiceKey, String>| desired(&model, plan, "node1", uids).per_service();
+    let mut step = |t: &mut Tracker, old: &Plan, new: &Plan, uids: &BTreeMap<ServiceKey, String>, changed| {
+        let said =
+            t.update(&model, (old, new), "node1", uids, changed).map(|u| (u.complete, absorb(&mut view, u)));
+        assert_eq!(view, scratch(new, uids), "the tracker's sum differs from the whole set");
+        said.map(|(complete, keys)| {
+            assert_eq!(complete, keys.len() == 5, "only the first is complete");
+            keys
+        })
+    };
+    // The first plan: every Service, and said to be complete.
+    let p1 = plan_of(&[1, 2, 3, 40, 41], &[]);
+    assert_eq!(step(&mut t, &Plan::default(), &p1, &uids, &none).map(|k| k.len()), Some(5));
+    assert_eq!(step(&mut t, &p1, &p1.clone(), &uids, &none), None, "nothing changed, nothing said");
+    // web-2 withdrawn with a reason: web-2 alone.
+    let mut p2 = plan_of(&[1, 3, 40, 41], &[]);
+    p2.withdrawn.insert("203.0.113.2".parse().unwrap(), "no serving endpoint".into());
+    assert_eq!(step(&mut t, &p1, &p2, &uids, &none), Some(vec![web(2)]));
+    // An aggregate covering 203.0.113.32/27 replaces two host routes: the Services under it.
+    let p3 = {
+        let mut p = plan_of(&[1, 3], &["203.0.113.32/27"]);
+        p.withdrawn = p2.withdrawn.clone();
+        p
+    };
+    assert_eq!(step(&mut t, &p2, &p3, &uids, &none), None, "covered the same: no change shown");
+    let p4 = {
+        let mut p = plan_of(&[1, 3], &[]);
+        p.withdrawn = p2.withdrawn.clone();
+        p
+    };
+    assert_eq!(step(&mut t, &p3, &p4, &uids, &none), Some(vec![web(40), web(41)]));
+    // A Service recreated under its name (new uid, same plan): that Service.
+    uids.insert(web(3), "uid-again".into());
+    let changed = crate::model::Changes { all: false, services: BTreeSet::from([web(3)]) };
+    assert_eq!(step(&mut t, &p4, &p4.clone(), &uids, &changed), Some(vec![web(3)]));
 }
 
 #[test]

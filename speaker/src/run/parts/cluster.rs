@@ -3,21 +3,22 @@
 //! [`super::feed`].
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::gate::GatePart;
 use crate::cluster;
-use crate::cluster::status::Desired;
+use crate::cluster::status;
 
 /// Kubernetes mode: the API side of the event loop.
 pub(in crate::run) struct ClusterPart {
     pub(in crate::run) client: kube::Client,
     pub(in crate::run) namespace: String,
-    /// The desired ServiceAnnouncements; the writer task converges the API to them.
-    pub(in crate::run) status: watch::Sender<Option<Arc<Desired>>>,
+    /// Where each plan's status changes go; the writer task converges the API to them.
+    pub(in crate::run) status: status::Outbox,
+    /// Which Services' status each plan changed.
+    pub(in crate::run) tracker: status::Tracker,
     /// The BGP password Secrets last read completely (re-read when they change).
     pub(in crate::run) password_refs: BTreeMap<String, ferrolb_api::SecretKeyRef>,
     /// Watches the Secrets in use, so rotated keys and passwords apply ([`super::rotation`]).

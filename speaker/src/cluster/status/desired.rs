@@ -1,0 +1,272 @@
+//! What the API should show for this node: per Service, its ServiceAnnouncements and why
+//! it is not announced ([`Shown`]), from the plan; and the [`Tracker`] that recomputes,
+//! on each plan, only the Services that plan could have changed.
+//!
+//! A Service's status reads the Service (its addresses and uid) and the plan's entries
+//! for those addresses: who owns them for ARP/NDP, which peers get a route covering them,
+//! why they are withdrawn. So the Services to recompute are those the model changed,
+//! those whose uid changed, and those holding an address whose entries differ between
+//! the last plan and this one. At 10 000 Services the whole set took most of a plan's
+//! time and a copy of every record to the writer; one changed Service now costs one.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncementSpec, ServiceRef};
+use ipnet::IpNet;
+
+use super::{Record, object_name};
+use crate::model::{self, ClusterModel, ServiceInfo, ServiceKey};
+use crate::plan::Plan;
+use crate::plan::diff::{self, differing};
+
+/// What this node shows for one Service: its ServiceAnnouncements (one per protocol)
+/// and why it is not announced (by some protocol) where it is not.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Shown {
+    /// ServiceAnnouncements by (namespace, name), at most one per protocol.
+    pub objects: Vec<((String, String), Record)>,
+    /// Why some of its addresses are not announced.
+    pub reason: Option<String>,
+    /// The Service's uid (owner reference and Event target).
+    pub uid: String,
+}
+
+/// What the API should show for this node, every Service at once.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Desired {
+    /// ServiceAnnouncements by (namespace, name).
+    pub objects: BTreeMap<(String, String), Record>,
+    /// Why each Service this node does not announce (by some protocol) is not announced.
+    pub reasons: BTreeMap<ServiceKey, String>,
+    /// Uids of the Services in `objects` and `reasons`, for Event targets.
+    pub uids: BTreeMap<ServiceKey, String>,
+}
+
+impl Desired {
+    /// The same, per Service.
+    pub fn per_service(&self) -> BTreeMap<ServiceKey, Shown> {
+        let mut out: BTreeMap<ServiceKey, Shown> = BTreeMap::new();
+        for (k, r) in &self.objects {
+            let key = super::service_of(&r.spec);
+            let s = out.entry(key).or_default();
+            s.uid.clone_from(&r.owner);
+            s.objects.push((k.clone(), r.clone()));
+        }
+        for (key, why) in &self.reasons {
+            out.entry(key.clone()).or_default().reason = Some(why.clone());
+        }
+        for (key, uid) in &self.uids {
+            if let Some(s) = out.get_mut(key) {
+                s.uid.clone_from(uid);
+            }
+        }
+        out
+    }
+}
+
+/// The ServiceAnnouncements and withdrawal reasons `plan` implies for node `me`.
+pub fn desired(model: &ClusterModel, plan: &Plan, me: &str, uids: &BTreeMap<ServiceKey, String>) -> Desired {
+    let mut out = Desired::default();
+    for (key, svc) in &model.services {
+        let Some(shown) = uids.get(key).and_then(|uid| shown(key, svc, plan, me, uid)) else { continue };
+        if let Some(why) = shown.reason {
+            out.reasons.insert(key.clone(), why);
+        }
+        out.uids.insert(key.clone(), shown.uid);
+        out.objects.extend(shown.objects);
+    }
+    out
+}
+
+/// What `plan` implies for Service `key` (with uid `uid`) on node `me`; None when
+/// nothing: not announced and no reason.
+pub fn shown(key: &ServiceKey, svc: &ServiceInfo, plan: &Plan, me: &str, uid: &str) -> Option<Shown> {
+    let mut bgp_addrs = Vec::new();
+    let mut peers = BTreeSet::new();
+    let mut l2_addrs = Vec::new();
+    let mut ifs = BTreeSet::new();
+    let mut why = Vec::new();
+    for ip in &svc.ingress {
+        if let Some(i) = plan.l2.get(ip) {
+            l2_addrs.push(ip.to_string());
+            ifs.extend(i.iter().cloned());
+        }
+        let to: Vec<&String> =
+            plan.bgp.iter().filter(|(_, routes)| covered(routes, *ip)).map(|(peer, _)| peer).collect();
+        if !to.is_empty() && !plan.withdrawn.contains_key(ip) {
+            bgp_addrs.push(ip.to_string());
+            peers.extend(to.into_iter().cloned());
+        }
+        if let Some(w) = plan.withdrawn.get(ip) {
+            why.push(format!("{ip}: {w}"));
+        }
+    }
+    if why.is_empty() && bgp_addrs.is_empty() && l2_addrs.is_empty() {
+        return None;
+    }
+    let mut out =
+        Shown { objects: Vec::new(), reason: (!why.is_empty()).then(|| why.join("; ")), uid: uid.to_owned() };
+    let mut add = |protocol, addresses: Vec<String>, interfaces: Vec<String>, peers: Vec<String>| {
+        if addresses.is_empty() {
+            return;
+        }
+        let spec = ServiceAnnouncementSpec {
+            node: me.to_owned(),
+            service: ServiceRef { namespace: key.namespace.to_string(), name: key.name.to_string() },
+            protocol,
+            addresses,
+            interfaces,
+            peers,
+        };
+        let name = object_name(&key.name, me, protocol);
+        out.objects.push((
+            (key.namespace.to_string(), name),
+            Record { spec: Arc::new(spec), owner: uid.to_owned() },
+        ));
+    };
+    add(AnnouncementProtocol::Bgp, bgp_addrs, Vec::new(), peers.into_iter().collect());
+    add(AnnouncementProtocol::L2, l2_addrs, ifs.into_iter().collect(), Vec::new());
+    Some(out)
+}
+
+/// Whether a route covers `ip`: its host prefix or an aggregate of it (one lookup per
+/// prefix length, not a scan of every route: 10k Services × 10k routes would not do).
+pub(super) fn covered<V>(routes: &BTreeMap<IpNet, V>, ip: IpAddr) -> bool {
+    let max: u8 = if ip.is_ipv4() { 32 } else { 128 };
+    (0..=max).rev().any(|len| IpNet::new(ip, len).is_ok_and(|n| routes.contains_key(&n.trunc())))
+}
+
+/// What changed in the status since the last plan: each Service's new status (None:
+/// nothing to show). `complete`: every Service is in it (the first set), so whatever
+/// the API holds for a Service not named is stale.
+#[derive(Debug, Default)]
+pub struct Update {
+    pub services: BTreeMap<ServiceKey, Option<Arc<Shown>>>,
+    pub complete: bool,
+}
+
+/// Follows the plans and says which Services' status each one changed.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    /// What was last said for each Service showing something.
+    shown: BTreeMap<ServiceKey, Arc<Shown>>,
+    /// The addresses each Service was indexed under, and the Services by address.
+    ingress: BTreeMap<ServiceKey, Vec<IpAddr>>,
+    by_ip: BTreeMap<IpAddr, Vec<ServiceKey>>,
+    started: bool,
+}
+
+impl Tracker {
+    /// The status changes from plan `old` to plan `new`, `changed` naming the Services
+    /// whose Service, slices or uid changed since (all of them: every Service is
+    /// recomputed). The first call says it covers every Service (`complete`); None when
+    /// nothing changed.
+    pub fn update(
+        &mut self,
+        model: &ClusterModel,
+        (old, new): (&Plan, &Plan),
+        me: &str,
+        uids: &BTreeMap<ServiceKey, String>,
+        changed: &model::Changes,
+    ) -> Option<Update> {
+        let complete = !self.started;
+        self.started = true;
+        let dirty: BTreeSet<ServiceKey> = if complete || changed.all {
+            let gone: Vec<ServiceKey> =
+                self.ingress.keys().filter(|k| !model.services.contains_key(*k)).cloned().collect();
+            for key in &gone {
+                self.index(key, None);
+            }
+            for (key, svc) in &model.services {
+                self.index(key, Some(svc));
+            }
+            model.services.keys().chain(self.shown.keys()).cloned().collect()
+        } else {
+            for key in &changed.services {
+                self.index(key, model.services.get(key));
+            }
+            let mut dirty = changed.services.clone();
+            self.holders_of_changes(old, new, &mut dirty);
+            dirty
+        };
+        let mut out = Update { services: BTreeMap::new(), complete };
+        for key in dirty {
+            let now = model
+                .services
+                .get(&key)
+                .zip(uids.get(&key))
+                .and_then(|(svc, uid)| shown(&key, svc, new, me, uid));
+            let before = self.shown.get(&key).cloned();
+            if !complete && before.as_deref() == now.as_ref() {
+                continue;
+            }
+            let now = now.map(Arc::new);
+            match &now {
+                Some(s) => self.shown.insert(key.clone(), s.clone()),
+                None => self.shown.remove(&key),
+            };
+            if now.is_some() || before.is_some() {
+                out.services.insert(key, now);
+            }
+        }
+        (complete || !out.services.is_empty()).then_some(out)
+    }
+
+    /// Indexes Service `key` under its current addresses (`svc`; None: gone).
+    fn index(&mut self, key: &ServiceKey, svc: Option<&ServiceInfo>) {
+        let now: Vec<IpAddr> = svc.map(|s| s.ingress.clone()).unwrap_or_default();
+        let before = self.ingress.remove(key).unwrap_or_default();
+        if before == now {
+            if !now.is_empty() {
+                self.ingress.insert(key.clone(), now);
+            }
+            return;
+        }
+        for ip in &before {
+            if let Some(keys) = self.by_ip.get_mut(ip) {
+                keys.retain(|k| k != key);
+                if keys.is_empty() {
+                    self.by_ip.remove(ip);
+                }
+            }
+        }
+        for ip in &now {
+            let keys = self.by_ip.entry(*ip).or_default();
+            if !keys.contains(key) {
+                keys.push(key.clone());
+            }
+        }
+        if !now.is_empty() {
+            self.ingress.insert(key.clone(), now);
+        }
+    }
+
+    /// Adds to `dirty` the Services holding an address whose entries differ between the
+    /// plans (one walk of each map, no allocation but the keys found).
+    fn holders_of_changes(&self, old: &Plan, new: &Plan, dirty: &mut BTreeSet<ServiceKey>) {
+        let mut ips: BTreeSet<IpAddr> = BTreeSet::new();
+        differing(&old.l2, &new.l2, |ip| {
+            ips.insert(*ip);
+        });
+        differing(&old.withdrawn, &new.withdrawn, |ip| {
+            ips.insert(*ip);
+        });
+        // Only which peers get a route matters here, not its attributes.
+        for p in diff::bgp_prefixes_changed(old, new) {
+            if p.prefix_len() == p.max_prefix_len() {
+                ips.insert(p.addr());
+            } else {
+                for keys in self.by_ip.range(p.network()..=p.broadcast()).map(|(_, k)| k) {
+                    dirty.extend(keys.iter().cloned());
+                }
+            }
+        }
+        for ip in ips {
+            if let Some(keys) = self.by_ip.get(&ip) {
+                dirty.extend(keys.iter().cloned());
+            }
+        }
+    }
+}

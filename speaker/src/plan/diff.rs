@@ -1,0 +1,70 @@
+//! What differs between two plans, found in one ordered walk of each map and no copy of
+//! either: with 10 000 Services every plan is about as large, and a change touches one.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ipnet::IpNet;
+
+use super::Plan;
+pub use ferrolb_proto::diff::{differing, differing_keys};
+
+/// The prefixes whose set of peers differs between the plans.
+pub fn bgp_prefixes_changed(old: &Plan, new: &Plan) -> BTreeSet<IpNet> {
+    let none = BTreeMap::new();
+    let peers: BTreeSet<&String> = old.bgp.keys().chain(new.bgp.keys()).collect();
+    let mut changed = BTreeSet::new();
+    for peer in peers {
+        let (a, b) = (old.bgp.get(peer).unwrap_or(&none), new.bgp.get(peer).unwrap_or(&none));
+        differing_keys(a, b, |p| {
+            changed.insert(*p);
+        });
+    }
+    changed
+}
+
+/// Prefixes announced by BGP (to some peer) in `new` and not in `old`, and the reverse.
+pub fn bgp_addresses_changed(old: &Plan, new: &Plan) -> (Vec<IpNet>, Vec<IpNet>) {
+    let anywhere = |plan: &Plan, p: &IpNet| plan.bgp.values().any(|r| r.contains_key(p));
+    let (mut announced, mut withdrawn) = (Vec::new(), Vec::new());
+    for p in bgp_prefixes_changed(old, new) {
+        match (anywhere(old, &p), anywhere(new, &p)) {
+            (false, true) => announced.push(p),
+            (true, false) => withdrawn.push(p),
+            _ => {}
+        }
+    }
+    (announced, withdrawn)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::plan::RouteAttrs;
+
+    fn plan(peers: &[(&str, &[&str])]) -> Plan {
+        let mut p = Plan::default();
+        for (peer, prefixes) in peers {
+            let routes = prefixes.iter().map(|s| (s.parse().unwrap(), RouteAttrs::default())).collect();
+            p.bgp.insert((*peer).to_owned(), routes);
+        }
+        p
+    }
+
+    fn nets(s: &[&str]) -> Vec<IpNet> {
+        s.iter().map(|p| p.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn an_address_counts_as_announced_while_any_peer_gets_it() {
+        let old = plan(&[("a", &["203.0.113.1/32", "203.0.113.2/32"]), ("b", &["203.0.113.2/32"])]);
+        // .1 moves from peer a to peer b (still announced); .2 leaves both; .3 is new.
+        let new = plan(&[("a", &["203.0.113.3/32"]), ("b", &["203.0.113.1/32"])]);
+        let (announced, withdrawn) = bgp_addresses_changed(&old, &new);
+        assert_eq!(announced, nets(&["203.0.113.3/32"]));
+        assert_eq!(withdrawn, nets(&["203.0.113.2/32"]));
+        // A peer gone entirely withdraws what only it had.
+        let (_, withdrawn) = bgp_addresses_changed(&old, &plan(&[("b", &["203.0.113.2/32"])]));
+        assert_eq!(withdrawn, nets(&["203.0.113.1/32"]));
+    }
+}
