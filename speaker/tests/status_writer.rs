@@ -57,8 +57,8 @@ fn writes(server: &FakeApiServer) -> usize {
         .count()
 }
 
-#[tokio::test]
-async fn services_gone_before_the_writer_caught_up_cost_no_write() {
+/// A fake apiserver logging requests, serving ferrolb's kinds and namespace `bulk`.
+async fn serving_bulk() -> FakeApiServer {
     let server = FakeApiServer::new().with_request_log();
     for crd in ferrolb_api::crds() {
         server.register_crd(&crd).unwrap();
@@ -66,6 +66,12 @@ async fn services_gone_before_the_writer_caught_up_cost_no_write() {
     let namespaces: Api<Namespace> = Api::all(server.new_client_tagged("test"));
     let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "bulk"}})).unwrap();
     namespaces.create(&PostParams::default(), &ns).await.unwrap();
+    server
+}
+
+#[tokio::test]
+async fn services_gone_before_the_writer_caught_up_cost_no_write() {
+    let server = serving_bulk().await;
     let client = server.new_client_tagged("speaker");
     // The apiserver holds the writer's requests: it falls behind.
     server.set_delaying_for("speaker", true);
@@ -98,13 +104,7 @@ async fn services_gone_before_the_writer_caught_up_cost_no_write() {
 /// number of Services: the writer converges the Services it is told of, not the whole set.
 #[tokio::test]
 async fn one_changed_service_among_many_costs_one_write() {
-    let server = FakeApiServer::new().with_request_log();
-    for crd in ferrolb_api::crds() {
-        server.register_crd(&crd).unwrap();
-    }
-    let namespaces: Api<Namespace> = Api::all(server.new_client_tagged("test"));
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "bulk"}})).unwrap();
-    namespaces.create(&PostParams::default(), &ns).await.unwrap();
+    let server = serving_bulk().await;
     let tx = status::spawn(server.new_client_tagged("speaker"), NODE, Arc::new(Metrics::new()));
     tx.send(update(0..300, true, true));
     until("every Service written", || async { (writes(&server) == 300).then_some(()) }).await;
