@@ -212,6 +212,13 @@ enum Bench {
         #[arg(long)]
         no_speaker: bool,
     },
+    /// One new Service's plan in Kubernetes mode at N Services: the speaker in process on
+    /// the in-process fake apiserver (`ferrolb_speaker_replan_seconds`, root).
+    KubeReplan {
+        /// Services at rest before the timed ones.
+        #[arg(long, value_delimiter = ',', default_values_t = [1_000usize, 10_000, 50_000])]
+        services: Vec<usize>,
+    },
     /// The report: failover, L2 soak and BGP scale with their peers in one run, written as
     /// BENCHMARKS.md and SVG figures under benchmarks/, with the machine and versions.
     Report {
@@ -390,6 +397,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Image { cmd: ImageCmd::Build { tag, out, profile } } => image_build(&tag, &out, &profile),
         Cmd::HotText { profiles, out } => hot_text(&profiles, &out),
+        Cmd::Bench { bench: Bench::KubeReplan { services } } => {
+            Ok(ferrolb_bench::kube_replan::run(&services)?)
+        }
         Cmd::Bench { bench: Bench::Plan { services, nodes, changes, no_speaker } } => {
             Ok(ferrolb_bench::plan::run(services, &nodes, changes, !no_speaker)?)
         }

@@ -10,6 +10,7 @@ pub mod controller_memory;
 pub mod document;
 pub mod failover;
 pub mod file_latency;
+pub mod kube_replan;
 pub mod l2_soak;
 pub mod membership_scale;
 pub mod plan;

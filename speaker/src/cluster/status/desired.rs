@@ -16,7 +16,7 @@ use std::sync::Arc;
 use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncementSpec, ServiceRef};
 use ipnet::IpNet;
 
-use super::{Record, object_name};
+use super::record::{Record, object_name, service_of};
 use crate::model::{self, ClusterModel, ServiceInfo, ServiceKey};
 use crate::plan::Plan;
 use crate::plan::diff::{self, differing};
@@ -49,7 +49,7 @@ impl Desired {
     pub fn per_service(&self) -> BTreeMap<ServiceKey, Shown> {
         let mut out: BTreeMap<ServiceKey, Shown> = BTreeMap::new();
         for (k, r) in &self.objects {
-            let key = super::service_of(&r.spec);
+            let key = service_of(&r.spec);
             let s = out.entry(key).or_default();
             s.uid.clone_from(&r.owner);
             s.objects.push((k.clone(), r.clone()));

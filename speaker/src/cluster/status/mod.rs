@@ -13,12 +13,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncement, ServiceAnnouncementSpec};
+use ferrolb_api::ServiceAnnouncement;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::metrics::{Metrics, ReasonLabel, ResultLabel};
@@ -26,15 +24,14 @@ use crate::model::ServiceKey;
 
 mod desired;
 mod outbox;
+mod record;
 
 pub use desired::{Desired, Shown, Tracker, Update, desired, shown};
 use outbox::Inbox;
 pub use outbox::Outbox;
+pub use record::{MANAGER, NODE_LABEL, Record, object_name};
+use record::{label_value, proto_name, service_of};
 
-/// Field manager of the speaker's writes, and the Events' reporting controller.
-pub const MANAGER: &str = "ferrolb-speaker";
-/// Label naming the announcing node on every ServiceAnnouncement.
-pub const NODE_LABEL: &str = "ferrolb.io/node";
 /// Events per Service in a burst; then one per [`EVENT_REFILL`].
 const EVENT_BURST: u32 = 3;
 /// How often a Service earns one more Event.
@@ -51,94 +48,6 @@ const EVENTS_REFILL: Duration = Duration::from_secs(1);
 /// Retry back-off bounds while writes fail.
 const RETRY_MIN: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
-
-/// One ServiceAnnouncement as far as the writer cares, wanted or as the API holds it. The
-/// object is made only to write it: whole objects (an API's, managedFields and all) cost
-/// about 4 KB per Service in the writer and as much again in the desired set, the
-/// largest part of a speaker's heap at 1 000 Services; the spec is shared by both.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Record {
-    /// The spec.
-    pub spec: Arc<ServiceAnnouncementSpec>,
-    /// The owning Service's uid; empty when the object's owner reference is not exactly
-    /// the one the speaker writes (so it is rewritten).
-    pub owner: String,
-}
-
-impl Record {
-    /// What the writer keeps of an object read from the API.
-    fn of(o: ServiceAnnouncement) -> Record {
-        let ours = |r: &OwnerReference| *r == owner_reference(&o.spec.service.name, &r.uid);
-        let owner = match o.metadata.owner_references.as_deref() {
-            Some([r]) if ours(r) => r.uid.clone(),
-            _ => String::new(),
-        };
-        Record { spec: Arc::new(o.spec), owner }
-    }
-
-    /// The object to write, named `name` in `namespace`, for `node`.
-    pub fn object(&self, namespace: &str, name: &str, node: &str) -> ServiceAnnouncement {
-        ServiceAnnouncement {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                namespace: Some(namespace.to_owned()),
-                labels: Some(BTreeMap::from([
-                    (NODE_LABEL.to_owned(), label_value(node)),
-                    ("app.kubernetes.io/managed-by".to_owned(), MANAGER.to_owned()),
-                ])),
-                owner_references: Some(vec![owner_reference(&self.spec.service.name, &self.owner)]),
-                ..ObjectMeta::default()
-            },
-            spec: ServiceAnnouncementSpec::clone(&self.spec),
-            status: None,
-        }
-    }
-}
-
-/// The owner reference of a ServiceAnnouncement: its Service, not as controller.
-fn owner_reference(service: &str, uid: &str) -> OwnerReference {
-    OwnerReference {
-        api_version: "v1".into(),
-        kind: "Service".into(),
-        name: service.to_owned(),
-        uid: uid.to_owned(),
-        controller: Some(false),
-        block_owner_deletion: Some(false),
-    }
-}
-
-fn proto_name(p: AnnouncementProtocol) -> &'static str {
-    match p {
-        AnnouncementProtocol::Bgp => "bgp",
-        AnnouncementProtocol::L2 => "l2",
-    }
-}
-
-/// `<service>-<node>-<protocol>`, or when longer than 63 characters a prefix of it and a
-/// hash of the whole, so names stay unique and valid.
-pub fn object_name(service: &str, node: &str, protocol: AnnouncementProtocol) -> String {
-    let full = format!("{service}-{node}-{}", proto_name(protocol));
-    if full.len() <= 63 {
-        return full;
-    }
-    let digest = Sha256::digest(full.as_bytes());
-    let hash: String = digest.iter().take(5).map(|b| format!("{b:02x}")).collect();
-    let mut cut = 63 - hash.len() - 1;
-    while !full.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let head = full[..cut].trim_end_matches(['-', '.']);
-    format!("{head}-{hash}")
-}
-
-/// A label value (at most 63 characters); long node names are cut, `spec.node` is exact.
-fn label_value(s: &str) -> String {
-    let mut cut = s.len().min(63);
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    s[..cut].trim_end_matches(['-', '.', '_']).to_owned()
-}
 
 /// Token buckets, so a flapping plan cannot flood a Service with Events (one per
 /// Service) and a burst of Services cannot flood the apiserver (one for them all).
@@ -211,11 +120,6 @@ impl EventLimiter {
     pub fn is_empty(&self) -> bool {
         self.buckets.is_empty()
     }
-}
-
-/// The Service a ServiceAnnouncement speaks for.
-fn service_of(spec: &ServiceAnnouncementSpec) -> ServiceKey {
-    ServiceKey { namespace: spec.service.namespace.as_str().into(), name: spec.service.name.as_str().into() }
 }
 
 /// A ServiceAnnouncement's key: (namespace, name).

@@ -3,7 +3,7 @@ use super::desired::covered;
 use super::*;
 use crate::model::ClusterModel;
 use crate::plan::{Plan, RouteAttrs};
-use ferrolb_api::ServiceRef;
+use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncementSpec, ServiceRef};
 
 #[test]
 fn the_plan_becomes_one_object_per_service_and_protocol_with_owner_and_reasons() {
