@@ -3,12 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-
-use ipnet::IpNet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use ferrolb_proto::bgp::socket::Password;
+use ipnet::IpNet;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
