@@ -8,32 +8,43 @@ use ipnet::IpNet;
 use super::Plan;
 pub use ferrolb_proto::diff::{differing, differing_keys};
 
-/// The prefixes whose set of peers differs between the plans.
-pub fn bgp_prefixes_changed(old: &Plan, new: &Plan) -> BTreeSet<IpNet> {
-    let none = BTreeMap::new();
-    let peers: BTreeSet<&String> = old.bgp.keys().chain(new.bgp.keys()).collect();
-    let mut changed = BTreeSet::new();
-    for peer in peers {
-        let (a, b) = (old.bgp.get(peer).unwrap_or(&none), new.bgp.get(peer).unwrap_or(&none));
-        differing_keys(a, b, |p| {
-            changed.insert(*p);
-        });
-    }
-    changed
+/// One plan against the one before it, with the prefixes whose set of peers differs
+/// (found once per plan: the logs, the gauges and the status all read them).
+#[derive(Debug)]
+pub struct PlanChange<'a> {
+    pub old: &'a Plan,
+    pub new: &'a Plan,
+    pub bgp_prefixes: BTreeSet<IpNet>,
 }
 
-/// Prefixes announced by BGP (to some peer) in `new` and not in `old`, and the reverse.
-pub fn bgp_addresses_changed(old: &Plan, new: &Plan) -> (Vec<IpNet>, Vec<IpNet>) {
-    let anywhere = |plan: &Plan, p: &IpNet| plan.bgp.values().any(|r| r.contains_key(p));
-    let (mut announced, mut withdrawn) = (Vec::new(), Vec::new());
-    for p in bgp_prefixes_changed(old, new) {
-        match (anywhere(old, &p), anywhere(new, &p)) {
-            (false, true) => announced.push(p),
-            (true, false) => withdrawn.push(p),
-            _ => {}
+impl<'a> PlanChange<'a> {
+    /// What differs from `old` to `new`: one ordered walk of each peer's routes.
+    pub fn between(old: &'a Plan, new: &'a Plan) -> Self {
+        let none = BTreeMap::new();
+        let peers: BTreeSet<&String> = old.bgp.keys().chain(new.bgp.keys()).collect();
+        let mut bgp_prefixes = BTreeSet::new();
+        for peer in peers {
+            let (a, b) = (old.bgp.get(peer).unwrap_or(&none), new.bgp.get(peer).unwrap_or(&none));
+            differing_keys(a, b, |p| {
+                bgp_prefixes.insert(*p);
+            });
         }
+        PlanChange { old, new, bgp_prefixes }
     }
-    (announced, withdrawn)
+
+    /// Prefixes announced by BGP (to some peer) in `new` and not in `old`, and the reverse.
+    pub fn bgp_addresses(&self) -> (Vec<IpNet>, Vec<IpNet>) {
+        let anywhere = |plan: &Plan, p: &IpNet| plan.bgp.values().any(|r| r.contains_key(p));
+        let (mut announced, mut withdrawn) = (Vec::new(), Vec::new());
+        for p in &self.bgp_prefixes {
+            match (anywhere(self.old, p), anywhere(self.new, p)) {
+                (false, true) => announced.push(*p),
+                (true, false) => withdrawn.push(*p),
+                _ => {}
+            }
+        }
+        (announced, withdrawn)
+    }
 }
 
 #[cfg(test)]
@@ -60,11 +71,12 @@ mod tests {
         let old = plan(&[("a", &["203.0.113.1/32", "203.0.113.2/32"]), ("b", &["203.0.113.2/32"])]);
         // .1 moves from peer a to peer b (still announced); .2 leaves both; .3 is new.
         let new = plan(&[("a", &["203.0.113.3/32"]), ("b", &["203.0.113.1/32"])]);
-        let (announced, withdrawn) = bgp_addresses_changed(&old, &new);
+        let (announced, withdrawn) = PlanChange::between(&old, &new).bgp_addresses();
         assert_eq!(announced, nets(&["203.0.113.3/32"]));
         assert_eq!(withdrawn, nets(&["203.0.113.2/32"]));
         // A peer gone entirely withdraws what only it had.
-        let (_, withdrawn) = bgp_addresses_changed(&old, &plan(&[("b", &["203.0.113.2/32"])]));
+        let gone = plan(&[("b", &["203.0.113.2/32"])]);
+        let (_, withdrawn) = PlanChange::between(&old, &gone).bgp_addresses();
         assert_eq!(withdrawn, nets(&["203.0.113.1/32"]));
     }
 }

@@ -21,7 +21,8 @@ use super::parts::rotation;
 use crate::announce::bgp::BgpAnnouncer;
 use crate::metrics::{Metrics, OwnershipLabel, ProtocolLabel};
 use crate::model::ClusterModel;
-use crate::plan::{self, Plan, diff};
+use crate::plan::diff::{self, PlanChange};
+use crate::plan::{self, Plan};
 use crate::readiness;
 
 /// Everything the event loop owns.
@@ -119,8 +120,9 @@ impl State {
         let errors = self.bgp.apply(&self.model, &self.passwords, &new).await;
         // Logged once the sessions have the routes: with 50k of them, comparing the
         // plans would delay the first UPDATE.
-        let (announced, unannounced) = plan::diff::bgp_addresses_changed(&self.plan, &new);
-        log_changes(&self.plan, &new, (&announced, &unannounced));
+        let change = PlanChange::between(&self.plan, &new);
+        let (announced, unannounced) = change.bgp_addresses();
+        log_changes(&change, (&announced, &unannounced));
         let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
         if errors != self.peer_errors {
             for e in &errors {
@@ -139,9 +141,8 @@ impl State {
         // Kubernetes mode, where the feed also is.
         if let (Some(c), Some(f)) = (&mut self.cluster, &mut self.feed) {
             changed.services.append(&mut f.feed.uids_changed);
-            let plans = (&self.plan, &new);
             if let Some(u) =
-                c.tracker.update(&self.model, plans, &self.opts.node_name, &f.feed.uids, &changed)
+                c.tracker.update(&self.model, &change, &self.opts.node_name, &f.feed.uids, &changed)
             {
                 c.status.send(u);
             }
@@ -191,7 +192,8 @@ impl State {
 /// Logs what a new plan changed: each address at debug, and at info one summary line
 /// per change with counts and the first few addresses (a 50k-Service file must not
 /// write 50k info lines, nor cost their formatting).
-fn log_changes(old: &Plan, new: &Plan, (announced, unannounced): (&[IpNet], &[IpNet])) {
+fn log_changes(change: &PlanChange<'_>, (announced, unannounced): (&[IpNet], &[IpNet])) {
+    let (old, new) = (change.old, change.new);
     // Only what differs is visited: one ordered walk of each map (10k addresses, one changed).
     fn changed<'a>(
         a: &BTreeMap<IpAddr, String>,

@@ -19,7 +19,7 @@ use ipnet::IpNet;
 use super::record::{Record, object_name, service_of};
 use crate::model::{self, ClusterModel, ServiceInfo, ServiceKey};
 use crate::plan::Plan;
-use crate::plan::diff::{self, differing};
+use crate::plan::diff::{PlanChange, differing};
 
 /// What this node shows for one Service: its ServiceAnnouncements (one per protocol)
 /// and why it is not announced (by some protocol) where it is not.
@@ -166,7 +166,7 @@ impl Tracker {
     pub fn update(
         &mut self,
         model: &ClusterModel,
-        (old, new): (&Plan, &Plan),
+        plans: &PlanChange<'_>,
         me: &str,
         uids: &BTreeMap<ServiceKey, String>,
         changed: &model::Changes,
@@ -188,7 +188,7 @@ impl Tracker {
                 self.index(key, model.services.get(key));
             }
             let mut dirty = changed.services.clone();
-            self.holders_of_changes(old, new, &mut dirty);
+            self.holders_of_changes(plans, &mut dirty);
             dirty
         };
         let mut out = Update { services: BTreeMap::new(), complete };
@@ -197,7 +197,7 @@ impl Tracker {
                 .services
                 .get(&key)
                 .zip(uids.get(&key))
-                .and_then(|(svc, uid)| shown(&key, svc, new, me, uid));
+                .and_then(|(svc, uid)| shown(&key, svc, plans.new, me, uid));
             let before = self.shown.get(&key).cloned();
             if !complete && before.as_deref() == now.as_ref() {
                 continue;
@@ -245,7 +245,8 @@ impl Tracker {
 
     /// Adds to `dirty` the Services holding an address whose entries differ between the
     /// plans (one walk of each map, no allocation but the keys found).
-    fn holders_of_changes(&self, old: &Plan, new: &Plan, dirty: &mut BTreeSet<ServiceKey>) {
+    fn holders_of_changes(&self, plans: &PlanChange<'_>, dirty: &mut BTreeSet<ServiceKey>) {
+        let (old, new) = (plans.old, plans.new);
         let mut ips: BTreeSet<IpAddr> = BTreeSet::new();
         differing(&old.l2, &new.l2, |ip| {
             ips.insert(*ip);
@@ -254,7 +255,7 @@ impl Tracker {
             ips.insert(*ip);
         });
         // Only which peers get a route matters here, not its attributes.
-        for p in diff::bgp_prefixes_changed(old, new) {
+        for p in &plans.bgp_prefixes {
             if p.prefix_len() == p.max_prefix_len() {
                 ips.insert(p.addr());
             } else {

@@ -2,6 +2,7 @@
 use super::desired::covered;
 use super::*;
 use crate::model::ClusterModel;
+use crate::plan::diff::PlanChange;
 use crate::plan::{Plan, RouteAttrs};
 use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncementSpec, ServiceRef};
 
@@ -115,8 +116,9 @@ fn the_tracker_names_only_the_services_whose_status_changed() {
     let scratch =
         |plan: &Plan, uids: &BTreeMap<ServiceKey, String>| desired(&model, plan, "node1", uids).per_service();
     let mut step = |t: &mut Tracker, old: &Plan, new: &Plan, uids: &BTreeMap<ServiceKey, String>, changed| {
-        let said =
-            t.update(&model, (old, new), "node1", uids, changed).map(|u| (u.complete, absorb(&mut view, u)));
+        let said = t
+            .update(&model, &PlanChange::between(old, new), "node1", uids, changed)
+            .map(|u| (u.complete, absorb(&mut view, u)));
         assert_eq!(view, scratch(new, uids), "the tracker's sum differs from the whole set");
         said.map(|(complete, keys)| {
             assert_eq!(complete, keys.len() == 5, "only the first is complete");
