@@ -16,7 +16,7 @@ use std::sync::Arc;
 use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncementSpec, ServiceRef};
 use ipnet::IpNet;
 
-use super::record::{Record, object_name, service_of};
+use super::record::{Record, object_name};
 use crate::model::{self, ClusterModel, ServiceInfo, ServiceKey};
 use crate::plan::Plan;
 use crate::plan::diff::{PlanChange, differing};
@@ -33,51 +33,19 @@ pub struct Shown {
     pub uid: String,
 }
 
-/// What the API should show for this node, every Service at once.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Desired {
-    /// ServiceAnnouncements by (namespace, name).
-    pub objects: BTreeMap<(String, String), Record>,
-    /// Why each Service this node does not announce (by some protocol) is not announced.
-    pub reasons: BTreeMap<ServiceKey, String>,
-    /// Uids of the Services in `objects` and `reasons`, for Event targets.
-    pub uids: BTreeMap<ServiceKey, String>,
-}
-
-impl Desired {
-    /// The same, per Service.
-    pub fn per_service(&self) -> BTreeMap<ServiceKey, Shown> {
-        let mut out: BTreeMap<ServiceKey, Shown> = BTreeMap::new();
-        for (k, r) in &self.objects {
-            let key = service_of(&r.spec);
-            let s = out.entry(key).or_default();
-            s.uid.clone_from(&r.owner);
-            s.objects.push((k.clone(), r.clone()));
-        }
-        for (key, why) in &self.reasons {
-            out.entry(key.clone()).or_default().reason = Some(why.clone());
-        }
-        for (key, uid) in &self.uids {
-            if let Some(s) = out.get_mut(key) {
-                s.uid.clone_from(uid);
-            }
-        }
-        out
-    }
-}
-
-/// The ServiceAnnouncements and withdrawal reasons `plan` implies for node `me`.
-pub fn desired(model: &ClusterModel, plan: &Plan, me: &str, uids: &BTreeMap<ServiceKey, String>) -> Desired {
-    let mut out = Desired::default();
-    for (key, svc) in &model.services {
-        let Some(shown) = uids.get(key).and_then(|uid| shown(key, svc, plan, me, uid)) else { continue };
-        if let Some(why) = shown.reason {
-            out.reasons.insert(key.clone(), why);
-        }
-        out.uids.insert(key.clone(), shown.uid);
-        out.objects.extend(shown.objects);
-    }
-    out
+/// What `plan` implies for node `me`, every Service at once (those showing something):
+/// what the [`Tracker`]'s changes add up to.
+pub fn desired(
+    model: &ClusterModel,
+    plan: &Plan,
+    me: &str,
+    uids: &BTreeMap<ServiceKey, String>,
+) -> BTreeMap<ServiceKey, Shown> {
+    model
+        .services
+        .iter()
+        .filter_map(|(key, svc)| Some((key.clone(), shown(key, svc, plan, me, uids.get(key)?)?)))
+        .collect()
 }
 
 /// What `plan` implies for Service `key` (with uid `uid`) on node `me`; None when

@@ -26,7 +26,7 @@ mod desired;
 mod outbox;
 mod record;
 
-pub use desired::{Desired, Shown, Tracker, Update, desired, shown};
+pub use desired::{Shown, Tracker, Update, desired, shown};
 use outbox::Inbox;
 pub use outbox::Outbox;
 pub use record::{MANAGER, NODE_LABEL, Record, object_name};

@@ -20,9 +20,11 @@ fn the_plan_becomes_one_object_per_service_and_protocol_with_owner_and_reasons()
     let key = |n: &str| ServiceKey { namespace: "shop".into(), name: n.into() };
     let uids = BTreeMap::from([(key("web"), "uid-web".to_owned()), (key("down"), "uid-down".to_owned())]);
     let d = desired(&model, &plan, "node1", &uids);
-    let names: Vec<&str> = d.objects.keys().map(|(_, n)| n.as_str()).collect();
+    let objects: BTreeMap<(String, String), Record> =
+        d.values().flat_map(|s| s.objects.iter().cloned()).collect();
+    let names: Vec<&str> = objects.keys().map(|(_, n)| n.as_str()).collect();
     assert_eq!(names, vec!["web-node1-bgp", "web-node1-l2"]);
-    let bgp = &d.objects[&("shop".to_owned(), "web-node1-bgp".to_owned())];
+    let bgp = &objects[&("shop".to_owned(), "web-node1-bgp".to_owned())];
     assert_eq!(bgp.spec.addresses, vec!["203.0.113.10"]);
     assert_eq!(bgp.spec.peers, vec!["router-a"], "only peers that get the prefix");
     let bgp = bgp.object("shop", "web-node1-bgp", "node1");
@@ -30,15 +32,16 @@ fn the_plan_becomes_one_object_per_service_and_protocol_with_owner_and_reasons()
     assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()), ("Service", "web", "uid-web"));
     assert_eq!(bgp.metadata.namespace.as_deref(), Some("shop"));
     assert_eq!(bgp.metadata.labels.as_ref().unwrap()[NODE_LABEL], "node1");
-    let l2 = &d.objects[&("shop".to_owned(), "web-node1-l2".to_owned())];
+    let l2 = &objects[&("shop".to_owned(), "web-node1-l2".to_owned())];
     assert_eq!(
         (l2.spec.protocol, l2.spec.interfaces.clone()),
         (AnnouncementProtocol::L2, vec!["eth1".to_owned()])
     );
-    assert_eq!(d.reasons[&key("down")], "203.0.113.11: no serving endpoint");
+    assert_eq!(d[&key("down")].reason.as_deref(), Some("203.0.113.11: no serving endpoint"));
+    assert!(d[&key("down")].objects.is_empty());
     // Without a uid (not seen in the API) no object can be owned: none is written.
     let d = desired(&model, &plan, "node1", &BTreeMap::new());
-    assert!(d.objects.is_empty());
+    assert!(d.is_empty());
 }
 
 /// The writer keeps a record of what the API returns and compares it with the wanted one:
@@ -113,8 +116,7 @@ fn the_tracker_names_only_the_services_whose_status_changed() {
         model.services.keys().map(|k| (k.clone(), format!("uid-{}", k.name))).collect();
     let (mut t, mut view) = (Tracker::default(), BTreeMap::new());
     let none = crate::model::Changes::none();
-    let scratch =
-        |plan: &Plan, uids: &BTreeMap<ServiceKey, String>| desired(&model, plan, "node1", uids).per_service();
+    let scratch = |plan: &Plan, uids: &BTreeMap<ServiceKey, String>| desired(&model, plan, "node1", uids);
     let mut step = |t: &mut Tracker, old: &Plan, new: &Plan, uids: &BTreeMap<ServiceKey, String>, changed| {
         let said = t
             .update(&model, &PlanChange::between(old, new), "node1", uids, changed)
