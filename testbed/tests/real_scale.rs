@@ -7,7 +7,8 @@
 //!   periodic request at all: see `ferrolb_bench::scale::requests`);
 //! * one Service change (its ports patched; one Service created) makes no component list;
 //! * a rolling restart of every speaker costs exactly one list per kind per speaker;
-//! * every Service created is routed in BIRD via both speakers.
+//! * every Service created is routed in BIRD via both speakers, and each timed one's
+//!   create and status write are found in the audit log.
 //!
 //! Needs `target/kube/current/ferrolb-kube` with kwok beside it and the debug ferrolb
 //! binaries (testbed/test.sh builds them first).
@@ -63,4 +64,7 @@ fn ferrolb_is_quiet_at_rest_lists_nothing_per_change_and_once_per_kind_on_a_rest
     assert!(f.unrouted.is_empty(), "not routed via both speakers: {:?}", f.unrouted);
     assert!(f.latency.missed.is_empty(), "late Services never routed: {:?}", f.latency.missed);
     assert_eq!(f.latency.samples.len(), settings.late);
+    // Each one's route is split at the apiserver: its create and the controller's status
+    // write are both in the audit log.
+    assert_eq!(f.latency.stages.len(), settings.late, "routes split by the audit log");
 }

@@ -183,14 +183,36 @@ pub struct Process {
 pub struct Latency {
     /// One per Service routed in time.
     pub samples: Vec<Duration>,
-    /// Create request → the controller's status write received, per Service routed
-    /// (apiserver audit log).
-    pub to_status: Vec<Duration>,
+    /// Where each routed Service's time went, from the apiserver's audit log (same
+    /// clock), when the log has both its create and the controller's status write.
+    pub stages: Vec<Stages>,
     /// Services not routed within the bound.
     pub missed: Vec<String>,
     /// Each speaker's plans meanwhile (`ferrolb_speaker_replan_seconds`), None where
     /// its metrics could not be read.
     pub replans: Vec<(String, Option<Replans>)>,
+}
+
+/// One Service's route time, split at the apiserver.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Stages {
+    /// The create request sent → its response (admission, etcd).
+    pub create: Duration,
+    /// The create's response → the controller's status write received: the watch to
+    /// the controller and the controller's own work.
+    pub controller: Duration,
+    /// That write, received → answered.
+    pub status_write: Duration,
+    /// The status write answered → the route in BIRD: the watch to the speakers, their
+    /// plan, BGP and BIRD.
+    pub speaker: Duration,
+}
+
+impl Stages {
+    /// ferrolb's part: the create's answer → the route.
+    pub fn after_create(&self) -> Duration {
+        self.controller + self.status_write + self.speaker
+    }
 }
 
 /// A speaker's plans: how many, and the seconds they took together.

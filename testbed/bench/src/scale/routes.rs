@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use kube::api::ListParams;
 
 use super::workload::Workload;
-use super::{Latency, SPEAKERS, requests, speaker_ips};
+use super::{Latency, SPEAKERS, Stages, requests, speaker_ips};
 use crate::bird_ctl::BirdCtl;
 use ferrolb_cluster::ferrolb;
 use ferrolb_cluster::load::{Window, now_us};
@@ -18,6 +18,8 @@ use ferrolb_lab::routers::bird::parse_routes;
 use ferrolb_lab::wait::until_value_every;
 use ferrolb_lab::{Error, Lab, kubeapi};
 
+/// The user the bench creates Services as (the admin's client certificate).
+const ADMIN: &str = "kubernetes-admin";
 /// How often BIRD is polled while timing a route.
 const BIRD_POLL: Duration = Duration::from_millis(5);
 /// Longest wait for one Service's route while timing.
@@ -161,16 +163,27 @@ pub(super) fn created_to_route(work: &Workload<'_>, ctl: &mut BirdCtl, n: usize)
         }
     }
     // The status write precedes the route: logged by now.
-    let controller = requests::user_of(ferrolb::CONTROLLER_SA);
-    let calls = window.calls(&[&controller], now_us());
-    for (name, t_us) in &created {
-        let write = calls
+    let users = [requests::user_of(ferrolb::CONTROLLER_SA), ADMIN.to_owned()];
+    let calls = window.calls(&[&users[0], &users[1]], now_us());
+    let find = |user: &str, verb: &str, resource: &str, name: &str| {
+        calls
             .iter()
-            .filter(|c| c.request.verb == "patch" && c.request.resource == "services/status")
-            .find(|c| c.request.name == *name)
-            .and_then(|c| c.request.received_us);
-        if let Some(w) = write {
-            out.to_status.push(Duration::from_micros(u64::try_from(w - t_us).unwrap_or(0)));
+            .map(|c| &c.request)
+            .find(|r| r.user == user && r.verb == verb && r.resource == resource && r.name == name)
+            .and_then(|r| Some((r.received_us?, r.stage_us?)))
+    };
+    for ((name, t_us), route) in created.iter().zip(&out.samples) {
+        let create = find(ADMIN, "create", "services", name);
+        let write = find(&users[0], "patch", "services/status", name);
+        if let (Some((_, created)), Some((received, written))) = (create, write) {
+            let us = |from: i64, to: i64| Duration::from_micros(u64::try_from(to - from).unwrap_or(0));
+            let answered = us(*t_us, written);
+            out.stages.push(Stages {
+                create: us(*t_us, created),
+                controller: us(created, received),
+                status_write: us(received, written),
+                speaker: route.saturating_sub(answered),
+            });
         }
     }
     Ok(out)

@@ -96,6 +96,8 @@ pub(super) fn sample_row(nodes: usize, services: usize) -> Row {
         cpu: None,
         controller: None,
         route: Some((17.0, 37.0)),
+        after_create: Some((12.0, 20.0)),
+        timed: Some(100),
         replan: None,
     }
 }
