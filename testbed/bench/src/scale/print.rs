@@ -98,13 +98,9 @@ impl Figures {
             "\n  2. Service created → route in BIRD: {} Services one after another at rest (clock from the create request; BIRD polled every 5 ms)",
             l.samples.len() + l.missed.len()
         );
-        match percentiles(&l.samples) {
-            Some([p50, p90, p99, max]) => println!(
-                "     p50 {} ms  p90 {} ms  p99 {} ms  max {} ms   goal p99 < {:.0} ms{}",
-                crate::fmt_ms(p50),
-                crate::fmt_ms(p90),
-                crate::fmt_ms(p99),
-                crate::fmt_ms(max),
+        match spread(&l.samples) {
+            Some(s) => println!(
+                "     {s}   goal p99 < {:.0} ms{}",
                 goals::ROUTE_P99_MS,
                 if l.samples.len() < 100 { " (fewer than 100 samples: p99 is the maximum)" } else { "" }
             ),
@@ -124,25 +120,12 @@ impl Figures {
             );
         }
         let after: Vec<Duration> = l.stages.iter().map(Stages::after_create).collect();
-        if let Some([p50, p90, p99, max]) = percentiles(&after) {
-            println!(
-                "     ferrolb's part, the create's answer → the route: p50 {} ms  p90 {} ms  p99 {} ms  max {} ms",
-                crate::fmt_ms(p50),
-                crate::fmt_ms(p90),
-                crate::fmt_ms(p99),
-                crate::fmt_ms(max)
-            );
+        if let Some(s) = spread(&after) {
+            println!("     ferrolb's part, the create's answer → the route: {s}");
         }
         for (what, part) in parts {
-            let each: Vec<Duration> = l.stages.iter().map(part).collect();
-            if let Some([p50, p90, p99, max]) = percentiles(&each) {
-                println!(
-                    "       {what:<64} p50 {:>6} ms  p90 {:>6} ms  p99 {:>6} ms  max {:>6} ms",
-                    crate::fmt_ms(p50),
-                    crate::fmt_ms(p90),
-                    crate::fmt_ms(p99),
-                    crate::fmt_ms(max)
-                );
+            if let Some(s) = spread(&l.stages.iter().map(part).collect::<Vec<_>>()) {
+                println!("       {what:<64} {s}");
             }
         }
         for (who, r) in &l.replans {
@@ -244,7 +227,13 @@ impl Figures {
     }
 }
 
-/// The sizes side by side.
+/// `p50 … ms  p90 … ms  p99 … ms  max … ms` of `samples`; None without one.
+fn spread(samples: &[Duration]) -> Option<String> {
+    let [p50, p90, p99, max] = percentiles(samples)?;
+    let ms = crate::fmt_ms;
+    Some(format!("p50 {} ms  p90 {} ms  p99 {} ms  max {} ms", ms(p50), ms(p90), ms(p99), ms(max)))
+}
+
 /// One size's line of the summary, in the units it is shown in.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Row {
@@ -333,6 +322,7 @@ impl Row {
     }
 }
 
+/// The sizes side by side.
 pub(super) fn summary(all: &[Figures]) {
     if all.is_empty() {
         return;
