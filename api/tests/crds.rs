@@ -157,8 +157,14 @@ fn api_field_names_are_as_documented() {
         ),
         (
             "L2Advertisement",
-            &["ipAddressPools", "ipAddressPoolSelectors", "serviceSelectors", "nodeSelectors", "interfaces"]
-                [..],
+            &[
+                "ipAddressPools",
+                "ipAddressPoolSelectors",
+                "serviceSelectors",
+                "nodeSelectors",
+                "interfaces",
+                "mode",
+            ][..],
         ),
         (
             "BFDProfile",

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
     doc = "Announces addresses of some pools on the local segment (ARP / NDP).",
     printcolumn(name = "Pools", type_ = "string", json_path = ".spec.ipAddressPools"),
     printcolumn(name = "Interfaces", type_ = "string", json_path = ".spec.interfaces"),
+    printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode"),
     printcolumn(
         name = "Valid",
         type_ = "string",
@@ -43,6 +44,29 @@ pub struct L2AdvertisementSpec {
     /// Interfaces to answer on; default every up, non-loopback, non-bridge-port interface.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interfaces: Vec<String>,
+    /// `SingleOwner` (default): one elected node answers for each address.
+    /// `ActiveActive`: every eligible node receives the address's traffic through a
+    /// shared virtual MAC and keeps the flows that hash to it.
+    #[serde(default, skip_serializing_if = "L2Mode::is_single_owner")]
+    pub mode: L2Mode,
+}
+
+/// How an L2Advertisement's addresses are served.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum L2Mode {
+    /// One elected node answers ARP/NDP for the address and receives all its traffic.
+    #[default]
+    SingleOwner,
+    /// Every eligible node answers with the address's shared virtual MAC, receives every
+    /// frame sent to it, and keeps, in the kernel, only the flows whose bucket it owns.
+    ActiveActive,
+}
+
+impl L2Mode {
+    /// True for the default mode (left out when serialized).
+    pub fn is_single_owner(&self) -> bool {
+        *self == L2Mode::SingleOwner
+    }
 }
 
 /// Observed state of an L2Advertisement.

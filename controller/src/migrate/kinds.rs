@@ -101,6 +101,8 @@ pub(super) fn l2_advertisement(doc: &Value, report: &mut Report) -> Option<L2Adv
         service_selectors: s.take("serviceSelectors").unwrap_or_default(),
         node_selectors: s.take("nodeSelectors").unwrap_or_default(),
         interfaces: s.take("interfaces").unwrap_or_default(),
+        // MetalLB has only one mode: one node answers per address.
+        mode: ferrolb_api::L2Mode::SingleOwner,
     };
     s.finish();
     let mut out = L2Advertisement::new(&name(doc), spec);

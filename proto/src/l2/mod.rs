@@ -17,6 +17,7 @@
 //! The kernel never answers for a service address: kube-proxy puts them on `lo` or
 //! `kube-ipvs0` with `arp_ignore`/`arp_announce` (strictARP) set, see `README-l2.md`.
 
+pub mod active_active;
 pub mod arp;
 pub mod conflict;
 pub mod links;

@@ -2,6 +2,7 @@
 //! loss gaps, HTTP.
 
 mod arp;
+mod flows;
 mod http;
 mod probe;
 
@@ -16,6 +17,7 @@ use crate::{Error, wait};
 
 pub use self::http::{HttpServer, http_get, metric_sample};
 pub use arp::{ArpProbes, ArpReport, OWNER_RUN};
+pub use flows::{EchoServer, Flow, open as open_flows, split as flow_split};
 pub use probe::{Gap, ProbeReport, ProbeStream};
 
 /// A neighbour-table entry.

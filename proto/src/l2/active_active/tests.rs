@@ -1,0 +1,221 @@
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use super::nft::ruleset;
+use super::*;
+use crate::l2::arp;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn names(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("node{i}")).collect()
+}
+
+fn counts(owners: &[usize], n: usize) -> Vec<usize> {
+    (0..n).map(|i| owners.iter().filter(|&&o| o == i).count()).collect()
+}
+
+#[test]
+fn the_virtual_mac_is_local_unicast_and_pinned() {
+    for a in ["192.0.2.50", "2001:db8::50", "198.51.100.7"] {
+        let m = virtual_mac(ip(a));
+        assert_eq!(m[0] & 0b11, 0b10, "{a}: locally administered unicast");
+    }
+    assert_ne!(virtual_mac(ip("192.0.2.50")), virtual_mac(ip("192.0.2.51")));
+    // Changing these splits an address between speakers of two versions.
+    let golden = (virtual_mac(ip("192.0.2.50")), seed(ip("192.0.2.50")), seed(ip("2001:db8::50")));
+    assert_eq!(golden, GOLDEN);
+}
+const GOLDEN: (Mac, u32, u32) = ([0x02, 0x1b, 0x85, 0x7b, 0x5a, 0xd9], 0x99f3_7094, 0x7c90_ca1c);
+
+#[test]
+fn every_node_gets_its_share_whatever_the_order() {
+    for n in 1..=7 {
+        let nodes = names(n);
+        for last in 0..40u8 {
+            let a = IpAddr::from([192, 0, 2, last]);
+            let o = owners(a, &nodes);
+            assert_eq!(o.len(), BUCKETS);
+            for c in counts(&o, n) {
+                assert!(c == BUCKETS / n || c == BUCKETS / n + 1, "{a} over {n}: {:?}", counts(&o, n));
+            }
+            let mut reversed = nodes.clone();
+            reversed.reverse();
+            let r = owners(a, &reversed);
+            let by_name = |o: &[usize], ns: &[String]| o.iter().map(|&i| ns[i].clone()).collect::<Vec<_>>();
+            assert_eq!(by_name(&o, &nodes), by_name(&r, &reversed));
+        }
+    }
+    assert!(owners(ip("192.0.2.1"), &Vec::<String>::new()).is_empty());
+}
+
+/// Buckets that changed owner between two node sets, not counting those of `gone`.
+fn moved_between(a: IpAddr, before: &[String], after: &[String], gone: &str) -> (usize, usize) {
+    let (o1, o2) = (owners(a, before), owners(a, after));
+    let mut forced = 0;
+    let mut extra = 0;
+    for b in 0..BUCKETS {
+        let (x, y) = (&before[o1[b]], &after[o2[b]]);
+        if x == gone || y == gone {
+            forced += usize::from(x != y);
+        } else if x != y {
+            extra += 1;
+        }
+    }
+    (forced, extra)
+}
+
+#[test]
+fn a_membership_change_moves_few_buckets_besides_its_own() {
+    let mut extra_total = 0;
+    let mut worst = 0;
+    for last in 0..50u8 {
+        let a = IpAddr::from([192, 0, 2, last]);
+        let three = names(3);
+        let two = vec!["node1".to_string(), "node3".to_string()];
+        // A node dies: its buckets move; between survivors, few.
+        let (forced, extra) = moved_between(a, &three, &two, "node2");
+        assert!((85..=86).contains(&forced), "{a}: {forced} buckets of the dead node");
+        extra_total += extra;
+        worst = worst.max(extra);
+        // A node joins: it takes its share, mostly from everyone.
+        let four = names(4);
+        let (forced, extra) = moved_between(a, &three, &four, "node4");
+        assert_eq!(forced, 64, "{a}");
+        extra_total += extra;
+        worst = worst.max(extra);
+    }
+    // Plain rendezvous would move none; bounded loads move a few to keep the balance.
+    assert!(worst <= 20, "at worst {worst} of {BUCKETS} buckets moved between nodes that stayed");
+    assert!(extra_total <= 100 * 5, "{extra_total} moved in 100 changes");
+}
+
+fn desired(pairs: &[(&str, &[&str])]) -> Input {
+    Input::Desired(pairs.iter().map(|(a, ns)| (ip(a), ns.iter().map(|n| n.to_string()).collect())).collect())
+}
+
+fn states(s: &Spread, a: &str) -> BTreeMap<&'static str, usize> {
+    let mut m = BTreeMap::new();
+    for b in &s.addresses()[&ip(a)].buckets {
+        let k = match b {
+            Bucket::Mine => "mine",
+            Bucket::NotMine => "not mine",
+            Bucket::Acquiring(_) => "acquiring",
+            Bucket::Draining(_) => "draining",
+        };
+        *m.entry(k).or_default() += 1;
+    }
+    m
+}
+
+const GRACE: Duration = Duration::from_secs(60);
+
+#[test]
+fn after_a_restart_every_bucket_waits_out_the_grace() {
+    let t0 = Instant::now();
+    let mut s = Spread::new("node1", GRACE);
+    s.handle(t0, desired(&[("192.0.2.50", &["node1", "node2"])]));
+    assert_eq!(states(&s, "192.0.2.50"), BTreeMap::from([("acquiring", 128), ("draining", 128)]));
+    assert_eq!(s.poll_timeout(), Some(t0 + GRACE));
+    s.handle(t0 + GRACE, Input::Timeout);
+    assert_eq!(states(&s, "192.0.2.50"), BTreeMap::from([("mine", 128), ("not mine", 128)]));
+    assert_eq!(s.poll_timeout(), None);
+    // An address that appears later holds no flows: no grace.
+    s.handle(
+        t0 + GRACE,
+        desired(&[("192.0.2.50", &["node1", "node2"]), ("2001:db8::50", &["node1", "node2"])]),
+    );
+    assert_eq!(states(&s, "2001:db8::50"), BTreeMap::from([("mine", 128), ("not mine", 128)]));
+    assert_eq!(s.poll_timeout(), None);
+}
+
+fn settled(me: &str, pairs: &[(&str, &[&str])]) -> (Spread, Instant) {
+    let t0 = Instant::now();
+    let mut s = Spread::new(me, GRACE);
+    s.handle(t0, desired(pairs));
+    s.handle(t0 + GRACE, Input::Timeout);
+    (s, t0 + GRACE)
+}
+
+#[test]
+fn buckets_that_change_owner_go_through_the_grace_on_both_sides() {
+    let all: &[&str] = &["node1", "node2", "node3"];
+    let (mut n1, t) = settled("node1", &[("192.0.2.50", all)]);
+    let (mut n2, _) = settled("node2", &[("192.0.2.50", all)]);
+    let before = n2.addresses()[&ip("192.0.2.50")].clone();
+    // node1 dies: node2 acquires what it wins of node1's buckets, keeps its own.
+    n2.handle(t, desired(&[("192.0.2.50", &["node2", "node3"])]));
+    let after = &n2.addresses()[&ip("192.0.2.50")];
+    assert_eq!(after.owned(), 128);
+    for (b, (x, y)) in before.buckets.iter().zip(&after.buckets).enumerate() {
+        match (x, y) {
+            (Bucket::Mine, Bucket::Mine) | (Bucket::NotMine, Bucket::NotMine | Bucket::Acquiring(_)) => {}
+            (Bucket::Mine, Bucket::Draining(_)) => {} // rebalanced to node3: kept while established
+            other => panic!("bucket {b}: {other:?}"),
+        }
+    }
+    // node1 comes back: node2 drains what returns to node1, node1 acquires it.
+    n2.handle(t + GRACE, Input::Timeout);
+    n2.handle(t + GRACE, desired(&[("192.0.2.50", all)]));
+    n1.handle(t + GRACE, desired(&[("192.0.2.50", all)]));
+    let (a1, a2) = (&n1.addresses()[&ip("192.0.2.50")], &n2.addresses()[&ip("192.0.2.50")]);
+    for b in 0..BUCKETS {
+        assert!(!(a1.buckets[b].owned() && a2.buckets[b].owned()), "bucket {b} owned twice");
+        if let Bucket::Draining(_) = a2.buckets[b] {
+            assert!(a1.buckets[b] == Bucket::Mine || !a1.buckets[b].owned() || a1.buckets[b].in_transition());
+        }
+    }
+    assert!(states(&n2, "192.0.2.50").contains_key("draining"));
+}
+
+#[test]
+fn an_address_that_leaves_drains_and_then_goes() {
+    let (mut s, t) = settled("node1", &[("192.0.2.50", &["node1", "node2"])]);
+    s.handle(t, Input::Desired(BTreeMap::new()));
+    assert_eq!(states(&s, "192.0.2.50"), BTreeMap::from([("draining", 128), ("not mine", 128)]));
+    assert!(s.addresses()[&ip("192.0.2.50")].nodes.is_empty());
+    s.handle(t + GRACE - Duration::from_millis(1), Input::Timeout);
+    assert!(s.addresses().contains_key(&ip("192.0.2.50")));
+    s.handle(t + GRACE, Input::Timeout);
+    assert!(s.addresses().is_empty());
+    // A node not eligible (Local, no endpoint) owns nothing.
+    let (s, _) = settled("node9", &[("192.0.2.50", &["node1", "node2"])]);
+    assert_eq!(s.addresses()[&ip("192.0.2.50")].owned(), 0);
+}
+
+#[test]
+fn the_ruleset_drops_what_is_not_mine_and_conntracks_only_transitions() {
+    let empty = ruleset(&Spread::new("node1", GRACE), &BTreeSet::new());
+    assert_eq!(
+        empty,
+        "table netdev ferrolb {}\ndelete table netdev ferrolb\ntable inet ferrolb {}\ndelete table inet ferrolb\n"
+    );
+
+    let (mut s, t) = settled("node1", &[("192.0.2.50", &["node1", "node2"]), ("2001:db8::50", &["node1"])]);
+    let devs = BTreeSet::from(["eth0".to_string(), "bad\"name".to_string()]);
+    let r = ruleset(&s, &devs);
+    assert!(r.contains("device \"eth0\""), "{r}");
+    assert!(!r.contains("bad"), "{r}");
+    assert!(r.contains(&arp::mac_to_string(&virtual_mac(ip("192.0.2.50")))));
+    assert!(r.contains("ip daddr vmap { 192.0.2.50 : goto a_192_0_2_50 }"), "{r}");
+    assert!(r.contains("ip6 daddr vmap { 2001:db8::50 : goto a_2001_db8__50 }"), "{r}");
+    assert!(r.contains("jhash ip saddr . th sport mod 256 seed"), "{r}");
+    // The only node of the v6 address owns it all: one range.
+    assert!(r.contains("vmap { 0-255 : accept }"), "{r}");
+    // Nothing in transition: the grace chain dispatches nothing.
+    assert!(!r.contains("goto g_"), "{r}");
+    let elements = r.lines().find(|l| l.contains("chain a_192_0_2_50")).unwrap();
+    let (accepted, dropped) =
+        (elements.matches(": accept").count(), elements.matches(": goto n_192_0_2_50").count());
+    assert!(accepted > 1 && dropped > 1, "{elements}");
+
+    s.handle(t, desired(&[("192.0.2.50", &["node2"])]));
+    let r = ruleset(&s, &devs);
+    assert!(r.contains("ip daddr vmap { 192.0.2.50 : goto g_192_0_2_50 }"), "{r}");
+    let grace = r.lines().find(|l| l.contains("chain g_192_0_2_50")).unwrap();
+    assert!(grace.contains("goto draining") && !grace.contains("goto acquiring"), "{grace}");
+}
