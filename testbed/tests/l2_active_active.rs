@@ -14,9 +14,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use ferrolb_lab::client::{EchoServer, Flow, flow_split, open_flows};
+use ferrolb_lab::client::{self, EchoServer, Flow, flow_split, open_flows};
 use ferrolb_lab::netns::Netns;
-use ferrolb_lab::{Lab, LabConfig, addressing};
+use ferrolb_lab::speaker::{Speaker, write_membership_key, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 use ferrolb_proto::l2::active_active::{Input, Spread, nft, virtual_mac};
 use ferrolb_proto::l2::arp::mac_to_string;
 
@@ -61,18 +62,20 @@ fn desired(vip: IpAddr, members: &[&str]) -> Input {
     Input::Desired(BTreeMap::from([(vip, members.iter().map(|m| m.to_string()).collect())]))
 }
 
-/// The lab: three nodes serving `vip` on `lo` through an echo server, r1 sending the
-/// address's frames to its virtual MAC, the client routed to it through r1.
-fn lab_for(vip: IpAddr) -> (Lab, Vec<EchoServer>) {
+/// The lab: three nodes serving `vip` on `lo` through an echo server, the client routed
+/// to it through r1. Without speakers (`by_hand`), r1 is told the virtual MAC and the
+/// nodes' NICs accept it, as the speakers do.
+fn lab_for(vip: IpAddr, by_hand: bool) -> (Lab, Vec<EchoServer>) {
     let lab = Lab::up(LabConfig::nodes(3)).unwrap();
     let vmac = mac_to_string(&virtual_mac(vip));
     let mut servers = Vec::new();
     for (i, ns) in lab.nodes().iter().enumerate() {
         lab.add_vip_on_lo(ns, vip).unwrap();
-        // What the speaker does on a real NIC: accept the virtual MAC without promiscuous mode.
-        ns.exec(&["bridge", "fdb", "add", &vmac, "dev", "eth0", "self", "permanent"]).unwrap();
-        servers
-            .push(EchoServer::start(ns, SocketAddr::new(vip, PORT), &addressing::node_name(i + 1)).unwrap());
+        if by_hand {
+            ns.exec(&["bridge", "fdb", "add", &vmac, "dev", "eth0", "self", "permanent"]).unwrap();
+        }
+        let name = addressing::node_name(i + 1);
+        servers.push(EchoServer::start(ns, SocketAddr::new(vip, PORT), &name).unwrap());
     }
     let (fam, len, via) = if vip.is_ipv4() {
         ("-4", 32, IpAddr::from(addressing::ROUTER_LINK_V4))
@@ -80,9 +83,11 @@ fn lab_for(vip: IpAddr) -> (Lab, Vec<EchoServer>) {
         ("-6", 128, IpAddr::from(addressing::ROUTER_LINK_V6))
     };
     lab.client().ip(&[fam, "route", "add", &format!("{vip}/{len}"), "via", &via.to_string()]).unwrap();
-    lab.router()
-        .ip(&["neigh", "replace", &vip.to_string(), "lladdr", &vmac, "dev", "eth0", "nud", "permanent"])
-        .unwrap();
+    if by_hand {
+        lab.router()
+            .ip(&["neigh", "replace", &vip.to_string(), "lladdr", &vmac, "dev", "eth0", "nud", "permanent"])
+            .unwrap();
+    }
     (lab, servers)
 }
 
@@ -135,7 +140,7 @@ fn assert_even(split: &BTreeMap<String, usize>, nodes: &[&str], total: usize, wh
 }
 
 fn death_and_return(vip: IpAddr) {
-    let (lab, _servers) = lab_for(vip);
+    let (lab, _servers) = lab_for(vip, true);
     let all = ["node1", "node2", "node3"];
     let mut nodes: Vec<Node> =
         all.iter().zip(lab.nodes()).map(|(name, ns)| Node::settled(name, vip, &all, &lab, ns)).collect();
@@ -164,6 +169,8 @@ fn death_and_return(vip: IpAddr) {
     lab.switch().ip(&["link", "set", "n2", "up"]).unwrap();
     let t = Instant::now();
     nodes[1].spread = Spread::new("node2", GRACE);
+    let left = ns2.exec(&["nft", "list", "table", "inet", nft::TABLE]).unwrap();
+    nodes[1].spread.adopt(t, nft::addresses_in(&left));
     nodes[1].spread.handle(t, desired(vip, &all));
     nodes[1].load(&lab, ns2);
     for i in [0, 2] {
@@ -189,4 +196,144 @@ fn ipv4_flows_split_by_bucket_and_survive_a_death_and_a_return() {
 #[test]
 fn ipv6_flows_split_by_bucket_and_survive_a_death_and_a_return() {
     death_and_return(addressing::lan_v6(0x60));
+}
+
+/// Buckets of `vip` whose packets `ns` lets past its first chain, with verdict `verdict`
+/// in the per-address chain `prefix` ("a": accept, "g": the grace chains).
+fn buckets(ns: &Netns, vip: IpAddr, prefix: &str, verdict: &str) -> usize {
+    let chain = format!("{prefix}_{}", vip.to_string().replace(['.', ':'], "_"));
+    let Ok(text) = ns.exec(&["nft", "list", "chain", "inet", nft::TABLE, &chain]) else { return 0 };
+    let flat = text.replace('\n', " ");
+    let Some(map) = flat.split("vmap {").nth(1).and_then(|m| m.split('}').next()) else { return 0 };
+    map.split(',')
+        .filter_map(|e| {
+            let (keys, v) = e.split_once(':')?;
+            if v.trim() != verdict {
+                return None;
+            }
+            let (a, b) = keys.trim().split_once('-').unwrap_or((keys.trim(), keys.trim()));
+            Some(b.trim().parse::<usize>().ok()? - a.trim().parse::<usize>().ok()? + 1)
+        })
+        .sum()
+}
+
+/// Buckets of `vip` that `ns` owns (takes new flows of), read from its loaded table.
+fn owned_buckets(ns: &Netns, vip: IpAddr) -> usize {
+    buckets(ns, vip, "a", "accept").saturating_sub(buckets(ns, vip, "g", "goto draining"))
+}
+
+/// Waits until each of `nodes` (lab indexes) owns its share of `vip`'s buckets.
+fn wait_shares(lab: &Lab, vip: IpAddr, nodes: &[usize], speakers: &[Speaker]) {
+    let share = 256 / nodes.len();
+    let r = wait::until_value(
+        &format!("nodes {nodes:?} own a share of the buckets of {vip} each"),
+        Duration::from_secs(60),
+        || Ok(nodes.iter().map(|&i| owned_buckets(&lab.nodes()[i - 1], vip)).collect::<Vec<_>>()),
+        |owned| owned.iter().all(|&o| o == share || o == share + 1),
+    );
+    let logs: Vec<String> = speakers.iter().map(|s| s.logs()).collect();
+    assert!(r.is_ok(), "{r:?}\n{}", logs.join("\n---\n"));
+}
+
+/// Opens rounds of new connections until every one of a round connects: the time a
+/// dead node's buckets took to move.
+fn time_until_new_connections_succeed(lab: &Lab, vip: IpAddr) -> Duration {
+    let start = Instant::now();
+    let mut port = 50000;
+    loop {
+        let flows = open_flows(
+            lab.client(),
+            client_source(vip),
+            port..port + 30,
+            SocketAddr::new(vip, PORT),
+            Duration::from_millis(300),
+        )
+        .unwrap();
+        port += 30;
+        if !flow_split(&flows).contains_key("failed") {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "new connections still fail after 60 s: {:?}",
+            flow_split(&flows)
+        );
+    }
+}
+
+#[test]
+fn speakers_serve_one_ipv4_address_from_every_node_through_a_death_a_return_and_a_roll() {
+    speakers_through_a_death_a_return_and_a_roll(addressing::lan_v4(0xd2));
+}
+
+#[test]
+fn speakers_serve_one_ipv6_address_from_every_node_through_a_death_a_return_and_a_roll() {
+    speakers_through_a_death_a_return_and_a_roll(addressing::lan_v6(0x210));
+}
+
+fn speakers_through_a_death_a_return_and_a_roll(vip: IpAddr) {
+    let (lab, _servers) = lab_for(vip, false);
+    let key = write_membership_key(&lab, "cluster-key").unwrap();
+    let mut objs: Vec<String> = (1..=3).map(yaml::node).collect();
+    objs.push(yaml::pool("lan", &["192.0.2.200-192.0.2.250", "2001:db8::200-2001:db8::250"]));
+    objs.push(yaml::l2_advertisement("lan", &["ipAddressPools: [lan]", "mode: ActiveActive"]));
+    objs.push(yaml::service("web", &[vip]));
+    let file = yaml::stream(&objs);
+    let mut speakers: Vec<Speaker> =
+        (1..=3).map(|i| Speaker::start_l2(&lab, i, &file, &key).unwrap()).collect();
+    wait_shares(&lab, vip, &[1, 2, 3], &speakers);
+
+    // Every node answers ARP (each from its own MAC), all with the one virtual MAC: the
+    // on-link client and r1 both resolve the address to it.
+    let vmac = mac_to_string(&virtual_mac(vip));
+    if vip.is_ipv4() {
+        assert_eq!(
+            lab.arp_answers(vip, 3).unwrap(),
+            addressing::node_macs(&[1, 2, 3]),
+            "on-link ARP answers"
+        );
+    } else {
+        assert_eq!(lab.ndp_answers(vip).unwrap(), BTreeSet::from([vmac.clone()]), "on-link NDP answers");
+    }
+    let _ = lab.client().exec_output(&["ping", "-c", "1", "-W", "1", "-I", "eth0", &vip.to_string()]);
+    assert_eq!(client::neighbour(lab.client(), "eth0", vip).unwrap().and_then(|n| n.mac), Some(vmac.clone()));
+    let all = ["node1", "node2", "node3"];
+    let mut first = open(&lab, vip, 20000..21000);
+    assert_eq!(client::neighbour(lab.router(), "eth0", vip).unwrap().and_then(|n| n.mac), Some(vmac));
+    assert_even(&flow_split(&first), &all, 1000, "speakers: 1 000 connections through r1");
+
+    // node2 dies: its port is cut and its speaker killed.
+    lab.switch().ip(&["link", "set", "n2", "down"]).unwrap();
+    speakers[1].kill();
+    let took = time_until_new_connections_succeed(&lab, vip);
+    println!("speakers: new connections all succeed {took:?} after node2 died");
+    assert_eq!(broken(&mut first, &["node1", "node3"]), BTreeMap::new(), "survivors' connections broke");
+    let mut during = open(&lab, vip, 30000..30300);
+    assert_even(
+        &flow_split(&during),
+        &["node1", "node3"],
+        300,
+        "speakers: new connections while node2 is away",
+    );
+
+    // node2 comes back: its speaker restarts with the table of its previous run loaded.
+    speakers[1].restart().unwrap();
+    lab.switch().ip(&["link", "set", "n2", "up"]).unwrap();
+    wait_shares(&lab, vip, &[1, 2, 3], &speakers);
+    let mut held = broken(&mut during, &["node1", "node3"]);
+    held.append(&mut broken(&mut first, &["node1", "node3"]));
+    assert_eq!(held, BTreeMap::new(), "connections broke when node2 returned");
+    let mut after = open(&lab, vip, 40000..41000);
+    assert_even(&flow_split(&after), &all, 1000, "speakers: 1 000 connections after node2 returned");
+
+    // node1's speaker is rolled (SIGTERM, then a new one): no connection of any node is lost.
+    assert!(speakers[0].terminate(Duration::from_secs(30)).is_some(), "speaker 1 did not stop on SIGTERM");
+    let mut rolled = open(&lab, vip, 42000..42300);
+    assert_even(&flow_split(&rolled), &["node2", "node3"], 300, "speakers: while node1's speaker is stopped");
+    speakers[0].restart().unwrap();
+    wait_shares(&lab, vip, &[1, 2, 3], &speakers);
+    let mut lost = broken(&mut after, &all);
+    lost.append(&mut broken(&mut rolled, &all));
+    lost.append(&mut broken(&mut first, &["node1", "node3"]));
+    assert_eq!(lost, BTreeMap::new(), "connections lost across the roll of node1's speaker");
 }

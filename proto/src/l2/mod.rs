@@ -138,7 +138,7 @@ impl L2Announcer {
         let (desired_tx, desired_rx) = watch::channel(Owned::new());
         let (status_tx, status_rx) = watch::channel(L2Status::default());
         let (reannounce_tx, reannounce_rx) = watch::channel(Again::default());
-        let (quiet_tx, quiet_rx) = watch::channel(BTreeSet::new());
+        let (modes_tx, modes_rx) = watch::channel(Modes::default());
         let announcer = Announcer {
             allowed: cfg.allowed_interfaces,
             takeover: cfg.takeover.into(),
@@ -146,17 +146,17 @@ impl L2Announcer {
             table: LinkTable::default(),
             workers: BTreeMap::new(),
             announced: BTreeSet::new(),
-            quiet: BTreeSet::new(),
+            modes: Modes::default(),
             conflicts: BTreeMap::new(),
             status: status_tx,
         };
         let task =
-            tokio::spawn(announcer.run(handle, messages, desired_rx, reannounce_rx, quiet_rx, conn_task));
+            tokio::spawn(announcer.run(handle, messages, desired_rx, reannounce_rx, modes_rx, conn_task));
         Ok(L2Handle {
             desired: desired_tx,
             status: status_rx,
             reannounce: reannounce_tx,
-            quiet: quiet_tx,
+            modes: modes_tx,
             task,
         })
     }
@@ -182,7 +182,7 @@ pub struct L2Handle {
     desired: watch::Sender<Owned>,
     status: watch::Receiver<L2Status>,
     reannounce: watch::Sender<Again>,
-    quiet: watch::Sender<BTreeSet<IpAddr>>,
+    modes: watch::Sender<Modes>,
     task: JoinHandle<()>,
 }
 
@@ -221,9 +221,19 @@ impl L2Handle {
     /// announcement of them leaves any more (a pending one would move clients back from
     /// the successor). Leaving the set while owned announces the address again.
     pub fn set_quiet(&self, quiet: BTreeSet<IpAddr>) {
-        self.quiet.send_if_modified(|cur| {
-            let changed = *cur != quiet;
-            *cur = quiet;
+        self.modes.send_if_modified(|cur| {
+            let changed = cur.quiet != quiet;
+            cur.quiet = quiet;
+            changed
+        });
+    }
+
+    /// Owned addresses served active-active: answered with their virtual MAC
+    /// ([`active_active::virtual_mac`]), which other nodes answer with too.
+    pub fn set_shared(&self, shared: BTreeSet<IpAddr>) {
+        self.modes.send_if_modified(|cur| {
+            let changed = cur.shared != shared;
+            cur.shared = shared;
             changed
         });
     }
@@ -249,6 +259,15 @@ struct Again {
     renew: u64,
 }
 
+/// How owned addresses are answered, beyond being owned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Modes {
+    /// Being handed over: answered, never announced ([`L2Handle::set_quiet`]).
+    quiet: BTreeSet<IpAddr>,
+    /// Answered with their virtual MAC ([`L2Handle::set_shared`]).
+    shared: BTreeSet<IpAddr>,
+}
+
 /// Reports from responders to the announcer.
 #[derive(Debug)]
 enum Report {
@@ -266,8 +285,8 @@ struct Announcer {
     workers: BTreeMap<u32, responder::Worker>,
     /// Owned addresses whose first announcement went out.
     announced: BTreeSet<IpAddr>,
-    /// Owned addresses being handed over ([`L2Handle::set_quiet`]).
-    quiet: BTreeSet<IpAddr>,
+    /// How owned addresses are answered.
+    modes: Modes,
     /// Address conflicts the responders report.
     conflicts: BTreeMap<IpAddr, Conflict>,
     status: watch::Sender<L2Status>,
@@ -285,7 +304,7 @@ impl Announcer {
         mut messages: Messages,
         mut desired: watch::Receiver<Owned>,
         mut reannounce: watch::Receiver<Again>,
-        mut quiet: watch::Receiver<BTreeSet<IpAddr>>,
+        mut modes: watch::Receiver<Modes>,
         conn_task: JoinHandle<()>,
     ) {
         // Subscribed before dumping: an event racing the dump is applied after it.
@@ -294,11 +313,11 @@ impl Announcer {
         }
         let (report_tx, mut report_rx) = mpsc::unbounded_channel();
         let mut reannounce_open = true;
-        let mut quiet_open = true;
+        let mut modes_open = true;
         let mut asked = Again::default();
         loop {
             let want = desired.borrow_and_update().clone();
-            self.quiet = quiet.borrow_and_update().clone();
+            self.modes = modes.borrow_and_update().clone();
             self.reconcile(&want, &report_tx);
             tokio::select! {
                 changed = desired.changed() => {
@@ -322,9 +341,9 @@ impl Announcer {
                     }
                     Err(_) => reannounce_open = false,
                 },
-                r = quiet.changed(), if quiet_open => {
+                r = modes.changed(), if modes_open => {
                     if r.is_err() {
-                        quiet_open = false;
+                        modes_open = false;
                     }
                 }
                 msg = messages.next() => match msg {
@@ -402,7 +421,7 @@ impl Announcer {
                 match responder::Worker::spawn(
                     link,
                     owned.clone(),
-                    self.quiet.clone(),
+                    self.modes.clone(),
                     self.takeover.clone(),
                     self.metrics.clone(),
                     report_tx.clone(),
@@ -425,9 +444,9 @@ impl Announcer {
             });
             // Owned first: an address leaving both sets must be gone from the owned set
             // when the responder sees it leave the quiet one, or it would announce it.
-            w.quiet.send_if_modified(|cur| {
-                let changed = *cur != self.quiet;
-                cur.clone_from(&self.quiet);
+            w.modes.send_if_modified(|cur| {
+                let changed = *cur != self.modes;
+                cur.clone_from(&self.modes);
                 changed
             });
             for a in &owned {
@@ -518,7 +537,7 @@ mod tests {
             table: LinkTable::default(),
             workers: BTreeMap::new(),
             announced: BTreeSet::new(),
-            quiet: BTreeSet::new(),
+            modes: Modes::default(),
             conflicts: BTreeMap::new(),
             status,
         };

@@ -19,7 +19,7 @@ use super::conflict::{self, Conflicts};
 use super::links::Link;
 use super::ndp::{self, ALL_NODES, ND_HOP_LIMIT, NdMessage, TYPE_NA, TYPE_NS};
 use super::socket::{ArpSocket, NdFrameSocket, NdpSocket};
-use super::{Again, L2Metrics, Report};
+use super::{Again, L2Metrics, Modes, Report, active_active};
 
 /// A running responder; dropping it stops the task and closes its sockets.
 pub(super) struct Worker {
@@ -29,8 +29,8 @@ pub(super) struct Worker {
     /// Bumped to announce every owned address again (see [`super::L2Handle::reannounce`]
     /// and [`super::L2Handle::renew`]).
     pub(super) reannounce: watch::Sender<Again>,
-    /// Owned addresses answered but not announced (see [`super::L2Handle::set_quiet`]).
-    pub(super) quiet: watch::Sender<BTreeSet<IpAddr>>,
+    /// Owned addresses answered but not announced, or answered with their virtual MAC.
+    pub(super) modes: watch::Sender<Modes>,
     task: JoinHandle<()>,
 }
 
@@ -45,7 +45,7 @@ impl Worker {
     pub(super) fn spawn(
         link: &Link,
         owned: BTreeSet<IpAddr>,
-        quiet: BTreeSet<IpAddr>,
+        modes: Modes,
         takeover: Arc<[Duration]>,
         metrics: L2Metrics,
         reports: mpsc::UnboundedSender<Report>,
@@ -56,7 +56,7 @@ impl Worker {
         let nd_frames = NdFrameSocket::open(link.index)?;
         let (tx, rx) = watch::channel(owned);
         let (re_tx, re_rx) = watch::channel(Again::default());
-        let (quiet_tx, quiet_rx) = watch::channel(quiet);
+        let (modes_tx, modes_rx) = watch::channel(modes);
         let r = Responder {
             interface: link.name.clone(),
             mac,
@@ -70,10 +70,11 @@ impl Worker {
             groups: BTreeSet::new(),
             bursts: BTreeMap::new(),
             quiet: BTreeSet::new(),
+            shared: BTreeSet::new(),
             conflicts: Conflicts::new(mac),
         };
-        let task = tokio::spawn(r.run(rx, re_rx, quiet_rx));
-        Ok(Worker { name: link.name.clone(), mac, owned: tx, reannounce: re_tx, quiet: quiet_tx, task })
+        let task = tokio::spawn(r.run(rx, re_rx, modes_rx));
+        Ok(Worker { name: link.name.clone(), mac, owned: tx, reannounce: re_tx, modes: modes_tx, task })
     }
 }
 
@@ -94,6 +95,8 @@ struct Responder {
     bursts: BTreeMap<(Instant, IpAddr), (Instant, usize)>,
     /// Addresses being handed over: answered, never announced.
     quiet: BTreeSet<IpAddr>,
+    /// Addresses served active-active: answered with their virtual MAC.
+    shared: BTreeSet<IpAddr>,
     /// Other MACs answering for owned addresses ([`conflict`]).
     conflicts: Conflicts,
 }
@@ -103,14 +106,16 @@ impl Responder {
         mut self,
         mut owned: watch::Receiver<BTreeSet<IpAddr>>,
         mut reannounce: watch::Receiver<Again>,
-        mut quiet: watch::Receiver<BTreeSet<IpAddr>>,
+        mut modes: watch::Receiver<Modes>,
     ) {
         let mut arp_buf = vec![0u8; 2048];
         let mut ndp_buf = vec![0u8; 2048];
-        self.quiet = quiet.borrow_and_update().clone();
+        let first = modes.borrow_and_update().clone();
+        self.quiet = first.quiet;
+        self.shared = first.shared;
         let initial = owned.borrow_and_update().clone();
         self.set_owned(initial);
-        let mut quiet_open = true;
+        let mut modes_open = true;
         let mut reannounce_open = true;
         let mut renewed = 0;
         loop {
@@ -136,12 +141,13 @@ impl Responder {
                     }
                     Err(_) => reannounce_open = false,
                 },
-                r = quiet.changed(), if quiet_open => match r {
+                r = modes.changed(), if modes_open => match r {
                     Ok(()) => {
-                        let new = quiet.borrow_and_update().clone();
-                        self.set_quiet(new);
+                        let new = modes.borrow_and_update().clone();
+                        self.shared = new.shared;
+                        self.set_quiet(new.quiet);
                     }
-                    Err(_) => quiet_open = false,
+                    Err(_) => modes_open = false,
                 },
                 _ = sleep_until(next), if next.is_some() => self.send_due().await,
                 _ = sleep_until(probe), if probe.is_some() => {
@@ -276,6 +282,17 @@ impl Responder {
         self.bursts.insert((now + *first, addr), (now, 0));
     }
 
+    /// The MAC `addr` is answered with: its virtual MAC when served active-active (the
+    /// frames still leave from this interface's own MAC, so no switch learns it).
+    fn answer_mac(&self, addr: IpAddr) -> Mac {
+        if self.shared.contains(&addr) { active_active::virtual_mac(addr) } else { self.mac }
+    }
+
+    /// Another MAC speaking for `addr`: the address's virtual MAC is every node's answer.
+    fn is_other(&self, addr: IpAddr, mac: Mac) -> bool {
+        mac != self.mac && mac != self.answer_mac(addr)
+    }
+
     async fn probe(&self, addr: IpAddr) -> io::Result<()> {
         match addr {
             IpAddr::V4(ip) => {
@@ -347,11 +364,12 @@ impl Responder {
     async fn announce(&self, addr: IpAddr) -> io::Result<()> {
         match addr {
             IpAddr::V4(ip) => {
-                let frame = arp::encode_frame(BROADCAST_MAC, self.mac, &ArpPacket::gratuitous(self.mac, ip));
+                let answer = self.answer_mac(addr);
+                let frame = arp::encode_frame(BROADCAST_MAC, self.mac, &ArpPacket::gratuitous(answer, ip));
                 self.arp.send(&frame).await.map(|_| ())
             }
             IpAddr::V6(ip) => {
-                let na = ndp::advertisement(ip, self.mac, false).to_bytes();
+                let na = ndp::advertisement(ip, self.answer_mac(addr), false).to_bytes();
                 self.ndp.send(ip, ALL_NODES, &na).await.map(|_| ())
             }
         }
@@ -372,7 +390,10 @@ impl Responder {
         }
         // Another MAC speaking for an owned address (an answer, an announcement).
         let sender = IpAddr::V4(req.sender_ip);
-        if !req.sender_ip.is_unspecified() && self.owned.contains(&sender) {
+        if !req.sender_ip.is_unspecified()
+            && self.owned.contains(&sender)
+            && self.is_other(sender, req.sender_mac)
+        {
             self.on_conflict(conflict::Input::Seen { addr: sender, mac: req.sender_mac }).await;
         }
         // Announcements need no answer.
@@ -384,7 +405,7 @@ impl Responder {
             return;
         }
         self.metrics.count_request(target);
-        let reply = arp::encode_frame(eth.src, self.mac, &req.reply(self.mac));
+        let reply = arp::encode_frame(eth.src, self.mac, &req.reply(self.answer_mac(target)));
         match self.arp.send(&reply).await {
             Ok(_) => self.metrics.count_reply(target),
             Err(e) => tracing::debug!(interface = %self.interface, error = %e, "ARP reply failed"),
@@ -419,7 +440,7 @@ impl Responder {
             Ok(NdMessage::Solicitation(ns)) => ns,
             Ok(NdMessage::Advertisement(na)) => {
                 let addr = IpAddr::V6(na.target);
-                if let Some(mac) = na.target_mac().filter(|m| *m != self.mac)
+                if let Some(mac) = na.target_mac().filter(|m| self.is_other(addr, *m))
                     && self.owned.contains(&addr)
                 {
                     self.on_conflict(conflict::Input::Seen { addr, mac }).await;
@@ -444,7 +465,7 @@ impl Responder {
         self.metrics.count_request(target);
         // §7.2.4: answer a DAD probe to all-nodes, unsolicited; otherwise unicast, solicited.
         let (dst, solicited) = if src.is_unspecified() { (ALL_NODES, false) } else { (src, true) };
-        let na = ndp::advertisement(ns.target, self.mac, solicited).to_bytes();
+        let na = ndp::advertisement(ns.target, self.answer_mac(target), solicited).to_bytes();
         match self.ndp.send(ns.target, dst, &na).await {
             Ok(_) => self.metrics.count_reply(target),
             Err(e) => tracing::debug!(interface = %self.interface, error = %e, "NA failed"),

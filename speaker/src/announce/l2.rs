@@ -7,34 +7,49 @@ use std::net::IpAddr;
 use ferrolb_proto::l2::{self, InterfaceChoice, L2Config, L2Handle, L2Status, Owned};
 use tokio::sync::watch;
 
+use super::active_active::BucketFilter;
 use crate::metrics::Metrics;
 use crate::plan::Plan;
 
-/// Answers ARP/NDP for the addresses the plan gives this node.
+/// Answers ARP/NDP for the addresses the plan gives this node, and filters the flows
+/// of the active-active ones ([`BucketFilter`]).
 #[derive(Debug)]
 pub struct L2Announcer {
     handle: L2Handle,
+    filter: BucketFilter,
+    /// The active-active addresses the filter holds when this announcer stops: empty
+    /// after [`L2Announcer::hand_over_all`] (every bucket drains).
+    keep: BTreeMap<IpAddr, Vec<String>>,
 }
 
 impl L2Announcer {
-    /// Starts the responder (it answers for nothing until [`L2Announcer::apply`]).
-    pub fn spawn(metrics: &Metrics) -> Result<Self, String> {
+    /// Starts the responder of node `me` (it answers for nothing until [`L2Announcer::apply`]).
+    pub fn spawn(me: &str, metrics: &Metrics) -> Result<Self, String> {
         let handle =
             l2::L2Announcer::spawn(L2Config::default(), metrics.l2.clone()).map_err(|e| e.to_string())?;
-        Ok(L2Announcer { handle })
+        let filter = BucketFilter::spawn(me, handle.status());
+        Ok(L2Announcer { handle, filter, keep: BTreeMap::new() })
     }
 
     /// Converges to the plan's L2 addresses; those it hands over to a successor are
     /// answered but no longer announced (owned set first: see [`L2Handle::set_quiet`]).
-    pub fn apply(&self, plan: &Plan) {
+    /// Active-active ones are answered with their virtual MAC (set before they are
+    /// owned, so no announcement carries this node's own MAC).
+    pub fn apply(&mut self, plan: &Plan) {
+        self.handle.set_shared(plan.l2_active_active.keys().copied().collect());
         self.handle.set_owned(owned_set(&plan.l2));
         self.handle.set_quiet(plan.l2_draining.keys().copied().collect());
+        self.filter.set(&plan.l2_active_active);
+        self.keep.clone_from(&plan.l2_active_active);
     }
 
     /// Shutdown: every owned address is handed over; it stays answered for the grace,
-    /// and this node announces none of them any more.
-    pub fn hand_over_all(&self) {
+    /// and this node announces none of them any more. Active-active buckets drain: the
+    /// other nodes take new flows, this one keeps its established ones.
+    pub fn hand_over_all(&mut self) {
         self.handle.set_quiet(self.handle.owned());
+        self.keep.clear();
+        self.filter.set(&BTreeMap::new());
     }
 
     /// Membership changed who owns what: every owned address starts afresh (an address
@@ -51,8 +66,9 @@ impl L2Announcer {
         self.handle.status()
     }
 
-    /// Stops answering.
+    /// Stops answering; the bucket filter's tables stay in the kernel.
     pub async fn shutdown(self) {
+        self.filter.stop(self.keep).await;
         self.handle.shutdown().await;
     }
 }

@@ -9,6 +9,7 @@
 //! unsolicited NA went out ([`ferrolb_proto::l2::L2Status::announced`]). [`AnnouncedFeed`]
 //! merges the two into one [`Announced`] watch, which pod readiness gates read
 //! ([`crate::readiness`]).
+pub mod active_active;
 pub mod bgp;
 pub mod l2;
 

@@ -357,6 +357,7 @@ fn merge_ip(
     let mut handover: Option<(Vec<String>, &String)> = None;
     let mut successors: Vec<String> = Vec::new();
     let mut unowned = false;
+    let mut shared: Option<Vec<String>> = None;
     for f in holders.into_iter().flat_map(Holders::fragments) {
         for o in f.outcomes.iter().filter(|o| o.ip == ip) {
             announced |= o.done;
@@ -366,6 +367,13 @@ fn merge_ip(
             }
             if draining.is_none() {
                 draining = o.draining.as_ref();
+            }
+            if let Some(nodes) = &o.l2_active_active {
+                // Services sharing the address: every node serving one of them.
+                let all = shared.get_or_insert_with(Vec::new);
+                all.extend(nodes.iter().cloned());
+                all.sort();
+                all.dedup();
             }
             if let Some(ifs) = &o.l2 {
                 merge_interfaces(l2.get_or_insert_with(|| ifs.clone()), ifs);
@@ -383,6 +391,7 @@ fn merge_ip(
     out.l2.remove(&ip);
     out.l2_draining.remove(&ip);
     out.l2_successors.remove(&ip);
+    out.l2_active_active.remove(&ip);
     out.withdrawn.remove(&ip);
     if unowned {
         out.l2_unowned.insert(ip);
@@ -390,6 +399,9 @@ fn merge_ip(
         out.l2_unowned.remove(&ip);
     }
     drain_candidates.remove(&ip);
+    if let (Some(nodes), Some(_)) = (shared, &l2) {
+        out.l2_active_active.insert(ip, nodes);
+    }
     match (l2, handover) {
         (Some(ifs), _) => {
             out.l2.insert(ip, ifs);

@@ -86,6 +86,10 @@ pub struct Plan {
     /// alert. A Local Service with no serving endpoint anywhere is not counted: that is
     /// the application's state, not the load balancer's.
     pub l2_unowned: BTreeSet<IpAddr>,
+    /// Addresses of `l2` served active-active (an L2Advertisement with `mode:
+    /// ActiveActive`) → every node serving them, this one included: each keeps the
+    /// flows of its buckets ([`ferrolb_proto::l2::active_active`]).
+    pub l2_active_active: BTreeMap<IpAddr, Vec<String>>,
 }
 
 impl Plan {
@@ -307,6 +311,8 @@ struct Outcome {
     l2_successors: Vec<String>,
     /// Some L2Advertisement selects the address and none has a node that could own it.
     l2_unowned: bool,
+    /// Served active-active by these nodes, this one among them.
+    l2_active_active: Option<Vec<String>>,
 }
 
 /// What one Service contributes to the plan.
@@ -343,6 +349,7 @@ fn fragment(model: &ClusterModel, g: &Globals<'_>, key: &ServiceKey, svc: &Servi
             l2_handover: None,
             l2_successors: Vec::new(),
             l2_unowned: false,
+            l2_active_active: None,
         };
         if pools.is_empty() {
             o.why.push(format!("{key}: {ip} is in no IPAddressPool"));
@@ -493,6 +500,19 @@ impl Ctx<'_> {
                 if !self.local_without_endpoint(name) {
                     candidates.push(name);
                 }
+            }
+            if s.mode == ferrolb_api::L2Mode::ActiveActive {
+                // Every candidate serves it; a node that stops being one drains its buckets.
+                if candidates.contains(&me) {
+                    merge_interfaces(o.l2.get_or_insert_with(|| s.interfaces.clone()), &s.interfaces);
+                    let nodes = o.l2_active_active.get_or_insert_with(Vec::new);
+                    nodes.extend(candidates.iter().map(|c| c.to_string()));
+                    nodes.sort();
+                    nodes.dedup();
+                } else {
+                    o.why.push(format!("{key}: L2Advertisement {ad_name}: {ip} is served active-active by {} node(s), not by node {me}", candidates.len()));
+                }
+                continue;
             }
             let owner = election::owner(ip, candidates.iter().copied());
             if owner == Some(me) {

@@ -415,3 +415,49 @@ fn an_l2_owner_beats_the_node_elected_after_it() {
     let a = plan(&l2_local(c1, c2), owner, &live);
     assert!(a.l2_draining.contains_key(&vip) && a.heartbeat_targets().is_empty(), "{a:?}");
 }
+
+fn active_active(mut m: ClusterModel) -> ClusterModel {
+    for ad in m.l2_advertisements.values_mut() {
+        ad.spec.mode = ferrolb_api::L2Mode::ActiveActive;
+    }
+    m
+}
+
+#[test]
+fn an_active_active_address_is_served_by_every_eligible_node() {
+    let m = active_active(model_of(&(FIXTURE.to_string() + L2_SVC)));
+    let vip = ip("192.0.2.201");
+    let both = vec!["node1".to_string(), "node2".to_string()];
+    for me in ["node1", "node2"] {
+        let p = plan(&m, me, &all_live(&m));
+        assert_eq!(p.l2.get(&vip), Some(&vec!["eth0".to_string()]), "{me}");
+        assert_eq!(p.l2_active_active.get(&vip), Some(&both), "{me}");
+        assert!(
+            p.l2_successors.is_empty() && p.heartbeat_targets().is_empty(),
+            "{me}: no single owner, no heartbeat"
+        );
+    }
+    // A node membership lost is no longer among the nodes it is spread over.
+    let live: BTreeSet<String> = ["node2".to_string()].into();
+    assert_eq!(plan(&m, "node2", &live).l2_active_active[&vip], vec!["node2".to_string()]);
+    assert!(!plan(&m, "node1", &live).l2_active_active.contains_key(&vip));
+    // Single-owner addresses stay out of the map.
+    assert!(
+        plan(&model_of(&(FIXTURE.to_string() + L2_SVC)), "node1", &all_live(&m)).l2_active_active.is_empty()
+    );
+}
+
+#[test]
+fn an_active_active_local_address_skips_nodes_without_a_serving_endpoint() {
+    let vip = ip("192.0.2.202");
+    let m = active_active(l2_local(READY, GONE));
+    let n1 = plan(&m, "node1", &all_live(&m));
+    assert_eq!(n1.l2_active_active.get(&vip), Some(&vec!["node1".to_string()]));
+    let n2 = plan(&m, "node2", &all_live(&m));
+    assert!(!n2.l2.contains_key(&vip) && !n2.l2_active_active.contains_key(&vip));
+    assert!(
+        n2.withdrawn[&vip].contains("served active-active by 1 node(s), not by node node2"),
+        "{:?}",
+        n2.withdrawn
+    );
+}

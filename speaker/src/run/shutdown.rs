@@ -20,7 +20,7 @@ pub(super) async fn shutdown(mut state: State) {
         );
         let _ = state.bgp.apply(&state.model, &state.passwords, &drained).await;
     }
-    if let Some(p) = state.l2.take() {
+    if let Some(mut p) = state.l2.take() {
         // Make before break: peers drop this node at once and their takeover
         // announcements go out while this node still answers.
         p.announcer.hand_over_all();

@@ -98,7 +98,7 @@ impl State {
         let mut changed = crate::model::Changes { all: changes.all, services: changes.services.clone() };
         let mut new = self.planner.update(&self.model, changes, &self.opts.node_name, &live).clone();
         self.drains.handle(self.now, &mut new);
-        if let Some(p) = &self.l2 {
+        if let Some(p) = &mut self.l2 {
             for ip in new.l2.keys().filter(|ip| !self.plan.l2.contains_key(ip)) {
                 tracing::info!(address = %ip, reason = %cause.text, "L2: this node now owns the address");
                 self.metrics

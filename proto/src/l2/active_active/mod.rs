@@ -186,15 +186,13 @@ pub struct Spread {
     me: String,
     grace: Duration,
     addresses: BTreeMap<IpAddr, Address>,
-    /// Nothing applied yet: the kernel may hold flows of a previous run.
-    fresh: bool,
 }
 
 impl Spread {
     /// A node's state before its first input; `grace` is how long a bucket that
     /// changed owner keeps the old owner's flows.
     pub fn new(me: &str, grace: Duration) -> Self {
-        Spread { me: me.to_owned(), grace, addresses: BTreeMap::new(), fresh: true }
+        Spread { me: me.to_owned(), grace, addresses: BTreeMap::new() }
     }
 
     /// Feeds an input at `now`.
@@ -208,23 +206,16 @@ impl Spread {
 
     fn desired(&mut self, now: Instant, desired: BTreeMap<IpAddr, Vec<String>>) {
         let until = now + self.grace;
-        // After a restart every bucket starts in transition: the previous run may have
-        // left established flows in any of them, in the kernel's conntrack table.
-        let fresh = std::mem::take(&mut self.fresh);
         for (ip, mut nodes) in desired.clone() {
             nodes.sort();
             nodes.dedup();
             let owners = owners(ip, &nodes);
             let me = nodes.iter().position(|n| *n == self.me);
+            // A new address holds no flows on this node: no grace is needed here (a
+            // restart adopts what the previous run left, see [`Spread::adopt`]).
             let entry = self.addresses.entry(ip).or_insert_with(|| {
-                // A new address holds no flows anywhere: no grace is needed, except
-                // after a restart.
-                let start = |b: usize| match (fresh, me == owners.get(b).copied()) {
-                    (false, true) => Bucket::Mine,
-                    (false, false) => Bucket::NotMine,
-                    (true, true) => Bucket::Acquiring(until),
-                    (true, false) => Bucket::Draining(until),
-                };
+                let start =
+                    |b: usize| if me == owners.get(b).copied() { Bucket::Mine } else { Bucket::NotMine };
                 Address { buckets: (0..BUCKETS).map(start).collect(), nodes: Vec::new() }
             });
             for (b, state) in entry.buckets.iter_mut().enumerate() {
@@ -254,6 +245,19 @@ impl Spread {
         }
         // An address no longer desired goes once its last flows drained.
         self.addresses.retain(|_, a| !a.nodes.is_empty() || !a.settled());
+    }
+
+    /// Takes over `addresses` from a table a previous run left in the kernel, before
+    /// this run knows anything: every bucket drains (established flows kept, new ones
+    /// refused) until the first [`Input::Desired`] says which are this node's.
+    pub fn adopt(&mut self, now: Instant, addresses: impl IntoIterator<Item = IpAddr>) {
+        let until = now + self.grace;
+        for ip in addresses {
+            self.addresses.entry(ip).or_insert_with(|| Address {
+                buckets: vec![Bucket::Draining(until); BUCKETS],
+                nodes: Vec::new(),
+            });
+        }
     }
 
     /// When [`Input::Timeout`] is due next (a grace ends).

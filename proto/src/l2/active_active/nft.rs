@@ -104,6 +104,22 @@ fn chain(prefix: &str, ip: IpAddr) -> String {
     format!("{prefix}_{}", ip.to_string().replace(['.', ':'], "_"))
 }
 
+/// The addresses a loaded `inet ferrolb` table (as `nft list table` prints it) filters.
+pub fn addresses_in(listing: &str) -> Vec<IpAddr> {
+    listing
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("chain a_")?.split_whitespace().next())
+        .filter_map(|name| {
+            let parts: Vec<&str> = name.split('_').collect();
+            if parts.len() == 4 && parts.iter().all(|p| p.parse::<u8>().is_ok()) {
+                parts.join(".").parse().ok()
+            } else {
+                name.replace('_', ":").parse().ok()
+            }
+        })
+        .collect()
+}
+
 /// The flow's bucket, as nftables computes it.
 fn hash(ip: IpAddr) -> String {
     let family = if ip.is_ipv4() { "ip" } else { "ip6" };

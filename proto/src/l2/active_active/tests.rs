@@ -115,21 +115,11 @@ fn states(s: &Spread, a: &str) -> BTreeMap<&'static str, usize> {
 const GRACE: Duration = Duration::from_secs(60);
 
 #[test]
-fn after_a_restart_every_bucket_waits_out_the_grace() {
+fn a_new_address_needs_no_grace() {
     let t0 = Instant::now();
     let mut s = Spread::new("node1", GRACE);
     s.handle(t0, desired(&[("192.0.2.50", &["node1", "node2"])]));
-    assert_eq!(states(&s, "192.0.2.50"), BTreeMap::from([("acquiring", 128), ("draining", 128)]));
-    assert_eq!(s.poll_timeout(), Some(t0 + GRACE));
-    s.handle(t0 + GRACE, Input::Timeout);
     assert_eq!(states(&s, "192.0.2.50"), BTreeMap::from([("mine", 128), ("not mine", 128)]));
-    assert_eq!(s.poll_timeout(), None);
-    // An address that appears later holds no flows: no grace.
-    s.handle(
-        t0 + GRACE,
-        desired(&[("192.0.2.50", &["node1", "node2"]), ("2001:db8::50", &["node1", "node2"])]),
-    );
-    assert_eq!(states(&s, "2001:db8::50"), BTreeMap::from([("mine", 128), ("not mine", 128)]));
     assert_eq!(s.poll_timeout(), None);
 }
 
@@ -137,8 +127,8 @@ fn settled(me: &str, pairs: &[(&str, &[&str])]) -> (Spread, Instant) {
     let t0 = Instant::now();
     let mut s = Spread::new(me, GRACE);
     s.handle(t0, desired(pairs));
-    s.handle(t0 + GRACE, Input::Timeout);
-    (s, t0 + GRACE)
+    assert_eq!(s.poll_timeout(), None);
+    (s, t0)
 }
 
 #[test]
@@ -218,4 +208,26 @@ fn the_ruleset_drops_what_is_not_mine_and_conntracks_only_transitions() {
     assert!(r.contains("ip daddr vmap { 192.0.2.50 : goto g_192_0_2_50 }"), "{r}");
     let grace = r.lines().find(|l| l.contains("chain g_192_0_2_50")).unwrap();
     assert!(grace.contains("goto draining") && !grace.contains("goto acquiring"), "{grace}");
+}
+
+#[test]
+fn a_table_left_by_a_previous_run_drains_until_the_first_plan() {
+    let (s, _) = settled("node1", &[("192.0.2.50", &["node1", "node2"]), ("2001:db8::50", &["node1"])]);
+    let listing = ruleset(&s, &BTreeSet::new()).replace("; ", ";\n");
+    let mut found = nft::addresses_in(&listing);
+    found.sort();
+    assert_eq!(found, vec![ip("192.0.2.50"), ip("2001:db8::50")]);
+
+    let t = Instant::now();
+    let mut fresh = Spread::new("node1", GRACE);
+    fresh.adopt(t, found);
+    assert_eq!(fresh.poll_timeout(), Some(t + GRACE));
+    assert_eq!(states(&fresh, "192.0.2.50"), BTreeMap::from([("draining", 256)]));
+    // The first plan: this node's buckets are acquired, the others keep draining.
+    fresh.handle(t, desired(&[("192.0.2.50", &["node1", "node2"])]));
+    assert_eq!(states(&fresh, "192.0.2.50"), BTreeMap::from([("acquiring", 128), ("draining", 128)]));
+    assert_eq!(states(&fresh, "2001:db8::50"), BTreeMap::from([("draining", 256)]));
+    fresh.handle(t + GRACE, Input::Timeout);
+    assert_eq!(states(&fresh, "192.0.2.50"), BTreeMap::from([("mine", 128), ("not mine", 128)]));
+    assert!(!fresh.addresses().contains_key(&ip("2001:db8::50")), "drained, then gone");
 }
