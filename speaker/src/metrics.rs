@@ -136,6 +136,8 @@ pub struct Metrics {
     pub readiness: ReadinessMetrics,
     /// The L2 announcer's metrics (`ferrolb_l2_*`).
     pub l2: L2Metrics,
+    /// The active-active bucket filter's metrics (`ferrolb_l2_active_active_*`).
+    pub active_active: crate::announce::active_active::FilterMetrics,
     /// Membership metrics (`ferrolb_membership_*`).
     pub membership: MembershipMetrics,
     /// BFD session metrics (`ferrolb_bfd_*`).
@@ -197,6 +199,7 @@ impl Metrics {
         let replan_seconds = Histogram::new(exponential_buckets(0.000_25, 2.0, 15));
         let readiness = ReadinessMetrics::default();
         readiness.register(registry);
+        let active_active = crate::announce::active_active::FilterMetrics::register(registry);
         registry.register(
             "speaker_status_writes",
             "ServiceAnnouncement writes by result",
@@ -249,6 +252,7 @@ impl Metrics {
             registry: root,
             l2_ownership_changes,
             l2,
+            active_active,
             membership,
             bfd,
             session_up,

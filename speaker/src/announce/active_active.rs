@@ -19,12 +19,77 @@ use ferrolb_proto::l2::L2Status;
 use ferrolb_proto::l2::active_active::{DEFAULT_GRACE, Input, Spread, nft, virtual_mac};
 use futures::TryStreamExt;
 use netlink_packet_route::neighbour::NeighbourFlags;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// How soon a table nft refused is tried again.
 const RETRY: Duration = Duration::from_secs(5);
+
+/// One active-active address.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AddressLabel {
+    /// The address.
+    pub address: String,
+}
+
+/// A load of the tables, by result.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LoadLabel {
+    /// `loaded` or `refused`.
+    pub result: String,
+}
+
+/// The bucket filter's metrics.
+#[derive(Debug, Clone, Default)]
+pub struct FilterMetrics {
+    /// Buckets of each address this node takes new flows of (of 256).
+    pub buckets: Family<AddressLabel, Gauge>,
+    /// Table loads by result.
+    pub loads: Family<LoadLabel, Counter>,
+}
+
+impl FilterMetrics {
+    /// Registers under `registry` (prefixed `ferrolb`).
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = FilterMetrics::default();
+        for result in ["loaded", "refused"] {
+            let _ = m.loads.get_or_create(&LoadLabel { result: result.into() });
+        }
+        registry.register(
+            "l2_active_active_buckets",
+            "buckets of an active-active address this node takes new flows of (of 256)",
+            m.buckets.clone(),
+        );
+        registry.register(
+            "l2_active_active_loads",
+            "bucket filter table loads by result (nft)",
+            m.loads.clone(),
+        );
+        m
+    }
+
+    /// Sets each address's owned buckets; those of `shown` gone from the filter are removed.
+    fn observe(&self, spread: &Spread, shown: &mut BTreeSet<IpAddr>) {
+        for (ip, a) in spread.addresses() {
+            let owned = i64::try_from(a.owned()).unwrap_or(i64::MAX);
+            self.buckets.get_or_create(&AddressLabel { address: ip.to_string() }).set(owned);
+        }
+        for gone in shown.iter().filter(|ip| !spread.addresses().contains_key(ip)) {
+            self.buckets.remove(&AddressLabel { address: gone.to_string() });
+        }
+        *shown = spread.addresses().keys().copied().collect();
+    }
+
+    fn count(&self, result: &str) {
+        self.loads.get_or_create(&LoadLabel { result: result.into() }).inc();
+    }
+}
 
 /// What the filter is asked: None until the first plan (the tables a previous run left
 /// stay untouched until then).
@@ -39,9 +104,9 @@ pub struct BucketFilter {
 
 impl BucketFilter {
     /// Starts the filter of node `me`; `status` tells which interfaces answer.
-    pub fn spawn(me: &str, status: watch::Receiver<L2Status>) -> Self {
+    pub fn spawn(me: &str, status: watch::Receiver<L2Status>, metrics: FilterMetrics) -> Self {
         let (desired, rx) = watch::channel(None);
-        let task = tokio::spawn(run(me.to_owned(), rx, status));
+        let task = tokio::spawn(run(me.to_owned(), rx, status, metrics));
         BucketFilter { desired, task }
     }
 
@@ -66,7 +131,12 @@ impl BucketFilter {
     }
 }
 
-async fn run(me: String, mut desired: watch::Receiver<Desired>, mut status: watch::Receiver<L2Status>) {
+async fn run(
+    me: String,
+    mut desired: watch::Receiver<Desired>,
+    mut status: watch::Receiver<L2Status>,
+    metrics: FilterMetrics,
+) {
     let mut spread = Spread::new(&me, DEFAULT_GRACE);
     let mut loaded: Option<String> = None;
     // A table of a previous run (killed, or stopped) filters with what that run knew:
@@ -91,6 +161,7 @@ async fn run(me: String, mut desired: watch::Receiver<Desired>, mut status: watc
     let mut unicast: BTreeSet<(String, [u8; 6])> = BTreeSet::new();
     let mut retry: Option<Instant> = None;
     let mut open = true;
+    let mut shown = BTreeSet::new();
     loop {
         let want = desired.borrow_and_update().clone();
         if let Some(want) = want {
@@ -115,13 +186,16 @@ async fn run(me: String, mut desired: watch::Receiver<Desired>, mut status: watc
                         );
                         loaded = Some(text);
                         retry = None;
+                        metrics.count("loaded");
                     }
                     Err(e) => {
+                        metrics.count("refused");
                         tracing::error!(error = %e, "active-active bucket filter: nft refused the table; retrying in 5 s");
                         retry = Some(now + RETRY);
                     }
                 }
             }
+            metrics.observe(&spread, &mut shown);
             let want: BTreeSet<(String, [u8; 6])> = spread
                 .addresses()
                 .keys()
@@ -224,4 +298,45 @@ async fn accept_mac(dev: &str, mac: [u8; 6]) -> Result<(), String> {
     .await;
     conn.abort();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use ferrolb_testkit::ip;
+
+    fn encoded(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    }
+
+    #[test]
+    fn each_address_shows_its_owned_buckets_until_it_leaves_the_filter() {
+        let mut registry = Registry::default();
+        let metrics = FilterMetrics::register(&mut registry);
+        let mut spread = Spread::new("node1", DEFAULT_GRACE);
+        let now = std::time::Instant::now();
+        let both = vec!["node1".to_string(), "node2".to_string()];
+        spread.handle(
+            now,
+            Input::Desired(BTreeMap::from([(ip("192.0.2.50"), both.clone()), (ip("2001:db8::50"), both)])),
+        );
+        let mut shown = BTreeSet::new();
+        metrics.observe(&spread, &mut shown);
+        let text = encoded(&registry);
+        assert!(text.contains("l2_active_active_buckets{address=\"192.0.2.50\"} 128"), "{text}");
+        assert!(text.contains("l2_active_active_buckets{address=\"2001:db8::50\"} 128"), "{text}");
+        assert!(text.contains("l2_active_active_loads_total{result=\"refused\"} 0"), "{text}");
+        // One address leaves: it drains (owning nothing), then goes from the filter and the metrics.
+        spread.handle(now, Input::Desired(BTreeMap::from([(ip("192.0.2.50"), vec!["node1".to_string()])])));
+        metrics.observe(&spread, &mut shown);
+        assert!(encoded(&registry).contains("l2_active_active_buckets{address=\"2001:db8::50\"} 0"));
+        spread.handle(now + DEFAULT_GRACE, Input::Timeout);
+        metrics.observe(&spread, &mut shown);
+        let text = encoded(&registry);
+        assert!(text.contains("l2_active_active_buckets{address=\"192.0.2.50\"} 256"), "{text}");
+        assert!(!text.contains("2001:db8::50"), "{text}");
+    }
 }

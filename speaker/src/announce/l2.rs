@@ -27,7 +27,7 @@ impl L2Announcer {
     pub fn spawn(me: &str, metrics: &Metrics) -> Result<Self, String> {
         let handle =
             l2::L2Announcer::spawn(L2Config::default(), metrics.l2.clone()).map_err(|e| e.to_string())?;
-        let filter = BucketFilter::spawn(me, handle.status());
+        let filter = BucketFilter::spawn(me, handle.status(), metrics.active_active.clone());
         Ok(L2Announcer { handle, filter, keep: BTreeMap::new() })
     }
 
