@@ -337,3 +337,49 @@ fn speakers_through_a_death_a_return_and_a_roll(vip: IpAddr) {
     lost.append(&mut broken(&mut first, &["node1", "node3"]));
     assert_eq!(lost, BTreeMap::new(), "connections lost across the roll of node1's speaker");
 }
+
+/// The static file of an active-active Local Service whose serving endpoints are on `nodes`.
+fn local_file(vip: IpAddr, nodes: &[usize]) -> String {
+    let mut objs: Vec<String> = (1..=3).map(yaml::node).collect();
+    objs.push(yaml::pool("lan", &["192.0.2.200-192.0.2.250", "2001:db8::200-2001:db8::250"]));
+    objs.push(yaml::l2_advertisement("lan", &["ipAddressPools: [lan]", "mode: ActiveActive"]));
+    let endpoints: String = nodes
+        .iter()
+        .map(|&i| {
+            format!(
+                "\n- {{addresses: [10.0.0.{i}], nodeName: {}, conditions: {{ready: true}}}}",
+                addressing::node_name(i)
+            )
+        })
+        .collect();
+    objs.push(format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: default}}\nspec: {{type: LoadBalancer, externalTrafficPolicy: Local, ports: [{{port: {PORT}, protocol: TCP}}]}}\nstatus: {{loadBalancer: {{ingress: [{{ip: \"{vip}\"}}]}}}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: web-1, namespace: default, labels: {{kubernetes.io/service-name: web}}}}\naddressType: IPv4\nendpoints:{endpoints}\n"
+    ));
+    yaml::stream(&objs)
+}
+
+#[test]
+fn under_local_policy_a_node_without_a_serving_endpoint_gets_no_bucket() {
+    let vip = addressing::lan_v4(0xd3);
+    let (lab, _servers) = lab_for(vip, false);
+    let key = write_membership_key(&lab, "cluster-key").unwrap();
+    let file = local_file(vip, &[1, 3]);
+    let speakers: Vec<Speaker> = (1..=3).map(|i| Speaker::start_l2(&lab, i, &file, &key).unwrap()).collect();
+    wait_shares(&lab, vip, &[1, 3], &speakers);
+    assert_eq!(owned_buckets(&lab.nodes()[1], vip), 0, "node2 has no serving endpoint");
+    let mut before = open(&lab, vip, 20000..20600);
+    assert_even(&flow_split(&before), &["node1", "node3"], 600, "Local: endpoints on node1 and node3");
+
+    // An endpoint starts serving on node2: it takes its share; nobody's connection breaks.
+    for s in &speakers {
+        s.replace_file(&local_file(vip, &[1, 2, 3])).unwrap();
+    }
+    wait_shares(&lab, vip, &[1, 2, 3], &speakers);
+    assert_eq!(
+        broken(&mut before, &["node1", "node3"]),
+        BTreeMap::new(),
+        "connections broke when node2 joined"
+    );
+    let after = open(&lab, vip, 21000..22000);
+    assert_even(&flow_split(&after), &["node1", "node2", "node3"], 1000, "Local: endpoints on every node");
+}

@@ -211,15 +211,16 @@ impl Spread {
             nodes.dedup();
             let owners = owners(ip, &nodes);
             let me = nodes.iter().position(|n| *n == self.me);
-            // A new address holds no flows on this node: no grace is needed here (a
-            // restart adopts what the previous run left, see [`Spread::adopt`]).
+            let mine = |b: usize| me.is_some() && me == owners.get(b).copied();
+            // An address new to this node holds no flows here, but may on other nodes
+            // (this node just became eligible): its buckets are acquired through the
+            // grace. (A restart adopts what the previous run left: [`Spread::adopt`].)
             let entry = self.addresses.entry(ip).or_insert_with(|| {
-                let start =
-                    |b: usize| if me == owners.get(b).copied() { Bucket::Mine } else { Bucket::NotMine };
+                let start = |b: usize| if mine(b) { Bucket::Acquiring(until) } else { Bucket::NotMine };
                 Address { buckets: (0..BUCKETS).map(start).collect(), nodes: Vec::new() }
             });
             for (b, state) in entry.buckets.iter_mut().enumerate() {
-                *state = state.to(me.is_some() && me == owners.get(b).copied(), until);
+                *state = state.to(mine(b), until);
             }
             entry.nodes = nodes;
         }

@@ -115,10 +115,14 @@ fn states(s: &Spread, a: &str) -> BTreeMap<&'static str, usize> {
 const GRACE: Duration = Duration::from_secs(60);
 
 #[test]
-fn a_new_address_needs_no_grace() {
+fn a_new_address_is_acquired_through_the_grace() {
+    // This node may have just become eligible: the others may hold flows of it.
     let t0 = Instant::now();
     let mut s = Spread::new("node1", GRACE);
     s.handle(t0, desired(&[("192.0.2.50", &["node1", "node2"])]));
+    assert_eq!(states(&s, "192.0.2.50"), BTreeMap::from([("acquiring", 128), ("not mine", 128)]));
+    assert_eq!(s.poll_timeout(), Some(t0 + GRACE));
+    s.handle(t0 + GRACE, Input::Timeout);
     assert_eq!(states(&s, "192.0.2.50"), BTreeMap::from([("mine", 128), ("not mine", 128)]));
     assert_eq!(s.poll_timeout(), None);
 }
@@ -127,8 +131,9 @@ fn settled(me: &str, pairs: &[(&str, &[&str])]) -> (Spread, Instant) {
     let t0 = Instant::now();
     let mut s = Spread::new(me, GRACE);
     s.handle(t0, desired(pairs));
+    s.handle(t0 + GRACE, Input::Timeout);
     assert_eq!(s.poll_timeout(), None);
-    (s, t0)
+    (s, t0 + GRACE)
 }
 
 #[test]
