@@ -168,16 +168,22 @@ async fn run(
             let now = Instant::now();
             spread.handle(now.into_std(), Input::Desired(want));
             let st = status.borrow_and_update().clone();
-            // Interfaces answering for an address whose buckets this node still holds.
+            // Interfaces answering for an address whose buckets this node still holds;
+            // while some bucket drains, also those it was received on (an interface that
+            // stopped answering still brings its flows), unless that failed to load (an
+            // interface that is gone).
+            let draining = spread.addresses().values().any(|a| !a.settled());
             let devices: BTreeSet<String> = spread
                 .addresses()
                 .keys()
                 .filter_map(|ip| st.addresses.get(ip))
                 .flat_map(|a| a.interfaces.iter().cloned())
-                .chain(loaded_devices(&loaded))
+                .chain(if draining && retry.is_none() { loaded_devices(&loaded) } else { Vec::new() })
                 .collect();
             let text = nft::ruleset(&spread, &devices);
-            if loaded.as_deref() != Some(text.as_str()) && retry.is_none_or(|t| t <= now) {
+            if loaded.as_deref() == Some(text.as_str()) {
+                retry = None;
+            } else if retry.is_none_or(|t| t <= now) {
                 match load(&text).await {
                     Ok(()) => {
                         tracing::info!(

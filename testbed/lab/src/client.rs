@@ -5,6 +5,7 @@ mod arp;
 mod flows;
 mod http;
 mod probe;
+mod serve;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;

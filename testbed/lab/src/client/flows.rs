@@ -3,82 +3,42 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use super::serve::Serving;
 use crate::Error;
 use crate::netns::Netns;
 
 /// A TCP server inside a namespace that sends its name on every connection, then echoes
 /// what it reads until the peer closes. Stops accepting when dropped.
+#[derive(Debug)]
 pub struct EchoServer {
-    stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for EchoServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("EchoServer")
-    }
+    _serving: Serving,
 }
 
 impl EchoServer {
     /// Serves on `bind` inside `ns` (the address need not be configured yet), greeting
     /// with `name` and a newline.
     pub fn start(ns: &Netns, bind: SocketAddr, name: &str) -> Result<Self, Error> {
-        let listener = ns.run(move || -> std::io::Result<TcpListener> {
-            let s = Socket::new(Domain::for_address(bind), Type::STREAM, Some(Protocol::TCP))?;
-            s.set_reuse_address(true)?;
-            if bind.is_ipv4() {
-                s.set_freebind_v4(true)?;
-            } else {
-                s.set_freebind_v6(true)?;
-            }
-            s.bind(&bind.into())?;
-            s.listen(1024)?;
-            let l: TcpListener = s.into();
-            l.set_nonblocking(true)?;
-            Ok(l)
-        })??;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (stop2, greeting) = (stop.clone(), format!("{name}\n"));
-        let handle = std::thread::spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((mut s, _)) => {
-                        let greeting = greeting.clone();
-                        std::thread::spawn(move || {
-                            let _ = s.set_nonblocking(false);
-                            if s.write_all(greeting.as_bytes()).is_err() {
-                                return;
-                            }
-                            let mut buf = [0u8; 64];
-                            while let Ok(n) = s.read(&mut buf) {
-                                if n == 0 || s.write_all(&buf[..n]).is_err() {
-                                    return;
-                                }
-                            }
-                        });
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+        let greeting = format!("{name}\n");
+        let serving = Serving::start(ns, bind, 1024, move |mut s| {
+            let greeting = greeting.clone();
+            std::thread::spawn(move || {
+                if s.write_all(greeting.as_bytes()).is_err() {
+                    return;
                 }
-            }
-        });
-        Ok(EchoServer { stop, handle: Some(handle) })
-    }
-}
-
-impl Drop for EchoServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
+                let mut buf = [0u8; 64];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+        })?;
+        Ok(EchoServer { _serving: serving })
     }
 }
 

@@ -2,14 +2,10 @@
 //! request with a fixed body.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use socket2::{Domain, Protocol, Socket, Type};
-
+use super::serve::Serving;
 use crate::Error;
 use crate::netns::Netns;
 
@@ -42,55 +38,25 @@ pub fn metric_sample(text: &str, series: &str) -> Option<f64> {
 
 /// A tiny HTTP server inside a namespace answering every request with a fixed body
 /// (which node answered). Stops when dropped.
+#[derive(Debug)]
 pub struct HttpServer {
-    stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for HttpServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("HttpServer")
-    }
+    _serving: Serving,
 }
 
 impl HttpServer {
     /// Serves `body` on `bind` inside `ns`.
     pub fn start(ns: &Netns, bind: SocketAddr, body: &str) -> Result<Self, Error> {
-        let listener = ns.run(move || -> std::io::Result<TcpListener> {
-            let s = Socket::new(Domain::for_address(bind), Type::STREAM, Some(Protocol::TCP))?;
-            s.set_reuse_address(true)?;
-            // Bind to addresses that are not (yet) configured, like a VIP before takeover.
-            if bind.is_ipv4() {
-                s.set_freebind_v4(true)?;
-            } else {
-                s.set_freebind_v6(true)?;
-            }
-            s.bind(&bind.into())?;
-            s.listen(64)?;
-            let l: TcpListener = s.into();
-            l.set_nonblocking(true)?;
-            Ok(l)
-        })??;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (stop2, body) = (stop.clone(), body.to_string());
-        let handle = std::thread::spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((mut s, _)) => {
-                        let _ = s.set_nonblocking(false);
-                        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                        read_request_head(&mut s);
-                        let _ = write!(
-                            s,
-                            "HTTP/1.0 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                            body.len()
-                        );
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
-        Ok(HttpServer { stop, handle: Some(handle) })
+        let body = body.to_string();
+        let serving = Serving::start(ns, bind, 64, move |mut s| {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            read_request_head(&mut s);
+            let _ = write!(
+                s,
+                "HTTP/1.0 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        })?;
+        Ok(HttpServer { _serving: serving })
     }
 }
 
@@ -104,15 +70,6 @@ fn read_request_head(s: &mut TcpStream) {
         match s.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => head.extend_from_slice(buf.get(..n).unwrap_or_default()),
-        }
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
         }
     }
 }
