@@ -148,6 +148,19 @@ enum Bench {
         #[arg(long)]
         failure: Option<ferrolb_bench::failover::Failure>,
     },
+    /// L2 active-active: connection rate and throughput through one address as the nodes
+    /// serving it grow, one elected node against every node, and the frames flooding costs.
+    ActiveActive {
+        /// Node counts to measure (a lab each).
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 3])]
+        nodes: Vec<usize>,
+        /// Length of each measurement, seconds.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Client threads opening connections, and parallel streams.
+        #[arg(long, default_value_t = 8)]
+        streams: usize,
+    },
     /// L2 soak: false failovers of ferrolb (3 nodes) and keepalived (VRRPv3, 10 ms adverts)
     /// while stress-ng saturates every core and nothing fails.
     L2Soak {
@@ -342,6 +355,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(ferrolb_bench::failover::run(&ferrolb_bench::failover::Params { trials, family, failure })?)
         }
         Cmd::Bench { bench: Bench::L2Soak { seconds } } => Ok(ferrolb_bench::l2_soak::run(seconds)?),
+        Cmd::Bench { bench: Bench::ActiveActive { nodes, seconds, streams } } => {
+            let settings = ferrolb_bench::active_active::Settings { nodes, seconds, streams };
+            ferrolb_bench::active_active::run(&settings)?;
+            Ok(())
+        }
         Cmd::Bench { bench: Bench::ApiserverFailover { trials, interval_ms, failure_threshold } } => {
             let interval = std::time::Duration::from_millis(interval_ms);
             Ok(ferrolb_bench::apiserver_failover::run(&ferrolb_bench::apiserver_failover::Params {

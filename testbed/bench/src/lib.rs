@@ -1,6 +1,7 @@
 //! `ferrolb-testbed bench …`: figures printed side by side with the systems ferrolb is
 //! measured against, in the same run. Benchmarks print; they never pass or fail on time.
 
+pub mod active_active;
 pub mod apiserver_failover;
 pub mod bfd;
 pub mod bgp_scale;

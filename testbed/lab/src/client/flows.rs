@@ -40,6 +40,27 @@ impl EchoServer {
         })?;
         Ok(EchoServer { _serving: serving })
     }
+
+    /// Like [`EchoServer::start`], but what it reads is discarded, not echoed (a sink
+    /// for throughput).
+    pub fn sink(ns: &Netns, bind: SocketAddr, name: &str) -> Result<Self, Error> {
+        let greeting = format!("{name}\n");
+        let serving = Serving::start(ns, bind, 1024, move |mut s| {
+            let greeting = greeting.clone();
+            std::thread::spawn(move || {
+                if s.write_all(greeting.as_bytes()).is_err() {
+                    return;
+                }
+                let mut buf = vec![0u8; 256 * 1024];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                }
+            });
+        })?;
+        Ok(EchoServer { _serving: serving })
+    }
 }
 
 /// One connection to an [`EchoServer`].
