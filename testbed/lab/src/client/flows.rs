@@ -23,27 +23,16 @@ impl EchoServer {
     /// Serves on `bind` inside `ns` (the address need not be configured yet), greeting
     /// with `name` and a newline.
     pub fn start(ns: &Netns, bind: SocketAddr, name: &str) -> Result<Self, Error> {
-        let greeting = format!("{name}\n");
-        let serving = Serving::start(ns, bind, 1024, move |mut s| {
-            let greeting = greeting.clone();
-            std::thread::spawn(move || {
-                if s.write_all(greeting.as_bytes()).is_err() {
-                    return;
-                }
-                let mut buf = [0u8; 64];
-                while let Ok(n) = s.read(&mut buf) {
-                    if n == 0 || s.write_all(&buf[..n]).is_err() {
-                        return;
-                    }
-                }
-            });
-        })?;
-        Ok(EchoServer { _serving: serving })
+        Self::serve(ns, bind, name, true)
     }
 
     /// Like [`EchoServer::start`], but what it reads is discarded, not echoed (a sink
     /// for throughput).
     pub fn sink(ns: &Netns, bind: SocketAddr, name: &str) -> Result<Self, Error> {
+        Self::serve(ns, bind, name, false)
+    }
+
+    fn serve(ns: &Netns, bind: SocketAddr, name: &str, echo: bool) -> Result<Self, Error> {
         let greeting = format!("{name}\n");
         let serving = Serving::start(ns, bind, 1024, move |mut s| {
             let greeting = greeting.clone();
@@ -51,9 +40,9 @@ impl EchoServer {
                 if s.write_all(greeting.as_bytes()).is_err() {
                     return;
                 }
-                let mut buf = vec![0u8; 256 * 1024];
+                let mut buf = vec![0u8; if echo { 64 } else { 256 * 1024 }];
                 while let Ok(n) = s.read(&mut buf) {
-                    if n == 0 {
+                    if n == 0 || (echo && s.write_all(&buf[..n]).is_err()) {
                         return;
                     }
                 }
