@@ -39,4 +39,5 @@ pub mod diff;
 pub mod election;
 pub mod l2;
 pub mod membership;
+pub mod nftables;
 pub mod time;
