@@ -1,6 +1,6 @@
 //! Active-active L2 in the real kernel: the buckets of
-//! [`ferrolb_proto::l2::active_active`] rendered as nftables tables, loaded by real
-//! `nft` into three nodes, and 1 000 TCP connections from behind the router r1 to one
+//! [`ferrolb_proto::l2::active_active`] built as nftables tables, loaded over netlink
+//! (as the speaker loads them) into three nodes, and 1 000 TCP connections from behind the router r1 to one
 //! address: they split over the nodes by bucket, survive a node's death on the others,
 //! and survive its return (make before break), on IPv4 and IPv6.
 //!
@@ -20,10 +20,12 @@ use ferrolb_lab::speaker::{Speaker, write_membership_key, yaml};
 use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 use ferrolb_proto::l2::active_active::{Input, Spread, nft, virtual_mac};
 use ferrolb_proto::l2::arp::mac_to_string;
+use ferrolb_proto::nftables::{Family, socket};
 
 const PORT: u16 = 8080;
 const GRACE: Duration = Duration::from_secs(600);
 const TIMEOUT: Duration = Duration::from_secs(5);
+const METRICS_PORT: u16 = 9472;
 
 /// One node's filter: its spread, loaded into its namespace's kernel.
 struct Node {
@@ -33,28 +35,26 @@ struct Node {
 
 impl Node {
     /// A speaker that has run for longer than the grace: its buckets are settled.
-    fn settled(name: &str, vip: IpAddr, members: &[&str], lab: &Lab, ns: &Netns) -> Node {
+    fn settled(name: &str, vip: IpAddr, members: &[&str], ns: &Netns) -> Node {
         let t0 = Instant::now();
         let mut n = Node { name: name.into(), spread: Spread::new(name, GRACE) };
         n.spread.handle(t0, desired(vip, members));
         n.spread.handle(t0 + GRACE, Input::Timeout);
-        n.load(lab, ns);
+        n.load(ns);
         n
     }
 
-    /// Loads the rendered table with real `nft`.
-    fn load(&self, lab: &Lab, ns: &Netns) {
-        let text = nft::ruleset(&self.spread, &BTreeSet::from(["eth0".to_string()]));
-        let path = lab.dir().join(format!("{}.nft", self.name));
-        std::fs::write(&path, &text).unwrap();
-        if let Err(e) = ns.exec(&["nft", "-f", path.to_str().unwrap()]) {
-            panic!("nft refused the table of {}: {e}\n{text}", self.name);
+    /// Loads its tables into the namespace's kernel.
+    fn load(&self, ns: &Netns) {
+        let batch = nft::ruleset(&self.spread, &BTreeSet::from(["eth0".to_string()]));
+        if let Err(e) = ns.run(move || socket::load(&batch)).unwrap() {
+            panic!("nf_tables refused the tables of {}: {e}", self.name);
         }
     }
 
-    fn members(&mut self, vip: IpAddr, members: &[&str], lab: &Lab, ns: &Netns) {
+    fn members(&mut self, vip: IpAddr, members: &[&str], ns: &Netns) {
         self.spread.handle(Instant::now(), desired(vip, members));
-        self.load(lab, ns);
+        self.load(ns);
     }
 }
 
@@ -143,21 +143,28 @@ fn death_and_return(vip: IpAddr) {
     let (lab, _servers) = lab_for(vip, true);
     let all = ["node1", "node2", "node3"];
     let mut nodes: Vec<Node> =
-        all.iter().zip(lab.nodes()).map(|(name, ns)| Node::settled(name, vip, &all, &lab, ns)).collect();
+        all.iter().zip(lab.nodes()).map(|(name, ns)| Node::settled(name, vip, &all, ns)).collect();
 
     // 1 000 connections from 1 000 source ports: every node takes its third.
     let mut first = open(&lab, vip, 20000..21000);
     assert_even(&flow_split(&first), &all, 1000, "1 000 connections over three nodes");
+    // Each node dropped the others' packets, as its not-mine counter (read back over
+    // netlink, as the speaker reads it) says.
     for ns in lab.nodes() {
-        let dropped = packets(ns, &format!("n_{}", vip.to_string().replace(['.', ':'], "_")), "drop");
-        assert!(dropped > 0, "{}: no packet dropped as another node's", ns.name());
+        let rules = ns.run(|| socket::rule_packets(Family::Inet, nft::TABLE)).unwrap().unwrap();
+        let dropped = nft::not_mine(&rules);
+        assert!(
+            dropped.get(&vip).is_some_and(|n| *n > 0),
+            "{}: no packet dropped as another node's: {dropped:?}",
+            ns.name()
+        );
     }
 
     // node2 dies: its switch port is cut; the survivors take its buckets.
     let ns2 = &lab.nodes()[1];
     lab.switch().ip(&["link", "set", "n2", "down"]).unwrap();
     for i in [0, 2] {
-        nodes[i].members(vip, &["node1", "node3"], &lab, &lab.nodes()[i]);
+        nodes[i].members(vip, &["node1", "node3"], &lab.nodes()[i]);
     }
     let lost = broken(&mut first, &["node1", "node3"]);
     assert_eq!(lost, BTreeMap::new(), "connections held by the survivors broke when node2 died");
@@ -169,12 +176,12 @@ fn death_and_return(vip: IpAddr) {
     lab.switch().ip(&["link", "set", "n2", "up"]).unwrap();
     let t = Instant::now();
     nodes[1].spread = Spread::new("node2", GRACE);
-    let left = ns2.exec(&["nft", "list", "table", "inet", nft::TABLE]).unwrap();
+    let left = ns2.run(|| socket::chains(Family::Inet, nft::TABLE)).unwrap().unwrap();
     nodes[1].spread.adopt(t, nft::addresses_in(&left));
     nodes[1].spread.handle(t, desired(vip, &all));
-    nodes[1].load(&lab, ns2);
+    nodes[1].load(ns2);
     for i in [0, 2] {
-        nodes[i].members(vip, &all, &lab, &lab.nodes()[i]);
+        nodes[i].members(vip, &all, &lab.nodes()[i]);
     }
     let mut held = broken(&mut during, &["node1", "node3"]);
     held.append(&mut broken(&mut first, &["node1", "node3"]));
@@ -198,28 +205,22 @@ fn ipv6_flows_split_by_bucket_and_survive_a_death_and_a_return() {
     death_and_return(addressing::lan_v6(0x60));
 }
 
-/// Buckets of `vip` whose packets `ns` lets past its first chain, with verdict `verdict`
-/// in the per-address chain `prefix` ("a": accept, "g": the grace chains).
+/// Elements of `vip`'s map `prefix` ("a": buckets not mine, "g": buckets in grace)
+/// whose verdict is `verdict`, as `nft` lists the loaded map.
 fn buckets(ns: &Netns, vip: IpAddr, prefix: &str, verdict: &str) -> usize {
-    let chain = format!("{prefix}_{}", vip.to_string().replace(['.', ':'], "_"));
-    let Ok(text) = ns.exec(&["nft", "list", "chain", "inet", nft::TABLE, &chain]) else { return 0 };
-    let flat = text.replace('\n', " ");
-    let Some(map) = flat.split("vmap {").nth(1).and_then(|m| m.split('}').next()) else { return 0 };
-    map.split(',')
-        .filter_map(|e| {
-            let (keys, v) = e.split_once(':')?;
-            if v.trim() != verdict {
-                return None;
-            }
-            let (a, b) = keys.trim().split_once('-').unwrap_or((keys.trim(), keys.trim()));
-            Some(b.trim().parse::<usize>().ok()? - a.trim().parse::<usize>().ok()? + 1)
-        })
-        .sum()
+    let map = format!("{prefix}_{}", vip.to_string().replace(['.', ':'], "_"));
+    let Ok(text) = ns.exec(&["nft", "list", "map", "inet", nft::TABLE, &map]) else { return 0 };
+    text.matches(&format!(": {verdict}")).count()
 }
 
-/// Buckets of `vip` that `ns` owns (takes new flows of), read from its loaded table.
+/// Buckets of `vip` that `ns` owns (takes new flows of), read from its loaded table
+/// (two reads: a load between them may make it wrong, once).
 fn owned_buckets(ns: &Netns, vip: IpAddr) -> usize {
-    buckets(ns, vip, "a", "accept").saturating_sub(buckets(ns, vip, "g", "goto draining"))
+    let chain = format!("a_{}", vip.to_string().replace(['.', ':'], "_"));
+    if ns.exec(&["nft", "list", "chain", "inet", nft::TABLE, &chain]).is_err() {
+        return 0;
+    }
+    256usize.saturating_sub(buckets(ns, vip, "a", "goto n_") + buckets(ns, vip, "g", "goto draining"))
 }
 
 /// Waits until each of `nodes` (lab indexes) owns its share of `vip`'s buckets.
@@ -279,8 +280,12 @@ fn speakers_through_a_death_a_return_and_a_roll(vip: IpAddr) {
     objs.push(yaml::l2_advertisement("lan", &["ipAddressPools: [lan]", "mode: ActiveActive"]));
     objs.push(yaml::service("web", &[vip]));
     let file = yaml::stream(&objs);
-    let mut speakers: Vec<Speaker> =
-        (1..=3).map(|i| Speaker::start_l2(&lab, i, &file, &key).unwrap()).collect();
+    let mut speakers: Vec<Speaker> = (1..=3)
+        .map(|i| {
+            let metrics = SocketAddr::new(addressing::node_v4(i).into(), METRICS_PORT).to_string();
+            Speaker::start_l2_env(&lab, i, &file, &key, &["--metrics-addr", &metrics], &[]).unwrap()
+        })
+        .collect();
     wait_shares(&lab, vip, &[1, 2, 3], &speakers);
 
     // Every node answers ARP (each from its own MAC), all with the one virtual MAC: the
@@ -307,6 +312,14 @@ fn speakers_through_a_death_a_return_and_a_roll(vip: IpAddr) {
     speakers[1].kill();
     let took = time_until_new_connections_succeed(&lab, vip);
     println!("speakers: new connections all succeed {took:?} after node2 died");
+    // The survivors reloaded their tables, and read what the old ones dropped first.
+    let sample = format!("ferrolb_l2_active_active_not_mine_packets_total{{address=\"{vip}\"}}");
+    for i in [1, 3] {
+        let at = SocketAddr::new(addressing::node_v4(i).into(), METRICS_PORT);
+        let body = client::http_get(lab.client(), at, "/metrics", TIMEOUT).unwrap();
+        let dropped = client::metric_sample(&body, &sample).unwrap_or(0.0);
+        assert!(dropped > 0.0, "node{i} counted no packet as another node's: {sample} = {dropped}");
+    }
     assert_eq!(broken(&mut first, &["node1", "node3"]), BTreeMap::new(), "survivors' connections broke");
     let mut during = open(&lab, vip, 30000..30300);
     assert_even(

@@ -1,7 +1,7 @@
 //! The bucket filter of active-active L2 addresses, as the speaker drives it: the
 //! plan's [`crate::plan::Plan::l2_active_active`] fed to the sans-IO
-//! [`Spread`](ferrolb_proto::l2::active_active::Spread), its tables loaded with `nft`,
-//! and each address's virtual MAC added to the unicast filter of the interfaces that
+//! [`Spread`](ferrolb_proto::l2::active_active::Spread), its tables loaded over
+//! netlink (no nftables userland needed), and each address's virtual MAC added to the unicast filter of the interfaces that
 //! answer for it (as `bridge fdb add MAC dev IF self permanent` does), so the NIC
 //! accepts its frames without promiscuous mode.
 //!
@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use ferrolb_proto::l2::L2Status;
 use ferrolb_proto::l2::active_active::{DEFAULT_GRACE, Input, Spread, nft, virtual_mac};
+use ferrolb_proto::nftables::{self, Batch, socket};
 use futures::TryStreamExt;
 use netlink_packet_route::neighbour::NeighbourFlags;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -24,12 +25,13 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// How soon a table nft refused is tried again.
+/// How soon tables the kernel refused are tried again.
 const RETRY: Duration = Duration::from_secs(5);
+/// How often the not-mine counters are read (and before every load, which resets them).
+const READ_COUNTERS: Duration = Duration::from_secs(15);
 
 /// One active-active address.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -52,6 +54,8 @@ pub struct FilterMetrics {
     pub buckets: Family<AddressLabel, Gauge>,
     /// Table loads by result.
     pub loads: Family<LoadLabel, Counter>,
+    /// Packets of each address dropped as another node's.
+    pub not_mine: Family<AddressLabel, Counter>,
 }
 
 impl FilterMetrics {
@@ -66,10 +70,11 @@ impl FilterMetrics {
             "buckets of an active-active address this node takes new flows of (of 256)",
             m.buckets.clone(),
         );
+        registry.register("l2_active_active_loads", "bucket filter table loads by result", m.loads.clone());
         registry.register(
-            "l2_active_active_loads",
-            "bucket filter table loads by result (nft)",
-            m.loads.clone(),
+            "l2_active_active_not_mine_packets",
+            "packets of an active-active address this node dropped as another node's",
+            m.not_mine.clone(),
         );
         m
     }
@@ -82,8 +87,19 @@ impl FilterMetrics {
         }
         for gone in shown.iter().filter(|ip| !spread.addresses().contains_key(ip)) {
             self.buckets.remove(&AddressLabel { address: gone.to_string() });
+            self.not_mine.remove(&AddressLabel { address: gone.to_string() });
         }
         *shown = spread.addresses().keys().copied().collect();
+    }
+
+    /// Adds what the loaded table's counters (`now`) counted since they were last read
+    /// (`last`, from the same table).
+    fn count_not_mine(&self, now: BTreeMap<IpAddr, u64>, last: &mut BTreeMap<IpAddr, u64>) {
+        for (ip, n) in &now {
+            let before = last.get(ip).copied().filter(|b| b <= n).unwrap_or(0);
+            self.not_mine.get_or_create(&AddressLabel { address: ip.to_string() }).inc_by(n - before);
+        }
+        *last = now;
     }
 
     fn count(&self, result: &str) {
@@ -131,6 +147,9 @@ impl BucketFilter {
     }
 }
 
+/// The tables last loaded, and the interfaces they receive on.
+type Loaded = Option<(Batch, BTreeSet<String>)>;
+
 async fn run(
     me: String,
     mut desired: watch::Receiver<Desired>,
@@ -138,20 +157,21 @@ async fn run(
     metrics: FilterMetrics,
 ) {
     let mut spread = Spread::new(&me, DEFAULT_GRACE);
-    let mut loaded: Option<String> = None;
+    let mut loaded: Loaded = None;
+    let mut counted = BTreeMap::new();
     // A table of a previous run (killed, or stopped) filters with what that run knew:
     // until the first plan, every bucket of it only keeps established flows.
     let (left, devices) = left_behind().await;
     if !left.is_empty() {
         spread.adopt(Instant::now().into_std(), left);
-        let text = nft::ruleset(&spread, &devices);
-        match load(&text).await {
-            Ok(()) => {
+        let batch = nft::ruleset(&spread, &devices);
+        match blocking(move || socket::load(&batch).map(|()| batch)).await {
+            Ok(batch) => {
                 tracing::info!(
                     addresses = spread.addresses().len(),
                     "active-active bucket filter of a previous run: every bucket drains until the first plan"
                 );
-                loaded = Some(text);
+                loaded = Some((batch, devices));
             }
             Err(e) => {
                 tracing::error!(error = %e, "active-active bucket filter: cannot load the draining table")
@@ -162,6 +182,8 @@ async fn run(
     let mut retry: Option<Instant> = None;
     let mut open = true;
     let mut shown = BTreeSet::new();
+    let mut read = tokio::time::interval(READ_COUNTERS);
+    read.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let want = desired.borrow_and_update().clone();
         if let Some(want) = want {
@@ -173,30 +195,34 @@ async fn run(
             // stopped answering still brings its flows), unless that failed to load (an
             // interface that is gone).
             let draining = spread.addresses().values().any(|a| !a.settled());
+            let kept = loaded.as_ref().filter(|_| draining && retry.is_none()).map(|(_, d)| d.clone());
             let devices: BTreeSet<String> = spread
                 .addresses()
                 .keys()
                 .filter_map(|ip| st.addresses.get(ip))
                 .flat_map(|a| a.interfaces.iter().cloned())
-                .chain(if draining && retry.is_none() { loaded_devices(&loaded) } else { Vec::new() })
+                .chain(kept.into_iter().flatten())
                 .collect();
-            let text = nft::ruleset(&spread, &devices);
-            if loaded.as_deref() == Some(text.as_str()) {
+            let batch = nft::ruleset(&spread, &devices);
+            if loaded.as_ref().is_some_and(|(b, _)| *b == batch) {
                 retry = None;
             } else if retry.is_none_or(|t| t <= now) {
-                match load(&text).await {
-                    Ok(()) => {
+                // Loading resets the counters: what they counted is read first.
+                read_not_mine(&metrics, &mut counted).await;
+                match blocking(move || socket::load(&batch).map(|()| batch)).await {
+                    Ok(batch) => {
                         tracing::info!(
                             addresses = spread.addresses().len(),
                             "active-active bucket filter loaded"
                         );
-                        loaded = Some(text);
+                        loaded = Some((batch, devices));
+                        counted.clear();
                         retry = None;
                         metrics.count("loaded");
                     }
                     Err(e) => {
                         metrics.count("refused");
-                        tracing::error!(error = %e, "active-active bucket filter: nft refused the table; retrying in 5 s");
+                        tracing::error!(error = %e, "active-active bucket filter: the kernel refused the tables; retrying in 5 s");
                         retry = Some(now + RETRY);
                     }
                 }
@@ -230,52 +256,43 @@ async fn run(
             _ = ferrolb_proto::time::sleep_until(timeout), if timeout.is_some() => {
                 spread.handle(Instant::now().into_std(), Input::Timeout);
             }
+            _ = read.tick(), if loaded.is_some() => {
+                read_not_mine(&metrics, &mut counted).await;
+                continue;
+            }
         }
     }
 }
 
-/// The devices named in the loaded table: an interface that stops answering keeps
-/// receiving the frames of addresses it still drains.
-fn loaded_devices(loaded: &Option<String>) -> Vec<String> {
-    let Some(text) = loaded else { return Vec::new() };
-    text.split("device \"").skip(1).filter_map(|s| s.split('"').next()).map(str::to_owned).collect()
+/// Runs a netlink exchange on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, socket::Error> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Reads the loaded table's not-mine counters into the metrics.
+async fn read_not_mine(metrics: &FilterMetrics, counted: &mut BTreeMap<IpAddr, u64>) {
+    match blocking(|| socket::rule_packets(nftables::Family::Inet, nft::TABLE)).await {
+        Ok(rules) => metrics.count_not_mine(nft::not_mine(&rules), counted),
+        Err(e) => tracing::debug!(error = %e, "cannot read the active-active counters"),
+    }
 }
 
 /// The addresses and interfaces of the tables a previous run left in the kernel.
 async fn left_behind() -> (Vec<IpAddr>, BTreeSet<String>) {
-    let list = |family: &'static str| async move {
-        let out = tokio::process::Command::new("nft")
-            .args(["list", "table", family, nft::TABLE])
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .output()
-            .await;
-        match out {
-            Ok(o) if o.status.success() => Some(String::from_utf8_lossy(&o.stdout).into_owned()),
-            _ => None,
+    let addresses = blocking(|| socket::chains(nftables::Family::Inet, nft::TABLE)).await;
+    let devices = blocking(|| socket::chains(nftables::Family::Netdev, nft::TABLE)).await;
+    match (addresses, devices) {
+        (Ok(a), Ok(d)) => (nft::addresses_in(&a), nft::devices_in(&d)),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "cannot read the active-active tables a previous run left; starting afresh");
+            (Vec::new(), BTreeSet::new())
         }
-    };
-    let addresses = list("inet").await.map(|t| nft::addresses_in(&t)).unwrap_or_default();
-    let devices = loaded_devices(&list("netdev").await).into_iter().collect();
-    (addresses, devices)
-}
-
-/// Loads a table script with `nft -f -`.
-async fn load(text: &str) -> Result<(), String> {
-    let mut child = tokio::process::Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            format!("cannot run nft (active-active L2 needs nftables' nft command on the node): {e}")
-        })?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(text.as_bytes()).await.map_err(|e| e.to_string())?;
     }
-    let out = child.wait_with_output().await.map_err(|e| e.to_string())?;
-    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()) }
 }
 
 /// Adds `mac` to `dev`'s unicast address list (an existing entry is kept).
@@ -344,5 +361,24 @@ mod tests {
         let text = encoded(&registry);
         assert!(text.contains("l2_active_active_buckets{address=\"192.0.2.50\"} 256"), "{text}");
         assert!(!text.contains("2001:db8::50"), "{text}");
+    }
+
+    #[test]
+    fn not_mine_packets_add_up_across_reads_and_table_loads() {
+        let mut registry = Registry::default();
+        let metrics = FilterMetrics::register(&mut registry);
+        let a = ip("192.0.2.50");
+        let sample = "l2_active_active_not_mine_packets_total{address=\"192.0.2.50\"}";
+        let mut last = BTreeMap::new();
+        metrics.count_not_mine(BTreeMap::from([(a, 10)]), &mut last);
+        metrics.count_not_mine(BTreeMap::from([(a, 25)]), &mut last);
+        assert!(encoded(&registry).contains(&format!("{sample} 25")));
+        // A load resets the kernel's counters; the reader starts over from nothing.
+        last.clear();
+        metrics.count_not_mine(BTreeMap::from([(a, 4)]), &mut last);
+        assert!(encoded(&registry).contains(&format!("{sample} 29")));
+        // Counters that went down (a table replaced behind our back) count from zero.
+        metrics.count_not_mine(BTreeMap::from([(a, 1)]), &mut last);
+        assert!(encoded(&registry).contains(&format!("{sample} 30")));
     }
 }

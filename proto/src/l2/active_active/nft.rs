@@ -1,101 +1,218 @@
-//! The nftables table that does the per-packet work of [`super::Spread`], as the text
-//! `nft -f` reads. Replacing the whole table in one transaction is atomic: no packet
-//! sees half a ruleset.
+//! The nftables tables that do the per-packet work of [`super::Spread`], as one
+//! [`nftables`](crate::nftables) batch: replacing both tables in one transaction is
+//! atomic, no packet sees half a ruleset.
 //!
 //! * `netdev ferrolb` holds one `ingress` chain per interface, before everything: a
 //!   frame sent to a virtual MAC is the host's (`meta pkttype set host`, which only the
 //!   netdev family may set), or IP would drop it as another host's.
-//! * `buckets` hooks `prerouting` at -350, after defragmentation (-400: a fragment
-//!   carries no port, the reassembled packet does) and before conntrack (-200): packets
-//!   of buckets this node does not own are dropped there and cost no conntrack entry.
-//! * `grace` hooks `prerouting` at -150, after conntrack and before kube-proxy's DNAT
-//!   (-100): the buckets in transition keep or drop by conntrack state.
+//! * `inet ferrolb`:
+//!   * `buckets` hooks `prerouting` at -350, after defragmentation (-400: a fragment
+//!     carries no port, the reassembled packet does) and before conntrack (-200):
+//!     packets of buckets this node does not own are dropped there and cost no
+//!     conntrack entry;
+//!   * `grace` hooks `prerouting` at -150, after conntrack and before kube-proxy's
+//!     DNAT (-100): the buckets in transition keep or drop by conntrack state.
 //!
-//! * `buckets` and `grace` live in `inet ferrolb`.
+//! In `nft` words (what `nft list table inet ferrolb` shows, give or take its spelling):
+//!
+//! ```text
+//! chain buckets { ip daddr vmap @addresses4; ip6 daddr vmap @addresses6 }   # → goto a_X
+//! chain a_X     { jhash ip saddr . th sport mod 256 seed S vmap @a_X }      # not mine → goto n_X
+//! chain n_X     { counter drop }                                            # the address's not-mine packets
+//! chain grace   { ip daddr vmap @grace4; ip6 daddr vmap @grace6 }           # → goto g_X
+//! chain g_X     { jhash … vmap @g_X }                                       # → goto acquiring | draining
+//! chain acquiring { ct state established,related counter accept; tcp flags & (syn|ack) != syn counter drop }
+//! chain draining  { ct state established,related counter accept; counter drop }
+//! ```
+//!
+//! A bucket missing from a map falls off the end of its `goto` chain, which ends the
+//! base chain with its policy: accept.
 //!
 //! Nothing else on the node is touched: ferrolb owns these two tables only.
 
-use std::collections::BTreeSet;
-use std::fmt::Write as _;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use super::{Address, BUCKETS, Bucket, Spread, seed, virtual_mac};
-use crate::l2::arp::mac_to_string;
+use crate::nftables::decode::ChainInfo;
+use crate::nftables::{
+    Base, Chain, Expr, Family, Hook, KeyType, MetaKey, NFPROTO_IPV4, NFPROTO_IPV6, REG_1, REG32_00, Rule,
+    Set, Table, Verdict, batch,
+};
 
-/// The table ferrolb owns.
+/// The tables' name, in both families.
 pub const TABLE: &str = "ferrolb";
 
-/// The script that makes the kernel's `ferrolb` tables match `spread`, receiving on
-/// `devices` (interface names; a name nft could not quote is skipped).
-pub fn ruleset(spread: &Spread, devices: &BTreeSet<String>) -> String {
-    // Creating a table first makes its delete valid when it does not exist yet.
-    let mut s = String::new();
-    for family in ["netdev", "inet"] {
-        let _ = writeln!(s, "table {family} {TABLE} {{}}\ndelete table {family} {TABLE}");
-    }
-    let addrs = spread.addresses();
-    if addrs.is_empty() {
-        return s;
-    }
-    let devices: Vec<&String> = devices.iter().filter(|d| quotable(d)).collect();
-    if !devices.is_empty() {
-        let _ = writeln!(s, "table netdev {TABLE} {{");
-        let macs: BTreeSet<String> = addrs.keys().map(|ip| mac_to_string(&virtual_mac(*ip))).collect();
-        let _ = writeln!(s, "  set vmacs {{ type ether_addr; elements = {{ {} }}; }}", join(macs));
-        for (i, dev) in devices.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "  chain ingress{i} {{ type filter hook ingress device \"{dev}\" priority -500; policy accept; \
-                 ether daddr @vmacs meta pkttype set host; }}"
-            );
-        }
-        s.push_str("}\n");
-    }
-    let _ = writeln!(s, "table inet {TABLE} {{");
-    let _ = writeln!(s, "  chain buckets {{ type filter hook prerouting priority -350; policy accept;");
-    dispatch(&mut s, addrs.keys().copied(), "a");
-    let _ = writeln!(s, "  }}");
-    let _ = writeln!(s, "  chain grace {{ type filter hook prerouting priority -150; policy accept;");
-    dispatch(&mut s, addrs.iter().filter(|(_, a)| !a.settled()).map(|(ip, _)| *ip), "g");
-    let _ = writeln!(s, "  }}");
-    for (ip, a) in addrs {
-        let drop = format!("goto {}", chain("n", *ip));
-        let first = verdicts(a, |b| if b == Bucket::NotMine { &drop } else { "accept" });
-        let _ = writeln!(s, "  chain {} {{ {} vmap {{ {first} }}; }}", chain("a", *ip), hash(*ip));
-        // Its own chain, so its counter is the address's packets dropped as not mine.
-        let _ = writeln!(s, "  chain {drop_chain} {{ counter drop; }}", drop_chain = chain("n", *ip));
-        if !a.settled() {
-            let then = verdicts(a, |b| match b {
-                Bucket::Acquiring(_) => "goto acquiring",
-                Bucket::Draining(_) => "goto draining",
-                Bucket::Mine | Bucket::NotMine => "",
-            });
-            let _ = writeln!(s, "  chain {} {{ {} vmap {{ {then} }}; }}", chain("g", *ip), hash(*ip));
-        }
-    }
-    // A new owner keeps its own flows and new ones; a TCP segment of a flow it never
-    // saw (no SYN) is the previous owner's.
-    let _ = writeln!(
-        s,
-        "  chain acquiring {{ ct state established,related counter accept; \
-         meta l4proto tcp tcp flags & (syn | ack) != syn counter drop; }}"
-    );
-    let _ = writeln!(s, "  chain draining {{ ct state established,related counter accept; counter drop; }}");
-    s.push_str("}\n");
-    s
+/// Priorities, before defragmentation's -400 is the only thing that must run first.
+const INGRESS_PRIORITY: i32 = -500;
+const BUCKETS_PRIORITY: i32 = -350;
+const GRACE_PRIORITY: i32 = -150;
+const ARPHRD_ETHER: u16 = 1;
+const PACKET_HOST: u8 = 0;
+const IPPROTO_TCP: u8 = 6;
+const CT_ESTABLISHED_RELATED: u32 = 0x2 | 0x4;
+const TCP_SYN: u8 = 0x02;
+const TCP_ACK: u8 = 0x10;
+
+/// The batch that makes the kernel's `ferrolb` tables match `spread`, receiving on
+/// `devices` (interface names).
+pub fn ruleset(spread: &Spread, devices: &BTreeSet<String>) -> crate::nftables::Batch {
+    let (netdev, inet) = tables(spread, devices);
+    batch(&[(Family::Netdev, TABLE, netdev.as_ref()), (Family::Inet, TABLE, inet.as_ref())])
 }
 
-/// The address → per-address chain lookups, one per family.
-fn dispatch(s: &mut String, ips: impl Iterator<Item = IpAddr> + Clone, prefix: &str) {
-    for (family, v4) in [("ip", true), ("ip6", false)] {
-        let items: Vec<String> = ips
-            .clone()
-            .filter(|ip| ip.is_ipv4() == v4)
-            .map(|ip| format!("{ip} : goto {}", chain(prefix, ip)))
-            .collect();
-        if !items.is_empty() {
-            let _ = writeln!(s, "    {family} daddr vmap {{ {} }}", items.join(", "));
+/// The two tables, each `None` when it would hold nothing.
+pub fn tables(spread: &Spread, devices: &BTreeSet<String>) -> (Option<Table>, Option<Table>) {
+    let addrs = spread.addresses();
+    if addrs.is_empty() {
+        return (None, None);
+    }
+    let netdev = (!devices.is_empty()).then(|| ingress(addrs.keys().copied(), devices));
+    (netdev, Some(inet(addrs)))
+}
+
+fn ingress(addrs: impl Iterator<Item = IpAddr>, devices: &BTreeSet<String>) -> Table {
+    let macs: BTreeSet<[u8; 6]> = addrs.map(virtual_mac).collect();
+    let set = Set {
+        name: "vmacs".into(),
+        key: KeyType::EtherAddr,
+        map: false,
+        elements: macs.into_iter().map(|m| (m.to_vec(), None)).collect(),
+    };
+    let mut t = Table { sets: vec![set], ..Table::default() };
+    for (i, dev) in devices.iter().enumerate() {
+        let name = format!("ingress{i}");
+        let hook = Hook { number: 0, priority: INGRESS_PRIORITY, device: Some(dev.clone()) };
+        t.chains.push(Chain { name: name.clone(), hook: Some(hook) });
+        // ether daddr @vmacs meta pkttype set host
+        let exprs = vec![
+            Expr::Meta { key: MetaKey::IifType, dreg: REG_1 },
+            Expr::Cmp { sreg: REG_1, eq: true, data: ARPHRD_ETHER.to_ne_bytes().to_vec() },
+            Expr::Payload { base: Base::Link, offset: 0, len: 6, dreg: REG_1 },
+            Expr::Lookup { set: "vmacs".into(), sreg: REG_1, map: false },
+            Expr::Immediate { dreg: REG_1, data: vec![PACKET_HOST] },
+            Expr::MetaSet { key: MetaKey::PktType, sreg: REG_1 },
+        ];
+        t.rules.push(Rule { chain: name, exprs });
+    }
+    t
+}
+
+fn inet(addrs: &BTreeMap<IpAddr, Address>) -> Table {
+    let mut t = Table::default();
+    let base = |name: &str, priority| Chain {
+        name: name.into(),
+        hook: Some(Hook { number: 0, priority, device: None }),
+    };
+    t.chains.push(base("buckets", BUCKETS_PRIORITY));
+    t.chains.push(base("grace", GRACE_PRIORITY));
+    for name in ["acquiring", "draining"] {
+        t.chains.push(Chain { name: name.into(), hook: None });
+    }
+    dispatch(&mut t, "buckets", "addresses", addrs.keys().copied(), "a");
+    let moving = addrs.iter().filter(|(_, a)| !a.settled()).map(|(ip, _)| *ip);
+    dispatch(&mut t, "grace", "grace", moving, "g");
+    for (ip, a) in addrs {
+        let (all, not_mine) = (chain("a", *ip), chain("n", *ip));
+        let to_n = Verdict::Goto(not_mine.clone());
+        by_bucket(&mut t, *ip, &all, a, |b| (b == Bucket::NotMine).then(|| to_n.clone()));
+        t.chains.push(Chain { name: not_mine.clone(), hook: None });
+        // Its own chain, so its counter is the address's packets dropped as not mine.
+        t.rules.push(Rule { chain: not_mine, exprs: vec![Expr::Counter, Expr::Verdict(Verdict::Drop)] });
+        if !a.settled() {
+            by_bucket(&mut t, *ip, &chain("g", *ip), a, |b| match b {
+                Bucket::Acquiring(_) => Some(Verdict::Goto("acquiring".into())),
+                Bucket::Draining(_) => Some(Verdict::Goto("draining".into())),
+                Bucket::Mine | Bucket::NotMine => None,
+            });
         }
+    }
+    let established = [
+        Expr::CtState { dreg: REG_1 },
+        Expr::And { sreg: REG_1, dreg: REG_1, mask: CT_ESTABLISHED_RELATED.to_ne_bytes().to_vec() },
+        Expr::Cmp { sreg: REG_1, eq: false, data: 0u32.to_ne_bytes().to_vec() },
+        Expr::Counter,
+        Expr::Verdict(Verdict::Accept),
+    ];
+    // A new owner keeps its own flows and new ones; a TCP segment of a flow it never
+    // saw (no SYN) is the previous owner's.
+    let foreign_tcp = vec![
+        Expr::Meta { key: MetaKey::L4Proto, dreg: REG_1 },
+        Expr::Cmp { sreg: REG_1, eq: true, data: vec![IPPROTO_TCP] },
+        Expr::Payload { base: Base::Transport, offset: 13, len: 1, dreg: REG_1 },
+        Expr::And { sreg: REG_1, dreg: REG_1, mask: vec![TCP_SYN | TCP_ACK] },
+        Expr::Cmp { sreg: REG_1, eq: false, data: vec![TCP_SYN] },
+        Expr::Counter,
+        Expr::Verdict(Verdict::Drop),
+    ];
+    t.rules.push(Rule { chain: "acquiring".into(), exprs: established.to_vec() });
+    t.rules.push(Rule { chain: "acquiring".into(), exprs: foreign_tcp });
+    t.rules.push(Rule { chain: "draining".into(), exprs: established.to_vec() });
+    t.rules.push(Rule { chain: "draining".into(), exprs: vec![Expr::Counter, Expr::Verdict(Verdict::Drop)] });
+    t
+}
+
+/// `ip daddr vmap @{set}4; ip6 daddr vmap @{set}6` in `chain`, each address → `goto {prefix}_X`.
+fn dispatch(t: &mut Table, chain_name: &str, set: &str, ips: impl Iterator<Item = IpAddr>, prefix: &str) {
+    let ips: Vec<IpAddr> = ips.collect();
+    for (v4, nfproto, offset, len, key) in
+        [(true, NFPROTO_IPV4, 16, 4, KeyType::Ipv4Addr), (false, NFPROTO_IPV6, 24, 16, KeyType::Ipv6Addr)]
+    {
+        let elements: Vec<(Vec<u8>, Option<Verdict>)> = ips
+            .iter()
+            .filter(|ip| ip.is_ipv4() == v4)
+            .map(|ip| (octets(*ip), Some(Verdict::Goto(chain(prefix, *ip)))))
+            .collect();
+        if elements.is_empty() {
+            continue;
+        }
+        let name = format!("{set}{}", if v4 { 4 } else { 6 });
+        t.sets.push(Set { name: name.clone(), key, map: true, elements });
+        let exprs = vec![
+            Expr::Meta { key: MetaKey::NfProto, dreg: REG_1 },
+            Expr::Cmp { sreg: REG_1, eq: true, data: vec![nfproto] },
+            Expr::Payload { base: Base::Network, offset, len, dreg: REG_1 },
+            Expr::Lookup { set: name, sreg: REG_1, map: true },
+        ];
+        t.rules.push(Rule { chain: chain_name.into(), exprs });
+    }
+}
+
+/// A chain and its map, both named `name`: the flow's bucket → `verdict` (buckets
+/// without one are left out).
+fn by_bucket(
+    t: &mut Table,
+    ip: IpAddr,
+    name: &str,
+    a: &Address,
+    verdict: impl Fn(Bucket) -> Option<Verdict>,
+) {
+    let elements = a
+        .buckets
+        .iter()
+        .enumerate()
+        .filter_map(|(b, state)| {
+            Some((u32::try_from(b).ok()?.to_ne_bytes().to_vec(), Some(verdict(*state)?)))
+        })
+        .collect();
+    t.chains.push(Chain { name: name.into(), hook: None });
+    t.sets.push(Set { name: name.into(), key: KeyType::U32, map: true, elements });
+    // jhash ip saddr . th sport mod 256 seed S: the address in 4-byte registers from
+    // the first, the port in the one after (zero-padded), hashed together.
+    let (offset, len) = if ip.is_ipv4() { (12, 4) } else { (8, 16) };
+    let exprs = vec![
+        Expr::Payload { base: Base::Network, offset, len, dreg: REG32_00 },
+        Expr::Payload { base: Base::Transport, offset: 0, len: 2, dreg: REG32_00 + len / 4 },
+        Expr::Jhash { sreg: REG32_00, len: len + 4, modulus: BUCKETS as u32, seed: seed(ip), dreg: REG_1 },
+        Expr::Lookup { set: name.into(), sreg: REG_1, map: true },
+    ];
+    t.rules.push(Rule { chain: name.into(), exprs });
+}
+
+fn octets(ip: IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
     }
 }
 
@@ -104,52 +221,29 @@ fn chain(prefix: &str, ip: IpAddr) -> String {
     format!("{prefix}_{}", ip.to_string().replace(['.', ':'], "_"))
 }
 
-/// The addresses a loaded `inet ferrolb` table (as `nft list table` prints it) filters.
-pub fn addresses_in(listing: &str) -> Vec<IpAddr> {
-    listing
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("chain a_")?.split_whitespace().next())
-        .filter_map(|name| {
-            let parts: Vec<&str> = name.split('_').collect();
-            if parts.len() == 4 && parts.iter().all(|p| p.parse::<u8>().is_ok()) {
-                parts.join(".").parse().ok()
-            } else {
-                name.replace('_', ":").parse().ok()
-            }
-        })
-        .collect()
-}
-
-/// The flow's bucket, as nftables computes it.
-fn hash(ip: IpAddr) -> String {
-    let family = if ip.is_ipv4() { "ip" } else { "ip6" };
-    format!("jhash {family} saddr . th sport mod {BUCKETS} seed {:#010x}", seed(ip))
-}
-
-/// The buckets' verdicts as map elements, runs of one verdict as ranges; buckets
-/// whose verdict is empty are left out.
-fn verdicts<'a>(a: &Address, of: impl Fn(Bucket) -> &'a str) -> String {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for b in 1..=a.buckets.len() {
-        let v = of(a.buckets[start]);
-        if b < a.buckets.len() && of(a.buckets[b]) == v {
-            continue;
-        }
-        if !v.is_empty() {
-            let end = b - 1;
-            out.push(if end == start { format!("{start} : {v}") } else { format!("{start}-{end} : {v}") });
-        }
-        start = b;
+/// The address of a per-address chain named `{prefix}_X`.
+fn address_of(prefix: &str, name: &str) -> Option<IpAddr> {
+    let rest = name.strip_prefix(prefix)?.strip_prefix('_')?;
+    let parts: Vec<&str> = rest.split('_').collect();
+    if parts.len() == 4 && parts.iter().all(|p| p.parse::<u8>().is_ok()) {
+        parts.join(".").parse().ok()
+    } else {
+        rest.replace('_', ":").parse().ok()
     }
-    out.join(", ")
 }
 
-fn join(items: BTreeSet<String>) -> String {
-    items.into_iter().collect::<Vec<_>>().join(", ")
+/// The addresses a loaded `inet ferrolb` table filters, from its chains.
+pub fn addresses_in(chains: &[ChainInfo]) -> Vec<IpAddr> {
+    chains.iter().filter_map(|c| address_of("a", &c.name)).collect()
 }
 
-/// Interface names nft can take between quotes.
-fn quotable(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_ascii_graphic() && c != '"' && c != '\\')
+/// The interfaces a loaded `netdev ferrolb` table receives on, from its chains.
+pub fn devices_in(chains: &[ChainInfo]) -> BTreeSet<String> {
+    chains.iter().filter_map(|c| c.device.clone()).collect()
+}
+
+/// Each address's packets dropped as not this node's, from the rules of a loaded
+/// `inet ferrolb` table (chain, packets).
+pub fn not_mine(rules: &[(String, u64)]) -> BTreeMap<IpAddr, u64> {
+    rules.iter().filter_map(|(chain, n)| Some((address_of("n", chain)?, *n))).collect()
 }

@@ -3,9 +3,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use super::nft::ruleset;
+use super::nft::{ruleset, tables};
 use super::*;
-use crate::l2::arp;
+use crate::nftables::decode::ChainInfo;
+use crate::nftables::{Expr, Set, Table, Verdict};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -182,44 +183,69 @@ fn an_address_that_leaves_drains_and_then_goes() {
     assert_eq!(s.addresses()[&ip("192.0.2.50")].owned(), 0);
 }
 
+fn set<'a>(t: &'a Table, name: &str) -> &'a Set {
+    t.sets.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no set {name}: {t:?}"))
+}
+
+fn goto(chain: &str) -> Option<Verdict> {
+    Some(Verdict::Goto(chain.into()))
+}
+
 #[test]
-fn the_ruleset_drops_what_is_not_mine_and_conntracks_only_transitions() {
-    let empty = ruleset(&Spread::new("node1", GRACE), &BTreeSet::new());
-    assert_eq!(
-        empty,
-        "table netdev ferrolb {}\ndelete table netdev ferrolb\ntable inet ferrolb {}\ndelete table inet ferrolb\n"
-    );
+fn the_tables_drop_what_is_not_mine_and_conntrack_only_transitions() {
+    assert_eq!(tables(&Spread::new("node1", GRACE), &BTreeSet::new()), (None, None));
 
     let (mut s, t) = settled("node1", &[("192.0.2.50", &["node1", "node2"]), ("2001:db8::50", &["node1"])]);
-    let devs = BTreeSet::from(["eth0".to_string(), "bad\"name".to_string()]);
-    let r = ruleset(&s, &devs);
-    assert!(r.contains("device \"eth0\""), "{r}");
-    assert!(!r.contains("bad"), "{r}");
-    assert!(r.contains(&arp::mac_to_string(&virtual_mac(ip("192.0.2.50")))));
-    assert!(r.contains("ip daddr vmap { 192.0.2.50 : goto a_192_0_2_50 }"), "{r}");
-    assert!(r.contains("ip6 daddr vmap { 2001:db8::50 : goto a_2001_db8__50 }"), "{r}");
-    assert!(r.contains("jhash ip saddr . th sport mod 256 seed"), "{r}");
-    // The only node of the v6 address owns it all: one range.
-    assert!(r.contains("vmap { 0-255 : accept }"), "{r}");
+    let devs = BTreeSet::from(["eth0".to_string()]);
+    let (netdev, inet) = tables(&s, &devs);
+    let netdev = netdev.unwrap();
+    assert_eq!(netdev.chains[0].hook.as_ref().unwrap().device.as_deref(), Some("eth0"));
+    assert!(set(&netdev, "vmacs").elements.contains(&(virtual_mac(ip("192.0.2.50")).to_vec(), None)));
+    let inet = inet.unwrap();
+    assert_eq!(set(&inet, "addresses4").elements, vec![(vec![192, 0, 2, 50], goto("a_192_0_2_50"))]);
+    assert_eq!(set(&inet, "addresses6").elements[0].1, goto("a_2001_db8__50"));
+    // Only the buckets that are not mine are in the map: the rest fall through, kept.
+    let not_mine = &set(&inet, "a_192_0_2_50").elements;
+    assert_eq!(not_mine.len(), 128);
+    assert!(not_mine.iter().all(|(_, v)| *v == goto("n_192_0_2_50")));
+    // The only node of the v6 address owns it all.
+    assert!(set(&inet, "a_2001_db8__50").elements.is_empty());
+    // The flow hash is the address's: its seed, 256 buckets, over source address and port.
+    let hash = inet.rules.iter().find(|r| r.chain == "a_192_0_2_50").unwrap();
+    assert!(hash.exprs.contains(&Expr::Jhash {
+        sreg: crate::nftables::REG32_00,
+        len: 8,
+        modulus: 256,
+        seed: seed(ip("192.0.2.50")),
+        dreg: crate::nftables::REG_1
+    }));
     // Nothing in transition: the grace chain dispatches nothing.
-    assert!(!r.contains("goto g_"), "{r}");
-    let elements = r.lines().find(|l| l.contains("chain a_192_0_2_50")).unwrap();
-    let (accepted, dropped) =
-        (elements.matches(": accept").count(), elements.matches(": goto n_192_0_2_50").count());
-    assert!(accepted > 1 && dropped > 1, "{elements}");
+    assert!(!inet.sets.iter().any(|s| s.name.starts_with("grace") || s.name.starts_with("g_")));
 
     s.handle(t, desired(&[("192.0.2.50", &["node2"])]));
-    let r = ruleset(&s, &devs);
-    assert!(r.contains("ip daddr vmap { 192.0.2.50 : goto g_192_0_2_50 }"), "{r}");
-    let grace = r.lines().find(|l| l.contains("chain g_192_0_2_50")).unwrap();
-    assert!(grace.contains("goto draining") && !grace.contains("goto acquiring"), "{grace}");
+    let inet = tables(&s, &devs).1.unwrap();
+    assert_eq!(set(&inet, "grace4").elements, vec![(vec![192, 0, 2, 50], goto("g_192_0_2_50"))]);
+    let grace = &set(&inet, "g_192_0_2_50").elements;
+    assert_eq!(grace.len(), 128);
+    assert!(grace.iter().all(|(_, v)| *v == goto("draining")));
+    // Without an interface, no netdev table; the batch still replaces both.
+    assert!(tables(&s, &BTreeSet::new()).0.is_none());
+    let b = ruleset(&s, &BTreeSet::new());
+    assert_eq!(b.describe(1), "add table netdev ferrolb");
+    assert_eq!(b.describe(2), "delete table netdev ferrolb");
 }
 
 #[test]
 fn a_table_left_by_a_previous_run_drains_until_the_first_plan() {
     let (s, _) = settled("node1", &[("192.0.2.50", &["node1", "node2"]), ("2001:db8::50", &["node1"])]);
-    let listing = ruleset(&s, &BTreeSet::new()).replace("; ", ";\n");
-    let mut found = nft::addresses_in(&listing);
+    let chains: Vec<ChainInfo> = tables(&s, &BTreeSet::new())
+        .1
+        .unwrap()
+        .chains
+        .into_iter()
+        .map(|c| ChainInfo { name: c.name, device: None })
+        .collect();
+    let mut found = nft::addresses_in(&chains);
     found.sort();
     assert_eq!(found, vec![ip("192.0.2.50"), ip("2001:db8::50")]);
 
