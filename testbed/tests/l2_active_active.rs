@@ -205,6 +205,65 @@ fn ipv6_flows_split_by_bucket_and_survive_a_death_and_a_return() {
     death_and_return(addressing::lan_v6(0x60));
 }
 
+/// A node whose kernel takes a packet for the address nowhere (no DNAT rule yet, no
+/// local socket) and forwards IP resolves the address to the virtual MAC like everyone:
+/// routing the packet on would flood a copy to every other node, and conntrack would
+/// remember the flow un-NATed. The forward chain drops it instead: each node sees each
+/// of the client's SYNs exactly once.
+fn nothing_takes_the_packet(vip: IpAddr) {
+    let lab = Lab::up(LabConfig::nodes(2)).unwrap();
+    let vmac = mac_to_string(&virtual_mac(vip));
+    let both = ["node1", "node2"];
+    for (name, ns) in both.iter().zip(lab.nodes()) {
+        ns.exec(&["bridge", "fdb", "add", &vmac, "dev", "eth0", "self", "permanent"]).unwrap();
+        ns.sysctl("net.ipv4.ip_forward", "1").unwrap();
+        ns.sysctl("net.ipv6.conf.all.forwarding", "1").unwrap();
+        // What the other nodes' answers would teach it.
+        ns.ip(&["neigh", "replace", &vip.to_string(), "lladdr", &vmac, "dev", "eth0", "nud", "permanent"])
+            .unwrap();
+        Node::settled(name, vip, &both, ns);
+    }
+    lab.client()
+        .ip(&["neigh", "replace", &vip.to_string(), "lladdr", &vmac, "dev", "eth0", "nud", "permanent"])
+        .unwrap();
+    let to = SocketAddr::new(vip, PORT);
+    let r = lab
+        .client()
+        .run(move || std::net::TcpStream::connect_timeout(&to, Duration::from_millis(2500)))
+        .unwrap();
+    assert!(r.is_err(), "nothing serves {to}, yet the client connected");
+    let counts: Vec<(u64, u64)> = lab
+        .nodes()
+        .iter()
+        .map(|ns| {
+            let rules = ns.run(|| socket::rule_packets(Family::Inet, nft::TABLE)).unwrap().unwrap();
+            let not_mine = nft::not_mine(&rules).get(&vip).copied().unwrap_or(0);
+            let forwarded = rules.iter().filter(|(c, _)| c == "forward").map(|(_, n)| n).sum::<u64>();
+            (not_mine, forwarded)
+        })
+        .collect();
+    println!("{vip}: (dropped as not mine, dropped instead of forwarded) per node: {counts:?}");
+    let owner =
+        counts.iter().position(|c| c.1 > 0).expect("no node dropped the flow instead of forwarding it");
+    let (other, mine) = (counts[1 - owner], counts[owner]);
+    assert_eq!(mine.0, 0, "the owner dropped its own flow as another node's: {counts:?}");
+    assert_eq!(other.1, 0, "{counts:?}");
+    assert_eq!(
+        other.0, mine.1,
+        "the other node saw a SYN more often than the owner: copies went round: {counts:?}"
+    );
+}
+
+#[test]
+fn ipv4_a_packet_nothing_takes_is_dropped_not_sent_round_the_segment() {
+    nothing_takes_the_packet(addressing::lan_v4(61));
+}
+
+#[test]
+fn ipv6_a_packet_nothing_takes_is_dropped_not_sent_round_the_segment() {
+    nothing_takes_the_packet(addressing::lan_v6(0x61));
+}
+
 /// Elements of `vip`'s map `prefix` ("a": buckets not mine, "g": buckets in grace)
 /// whose verdict is `verdict`, as `nft` lists the loaded map.
 fn buckets(ns: &Netns, vip: IpAddr, prefix: &str, verdict: &str) -> usize {

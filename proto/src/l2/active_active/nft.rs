@@ -11,7 +11,15 @@
 //!     packets of buckets this node does not own are dropped there and cost no
 //!     conntrack entry;
 //!   * `grace` hooks `prerouting` at -150, after conntrack and before kube-proxy's
-//!     DNAT (-100): the buckets in transition keep or drop by conntrack state.
+//!     DNAT (-100): the buckets in transition keep or drop by conntrack state;
+//!   * `forward` drops a packet still sent to the address when the node would route
+//!     it on: nothing (kube-proxy's DNAT, a local socket) took it here, e.g. a Service
+//!     whose DNAT rules are not there yet. The node resolves the address to the
+//!     virtual MAC like everyone, so forwarding would flood a copy back to every other
+//!     node, and conntrack would confirm the flow un-NATed: its retransmissions would
+//!     miss the DNAT even once the rules are there (found on the real cluster: the
+//!     first connection to a new Service hung). Dropped before conntrack confirms it,
+//!     the flow's next packet is looked at afresh.
 //!
 //! In `nft` words (what `nft list table inet ferrolb` shows, give or take its spelling):
 //!
@@ -23,6 +31,7 @@
 //! chain g_X     { jhash … vmap @g_X }                                       # → goto acquiring | draining
 //! chain acquiring { ct state established,related counter accept; tcp flags & (syn|ack) != syn counter drop }
 //! chain draining  { ct state established,related counter accept; counter drop }
+//! chain forward   { ip daddr @served4 counter drop; ip6 daddr @served6 counter drop }
 //! ```
 //!
 //! A bucket missing from a map falls off the end of its `goto` chain, which ends the
@@ -47,6 +56,10 @@ pub const TABLE: &str = "ferrolb";
 const INGRESS_PRIORITY: i32 = -500;
 const BUCKETS_PRIORITY: i32 = -350;
 const GRACE_PRIORITY: i32 = -150;
+const FORWARD_PRIORITY: i32 = 0;
+/// `NF_INET_PRE_ROUTING`, `NF_INET_FORWARD`.
+const PREROUTING: u32 = 0;
+const FORWARD: u32 = 2;
 const ARPHRD_ETHER: u16 = 1;
 const PACKET_HOST: u8 = 0;
 const IPPROTO_TCP: u8 = 6;
@@ -100,18 +113,20 @@ fn ingress(addrs: impl Iterator<Item = IpAddr>, devices: &BTreeSet<String>) -> T
 
 fn inet(addrs: &BTreeMap<IpAddr, Address>) -> Table {
     let mut t = Table::default();
-    let base = |name: &str, priority| Chain {
+    let base = |name: &str, number, priority| Chain {
         name: name.into(),
-        hook: Some(Hook { number: 0, priority, device: None }),
+        hook: Some(Hook { number, priority, device: None }),
     };
-    t.chains.push(base("buckets", BUCKETS_PRIORITY));
-    t.chains.push(base("grace", GRACE_PRIORITY));
+    t.chains.push(base("buckets", PREROUTING, BUCKETS_PRIORITY));
+    t.chains.push(base("grace", PREROUTING, GRACE_PRIORITY));
+    t.chains.push(base("forward", FORWARD, FORWARD_PRIORITY));
     for name in ["acquiring", "draining"] {
         t.chains.push(Chain { name: name.into(), hook: None });
     }
-    dispatch(&mut t, "buckets", "addresses", addrs.keys().copied(), "a");
+    dispatch(&mut t, "buckets", "addresses", addrs.keys().copied(), Some("a"));
     let moving = addrs.iter().filter(|(_, a)| !a.settled()).map(|(ip, _)| *ip);
-    dispatch(&mut t, "grace", "grace", moving, "g");
+    dispatch(&mut t, "grace", "grace", moving, Some("g"));
+    dispatch(&mut t, "forward", "served", addrs.keys().copied(), None);
     for (ip, a) in addrs {
         let (all, not_mine) = (chain("a", *ip), chain("n", *ip));
         let to_n = Verdict::Goto(not_mine.clone());
@@ -152,8 +167,15 @@ fn inet(addrs: &BTreeMap<IpAddr, Address>) -> Table {
     t
 }
 
-/// `ip daddr vmap @{set}4; ip6 daddr vmap @{set}6` in `chain`, each address → `goto {prefix}_X`.
-fn dispatch(t: &mut Table, chain_name: &str, set: &str, ips: impl Iterator<Item = IpAddr>, prefix: &str) {
+/// `ip daddr vmap @{set}4; ip6 daddr vmap @{set}6` in `chain`, each address → `goto
+/// {prefix}_X`; without a prefix, `ip daddr @{set}4 counter drop` (and IPv6).
+fn dispatch(
+    t: &mut Table,
+    chain_name: &str,
+    set: &str,
+    ips: impl Iterator<Item = IpAddr>,
+    prefix: Option<&str>,
+) {
     let ips: Vec<IpAddr> = ips.collect();
     for (v4, nfproto, offset, len, key) in
         [(true, NFPROTO_IPV4, 16, 4, KeyType::Ipv4Addr), (false, NFPROTO_IPV6, 24, 16, KeyType::Ipv6Addr)]
@@ -161,19 +183,23 @@ fn dispatch(t: &mut Table, chain_name: &str, set: &str, ips: impl Iterator<Item 
         let elements: Vec<(Vec<u8>, Option<Verdict>)> = ips
             .iter()
             .filter(|ip| ip.is_ipv4() == v4)
-            .map(|ip| (octets(*ip), Some(Verdict::Goto(chain(prefix, *ip)))))
+            .map(|ip| (octets(*ip), prefix.map(|p| Verdict::Goto(chain(p, *ip)))))
             .collect();
         if elements.is_empty() {
             continue;
         }
         let name = format!("{set}{}", if v4 { 4 } else { 6 });
-        t.sets.push(Set { name: name.clone(), key, map: true, elements });
-        let exprs = vec![
+        let map = prefix.is_some();
+        t.sets.push(Set { name: name.clone(), key, map, elements });
+        let mut exprs = vec![
             Expr::Meta { key: MetaKey::NfProto, dreg: REG_1 },
             Expr::Cmp { sreg: REG_1, eq: true, data: vec![nfproto] },
             Expr::Payload { base: Base::Network, offset, len, dreg: REG_1 },
-            Expr::Lookup { set: name, sreg: REG_1, map: true },
+            Expr::Lookup { set: name, sreg: REG_1, map },
         ];
+        if !map {
+            exprs.extend([Expr::Counter, Expr::Verdict(Verdict::Drop)]);
+        }
         t.rules.push(Rule { chain: chain_name.into(), exprs });
     }
 }
