@@ -119,10 +119,17 @@ pub struct BucketFilter {
 }
 
 impl BucketFilter {
-    /// Starts the filter of node `me`; `status` tells which interfaces answer.
-    pub fn spawn(me: &str, status: watch::Receiver<L2Status>, metrics: FilterMetrics) -> Self {
+    /// Starts the filter of node `me`, whose buckets wait `join_grace` before it takes
+    /// them ([`Spread::with_join_hold`]); `status` tells which interfaces answer.
+    pub fn spawn(
+        me: &str,
+        join_grace: Duration,
+        status: watch::Receiver<L2Status>,
+        metrics: FilterMetrics,
+    ) -> Self {
         let (desired, rx) = watch::channel(None);
-        let task = tokio::spawn(run(me.to_owned(), rx, status, metrics));
+        let spread = Spread::new(me, DEFAULT_GRACE).with_join_hold(join_grace);
+        let task = tokio::spawn(run(spread, rx, status, metrics));
         BucketFilter { desired, task }
     }
 
@@ -151,12 +158,11 @@ impl BucketFilter {
 type Loaded = Option<(Batch, BTreeSet<String>)>;
 
 async fn run(
-    me: String,
+    mut spread: Spread,
     mut desired: watch::Receiver<Desired>,
     mut status: watch::Receiver<L2Status>,
     metrics: FilterMetrics,
 ) {
-    let mut spread = Spread::new(&me, DEFAULT_GRACE);
     let mut loaded: Loaded = None;
     let mut counted = BTreeMap::new();
     // A table of a previous run (killed, or stopped) filters with what that run knew:

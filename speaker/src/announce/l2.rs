@@ -23,11 +23,12 @@ pub struct L2Announcer {
 }
 
 impl L2Announcer {
-    /// Starts the responder of node `me` (it answers for nothing until [`L2Announcer::apply`]).
-    pub fn spawn(me: &str, metrics: &Metrics) -> Result<Self, String> {
+    /// Starts the responder of node `me` (it answers for nothing until [`L2Announcer::apply`]);
+    /// the other nodes count it `join_grace` after they see it join.
+    pub fn spawn(me: &str, metrics: &Metrics, join_grace: std::time::Duration) -> Result<Self, String> {
         let handle =
             l2::L2Announcer::spawn(L2Config::default(), metrics.l2.clone()).map_err(|e| e.to_string())?;
-        let filter = BucketFilter::spawn(me, handle.status(), metrics.active_active.clone());
+        let filter = BucketFilter::spawn(me, join_grace, handle.status(), metrics.active_active.clone());
         Ok(L2Announcer { handle, filter, keep: BTreeMap::new() })
     }
 

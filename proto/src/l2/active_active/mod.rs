@@ -186,32 +186,71 @@ pub struct Spread {
     me: String,
     grace: Duration,
     addresses: BTreeMap<IpAddr, Address>,
+    /// How long a node that joins waits before it takes buckets ([`Spread::with_join_hold`]).
+    join_hold: Duration,
+    /// Until when it waits; None until it is first among an address's nodes.
+    held_until: Option<Instant>,
+    /// The hold is over (or there is none).
+    held: bool,
+    /// The last desired set, applied again when the hold ends.
+    last: BTreeMap<IpAddr, Vec<String>>,
 }
 
 impl Spread {
     /// A node's state before its first input; `grace` is how long a bucket that
     /// changed owner keeps the old owner's flows.
     pub fn new(me: &str, grace: Duration) -> Self {
-        Spread { me: me.to_owned(), grace, addresses: BTreeMap::new() }
+        Spread {
+            me: me.to_owned(),
+            grace,
+            addresses: BTreeMap::new(),
+            join_hold: Duration::ZERO,
+            held_until: None,
+            held: true,
+            last: BTreeMap::new(),
+        }
+    }
+
+    /// A node that joins takes no bucket for `hold` after it is first among an
+    /// address's nodes: the other nodes count a member that joins only after their join
+    /// grace (`membership::join_grace`), and keep its buckets until then. Taking them
+    /// at once would have both owners accept the same new flow (two SYN-ACKs: the
+    /// client resets the loser's, the loser resets the client's); waiting as long
+    /// leaves at most a moment when neither does (the client's SYN is sent again).
+    pub fn with_join_hold(mut self, hold: Duration) -> Self {
+        self.join_hold = hold;
+        self.held = hold.is_zero();
+        self
     }
 
     /// Feeds an input at `now`.
     pub fn handle(&mut self, now: Instant, input: Input) {
         match input {
             Input::Desired(desired) => self.desired(now, desired),
-            Input::Timeout => {}
+            Input::Timeout => {
+                if !self.held && self.held_until.is_some_and(|t| t <= now) {
+                    self.held = true;
+                    let last = std::mem::take(&mut self.last);
+                    self.desired(now, last);
+                }
+            }
         }
         self.expire(now);
     }
 
     fn desired(&mut self, now: Instant, desired: BTreeMap<IpAddr, Vec<String>>) {
         let until = now + self.grace;
+        if self.held_until.is_none() && desired.values().any(|nodes| nodes.contains(&self.me)) {
+            self.held_until = Some(now + self.join_hold);
+        }
+        let held = !self.held && self.held_until.is_none_or(|t| now < t);
+        self.last.clone_from(&desired);
         for (ip, mut nodes) in desired.clone() {
             nodes.sort();
             nodes.dedup();
             let owners = owners(ip, &nodes);
             let me = nodes.iter().position(|n| *n == self.me);
-            let mine = |b: usize| me.is_some() && me == owners.get(b).copied();
+            let mine = |b: usize| !held && me.is_some() && me == owners.get(b).copied();
             // An address new to this node holds no flows here, but may on other nodes
             // (this node just became eligible): its buckets are acquired through the
             // grace. (A restart adopts what the previous run left: [`Spread::adopt`].)
@@ -261,9 +300,10 @@ impl Spread {
         }
     }
 
-    /// When [`Input::Timeout`] is due next (a grace ends).
+    /// When [`Input::Timeout`] is due next (a grace or the join hold ends).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.addresses.values().flat_map(|a| a.buckets.iter().filter_map(|b| b.until())).min()
+        let hold = self.held_until.filter(|_| !self.held);
+        self.addresses.values().flat_map(|a| a.buckets.iter().filter_map(|b| b.until())).chain(hold).min()
     }
 
     /// Every address this node filters: desired ones, and those still draining.

@@ -219,6 +219,11 @@ fn the_tables_drop_what_is_not_mine_and_conntrack_only_transitions() {
         seed: seed(ip("192.0.2.50")),
         dreg: crate::nftables::REG_1
     }));
+    // Packets to the address that nothing took here are not routed back to the segment.
+    assert_eq!(set(&inet, "served4").elements, vec![(vec![192, 0, 2, 50], None)]);
+    assert!(!set(&inet, "served6").map);
+    let forward = inet.chains.iter().find(|c| c.name == "forward").unwrap();
+    assert_eq!(forward.hook.as_ref().map(|h| h.number), Some(2), "the forward hook");
     // Nothing in transition: the grace chain dispatches nothing.
     assert!(!inet.sets.iter().any(|s| s.name.starts_with("grace") || s.name.starts_with("g_")));
 
@@ -261,4 +266,30 @@ fn a_table_left_by_a_previous_run_drains_until_the_first_plan() {
     fresh.handle(t + GRACE, Input::Timeout);
     assert_eq!(states(&fresh, "192.0.2.50"), BTreeMap::from([("mine", 128), ("not mine", 128)]));
     assert!(!fresh.addresses().contains_key(&ip("2001:db8::50")), "drained, then gone");
+}
+
+#[test]
+fn a_node_that_joins_takes_no_bucket_until_the_others_count_it() {
+    let hold = Duration::from_secs(1);
+    let t = Instant::now();
+    let both: &[&str] = &["node1", "node2"];
+    let mut joiner = Spread::new("node2", GRACE).with_join_hold(hold);
+    // Before it is among the address's nodes, no hold runs.
+    joiner.handle(t, desired(&[("192.0.2.50", &["node1"])]));
+    assert_eq!(joiner.poll_timeout(), None);
+    let t = t + Duration::from_secs(5);
+    joiner.handle(t, desired(&[("192.0.2.50", both)]));
+    assert_eq!(states(&joiner, "192.0.2.50"), BTreeMap::from([("not mine", 256)]));
+    assert_eq!(joiner.poll_timeout(), Some(t + hold));
+    // A plan within the hold changes nothing; the hold's end acquires through the grace.
+    joiner.handle(t + hold / 2, desired(&[("192.0.2.50", both)]));
+    assert_eq!(states(&joiner, "192.0.2.50"), BTreeMap::from([("not mine", 256)]));
+    joiner.handle(t + hold, Input::Timeout);
+    assert_eq!(states(&joiner, "192.0.2.50"), BTreeMap::from([("acquiring", 128), ("not mine", 128)]));
+    assert_eq!(joiner.poll_timeout(), Some(t + hold + GRACE));
+    // The hold runs once: a node that joins later is the others' business.
+    joiner.handle(t + hold + GRACE, Input::Timeout);
+    joiner.handle(t + hold + GRACE, desired(&[("192.0.2.50", &["node1", "node2", "node3"])]));
+    let owned = joiner.addresses()[&ip("192.0.2.50")].owned();
+    assert!(owned == 85 || owned == 86, "owned {owned}: the share of three, at once");
 }

@@ -239,7 +239,8 @@ pub(in crate::run) fn start_l2(
     cfg.bind = bind;
     cfg.rotation_window = membership::rotation_window();
     cfg.heartbeat = heartbeat;
-    let announcer = L2Announcer::spawn(me, metrics)?;
+    // A joining node's active-active buckets wait for the others' join grace.
+    let announcer = L2Announcer::spawn(me, metrics, HANDOVER_GRACE)?;
     let membership = Membership::spawn(cfg, metrics.membership.clone()).map_err(|e| e.to_string())?;
     membership.set_nodes(&node_addresses(model, port));
     tracing::info!(bind = %bind, advertise = %SocketAddr::new(advertise_ip, port), seeds = others, "membership started for L2 announcements");
