@@ -22,6 +22,7 @@
 //! (testbed/kube/build.sh), the debug binaries the image holds, containerd, runc and a C
 //! compiler (testbed/prereqs.sh).
 
+mod active_active;
 mod cold_start;
 mod install;
 mod upgrade;
@@ -42,10 +43,11 @@ use ferrolb_lab::routers::{Bird, RouterSpec};
 use ferrolb_lab::{Error, Lab, LabConfig, addressing, wait};
 use ferrolb_release::image::{self, Dockerfile};
 
+pub use active_active::{ActiveActive, CONNECTIONS};
 use cold_start::cold_start;
 use install::install;
 use upgrade::upgrade;
-pub use upgrade::{ARP_PROBE, ARP_SENDERS, PROBE, SpeakerPod, Upgrade};
+pub use upgrade::{AA_PROBE, ARP_PROBE, ARP_SENDERS, PROBE, SpeakerPod, Upgrade};
 
 /// Control-plane nodes: node1..node3.
 pub const CONTROL_PLANES: usize = 3;
@@ -65,6 +67,8 @@ pub const IMAGE_NEXT: &str = "localhost/ferrolb:circle-next";
 pub struct Report {
     /// Bytes of each image archive.
     pub image_bytes: u64,
+    /// One address served by every node.
+    pub active_active: ActiveActive,
     /// The speaker DaemonSet's rolling upgrade.
     pub upgrade: Upgrade,
     /// Time from power-on to each cold-start milestone, in order.
@@ -217,13 +221,14 @@ pub fn run() -> Result<Report, Error> {
     ));
     circle(&t, &lab, &cluster, &boot)?;
     let (ingress, l2, bgp) = install(&t, &lab, &bird, &cluster)?;
-    let upgrade = upgrade(&t, &lab, &cluster, l2, bgp)?;
+    let active_active = active_active::active_active(&t, &lab, &cluster)?;
+    let upgrade = upgrade(&t, &lab, &cluster, l2, bgp, active_active.address)?;
     let cold_start = cold_start(&t, &lab, &mut cluster, &[first_v4(&ingress)?, l2, bgp])?;
     drop(cluster);
     drop(bird);
     drop(lab);
     t.say("lab torn down: every process, mount, cgroup and namespace");
-    Ok(Report { image_bytes, upgrade, cold_start })
+    Ok(Report { image_bytes, active_active, upgrade, cold_start })
 }
 
 /// The worker cannot register until the bootstrap static pods announce the VIP; then

@@ -39,6 +39,14 @@ impl Default for Timeline {
     }
 }
 
+/// Runs `kubectl ferrolb ARGS` (the plugin's debug build) against the cluster.
+pub fn kubectl_ferrolb(cluster: &Cluster, args: &[&str]) -> Result<String, Error> {
+    let plugin = ferrolb_lab::binary::workspace("kubectl-ferrolb", "debug")?;
+    let mut cmd = std::process::Command::new(&plugin);
+    cmd.arg("--kubeconfig").arg(cluster.kubeconfig()).args(args);
+    ferrolb_lab::netns::run(&mut cmd)
+}
+
 /// The configuration an operator applies after the manifests: a BGP pool announced to
 /// the router over IPv4 and IPv6 sessions, an L2 pool answered by ARP/NDP.
 fn configuration() -> String {
@@ -182,12 +190,7 @@ pub fn run() -> Result<(), Error> {
         cluster.kubectl(&["get", "serviceannouncements"])?
     );
     // The operator's view of the same: the kubectl plugin (plugin/README.md).
-    let plugin = ferrolb_lab::binary::workspace("kubectl-ferrolb", "debug")?;
-    let ferrolb_cli = |args: &[&str]| {
-        let mut cmd = std::process::Command::new(&plugin);
-        cmd.arg("--kubeconfig").arg(cluster.kubeconfig()).args(args);
-        ferrolb_lab::netns::run(&mut cmd)
-    };
+    let ferrolb_cli = |args: &[&str]| kubectl_ferrolb(&cluster, args);
     let status =
         wait::until("kubectl ferrolb status: both Services announced", Duration::from_secs(30), || {
             let out = ferrolb_cli(&["status", "-A"])?;

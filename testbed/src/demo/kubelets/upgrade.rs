@@ -14,6 +14,9 @@ use ferrolb_lab::{Error, Lab, addressing, wait};
 
 /// Interval of the client's connection probes during the upgrade.
 pub const PROBE: Duration = Duration::from_millis(10);
+/// Interval of the probes of the active-active Service (fewer: three streams and the
+/// backend share two cores).
+pub const AA_PROBE: Duration = Duration::from_millis(30);
 /// A probe whose handshake takes longer is lost (a SYN the kernel must resend).
 const PROBE_TIMEOUT: Duration = Duration::from_millis(900);
 /// Interval of the client's ARP requests for the L2 Service during the upgrade.
@@ -43,6 +46,8 @@ pub struct Upgrade {
     pub arp: ArpReport,
     /// The BGP Service's address and its probes.
     pub bgp: (IpAddr, ProbeReport),
+    /// The active-active Service's address and its probes.
+    pub active_active: (IpAddr, ProbeReport),
 }
 
 /// The speaker pods by node, and whether all are Ready.
@@ -72,12 +77,13 @@ pub(super) fn upgrade(
     cluster: &Cluster,
     l2: IpAddr,
     bgp: IpAddr,
+    aa: IpAddr,
 ) -> Result<Upgrade, Error> {
-    let probes =
-        [l2, bgp].map(|a| ProbeStream::connect(lab.client(), SocketAddr::new(a, 80), PROBE, PROBE_TIMEOUT));
-    let [l2_probe, bgp_probe] = probes;
-    let (l2_probe, bgp_probe) = (l2_probe?, bgp_probe?);
-    for p in [&l2_probe, &bgp_probe] {
+    let probes = [(l2, PROBE), (bgp, PROBE), (aa, AA_PROBE)]
+        .map(|(a, every)| ProbeStream::connect(lab.client(), SocketAddr::new(a, 80), every, PROBE_TIMEOUT));
+    let [l2_probe, bgp_probe, aa_probe] = probes;
+    let (l2_probe, bgp_probe, aa_probe) = (l2_probe?, bgp_probe?, aa_probe?);
+    for p in [&l2_probe, &bgp_probe, &aa_probe] {
         p.wait_answered(100, T)?;
     }
     // Unused LAN addresses (the client's is .100, the nodes' .11-.19, the L2 pool .200-).
@@ -85,9 +91,10 @@ pub(super) fn upgrade(
     let IpAddr::V4(l2_v4) = l2 else { return Err(Error::Check(format!("{l2} is not IPv4"))) };
     let arp = ArpProbes::start(lab.client(), "eth0", l2_v4, ARP_PROBE, &senders)?;
     t.say(format!(
-        "client: a TCP connection to {l2}:80 and to {bgp}:80 every {} ms, an ARP request for {l2} every {} ms \
+        "client: a TCP connection to {l2}:80 and to {bgp}:80 every {} ms, to {aa}:80 every {} ms, an ARP request for {l2} every {} ms \
          (an answer up to {} ms late counts)",
         PROBE.as_millis(),
+        AA_PROBE.as_millis(),
         ARP_PROBE.as_millis(),
         (ARP_PROBE * u32::from(ARP_SENDERS)).as_millis()
     ));
@@ -119,7 +126,7 @@ pub(super) fn upgrade(
     check(after.iter().all(|p| before.iter().all(|b| b.0 != p.0)), || {
         format!("speaker pods not replaced: before {before:?}, after {after:?}")
     })?;
-    for p in [&l2_probe, &bgp_probe] {
+    for p in [&l2_probe, &bgp_probe, &aa_probe] {
         p.wait_answered(100, T)?;
     }
     let arp = arp.stop()?;
@@ -147,7 +154,8 @@ pub(super) fn upgrade(
     }
     let l2_report = l2_probe.stop(Duration::ZERO);
     let bgp_report = bgp_probe.stop(Duration::ZERO);
-    for (a, r) in [(l2, &l2_report), (bgp, &bgp_report)] {
+    let aa_report = aa_probe.stop(Duration::ZERO);
+    for (a, r) in [(l2, &l2_report), (bgp, &bgp_report), (aa, &aa_report)] {
         t.say(format!(
             "client → {a}:80 during the upgrade: {} connections, {} failed, longest outage {:.0} ms",
             r.sent,
@@ -155,5 +163,13 @@ pub(super) fn upgrade(
             r.max_outage().as_secs_f64() * 1000.0
         ));
     }
-    Ok(Upgrade { took, before, after, l2: (l2, l2_report), arp, bgp: (bgp, bgp_report) })
+    Ok(Upgrade {
+        took,
+        before,
+        after,
+        l2: (l2, l2_report),
+        arp,
+        bgp: (bgp, bgp_report),
+        active_active: (aa, aa_report),
+    })
 }
