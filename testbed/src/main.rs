@@ -160,6 +160,13 @@ enum Bench {
         /// Client threads opening connections, and parallel streams.
         #[arg(long, default_value_t = 8)]
         streams: usize,
+        /// Keep the run in benchmarks/active-active.json and write it as BENCHMARKS.md's
+        /// "Active-active L2" section with its plots.
+        #[arg(long)]
+        write: bool,
+        /// Write the section and plots again from benchmarks/active-active.json, measuring nothing.
+        #[arg(long, conflicts_with = "write")]
+        rewrite: bool,
     },
     /// L2 soak: false failovers of ferrolb (3 nodes) and keepalived (VRRPv3, 10 ms adverts)
     /// while stress-ng saturates every core and nothing fails.
@@ -355,9 +362,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(ferrolb_bench::failover::run(&ferrolb_bench::failover::Params { trials, family, failure })?)
         }
         Cmd::Bench { bench: Bench::L2Soak { seconds } } => Ok(ferrolb_bench::l2_soak::run(seconds)?),
-        Cmd::Bench { bench: Bench::ActiveActive { nodes, seconds, streams } } => {
-            let settings = ferrolb_bench::active_active::Settings { nodes, seconds, streams };
-            ferrolb_bench::active_active::run(&settings)?;
+        Cmd::Bench { bench: Bench::ActiveActive { nodes, seconds, streams, write, rewrite } } => {
+            use ferrolb_bench::active_active;
+            let root = ferrolb_lab::binary::workspace_root();
+            if rewrite {
+                return Ok(active_active::rewrite(&root)?);
+            }
+            let settings = active_active::Settings { nodes, seconds, streams };
+            let rows = active_active::run(&settings)?;
+            if write {
+                active_active::write(&rows, &settings, &root)?;
+            }
             Ok(())
         }
         Cmd::Bench { bench: Bench::ApiserverFailover { trials, interval_ms, failure_threshold } } => {

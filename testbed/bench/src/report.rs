@@ -66,12 +66,11 @@ pub fn run(p: &Params) -> Result<(), Error> {
     let report = Report { env, trials: p.trials, soak_seconds: p.soak_seconds, failover: fo, soak, scale };
     let rendered = render(&report);
     let md = p.out.join("BENCHMARKS.md");
-    // The cluster-scale section is `bench scale --write`'s: kept as it was.
+    // The sections other benches write (cluster scale, active-active) are kept as they were.
     let old = std::fs::read_to_string(&md).unwrap_or_default();
-    let markdown = match document::section_of(&old) {
-        Some(scale) => document::splice(&rendered.markdown, scale),
-        None => rendered.markdown.clone(),
-    };
+    let markdown = document::SECTIONS.iter().fold(rendered.markdown.clone(), |doc, which| {
+        document::section_of(&old, *which).map_or(doc.clone(), |kept| document::splice(&doc, *which, kept))
+    });
     write_file(&md, &markdown)?;
     for (name, svg) in &rendered.figures {
         write_file(&figures.join(name), svg)?;

@@ -10,7 +10,7 @@ use super::Figures;
 use super::goals;
 use super::print::Row;
 use super::runs::{self, Run};
-use crate::document::{self, SCALE_BEGIN, SCALE_END, splice};
+use crate::document::{self, SCALE, splice};
 use crate::report::Environment;
 use crate::svg::{Axis, Plot};
 use ferrolb_lab::Error;
@@ -63,7 +63,7 @@ fn render(runs: &[Run], root: &Path) -> Result<(), Error> {
     }
     let md = root.join("BENCHMARKS.md");
     let old = std::fs::read_to_string(&md).unwrap_or_default();
-    document::write_file(&md, &splice(&old, &section(runs)))?;
+    document::write_file(&md, &splice(&old, SCALE, &section(runs)))?;
     println!(
         "\nbench scale: wrote the cluster-scale section of {} ({} sizes from {} runs, kept in {}) and {} plots",
         md.display(),
@@ -76,7 +76,7 @@ fn render(runs: &[Run], root: &Path) -> Result<(), Error> {
 }
 
 fn section(runs: &[Run]) -> String {
-    let mut s = format!("{SCALE_BEGIN}\n## Cluster scale\n\n");
+    let mut s = format!("{}\n## Cluster scale\n\n", SCALE.begin);
     s.push_str(
         "ferrolb on the real control plane (etcd, kube-apiserver, kube-controller-manager) beside kwok's fake \
          Nodes: two real nodes each running a speaker (BGP to BIRD), the controller, LoadBalancer Services \
@@ -135,7 +135,7 @@ fn section(runs: &[Run]) -> String {
         "\n![Service created → route vs Services]({}/scale-latency.svg)\n",
         document::FIGURES
     ));
-    s.push_str(SCALE_END);
+    s.push_str(SCALE.end);
     s.push('\n');
     s
 }
@@ -218,7 +218,7 @@ mod tests {
         assert!(!runs.is_empty(), "{} holds the published runs", runs::FILE);
         let md = std::fs::read_to_string(root.join("BENCHMARKS.md")).unwrap();
         assert_eq!(
-            document::section_of(&md),
+            document::section_of(&md, SCALE),
             Some(section(&runs).trim_end()),
             "BENCHMARKS.md's cluster-scale section is not what {} renders: `ferrolb-testbed bench scale --rewrite`",
             runs::FILE

@@ -33,13 +33,17 @@ pub struct Settings {
     pub streams: usize,
 }
 
+mod write;
+
+pub use write::{FILE, rewrite, write};
+
 /// One mode at one node count.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Row {
     /// Nodes serving the address.
     pub nodes: usize,
     /// `SingleOwner` or `ActiveActive`.
-    pub mode: &'static str,
+    pub mode: String,
     /// Connections opened, greeted and closed per second.
     pub connections_per_s: f64,
     /// Connections that failed meanwhile.
@@ -137,7 +141,7 @@ fn measure(n: usize, mode: &'static str, bin: &std::path::Path, s: &Settings) ->
     let received = after.1.saturating_sub(before.1);
     Ok(Row {
         nodes: n,
-        mode,
+        mode: mode.to_owned(),
         connections_per_s: done as f64 / seconds.as_secs_f64(),
         failed,
         megabytes_per_s: bytes as f64 / seconds.as_secs_f64() / 1e6,
