@@ -164,6 +164,7 @@ fn api_field_names_are_as_documented() {
                 "nodeSelectors",
                 "interfaces",
                 "mode",
+                "nodePreferences",
             ][..],
         ),
         (

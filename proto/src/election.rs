@@ -44,11 +44,21 @@ pub fn owner<'a, I>(address: IpAddr, candidates: I) -> Option<&'a str>
 where
     I: IntoIterator<Item = &'a str>,
 {
+    preferred_owner(address, candidates.into_iter().map(|n| (n, 0)))
+}
+
+/// The owner of `address` among `candidates` paired with the operator's preference for
+/// them: the highest preference wins, and the score elects among equally preferred nodes,
+/// so addresses still spread over them and the less preferred take over only when none is left.
+pub fn preferred_owner<'a, I>(address: IpAddr, candidates: I) -> Option<&'a str>
+where
+    I: IntoIterator<Item = (&'a str, u32)>,
+{
     candidates
         .into_iter()
-        .map(|n| (weight(n, address), std::cmp::Reverse(n)))
+        .map(|(n, preference)| (preference, weight(n, address), std::cmp::Reverse(n)))
         .max()
-        .map(|(_, std::cmp::Reverse(n))| n)
+        .map(|(_, _, std::cmp::Reverse(n))| n)
 }
 
 #[cfg(test)]
@@ -112,6 +122,31 @@ mod tests {
                 assert_eq!(owner(v4(last), after), o1);
             }
         }
+    }
+
+    #[test]
+    fn the_most_preferred_live_node_owns_and_the_others_take_over_in_order() {
+        for last in 0..=255 {
+            let ip = v4(last);
+            // Whatever the scores, node3 (preference 50) owns, then node2 (10), then the rest.
+            let all = [("node1", 0), ("node2", 10), ("node3", 50), ("node4", 0)];
+            assert_eq!(preferred_owner(ip, all), Some("node3"));
+            assert_eq!(preferred_owner(ip, all.into_iter().filter(|c| c.0 != "node3")), Some("node2"));
+            let rest = [("node1", 0), ("node4", 0)];
+            assert_eq!(preferred_owner(ip, rest), owner(ip, ["node1", "node4"]));
+        }
+    }
+
+    #[test]
+    fn equally_preferred_nodes_share_the_addresses() {
+        let nodes = [("node1", 0), ("node2", 7), ("node3", 7), ("node4", 7)];
+        let mut count: BTreeMap<&str, u32> = BTreeMap::new();
+        for i in 0..768u32 {
+            let addr = IpAddr::from([198, 18, (i >> 8) as u8, i as u8]);
+            *count.entry(preferred_owner(addr, nodes).unwrap_or("")).or_default() += 1;
+        }
+        assert_eq!(count.get("node1"), None);
+        assert!(count.values().all(|&c| (200..310).contains(&c)), "{count:?}");
     }
 
     #[test]

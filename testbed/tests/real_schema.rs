@@ -170,6 +170,17 @@ fn corpus() -> Vec<Case> {
         both(L2ADV, r#"{interfaces: [".."]}"#),
         both(L2ADV, r#"{interfaces: [""]}"#),
         validator_only(L2ADV, r#"{ipAddressPools: [missing]}"#),
+        both(
+            L2ADV,
+            "{nodePreferences: [{nodeSelector: {matchLabels: {rack: r1}}, weight: 100}, {nodeSelector: {}}]}",
+        ),
+        both(L2ADV, "{nodePreferences: [{nodeSelector: {matchLabels: {rack: r1}}, weight: 0}]}"),
+        both(L2ADV, "{nodePreferences: [{nodeSelector: {matchLabels: {rack: r1}}, weight: 101}]}"),
+        both(L2ADV, "{nodePreferences: [{weight: 5}]}"),
+        validator_only(
+            L2ADV,
+            "{nodePreferences: [{nodeSelector: {matchExpressions: [{key: rack, operator: In}]}}]}",
+        ),
         // BFDProfile: interval ranges and syntax, multiplier, TTL.
         both(BFD, "{receiveInterval: 10ms, transmitInterval: 60s, detectMultiplier: 2, minimumTtl: 1}"),
         both(BFD, "{receiveInterval: 9ms}"),

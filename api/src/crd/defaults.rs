@@ -92,6 +92,11 @@ pub fn u32_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({"type": "integer", "format": "int64", "minimum": 0, "maximum": 4294967295u64})
 }
 
+/// Schema of a preference weight: 1..100, as Kubernetes' scheduling preferences.
+pub fn weight_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "integer", "format": "int32", "minimum": 1, "maximum": 100, "default": 1})
+}
+
 /// Schema of `status.conditions`: a list map keyed by `type`, so server-side apply merges
 /// conditions written by different managers instead of replacing the whole list.
 pub fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {

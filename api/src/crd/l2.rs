@@ -1,9 +1,13 @@
 //! L2Advertisement: announce pool addresses by ARP/NDP.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::selector::selectors_match;
 
 /// Spec of an L2Advertisement.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
@@ -49,6 +53,39 @@ pub struct L2AdvertisementSpec {
     /// shared virtual MAC and keeps the flows that hash to it.
     #[serde(default, skip_serializing_if = "L2Mode::is_single_owner")]
     pub mode: L2Mode,
+    /// Nodes to prefer, with weights: a node's preference is the sum of the weights of
+    /// the entries that select it. Only the live eligible nodes of the highest preference
+    /// are elected (or, active-active, serve); the others take over when none is left.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_preferences: Vec<NodePreference>,
+}
+
+/// One `spec.nodePreferences` entry: nodes it selects gain its weight.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePreference {
+    /// The nodes this entry prefers.
+    pub node_selector: LabelSelector,
+    /// 1..100, default 1; weights of the entries selecting a node add up.
+    #[serde(default = "one")]
+    #[schemars(schema_with = "super::defaults::weight_schema")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl L2AdvertisementSpec {
+    /// A node's preference for this advertisement's addresses: the sum of the weights of
+    /// the `nodePreferences` entries that select its labels (0 when none does).
+    pub fn preference(&self, labels: &BTreeMap<String, String>) -> u32 {
+        self.node_preferences
+            .iter()
+            .filter(|p| selectors_match(std::slice::from_ref(&p.node_selector), labels))
+            .map(|p| p.weight)
+            .sum()
+    }
 }
 
 /// How an L2Advertisement's addresses are served.
@@ -77,4 +114,27 @@ pub struct L2AdvertisementStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::defaults::conditions_schema")]
     pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preference_adds_the_weights_of_the_entries_that_select_the_node() {
+        let spec: L2AdvertisementSpec = serde_json::from_value(serde_json::json!({
+            "nodePreferences": [
+                {"nodeSelector": {"matchLabels": {"rack": "r1"}}, "weight": 50},
+                {"nodeSelector": {"matchLabels": {"disk": "ssd"}}},
+            ]
+        }))
+        .unwrap_or_default();
+        let labels = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(spec.node_preferences.len(), 2, "weight defaults to 1");
+        assert_eq!(spec.preference(&labels(&[("rack", "r1"), ("disk", "ssd")])), 51);
+        assert_eq!(spec.preference(&labels(&[("rack", "r1")])), 50);
+        assert_eq!(spec.preference(&labels(&[("disk", "ssd")])), 1);
+        assert_eq!(spec.preference(&labels(&[("rack", "r2")])), 0);
+        assert_eq!(L2AdvertisementSpec::default().preference(&labels(&[("rack", "r1")])), 0);
+    }
 }

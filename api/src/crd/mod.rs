@@ -25,7 +25,7 @@ pub use cpvip::{
     ControlPlaneVip, ControlPlaneVipBgp, ControlPlaneVipMember, ControlPlaneVipSpec, ControlPlaneVipStatus,
     HealthCheck, VipMode,
 };
-pub use l2::{L2Advertisement, L2AdvertisementSpec, L2AdvertisementStatus, L2Mode};
+pub use l2::{L2Advertisement, L2AdvertisementSpec, L2AdvertisementStatus, L2Mode, NodePreference};
 pub use manifests::{ManifestError, REGENERATE, crd_files, crds};
 pub use pool::{IpAddressPool, IpAddressPoolSpec, IpAddressPoolStatus, ServiceAllocation};
 

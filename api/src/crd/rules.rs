@@ -241,6 +241,7 @@ pub fn harden(kind: &str, schema: &mut Value) {
         }
         "L2Advertisement" => {
             merge(schema, &["spec", "interfaces"], list.clone());
+            merge(schema, &["spec", "nodePreferences"], list.clone());
             merge(
                 schema,
                 &["spec", "interfaces", "[]"],

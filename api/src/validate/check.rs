@@ -55,9 +55,13 @@ impl<'a> Check<'a> {
 
     pub(super) fn selectors(&mut self, field: &str, selectors: &[LabelSelector]) {
         for (i, sel) in selectors.iter().enumerate() {
-            for (sub, problem, fix) in check_selector(sel) {
-                self.err(format!("{field}[{i}]{sub}"), problem, fix);
-            }
+            self.selector(&format!("{field}[{i}]"), sel);
+        }
+    }
+
+    pub(super) fn selector(&mut self, field: &str, selector: &LabelSelector) {
+        for (sub, problem, fix) in check_selector(selector) {
+            self.err(format!("{field}{sub}"), problem, fix);
         }
     }
 

@@ -14,6 +14,16 @@ pub(super) fn check_l2_advertisement(c: &mut Check<'_>, adv: &L2Advertisement, p
     for (i, ifname) in spec.interfaces.iter().enumerate() {
         check_interface(c, &format!("spec.interfaces[{i}]"), ifname);
     }
+    for (i, p) in spec.node_preferences.iter().enumerate() {
+        c.selector(&format!("spec.nodePreferences[{i}].nodeSelector"), &p.node_selector);
+        if !(1..=100).contains(&p.weight) {
+            c.err(
+                format!("spec.nodePreferences[{i}].weight"),
+                format!("weight {} is out of range", p.weight),
+                "write a weight from 1 to 100",
+            );
+        }
+    }
 }
 
 /// Linux interface names: 1..=15 printable ASCII characters, no '/' or ':', not "." or "..".

@@ -643,3 +643,21 @@ fn vip_address_in_a_pool_or_repeated() {
     c.control_plane_vips.push(twin);
     only_errors(c, "ControlPlaneVIP", "apiserver2", "spec.address");
 }
+
+#[test]
+fn node_preferences_are_checked() {
+    let preference = |sel: LabelSelector, weight: u32| NodePreference { node_selector: sel, weight };
+    let mut c = good();
+    c.l2_advertisements[0].spec.node_preferences = vec![preference(selector("rack", "In", &["r1"]), 100)];
+    assert_eq!(validate(&c, Origin::Cluster), vec![]);
+    c.l2_advertisements[0].spec.node_preferences.push(preference(selector("rack", "In", &["r2"]), 101));
+    only_errors(c, "L2Advertisement", "lan", "spec.nodePreferences[1].weight");
+    let mut c = good();
+    c.l2_advertisements[0].spec.node_preferences = vec![preference(selector("rack", "In", &[]), 10)];
+    only_errors(
+        c,
+        "L2Advertisement",
+        "lan",
+        "spec.nodePreferences[0].nodeSelector.matchExpressions[0].values",
+    );
+}

@@ -103,6 +103,8 @@ pub(super) fn l2_advertisement(doc: &Value, report: &mut Report) -> Option<L2Adv
         interfaces: s.take("interfaces").unwrap_or_default(),
         // MetalLB has only one mode: one node answers per address.
         mode: ferrolb_api::L2Mode::SingleOwner,
+        // MetalLB has no node preference (its #2797 asks for one).
+        node_preferences: Vec::new(),
     };
     s.finish();
     let mut out = L2Advertisement::new(&name(doc), spec);

@@ -494,15 +494,20 @@ impl Ctx<'_> {
                     && !n.network_unavailable
                     && self.g.live.contains(name)
             };
-            let mut candidates: Vec<&str> = Vec::new();
-            for (name, _) in self.model.nodes.iter().filter(|(name, n)| eligible(name, n)) {
+            // Each candidate with its preference (spec.nodePreferences; 0 when none is set).
+            let mut candidates: Vec<(&str, u32)> = Vec::new();
+            for (name, n) in self.model.nodes.iter().filter(|(name, n)| eligible(name, n)) {
                 ownable = true;
                 if !self.local_without_endpoint(name) {
-                    candidates.push(name);
+                    candidates.push((name, s.preference(&n.labels)));
                 }
             }
             if s.mode == ferrolb_api::L2Mode::ActiveActive {
-                // Every candidate serves it; a node that stops being one drains its buckets.
+                // Every candidate of the highest preference serves it; a node that stops
+                // being one drains its buckets.
+                let top = candidates.iter().map(|c| c.1).max();
+                let candidates: Vec<&str> =
+                    candidates.iter().filter(|c| Some(c.1) == top).map(|c| c.0).collect();
                 if candidates.contains(&me) {
                     merge_interfaces(o.l2.get_or_insert_with(|| s.interfaces.clone()), &s.interfaces);
                     let nodes = o.l2_active_active.get_or_insert_with(Vec::new);
@@ -514,10 +519,11 @@ impl Ctx<'_> {
                 }
                 continue;
             }
-            let owner = election::owner(ip, candidates.iter().copied());
+            let owner = election::preferred_owner(ip, candidates.iter().copied());
             if owner == Some(me) {
                 merge_interfaces(o.l2.get_or_insert_with(|| s.interfaces.clone()), &s.interfaces);
-                let successor = election::owner(ip, candidates.iter().copied().filter(|c| *c != me));
+                let successor =
+                    election::preferred_owner(ip, candidates.iter().copied().filter(|c| c.0 != me));
                 if let Some(next) = successor.filter(|n| !o.l2_successors.iter().any(|s| s == n)) {
                     o.l2_successors.push(next.to_owned());
                 }
@@ -527,8 +533,13 @@ impl Ctx<'_> {
             // leaves the candidates (every node elects the same successor, who announces)
             // but keeps answering during the handover grace.
             let was_owner = self.endpoints_terminating()
-                && self.model.nodes.get(me).is_some_and(|n| eligible(me, n))
-                && election::owner(ip, candidates.iter().copied().chain([me])) == Some(me);
+                && self.model.nodes.get(me).is_some_and(|n| {
+                    eligible(me, n)
+                        && election::preferred_owner(
+                            ip,
+                            candidates.iter().copied().chain([(me, s.preference(&n.labels))]),
+                        ) == Some(me)
+                });
             match (was_owner, owner) {
                 // No live node can take over: keep serving rather than break.
                 (true, None) => {

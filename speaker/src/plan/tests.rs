@@ -461,3 +461,50 @@ fn an_active_active_local_address_skips_nodes_without_a_serving_endpoint() {
         n2.withdrawn
     );
 }
+
+/// The model with every L2Advertisement preferring the nodes of `rack` by `weight`.
+fn prefer_rack(mut m: ClusterModel, rack: &str, weight: u32) -> ClusterModel {
+    let selector: ferrolb_api::NodePreference = serde_json::from_value(
+        serde_json::json!({"nodeSelector": {"matchLabels": {"rack": rack}}, "weight": weight}),
+    )
+    .unwrap();
+    for ad in m.l2_advertisements.values_mut() {
+        ad.spec.node_preferences.push(selector.clone());
+    }
+    m
+}
+
+#[test]
+fn a_preferred_node_owns_the_address_and_the_other_takes_over_without_it() {
+    let vip = ip("192.0.2.201");
+    let m = model_of(&(FIXTURE.to_string() + L2_SVC));
+    let scored = election::owner(vip, ["node1", "node2"]).unwrap();
+    // Prefer the node the score alone would not elect.
+    let (preferred, rack, other) =
+        if scored == "node1" { ("node2", "b", "node1") } else { ("node1", "a", "node2") };
+    let m = prefer_rack(m, rack, 10);
+    let live = all_live(&m);
+    let p = plan(&m, preferred, &live);
+    assert_eq!(p.l2.get(&vip), Some(&vec!["eth0".to_string()]));
+    assert_eq!(p.l2_successors[&vip], vec![other.to_string()], "the unpreferred node stands by");
+    let o = plan(&m, other, &live);
+    assert!(o.withdrawn[&vip].contains(&format!("owned by node {preferred}")), "{:?}", o.withdrawn);
+    // Failover kept: the preferred node leaves membership, the other serves.
+    let without: BTreeSet<String> = [other.to_string()].into();
+    assert!(plan(&m, other, &without).l2.contains_key(&vip));
+    // A preference both nodes share leaves the score to elect.
+    let both = prefer_rack(m, if rack == "a" { "b" } else { "a" }, 10);
+    assert!(plan(&both, scored, &live).l2.contains_key(&vip));
+}
+
+#[test]
+fn an_active_active_address_is_served_by_the_preferred_nodes_only() {
+    let vip = ip("192.0.2.201");
+    let m = prefer_rack(active_active(model_of(&(FIXTURE.to_string() + L2_SVC))), "b", 5);
+    let live = all_live(&m);
+    assert_eq!(plan(&m, "node2", &live).l2_active_active.get(&vip), Some(&vec!["node2".to_string()]));
+    assert!(!plan(&m, "node1", &live).l2_active_active.contains_key(&vip));
+    // The preferred node gone, the others serve.
+    let without: BTreeSet<String> = ["node1".to_string()].into();
+    assert_eq!(plan(&m, "node1", &without).l2_active_active.get(&vip), Some(&vec!["node1".to_string()]));
+}
