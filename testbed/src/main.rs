@@ -467,7 +467,7 @@ fn image_build(tag: &str, out: &std::path::Path, profile: &str) -> anyhow::Resul
 }
 
 fn up(nodes: usize, router: RouterKind) -> anyhow::Result<()> {
-    let lab = Lab::up(LabConfig { nodes, persistent: true })?;
+    let lab = Lab::up(LabConfig { nodes, persistent: true, lan_clients: 0 })?;
     let spec = RouterSpec::default();
     // The lab outlives this process, so its router must too: forget the handles.
     match router {

@@ -1,7 +1,8 @@
 //! Active-active L2 in the real kernel: the buckets of
 //! [`ferrolb_proto::l2::active_active`] built as nftables tables, loaded over netlink
-//! (as the speaker loads them) into three nodes, and 1 000 TCP connections from behind the router r1 to one
-//! address: they split over the nodes by bucket, survive a node's death on the others,
+//! (as the speaker loads them) into three nodes, and 1 000 TCP connections from behind
+//! the router r1 to one address (and, with speakers, 1 000 more from two on-link
+//! clients): they split over the nodes by bucket, survive a node's death on the others,
 //! and survive its return (make before break), on IPv4 and IPv6.
 //!
 //! The router reaches the address through its virtual MAC (a permanent neighbour
@@ -63,10 +64,10 @@ fn desired(vip: IpAddr, members: &[&str]) -> Input {
 }
 
 /// The lab: three nodes serving `vip` on `lo` through an echo server, the client routed
-/// to it through r1. Without speakers (`by_hand`), r1 is told the virtual MAC and the
-/// nodes' NICs accept it, as the speakers do.
+/// to it through r1, two more clients on the LAN. Without speakers (`by_hand`), r1 is told
+/// the virtual MAC and the nodes' NICs accept it, as the speakers do.
 fn lab_for(vip: IpAddr, by_hand: bool) -> (Lab, Vec<EchoServer>) {
-    let lab = Lab::up(LabConfig::nodes(3)).unwrap();
+    let lab = Lab::up(LabConfig::nodes(3).lan_clients(2)).unwrap();
     let vmac = mac_to_string(&virtual_mac(vip));
     let mut servers = Vec::new();
     for (i, ns) in lab.nodes().iter().enumerate() {
@@ -363,8 +364,26 @@ fn speakers_through_a_death_a_return_and_a_roll(vip: IpAddr) {
     assert_eq!(client::neighbour(lab.client(), "eth0", vip).unwrap().and_then(|n| n.mac), Some(vmac.clone()));
     let all = ["node1", "node2", "node3"];
     let mut first = open(&lab, vip, 20000..21000);
-    assert_eq!(client::neighbour(lab.router(), "eth0", vip).unwrap().and_then(|n| n.mac), Some(vmac));
+    assert_eq!(client::neighbour(lab.router(), "eth0", vip).unwrap().and_then(|n| n.mac), Some(vmac.clone()));
     assert_even(&flow_split(&first), &all, 1000, "speakers: 1 000 connections through r1");
+    // Two clients on the LAN resolve the address themselves (to the virtual MAC) and
+    // their connections spread over the nodes too.
+    let mut on_link = Vec::new();
+    for (k, lan) in lab.lan_clients().iter().enumerate() {
+        let source: IpAddr = if vip.is_ipv4() {
+            addressing::lan_client_v4(k + 1).into()
+        } else {
+            addressing::lan_client_v6(k + 1).into()
+        };
+        let flows = open_flows(lan, source, 20000..20500, SocketAddr::new(vip, PORT), TIMEOUT).unwrap();
+        let split = flow_split(&flows);
+        println!("speakers: 500 connections from on-link client lan{}: {split:?}", k + 1);
+        assert!(all.iter().all(|n| split.contains_key(*n)), "lan{} reached only {split:?}", k + 1);
+        let mac = client::neighbour(lan, "eth0", vip).unwrap().and_then(|n| n.mac);
+        assert_eq!(mac.as_deref(), Some(vmac.as_str()), "lan{} resolved {vip}", k + 1);
+        on_link.extend(flows);
+    }
+    assert_even(&flow_split(&on_link), &all, 1000, "speakers: 1 000 connections from two on-link clients");
 
     // node2 dies: its port is cut and its speaker killed.
     lab.switch().ip(&["link", "set", "n2", "down"]).unwrap();
@@ -380,6 +399,11 @@ fn speakers_through_a_death_a_return_and_a_roll(vip: IpAddr) {
         assert!(dropped > 0.0, "node{i} counted no packet as another node's: {sample} = {dropped}");
     }
     assert_eq!(broken(&mut first, &["node1", "node3"]), BTreeMap::new(), "survivors' connections broke");
+    assert_eq!(
+        broken(&mut on_link, &["node1", "node3"]),
+        BTreeMap::new(),
+        "survivors' on-link connections broke"
+    );
     let mut during = open(&lab, vip, 30000..30300);
     assert_even(
         &flow_split(&during),

@@ -9,6 +9,9 @@
 //!   .1  ::1                                                              .100 ::100
 //! ```
 //!
+//! A lab may also have on-link clients `lan1`, `lan2`, … (`LabConfig::lan_clients`) on the
+//! LAN at .101, .102, … (::101, …), with no route through r1.
+//!
 //! MAC addresses come from the RFC 7042 documentation block 00:00:5e:00:53:00/24.
 //! The client routes the BGP service ranges (203.0.113.0/24, 2001:db8:3::/64) and the
 //! bulk range 198.18.0.0/15 through r1's routed link; nodes route the routed link back
@@ -92,6 +95,24 @@ pub fn node_v6(i: usize) -> Ipv6Addr {
 /// Node `i`'s (1-based) LAN MAC: 00:00:5e:00:53:1i.
 pub fn node_mac(i: usize) -> String {
     format!("00:00:5e:00:53:{:02x}", 0x10 + node_index(i))
+}
+
+/// On-link clients a lab may have besides the client.
+pub const MAX_LAN_CLIENTS: usize = 9;
+
+/// On-link client `k`'s (1-based) IPv4 address: 192.0.2.10`k`, beside the client's .100.
+pub fn lan_client_v4(k: usize) -> Ipv4Addr {
+    Ipv4Addr::new(192, 0, 2, 100 + k.clamp(1, MAX_LAN_CLIENTS) as u8)
+}
+
+/// On-link client `k`'s IPv6 address: 2001:db8::10`k`.
+pub fn lan_client_v6(k: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x100 + k.clamp(1, MAX_LAN_CLIENTS) as u16)
+}
+
+/// On-link client `k`'s MAC.
+pub fn lan_client_mac(k: usize) -> String {
+    format!("00:00:5e:00:53:{:02x}", 0xd0 + k.clamp(1, MAX_LAN_CLIENTS))
 }
 
 /// Node `i`'s name inside the lab ("node1", …).

@@ -22,11 +22,14 @@ pub struct LabConfig {
     /// Outlive this process (`ferrolb-testbed up`): no teardown on drop, processes
     /// not tied to the parent. Such labs are never treated as stale.
     pub persistent: bool,
+    /// On-link clients besides the client (0..=9): hosts on the LAN with no route
+    /// through r1, reaching service addresses by ARP/NDP ([`Lab::lan_clients`]).
+    pub lan_clients: usize,
 }
 
 impl Default for LabConfig {
     fn default() -> Self {
-        LabConfig { nodes: 2, persistent: false }
+        LabConfig { nodes: 2, persistent: false, lan_clients: 0 }
     }
 }
 
@@ -34,6 +37,11 @@ impl LabConfig {
     /// A lab with `n` nodes.
     pub fn nodes(n: usize) -> Self {
         LabConfig { nodes: n, ..Default::default() }
+    }
+
+    /// With `n` on-link clients besides the client.
+    pub fn lan_clients(self, n: usize) -> Self {
+        LabConfig { lan_clients: n, ..self }
     }
 }
 
@@ -47,6 +55,7 @@ pub struct Lab {
     router: Netns,
     client: Netns,
     nodes: Vec<Netns>,
+    lan_clients: Vec<Netns>,
     persistent: bool,
     torn_down: bool,
 }
@@ -58,6 +67,12 @@ impl Lab {
         check_prerequisites()?;
         if cfg.nodes == 0 || cfg.nodes > addressing::MAX_NODES {
             return Err(Error::Missing(format!("a lab has 1..={} nodes", addressing::MAX_NODES)));
+        }
+        if cfg.lan_clients > addressing::MAX_LAN_CLIENTS {
+            return Err(Error::Missing(format!(
+                "a lab has 0..={} on-link clients",
+                addressing::MAX_LAN_CLIENTS
+            )));
         }
         let id = if cfg.persistent {
             // pid 0 marks a lab that no process owns; the clock keeps ids apart.
@@ -73,6 +88,7 @@ impl Lab {
             router: Netns::existing(&format!("{id}-r1")),
             client: Netns::existing(&format!("{id}-client")),
             nodes: (1..=cfg.nodes).map(|i| Netns::existing(&format!("{id}-node{i}"))).collect(),
+            lan_clients: (1..=cfg.lan_clients).map(|k| Netns::existing(&format!("{id}-lan{k}"))).collect(),
             id,
             dir,
             persistent: cfg.persistent,
@@ -113,6 +129,13 @@ impl Lab {
             node.sysctl("net.ipv4.conf.all.arp_announce", "2")?;
             node.ip(&["route", "add", addressing::LINK_V4, "via", &addressing::ROUTER_V4.to_string()])?;
             node.ip(&["-6", "route", "add", addressing::LINK_V6, "via", &addressing::ROUTER_V6.to_string()])?;
+        }
+
+        for (k, lan) in self.lan_clients.iter().enumerate() {
+            let k = k + 1;
+            attach(sw, lan, &format!("l{k}"), &addressing::lan_client_mac(k))?;
+            addr(lan, "eth0", &addressing::lan_client_v4(k).into(), 24)?;
+            addr(lan, "eth0", &addressing::lan_client_v6(k).into(), 64)?;
         }
 
         let c = &self.client;
@@ -203,10 +226,16 @@ impl Lab {
         &self.nodes
     }
 
+    /// The on-link clients ([`LabConfig::lan_clients`]), in order: `lan1`, `lan2`, …
+    pub fn lan_clients(&self) -> &[Netns] {
+        &self.lan_clients
+    }
+
     /// Every namespace of the lab.
     pub fn all(&self) -> Vec<&Netns> {
         let mut v = vec![&self.switch, &self.router, &self.client];
         v.extend(self.nodes.iter());
+        v.extend(self.lan_clients.iter());
         v
     }
 
