@@ -1,7 +1,8 @@
 //! The real `ferrolb-speaker --static` with an L2Advertisement's `nodePreferences`: the
 //! operator's first choice answers for the address whatever the election's score says,
 //! the second choice (not the score's) takes over when the first dies, and the first
-//! takes the address back, make before break, when it returns.
+//! takes the address back, make before break, when it returns. With no address
+//! active-active, no speaker touches nf_tables.
 //!
 //! Needs `target/debug/ferrolb-speaker` (testbed/test.sh builds it first).
 
@@ -135,4 +136,11 @@ fn the_preferred_node_answers_the_next_takes_over_and_the_first_takes_back() {
     wait_answered_by(&lab, &[b], first);
     let scored_logs = speakers[scored - 1].logs();
     assert!(!scored_logs.contains("now owns the address"), "node{scored} never owned:\n{scored_logs}");
+    // No address is active-active: no speaker touched nf_tables, in any of its runs.
+    for (i, sp) in speakers.iter().enumerate() {
+        let logs = sp.logs();
+        assert!(!logs.contains("active-active bucket filter"), "node{}:\n{logs}", i + 1);
+        let tables = lab.nodes()[i].exec(&["nft", "list", "tables"]).unwrap();
+        assert!(!tables.contains("ferrolb"), "node{}: {tables}", i + 1);
+    }
 }

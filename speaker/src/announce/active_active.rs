@@ -183,6 +183,12 @@ async fn run(
                 tracing::error!(error = %e, "active-active bucket filter: cannot load the draining table")
             }
         }
+    } else if devices.is_empty() {
+        // No table of ours in the kernel (or a kernel that cannot dump nf_tables, so
+        // holds none): that is what an empty spread loads, so a node that never serves an
+        // address active-active never touches nf_tables, and a kernel without it is
+        // not asked every 5 s.
+        loaded = Some((nft::ruleset(&spread, &devices), devices));
     }
     let mut unicast: BTreeSet<(String, [u8; 6])> = BTreeSet::new();
     let mut retry: Option<Instant> = None;
