@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use ferrolb_proto::bfd::{SessionConfig as BfdSessionConfig, Timers};
 use ferrolb_proto::bgp::Family;
-use ferrolb_proto::bgp::fsm::{GracefulRestartConfig, PeerConfig};
+use ferrolb_proto::bgp::fsm::{GracefulRestartConfig, PeerAs, PeerConfig};
 use ferrolb_proto::bgp::session::SessionConfig;
 use ferrolb_proto::bgp::socket::Password;
 
-use crate::crd::{AddressFamily, BfdProfile, BgpPeerSpec};
+use crate::crd::{AddressFamily, BfdProfile, BgpPeerSpec, DynamicAsn};
 
 /// Why a BGPPeer cannot get a session on this node.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,7 +82,19 @@ pub fn peer_session_config(
     let hold = secs(spec.hold_time(), "spec.holdTime")?;
     let keepalive = secs(spec.keepalive_time(), "spec.keepaliveTime")?;
     let connect = secs(spec.connect_time(), "spec.connectTime")?;
-    let mut peer = PeerConfig::new(spec.my_asn, spec.peer_asn, router_id);
+    let mut peer = PeerConfig::new(spec.my_asn, 0, router_id);
+    peer.peer_as = match (spec.peer_asn, spec.dynamic_asn) {
+        (Some(asn), _) => PeerAs::Fixed(asn),
+        (None, Some(DynamicAsn::Internal)) => PeerAs::Internal,
+        (None, Some(DynamicAsn::External)) => PeerAs::External,
+        (None, None) => {
+            return Err(err(
+                "spec.peerASN",
+                "neither peerASN nor dynamicASN is set".into(),
+                "set peerASN to the router's AS, or dynamicASN: internal or external",
+            ));
+        }
+    };
     peer.hold_time = u16::try_from(hold.as_secs()).unwrap_or(u16::MAX);
     // Hold time 0 leaves a dead peer to BFD: only where this process runs BFD for the
     // session (ferrolb-bootstrap runs none).

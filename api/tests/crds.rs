@@ -123,6 +123,7 @@ fn api_field_names_are_as_documented() {
             &[
                 "myASN",
                 "peerASN",
+                "dynamicASN",
                 "peerAddress",
                 "peerPort",
                 "sourceAddress",

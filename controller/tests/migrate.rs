@@ -51,6 +51,7 @@ fn every_metallb_kind_converts_into_valid_ferrolb_objects() {
             "BFDProfile/defaults",
             "BGPPeer/router-a",
             "BGPPeer/router-b",
+            "BGPPeer/spine",
             "BGPAdvertisement/public",
             "BGPAdvertisement/team-a-aggregate",
             "L2Advertisement/lan",
@@ -89,7 +90,10 @@ fn every_metallb_kind_converts_into_valid_ferrolb_objects() {
     assert_eq!((fast.spec.detect_multiplier, fast.spec.minimum_ttl), (5, 254));
 
     let Object::BgpPeer(a) = find(&c, "BGPPeer", "router-a") else { unreachable!() };
-    assert_eq!((a.spec.my_asn, a.spec.peer_asn, a.spec.peer_address.as_str()), (64513, 64512, "192.0.2.1"));
+    assert_eq!(
+        (a.spec.my_asn, a.spec.peer_asn, a.spec.peer_address.as_str()),
+        (64513, Some(64512), "192.0.2.1")
+    );
     assert_eq!((a.spec.hold_time.as_str(), a.spec.keepalive_time.as_deref()), ("1m30s", Some("30s")));
     assert_eq!(a.spec.router_id.as_deref(), Some("192.0.2.11"));
     assert_eq!(a.spec.bfd_profile.as_deref(), Some("fast"));
@@ -119,6 +123,13 @@ fn every_metallb_kind_converts_into_valid_ferrolb_objects() {
     assert_eq!(emitted, ["router-a-bgp-password"], "the inline password becomes a Secret");
     assert!(c.commands.iter().any(|c| c.starts_with("kubectl -n metallb-system get secret router-b-auth ")));
 
+    let Object::BgpPeer(spine) = find(&c, "BGPPeer", "spine") else { unreachable!() };
+    assert_eq!(
+        (spine.spec.peer_asn, spine.spec.dynamic_asn),
+        (None, Some(ferrolb_api::DynamicAsn::Internal))
+    );
+    assert!(spine.spec.is_ibgp());
+
     let Object::BgpAdvertisement(adv) = find(&c, "BGPAdvertisement", "public") else { unreachable!() };
     assert_eq!(adv.spec.communities, ["64512:1", "64512:200", "large:64512:2:3", "65535:65282"], "aliases");
     assert_eq!((adv.spec.local_pref, adv.spec.peers.len()), (Some(100), 2));
@@ -146,8 +157,6 @@ fn what_cannot_be_converted_is_listed_exactly() {
             ("BFDProfile metallb-system/fast", "spec.echoInterval"),
             ("BGPPeer metallb-system/router-vrf", "spec.vrf"),
             ("BGPPeer metallb-system/unnumbered", "spec.interface"),
-            ("BGPPeer metallb-system/unnumbered", "spec.dynamicASN"),
-            ("BGPPeer metallb-system/unnumbered", "spec.peerASN"),
             ("BGPPeer metallb-system/unnumbered", "spec.peerAddress"),
             ("BGPAdvertisement metallb-system/team-a-aggregate", "spec.communities[0]"),
             ("BGPAdvertisement metallb-system/team-a-aggregate", "spec.futureKnob"),
@@ -284,7 +293,7 @@ fn cli_prints_a_ferrolb_stream_and_one_stderr_line_per_unconverted_field() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     // The output is for a cluster (passwordSecret, not passwordFile).
     let config = parse_stream("stdout", &stdout).unwrap().config().validate(Origin::Cluster).unwrap();
-    assert_eq!((config.pools.len(), config.peers.len(), config.bfd_profiles.len()), (3, 2, 2));
+    assert_eq!((config.pools.len(), config.peers.len(), config.bfd_profiles.len()), (3, 3, 2));
     let stderr = String::from_utf8(out.stderr).unwrap();
     let c = converted("config.yaml");
     let mut expected: Vec<String> = c.unconverted.iter().map(|u| format!("not converted: {u}")).collect();

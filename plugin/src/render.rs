@@ -125,7 +125,10 @@ pub fn peers_table(rows: &[PeerRow]) -> String {
                 r.node.clone(),
                 r.peer.clone(),
                 r.peer_address.clone(),
-                r.peer_asn.to_string(),
+                r.peer_asn
+                    .map(|a| a.to_string())
+                    .or(r.dynamic_asn.map(|d| d.to_string()))
+                    .unwrap_or_default(),
                 r.bfd_profile.clone().unwrap_or_default(),
                 r.valid.clone(),
                 r.services.to_string(),

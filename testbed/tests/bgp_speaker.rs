@@ -21,13 +21,22 @@ const T: Duration = Duration::from_secs(30);
 
 /// Node 1 peers with the lab router over IPv4 (ipv4-unicast) and IPv6 (ipv6-unicast).
 fn router_peers(my_asn: u32, peer_asn: u32, extra: &[&str]) -> Vec<String> {
+    router_peers_as(my_asn, &peer_asn.to_string(), extra)
+}
+
+/// As [`router_peers`], with the router's AS a number or (`dynamicASN`) `internal` / `external`.
+fn router_peers_as(my_asn: u32, peer_as: &str, extra: &[&str]) -> Vec<String> {
     let mut e4 = vec!["addressFamilies: [ipv4-unicast]"];
     e4.extend_from_slice(extra);
     let mut e6 = vec!["addressFamilies: [ipv6-unicast]"];
     e6.extend_from_slice(extra);
+    let peer = |name: &str, address: IpAddr, extra: &[&str]| match peer_as.parse::<u32>() {
+        Ok(asn) => yaml::peer(name, my_asn, asn, address, extra),
+        Err(_) => yaml::dynamic_peer(name, my_asn, peer_as, address, extra),
+    };
     vec![
-        yaml::peer("router-v4", my_asn, peer_asn, addressing::ROUTER_V4.into(), &e4),
-        yaml::peer("router-v6", my_asn, peer_asn, addressing::ROUTER_V6.into(), &e6),
+        peer("router-v4", addressing::ROUTER_V4.into(), &e4),
+        peer("router-v6", addressing::ROUTER_V6.into(), &e6),
     ]
 }
 
@@ -63,6 +72,12 @@ enum Mode {
 /// communities, large communities and, on iBGP, the LOCAL_PREF configured on the
 /// BGPAdvertisement) and its kernel table.
 fn interop(kind: Kind, mode: Mode) {
+    interop_as(kind, mode, &addressing::ROUTER_ASN.to_string());
+}
+
+/// [`interop`] with the router's AS given as `peer_as`: its number, or `dynamicASN`'s
+/// `internal` / `external`, learned from the router's OPEN.
+fn interop_as(kind: Kind, mode: Mode, peer_as: &str) {
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
     let spec = match mode {
         Mode::Ebgp => RouterSpec::default(),
@@ -80,7 +95,7 @@ fn interop(kind: Kind, mode: Mode) {
     let (vip4, vip6) = (addressing::bgp_vip_v4(10), addressing::bgp_vip_v6(0x10));
     let file = static_file(
         &[("web", vec![vip4, vip6])],
-        router_peers(my_asn, addressing::ROUTER_ASN, &[]),
+        router_peers_as(my_asn, peer_as, &[]),
         &["ipAddressPools: [public]", "localPref: 250", "communities: [\"64512:100\", \"large:64512:1:2\"]"],
     );
     let _speaker = Speaker::start(&lab, 1, &file).unwrap();
@@ -132,6 +147,32 @@ fn interop_gobgp_ebgp() {
 #[test]
 fn interop_gobgp_ibgp() {
     interop(Kind::GoBgp, Mode::Ibgp);
+}
+
+#[test]
+fn interop_frr_ebgp_dynamic_asn() {
+    interop_as(Kind::Frr, Mode::Ebgp, "external");
+}
+
+#[test]
+fn interop_bird_ibgp_dynamic_asn() {
+    interop_as(Kind::Bird, Mode::Ibgp, "internal");
+}
+
+/// `dynamicASN: internal` against a router in another AS: its OPEN is refused with Bad
+/// Peer AS and the session never comes up.
+#[test]
+fn dynamic_asn_refuses_a_router_on_the_other_side() {
+    let lab = Lab::up(LabConfig::nodes(1)).unwrap();
+    let router = Frr::start(&lab, &RouterSpec::default()).unwrap();
+    let file = static_file(
+        &[("web", vec![addressing::bgp_vip_v4(10)])],
+        router_peers_as(addressing::NODE_ASN, "internal", &[]),
+        &["ipAddressPools: [public]"],
+    );
+    let speaker = Speaker::start(&lab, 1, &file).unwrap();
+    speaker.wait_log("bad peer AS", T).unwrap();
+    assert_eq!(router.established().unwrap(), Default::default(), "{}", lab.logs(40));
 }
 
 /// BIRD (eBGP) and the ExaBGP recorder (iBGP) at once: attributes exactly as

@@ -38,10 +38,14 @@ pub struct BgpPeerSpec {
     #[serde(rename = "myASN")]
     #[schemars(schema_with = "defaults::asn_schema")]
     pub my_asn: u32,
-    /// The router's AS number (1..=4294967295).
-    #[serde(rename = "peerASN")]
+    /// The router's AS number (1..=4294967295); or, instead, `dynamicASN`.
+    #[serde(default, rename = "peerASN", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "defaults::asn_schema")]
-    pub peer_asn: u32,
+    pub peer_asn: Option<u32>,
+    /// Instead of `peerASN`: `internal` (the router is in myASN) or `external` (any other
+    /// AS, learned from the router's OPEN).
+    #[serde(default, rename = "dynamicASN", skip_serializing_if = "Option::is_none")]
+    pub dynamic_asn: Option<DynamicAsn>,
     /// The router's address, IPv4 or IPv6.
     pub peer_address: String,
     /// The router's TCP port.
@@ -99,7 +103,8 @@ impl BgpPeerSpec {
     pub fn new(my_asn: u32, peer_asn: u32, peer_address: impl Into<String>) -> Self {
         Self {
             my_asn,
-            peer_asn,
+            peer_asn: Some(peer_asn),
+            dynamic_asn: None,
             peer_address: peer_address.into(),
             peer_port: defaults::peer_port(),
             source_address: None,
@@ -119,6 +124,15 @@ impl BgpPeerSpec {
         }
     }
 
+    /// True for an iBGP session: the router is in our AS (`peerASN` = `myASN`, or
+    /// `dynamicASN: internal`).
+    pub fn is_ibgp(&self) -> bool {
+        match (self.peer_asn, self.dynamic_asn) {
+            (Some(asn), _) => asn == self.my_asn,
+            (None, dynamic) => dynamic == Some(DynamicAsn::Internal),
+        }
+    }
+
     /// Parsed `holdTime`.
     pub fn hold_time(&self) -> Result<Duration, DurationError> {
         self.hold_time.parse()
@@ -135,6 +149,26 @@ impl BgpPeerSpec {
     /// Parsed `connectTime`.
     pub fn connect_time(&self) -> Result<Duration, DurationError> {
         self.connect_time.parse()
+    }
+}
+
+/// `dynamicASN`: which side of our AS the router is on, its number learned from its OPEN.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DynamicAsn {
+    /// The router is in our AS (iBGP).
+    #[serde(rename = "internal")]
+    Internal,
+    /// The router is in any other AS (eBGP).
+    #[serde(rename = "external")]
+    External,
+}
+
+impl std::fmt::Display for DynamicAsn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DynamicAsn::Internal => "internal",
+            DynamicAsn::External => "external",
+        })
     }
 }
 

@@ -19,7 +19,7 @@ pub use announcement::{
 pub use bfd::{BfdProfile, BfdProfileSpec, BfdProfileStatus};
 pub use bgp::{
     AddressFamily, BgpAdvertisement, BgpAdvertisementSpec, BgpAdvertisementStatus, BgpPeer, BgpPeerSpec,
-    BgpPeerStatus, GracefulRestart, SecretKeyRef,
+    BgpPeerStatus, DynamicAsn, GracefulRestart, SecretKeyRef,
 };
 pub use cpvip::{
     ControlPlaneVip, ControlPlaneVipBgp, ControlPlaneVipMember, ControlPlaneVipSpec, ControlPlaneVipStatus,

@@ -194,6 +194,11 @@ pub fn harden(kind: &str, schema: &mut Value) {
                 schema,
                 &["spec"],
                 json!({"x-kubernetes-validations": [
+                    rule(
+                        "has(self.peerASN) != has(self.dynamicASN)",
+                        ".peerASN",
+                        "set exactly one of spec.peerASN (the router's AS) and spec.dynamicASN (internal or external)",
+                    ),
                     // Whole seconds: int(duration) is nanoseconds.
                     rule(
                         "duration(self.holdTime) == duration('0s') || (duration(self.holdTime) >= duration('3s') && duration(self.holdTime) <= duration('65535s') && int(duration(self.holdTime)) % 1000000000 == 0)",

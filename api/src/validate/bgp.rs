@@ -39,10 +39,23 @@ pub(super) fn check_duplicate_sessions(peers: &[BgpPeer], errors: &mut Vec<Valid
 
 pub(super) fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet<String>, origin: Origin) {
     let spec = &peer.spec;
-    for (field, asn) in [("spec.myASN", spec.my_asn), ("spec.peerASN", spec.peer_asn)] {
-        if asn == 0 {
+    for (field, asn) in [("spec.myASN", Some(spec.my_asn)), ("spec.peerASN", spec.peer_asn)] {
+        if asn == Some(0) {
             c.err(field, "AS number 0 is reserved (RFC 7607)", "use 1..4294967295");
         }
+    }
+    match (spec.peer_asn, spec.dynamic_asn) {
+        (Some(_), Some(_)) => c.err(
+            "spec.dynamicASN",
+            "peerASN and dynamicASN are both set",
+            "set one: peerASN for a router of a known AS, or dynamicASN to learn it from the router",
+        ),
+        (None, None) => c.err(
+            "spec.peerASN",
+            "neither peerASN nor dynamicASN is set",
+            "set peerASN to the router's AS, or dynamicASN: internal or external",
+        ),
+        _ => {}
     }
     if spec.peer_port == 0 {
         c.err("spec.peerPort", "port 0 is not a port", "use 1..65535, usually 179");

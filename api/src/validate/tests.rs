@@ -276,7 +276,7 @@ fn asn_zero() {
     c.peers[0].spec.my_asn = 0;
     only_errors(c.clone(), "BGPPeer", "router-a", "spec.myASN");
     c.peers[0].spec.my_asn = u32::MAX;
-    c.peers[0].spec.peer_asn = 0;
+    c.peers[0].spec.peer_asn = Some(0);
     only_errors(c, "BGPPeer", "router-a", "spec.peerASN");
 }
 
@@ -365,7 +365,7 @@ fn ttl_security_is_for_directly_connected_routers() {
     let mut c = good();
     c.peers[0].spec.ttl_security = true;
     assert!(validate(&c, Origin::Cluster).is_empty(), "eBGP, single hop");
-    c.peers[0].spec.peer_asn = c.peers[0].spec.my_asn;
+    c.peers[0].spec.peer_asn = Some(c.peers[0].spec.my_asn);
     assert!(validate(&c, Origin::Cluster).is_empty(), "iBGP, directly connected");
     c.peers[0].spec.ebgp_multi_hop = true;
     let e = only_errors(c, "BGPPeer", "router-a", "spec.ttlSecurity");
@@ -660,4 +660,15 @@ fn node_preferences_are_checked() {
         "lan",
         "spec.nodePreferences[0].nodeSelector.matchExpressions[0].values",
     );
+}
+
+#[test]
+fn exactly_one_of_peer_asn_and_dynamic_asn() {
+    let mut c = good();
+    c.peers[0].spec.peer_asn = None;
+    only_errors(c.clone(), "BGPPeer", "router-a", "spec.peerASN");
+    c.peers[0].spec.dynamic_asn = Some(DynamicAsn::External);
+    assert_eq!(validate(&c, Origin::Cluster), vec![]);
+    c.peers[0].spec.peer_asn = Some(64512);
+    only_errors(c, "BGPPeer", "router-a", "spec.dynamicASN");
 }

@@ -6,8 +6,8 @@ use std::net::IpAddr;
 
 use ferrolb_api::{
     AddressError, AddressFamily, AddressRange, BfdProfile, BfdProfileSpec, BgpAdvertisement,
-    BgpAdvertisementSpec, BgpPeer, BgpPeerSpec, Community, Duration, GracefulRestart, IpAddressPool,
-    IpAddressPoolSpec, L2Advertisement, L2AdvertisementSpec, ServiceAllocation,
+    BgpAdvertisementSpec, BgpPeer, BgpPeerSpec, Community, Duration, DynamicAsn, GracefulRestart,
+    IpAddressPool, IpAddressPoolSpec, L2Advertisement, L2AdvertisementSpec, ServiceAllocation,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
@@ -234,16 +234,26 @@ pub(super) fn bgp_peer(doc: &Value, passwords: &mut Passwords, report: &mut Repo
             ),
         );
     }
-    if let Some(dynamic) = s.take::<String>("dynamicASN").filter(|v| !v.is_empty()) {
-        whole = false;
-        s.unconverted(
-            "spec.dynamicASN",
-            format!("ferrolb needs the peer's AS number, not {dynamic:?}; set spec.peerASN instead"),
-        );
+    let dynamic_asn = s.take::<String>("dynamicASN").filter(|v| !v.is_empty());
+    match dynamic_asn.as_deref() {
+        None => {}
+        Some("internal") => spec.dynamic_asn = Some(DynamicAsn::Internal),
+        Some("external") => spec.dynamic_asn = Some(DynamicAsn::External),
+        Some(other) => {
+            whole = false;
+            s.unconverted(
+                "spec.dynamicASN",
+                format!("{other:?} is neither internal nor external; the BGPPeer was not converted"),
+            );
+        }
+    }
+    if spec.dynamic_asn.is_some() {
+        // MetalLB refuses both; ferrolb's dynamicASN stands instead of peerASN.
+        spec.peer_asn = None;
     }
     for (field, missing) in [
         ("spec.myASN", my_asn.is_none()),
-        ("spec.peerASN", peer_asn.is_none()),
+        ("spec.peerASN", peer_asn.is_none() && dynamic_asn.is_none()),
         ("spec.peerAddress", peer_address.is_none()),
     ] {
         if missing {

@@ -333,8 +333,11 @@ pub struct PeerRow {
     /// `spec.peerAddress`.
     pub peer_address: String,
     /// `spec.peerASN`.
-    #[serde(rename = "peerASN")]
-    pub peer_asn: u32,
+    #[serde(rename = "peerASN", skip_serializing_if = "Option::is_none")]
+    pub peer_asn: Option<u32>,
+    /// `spec.dynamicASN`.
+    #[serde(rename = "dynamicASN", skip_serializing_if = "Option::is_none")]
+    pub dynamic_asn: Option<ferrolb_api::DynamicAsn>,
     /// `spec.bfdProfile`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bfd_profile: Option<String>,
@@ -386,7 +389,8 @@ pub fn peers(snap: &Snapshot) -> Vec<PeerRow> {
             let (services, addresses) = sent.remove(&(node.clone(), peer.clone())).unwrap_or_default();
             PeerRow {
                 peer_address: obj.map(|p| p.spec.peer_address.clone()).unwrap_or_default(),
-                peer_asn: obj.map_or(0, |p| p.spec.peer_asn),
+                peer_asn: obj.and_then(|p| p.spec.peer_asn),
+                dynamic_asn: obj.and_then(|p| p.spec.dynamic_asn),
                 bfd_profile: obj.and_then(|p| p.spec.bfd_profile.clone()),
                 valid: match obj {
                     None => "NotFound".to_owned(),

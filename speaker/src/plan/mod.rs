@@ -272,7 +272,7 @@ impl<'a> Globals<'a> {
     fn sessions(&self, out: &mut Plan) {
         for (name, p) in &self.my_peers {
             out.bgp.insert(name.to_string(), BTreeMap::new());
-            if p.spec.my_asn == p.spec.peer_asn {
+            if p.spec.is_ibgp() {
                 out.ibgp.insert(name.to_string());
             }
         }
@@ -453,7 +453,7 @@ impl Ctx<'_> {
                     continue;
                 }
                 let mut a = attrs.clone();
-                if peer.spec.my_asn != peer.spec.peer_asn {
+                if !peer.spec.is_ibgp() {
                     a.local_pref = None;
                 }
                 routes.push((peer_name.clone(), prefix, a));

@@ -311,8 +311,17 @@ pub mod yaml {
 
     /// A BGPPeer; `extra` holds further `spec` lines, each indented by two spaces.
     pub fn peer(name: &str, my_asn: u32, peer_asn: u32, address: IpAddr, extra: &[&str]) -> String {
+        peer_with(name, my_asn, &format!("peerASN: {peer_asn}"), address, extra)
+    }
+
+    /// A BGPPeer with `dynamicASN: internal|external` instead of `peerASN`.
+    pub fn dynamic_peer(name: &str, my_asn: u32, dynamic: &str, address: IpAddr, extra: &[&str]) -> String {
+        peer_with(name, my_asn, &format!("dynamicASN: {dynamic}"), address, extra)
+    }
+
+    fn peer_with(name: &str, my_asn: u32, peer_as: &str, address: IpAddr, extra: &[&str]) -> String {
         let mut s = format!(
-            "apiVersion: ferrolb.io/v1alpha1\nkind: BGPPeer\nmetadata: {{name: {name}}}\nspec:\n  myASN: {my_asn}\n  peerASN: {peer_asn}\n  peerAddress: \"{address}\"\n  connectTime: 1s\n"
+            "apiVersion: ferrolb.io/v1alpha1\nkind: BGPPeer\nmetadata: {{name: {name}}}\nspec:\n  myASN: {my_asn}\n  {peer_as}\n  peerAddress: \"{address}\"\n  connectTime: 1s\n"
         );
         for e in extra {
             let _ = writeln!(s, "  {e}");

@@ -21,7 +21,7 @@ pub struct PeerConfig {
     /// Our AS.
     pub local_as: u32,
     /// The AS the peer must announce in its OPEN.
-    pub peer_as: u32,
+    pub peer_as: PeerAs,
     /// Our BGP identifier.
     pub router_id: Ipv4Addr,
     /// Proposed hold time in seconds (0, or at least 3; 0 only with `allow_zero_hold_time`).
@@ -51,7 +51,7 @@ impl PeerConfig {
     pub fn new(local_as: u32, peer_as: u32, router_id: Ipv4Addr) -> Self {
         Self {
             local_as,
-            peer_as,
+            peer_as: PeerAs::Fixed(peer_as),
             router_id,
             hold_time: 90,
             allow_zero_hold_time: false,
@@ -67,6 +67,41 @@ impl PeerConfig {
 
     /// True when the peer is in another AS.
     pub fn is_ebgp(&self) -> bool {
-        self.local_as != self.peer_as
+        match self.peer_as {
+            PeerAs::Fixed(a) => a != self.local_as,
+            PeerAs::Internal => false,
+            PeerAs::External => true,
+        }
+    }
+
+    /// Whether a peer announcing `asn` in its OPEN is the one configured.
+    pub fn accepts(&self, asn: u32) -> bool {
+        match self.peer_as {
+            PeerAs::Fixed(a) => asn == a,
+            PeerAs::Internal => asn == self.local_as,
+            PeerAs::External => asn != self.local_as,
+        }
+    }
+}
+
+/// The AS a peer must be in: a given one, or (dynamic ASN) ours or any other, learned
+/// from its OPEN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerAs {
+    /// Exactly this AS.
+    Fixed(u32),
+    /// Our own AS: an iBGP session.
+    Internal,
+    /// Any AS but ours: an eBGP session.
+    External,
+}
+
+impl std::fmt::Display for PeerAs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerAs::Fixed(a) => write!(f, "{a}"),
+            PeerAs::Internal => f.write_str("internal"),
+            PeerAs::External => f.write_str("external"),
+        }
     }
 }

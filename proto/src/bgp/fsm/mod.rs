@@ -11,7 +11,7 @@ mod events;
 mod open;
 mod timers;
 
-pub use config::{GracefulRestartConfig, PeerConfig};
+pub use config::{GracefulRestartConfig, PeerAs, PeerConfig};
 pub use events::{ConnId, DownReason, Event, Input, Negotiated, State, Transmit};
 
 use super::error::{DecodeError, ErrorAction, code, subcode};

@@ -10,7 +10,7 @@ use bytes::Bytes;
 /// Checks the peer's OPEN (RFC 4271 §6.2); returns the NOTIFICATION to send if it is bad.
 pub(super) fn check_open(config: &PeerConfig, open: &Open) -> Result<(), (Notification, &'static str)> {
     let notif = |sub: u8, data: Bytes| Notification { code: code::OPEN_MESSAGE, subcode: sub, data };
-    if open.asn() != config.peer_as {
+    if !config.accepts(open.asn()) {
         return Err((
             notif(subcode::BAD_PEER_AS, Bytes::copy_from_slice(&open.my_as.to_be_bytes())),
             "bad peer AS",

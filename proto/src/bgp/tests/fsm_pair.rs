@@ -359,6 +359,38 @@ fn wrong_peer_as_is_rejected() {
 }
 
 #[test]
+fn a_dynamic_peer_as_accepts_the_side_it_names_and_refuses_the_other() {
+    // (our AS, the router's AS, what we expect, session up)
+    for (ours, theirs, want, up) in [
+        (65001, 65002, PeerAs::External, true),
+        (65001, 65001, PeerAs::External, false),
+        (65001, 65001, PeerAs::Internal, true),
+        (65001, 65002, PeerAs::Internal, false),
+    ] {
+        let mut a = config(ours, 0, [192, 0, 2, 1]);
+        a.peer_as = want;
+        let mut b = config(theirs, ours, [192, 0, 2, 2]);
+        b.passive = true;
+        let mut p = Pair::new(a, b);
+        p.start();
+        let case = format!("{want} against AS {theirs}");
+        if up {
+            assert_eq!(p.state(A), State::Established, "{case}");
+            assert_eq!(p.sides[A].ups[0].peer_as, theirs, "{case}: the AS learned from the OPEN");
+        } else {
+            let n = p.sides[A].notifications();
+            assert_eq!((n[0].code, n[0].subcode), (2, subcode::BAD_PEER_AS), "{case}");
+            assert!(p.sides[A].ups.is_empty(), "{case}");
+        }
+    }
+    let mut c = config(65001, 0, [192, 0, 2, 1]);
+    c.peer_as = PeerAs::Internal;
+    assert!(!c.is_ebgp());
+    c.peer_as = PeerAs::External;
+    assert!(c.is_ebgp());
+}
+
+#[test]
 fn collision_keeps_the_connection_of_the_higher_identifier() {
     // Both sides connect at once; B has the higher identifier, so B's connection stays.
     let a = config(65001, 65002, [192, 0, 2, 1]);

@@ -332,7 +332,7 @@ impl BgpAnnouncer {
             peer = %name,
             address = %cfg.peer_addr,
             local_as = cfg.peer.local_as,
-            peer_as = cfg.peer.peer_as,
+            peer_as = %cfg.peer.peer_as,
             passive = cfg.peer.passive,
             md5 = cfg.password.is_some(),
             graceful_restart = cfg.peer.graceful_restart.is_some(),
