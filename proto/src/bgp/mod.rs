@@ -46,7 +46,9 @@ pub mod rib_out;
 pub mod session;
 pub mod socket;
 
-pub use attributes::{AsPath, AsSegment, Community, LargeCommunity, MpNextHop, Origin, PathAttributes};
+pub use attributes::{
+    AsPath, AsSegment, Community, ExtendedCommunity, LargeCommunity, MpNextHop, Origin, PathAttributes,
+};
 pub use capability::{Capability, GracefulRestart};
 pub use error::{DecodeError, ErrorAction};
 pub use message::{DecodeContext, EncodeContext, Message, Notification, Open, Update};

@@ -1,12 +1,13 @@
 //! Path attributes (RFC 4271 §4.3, §5): ORIGIN, AS_PATH, NEXT_HOP, MED, LOCAL_PREF,
 //! ATOMIC_AGGREGATE, AGGREGATOR, COMMUNITIES (RFC 1997), MP_REACH/MP_UNREACH (RFC 4760),
-//! AS4_PATH (RFC 6793), LARGE_COMMUNITIES (RFC 8092), and unknown ones kept raw.
+//! EXTENDED COMMUNITIES (RFC 4360), AS4_PATH (RFC 6793), LARGE_COMMUNITIES (RFC 8092),
+//! and unknown ones kept raw.
 mod as_path;
 mod community;
 mod mp;
 
 pub use as_path::{AS_TRANS, AsPath, AsSegment};
-pub use community::{Community, LargeCommunity};
+pub use community::{Community, ExtendedCommunity, LargeCommunity};
 pub use mp::{MpNextHop, MpReach, MpUnreach};
 
 use super::error::{DecodeError, ErrorAction, subcode};
@@ -48,6 +49,8 @@ pub mod attr_type {
     pub const MP_REACH: u8 = 14;
     /// MP_UNREACH_NLRI.
     pub const MP_UNREACH: u8 = 15;
+    /// EXTENDED COMMUNITIES.
+    pub const EXTENDED_COMMUNITIES: u8 = 16;
     /// AS4_PATH.
     pub const AS4_PATH: u8 = 17;
     /// LARGE_COMMUNITY.
@@ -103,6 +106,8 @@ pub struct PathAttributes {
     pub aggregator: Option<Aggregator>,
     /// COMMUNITIES.
     pub communities: Vec<Community>,
+    /// EXTENDED COMMUNITIES.
+    pub extended_communities: Vec<ExtendedCommunity>,
     /// LARGE_COMMUNITY.
     pub large_communities: Vec<LargeCommunity>,
     /// AS4_PATH (only between a 4-octet and a 2-octet speaker).
@@ -198,6 +203,13 @@ impl PathAttributes {
         if let Some(mp) = &self.mp_unreach {
             mp.encode_value(&mut v);
             put_attr(out, flag::OPTIONAL, attr_type::MP_UNREACH, &v);
+            v.clear();
+        }
+        if !self.extended_communities.is_empty() {
+            for c in &self.extended_communities {
+                v.put_slice(&c.0);
+            }
+            put_attr(out, flag::OPTIONAL | flag::TRANSITIVE, attr_type::EXTENDED_COMMUNITIES, &v);
             v.clear();
         }
         if let Some(p) = &self.as4_path {
@@ -381,6 +393,21 @@ impl PathAttributes {
                     self.communities.push(Community(c));
                 }
             }
+            attr_type::EXTENDED_COMMUNITIES => {
+                // RFC 7606 §7.14.
+                if !len.is_multiple_of(8) || len == 0 {
+                    return Err(DecodeError::withdraw(
+                        subcode::OPTIONAL_ATTRIBUTE_ERROR,
+                        raw,
+                        "EXTENDED COMMUNITIES length not a non-zero multiple of 8",
+                    ));
+                }
+                for c in value.chunks_exact(8) {
+                    let mut octets = [0u8; 8];
+                    octets.copy_from_slice(c);
+                    self.extended_communities.push(ExtendedCommunity(octets));
+                }
+            }
             attr_type::LARGE_COMMUNITIES => {
                 if !len.is_multiple_of(12) || len == 0 {
                     return Err(DecodeError::withdraw(
@@ -453,14 +480,14 @@ impl PathAttributes {
 }
 
 /// The Optional and Transitive bits a recognised attribute must carry (RFC 4271 §5, RFC 4760 §3-4,
-/// RFC 6793 §3, RFC 8092 §3); `None` for attributes we do not recognise.
+/// RFC 4360 §2, RFC 6793 §3, RFC 8092 §3); `None` for attributes we do not recognise.
 fn expected_flags(type_code: u8) -> Option<u8> {
     use attr_type::*;
     let (o, t) = (flag::OPTIONAL, flag::TRANSITIVE);
     match type_code {
         ORIGIN | AS_PATH | NEXT_HOP | LOCAL_PREF | ATOMIC_AGGREGATE => Some(t),
         MED | MP_REACH | MP_UNREACH => Some(o),
-        AGGREGATOR | COMMUNITIES | AS4_PATH | LARGE_COMMUNITIES => Some(o | t),
+        AGGREGATOR | COMMUNITIES | EXTENDED_COMMUNITIES | AS4_PATH | LARGE_COMMUNITIES => Some(o | t),
         _ => None,
     }
 }

@@ -129,6 +129,35 @@ fn update_with_communities_golden() {
 }
 
 #[test]
+fn link_bandwidth_extended_community_golden() {
+    // RFC 10005 §3: type 0x00 (two-octet AS, transitive), sub-type 0x04, AS 64513, then
+    // 125 000 000 bytes/s (1 Gbit/s) as an IEEE single: 0x4cee6b28.
+    let lbw = ExtendedCommunity::link_bandwidth(64513, 125_000_000.0);
+    assert_eq!(lbw.0, [0x00, 0x04, 0xfc, 0x01, 0x4c, 0xee, 0x6b, 0x28]);
+    assert_eq!(lbw.as_link_bandwidth(), Some(125_000_000.0));
+    let mut non_transitive = lbw;
+    non_transitive.0[0] = 0x40;
+    assert_eq!(non_transitive.as_link_bandwidth(), Some(125_000_000.0), "RFC 10005 ignores the bit");
+    assert_eq!(ExtendedCommunity([0, 2, 0xfc, 1, 0, 0, 0, 1]).as_link_bandwidth(), None, "a route target");
+    let mut u = sample_v4_update();
+    u.attributes.large_communities.clear();
+    u.attributes.communities.clear();
+    u.attributes.extended_communities = vec![lbw];
+    #[rustfmt::skip]
+    let body = [
+        0, 0,                                   // no withdrawn routes
+        0, 31,                                  // attribute length
+        0x40, 1, 1, 0,                          // ORIGIN IGP
+        0x40, 2, 6, 2, 1, 0, 0, 0xfd, 0xe9,     // AS_PATH: AS_SEQUENCE [65001], 4-octet
+        0x40, 3, 4, 192, 0, 2, 1,               // NEXT_HOP
+        0xc0, 16, 8, 0x00, 0x04, 0xfc, 0x01, 0x4c, 0xee, 0x6b, 0x28, // EXTENDED COMMUNITIES
+        24, 198, 51, 100,                       // 198.51.100.0/24
+        32, 203, 0, 113, 7,                     // 203.0.113.7/32
+    ];
+    both_ways(&Message::Update(u), &msg(63, 2, &body));
+}
+
+#[test]
 fn update_ipv6_mp_reach_with_link_local_golden() {
     let global: Ipv6Addr = "2001:db8::1".parse().expect("addr");
     let ll: Ipv6Addr = "fe80::1".parse().expect("addr");
@@ -314,6 +343,7 @@ fn arb_attrs() -> impl Strategy<Value = PathAttributes> {
         prop::option::of((any::<u32>(), any::<u32>())),
         prop::collection::vec(any::<u32>().prop_map(Community), 0..5),
         prop::collection::vec((any::<u32>(), any::<u32>(), any::<u32>()), 0..4),
+        prop::collection::vec(any::<[u8; 8]>().prop_map(ExtendedCommunity), 0..4),
         prop::collection::btree_map(100u8..=200, prop::collection::vec(any::<u8>(), 0..40), 0..3),
         prop::option::of(prop_oneof![
             (any::<u32>(), prop::collection::vec(arb_v4(), 0..20)).prop_map(|(nh, p)| MpReach {
@@ -330,32 +360,35 @@ fn arb_attrs() -> impl Strategy<Value = PathAttributes> {
         ]),
         prop::option::of(prop::collection::vec(arb_v6(), 0..20)),
     )
-        .prop_map(|((path, med, lp, atomic), aggr, communities, large, unknown, mp_reach, unreach)| {
-            PathAttributes {
-                origin: Some(Origin::Incomplete),
-                as_path: Some(path),
-                next_hop: Some(Ipv4Addr::new(192, 0, 2, 1)),
-                med,
-                local_pref: lp,
-                atomic_aggregate: atomic,
-                aggregator: aggr.map(|(asn, a)| Aggregator { asn, address: Ipv4Addr::from(a) }),
-                communities,
-                large_communities: large
-                    .into_iter()
-                    .map(|(global, local1, local2)| LargeCommunity { global, local1, local2 })
-                    .collect(),
-                as4_path: None,
-                mp_reach,
-                mp_unreach: unreach.map(|w| crate::bgp::attributes::MpUnreach {
-                    family: Family::IPV6_UNICAST,
-                    withdrawn: w,
-                }),
-                unknown: unknown
-                    .into_iter()
-                    .map(|(t, v)| RawAttribute { flags: 0xc0, type_code: t, value: Bytes::from(v) })
-                    .collect(),
-            }
-        })
+        .prop_map(
+            |((path, med, lp, atomic), aggr, communities, large, extended, unknown, mp_reach, unreach)| {
+                PathAttributes {
+                    origin: Some(Origin::Incomplete),
+                    as_path: Some(path),
+                    next_hop: Some(Ipv4Addr::new(192, 0, 2, 1)),
+                    med,
+                    local_pref: lp,
+                    atomic_aggregate: atomic,
+                    aggregator: aggr.map(|(asn, a)| Aggregator { asn, address: Ipv4Addr::from(a) }),
+                    communities,
+                    extended_communities: extended,
+                    large_communities: large
+                        .into_iter()
+                        .map(|(global, local1, local2)| LargeCommunity { global, local1, local2 })
+                        .collect(),
+                    as4_path: None,
+                    mp_reach,
+                    mp_unreach: unreach.map(|w| crate::bgp::attributes::MpUnreach {
+                        family: Family::IPV6_UNICAST,
+                        withdrawn: w,
+                    }),
+                    unknown: unknown
+                        .into_iter()
+                        .map(|(t, v)| RawAttribute { flags: 0xc0, type_code: t, value: Bytes::from(v) })
+                        .collect(),
+                }
+            },
+        )
 }
 
 fn arb_message() -> impl Strategy<Value = Message> {

@@ -196,6 +196,19 @@ fn errors_in_an_update_without_reachable_nlri_reset_the_session() {
 }
 
 #[test]
+fn extended_communities_of_a_bad_length_are_treat_as_withdraw() {
+    // §7.14: a non-zero multiple of 8.
+    for value in [&[][..], &[0, 4, 0xfc, 0, 0x4c, 0xee, 0x6b][..]] {
+        let bad = attr(0xc0, 16, value);
+        let u = update(&[&ORIGIN[..], &PATH, &NH, &bad].concat(), &NLRI);
+        assert!(u.treat_as_withdraw, "{value:?}: {u:?}");
+        assert_eq!(u.errors[0].subcode, subcode::OPTIONAL_ATTRIBUTE_ERROR);
+    }
+    let u = update(&[&ORIGIN[..], &PATH, &NH, &attr(0x80, 16, &[0; 8])].concat(), &NLRI);
+    assert_eq!(u.errors[0].subcode, subcode::ATTRIBUTE_FLAGS_ERROR, "EXTENDED COMMUNITIES not transitive");
+}
+
+#[test]
 fn empty_communities_attribute_is_treat_as_withdraw() {
     // §7.8: COMMUNITIES is malformed unless its length is a non-zero multiple of 4 (§4:
     // only AS_PATH and ATOMIC_AGGREGATE may be empty).
