@@ -154,6 +154,7 @@ fn api_field_names_are_as_documented() {
                 "aggregationLengthV6",
                 "localPref",
                 "communities",
+                "linkBandwidth",
             ][..],
         ),
         (

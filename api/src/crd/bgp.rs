@@ -281,9 +281,63 @@ pub struct BgpAdvertisementSpec {
     /// Communities: `64512:100`, `large:64512:1:2`, or a well-known name such as `no-export`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub communities: Vec<String>,
+    /// Attach the Link Bandwidth extended community (RFC 10005) so routers that honour
+    /// it weight ECMP: `endpoints` (proportional to this node's serving endpoints of the
+    /// Service, `externalTrafficPolicy: Local`), or a fixed rate in bits/s such as `10G`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_bandwidth: Option<String>,
+}
+
+/// A parsed `linkBandwidth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkBandwidth {
+    /// Proportional to the node's serving endpoints of the Service.
+    Endpoints,
+    /// A fixed rate, in bits per second.
+    Fixed(u64),
+}
+
+impl LinkBandwidth {
+    /// What one serving endpoint counts for under `endpoints`: 1 Gbit/s. Routers weigh
+    /// paths by their ratio, and FRR counts in whole Mbit/s, so the unit must not be small.
+    pub const PER_ENDPOINT: u64 = 1_000_000_000;
+}
+
+impl std::str::FromStr for LinkBandwidth {
+    type Err = String;
+
+    /// `endpoints`, or a whole number of bits/s with an optional `K`, `M`, `G` or `T`
+    /// (powers of 1000), at least 1M.
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "endpoints" {
+            return Ok(LinkBandwidth::Endpoints);
+        }
+        let (digits, unit) = match s.char_indices().last() {
+            Some((i, 'K')) => (&s[..i], 1_000),
+            Some((i, 'M')) => (&s[..i], 1_000_000),
+            Some((i, 'G')) => (&s[..i], 1_000_000_000),
+            Some((i, 'T')) => (&s[..i], 1_000_000_000_000u64),
+            _ => (s, 1),
+        };
+        let rate = digits
+            .parse::<u64>()
+            .ok()
+            .filter(|_| !digits.starts_with('+'))
+            .and_then(|n| n.checked_mul(unit))
+            .ok_or_else(|| format!("{s:?} is neither \"endpoints\" nor a rate such as 10G"))?;
+        if !(1_000_000..=1_000_000_000_000_000).contains(&rate) {
+            return Err(format!("{s:?} is outside 1M..1000T bits/s"));
+        }
+        Ok(LinkBandwidth::Fixed(rate))
+    }
 }
 
 impl BgpAdvertisementSpec {
+    /// Parsed `linkBandwidth` (`None` when unset).
+    pub fn link_bandwidth(&self) -> Result<Option<LinkBandwidth>, String> {
+        self.link_bandwidth.as_deref().map(str::parse).transpose()
+    }
+
     /// Parsed `communities`.
     pub fn communities(&self) -> Result<Vec<crate::community::Community>, crate::community::CommunityError> {
         self.communities.iter().map(|c| c.parse()).collect()
@@ -302,6 +356,7 @@ impl Default for BgpAdvertisementSpec {
             aggregation_length_v6: defaults::aggregation_length_v6(),
             local_pref: None,
             communities: Vec::new(),
+            link_bandwidth: None,
         }
     }
 }

@@ -19,7 +19,7 @@ pub use announcement::{
 pub use bfd::{BfdProfile, BfdProfileSpec, BfdProfileStatus};
 pub use bgp::{
     AddressFamily, BgpAdvertisement, BgpAdvertisementSpec, BgpAdvertisementStatus, BgpPeer, BgpPeerSpec,
-    BgpPeerStatus, DynamicAsn, GracefulRestart, SecretKeyRef,
+    BgpPeerStatus, DynamicAsn, GracefulRestart, LinkBandwidth, SecretKeyRef,
 };
 pub use cpvip::{
     ControlPlaneVip, ControlPlaneVipBgp, ControlPlaneVipMember, ControlPlaneVipSpec, ControlPlaneVipStatus,

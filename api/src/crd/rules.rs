@@ -243,6 +243,8 @@ pub fn harden(kind: &str, schema: &mut Value) {
             merge(schema, &["spec", "aggregationLengthV6"], json!({"minimum": 0, "maximum": 128}));
             merge(schema, &["spec", "communities"], list.clone());
             merge(schema, &["spec", "communities", "[]"], json!({"pattern": community_pattern()}));
+            // The 1M..1000T range is the validator's alone (a pattern cannot compare).
+            merge(schema, &["spec", "linkBandwidth"], json!({"pattern": "^(endpoints|[0-9]{1,16}[KMGT]?)$"}));
         }
         "L2Advertisement" => {
             merge(schema, &["spec", "interfaces"], list.clone());

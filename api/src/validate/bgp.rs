@@ -226,6 +226,13 @@ pub(super) fn check_bgp_advertisement(
     c.selectors("spec.ipAddressPoolSelectors", &spec.ip_address_pool_selectors);
     c.selectors("spec.serviceSelectors", &spec.service_selectors);
     c.selectors("spec.nodeSelectors", &spec.node_selectors);
+    if let Err(problem) = spec.link_bandwidth() {
+        c.err(
+            "spec.linkBandwidth",
+            problem,
+            "write endpoints (weights follow each node's serving endpoints) or a rate in bits/s from 1M, such as 10G",
+        );
+    }
     if !(0..=32).contains(&spec.aggregation_length) {
         c.err(
             "spec.aggregationLength",

@@ -672,3 +672,30 @@ fn exactly_one_of_peer_asn_and_dynamic_asn() {
     c.peers[0].spec.peer_asn = Some(64512);
     only_errors(c, "BGPPeer", "router-a", "spec.dynamicASN");
 }
+
+#[test]
+fn link_bandwidth_is_endpoints_or_a_rate() {
+    for (value, want) in [
+        ("endpoints", Some(LinkBandwidth::Endpoints)),
+        ("10G", Some(LinkBandwidth::Fixed(10_000_000_000))),
+        ("1M", Some(LinkBandwidth::Fixed(1_000_000))),
+        ("2500000", Some(LinkBandwidth::Fixed(2_500_000))),
+        ("1000T", Some(LinkBandwidth::Fixed(1_000_000_000_000_000))),
+        ("999K", None),
+        ("1001T", None),
+        ("10g", None),
+        ("1.5G", None),
+        ("+5G", None),
+        ("", None),
+        ("99999999999999999999T", None),
+    ] {
+        let mut c = good();
+        c.bgp_advertisements[0].spec.link_bandwidth = Some(value.into());
+        assert_eq!(c.bgp_advertisements[0].spec.link_bandwidth().ok().flatten(), want, "{value:?}");
+        if want.is_some() {
+            assert_eq!(validate(&c, Origin::Cluster), vec![], "{value:?}");
+        } else {
+            only_errors(c, "BGPAdvertisement", "public", "spec.linkBandwidth");
+        }
+    }
+}

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use ferrolb_api::{AddressRange, IpAddressPool, selectors_match};
+use ferrolb_api::{AddressRange, IpAddressPool, LinkBandwidth, selectors_match};
 use ipnet::IpNet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -32,6 +32,8 @@ pub struct RouteAttrs {
     /// Draining (make before break): sent with [`GRACEFUL_SHUTDOWN`] and, to iBGP
     /// peers, LOCAL_PREF 0, until it is withdrawn.
     pub draining: bool,
+    /// The Link Bandwidth community's rate in bits/s (`linkBandwidth`).
+    pub link_bandwidth: Option<u64>,
 }
 
 /// The RFC 8326 GRACEFUL_SHUTDOWN community, 65535:0.
@@ -47,6 +49,11 @@ impl RouteAttrs {
         };
         // A prefix drains only if every address behind it drains.
         self.draining &= other.draining;
+        // An aggregate weighs as much as the addresses behind it.
+        self.link_bandwidth = match (self.link_bandwidth, other.link_bandwidth) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (a, b) => a.or(b),
+        };
     }
 
     /// GRACEFUL_SHUTDOWN and, on iBGP, LOCAL_PREF 0 when draining. Idempotent.
@@ -439,6 +446,14 @@ impl Ctx<'_> {
             });
             let mut attrs = attrs_of(s);
             attrs.draining = drain_reason.is_some();
+            attrs.link_bandwidth = match s.link_bandwidth() {
+                Ok(Some(LinkBandwidth::Fixed(bits))) => Some(bits),
+                // Under Cluster every node forwards to every endpoint: equal weights.
+                Ok(Some(LinkBandwidth::Endpoints)) if self.svc.traffic_policy == TrafficPolicy::Local => {
+                    Some(u64::from(self.mine.serving).saturating_mul(LinkBandwidth::PER_ENDPOINT))
+                }
+                _ => None,
+            };
             let prefix = prefix_of(ip, s);
             let mut sent = false;
             for (peer_name, peer) in &self.g.my_peers {

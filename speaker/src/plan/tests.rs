@@ -508,3 +508,28 @@ fn an_active_active_address_is_served_by_the_preferred_nodes_only() {
     let without: BTreeSet<String> = ["node1".to_string()].into();
     assert_eq!(plan(&m, "node1", &without).l2_active_active.get(&vip), Some(&vec!["node1".to_string()]));
 }
+
+#[test]
+fn link_bandwidth_follows_the_nodes_serving_endpoints_under_local_only() {
+    let two_on_node2 = FIXTURE.replace(
+        "- {addresses: [10.0.0.1], nodeName: node2, conditions: {ready: true}}\n",
+        "- {addresses: [10.0.0.1], nodeName: node2, conditions: {ready: true}}\n- {addresses: [10.0.0.3], nodeName: node2, conditions: {ready: true}}\n",
+    );
+    let with = |value: &str| {
+        let mut m = model_of(&two_on_node2);
+        for ad in m.bgp_advertisements.values_mut() {
+            ad.spec.link_bandwidth = Some(value.into());
+        }
+        m
+    };
+    let bandwidth = |m: &ClusterModel, me: &str, prefix: &str| {
+        plan(m, me, &all_live(m)).bgp["router-a"].get(&net(prefix)).map(|a| a.link_bandwidth)
+    };
+    let m = with("endpoints");
+    assert_eq!(bandwidth(&m, "node2", "203.0.113.20/32"), Some(Some(2_000_000_000)), "two endpoints");
+    assert_eq!(bandwidth(&m, "node1", "203.0.113.20/32"), Some(Some(1_000_000_000)), "one, terminating");
+    assert_eq!(bandwidth(&m, "node2", "203.0.113.10/32"), Some(None), "Cluster: equal weights");
+    let m = with("10G");
+    assert_eq!(bandwidth(&m, "node2", "203.0.113.10/32"), Some(Some(10_000_000_000)));
+    assert_eq!(bandwidth(&model_of(&two_on_node2), "node2", "203.0.113.20/32"), Some(None), "not asked for");
+}

@@ -30,11 +30,12 @@ use crate::model::ClusterModel;
 use crate::plan::{Plan, RouteAttrs};
 use ferrolb_api::settings::{self, PeerError};
 use ferrolb_proto::bfd::{self, Bfd, BfdConfig, BfdHandle, BfdState};
+use ferrolb_proto::bgp::attributes::AS_TRANS;
 use ferrolb_proto::bgp::error::subcode;
 use ferrolb_proto::bgp::fsm::State;
 use ferrolb_proto::bgp::session::{self, Listener, Routes, SessionConfig, SessionHandle, SessionStatus};
 use ferrolb_proto::bgp::socket::Password;
-use ferrolb_proto::bgp::{Community, LargeCommunity, PathAttributes};
+use ferrolb_proto::bgp::{Community, ExtendedCommunity, LargeCommunity, PathAttributes};
 
 /// Everything a session is built from; a change means a new session.
 #[derive(Debug, Clone, PartialEq)]
@@ -144,8 +145,10 @@ fn session_config(name: &str, s: &PeerSettings, restarting: bool) -> Result<Sess
     )
 }
 
-/// Converts plan attributes to path attributes, sharing one `Arc` per distinct set.
-fn to_routes(plan_routes: &BTreeMap<ipnet::IpNet, RouteAttrs>) -> Routes {
+/// Converts plan attributes to path attributes, sharing one `Arc` per distinct set;
+/// `local_as` signs the Link Bandwidth community (AS_TRANS for a four-octet AS).
+fn to_routes(plan_routes: &BTreeMap<ipnet::IpNet, RouteAttrs>, local_as: u32) -> Routes {
+    let signer = u16::try_from(local_as).unwrap_or(AS_TRANS as u16);
     let mut shared: BTreeMap<&RouteAttrs, Arc<PathAttributes>> = BTreeMap::new();
     // Collected rather than inserted one by one: the map is built in one pass from the
     // sorted routes (50k routes in a static file).
@@ -160,6 +163,12 @@ fn to_routes(plan_routes: &BTreeMap<ipnet::IpNet, RouteAttrs>) -> Routes {
                         .large_communities
                         .iter()
                         .map(|(g, l1, l2)| LargeCommunity { global: *g, local1: *l1, local2: *l2 })
+                        .collect(),
+                    // RFC 10005 §3 counts bytes per second.
+                    extended_communities: a
+                        .link_bandwidth
+                        .map(|bits| ExtendedCommunity::link_bandwidth(signer, bits as f32 / 8.0))
+                        .into_iter()
                         .collect(),
                     ..PathAttributes::default()
                 })
@@ -321,7 +330,7 @@ impl BgpAnnouncer {
                 self.sessions.insert(name.clone(), s);
             }
             if let Some(s) = self.sessions.get(name) {
-                s.handle.set_desired(to_routes(routes));
+                s.handle.set_desired(to_routes(routes, s.settings.spec.my_asn));
             }
         }
         errors

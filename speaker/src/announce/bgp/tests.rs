@@ -225,8 +225,23 @@ fn equal_attributes_share_one_allocation() {
     let a = RouteAttrs { local_pref: Some(5), ..Default::default() };
     let plan: BTreeMap<ipnet::IpNet, RouteAttrs> =
         [("203.0.113.1/32".parse().unwrap(), a.clone()), ("203.0.113.2/32".parse().unwrap(), a)].into();
-    let r = to_routes(&plan);
+    let r = to_routes(&plan, 64513);
     let v: Vec<_> = r.values().collect();
     assert!(Arc::ptr_eq(v[0], v[1]));
     assert_eq!(v[0].local_pref, Some(5));
+}
+
+#[test]
+fn link_bandwidth_is_sent_in_bytes_per_second_signed_by_our_as() {
+    let a = RouteAttrs { link_bandwidth: Some(3_000_000_000), ..Default::default() };
+    let plan: BTreeMap<ipnet::IpNet, RouteAttrs> = [("203.0.113.1/32".parse().unwrap(), a)].into();
+    for (local_as, signer) in [(64513u32, [0xfc, 0x01]), (4_200_000_000, [0x5b, 0xa0])] {
+        let r = to_routes(&plan, local_as);
+        let ext = &r.values().next().unwrap().extended_communities;
+        assert_eq!(ext.len(), 1);
+        assert_eq!(ext[0].as_link_bandwidth(), Some(375_000_000.0), "3 Gbit/s");
+        assert_eq!(ext[0].0[2..4], signer, "AS {local_as}");
+    }
+    let none = to_routes(&[("203.0.113.1/32".parse().unwrap(), RouteAttrs::default())].into(), 64513);
+    assert!(none.values().next().unwrap().extended_communities.is_empty());
 }
