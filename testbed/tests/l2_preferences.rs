@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use ferrolb_lab::addressing::{self, lan_v4, lan_v6, node_name};
-use ferrolb_lab::client::{self, ArpProbes, ProbeStream};
+use ferrolb_lab::client::{self, ArpProbes};
 use ferrolb_lab::speaker::{Speaker, write_membership_key, yaml};
 use ferrolb_lab::{Lab, LabConfig, wait};
 use ferrolb_proto::election;
@@ -42,13 +42,8 @@ fn static_file(vips: &[IpAddr], first: usize, second: usize) -> String {
 
 /// Pings each of `vips` until the client's neighbour entry holds node `node`'s MAC.
 fn wait_answered_by(lab: &Lab, vips: &[IpAddr], node: usize) {
-    let want = addressing::node_mac(node);
     for v in vips {
-        let r = wait::until(&format!("client resolves {v} to node{node} ({want})"), T, || {
-            let _ = lab.client().exec_output(&["ping", "-c", "1", "-W", "1", &v.to_string()]);
-            let n = client::neighbour(lab.client(), "eth0", *v)?;
-            Ok((n.and_then(|n| n.mac).as_deref() == Some(want.as_str())).then_some(()))
-        });
+        let r = client::wait_resolved(lab.client(), "eth0", *v, &addressing::node_mac(node), T);
         assert!(r.is_ok(), "{r:?}\n{}", lab.logs(40));
     }
 }
@@ -79,25 +74,15 @@ fn the_preferred_node_answers_the_next_takes_over_and_the_first_takes_back() {
     wait_answered_by(&lab, &[a, b], first);
 
     // The first choice dies (SIGKILL, link cut): the second choice takes over.
-    let probes: Vec<ProbeStream> = [a, b]
-        .iter()
-        .map(|v| ProbeStream::start(lab.client(), *v, Duration::from_millis(10)).unwrap())
-        .collect();
-    for p in &probes {
-        p.wait_sent(30, T).unwrap();
-    }
-    let before: Vec<u64> = probes.iter().map(|p| p.counts().1).collect();
     let node = lab.node(first).clone();
     let cut = Instant::now();
-    speakers[first - 1].kill();
-    node.ip(&["link", "set", "eth0", "down"]).unwrap();
-    for (p, b) in probes.iter().zip(&before) {
-        let r = wait::until("probes to resume", T, || Ok((p.counts().1 >= b + 20).then_some(())));
-        assert!(r.is_ok(), "{r:?}\n{}", lab.logs(40));
-    }
+    let reports = client::probe_across(lab.client(), &[a, b], T, || {
+        speakers[first - 1].kill();
+        node.ip(&["link", "set", "eth0", "down"]).unwrap();
+    });
+    let reports = reports.unwrap_or_else(|e| panic!("{e:?}\n{}", lab.logs(40)));
     println!("first choice node{first} killed: answered again within {:?}", cut.elapsed());
-    for (v, p) in [a, b].iter().zip(probes) {
-        let r = p.stop(Duration::from_millis(100));
+    for (v, r) in [a, b].iter().zip(reports) {
         println!("  {v}: {} probes, {} lost, outage {:?}", r.sent, r.lost(), r.max_outage());
     }
     wait_answered_by(&lab, &[a, b], second);

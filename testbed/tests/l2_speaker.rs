@@ -34,12 +34,7 @@ fn static_file(n: usize, vips: &[IpAddr]) -> String {
 
 /// Pings `vip` until the client's neighbour entry holds node `i`'s MAC.
 fn wait_resolved(lab: &Lab, vip: IpAddr, i: usize) {
-    let want = addressing::node_mac(i);
-    let r = wait::until(&format!("client resolves {vip} to node{i} ({want})"), T, || {
-        let _ = lab.client().exec_output(&["ping", "-c", "1", "-W", "1", &vip.to_string()]);
-        let n = client::neighbour(lab.client(), "eth0", vip)?;
-        Ok((n.and_then(|n| n.mac).as_deref() == Some(want.as_str())).then_some(()))
-    });
+    let r = client::wait_resolved(lab.client(), "eth0", vip, &addressing::node_mac(i), T);
     assert!(r.is_ok(), "{r:?}\n{}", lab.logs(30));
 }
 
@@ -187,21 +182,9 @@ fn one_owner_answers_and_sigterm_hands_over_without_loss() {
 
 /// Probes the VIPs while `fail` runs; waits until the survivor answers both again.
 fn failover(lab: &Lab, what: &str, vips: [IpAddr; 2], survivor: usize, fail: impl FnOnce()) {
-    let probes: Vec<ProbeStream> = vips
-        .iter()
-        .map(|v| ProbeStream::start(lab.client(), *v, Duration::from_millis(10)).unwrap())
-        .collect();
-    for p in &probes {
-        p.wait_sent(30, T).unwrap();
-    }
-    let before: Vec<u64> = probes.iter().map(|p| p.counts().1).collect();
-    fail();
-    for (p, b) in probes.iter().zip(&before) {
-        let r = wait::until("probes to resume", T, || Ok((p.counts().1 >= b + 20).then_some(())));
-        assert!(r.is_ok(), "{what}: {r:?}\n{}", lab.logs(40));
-    }
-    for (v, p) in vips.iter().zip(probes) {
-        let r = p.stop(Duration::from_millis(100));
+    let reports = client::probe_across(lab.client(), &vips, T, fail);
+    let reports = reports.unwrap_or_else(|e| panic!("{what}: {e:?}\n{}", lab.logs(40)));
+    for (v, r) in vips.iter().zip(reports) {
         println!("{what} {v}: {} probes, {} lost, outage {:?}", r.sent, r.lost(), r.max_outage());
         assert_eq!(
             neighbour_mac(lab, *v),

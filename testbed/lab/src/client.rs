@@ -19,7 +19,7 @@ use crate::{Error, wait};
 pub use self::http::{HttpServer, http_get, metric_sample};
 pub use arp::{ArpProbes, ArpReport, OWNER_RUN};
 pub use flows::{EchoServer, Flow, open as open_flows, split as flow_split};
-pub use probe::{Gap, ProbeReport, ProbeStream};
+pub use probe::{Gap, ProbeReport, ProbeStream, across as probe_across};
 
 /// A neighbour-table entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +61,17 @@ pub fn wait_neighbour_mac(
         || neighbour(ns, dev, addr),
         |n| n.as_ref().and_then(|n| n.mac.as_deref()) == Some(want.as_str()),
     )?;
+    Ok(())
+}
+
+/// Pings `addr` from `ns` until its neighbour entry on `dev` holds `mac` (the ping makes
+/// the kernel resolve it, and re-resolve a stale entry).
+pub fn wait_resolved(ns: &Netns, dev: &str, addr: IpAddr, mac: &str, timeout: Duration) -> Result<(), Error> {
+    let want = mac.to_lowercase();
+    wait::until(&format!("{} to resolve {addr} to {want}", ns.name()), timeout, || {
+        let _ = ns.exec_output(&["ping", "-c", "1", "-W", "1", "-I", dev, &addr.to_string()]);
+        Ok((neighbour(ns, dev, addr)?.and_then(|n| n.mac).as_deref() == Some(want.as_str())).then_some(()))
+    })?;
     Ok(())
 }
 

@@ -253,6 +253,29 @@ impl ProbeStream {
     }
 }
 
+/// Probes each of `targets` from `ns` every 10 ms while `fail` runs, and reports once
+/// every stream has 20 more answers than before it: how a failover looked to a client.
+pub fn across(
+    ns: &Netns,
+    targets: &[IpAddr],
+    timeout: Duration,
+    fail: impl FnOnce(),
+) -> Result<Vec<ProbeReport>, Error> {
+    let probes: Vec<ProbeStream> = targets
+        .iter()
+        .map(|t| ProbeStream::start(ns, *t, Duration::from_millis(10)))
+        .collect::<Result<_, _>>()?;
+    for p in &probes {
+        p.wait_sent(30, timeout)?;
+    }
+    let before: Vec<u64> = probes.iter().map(|p| p.counts().1).collect();
+    fail();
+    for (p, b) in probes.iter().zip(&before) {
+        crate::wait::until_holds("probes to be answered again", timeout, || p.counts().1 >= b + 20)?;
+    }
+    Ok(probes.into_iter().map(|p| p.stop(Duration::from_millis(100))).collect())
+}
+
 impl Drop for ProbeStream {
     fn drop(&mut self) {
         self.stop_send.store(true, Ordering::Relaxed);
