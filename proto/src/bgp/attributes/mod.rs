@@ -381,27 +381,13 @@ impl PathAttributes {
                 }
             }
             attr_type::COMMUNITIES => {
-                // RFC 7606 §7.8.
-                if !len.is_multiple_of(4) || len == 0 {
-                    return Err(DecodeError::withdraw(
-                        subcode::OPTIONAL_ATTRIBUTE_ERROR,
-                        raw,
-                        "COMMUNITIES length not a non-zero multiple of 4",
-                    ));
-                }
+                community_list(len, 4, &raw, "COMMUNITIES length not a non-zero multiple of 4")?;
                 while let Some(c) = v.u32() {
                     self.communities.push(Community(c));
                 }
             }
             attr_type::EXTENDED_COMMUNITIES => {
-                // RFC 7606 §7.14.
-                if !len.is_multiple_of(8) || len == 0 {
-                    return Err(DecodeError::withdraw(
-                        subcode::OPTIONAL_ATTRIBUTE_ERROR,
-                        raw,
-                        "EXTENDED COMMUNITIES length not a non-zero multiple of 8",
-                    ));
-                }
+                community_list(len, 8, &raw, "EXTENDED COMMUNITIES length not a non-zero multiple of 8")?;
                 for c in value.chunks_exact(8) {
                     let mut octets = [0u8; 8];
                     octets.copy_from_slice(c);
@@ -409,13 +395,7 @@ impl PathAttributes {
                 }
             }
             attr_type::LARGE_COMMUNITIES => {
-                if !len.is_multiple_of(12) || len == 0 {
-                    return Err(DecodeError::withdraw(
-                        subcode::OPTIONAL_ATTRIBUTE_ERROR,
-                        raw,
-                        "LARGE_COMMUNITY length not a non-zero multiple of 12",
-                    ));
-                }
+                community_list(len, 12, &raw, "LARGE_COMMUNITY length not a non-zero multiple of 12")?;
                 while let (Some(global), Some(local1), Some(local2)) = (v.u32(), v.u32(), v.u32()) {
                     self.large_communities.push(LargeCommunity { global, local1, local2 });
                 }
@@ -477,6 +457,15 @@ impl PathAttributes {
             self.as4_path = Some(p.clone());
         }
     }
+}
+
+/// A list of communities (RFC 7606 §7.8, §7.14; RFC 8092 §11) is malformed, treat-as-withdraw,
+/// unless its length is a non-zero multiple of the community's size.
+fn community_list(len: usize, unit: usize, raw: &Bytes, what: &'static str) -> Result<(), DecodeError> {
+    if len.is_multiple_of(unit) && len > 0 {
+        return Ok(());
+    }
+    Err(DecodeError::withdraw(subcode::OPTIONAL_ATTRIBUTE_ERROR, raw.clone(), what))
 }
 
 /// The Optional and Transitive bits a recognised attribute must carry (RFC 4271 §5, RFC 4760 §3-4,
