@@ -7,65 +7,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use ferrolb_api::{AddressRange, IpAddressPool, LinkBandwidth, selectors_match};
+use ferrolb_api::{AddressRange, IpAddressPool, selectors_match};
 use ipnet::IpNet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 pub mod diff;
 mod incremental;
+mod route;
 
 pub use incremental::Planner;
+pub use route::{GRACEFUL_SHUTDOWN, RouteAttrs};
+use route::{attrs_of, prefix_of};
 
 use crate::model::{Changes, ClusterModel, EndpointCounts, NodeInfo, ServiceInfo, ServiceKey, TrafficPolicy};
 use ferrolb_proto::election;
 use ferrolb_proto::membership::heartbeat;
-
-/// Attributes of one announced prefix, as the advertisement(s) asked.
-#[derive(Debug, Clone, PartialEq, Eq, Default, PartialOrd, Ord)]
-pub struct RouteAttrs {
-    /// RFC 1997 communities as 32-bit values.
-    pub communities: BTreeSet<u32>,
-    /// RFC 8092 large communities.
-    pub large_communities: BTreeSet<(u32, u32, u32)>,
-    /// LOCAL_PREF (set for iBGP peers only).
-    pub local_pref: Option<u32>,
-    /// Draining (make before break): sent with [`GRACEFUL_SHUTDOWN`] and, to iBGP
-    /// peers, LOCAL_PREF 0, until it is withdrawn.
-    pub draining: bool,
-    /// The Link Bandwidth community's rate in bits/s (`linkBandwidth`).
-    pub link_bandwidth: Option<u64>,
-}
-
-/// The RFC 8326 GRACEFUL_SHUTDOWN community, 65535:0.
-pub const GRACEFUL_SHUTDOWN: u32 = 0xFFFF_0000;
-
-impl RouteAttrs {
-    fn merge(&mut self, other: &RouteAttrs) {
-        self.communities.extend(other.communities.iter().copied());
-        self.large_communities.extend(other.large_communities.iter().copied());
-        self.local_pref = match (self.local_pref, other.local_pref) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-        // A prefix drains only if every address behind it drains.
-        self.draining &= other.draining;
-        // An aggregate weighs as much as the addresses behind it.
-        self.link_bandwidth = match (self.link_bandwidth, other.link_bandwidth) {
-            (Some(a), Some(b)) => Some(a.saturating_add(b)),
-            (a, b) => a.or(b),
-        };
-    }
-
-    /// GRACEFUL_SHUTDOWN and, on iBGP, LOCAL_PREF 0 when draining. Idempotent.
-    fn mark_draining(&mut self, ibgp: bool) {
-        if self.draining {
-            self.communities.insert(GRACEFUL_SHUTDOWN);
-            if ibgp {
-                self.local_pref = Some(0);
-            }
-        }
-    }
-}
 
 /// What this node should announce.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -180,31 +136,6 @@ fn pool_selected(
     let empty = BTreeMap::new();
     let labels = pool.metadata.labels.as_ref().unwrap_or(&empty);
     names.iter().any(|n| n == pool_name) || (!selectors.is_empty() && selectors_match(selectors, labels))
-}
-
-fn attrs_of(spec: &ferrolb_api::BgpAdvertisementSpec) -> RouteAttrs {
-    let mut a = RouteAttrs { local_pref: spec.local_pref, ..RouteAttrs::default() };
-    // The validator rejected unparsable communities; skip rather than panic.
-    for c in spec.communities.iter().filter_map(|c| c.parse::<ferrolb_api::Community>().ok()) {
-        match c {
-            ferrolb_api::Community::Standard(asn, v) => {
-                a.communities.insert((u32::from(asn) << 16) | u32::from(v));
-            }
-            ferrolb_api::Community::Large(g, l1, l2) => {
-                a.large_communities.insert((g, l1, l2));
-            }
-        }
-    }
-    a
-}
-
-fn prefix_of(ip: IpAddr, spec: &ferrolb_api::BgpAdvertisementSpec) -> IpNet {
-    let len = if ip.is_ipv4() { spec.aggregation_length } else { spec.aggregation_length_v6 };
-    u8::try_from(len)
-        .ok()
-        .and_then(|l| IpNet::new(ip, l).ok())
-        .map(|n| n.trunc())
-        .unwrap_or_else(|| IpNet::from(ip))
 }
 
 /// Why `node` may not announce at all, if it may not.
@@ -444,16 +375,8 @@ impl Ctx<'_> {
             let drain_reason = self.g.node_drain.clone().or_else(|| {
                 endpoint_drain.then(|| format!("{key}: every serving endpoint on node {me} is terminating"))
             });
-            let mut attrs = attrs_of(s);
+            let mut attrs = attrs_of(s, self.svc.traffic_policy, &self.mine);
             attrs.draining = drain_reason.is_some();
-            attrs.link_bandwidth = match s.link_bandwidth() {
-                Ok(Some(LinkBandwidth::Fixed(bits))) => Some(bits),
-                // Under Cluster every node forwards to every endpoint: equal weights.
-                Ok(Some(LinkBandwidth::Endpoints)) if self.svc.traffic_policy == TrafficPolicy::Local => {
-                    Some(u64::from(self.mine.serving).saturating_mul(LinkBandwidth::PER_ENDPOINT))
-                }
-                _ => None,
-            };
             let prefix = prefix_of(ip, s);
             let mut sent = false;
             for (peer_name, peer) in &self.g.my_peers {
