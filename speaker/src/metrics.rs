@@ -56,7 +56,8 @@ pub struct KindLabel {
 pub struct OwnershipLabel {
     /// `acquired` or `released`.
     pub change: String,
-    /// `member_joined`, `member_left`, `membership_settled`, `config` or `shutdown`.
+    /// `member_joined`, `member_left`, `heartbeat_missed`, `heartbeat_resumed`,
+    /// `membership_settled`, `membership_unsettled`, `config` or `shutdown`.
     pub reason: String,
 }
 

@@ -273,17 +273,26 @@ fn signal(s: &Speaker, signal: &str) {
 /// "took over" notice and announces its addresses again while the successor, hearing
 /// its beats, lets go. Without the notice the client would keep sending to the
 /// successor until its neighbour entry went stale (tens of seconds).
+///
+/// The successor lets go as soon as the beats resume, not after the join grace of a
+/// member that left and came back: the owner never stopped answering, and every
+/// moment the successor keeps the addresses, both answer for them.
 #[test]
 fn a_falsely_suspected_owner_takes_its_addresses_back_at_once() {
     let (lab, [a, b], speakers, o) = owned_pair();
     let (owner_s, successor) = (&speakers[o - 1], &speakers[2 - o]);
     successor.wait_log(&format!("hearing heartbeats from node{o}"), T).unwrap();
+    let mark = successor.logs().len();
     signal(owner_s, "STOP");
     let r = client::wait_neighbour_mac(lab.client(), "eth0", a, &addressing::node_mac(3 - o), T);
     signal(owner_s, "CONT");
     r.unwrap();
     owner_s.wait_log("took over its addresses; announcing them again", T).unwrap();
     successor.wait_log("ended (beats_resumed)", T).unwrap();
+    successor.wait_log("no longer owns the address", T).unwrap();
+    let since = successor.logs().get(mark..).unwrap_or_default().to_string();
+    assert!(since.contains(&format!("node{o} sends heartbeats again")), "{since}");
+    assert!(!since.contains("joined membership"), "let go only after the join grace\n{since}");
     for v in [a, b] {
         client::wait_neighbour_mac(lab.client(), "eth0", v, &addressing::node_mac(o), Duration::from_secs(5))
             .unwrap();

@@ -117,6 +117,7 @@ impl State {
         let before = p.used.clone();
         let after = p.usable_live(&self.metrics, now);
         let suspected = p.suspected.borrow().clone();
+        let was_suspected = std::mem::replace(&mut p.used_suspected, suspected.clone());
         p.report_blindness(self.cluster.as_ref().map(|c| &c.client), &self.opts.node_name);
         if before == after {
             return;
@@ -124,7 +125,13 @@ impl State {
         let cause = match (&before, &after) {
             (Some(b), Some(a)) => {
                 let mut parts: Vec<String> = Vec::new();
-                parts.extend(a.difference(b).map(|n| format!("{n} joined membership")));
+                parts.extend(a.difference(b).map(|n| {
+                    if was_suspected.contains(n) {
+                        format!("{n} sends heartbeats again")
+                    } else {
+                        format!("{n} joined membership")
+                    }
+                }));
                 parts.extend(b.difference(a).map(|n| {
                     if suspected.contains(n) {
                         format!("{n} stopped sending heartbeats")
@@ -135,6 +142,7 @@ impl State {
                 let label = match b.difference(a).next() {
                     Some(n) if suspected.contains(n) => "heartbeat_missed",
                     Some(_) => "member_left",
+                    None if a.difference(b).all(|n| was_suspected.contains(n)) => "heartbeat_resumed",
                     None => "member_joined",
                 };
                 Cause::new(label, parts.join(", "))

@@ -47,6 +47,8 @@ pub(in crate::run) struct L2Part {
     pub(in crate::run) joins: JoinGrace,
     /// The live set last used for planning (None: not claiming).
     pub(in crate::run) used: Option<BTreeSet<String>>,
+    /// The heartbeat suspects left out of that plan.
+    pub(in crate::run) used_suspected: BTreeSet<String>,
 }
 
 /// What [`l2_changed`] waits on: membership's live set, settledness, heartbeat suspects
@@ -71,12 +73,11 @@ impl L2Part {
         now: Instant,
     ) -> Option<BTreeSet<String>> {
         let settled = *self.settled.borrow_and_update();
-        let mut live = self.live.borrow_and_update().clone();
-        for gone in self.suspected.borrow_and_update().iter() {
-            live.remove(gone);
-        }
+        let live = self.live.borrow_and_update().clone();
+        let suspected = self.suspected.borrow_and_update().clone();
+        let reachable = live.difference(&suspected).count();
         let (verdict, blindness) =
-            self.claim.handle(now.into_std(), settled, live.len().saturating_sub(1), &metrics.membership);
+            self.claim.handle(now.into_std(), settled, reachable.saturating_sub(1), &metrics.membership);
         if blindness.is_some() {
             self.blindness = blindness;
         }
@@ -84,7 +85,7 @@ impl L2Part {
             self.joins.reset();
             return None;
         }
-        let candidates = self.joins.candidates(now.into_std(), live, HANDOVER_GRACE);
+        let candidates = self.joins.candidates(now.into_std(), live, &suspected, HANDOVER_GRACE);
         if self.joins.left_early() {
             // It may have announced this node's addresses as its own: clients that
             // followed it come back.
@@ -255,6 +256,7 @@ pub(in crate::run) fn start_l2(
         blindness: None,
         joins: JoinGrace::default(),
         used: None,
+        used_suspected: BTreeSet::new(),
     })
 }
 
