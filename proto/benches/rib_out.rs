@@ -42,6 +42,7 @@ fn main() {
         four_octet_as: true,
         families: vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST],
         route_refresh: true,
+        ipv4_over_ipv6: false,
         peer_graceful_restart: None,
         conn: ConnId(1),
     });

@@ -1,5 +1,6 @@
 //! OPEN capabilities (RFC 5492): multiprotocol (RFC 4760), route refresh (RFC 2918),
-//! graceful restart (RFC 4724) and 4-octet AS numbers (RFC 6793).
+//! extended next hop (RFC 8950), graceful restart (RFC 4724) and 4-octet AS numbers
+//! (RFC 6793).
 use super::nlri::Family;
 use super::reader::Reader;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -10,6 +11,8 @@ pub mod cap_code {
     pub const MULTIPROTOCOL: u8 = 1;
     /// Route Refresh (RFC 2918).
     pub const ROUTE_REFRESH: u8 = 2;
+    /// Extended Next Hop Encoding (RFC 8950).
+    pub const EXTENDED_NEXT_HOP: u8 = 5;
     /// Graceful Restart (RFC 4724).
     pub const GRACEFUL_RESTART: u8 = 64;
     /// 4-octet AS number (RFC 6793).
@@ -36,6 +39,21 @@ pub struct GracefulRestart {
     pub families: Vec<GrFamily>,
 }
 
+/// One tuple of the extended next hop capability (RFC 8950 §3): routes of `family` may
+/// carry a next hop of address family `next_hop_afi`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NextHopFamily {
+    /// The NLRI's family.
+    pub family: Family,
+    /// The next hop's AFI.
+    pub next_hop_afi: u16,
+}
+
+impl NextHopFamily {
+    /// IPv4 unicast routes with an IPv6 next hop: what unnumbered peering needs.
+    pub const IPV4_OVER_IPV6: NextHopFamily = NextHopFamily { family: Family::IPV4_UNICAST, next_hop_afi: 2 };
+}
+
 /// A capability advertised in OPEN.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Capability {
@@ -43,6 +61,9 @@ pub enum Capability {
     Multiprotocol(Family),
     /// Route refresh.
     RouteRefresh,
+    /// Extended next hop encoding: the families whose routes may carry a next hop of
+    /// another address family.
+    ExtendedNextHop(Vec<NextHopFamily>),
     /// Graceful restart.
     GracefulRestart(GracefulRestart),
     /// Support for 4-octet AS numbers, carrying the sender's AS.
@@ -67,6 +88,17 @@ impl Capability {
                 out.put_u8(f.safi);
             }
             Capability::RouteRefresh => out.put_slice(&[cap_code::ROUTE_REFRESH, 0]),
+            Capability::ExtendedNextHop(tuples) => {
+                // Six octets a tuple (the SAFI takes two here): at most 42 fit in 255.
+                let tuples = tuples.get(..tuples.len().min(42)).unwrap_or_default();
+                out.put_u8(cap_code::EXTENDED_NEXT_HOP);
+                out.put_u8((6 * tuples.len()) as u8);
+                for t in tuples {
+                    out.put_u16(t.family.afi);
+                    out.put_u16(u16::from(t.family.safi));
+                    out.put_u16(t.next_hop_afi);
+                }
+            }
             Capability::FourOctetAs(asn) => {
                 out.put_slice(&[cap_code::FOUR_OCTET_AS, 4]);
                 out.put_u32(*asn);
@@ -107,6 +139,18 @@ impl Capability {
                 Capability::Multiprotocol(Family { afi, safi })
             }
             cap_code::ROUTE_REFRESH if len == 0 => Capability::RouteRefresh,
+            cap_code::EXTENDED_NEXT_HOP if len > 0 && len % 6 == 0 => {
+                let mut tuples = Vec::new();
+                while !v.is_empty() {
+                    let (afi, safi, next_hop_afi) = (v.u16()?, v.u16()?, v.u16()?);
+                    // A SAFI is one octet everywhere else: a larger one names no family
+                    // we could speak, and is skipped.
+                    if let Ok(safi) = u8::try_from(safi) {
+                        tuples.push(NextHopFamily { family: Family { afi, safi }, next_hop_afi });
+                    }
+                }
+                Capability::ExtendedNextHop(tuples)
+            }
             cap_code::FOUR_OCTET_AS if len == 4 => Capability::FourOctetAs(v.u32()?),
             cap_code::GRACEFUL_RESTART if len >= 2 && (len - 2) % 4 == 0 => {
                 let flags_time = v.u16()?;
@@ -128,6 +172,7 @@ impl Capability {
             }
             cap_code::MULTIPROTOCOL
             | cap_code::ROUTE_REFRESH
+            | cap_code::EXTENDED_NEXT_HOP
             | cap_code::FOUR_OCTET_AS
             | cap_code::GRACEFUL_RESTART => return None,
             _ => Capability::Unknown { code, value },

@@ -49,7 +49,7 @@ pub mod socket;
 pub use attributes::{
     AsPath, AsSegment, Community, ExtendedCommunity, LargeCommunity, MpNextHop, Origin, PathAttributes,
 };
-pub use capability::{Capability, GracefulRestart};
+pub use capability::{Capability, GracefulRestart, NextHopFamily};
 pub use error::{DecodeError, ErrorAction};
 pub use message::{DecodeContext, EncodeContext, Message, Notification, Open, Update};
 pub use nlri::Family;

@@ -34,6 +34,8 @@ pub struct RibOut {
     export: ExportConfig,
     families: Vec<Family>,
     four_octet: bool,
+    /// IPv4 routes may go with an IPv6 next hop (RFC 8950 negotiated).
+    ipv4_over_ipv6: bool,
     up: bool,
     eor_pending: bool,
     sent: HashMap<IpNet, Arc<PathAttributes>>,
@@ -46,6 +48,7 @@ impl RibOut {
             export,
             families: Vec::new(),
             four_octet: true,
+            ipv4_over_ipv6: false,
             up: false,
             eor_pending: false,
             sent: HashMap::new(),
@@ -61,6 +64,7 @@ impl RibOut {
     pub fn session_up(&mut self, negotiated: &Negotiated) {
         self.families = negotiated.families.clone();
         self.four_octet = negotiated.four_octet_as;
+        self.ipv4_over_ipv6 = negotiated.ipv4_over_ipv6;
         self.sent.clear();
         self.up = true;
         self.eor_pending = true;
@@ -170,7 +174,7 @@ impl RibOut {
                 self.sent.insert(*p, attrs.clone());
             }
             let exported = self.exported(attrs, family);
-            pack_announcements(exported, family, &prefixes, self.four_octet, &mut out);
+            pack_announcements(exported, &prefixes, self.four_octet, &mut out);
         }
         if self.eor_pending {
             self.eor_pending = false;
@@ -180,11 +184,15 @@ impl RibOut {
     }
 
     fn can_announce(&self, family: Family, attrs: &PathAttributes) -> bool {
-        if family == Family::IPV4_UNICAST {
-            attrs.next_hop.is_some() || self.export.next_hop_v4.is_some()
-        } else {
-            self.export.next_hop_v6.is_some()
+        if family == Family::IPV4_UNICAST && self.ipv4_next_hop(attrs).is_some() {
+            return true;
         }
+        (family != Family::IPV4_UNICAST || self.ipv4_over_ipv6) && self.export.next_hop_v6.is_some()
+    }
+
+    /// The IPv4 next hop of an IPv4 route: preferred to an IPv6 one whenever there is one.
+    fn ipv4_next_hop(&self, attrs: &PathAttributes) -> Option<Ipv4Addr> {
+        attrs.next_hop.or(self.export.next_hop_v4)
     }
 
     /// Applies the export rewrites for this peer (RFC 4271 §5.1).
@@ -203,18 +211,15 @@ impl RibOut {
             a.local_pref = Some(100);
         }
         a.as_path = Some(path);
-        if family == Family::IPV4_UNICAST {
-            a.next_hop = a.next_hop.or(self.export.next_hop_v4);
-        } else {
-            a.next_hop = None;
-            if let Some(global) = self.export.next_hop_v6 {
-                let link_local = self.export.next_hop_v6_link_local;
-                a.mp_reach = Some(MpReach {
-                    family,
-                    next_hop: MpNextHop::V6 { global, link_local },
-                    nlri: Vec::new(),
-                });
-            }
+        a.next_hop = self.ipv4_next_hop(&a).filter(|_| family == Family::IPV4_UNICAST);
+        // IPv6 routes, and IPv4 ones without an IPv4 next hop (RFC 8950: the session over
+        // a link-local address of unnumbered peering), go in MP_REACH with an IPv6 one.
+        if a.next_hop.is_none()
+            && let Some(global) = self.export.next_hop_v6
+        {
+            let link_local = self.export.next_hop_v6_link_local;
+            a.mp_reach =
+                Some(MpReach { family, next_hop: MpNextHop::V6 { global, link_local }, nlri: Vec::new() });
         }
         if !self.four_octet {
             a.prepare_for_two_octet_peer();
@@ -238,13 +243,7 @@ fn pack_withdrawals(prefixes: &[IpNet], family: Family, out: &mut Vec<Update>) {
     }
 }
 
-fn pack_announcements(
-    attrs: PathAttributes,
-    family: Family,
-    prefixes: &[IpNet],
-    four_octet: bool,
-    out: &mut Vec<Update>,
-) {
+fn pack_announcements(attrs: PathAttributes, prefixes: &[IpNet], four_octet: bool, out: &mut Vec<Update>) {
     let mut base = attrs.clone();
     let mp_overhead = match base.mp_reach.take() {
         // Extended attribute header, AFI/SAFI, next hop length and value, reserved octet.
@@ -261,11 +260,11 @@ fn pack_announcements(
     let budget = MAX_MESSAGE_LEN.saturating_sub(UPDATE_FIXED + buf.len() + mp_overhead);
     for chunk in chunks_by_size(prefixes, budget) {
         let mut u = Update { attributes: attrs.clone(), ..Update::default() };
-        if family == Family::IPV4_UNICAST {
+        if let Some(mp) = u.attributes.mp_reach.as_mut() {
+            mp.nlri = chunk.to_vec();
+        } else {
             u.nlri =
                 chunk.iter().filter_map(|p| if let IpNet::V4(p) = p { Some(*p) } else { None }).collect();
-        } else if let Some(mp) = u.attributes.mp_reach.as_mut() {
-            mp.nlri = chunk.to_vec();
         }
         out.push(u);
     }

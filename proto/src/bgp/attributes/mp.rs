@@ -1,5 +1,6 @@
 //! MP_REACH_NLRI and MP_UNREACH_NLRI for IPv4/IPv6 unicast (RFC 4760, next hops after
-//! RFC 2545): the types and their value encoding.
+//! RFC 2545, IPv4 routes with an IPv6 next hop after RFC 8950): the types and their
+//! value encoding.
 use crate::bgp::error::{DecodeError, code, subcode};
 use crate::bgp::nlri::{Family, decode_prefixes, encode_prefix};
 use crate::bgp::reader::Reader;
@@ -79,11 +80,12 @@ impl MpReach {
         let nh = r.take(usize::from(nh_len)).ok_or_else(bad)?;
         let next_hop = match (family.afi, nh.len()) {
             (1, 4) => MpNextHop::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&nh[..]).map_err(|_| bad())?)),
-            (2, 16) => MpNextHop::V6 {
+            // RFC 8950 §4: IPv4 routes may carry an IPv6 next hop, of the same two forms.
+            (1 | 2, 16) => MpNextHop::V6 {
                 global: Ipv6Addr::from(<[u8; 16]>::try_from(&nh[..]).map_err(|_| bad())?),
                 link_local: None,
             },
-            (2, 32) => {
+            (1 | 2, 32) => {
                 let g = nh.get(..16).ok_or_else(bad)?;
                 let l = nh.get(16..).ok_or_else(bad)?;
                 MpNextHop::V6 {

@@ -42,6 +42,9 @@ pub struct PeerConfig {
     pub passive: bool,
     /// Families to offer with the multiprotocol capability.
     pub families: Vec<Family>,
+    /// Offer IPv4 routes with an IPv6 next hop (RFC 8950's capability): a session over an
+    /// IPv6 link-local address (unnumbered peering) has no IPv4 next hop to give.
+    pub extended_next_hop: bool,
     /// Graceful restart capability to advertise, if any.
     pub graceful_restart: Option<GracefulRestartConfig>,
 }
@@ -61,6 +64,7 @@ impl PeerConfig {
             stable_time: Duration::from_secs(60),
             passive: false,
             families: vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST],
+            extended_next_hop: false,
             graceful_restart: None,
         }
     }

@@ -71,6 +71,8 @@ pub struct Negotiated {
     pub families: Vec<Family>,
     /// The peer supports ROUTE-REFRESH.
     pub route_refresh: bool,
+    /// Both sides offered IPv4 unicast routes with an IPv6 next hop (RFC 8950).
+    pub ipv4_over_ipv6: bool,
     /// The peer's graceful restart capability.
     pub peer_graceful_restart: Option<GracefulRestart>,
     /// The connection the session runs on.

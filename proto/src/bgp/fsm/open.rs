@@ -2,9 +2,10 @@
 //! OPEN (RFC 4271 §6.2), negotiating the session's parameters, and building our OPEN.
 use super::config::PeerConfig;
 use super::events::{ConnId, Negotiated};
-use crate::bgp::capability::{Capability, GrFamily, GracefulRestart};
+use crate::bgp::capability::{Capability, GrFamily, GracefulRestart, NextHopFamily};
 use crate::bgp::error::{code, subcode};
 use crate::bgp::message::{Notification, Open};
+use crate::bgp::nlri::Family;
 use bytes::Bytes;
 
 /// Checks the peer's OPEN (RFC 4271 §6.2); returns the NOTIFICATION to send if it is bad.
@@ -55,6 +56,10 @@ pub(super) fn negotiate(config: &PeerConfig, open: &Open, conn: ConnId) -> Negot
         four_octet_as: open.four_octet_as().is_some(),
         families,
         route_refresh: open.capabilities.contains(&Capability::RouteRefresh),
+        ipv4_over_ipv6: config.extended_next_hop
+            && open.capabilities.iter().any(
+                |c| matches!(c, Capability::ExtendedNextHop(t) if t.contains(&NextHopFamily::IPV4_OVER_IPV6)),
+            ),
         peer_graceful_restart: open.capabilities.iter().find_map(|c| match c {
             Capability::GracefulRestart(g) => Some(g.clone()),
             _ => None,
@@ -63,10 +68,14 @@ pub(super) fn negotiate(config: &PeerConfig, open: &Open, conn: ConnId) -> Negot
     }
 }
 
-/// The OPEN we send: multiprotocol per family, route refresh, 4-octet AS, and GR.
+/// The OPEN we send: multiprotocol per family, route refresh, extended next hop when
+/// configured, 4-octet AS, and GR.
 pub(super) fn our_open(config: &PeerConfig) -> Open {
     let mut caps: Vec<Capability> = config.families.iter().map(|f| Capability::Multiprotocol(*f)).collect();
     caps.push(Capability::RouteRefresh);
+    if config.extended_next_hop && config.families.contains(&Family::IPV4_UNICAST) {
+        caps.push(Capability::ExtendedNextHop(vec![NextHopFamily::IPV4_OVER_IPV6]));
+    }
     if let Some(gr) = &config.graceful_restart {
         caps.push(Capability::GracefulRestart(GracefulRestart {
             restarting: gr.restarting,

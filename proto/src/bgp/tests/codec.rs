@@ -83,6 +83,56 @@ fn open_with_capabilities_golden() {
     both_ways(&open, &msg(59, 1, &body));
 }
 
+/// RFC 8950 §3: NLRI AFI, NLRI SAFI (two octets), next hop AFI. FRR's OPEN to an
+/// unnumbered neighbour carries exactly this tuple.
+#[test]
+fn extended_next_hop_capability_golden() {
+    let caps = vec![Capability::ExtendedNextHop(vec![NextHopFamily::IPV4_OVER_IPV6])];
+    let open = Message::Open(Open::new(65001, 90, Ipv4Addr::new(192, 0, 2, 1), caps));
+    #[rustfmt::skip]
+    let body = [
+        4, 0xfd, 0xe9, 0, 90, 192, 0, 2, 1,
+        16, 2, 14,
+        5, 6, 0, 1, 0, 1, 0, 2,             // IPv4 unicast over an IPv6 next hop
+        65, 4, 0, 0, 0xfd, 0xe9,
+    ];
+    both_ways(&open, &msg(45, 1, &body));
+    // A tuple whose SAFI does not fit an octet names no family: skipped, not fatal.
+    let mut r =
+        crate::bgp::reader::Reader::new(Bytes::from_static(&[5, 12, 0, 1, 1, 0, 0, 2, 0, 2, 0, 1, 0, 2]));
+    let tuple = NextHopFamily { family: Family::IPV6_UNICAST, next_hop_afi: 2 };
+    assert_eq!(Capability::decode(&mut r), Some(Capability::ExtendedNextHop(vec![tuple])));
+    // Not a whole number of tuples: malformed.
+    let mut r = crate::bgp::reader::Reader::new(Bytes::from_static(&[5, 4, 0, 1, 0, 1]));
+    assert_eq!(Capability::decode(&mut r), None);
+}
+
+/// RFC 8950 §4: IPv4 NLRI in MP_REACH_NLRI with an IPv6 next hop of 16 or 32 octets.
+#[test]
+fn ipv4_routes_with_an_ipv6_next_hop_both_ways() {
+    let ll: std::net::Ipv6Addr = "fe80::1".parse().unwrap();
+    for link_local in [None, Some(ll)] {
+        let u = Update {
+            attributes: PathAttributes {
+                origin: Some(Origin::Igp),
+                as_path: Some(AsPath::sequence(vec![65001])),
+                mp_reach: Some(MpReach {
+                    family: Family::IPV4_UNICAST,
+                    next_hop: MpNextHop::V6 { global: "2001:db8::1".parse().unwrap(), link_local },
+                    nlri: vec!["192.0.2.200/32".parse().unwrap()],
+                }),
+                ..PathAttributes::default()
+            },
+            ..Update::default()
+        };
+        let m = Message::Update(u.clone());
+        let wire = enc(&m);
+        let Ok(Message::Update(back)) = dec(&wire) else { panic!("not an UPDATE") };
+        assert_eq!(back, u);
+        assert_eq!(back.announced().collect::<Vec<_>>(), vec!["192.0.2.200/32".parse::<IpNet>().unwrap()]);
+    }
+}
+
 #[test]
 fn open_four_octet_as_uses_as_trans() {
     let open = Open::new(4_200_000_000, 90, Ipv4Addr::new(192, 0, 2, 1), vec![]);
@@ -357,6 +407,13 @@ fn arb_attrs() -> impl Strategy<Value = PathAttributes> {
                     next_hop: MpNextHop::V6 { global: Ipv6Addr::from(g), link_local: l.map(Ipv6Addr::from) },
                     nlri: p
                 }),
+            // RFC 8950: IPv4 routes with an IPv6 next hop.
+            (any::<u128>(), prop::option::of(any::<u128>()), prop::collection::vec(arb_v4(), 0..20))
+                .prop_map(|(g, l, p)| MpReach {
+                    family: Family::IPV4_UNICAST,
+                    next_hop: MpNextHop::V6 { global: Ipv6Addr::from(g), link_local: l.map(Ipv6Addr::from) },
+                    nlri: p.into_iter().map(IpNet::V4).collect()
+                }),
         ]),
         prop::option::of(prop::collection::vec(arb_v6(), 0..20)),
     )
@@ -410,6 +467,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
                         restart_time: t,
                         families: vec![GrFamily { family: Family::IPV6_UNICAST, forwarding_preserved: f }],
                     }),
+                    Capability::ExtendedNextHop(vec![NextHopFamily::IPV4_OVER_IPV6]),
                     Capability::Unknown { code: 200, value: Bytes::from_static(&[1, 2]) },
                 ];
                 Message::Open(Open::new(asn, hold, Ipv4Addr::from(id), caps))

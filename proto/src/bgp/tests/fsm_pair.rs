@@ -204,6 +204,23 @@ fn families_are_the_intersection() {
     assert_eq!(p.sides[B].ups[0].families, vec![Family::IPV6_UNICAST]);
 }
 
+/// RFC 8950: IPv4 over an IPv6 next hop only when both sides offer it.
+#[test]
+fn extended_next_hop_takes_both_sides() {
+    for (a_offers, b_offers) in [(true, true), (true, false), (false, true), (false, false)] {
+        let mut a = config(65001, 65002, [192, 0, 2, 1]);
+        a.extended_next_hop = a_offers;
+        let mut b = config(65002, 65001, [192, 0, 2, 2]);
+        b.extended_next_hop = b_offers;
+        b.passive = true;
+        let mut p = Pair::new(a, b);
+        p.start();
+        let both = a_offers && b_offers;
+        assert_eq!(p.sides[A].ups[0].ipv4_over_ipv6, both, "A, offers {a_offers}/{b_offers}");
+        assert_eq!(p.sides[B].ups[0].ipv4_over_ipv6, both, "B, offers {a_offers}/{b_offers}");
+    }
+}
+
 #[test]
 fn keepalives_keep_the_session_up() {
     let mut p = Pair::active_passive();

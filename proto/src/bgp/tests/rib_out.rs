@@ -16,6 +16,7 @@ fn negotiated(families: Vec<Family>, four_octet_as: bool) -> Negotiated {
         four_octet_as,
         families,
         route_refresh: true,
+        ipv4_over_ipv6: false,
         peer_graceful_restart: None,
         conn: ConnId(1),
     }
@@ -111,6 +112,52 @@ fn ipv6_goes_in_mp_reach_with_the_v6_next_hop() {
     );
     // (4096 - 23 - 20 - 25) / 17 = 236 per UPDATE.
     assert_eq!(updates.len() - 2, 1000usize.div_ceil(236));
+}
+
+/// Unnumbered peering (RFC 8950): no IPv4 next hop to give, so IPv4 routes go in
+/// MP_REACH with the IPv6 next hop, only when the peer accepted the capability; an IPv4
+/// next hop, when there is one, is still preferred.
+#[test]
+fn ipv4_routes_take_an_ipv6_next_hop_only_where_negotiated() {
+    let ll: Ipv6Addr = "fe80::11".parse().expect("addr");
+    let unnumbered = ExportConfig {
+        next_hop_v4: None,
+        next_hop_v6: Some(ll),
+        next_hop_v6_link_local: None,
+        ..export(65001, true)
+    };
+    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(2000).map(|p| (p, attrs())).collect();
+    let both = vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST];
+
+    let mut r = RibOut::new(unnumbered.clone());
+    r.session_up(&Negotiated { ipv4_over_ipv6: true, ..negotiated(both.clone(), true) });
+    let updates = r.sync(&desired);
+    let (ann, _, eor) = wire_check(&updates);
+    assert_eq!(ann.len(), 2000);
+    assert_eq!(eor, both);
+    for u in updates.iter().filter(|u| u.end_of_rib_family().is_none()) {
+        assert!(u.nlri.is_empty(), "IPv4 prefixes in the classic NLRI field");
+        assert_eq!(u.attributes.next_hop, None);
+        let mp = u.attributes.mp_reach.as_ref().expect("MP_REACH");
+        assert_eq!(mp.family, Family::IPV4_UNICAST);
+        assert_eq!(mp.next_hop, MpNextHop::V6 { global: ll, link_local: None });
+    }
+    // Withdrawn the classic way: a withdrawal carries no next hop.
+    let (_, wd, _) = wire_check(&r.sync(&BTreeMap::new()));
+    assert_eq!(wd.len(), 2000);
+
+    // Not negotiated: nothing IPv4 can be sent (End-of-RIB only).
+    let mut r = RibOut::new(unnumbered);
+    r.session_up(&negotiated(both.clone(), true));
+    let (ann, _, _) = wire_check(&r.sync(&desired));
+    assert!(ann.is_empty(), "IPv4 routes without a next hop the peer can take");
+
+    // Negotiated on a numbered session: the IPv4 next hop still rules.
+    let mut r = RibOut::new(export(65001, true));
+    r.session_up(&Negotiated { ipv4_over_ipv6: true, ..negotiated(both, true) });
+    let updates = r.sync(&desired);
+    assert!(updates.iter().all(|u| u.attributes.mp_reach.is_none()));
+    assert_eq!(updates[0].attributes.next_hop, Some(Ipv4Addr::new(192, 0, 2, 11)));
 }
 
 #[test]
