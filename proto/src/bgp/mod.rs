@@ -6,6 +6,7 @@
 //!   `poll_transmit()`, `poll_event()` and `poll_timeout()`.
 //! * [`rib_out`]: per-peer Adj-RIB-Out, `RibOut::sync(&desired) -> Vec<Update>`.
 //! * [`session`], [`socket`]: the tokio driver, the listener, TCP MD5 and TTL.
+//! * [`unnumbered`]: the router on a link found by its router advertisements.
 //!
 //! Running a session:
 //!
@@ -45,6 +46,7 @@ mod reader;
 pub mod rib_out;
 pub mod session;
 pub mod socket;
+pub mod unnumbered;
 
 pub use attributes::{
     AsPath, AsSegment, Community, ExtendedCommunity, LargeCommunity, MpNextHop, Origin, PathAttributes,

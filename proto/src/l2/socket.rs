@@ -65,6 +65,12 @@ const ETHERTYPE_IPV6: u16 = 0x86dd;
 impl NdFrameSocket {
     /// Opens the socket on interface `ifindex`, passing ICMPv6 types 135 and 136 only.
     pub fn open(ifindex: u32) -> io::Result<Self> {
+        Self::open_types(ifindex, [super::ndp::TYPE_NS, super::ndp::TYPE_NA])
+    }
+
+    /// Opens the socket on interface `ifindex`, passing the two ICMPv6 `types` only
+    /// (router solicitations and advertisements, for unnumbered BGP).
+    pub fn open_types(ifindex: u32, types: [u8; 2]) -> io::Result<Self> {
         use socket2::SockFilter;
         const LDB: u16 = 0x30; // BPF_LD | BPF_B | BPF_ABS
         const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
@@ -73,8 +79,8 @@ impl NdFrameSocket {
             SockFilter::new(LDB, 0, 0, 14 + 6),  // IPv6 next header
             SockFilter::new(JEQ, 0, 4, 58),      // ICMPv6, else drop
             SockFilter::new(LDB, 0, 0, 14 + 40), // ICMPv6 type
-            SockFilter::new(JEQ, 1, 0, u32::from(super::ndp::TYPE_NS)),
-            SockFilter::new(JEQ, 0, 1, u32::from(super::ndp::TYPE_NA)),
+            SockFilter::new(JEQ, 1, 0, u32::from(types[0])),
+            SockFilter::new(JEQ, 0, 1, u32::from(types[1])),
             SockFilter::new(RET, 0, 0, 0xffff),
             SockFilter::new(RET, 0, 0, 0),
         ];
@@ -96,7 +102,7 @@ impl NdFrameSocket {
 /// ICMP6_FILTER blocking every type: a raw ICMPv6 socket otherwise queues every ICMPv6
 /// message of the interface (echo, RA, MLD) for a reader that never reads.
 #[allow(unsafe_code)]
-fn block_every_icmpv6_type(s: &Socket) -> io::Result<()> {
+pub(crate) fn block_every_icmpv6_type(s: &Socket) -> io::Result<()> {
     const SOL_ICMPV6: libc::c_int = 58;
     const ICMP6_FILTER: libc::c_int = 1;
     // A set bit blocks the type (linux/icmpv6.h, struct icmp6_filter).
@@ -128,7 +134,7 @@ async fn recv_frame(fd: &AsyncFd<Socket>, buf: &mut [u8]) -> io::Result<usize> {
 
 /// Registers an owned socket with the tokio reactor.
 #[allow(unsafe_code)]
-fn register(s: Socket) -> io::Result<AsyncFd<Socket>> {
+pub(crate) fn register(s: Socket) -> io::Result<AsyncFd<Socket>> {
     // SAFETY: `Socket` owns its descriptor, closes it only when dropped, and always
     // returns the same one from `as_raw_fd`; the AsyncFd owns the Socket.
     unsafe { AsyncFd::register(s) }.map_err(|e| e.into_parts().1)
