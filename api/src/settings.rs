@@ -3,7 +3,7 @@
 //! BFDProfile → BFD session config. The speaker and ferrolb-bootstrap both use it, so a
 //! field means the same in both.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::time::Duration;
 
 use ferrolb_proto::bfd::{SessionConfig as BfdSessionConfig, Timers};
@@ -55,27 +55,54 @@ pub fn router_id(
     }
 }
 
-/// The session config of BGPPeer `name` on a node with these next hops (v4, v6) and
-/// router id. `restarting`: the first OPEN of a new process (RFC 4724 §4.1). `bfd`: this
-/// process runs a BFD session for the peer (only then may the hold time be 0).
+/// What the node running a session brings to it: its BGP identifier, its next hops
+/// (IPv4, IPv6), and for an unnumbered peer the router found on the link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeSide {
+    /// The BGP identifier.
+    pub router_id: Ipv4Addr,
+    /// Next hop of IPv4 routes on a session over IPv6.
+    pub next_hop_v4: Option<Ipv4Addr>,
+    /// Next hop of IPv6 routes on a session over IPv4.
+    pub next_hop_v6: Option<Ipv6Addr>,
+    /// `spec.interface`: the router's link-local address found there, the link's index
+    /// as its scope.
+    pub found: Option<SocketAddrV6>,
+}
+
+/// The session config of BGPPeer `name` on the node `node`. `restarting`: the first
+/// OPEN of a new process (RFC 4724 §4.1). `bfd`: this process runs a BFD session for the
+/// peer (only then may the hold time be 0).
 pub fn peer_session_config(
     name: &str,
     spec: &BgpPeerSpec,
     password: Option<Password>,
-    router_id: Ipv4Addr,
-    next_hops: (Option<Ipv4Addr>, Option<Ipv6Addr>),
+    node: NodeSide,
     restarting: bool,
     bfd: bool,
 ) -> Result<SessionConfig, PeerError> {
-    let (next_hop_v4, next_hop_v6) = next_hops;
+    let NodeSide { router_id, next_hop_v4, next_hop_v6, found } = node;
     let err = |field, problem: String, fix| PeerError { peer: name.to_owned(), field, problem, fix };
-    let peer_ip: IpAddr = spec.peer_address.parse().map_err(|_| {
-        err(
-            "spec.peerAddress",
-            format!("{:?} is not an IP address", spec.peer_address),
-            "write an IPv4 or IPv6 address",
-        )
-    })?;
+    let peer_ip: IpAddr = match (&spec.peer_address, &spec.interface, found) {
+        (Some(a), _, _) => a.parse().map_err(|_| {
+            err("spec.peerAddress", format!("{a:?} is not an IP address"), "write an IPv4 or IPv6 address")
+        })?,
+        (None, Some(_), Some(at)) => IpAddr::V6(*at.ip()),
+        (None, Some(i), None) => {
+            return Err(err(
+                "spec.interface",
+                format!("no router found on {i} yet (no router advertisement heard)"),
+                "check that the router runs BGP unnumbered on that link and sends router advertisements",
+            ));
+        }
+        (None, None, _) => {
+            return Err(err(
+                "spec.peerAddress",
+                "neither peerAddress nor interface is set".into(),
+                "set peerAddress to the router's address, or interface for unnumbered peering",
+            ));
+        }
+    };
     let secs = |d: Result<crate::duration::Duration, crate::duration::DurationError>, field| {
         d.map(|d| d.0).map_err(|e| err(field, e.to_string(), "write a duration such as 90s"))
     };
@@ -129,7 +156,13 @@ pub fn peer_session_config(
             forwarding_preserved: true,
         });
     }
-    let mut cfg = SessionConfig::new(peer, SocketAddr::new(peer_ip, spec.peer_port));
+    // Unnumbered: IPv4 routes go with the IPv6 next hop of the link (RFC 8950).
+    peer.extended_next_hop = spec.interface.is_some();
+    let peer_addr = match found.filter(|_| spec.peer_address.is_none()) {
+        Some(at) => SocketAddr::V6(SocketAddrV6::new(*at.ip(), spec.peer_port, 0, at.scope_id())),
+        None => SocketAddr::new(peer_ip, spec.peer_port),
+    };
+    let mut cfg = SessionConfig::new(peer, peer_addr);
     if let Some(src) = &spec.source_address {
         cfg.local_addr = Some(src.parse().map_err(|_| {
             err(
@@ -144,9 +177,11 @@ pub fn peer_session_config(
     cfg.password = password;
     // The connection's local address is the next hop of its own family; the other
     // family's next hop comes from the node's addresses.
+    // Unnumbered, the link holds no IPv4 address of this node: IPv4 routes take the
+    // connection's IPv6 link-local one.
     if peer_ip.is_ipv4() {
         cfg.export.next_hop_v6 = next_hop_v6;
-    } else {
+    } else if spec.interface.is_none() {
         cfg.export.next_hop_v4 = next_hop_v4;
     }
     Ok(cfg)

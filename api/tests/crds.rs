@@ -125,6 +125,7 @@ fn api_field_names_are_as_documented() {
                 "peerASN",
                 "dynamicASN",
                 "peerAddress",
+                "interface",
                 "peerPort",
                 "sourceAddress",
                 "routerID",

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrolb_api::settings::{peer_session_config, router_id};
+use ferrolb_api::settings::{NodeSide, peer_session_config, router_id};
 use ferrolb_api::{BgpPeer, Community as ApiCommunity, ControlPlaneVip, ValidConfig};
 use ferrolb_proto::bgp::session::{self, Routes, SessionConfig, SessionHandle};
 use ferrolb_proto::bgp::socket::Password;
@@ -124,7 +124,7 @@ pub fn session_configs(
 }
 
 /// One peer's session through the speaker's translation of BGPPeer fields
-/// ([`peer_session_config`]); bootstrap adds its own rules: no passive peers, the
+/// ([`peer_session_config`]); bootstrap adds its own rules: no passive or unnumbered peers, the
 /// router id defaulting to the member's IPv4 address, the password from `passwordFile`,
 /// and the member's address as the next hop of its family for the other family's
 /// session (an IPv6 VIP over an IPv4 session needs an IPv6 member address).
@@ -142,6 +142,15 @@ fn session_config(peer: &BgpPeer, member: Option<IpAddr>) -> Result<SessionConfi
     };
     let router_id =
         router_id(&name, s, member_v4, "this member").map_err(|e| BgpConfigError(e.to_string()))?;
+    if let Some(i) = &s.interface {
+        return Err(err(
+            "spec.interface",
+            format!(
+                "unnumbered peering ({i}) is the speaker's: bootstrap cannot wait for a router to \
+                 advertise before the apiserver is reachable; set peerAddress to the router's address"
+            ),
+        ));
+    }
     if s.passive {
         return Err(err(
             "spec.passive",
@@ -159,8 +168,8 @@ fn session_config(peer: &BgpPeer, member: Option<IpAddr>) -> Result<SessionConfi
     };
     // A new process: announce the restart (RFC 4724 §4.1); the VIP stays on `lo`
     // across a restart, so forwarding is preserved.
-    peer_session_config(&name, s, password, router_id, (member_v4, member_v6), true, false)
-        .map_err(|e| BgpConfigError(e.to_string()))
+    let node = NodeSide { router_id, next_hop_v4: member_v4, next_hop_v6: member_v6, found: None };
+    peer_session_config(&name, s, password, node, true, false).map_err(|e| BgpConfigError(e.to_string()))
 }
 
 /// The VIP route's attributes: configured communities, plus GRACEFUL_SHUTDOWN when draining.

@@ -51,6 +51,7 @@ fn every_metallb_kind_converts_into_valid_ferrolb_objects() {
             "BFDProfile/defaults",
             "BGPPeer/router-a",
             "BGPPeer/router-b",
+            "BGPPeer/unnumbered",
             "BGPPeer/spine",
             "BGPAdvertisement/public",
             "BGPAdvertisement/team-a-aggregate",
@@ -91,7 +92,7 @@ fn every_metallb_kind_converts_into_valid_ferrolb_objects() {
 
     let Object::BgpPeer(a) = find(&c, "BGPPeer", "router-a") else { unreachable!() };
     assert_eq!(
-        (a.spec.my_asn, a.spec.peer_asn, a.spec.peer_address.as_str()),
+        (a.spec.my_asn, a.spec.peer_asn, a.spec.peer_address.as_deref().unwrap_or_default()),
         (64513, Some(64512), "192.0.2.1")
     );
     assert_eq!((a.spec.hold_time.as_str(), a.spec.keepalive_time.as_deref()), ("1m30s", Some("30s")));
@@ -130,6 +131,14 @@ fn every_metallb_kind_converts_into_valid_ferrolb_objects() {
     );
     assert!(spine.spec.is_ibgp());
 
+    let Object::BgpPeer(unnumbered) = find(&c, "BGPPeer", "unnumbered") else { unreachable!() };
+    assert_eq!(
+        (unnumbered.spec.interface.as_deref(), unnumbered.spec.peer_address.as_deref()),
+        (Some("eth1"), None),
+        "BGP unnumbered: the same field"
+    );
+    assert_eq!(unnumbered.spec.dynamic_asn, Some(ferrolb_api::DynamicAsn::External));
+
     let Object::BgpAdvertisement(adv) = find(&c, "BGPAdvertisement", "public") else { unreachable!() };
     assert_eq!(adv.spec.communities, ["64512:1", "64512:200", "large:64512:2:3", "65535:65282"], "aliases");
     assert_eq!((adv.spec.local_pref, adv.spec.peers.len()), (Some(100), 2));
@@ -156,8 +165,6 @@ fn what_cannot_be_converted_is_listed_exactly() {
             ("BFDProfile metallb-system/fast", "spec.echoMode"),
             ("BFDProfile metallb-system/fast", "spec.echoInterval"),
             ("BGPPeer metallb-system/router-vrf", "spec.vrf"),
-            ("BGPPeer metallb-system/unnumbered", "spec.interface"),
-            ("BGPPeer metallb-system/unnumbered", "spec.peerAddress"),
             ("BGPAdvertisement metallb-system/team-a-aggregate", "spec.communities[0]"),
             ("BGPAdvertisement metallb-system/team-a-aggregate", "spec.futureKnob"),
             ("ServiceL2Status default/l2-abc12", "kind"),
@@ -293,7 +300,7 @@ fn cli_prints_a_ferrolb_stream_and_one_stderr_line_per_unconverted_field() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     // The output is for a cluster (passwordSecret, not passwordFile).
     let config = parse_stream("stdout", &stdout).unwrap().config().validate(Origin::Cluster).unwrap();
-    assert_eq!((config.pools.len(), config.peers.len(), config.bfd_profiles.len()), (3, 3, 2));
+    assert_eq!((config.pools.len(), config.peers.len(), config.bfd_profiles.len()), (3, 4, 2));
     let stderr = String::from_utf8(out.stderr).unwrap();
     let c = converted("config.yaml");
     let mut expected: Vec<String> = c.unconverted.iter().map(|u| format!("not converted: {u}")).collect();

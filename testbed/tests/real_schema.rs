@@ -89,6 +89,13 @@ fn corpus() -> Vec<Case> {
         both(PEER, "{myASN: 64513, dynamicASN: sideways, peerAddress: 192.0.2.1}"),
         both(PEER, "{myASN: 64513, peerASN: 64512, dynamicASN: external, peerAddress: 192.0.2.1}"),
         both(PEER, "{myASN: 64513, peerAddress: 192.0.2.1}"),
+        // Unnumbered: an interface instead of the address, never both, never neither.
+        both(PEER, "{myASN: 64513, peerASN: 64512, interface: p2p0}"),
+        both(PEER, "{myASN: 64513, dynamicASN: external, interface: swp1, sourceAddress: 192.0.2.11}"),
+        both(PEER, "{myASN: 64513, peerASN: 64512, interface: p2p0, peerAddress: 192.0.2.1}"),
+        both(PEER, "{myASN: 64513, peerASN: 64512}"),
+        both(PEER, "{myASN: 64513, peerASN: 64512, interface: 'eth/0'}"),
+        both(PEER, "{myASN: 64513, peerASN: 64512, interface: p2p0, bfdProfile: fast}"),
         both(PEER, "{myASN: 4294967296, peerASN: 64512, peerAddress: 192.0.2.1}"),
         both(PEER, "{myASN: 64513, peerASN: 64512, peerAddress: 192.0.2.1, peerPort: 0}"),
         both(PEER, "{myASN: 64513, peerASN: 64512, peerAddress: router.example}"),

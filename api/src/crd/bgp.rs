@@ -46,8 +46,14 @@ pub struct BgpPeerSpec {
     /// AS, learned from the router's OPEN).
     #[serde(default, rename = "dynamicASN", skip_serializing_if = "Option::is_none")]
     pub dynamic_asn: Option<DynamicAsn>,
-    /// The router's address, IPv4 or IPv6.
-    pub peer_address: String,
+    /// The router's address, IPv4 or IPv6; or, instead, `interface`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_address: Option<String>,
+    /// Instead of `peerAddress`, unnumbered peering: the router is found on this link by
+    /// its IPv6 link-local address (from its router advertisements), the session runs
+    /// over that address, and IPv4 routes go with an IPv6 next hop (RFC 8950).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
     /// The router's TCP port.
     #[serde(default = "defaults::peer_port")]
     #[schemars(schema_with = "defaults::port_schema")]
@@ -105,7 +111,8 @@ impl BgpPeerSpec {
             my_asn,
             peer_asn: Some(peer_asn),
             dynamic_asn: None,
-            peer_address: peer_address.into(),
+            peer_address: Some(peer_address.into()),
+            interface: None,
             peer_port: defaults::peer_port(),
             source_address: None,
             router_id: None,
@@ -121,6 +128,16 @@ impl BgpPeerSpec {
             graceful_restart: None,
             address_families: defaults::address_families(),
             node_selectors: Vec::new(),
+        }
+    }
+
+    /// Where the router is, for logs and listings: its address, or `%IFNAME` for an
+    /// unnumbered peer.
+    pub fn peer_location(&self) -> String {
+        match (&self.peer_address, &self.interface) {
+            (Some(a), _) => a.clone(),
+            (None, Some(i)) => format!("%{i}"),
+            (None, None) => String::new(),
         }
     }
 

@@ -160,6 +160,7 @@ pub fn harden(kind: &str, schema: &mut Value) {
         }
         "BGPPeer" => {
             merge(schema, &["spec", "peerAddress"], json!({"pattern": ip}));
+            merge(schema, &["spec", "interface"], json!({"pattern": INTERFACE_PATTERN}));
             merge(schema, &["spec", "sourceAddress"], json!({"pattern": ip}));
             merge(schema, &["spec", "routerID"], json!({"pattern": format!("^{}$", ipv4_pattern())}));
             durations(
@@ -194,6 +195,16 @@ pub fn harden(kind: &str, schema: &mut Value) {
                 schema,
                 &["spec"],
                 json!({"x-kubernetes-validations": [
+                    rule(
+                        "has(self.peerAddress) != has(self.interface)",
+                        ".peerAddress",
+                        "set exactly one of spec.peerAddress (the router's address) and spec.interface (unnumbered: the router found on that link)",
+                    ),
+                    rule(
+                        "!has(self.interface) || !has(self.bfdProfile)",
+                        ".bfdProfile",
+                        "spec.bfdProfile is not supported with spec.interface (unnumbered) yet; remove bfdProfile, or peer with the router's address",
+                    ),
                     rule(
                         "has(self.peerASN) != has(self.dynamicASN)",
                         ".peerASN",
@@ -231,7 +242,7 @@ pub fn harden(kind: &str, schema: &mut Value) {
                         "spec.passwordFile is read only from static files and checkpoints; in a cluster put the password in a Secret and set spec.passwordSecret",
                     ),
                     rule(
-                        "!has(self.sourceAddress) || self.sourceAddress.contains(':') == self.peerAddress.contains(':')",
+                        "!has(self.sourceAddress) || !has(self.peerAddress) || self.sourceAddress.contains(':') == self.peerAddress.contains(':')",
                         ".sourceAddress",
                         "spec.sourceAddress and spec.peerAddress are of different families; use a source address of the peer's family",
                     ),

@@ -14,9 +14,12 @@ use crate::crd::{BgpAdvertisement, BgpPeer};
 pub(super) fn check_duplicate_sessions(peers: &[BgpPeer], errors: &mut Vec<ValidationError>) {
     for (i, a) in peers.iter().enumerate() {
         for b in &peers[..i] {
-            let addr = |p: &BgpPeer| {
-                let t = p.spec.peer_address.trim();
-                t.parse::<IpAddr>().map_or_else(|_| t.to_owned(), |ip| ip.to_string())
+            let addr = |p: &BgpPeer| match &p.spec.peer_address {
+                Some(a) => {
+                    let t = a.trim();
+                    t.parse::<IpAddr>().map_or_else(|_| t.to_owned(), |ip| ip.to_string())
+                }
+                None => p.spec.peer_location(),
             };
             let same_router = addr(a) == addr(b) && a.spec.peer_port == b.spec.peer_port;
             if same_router && a.spec.node_selectors == b.spec.node_selectors {
@@ -27,7 +30,7 @@ pub(super) fn check_duplicate_sessions(peers: &[BgpPeer], errors: &mut Vec<Valid
                     problem: format!(
                         "BGPPeer {:?} already peers with {} port {} from the same nodes",
                         b.name_any(),
-                        a.spec.peer_address,
+                        a.spec.peer_location(),
                         a.spec.peer_port
                     ),
                     fix: "merge the two BGPPeers, or give them disjoint nodeSelectors".into(),
@@ -60,7 +63,36 @@ pub(super) fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet
     if spec.peer_port == 0 {
         c.err("spec.peerPort", "port 0 is not a port", "use 1..65535, usually 179");
     }
-    let peer_ip = c.ip("spec.peerAddress", &spec.peer_address);
+    let peer_ip = match (&spec.peer_address, &spec.interface) {
+        (Some(a), None) => c.ip("spec.peerAddress", a),
+        (None, Some(i)) => {
+            super::l2::check_interface(c, "spec.interface", i);
+            if spec.bfd_profile.is_some() {
+                c.err(
+                    "spec.bfdProfile",
+                    "BFD is not supported on an unnumbered session (spec.interface) yet",
+                    "remove bfdProfile, or peer with the router's address (peerAddress) to use BFD",
+                );
+            }
+            None
+        }
+        (Some(_), Some(_)) => {
+            c.err(
+                "spec.interface",
+                "peerAddress and interface are both set",
+                "set one: peerAddress for a router at a known address, or interface for unnumbered peering",
+            );
+            None
+        }
+        (None, None) => {
+            c.err(
+                "spec.peerAddress",
+                "neither peerAddress nor interface is set",
+                "set peerAddress to the router's address, or interface to peer unnumbered over that link",
+            );
+            None
+        }
+    };
     if let Some(src) = &spec.source_address
         && let Some(src_ip) = c.ip("spec.sourceAddress", src)
         && let Some(peer_ip) = peer_ip

@@ -301,8 +301,28 @@ fn port_zero() {
 #[test]
 fn bad_peer_address() {
     let mut c = good();
-    c.peers[0].spec.peer_address = "router.example".into();
+    c.peers[0].spec.peer_address = Some("router.example".into());
     only_errors(c, "BGPPeer", "router-a", "spec.peerAddress");
+}
+
+/// Unnumbered: an interface instead of an address, never both, never neither.
+#[test]
+fn peer_address_or_interface() {
+    let mut c = good();
+    c.peers[0].spec.peer_address = None;
+    c.peers[0].spec.interface = Some("eth0".into());
+    c.peers[0].spec.bfd_profile = None;
+    assert!(validate(&c, Origin::Cluster).is_empty());
+    c.peers[0].spec.bfd_profile = Some("fast".into());
+    only_errors(c.clone(), "BGPPeer", "router-a", "spec.bfdProfile");
+    c.peers[0].spec.bfd_profile = None;
+    c.peers[0].spec.interface = Some("eth/0".into());
+    only_errors(c.clone(), "BGPPeer", "router-a", "spec.interface");
+    c.peers[0].spec.interface = None;
+    only_errors(c.clone(), "BGPPeer", "router-a", "spec.peerAddress");
+    c.peers[0].spec.peer_address = Some("192.0.2.1".into());
+    c.peers[0].spec.interface = Some("eth0".into());
+    only_errors(c, "BGPPeer", "router-a", "spec.interface");
 }
 
 #[test]

@@ -224,15 +224,21 @@ pub(super) fn bgp_peer(doc: &Value, passwords: &mut Passwords, report: &mut Repo
             ),
         );
     }
-    if let Some(ifname) = s.take::<String>("interface").filter(|v| !v.is_empty()) {
-        whole = false;
-        s.unconverted(
-            "spec.interface",
-            format!(
-                "BGP unnumbered (peering over {ifname}'s link-local address) has no ferrolb equivalent; \
-                 set spec.peerAddress instead"
-            ),
-        );
+    // BGP unnumbered: the same field, the router found on that link.
+    let interface = s.take::<String>("interface").filter(|v| !v.is_empty());
+    if let Some(ifname) = &interface {
+        if peer_address.is_some() {
+            whole = false;
+            s.unconverted(
+                "spec.interface",
+                format!(
+                    "set as well as spec.peerAddress, which MetalLB rejects: peer with the router at \
+                     peerAddress, or unnumbered over {ifname}? the BGPPeer was not converted"
+                ),
+            );
+        }
+        spec.peer_address = None;
+        spec.interface = interface.clone();
     }
     let dynamic_asn = s.take::<String>("dynamicASN").filter(|v| !v.is_empty());
     match dynamic_asn.as_deref() {
@@ -254,7 +260,7 @@ pub(super) fn bgp_peer(doc: &Value, passwords: &mut Passwords, report: &mut Repo
     for (field, missing) in [
         ("spec.myASN", my_asn.is_none()),
         ("spec.peerASN", peer_asn.is_none() && dynamic_asn.is_none()),
-        ("spec.peerAddress", peer_address.is_none()),
+        ("spec.peerAddress", peer_address.is_none() && interface.is_none()),
     ] {
         if missing {
             whole = false;

@@ -388,7 +388,7 @@ pub fn peers(snap: &Snapshot) -> Vec<PeerRow> {
             let obj = snap.peers.iter().find(|p| p.metadata.name.as_deref() == Some(peer.as_str()));
             let (services, addresses) = sent.remove(&(node.clone(), peer.clone())).unwrap_or_default();
             PeerRow {
-                peer_address: obj.map(|p| p.spec.peer_address.clone()).unwrap_or_default(),
+                peer_address: obj.map(|p| p.spec.peer_location()).unwrap_or_default(),
                 peer_asn: obj.and_then(|p| p.spec.peer_asn),
                 dynamic_asn: obj.and_then(|p| p.spec.dynamic_asn),
                 bfd_profile: obj.and_then(|p| p.spec.bfd_profile.clone()),

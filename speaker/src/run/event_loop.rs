@@ -57,7 +57,16 @@ impl State {
                     self.replan(&Cause::new("config", "L2 started")).await;
                 }
             }
-            Input::BgpTick => self.bgp.tick(),
+            Input::BgpTick => {
+                self.bgp.tick();
+                if self.bgp.routers_changed() {
+                    self.replan(&Cause::new(
+                        "config",
+                        "a router was found or lost on an unnumbered BGP link",
+                    ))
+                    .await;
+                }
+            }
             Input::Stop(signal) => {
                 tracing::info!("{signal}: closing sessions");
                 return ControlFlow::Break(());

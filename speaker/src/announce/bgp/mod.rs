@@ -14,9 +14,14 @@
 //! only for a live BGP connection (FRR `bgp listen range`) never brings BFD Up while
 //! the session is held down, so without the limit the session would stay down for
 //! good. If the path is still broken the reconnect fails or BFD fails again.
+//!
+//! A BGPPeer with `interface` (unnumbered) gets its session once a router advertises on
+//! that link ([`unnumbered`]), to the router's link-local address, offering IPv4 routes
+//! over the link's IPv6 next hop (RFC 8950); a router found or lost later restarts it
+//! (the event loop asks [`BgpAnnouncer::routers_changed`] every second).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV6};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +42,8 @@ use ferrolb_proto::bgp::session::{self, Listener, Routes, SessionConfig, Session
 use ferrolb_proto::bgp::socket::Password;
 use ferrolb_proto::bgp::{Community, ExtendedCommunity, LargeCommunity, PathAttributes};
 
+mod unnumbered;
+
 /// Everything a session is built from; a change means a new session.
 #[derive(Debug, Clone, PartialEq)]
 struct PeerSettings {
@@ -47,6 +54,8 @@ struct PeerSettings {
     next_hop_v6: Option<std::net::Ipv6Addr>,
     /// The BFD parameters of `spec.bfdProfile`.
     bfd: Option<bfd::SessionConfig>,
+    /// Unnumbered (`spec.interface`): the router found on the link.
+    found: Option<SocketAddrV6>,
 }
 
 /// A BGP peer's BFD session and the task that drives the BGP session from it.
@@ -133,16 +142,13 @@ struct PeerSession {
 
 /// Builds the session config of a BGPPeer for this node.
 fn session_config(name: &str, s: &PeerSettings, restarting: bool) -> Result<SessionConfig, PeerError> {
-    let next_hops = (s.next_hop_v4, s.next_hop_v6);
-    settings::peer_session_config(
-        name,
-        &s.spec,
-        s.password.clone(),
-        s.router_id,
-        next_hops,
-        restarting,
-        s.bfd.is_some(),
-    )
+    let node = settings::NodeSide {
+        router_id: s.router_id,
+        next_hop_v4: s.next_hop_v4,
+        next_hop_v6: s.next_hop_v6,
+        found: s.found,
+    };
+    settings::peer_session_config(name, &s.spec, s.password.clone(), node, restarting, s.bfd.is_some())
 }
 
 /// Converts plan attributes to path attributes, sharing one `Arc` per distinct set;
@@ -183,6 +189,8 @@ pub struct BgpAnnouncer {
     node: String,
     sessions: BTreeMap<String, PeerSession>,
     listeners: BTreeMap<u16, Option<Listener>>,
+    /// Unnumbered peers: the router found on each interface they name.
+    finders: unnumbered::Finders,
     metrics: Arc<Metrics>,
     /// No session of this process has come up yet: announce a restart (RFC 4724).
     fresh_process: bool,
@@ -199,6 +207,7 @@ impl BgpAnnouncer {
             node: node.to_owned(),
             sessions: BTreeMap::new(),
             listeners: BTreeMap::new(),
+            finders: unnumbered::Finders::default(),
             fresh_process: true,
             // BFD sessions report into the speaker's registry (`ferrolb_bfd_*`).
             bfd: Bfd::new(Some(metrics.bfd.clone())),
@@ -266,7 +275,15 @@ impl BgpAnnouncer {
                 })?)
             }
         };
-        Ok(PeerSettings { spec, password, router_id, next_hop_v4: node_v4, next_hop_v6: node_v6, bfd })
+        Ok(PeerSettings {
+            spec,
+            password,
+            router_id,
+            next_hop_v4: node_v4,
+            next_hop_v6: node_v6,
+            bfd,
+            found: None,
+        })
     }
 
     /// Converges sessions and routes to `plan`: new peers get a session, changed peers
@@ -288,14 +305,35 @@ impl BgpAnnouncer {
                 self.metrics.forget_peer(&name);
             }
         }
+        let interfaces = plan.bgp.keys().filter_map(|n| model.peers.get(n)?.spec.interface.clone()).collect();
+        let failed = self.finders.keep(&interfaces);
         for (name, routes) in &plan.bgp {
-            let settings = match self.settings(model, passwords, name) {
+            let mut settings = match self.settings(model, passwords, name) {
                 Ok(s) => s,
                 Err(e) => {
                     errors.push(e);
                     continue;
                 }
             };
+            if let Some(i) = settings.spec.interface.clone() {
+                if let Some(why) = failed.get(&i) {
+                    errors.push(PeerError {
+                        peer: name.clone(),
+                        field: "spec.interface",
+                        problem: format!("cannot look for the router on {i}: {why}"),
+                        fix: "name an interface of this node (the speaker needs CAP_NET_RAW)",
+                    });
+                    continue;
+                }
+                settings.found = self.finders.found(&i);
+                if settings.found.is_none() {
+                    // No router advertises on the link (yet, or any more): no session.
+                    if let Some(s) = self.sessions.remove(name) {
+                        self.stop(name, s, subcode::CEASE_OTHER_CONFIG_CHANGE).await;
+                    }
+                    continue;
+                }
+            }
             if self.sessions.get(name).is_some_and(|s| s.settings != settings)
                 && let Some(s) = self.sessions.remove(name)
             {
@@ -416,6 +454,12 @@ impl BgpAnnouncer {
         self.metrics.session_up.get_or_create(&PeerLabel { peer: name.to_owned() }).set(0);
     }
 
+    /// Whether a router was found (or lost) on an interface an unnumbered BGPPeer names
+    /// since the sessions were last applied: apply the plan again.
+    pub fn routers_changed(&self) -> bool {
+        self.finders.changed()
+    }
+
     /// Updates metrics from the sessions and logs the MD5 hint for sessions that never came up.
     pub fn tick(&mut self) {
         for (name, s) in &mut self.sessions {
@@ -445,12 +489,8 @@ impl BgpAnnouncer {
                 && st.state != State::Established
                 && s.started.elapsed() >= patience
             {
-                tracing::warn!(
-                    peer = %name,
-                    address = %s.settings.spec.peer_address,
-                    "no answer from {}: check the TCP MD5 password on both sides",
-                    s.settings.spec.peer_address
-                );
+                let address = s.handle.peer();
+                tracing::warn!(peer = %name, %address, "no answer from {address}: check the TCP MD5 password on both sides");
                 s.md5_hint_logged = true;
             }
             s.last = st;

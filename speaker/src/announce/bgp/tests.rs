@@ -12,6 +12,7 @@ fn settings(spec: BgpPeerSpec) -> PeerSettings {
         next_hop_v4: Some(Ipv4Addr::new(192, 0, 2, 11)),
         next_hop_v6: Some("2001:db8::11".parse().unwrap()),
         bfd: None,
+        found: None,
     }
 }
 
@@ -58,6 +59,32 @@ fn ttl_security_and_zero_hold_time_reach_the_session_config() {
     let cfg = session_config("r", &with_bfd, false).unwrap();
     assert_eq!(cfg.peer.hold_time, 0);
     assert!(cfg.peer.allow_zero_hold_time);
+}
+
+/// Unnumbered: the session goes to the router found on the link, scoped to it, offers
+/// IPv4 over an IPv6 next hop, and gives no IPv4 next hop (the node's IPv4 address is not
+/// on that link); without a router found there is no session.
+#[test]
+fn an_unnumbered_peer_connects_to_the_router_found_on_its_link() {
+    let mut spec = BgpPeerSpec::new(64513, 64512, "unused");
+    spec.peer_address = None;
+    spec.interface = Some("p2p0".into());
+    let e = session_config("fabric", &settings(spec.clone()), false).unwrap_err().to_string();
+    assert!(e.starts_with("BGPPeer/fabric: spec.interface: no router found on p2p0"), "{e}");
+    let found = std::net::SocketAddrV6::new("fe80::1".parse().unwrap(), 0, 0, 7);
+    let cfg =
+        session_config("fabric", &PeerSettings { found: Some(found), ..settings(spec) }, false).unwrap();
+    assert_eq!(
+        cfg.peer_addr,
+        SocketAddr::V6(std::net::SocketAddrV6::new("fe80::1".parse().unwrap(), 179, 0, 7))
+    );
+    assert!(cfg.peer.extended_next_hop);
+    assert_eq!(cfg.export.next_hop_v4, None, "IPv4 routes take the link's IPv6 next hop");
+
+    let numbered =
+        session_config("r", &settings(BgpPeerSpec::new(64513, 64512, "2001:db8::1")), false).unwrap();
+    assert!(!numbered.peer.extended_next_hop);
+    assert_eq!(numbered.export.next_hop_v4, Some(Ipv4Addr::new(192, 0, 2, 11)));
 }
 
 #[test]

@@ -122,6 +122,17 @@ pub fn config(spec: &RouterSpec) -> String {
     let mut sessions: Vec<(String, String)> =
         spec.ranges.iter().map(|r| (format!("neighbor range {r} {peer};"), r.clone())).collect();
     sessions.extend(spec.neighbors.iter().map(|n| (format!("neighbor {n} {peer};"), n.to_string())));
+    // Unnumbered: the speaker's link-local address on the link, IPv4 over an IPv6 next
+    // hop, and router advertisements (lifetime 0: no default router) so the speaker finds
+    // this router.
+    for u in &spec.interfaces {
+        let i = &u.interface;
+        sessions.push((format!("neighbor {}%{i} {peer};", u.neighbor), format!("%{i}")));
+        let _ = writeln!(
+            c,
+            "protocol radv radv_{i} {{ ipv6 {{ export none; }}; interface \"{i}\" {{ max ra interval 4; default lifetime 0; }}; }}"
+        );
+    }
     for (i, (neighbor, _)) in sessions.iter().enumerate() {
         let _ = writeln!(c, "protocol bgp speakers{i} {{");
         let _ = writeln!(c, "  local as {};\n  {neighbor}", spec.asn);
@@ -164,12 +175,14 @@ pub fn config(spec: &RouterSpec) -> String {
         }
         // BIRD refuses `gateway direct` for multihop sessions.
         let gateway = if spec.multihop.is_some() { "recursive" } else { "direct" };
+        let unnumbered = neighbor.contains('%');
         for fam in ["ipv4", "ipv6"] {
             // RFC 8326 as an operator configures it: GRACEFUL_SHUTDOWN lowers the
             // route's preference to 0, so ECMP keeps only the paths not draining.
+            let enhe = if unnumbered && fam == "ipv4" { " extended next hop on;" } else { "" };
             let _ = writeln!(
                 c,
-                "  {fam} {{ import filter {{ if (65535, 0) ~ bgp_community then bgp_local_pref = 0; accept; }}; export none; gateway {gateway}; }};"
+                "  {fam} {{ import filter {{ if (65535, 0) ~ bgp_community then bgp_local_pref = 0; accept; }}; export none; gateway {gateway};{enhe} }};"
             );
         }
         c.push_str("}\n");

@@ -38,7 +38,13 @@ impl Frr {
             // Bind-mount targets must exist on the host.
             std::fs::create_dir_all(d)?;
         }
-        std::fs::write(dir.join("zebra.conf"), "hostname r1\nlog stdout debugging\n")?;
+        // Unnumbered links: router advertisements every 3 s (the speaker finds r1 by them).
+        let mut zebra = String::from("hostname r1\nlog stdout debugging\n");
+        for u in &spec.interfaces {
+            let i = &u.interface;
+            zebra.push_str(&format!("interface {i}\n ipv6 nd ra-interval 3\n no ipv6 nd suppress-ra\n"));
+        }
+        std::fs::write(dir.join("zebra.conf"), zebra)?;
         std::fs::write(dir.join("bgpd.conf"), config(spec))?;
         std::fs::write(dir.join("bfdd.conf"), bfdd_config(spec))?;
         // FRR refuses to run as root: its files belong to frr:frr.
@@ -219,6 +225,9 @@ pub fn config(spec: &RouterSpec) -> String {
     }
     for n in &spec.neighbors {
         let _ = writeln!(c, " neighbor {n} peer-group SPEAKERS");
+    }
+    for u in &spec.interfaces {
+        let _ = writeln!(c, " neighbor {} interface peer-group SPEAKERS", u.interface);
     }
     for fam in ["ipv4", "ipv6"] {
         let _ = writeln!(

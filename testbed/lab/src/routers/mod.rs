@@ -55,6 +55,19 @@ pub struct RouterSpec {
     pub multihop: Option<u8>,
     /// Connect to the explicitly listed `neighbors` instead of waiting for them (BIRD only).
     pub active: bool,
+    /// Unnumbered neighbours: the one speaker on each of these point-to-point links, over
+    /// link-local addresses, the router advertising itself there.
+    pub interfaces: Vec<Unnumbered>,
+}
+
+/// An unnumbered neighbour (`RouterSpec::interfaces`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unnumbered {
+    /// The router's end of the point-to-point link.
+    pub interface: String,
+    /// The speaker's link-local address on it: BIRD must be told it; FRR learns it from
+    /// the speaker's router advertisements (`neighbor IFNAME interface`).
+    pub neighbor: std::net::Ipv6Addr,
 }
 
 /// BFD sessions a router runs (BIRD `protocol bfd`, FRR bfdd `peer`).
@@ -97,6 +110,7 @@ impl Default for RouterSpec {
             ttl_security: false,
             multihop: None,
             active: false,
+            interfaces: Vec::new(),
         }
     }
 }

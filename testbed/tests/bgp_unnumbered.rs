@@ -1,0 +1,156 @@
+//! BGP unnumbered: a real `ferrolb-speaker --static` whose BGPPeer names an interface
+//! instead of an address peers with real FRR (`neighbor p2p0 interface`) over a
+//! point-to-point veth that holds only IPv6 link-local addresses. The speaker finds r1 by
+//! its router advertisements, r1 finds the speaker by the speaker's; the session runs
+//! between the two link-local addresses with the extended next hop capability (RFC 8950),
+//! the IPv4 /32 lands in r1's kernel via an `inet6` gateway on p2p0, and the client,
+//! behind r1, reaches the Service's IPv4 address through it. The same with real BIRD
+//! (a neighbour `fe80::…%p2p0`, `extended next hop on`, `protocol radv`).
+//!
+//! Needs `target/debug/ferrolb-speaker` (testbed/test.sh builds it first).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use ferrolb_lab::client::{EchoServer, flow_split, open_flows};
+use ferrolb_lab::routers::{Bird, Frr, RouterSpec, Unnumbered};
+use ferrolb_lab::speaker::{Speaker, yaml};
+use ferrolb_lab::{Lab, LabConfig, addressing, wait};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(30);
+const PORT: u16 = 8080;
+/// The point-to-point link's name on both ends.
+const LINK: &str = "p2p0";
+
+/// Node1's static file: the BGP pool, r1 as an unnumbered peer on [`LINK`], and one
+/// Service holding `vip`.
+fn static_file(vip: IpAddr) -> String {
+    let peer = format!(
+        "apiVersion: ferrolb.io/v1alpha1\nkind: BGPPeer\nmetadata: {{name: fabric}}\nspec: {{myASN: {}, peerASN: {}, interface: {LINK}}}\n",
+        addressing::NODE_ASN,
+        addressing::ROUTER_ASN
+    );
+    let service = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: default}}\nspec: {{type: LoadBalancer, ports: [{{port: {PORT}, protocol: TCP}}]}}\nstatus: {{loadBalancer: {{ingress: [{{ip: {vip}}}]}}}}\n"
+    );
+    yaml::stream(&[
+        yaml::node(1),
+        yaml::pool("public", &[addressing::BGP_POOL_V4]),
+        peer,
+        yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
+        service,
+    ])
+}
+
+/// The link-local address of `dev` in `ns`'s `ip -j addr` output.
+fn link_local(text: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(text.trim()).ok()?;
+    v.as_array()?.iter().flat_map(|l| l["addr_info"].as_array().into_iter().flatten()).find_map(|a| {
+        (a["scope"] == "link" && a["family"] == "inet6")
+            .then(|| a["local"].as_str().map(str::to_owned))
+            .flatten()
+    })
+}
+
+/// Node1 and r1 joined by [`LINK`], link-local addresses only; the node's one, and the
+/// router spec peering unnumbered with it.
+fn unnumbered_lab() -> (Lab, Ipv6Addr, RouterSpec) {
+    let lab = Lab::up(LabConfig::nodes(1)).unwrap();
+    let (node, router) = (lab.node(1), lab.router());
+    node.ip(&["link", "add", LINK, "type", "veth", "peer", "name", LINK, "netns", router.name()]).unwrap();
+    for ns in [node, router] {
+        ns.ip(&["link", "set", LINK, "up"]).unwrap();
+    }
+    let node_ll =
+        link_local(&node.ip(&["-j", "addr", "show", "dev", LINK]).unwrap()).unwrap().parse().unwrap();
+    let unnumbered = Unnumbered { interface: LINK.into(), neighbor: node_ll };
+    let spec = RouterSpec { interfaces: vec![unnumbered], ranges: Vec::new(), ..RouterSpec::default() };
+    (lab, node_ll, spec)
+}
+
+/// Starts node1's speaker for one Service and proves the route: the /32 in r1's kernel
+/// via `inet6` the node's link-local address on [`LINK`], and the client behind r1
+/// reaching the Service through it. `established` says whether r1's session is up.
+fn announce_and_reach(
+    lab: &Lab,
+    node_ll: Ipv6Addr,
+    established: &dyn Fn() -> bool,
+    diag: &dyn Fn() -> String,
+) -> Speaker {
+    let (node, router) = (lab.node(1), lab.router());
+    let vip = addressing::bgp_vip_v4(30);
+    lab.add_vip_on_lo(node, vip).unwrap();
+    let server = EchoServer::start(node, SocketAddr::new(vip, PORT), "node1").unwrap();
+    let start = Instant::now();
+    let speaker = Speaker::start(lab, 1, &static_file(vip)).unwrap();
+    let up = wait::until_holds("r1's unnumbered session Established", T, established);
+    assert!(up.is_ok(), "{up:?}\n{}\n{}", speaker.logs(), diag());
+    println!("session Established {:?} after the speaker started", start.elapsed());
+
+    let prefix = format!("{vip}/32");
+    let route = wait::until_value(
+        "the /32 in r1's kernel via inet6",
+        T,
+        || Ok(router.ip(&["-4", "route", "show", &prefix]).unwrap_or_default()),
+        |r| r.contains(&format!("via inet6 {node_ll}")) && r.contains(&format!("dev {LINK}")),
+    );
+    let route = route.unwrap_or_else(|e| panic!("{e:?}\n{}", diag()));
+    println!("r1's kernel: {}", route.trim());
+
+    let flows = open_flows(
+        lab.client(),
+        addressing::CLIENT_LINK_V4.into(),
+        21000..21020,
+        SocketAddr::new(vip, PORT),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let split = flow_split(&flows);
+    println!("20 connections from the client, behind r1: {split:?}");
+    assert_eq!(split.get("node1"), Some(&20), "{split:?}");
+    drop(server);
+    // One router found, once: the session was never rebuilt.
+    assert_eq!(speaker.logs().matches("router found on the link").count(), 1, "{}", speaker.logs());
+    speaker
+}
+
+#[test]
+fn frr_peers_unnumbered_and_routes_ipv4_over_the_ipv6_link_local_next_hop() {
+    let (lab, node_ll, spec) = unnumbered_lab();
+    let frr = Frr::start(&lab, &spec).unwrap();
+    // r1 names its unnumbered neighbour by the interface.
+    let neighbor = || -> Value {
+        let text = frr.vtysh(&format!("show bgp neighbors {LINK} json")).unwrap_or_default();
+        serde_json::from_str::<Value>(&text).unwrap_or(Value::Null)[LINK].clone()
+    };
+    let diag = || frr.vtysh(&format!("show bgp neighbors {LINK}")).unwrap_or_default();
+    let _speaker = announce_and_reach(&lab, node_ll, &|| neighbor()["bgpState"] == "Established", &diag);
+    let n = neighbor();
+    assert_eq!(
+        n["hostForeign"].as_str(),
+        Some(node_ll.to_string().as_str()),
+        "from the node's link-local\n{n}"
+    );
+    let enhe = &n["neighborCapabilities"]["extendedNexthop"];
+    assert_eq!(enhe.as_str(), Some("advertisedAndReceived"), "extended next hop negotiated\n{n}");
+    println!("FRR: neighbour {} on {LINK}, extended next hop {enhe}", n["hostForeign"]);
+}
+
+#[test]
+fn bird_peers_with_a_scoped_link_local_neighbour_and_extended_next_hop() {
+    let (lab, node_ll, spec) = unnumbered_lab();
+    let bird = Bird::start(&lab, &spec).unwrap();
+    let proto = || bird.birdc("show protocols all speakers0").unwrap_or_default();
+    let _speaker = announce_and_reach(&lab, node_ll, &|| proto().contains("Established"), &proto);
+    let text = proto();
+    println!("BIRD:\n{text}");
+    assert!(text.contains(&format!("Neighbor address: {node_ll}%{LINK}")), "{text}");
+    let theirs = text.split("Neighbor capabilities").nth(1).unwrap_or_default();
+    assert!(
+        theirs.contains("Extended next hop\n        IPv6 nexthop: ipv4"),
+        "RFC 8950 from the speaker\n{text}"
+    );
+}
