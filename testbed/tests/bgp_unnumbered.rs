@@ -27,9 +27,11 @@ const LINK: &str = "p2p0";
 
 /// Node1's static file: the BGP pool, r1 as an unnumbered peer on [`LINK`], and one
 /// Service holding `vip`.
-fn static_file(vip: IpAddr) -> String {
+/// `extra` holds more `spec` entries of the BGPPeer.
+fn static_file(vip: IpAddr, extra: &[String]) -> String {
+    let extra: String = extra.iter().map(|e| format!(", {e}")).collect();
     let peer = format!(
-        "apiVersion: ferrolb.io/v1alpha1\nkind: BGPPeer\nmetadata: {{name: fabric}}\nspec: {{myASN: {}, peerASN: {}, interface: {LINK}}}\n",
+        "apiVersion: ferrolb.io/v1alpha1\nkind: BGPPeer\nmetadata: {{name: fabric}}\nspec: {{myASN: {}, peerASN: {}, interface: {LINK}{extra}}}\n",
         addressing::NODE_ASN,
         addressing::ROUTER_ASN
     );
@@ -77,6 +79,7 @@ fn unnumbered_lab() -> (Lab, Ipv6Addr, RouterSpec) {
 fn announce_and_reach(
     lab: &Lab,
     node_ll: Ipv6Addr,
+    peer: &[String],
     established: &dyn Fn() -> bool,
     diag: &dyn Fn() -> String,
 ) -> Speaker {
@@ -85,7 +88,7 @@ fn announce_and_reach(
     lab.add_vip_on_lo(node, vip).unwrap();
     let server = EchoServer::start(node, SocketAddr::new(vip, PORT), "node1").unwrap();
     let start = Instant::now();
-    let speaker = Speaker::start(lab, 1, &static_file(vip)).unwrap();
+    let speaker = Speaker::start(lab, 1, &static_file(vip, peer)).unwrap();
     let up = wait::until_holds("r1's unnumbered session Established", T, established);
     assert!(up.is_ok(), "{up:?}\n{}\n{}", speaker.logs(), diag());
     println!("session Established {:?} after the speaker started", start.elapsed());
@@ -127,7 +130,7 @@ fn frr_peers_unnumbered_and_routes_ipv4_over_the_ipv6_link_local_next_hop() {
         serde_json::from_str::<Value>(&text).unwrap_or(Value::Null)[LINK].clone()
     };
     let diag = || frr.vtysh(&format!("show bgp neighbors {LINK}")).unwrap_or_default();
-    let _speaker = announce_and_reach(&lab, node_ll, &|| neighbor()["bgpState"] == "Established", &diag);
+    let _speaker = announce_and_reach(&lab, node_ll, &[], &|| neighbor()["bgpState"] == "Established", &diag);
     let n = neighbor();
     assert_eq!(
         n["hostForeign"].as_str(),
@@ -144,7 +147,7 @@ fn bird_peers_with_a_scoped_link_local_neighbour_and_extended_next_hop() {
     let (lab, node_ll, spec) = unnumbered_lab();
     let bird = Bird::start(&lab, &spec).unwrap();
     let proto = || bird.birdc("show protocols all speakers0").unwrap_or_default();
-    let _speaker = announce_and_reach(&lab, node_ll, &|| proto().contains("Established"), &proto);
+    let _speaker = announce_and_reach(&lab, node_ll, &[], &|| proto().contains("Established"), &proto);
     let text = proto();
     println!("BIRD:\n{text}");
     assert!(text.contains(&format!("Neighbor address: {node_ll}%{LINK}")), "{text}");
@@ -153,4 +156,35 @@ fn bird_peers_with_a_scoped_link_local_neighbour_and_extended_next_hop() {
         theirs.contains("Extended next hop\n        IPv6 nexthop: ipv4"),
         "RFC 8950 from the speaker\n{text}"
     );
+}
+
+/// MD5, graceful restart and GTSM on the unnumbered session as on a numbered one, with
+/// BIRD requiring all three (`password`, `graceful restart on`, `ttl security on`): the
+/// session comes up only if the speaker signs with the password (scoped to the link's
+/// link-local address) and sends with hop limit 255, and BIRD sees its restart
+/// capability.
+#[test]
+fn md5_graceful_restart_and_gtsm_hold_on_an_unnumbered_session() {
+    let (lab, node_ll, spec) = unnumbered_lab();
+    let spec = RouterSpec {
+        ttl_security: true,
+        ..spec.password("unnumbered-secret").graceful_restart(Duration::from_secs(60))
+    };
+    let bird = Bird::start(&lab, &spec).unwrap();
+    let pw = lab.subdir("secrets").unwrap().join("fabric.password");
+    std::fs::write(&pw, "unnumbered-secret\n").unwrap();
+    let peer = [
+        format!("passwordFile: {}", pw.display()),
+        "gracefulRestart: {enabled: true, restartTime: 120s}".to_owned(),
+        "ttlSecurity: true".to_owned(),
+    ];
+    let proto = || bird.birdc("show protocols all speakers0").unwrap_or_default();
+    let _speaker = announce_and_reach(&lab, node_ll, &peer, &|| proto().contains("Established"), &proto);
+    let text = proto();
+    let theirs = text.split("Neighbor capabilities").nth(1).unwrap_or_default();
+    assert!(theirs.contains("Graceful restart") && theirs.contains("Extended next hop"), "{text}");
+    let config = std::fs::read_to_string(lab.dir().join("bird/bird.conf")).unwrap();
+    for needed in ["password \"unnumbered-secret\"", "ttl security on", "graceful restart on"] {
+        assert!(config.contains(needed), "BIRD requires {needed}\n{config}");
+    }
 }
