@@ -15,7 +15,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use ferrolb_lab::client::{EchoServer, flow_split, open_flows};
-use ferrolb_lab::routers::{Bird, Frr, RouterSpec, Unnumbered};
+use ferrolb_lab::routers::{self, BfdSpec, Bird, Frr, RouterSpec, Unnumbered};
 use ferrolb_lab::speaker::{Speaker, yaml};
 use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 use serde_json::Value;
@@ -28,7 +28,7 @@ const LINK: &str = "p2p0";
 /// Node1's static file: the BGP pool, r1 as an unnumbered peer on [`LINK`], and one
 /// Service holding `vip`.
 /// `extra` holds more `spec` entries of the BGPPeer.
-fn static_file(vip: IpAddr, extra: &[String]) -> String {
+fn static_file(vip: IpAddr, extra: &[String], objects: &[String]) -> String {
     let extra: String = extra.iter().map(|e| format!(", {e}")).collect();
     let peer = format!(
         "apiVersion: ferrolb.io/v1alpha1\nkind: BGPPeer\nmetadata: {{name: fabric}}\nspec: {{myASN: {}, peerASN: {}, interface: {LINK}{extra}}}\n",
@@ -38,13 +38,18 @@ fn static_file(vip: IpAddr, extra: &[String]) -> String {
     let service = format!(
         "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: default}}\nspec: {{type: LoadBalancer, ports: [{{port: {PORT}, protocol: TCP}}]}}\nstatus: {{loadBalancer: {{ingress: [{{ip: {vip}}}]}}}}\n"
     );
-    yaml::stream(&[
-        yaml::node(1),
-        yaml::pool("public", &[addressing::BGP_POOL_V4]),
-        peer,
-        yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
-        service,
-    ])
+    yaml::stream(
+        &[
+            yaml::node(1),
+            yaml::pool("public", &[addressing::BGP_POOL_V4]),
+            peer,
+            yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
+            service,
+        ]
+        .into_iter()
+        .chain(objects.iter().cloned())
+        .collect::<Vec<_>>(),
+    )
 }
 
 /// The link-local address of `dev` in `ns`'s `ip -j addr` output.
@@ -83,12 +88,24 @@ fn announce_and_reach(
     established: &dyn Fn() -> bool,
     diag: &dyn Fn() -> String,
 ) -> Speaker {
+    announce_and_reach_with(lab, node_ll, peer, &[], established, diag)
+}
+
+/// [`announce_and_reach`] with more objects in the static file.
+fn announce_and_reach_with(
+    lab: &Lab,
+    node_ll: Ipv6Addr,
+    peer: &[String],
+    objects: &[String],
+    established: &dyn Fn() -> bool,
+    diag: &dyn Fn() -> String,
+) -> Speaker {
     let (node, router) = (lab.node(1), lab.router());
     let vip = addressing::bgp_vip_v4(30);
     lab.add_vip_on_lo(node, vip).unwrap();
     let server = EchoServer::start(node, SocketAddr::new(vip, PORT), "node1").unwrap();
     let start = Instant::now();
-    let speaker = Speaker::start(lab, 1, &static_file(vip, peer)).unwrap();
+    let speaker = Speaker::start(lab, 1, &static_file(vip, peer, objects)).unwrap();
     let up = wait::until_holds("r1's unnumbered session Established", T, established);
     assert!(up.is_ok(), "{up:?}\n{}\n{}", speaker.logs(), diag());
     println!("session Established {:?} after the speaker started", start.elapsed());
@@ -187,4 +204,45 @@ fn md5_graceful_restart_and_gtsm_hold_on_an_unnumbered_session() {
     for needed in ["password \"unnumbered-secret\"", "ttl security on", "graceful restart on"] {
         assert!(config.contains(needed), "BIRD requires {needed}\n{config}");
     }
+}
+
+/// BFD on the link: with a `bfdProfile` the speaker runs single-hop BFD between the two
+/// link-local addresses, scoped to the link, and FRR (`neighbor … bfd` on the interface
+/// peer) sees it Up from the node's link-local address on p2p0; the speaker's session
+/// says Up too.
+#[test]
+fn bfd_runs_between_the_link_local_addresses() {
+    let (lab, node_ll, spec) = unnumbered_lab();
+    let bfd = BfdSpec {
+        neighbors: Vec::new(),
+        interface: LINK.into(),
+        interval: Duration::from_millis(100),
+        multiplier: 3,
+    };
+    let frr = Frr::start(&lab, &spec.bfd(bfd)).unwrap();
+    let neighbor = || -> Value {
+        let text = frr.vtysh(&format!("show bgp neighbors {LINK} json")).unwrap_or_default();
+        serde_json::from_str::<Value>(&text).unwrap_or(Value::Null)[LINK].clone()
+    };
+    let diag = || frr.vtysh("show bfd peers").unwrap_or_default();
+    let peer = ["bfdProfile: fast".to_owned()];
+    let profile = "apiVersion: ferrolb.io/v1alpha1\nkind: BFDProfile\nmetadata: {name: fast}\nspec: {transmitInterval: 100ms, receiveInterval: 100ms, detectMultiplier: 3}\n";
+    let speaker = announce_and_reach_with(
+        &lab,
+        node_ll,
+        &peer,
+        &[profile.to_owned()],
+        &|| neighbor()["bgpState"] == "Established",
+        &diag,
+    );
+    routers::wait_bfd(&frr, IpAddr::V6(node_ll), "up", T)
+        .unwrap_or_else(|e| panic!("{e:?}\n{}\n{}", diag(), speaker.logs()));
+    let peers: Value = serde_json::from_str(&frr.vtysh("show bfd peers json").unwrap()).unwrap();
+    println!("FRR's BFD peers: {peers}");
+    let p = peers.as_array().and_then(|a| a.first()).cloned().unwrap_or(Value::Null);
+    assert_eq!((p["interface"].as_str(), p["status"].as_str()), (Some(LINK), Some("up")), "{peers}");
+    speaker.wait_log("BFD session Up", T).unwrap();
+    let logs = speaker.logs();
+    let started = logs.lines().find(|l| l.contains("BFD session started")).unwrap_or_default();
+    assert!(started.contains(&node_ll.to_string()), "BFD from the link-local address\n{logs}");
 }

@@ -201,11 +201,6 @@ pub fn harden(kind: &str, schema: &mut Value) {
                         "set exactly one of spec.peerAddress (the router's address) and spec.interface (unnumbered: the router found on that link)",
                     ),
                     rule(
-                        "!has(self.interface) || !has(self.bfdProfile)",
-                        ".bfdProfile",
-                        "spec.bfdProfile is not supported with spec.interface (unnumbered) yet; remove bfdProfile, or peer with the router's address",
-                    ),
-                    rule(
                         "has(self.peerASN) != has(self.dynamicASN)",
                         ".peerASN",
                         "set exactly one of spec.peerASN (the router's AS) and spec.dynamicASN (internal or external)",

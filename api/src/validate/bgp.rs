@@ -67,13 +67,6 @@ pub(super) fn check_peer(c: &mut Check<'_>, peer: &BgpPeer, bfd_names: &BTreeSet
         (Some(a), None) => c.ip("spec.peerAddress", a),
         (None, Some(i)) => {
             super::l2::check_interface(c, "spec.interface", i);
-            if spec.bfd_profile.is_some() {
-                c.err(
-                    "spec.bfdProfile",
-                    "BFD is not supported on an unnumbered session (spec.interface) yet",
-                    "remove bfdProfile, or peer with the router's address (peerAddress) to use BFD",
-                );
-            }
             None
         }
         (Some(_), Some(_)) => {

@@ -311,11 +311,7 @@ fn peer_address_or_interface() {
     let mut c = good();
     c.peers[0].spec.peer_address = None;
     c.peers[0].spec.interface = Some("eth0".into());
-    c.peers[0].spec.bfd_profile = None;
-    assert!(validate(&c, Origin::Cluster).is_empty());
-    c.peers[0].spec.bfd_profile = Some("fast".into());
-    only_errors(c.clone(), "BGPPeer", "router-a", "spec.bfdProfile");
-    c.peers[0].spec.bfd_profile = None;
+    assert!(validate(&c, Origin::Cluster).is_empty(), "BFD on the link too");
     c.peers[0].spec.interface = Some("eth/0".into());
     only_errors(c.clone(), "BGPPeer", "router-a", "spec.interface");
     c.peers[0].spec.interface = None;

@@ -32,7 +32,7 @@ use bytes::BytesMut;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashMap;
 use std::io::{self, IoSliceMut};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -58,12 +58,29 @@ pub struct BfdConfig {
     pub peer: IpAddr,
     /// Timers and passive mode.
     pub session: SessionConfig,
+    /// The link's interface index when both addresses are IPv6 link-local (unnumbered
+    /// BGP); 0 otherwise.
+    pub scope: u32,
 }
 
 impl BfdConfig {
     /// A config for one session.
     pub fn new(local: IpAddr, peer: IpAddr, session: SessionConfig) -> Self {
-        BfdConfig { local, peer, session }
+        BfdConfig { local, peer, session, scope: 0 }
+    }
+
+    /// The same, between link-local addresses on the link of interface index `scope`.
+    pub fn on_link(mut self, scope: u32) -> Self {
+        self.scope = scope;
+        self
+    }
+}
+
+/// `addr:port`, scoped to `scope` when it is an IPv6 link-local address.
+fn scoped(addr: IpAddr, port: u16, scope: u32) -> SocketAddr {
+    match addr {
+        IpAddr::V6(a) if a.is_unicast_link_local() => SocketAddr::V6(SocketAddrV6::new(a, port, 0, scope)),
+        a => SocketAddr::new(a, port),
     }
 }
 
@@ -166,10 +183,13 @@ impl BfdHandle {
     }
 }
 
+/// The endpoints by local address and scope (the link's index for a link-local one).
+type Endpoints = HashMap<(IpAddr, u32), Weak<Endpoint>>;
+
 /// Starts sessions, sharing one [`Endpoint`] per local address.
 #[derive(Debug, Clone)]
 pub struct Bfd {
-    endpoints: Arc<Mutex<HashMap<IpAddr, Weak<Endpoint>>>>,
+    endpoints: Arc<Mutex<Endpoints>>,
     metrics: Option<BfdMetrics>,
 }
 
@@ -185,11 +205,12 @@ impl Bfd {
         let endpoint = {
             let mut map =
                 self.endpoints.lock().map_err(|_| io::Error::other("BFD endpoint table poisoned"))?;
-            match map.get(&cfg.local).and_then(Weak::upgrade) {
+            let key = (cfg.local, cfg.scope);
+            match map.get(&key).and_then(Weak::upgrade) {
                 Some(e) => e,
                 None => {
-                    let e = Arc::new(Endpoint::bind(cfg.local)?);
-                    map.insert(cfg.local, Arc::downgrade(&e));
+                    let e = Arc::new(Endpoint::bind_scoped(cfg.local, cfg.scope)?);
+                    map.insert(key, Arc::downgrade(&e));
                     e
                 }
             }
@@ -202,7 +223,7 @@ impl Bfd {
         let peer = cfg.peer;
         let task = SessionTask {
             session: Session::new(Instant::now().into_std(), cfg.session, local_discr, seed(local_discr)),
-            peer: SocketAddr::new(cfg.peer, CONTROL_PORT),
+            peer: scoped(cfg.peer, CONTROL_PORT, cfg.scope),
             endpoint,
             packets: pkt_rx,
             commands: cmd_rx,
@@ -258,6 +279,12 @@ impl Drop for Endpoint {
 impl Endpoint {
     /// Binds `local`:3784 for receiving and a port of 49152–65535 for sending.
     pub fn bind(local: IpAddr) -> io::Result<Self> {
+        Self::bind_scoped(local, 0)
+    }
+
+    /// [`Endpoint::bind`] on the link of interface index `scope` (for a link-local
+    /// `local`).
+    pub fn bind_scoped(local: IpAddr, scope: u32) -> io::Result<Self> {
         // No SO_REUSEADDR: a second BFD process on this address must fail loudly rather
         // than receive an arbitrary share of the packets.
         let rx = udp_socket(local)?;
@@ -268,7 +295,7 @@ impl Endpoint {
             }
         }
         .map_err(io::Error::from)?;
-        rx.bind(&SocketAddr::new(local, CONTROL_PORT).into())?;
+        rx.bind(&scoped(local, CONTROL_PORT, scope).into())?;
         let rx = UdpSocket::from_std(rx.into())?;
 
         let tx = udp_socket(local)?;
@@ -276,7 +303,7 @@ impl Endpoint {
             IpAddr::V4(_) => tx.set_ttl_v4(u32::from(TTL))?,
             IpAddr::V6(_) => tx.set_unicast_hops_v6(u32::from(TTL))?,
         }
-        bind_source_port(&tx, local)?;
+        bind_source_port(&tx, local, scope)?;
         let tx = UdpSocket::from_std(tx.into())?;
 
         let routes: Arc<Mutex<HashMap<u32, Route>>> = Arc::default();
@@ -331,13 +358,13 @@ fn udp_socket(local: IpAddr) -> io::Result<Socket> {
 }
 
 /// RFC 5881 §4: the source port is in 49152–65535; start at a random one and walk on.
-fn bind_source_port(sock: &Socket, local: IpAddr) -> io::Result<()> {
+fn bind_source_port(sock: &Socket, local: IpAddr, scope: u32) -> io::Result<()> {
     let span = u32::from(SOURCE_PORTS.end() - SOURCE_PORTS.start()) + 1;
     let first = (clock_bits() % u64::from(span)) as u32;
     let mut last = None;
     for i in 0..span {
         let port = *SOURCE_PORTS.start() + ((first + i) % span) as u16;
-        match sock.bind(&SocketAddr::new(local, port).into()) {
+        match sock.bind(&scoped(local, port, scope).into()) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
             Err(e) => return Err(e),

@@ -421,11 +421,16 @@ impl BgpAnnouncer {
         } else {
             settings.next_hop_v6.map(IpAddr::V6)
         };
-        let Some(local) = source.or_else(|| route_source(peer)).or(node_addr) else {
+        // Unnumbered: between the link-local addresses, on the link.
+        let (link_local, scope) = match (&settings.spec.interface, settings.found) {
+            (Some(i), Some(at)) => (unnumbered::link_local_of(i).map(IpAddr::V6), at.scope_id()),
+            _ => (None, 0),
+        };
+        let Some(local) = link_local.or(source).or_else(|| route_source(peer)).or(node_addr) else {
             tracing::warn!(peer = %name, address = %peer, "BGPPeer/{name}: spec.bfdProfile: no local address towards {peer} for BFD; set spec.sourceAddress");
             return None;
         };
-        let handle = match self.bfd.spawn(BfdConfig::new(local, peer, cfg)) {
+        let handle = match self.bfd.spawn(BfdConfig::new(local, peer, cfg).on_link(scope)) {
             Ok(h) => h,
             Err(e) => {
                 tracing::warn!(peer = %name, %local, error = %e, "BGPPeer/{name}: spec.bfdProfile: cannot start BFD from {local}; the BGP session runs without it");

@@ -3,7 +3,7 @@
 //! found when the sessions were last built from it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddrV6;
+use std::net::{Ipv6Addr, SocketAddrV6};
 
 use ferrolb_proto::bgp::unnumbered::RouterFinder;
 
@@ -51,4 +51,12 @@ impl Finders {
     pub(super) fn changed(&self) -> bool {
         self.by_interface.iter().any(|(i, f)| self.used.get(i).is_none_or(|u| *u != f.found()))
     }
+}
+
+/// This node's IPv6 link-local address on `interface` (the source of BFD on the link).
+pub(super) fn link_local_of(interface: &str) -> Option<Ipv6Addr> {
+    nix::ifaddrs::getifaddrs().ok()?.find_map(|a| {
+        let v6 = a.address.as_ref()?.as_sockaddr_in6()?.ip();
+        (a.interface_name == interface && v6.is_unicast_link_local()).then_some(v6)
+    })
 }
