@@ -3,8 +3,9 @@
 //! point-to-point veth that holds only IPv6 link-local addresses. The speaker finds r1 by
 //! its router advertisements, r1 finds the speaker by the speaker's; the session runs
 //! between the two link-local addresses with the extended next hop capability (RFC 8950),
-//! the IPv4 /32 lands in r1's kernel via an `inet6` gateway on p2p0, and the client,
-//! behind r1, reaches the Service's IPv4 address through it. The same with real BIRD
+//! the IPv4 /32 lands in r1's kernel via an `inet6` gateway on p2p0 (the IPv6 /128 via
+//! the same link-local address), and the client, behind r1, reaches the Service's
+//! addresses of both families through it. The same with real BIRD
 //! (a neighbour `fe80::…%p2p0`, `extended next hop on`, `protocol radv`).
 //!
 //! Needs `target/debug/ferrolb-speaker` (testbed/test.sh builds it first).
@@ -25,23 +26,23 @@ const PORT: u16 = 8080;
 /// The point-to-point link's name on both ends.
 const LINK: &str = "p2p0";
 
-/// Node1's static file: the BGP pool, r1 as an unnumbered peer on [`LINK`], and one
-/// Service holding `vip`.
-/// `extra` holds more `spec` entries of the BGPPeer.
-fn static_file(vip: IpAddr, extra: &[String], objects: &[String]) -> String {
+/// Node1's static file: the BGP pools, r1 as an unnumbered peer on [`LINK`] (`extra`:
+/// more `spec` entries of the BGPPeer), one Service holding both `vips`, and `objects`.
+fn static_file(vips: [IpAddr; 2], extra: &[String], objects: &[String]) -> String {
     let extra: String = extra.iter().map(|e| format!(", {e}")).collect();
     let peer = format!(
         "apiVersion: ferrolb.io/v1alpha1\nkind: BGPPeer\nmetadata: {{name: fabric}}\nspec: {{myASN: {}, peerASN: {}, interface: {LINK}{extra}}}\n",
         addressing::NODE_ASN,
         addressing::ROUTER_ASN
     );
+    let [v4, v6] = vips;
     let service = format!(
-        "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: default}}\nspec: {{type: LoadBalancer, ports: [{{port: {PORT}, protocol: TCP}}]}}\nstatus: {{loadBalancer: {{ingress: [{{ip: {vip}}}]}}}}\n"
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: default}}\nspec: {{type: LoadBalancer, ipFamilyPolicy: RequireDualStack, ports: [{{port: {PORT}, protocol: TCP}}]}}\nstatus: {{loadBalancer: {{ingress: [{{ip: {v4}}}, {{ip: \"{v6}\"}}]}}}}\n"
     );
     yaml::stream(
         &[
             yaml::node(1),
-            yaml::pool("public", &[addressing::BGP_POOL_V4]),
+            yaml::pool("public", &[addressing::BGP_POOL_V4, addressing::BGP_POOL_V6]),
             peer,
             yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),
             service,
@@ -101,37 +102,47 @@ fn announce_and_reach_with(
     diag: &dyn Fn() -> String,
 ) -> Speaker {
     let (node, router) = (lab.node(1), lab.router());
-    let vip = addressing::bgp_vip_v4(30);
-    lab.add_vip_on_lo(node, vip).unwrap();
-    let server = EchoServer::start(node, SocketAddr::new(vip, PORT), "node1").unwrap();
+    let vips = [addressing::bgp_vip_v4(30), addressing::bgp_vip_v6(30)];
+    let mut servers = Vec::new();
+    for vip in vips {
+        lab.add_vip_on_lo(node, vip).unwrap();
+        servers.push(EchoServer::start(node, SocketAddr::new(vip, PORT), "node1").unwrap());
+    }
     let start = Instant::now();
-    let speaker = Speaker::start(lab, 1, &static_file(vip, peer, objects)).unwrap();
+    let speaker = Speaker::start(lab, 1, &static_file(vips, peer, objects)).unwrap();
     let up = wait::until_holds("r1's unnumbered session Established", T, established);
     assert!(up.is_ok(), "{up:?}\n{}\n{}", speaker.logs(), diag());
     println!("session Established {:?} after the speaker started", start.elapsed());
 
-    let prefix = format!("{vip}/32");
-    let route = wait::until_value(
-        "the /32 in r1's kernel via inet6",
-        T,
-        || Ok(router.ip(&["-4", "route", "show", &prefix]).unwrap_or_default()),
-        |r| r.contains(&format!("via inet6 {node_ll}")) && r.contains(&format!("dev {LINK}")),
-    );
-    let route = route.unwrap_or_else(|e| panic!("{e:?}\n{}", diag()));
-    println!("r1's kernel: {}", route.trim());
+    // Both families over the node's link-local address on p2p0: IPv4 as an `inet6`
+    // gateway (RFC 8950), IPv6 as usual.
+    for (vip, family, via, client) in [
+        (vips[0], "-4", format!("via inet6 {node_ll}"), IpAddr::from(addressing::CLIENT_LINK_V4)),
+        (vips[1], "-6", format!("via {node_ll}"), IpAddr::from(addressing::CLIENT_LINK_V6)),
+    ] {
+        let prefix = if vip.is_ipv4() { format!("{vip}/32") } else { format!("{vip}/128") };
+        let route = wait::until_value(
+            &format!("{prefix} in r1's kernel via the node's link-local address"),
+            T,
+            || Ok(router.ip(&[family, "route", "show", &prefix]).unwrap_or_default()),
+            |r| r.contains(&via) && r.contains(&format!("dev {LINK}")),
+        );
+        let route = route.unwrap_or_else(|e| panic!("{e:?}\n{}", diag()));
+        println!("r1's kernel: {}", route.trim());
 
-    let flows = open_flows(
-        lab.client(),
-        addressing::CLIENT_LINK_V4.into(),
-        21000..21020,
-        SocketAddr::new(vip, PORT),
-        Duration::from_secs(5),
-    )
-    .unwrap();
-    let split = flow_split(&flows);
-    println!("20 connections from the client, behind r1: {split:?}");
-    assert_eq!(split.get("node1"), Some(&20), "{split:?}");
-    drop(server);
+        let flows = open_flows(
+            lab.client(),
+            client,
+            21000..21020,
+            SocketAddr::new(vip, PORT),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let split = flow_split(&flows);
+        println!("20 connections from the client, behind r1, to {vip}: {split:?}");
+        assert_eq!(split.get("node1"), Some(&20), "{split:?}");
+    }
+    drop(servers);
     // One router found, once: the session was never rebuilt.
     assert_eq!(speaker.logs().matches("router found on the link").count(), 1, "{}", speaker.logs());
     speaker
