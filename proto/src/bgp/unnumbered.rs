@@ -22,12 +22,12 @@ use std::io;
 use std::net::{Ipv6Addr, SocketAddrV6};
 use std::time::{Duration, Instant};
 
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::Socket;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::watch;
 
 use crate::l2::ndp::{ALL_NODES, ND_HOP_LIMIT, checksum};
-use crate::l2::socket::{NdFrameSocket, block_every_icmpv6_type, register};
+use crate::l2::socket::{NdFrameSocket, nd_sender, register};
 
 /// ICMPv6 router solicitation.
 pub const TYPE_RS: u8 = 133;
@@ -158,12 +158,7 @@ impl RouterFinder {
 /// A raw ICMPv6 socket on interface `name` that sends with hop limit 255 and receives
 /// nothing (the frame socket reads what arrives).
 fn advertiser(name: &str) -> io::Result<AsyncFd<Socket>> {
-    let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6))?;
-    s.bind_device(Some(name.as_bytes()))?;
-    s.set_multicast_hops_v6(u32::from(ND_HOP_LIMIT))?;
-    s.set_unicast_hops_v6(u32::from(ND_HOP_LIMIT))?;
-    s.set_multicast_loop_v6(false)?;
-    block_every_icmpv6_type(&s)?;
+    let s = nd_sender(name)?;
     s.set_nonblocking(true)?;
     register(s)
 }

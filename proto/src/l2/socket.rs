@@ -99,10 +99,22 @@ impl NdFrameSocket {
     }
 }
 
+/// A raw ICMPv6 socket bound to interface `name` that sends neighbour discovery as RFC
+/// 4861 wants it (hop limit 255, not looped back) and queues nothing it receives.
+pub(crate) fn nd_sender(name: &str) -> io::Result<Socket> {
+    let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6))?;
+    s.bind_device(Some(name.as_bytes()))?;
+    s.set_multicast_hops_v6(u32::from(ND_HOP_LIMIT))?;
+    s.set_unicast_hops_v6(u32::from(ND_HOP_LIMIT))?;
+    s.set_multicast_loop_v6(false)?;
+    block_every_icmpv6_type(&s)?;
+    Ok(s)
+}
+
 /// ICMP6_FILTER blocking every type: a raw ICMPv6 socket otherwise queues every ICMPv6
 /// message of the interface (echo, RA, MLD) for a reader that never reads.
 #[allow(unsafe_code)]
-pub(crate) fn block_every_icmpv6_type(s: &Socket) -> io::Result<()> {
+fn block_every_icmpv6_type(s: &Socket) -> io::Result<()> {
     const SOL_ICMPV6: libc::c_int = 58;
     const ICMP6_FILTER: libc::c_int = 1;
     // A set bit blocks the type (linux/icmpv6.h, struct icmp6_filter).
@@ -168,12 +180,7 @@ pub struct NdpSocket {
 impl NdpSocket {
     /// Opens the socket bound to interface `name` / `ifindex`.
     pub fn open(name: &str, ifindex: u32) -> io::Result<Self> {
-        let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6))?;
-        s.bind_device(Some(name.as_bytes()))?;
-        s.set_multicast_hops_v6(u32::from(ND_HOP_LIMIT))?;
-        s.set_unicast_hops_v6(u32::from(ND_HOP_LIMIT))?;
-        s.set_multicast_loop_v6(false)?;
-        block_every_icmpv6_type(&s)?;
+        let s = nd_sender(name)?;
         // Answers come from the service address, which need not be configured here.
         s.set_freebind_v6(true)?;
         s.set_nonblocking(true)?;
