@@ -39,19 +39,27 @@ pub struct GracefulRestart {
     pub families: Vec<GrFamily>,
 }
 
-/// One tuple of the extended next hop capability (RFC 8950 §3): routes of `family` may
-/// carry a next hop of address family `next_hop_afi`.
+/// One tuple of the extended next hop capability (RFC 8950 §3): routes of AFI `afi` and
+/// SAFI `safi` may carry a next hop of address family `next_hop_afi`. The SAFI takes two
+/// octets here, one everywhere else: it is kept as sent, so a tuple naming no family we
+/// know still re-encodes as it came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct NextHopFamily {
-    /// The NLRI's family.
-    pub family: Family,
+    /// The NLRI's AFI.
+    pub afi: u16,
+    /// The NLRI's SAFI, as the capability carries it.
+    pub safi: u16,
     /// The next hop's AFI.
     pub next_hop_afi: u16,
 }
 
 impl NextHopFamily {
     /// IPv4 unicast routes with an IPv6 next hop: what unnumbered peering needs.
-    pub const IPV4_OVER_IPV6: NextHopFamily = NextHopFamily { family: Family::IPV4_UNICAST, next_hop_afi: 2 };
+    pub const IPV4_OVER_IPV6: NextHopFamily = NextHopFamily {
+        afi: Family::IPV4_UNICAST.afi,
+        safi: Family::IPV4_UNICAST.safi as u16,
+        next_hop_afi: 2,
+    };
 }
 
 /// A capability advertised in OPEN.
@@ -94,8 +102,8 @@ impl Capability {
                 out.put_u8(cap_code::EXTENDED_NEXT_HOP);
                 out.put_u8((6 * tuples.len()) as u8);
                 for t in tuples {
-                    out.put_u16(t.family.afi);
-                    out.put_u16(u16::from(t.family.safi));
+                    out.put_u16(t.afi);
+                    out.put_u16(t.safi);
                     out.put_u16(t.next_hop_afi);
                 }
             }
@@ -142,12 +150,7 @@ impl Capability {
             cap_code::EXTENDED_NEXT_HOP if len > 0 && len % 6 == 0 => {
                 let mut tuples = Vec::new();
                 while !v.is_empty() {
-                    let (afi, safi, next_hop_afi) = (v.u16()?, v.u16()?, v.u16()?);
-                    // A SAFI is one octet everywhere else: a larger one names no family
-                    // we could speak, and is skipped.
-                    if let Ok(safi) = u8::try_from(safi) {
-                        tuples.push(NextHopFamily { family: Family { afi, safi }, next_hop_afi });
-                    }
+                    tuples.push(NextHopFamily { afi: v.u16()?, safi: v.u16()?, next_hop_afi: v.u16()? });
                 }
                 Capability::ExtendedNextHop(tuples)
             }
