@@ -48,9 +48,19 @@ impl Finders {
     }
 
     /// Whether a finder found another router (or lost it) since the sessions were built.
+    /// Only interfaces the sessions were built from count: one whose peers' settings
+    /// failed is replanned by the change that fixes them, not on every tick.
     pub(super) fn changed(&self) -> bool {
-        self.by_interface.iter().any(|(i, f)| self.used.get(i).is_none_or(|u| *u != f.found()))
+        moved(&self.used, |i| self.by_interface.get(i).and_then(RouterFinder::found))
     }
+}
+
+/// Whether any interface in `used` now finds another router than the one recorded.
+fn moved(
+    used: &BTreeMap<String, Option<SocketAddrV6>>,
+    found_now: impl Fn(&str) -> Option<SocketAddrV6>,
+) -> bool {
+    used.iter().any(|(i, u)| found_now(i) != *u)
 }
 
 /// This node's IPv6 link-local address on `interface` (the source of BFD on the link).
@@ -59,4 +69,33 @@ pub(super) fn link_local_of(interface: &str) -> Option<Ipv6Addr> {
         let v6 = a.address.as_ref()?.as_sockaddr_in6()?.ip();
         (a.interface_name == interface && v6.is_unicast_link_local()).then_some(v6)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn router(last: u16) -> SocketAddrV6 {
+        SocketAddrV6::new(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, last), 179, 0, 7)
+    }
+
+    #[test]
+    fn a_router_found_lost_or_replaced_is_a_change() {
+        let used = BTreeMap::from([("swp1".to_owned(), Some(router(1)))]);
+        assert!(!moved(&used, |_| Some(router(1))));
+        assert!(moved(&used, |_| Some(router(2))));
+        assert!(moved(&used, |_| None));
+        let unheard = BTreeMap::from([("swp1".to_owned(), None)]);
+        assert!(moved(&unheard, |_| Some(router(1))));
+    }
+
+    #[test]
+    fn an_interface_whose_peers_were_never_built_is_not_a_change_every_tick() {
+        // A BGPPeer on swp2 whose settings fail (say, a missing BFDProfile) keeps the
+        // finder running but never records what it found: that is not a change.
+        let used = BTreeMap::from([("swp1".to_owned(), Some(router(1)))]);
+        let found_now = |i: &str| Some(router(if i == "swp1" { 1 } else { 9 }));
+        assert!(!moved(&used, found_now));
+        assert!(!moved(&BTreeMap::new(), found_now));
+    }
 }
