@@ -2,8 +2,9 @@
 # Builds ferrolb-kube — the real kube-apiserver, kube-controller-manager, etcd and
 # kubectl in one multicall binary — from the official Go modules pinned in go.mod, and
 # kwok (sigs.k8s.io/kwok, pinned in kwok/go.mod: fake Nodes and pods, see KWOK.md) with
-# the stages it runs, when they are missing. Output: target/kube/<hash of the inputs>/
-# {ferrolb-kube,kwok,kwok-stages.yaml}, and the link target/kube/current. A second run
+# the stages it runs, and helm (helm.sh/helm/v3, pinned in helm/go.mod: the chart's
+# tests) when they are missing. Output: target/kube/<hash of the inputs>/
+# {ferrolb-kube,kwok,kwok-stages.yaml,helm}, and the link target/kube/current. A second run
 # with the same inputs costs nothing; a program whose own inputs did not change is taken
 # from the previous build instead of being built again.
 # Sourced or run by testbed/test.sh and testbed/demo.sh; prints one line per build and
@@ -25,7 +26,16 @@ done
 # Each program's key: its module and how it is built.
 kube_key=$( (cat "$here/go.mod" "$here/go.sum" "$here/main.go"; echo "$ldflags") | sha256sum | cut -c1-16)
 kwok_key=$( (cat "$here/kwok/go.mod" "$here/kwok/go.sum" "$here/kwok/main.go"; echo "-s -w") | sha256sum | cut -c1-16)
-hash=$( (echo "$kube_key $kwok_key"; cat "$here/build.sh") | sha256sum | cut -c1-16)
+# helm as its release Makefile stamps it: its version, and the Kubernetes version its
+# libraries are (what `helm template` and `helm lint` assume without a cluster).
+helm_version=$(awk '$1=="helm.sh/helm/v3" && $2 ~ /^v/ {print $2; exit}' "$here/helm/go.mod")
+helm_k8s_minor=$(awk '$1=="k8s.io/client-go" {split($2, v, "."); print v[2]; exit}' "$here/helm/go.mod")
+helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  helm_ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$helm_k8s_minor"
+done
+helm_key=$( (cat "$here/helm/go.mod" "$here/helm/go.sum"; echo "$helm_ldflags") | sha256sum | cut -c1-16)
+hash=$( (echo "$kube_key $kwok_key $helm_key"; cat "$here/build.sh") | sha256sum | cut -c1-16)
 out=$target/$hash
 mkdir -p "$out"
 
@@ -71,6 +81,16 @@ if ! reuse kwok "$kwok_key" kwok kwok-stages.yaml; then
   mv "$out/kwok.tmp" "$out/kwok"
   echo "$kwok_key" >"$out/kwok.key"
   echo "ferrolb: built kwok in $(($(date +%s) - start)) s" >&2
+fi
+if ! reuse helm "$helm_key" helm; then
+  echo "ferrolb: building helm (helm.sh/helm/v3 $helm_version) into $out" >&2
+  start=$(date +%s)
+  (cd "$here/helm" && go build -trimpath -ldflags="$helm_ldflags" -o "$out/helm.tmp" helm.sh/helm/v3/cmd/helm) \
+    >"$out/build-helm.log" 2>&1 \
+    || die "building helm failed: $(grep -m1 -v '^go: downloading' "$out/build-helm.log" || true) (whole log: $out/build-helm.log)"
+  mv "$out/helm.tmp" "$out/helm"
+  echo "$helm_key" >"$out/helm.key"
+  echo "ferrolb: built helm in $(($(date +%s) - start)) s" >&2
 fi
 ln -sfn ferrolb-kube "$out/kubectl"
 ln -sfn "$hash" "$target/current"

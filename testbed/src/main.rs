@@ -59,6 +59,13 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ImageCmd,
     },
+    /// The Helm chart (manifests/helm/ferrolb) from the kustomize sources: lists its stale
+    /// files (exit 1 when there are), or writes it with --write.
+    Chart {
+        /// Write the chart instead of checking it.
+        #[arg(long)]
+        write: bool,
+    },
     /// The speaker's hot-text linker script from callgrind profiles (testbed/hot-text.sh).
     HotText {
         /// callgrind output files of ferrolb-speaker runs, in the order they were written.
@@ -332,6 +339,23 @@ enum RouterKind {
     None,
 }
 
+fn chart(write: bool) -> anyhow::Result<()> {
+    use ferrolb_release::chart;
+    let repo = ferrolb_lab::binary::workspace_root();
+    if write {
+        let written = chart::write(&repo)?;
+        println!("wrote {} files into {}", written.len(), chart::CHART_DIR);
+        return Ok(());
+    }
+    let stale = chart::stale(&repo)?;
+    if stale.is_empty() {
+        println!("{} is up to date with manifests/", chart::CHART_DIR);
+        Ok(())
+    } else {
+        bail!("{} is stale ({}): run `{}`", chart::CHART_DIR, stale.join(", "), chart::REGENERATE)
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -431,6 +455,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Image { cmd: ImageCmd::Build { tag, out, profile } } => image_build(&tag, &out, &profile),
         Cmd::HotText { profiles, out } => hot_text(&profiles, &out),
+        Cmd::Chart { write } => chart(write),
         Cmd::Bench { bench: Bench::KubeReplan { services } } => {
             Ok(ferrolb_bench::kube_replan::run(&services)?)
         }

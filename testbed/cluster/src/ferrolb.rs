@@ -75,7 +75,7 @@ pub fn install_on_kubelets(
 }
 
 /// Waits until every ferrolb CRD is Established.
-fn wait_crds(cluster: &Cluster) -> Result<(), Error> {
+pub(crate) fn wait_crds(cluster: &Cluster) -> Result<(), Error> {
     let crds: Vec<String> = ferrolb_api::crd::crds()
         .iter()
         .filter_map(|c| c.metadata.name.as_ref().map(|n| format!("crd/{n}")))

@@ -36,6 +36,7 @@ pub mod containerd;
 mod faults;
 pub mod ferrolb;
 pub mod forward;
+pub mod helm;
 pub mod kubelet;
 pub mod kwok;
 mod leftovers;

@@ -1,0 +1,83 @@
+//! ferrolb installed by its Helm chart (`manifests/helm/ferrolb`) on the real control
+//! plane, with the real helm that `testbed/kube/build.sh` builds beside `ferrolb-kube`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::Cluster;
+use super::ferrolb::{NAMESPACE, wait_crds};
+use ferrolb_lab::Error;
+
+/// The release name the lab installs.
+pub const RELEASE: &str = "ferrolb";
+
+/// `helm`, beside `ferrolb-kube` (`$FERROLB_HELM_BIN` overrides).
+pub fn binary() -> Result<PathBuf, Error> {
+    if let Some(p) = std::env::var_os("FERROLB_HELM_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let p = super::kube_binary()?.with_file_name("helm");
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(Error::Missing(format!(
+            "{} not found: build it first (testbed/kube/build.sh builds helm; testbed/test.sh runs it)",
+            p.display()
+        )))
+    }
+}
+
+/// The chart of this workspace.
+pub fn chart_dir() -> PathBuf {
+    ferrolb_lab::binary::workspace_root().join(ferrolb_release::chart::CHART_DIR)
+}
+
+/// A helm command that keeps its cache and configuration in `home` (never the user's).
+pub fn command(home: &Path) -> Result<Command, Error> {
+    let mut cmd = Command::new(binary()?);
+    for (var, sub) in
+        [("HELM_CACHE_HOME", "cache"), ("HELM_CONFIG_HOME", "config"), ("HELM_DATA_HOME", "data")]
+    {
+        cmd.env(var, home.join(sub));
+    }
+    Ok(cmd)
+}
+
+/// Runs `helm ARGS` (offline: lint, template, show).
+pub fn run(home: &Path, args: &[&str]) -> Result<String, Error> {
+    let mut cmd = command(home)?;
+    cmd.args(args);
+    ferrolb_lab::netns::run(&mut cmd)
+}
+
+impl Cluster {
+    /// Runs `helm ARGS` against this cluster, as its admin.
+    pub fn helm(&self, args: &[&str]) -> Result<String, Error> {
+        let mut cmd = command(&self.paths.dir.join("helm"))?;
+        cmd.arg("--kubeconfig").arg(self.paths.admin_kubeconfig()).args(args);
+        ferrolb_lab::netns::run(&mut cmd)
+    }
+}
+
+/// `helm install ferrolb manifests/helm/ferrolb -n ferrolb-system --create-namespace
+/// --set …`, then waits until every ferrolb CRD is Established. Returns helm's output.
+pub fn install(cluster: &Cluster, sets: &[&str]) -> Result<String, Error> {
+    let chart = chart_dir().display().to_string();
+    let mut args = vec!["install", RELEASE, &chart, "--namespace", NAMESPACE, "--create-namespace"];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let out = cluster.helm(&args)?;
+    wait_crds(cluster)?;
+    Ok(out)
+}
+
+/// `helm upgrade ferrolb manifests/helm/ferrolb --reuse-values --set …`.
+pub fn upgrade(cluster: &Cluster, sets: &[&str]) -> Result<String, Error> {
+    let chart = chart_dir().display().to_string();
+    let mut args = vec!["upgrade", RELEASE, &chart, "--namespace", NAMESPACE, "--reuse-values"];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    cluster.helm(&args)
+}
