@@ -1,6 +1,7 @@
 //! ferrolb end to end on the real control plane: kube-apiserver v1.37, etcd and
-//! kube-controller-manager (its EndpointSlice controller and garbage collector), the
-//! manifests applied with kubectl, the controller and the speakers as processes with
+//! kube-controller-manager (its EndpointSlice controller and garbage collector),
+//! ferrolb installed by `helm install` of its chart (the kustomize base's objects, as
+//! testbed/tests/helm_chart.rs holds them), the controller and the speakers as processes with
 //! their own ServiceAccounts' tokens, BIRD as the router and a client on the LAN.
 //!
 //! LoadBalancer Services of every shape get their addresses from the real controller
@@ -10,7 +11,7 @@
 //! remove its ServiceAnnouncements. At the end the audit log proves least privilege:
 //! what each component did equals what its roles grant, up to the listed differences.
 //!
-//! Needs `target/kube/current/ferrolb-kube` and the debug ferrolb binaries
+//! Needs `target/kube/current/{ferrolb-kube,helm}` and the debug ferrolb binaries
 //! (testbed/test.sh builds them first).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
@@ -160,7 +161,7 @@ fn start_speakers(lab: &Lab, cluster: &Cluster, tag: &str) -> Vec<Proc> {
 fn ferrolb_on_the_real_apiserver_end_to_end_with_least_privilege() {
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let cluster = Cluster::start(&lab, &ClusterConfig::default()).unwrap();
-    ferrolb::install(&cluster, "l2-bgp").unwrap();
+    ferrolb_cluster::helm::install(&cluster, &[]).unwrap();
     cluster.kubectl_stdin(&["apply", "-f", "-"], &configuration()).unwrap();
     cluster.kubectl_stdin(&["apply", "-f", "-"], &workload()).unwrap();
     let _servers: Vec<HttpServer> = (1..=2)
