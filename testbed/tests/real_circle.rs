@@ -2,13 +2,14 @@
 //! (`testbed/src/demo/kubelets.rs` says every step; each one that does not hold is an
 //! error there): three control planes run the `ferrolb-bootstrap` static pod on real
 //! kubelets and a worker that knows only the VIP registers through it, but not before
-//! the static pods are placed; ferrolb from `manifests/` runs on the kubelets from the
-//! imported image and its Services (L2 and BGP) are reached by the client; the speaker
-//! DaemonSet is upgraded to a second image by the real DaemonSet controller while the
-//! client's connections to both Services all succeed; the whole lab cold-starts.
+//! the static pods are placed; ferrolb, installed by `helm install` of its chart, runs on
+//! the kubelets from the imported image and its Services (L2 and BGP) are reached by the
+//! client; `helm upgrade` to a second image tag has the real DaemonSet controller replace
+//! every speaker while the client's connections to both Services all succeed; the whole
+//! lab cold-starts.
 //!
-//! Needs `target/kube/current/ferrolb-kube` (testbed/kube/build.sh), the debug binaries
-//! the image holds, containerd, runc and a C compiler (testbed/prereqs.sh).
+//! Needs `target/kube/current/{ferrolb-kube,helm}` (testbed/kube/build.sh), the debug
+//! binaries the image holds, containerd, runc and a C compiler (testbed/prereqs.sh).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 

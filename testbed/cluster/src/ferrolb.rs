@@ -37,43 +37,6 @@ pub fn install(cluster: &Cluster, overlay: &str) -> Result<String, Error> {
     Ok(out)
 }
 
-/// [`install`] for real kubelets, through a kustomization of the lab's own in `dir`
-/// (created) on top of the overlay, as an operator without a registry would: the image
-/// is `image`, imported into every node's containerd; `speaker_args` are appended to the
-/// speaker container's arguments.
-pub fn install_on_kubelets(
-    cluster: &Cluster,
-    dir: &Path,
-    overlay: &str,
-    image: &str,
-    speaker_args: &[&str],
-) -> Result<String, Error> {
-    std::fs::create_dir_all(dir)?;
-    // kustomize takes bases by relative path only.
-    let overlay_dir = std::fs::canonicalize(manifests_dir().join("overlays").join(overlay))?;
-    let dir = std::fs::canonicalize(dir)?;
-    let up = "../".repeat(dir.components().count().saturating_sub(1));
-    let base = format!("{up}{}", overlay_dir.display().to_string().trim_start_matches('/'));
-    let (name, tag) = image.rsplit_once(':').unwrap_or((image, "latest"));
-    let mut text = format!(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- {base}\n\
-         images:\n- name: example.invalid/ferrolb\n  newName: {name}\n  newTag: \"{tag}\"\n"
-    );
-    if !speaker_args.is_empty() {
-        text.push_str("patches:\n- target: {kind: DaemonSet, name: ferrolb-speaker}\n  patch: |-\n");
-        for arg in speaker_args {
-            text.push_str(&format!(
-                "    - {{op: add, path: /spec/template/spec/containers/0/args/-, value: {}}}\n",
-                serde_json::Value::from(*arg)
-            ));
-        }
-    }
-    std::fs::write(dir.join("kustomization.yaml"), text)?;
-    let out = cluster.kubectl(&["apply", "--server-side", "-k", &dir.display().to_string()])?;
-    wait_crds(cluster)?;
-    Ok(out)
-}
-
 /// Waits until every ferrolb CRD is Established.
 pub(crate) fn wait_crds(cluster: &Cluster) -> Result<(), Error> {
     let crds: Vec<String> = ferrolb_api::crd::crds()

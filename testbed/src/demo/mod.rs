@@ -113,8 +113,11 @@ pub fn run() -> Result<(), Error> {
         "real control plane up: etcd, kube-apiserver {version} on node1, kube-controller-manager; \
          node1 and node2 registered"
     ));
-    ferrolb::install(&cluster, "l2-bgp")?;
-    t.say("kubectl apply -k manifests/overlays/l2-bgp: CRDs Established, RBAC, namespace ferrolb-system");
+    ferrolb_cluster::helm::install(&cluster, &[])?;
+    t.say(
+        "helm install ferrolb manifests/helm/ferrolb --namespace ferrolb-system --create-namespace: \
+         CRDs Established, RBAC, the admission policy",
+    );
     cluster.kubectl_stdin(&["apply", "-f", "-"], &configuration())?;
     t.say("kubectl apply: IPAddressPools public (BGP) and lan (L2), BGPPeers router-v4 and router-v6");
 

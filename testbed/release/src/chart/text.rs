@@ -111,7 +111,7 @@ pub(super) fn chart_yaml(app_version: &str) -> String {
          type: application\n\
          version: {version}\n\
          appVersion: \"{app_version}\"\n\
-         kubeVersion: \">=1.29.0-0\"\n\
+         kubeVersion: \">=1.30.0-0\"\n\
          home: https://example.invalid/ferrolb\n\
          sources:\n- https://example.invalid/ferrolb\n\
          keywords: [load-balancer, bare-metal, bgp, arp, ndp, loadbalancer]\n\

@@ -168,7 +168,9 @@ pub(super) fn settings() -> Vec<Setting> {
             path: "bootstrap.rbac",
             schema: json!({"type": "boolean"}),
             default: Some(json!(true)),
-            help: "Install the read-only role the ferrolb-bootstrap static pods use (group ferrolb.io:bootstrap).",
+            help: "Install the read-only role the ferrolb-bootstrap static pods use (group ferrolb.io:bootstrap). \
+                   Set false where `ferrolb-bootstrap checkpoint rbac` applied the same two objects before the \
+                   chart (the apiserver VIP recipe does): Helm refuses to take over objects it did not create.",
         },
         Setting {
             path: "viewer.enabled",

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::{IMAGE, NODES, T, check, first_v4, kubectl_json, reach, wait_ingress};
 use crate::demo::Timeline;
-use ferrolb_cluster::{Cluster, ferrolb};
+use ferrolb_cluster::{Cluster, ferrolb, helm};
 use ferrolb_lab::routers::{self, Bird};
 use ferrolb_lab::speaker::yaml;
 use ferrolb_lab::{Error, Lab, addressing};
@@ -79,8 +79,15 @@ pub(super) fn install(
 ) -> Result<(String, IpAddr, IpAddr), Error> {
     let installed = Instant::now();
     // The speaker as shipped: no argument added (its heartbeat defaults included).
-    ferrolb::install_on_kubelets(cluster, &lab.dir().join("kustomize"), "l2-bgp", IMAGE, &[])?;
-    t.say(format!("kubectl apply -k (manifests/overlays/l2-bgp, image {IMAGE}, speaker defaults)"));
+    let (repository, tag) = IMAGE.rsplit_once(':').unwrap_or((IMAGE, "latest"));
+    let (repository, tag) = (format!("image.repository={repository}"), format!("image.tag={tag}"));
+    // The bootstrap static pods' role came first, from `ferrolb-bootstrap checkpoint
+    // rbac` (the VIP must exist before the cluster): Helm would refuse to adopt it.
+    helm::install(cluster, &[&repository, &tag, "bootstrap.rbac=false"])?;
+    t.say(format!(
+        "helm install ferrolb manifests/helm/ferrolb --set {repository} --set {tag} --set bootstrap.rbac=false \
+         (its role came with the static pods; every other value default)"
+    ));
     let ns = ferrolb::NAMESPACE;
     ferrolb::wait_jsonpath(
         cluster,
@@ -90,7 +97,7 @@ pub(super) fn install(
         |n| n == NODES.to_string(),
     )?;
     t.say(format!(
-        "speaker DaemonSet Ready on {NODES} nodes {:.1} s after kubectl apply",
+        "speaker DaemonSet Ready on {NODES} nodes {:.1} s after helm install",
         installed.elapsed().as_secs_f64()
     ));
     ferrolb::wait_jsonpath(
@@ -101,7 +108,7 @@ pub(super) fn install(
         |n| n == "2",
     )?;
     t.say(format!(
-        "controller Deployment 2/2 Ready {:.1} s after kubectl apply",
+        "controller Deployment 2/2 Ready {:.1} s after helm install",
         installed.elapsed().as_secs_f64()
     ));
     let pods = kubectl_json(cluster, &["get", "pods", "-n", ns])?;

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{IMAGE_NEXT, NODES, SPEAKERS, T, check, kubectl_json, running_and_ready};
 use crate::demo::Timeline;
-use ferrolb_cluster::{Cluster, ferrolb};
+use ferrolb_cluster::{Cluster, ferrolb, helm};
 use ferrolb_lab::client::{ArpProbes, ArpReport, ProbeReport, ProbeStream};
 use ferrolb_lab::{Error, Lab, addressing, wait};
 
@@ -33,7 +33,7 @@ pub type SpeakerPod = (String, String, String);
 /// controller, with the client's TCP connection probes running all along.
 #[derive(Debug)]
 pub struct Upgrade {
-    /// `kubectl set image` to `kubectl rollout status` done.
+    /// `helm upgrade` to `kubectl rollout status` done.
     pub took: Duration,
     /// The speaker pods before (name, node, image).
     pub before: Vec<SpeakerPod>,
@@ -101,15 +101,12 @@ pub(super) fn upgrade(
     let (before, _) = speaker_pods(cluster)?;
     let ns = ferrolb::NAMESPACE;
     let started = Instant::now();
-    cluster.kubectl(&[
-        "-n",
-        ns,
-        "set",
-        "image",
-        "daemonset/ferrolb-speaker",
-        &format!("speaker={IMAGE_NEXT}"),
-    ])?;
-    t.say(format!("kubectl -n {ns} set image daemonset/ferrolb-speaker speaker={IMAGE_NEXT}"));
+    // What a Helm user runs: every value kept, the new tag. The DaemonSet controller
+    // then replaces the speakers one node at a time (and the controllers roll too).
+    let next_tag = IMAGE_NEXT.rsplit_once(':').map_or(IMAGE_NEXT, |(_, tag)| tag);
+    let set = format!("image.tag={next_tag}");
+    helm::upgrade(cluster, &[&set])?;
+    t.say(format!("helm upgrade ferrolb manifests/helm/ferrolb --reuse-values --set {set}"));
     cluster.kubectl(&["-n", ns, "rollout", "status", "daemonset/ferrolb-speaker", "--timeout=600s"])?;
     let took = started.elapsed();
     t.say(format!(
