@@ -263,3 +263,30 @@ fn bad_values_are_refused_naming_the_value() {
         assert!(err.contains(named), "{set}: the message does not name {named}: {err}");
     }
 }
+
+#[test]
+fn chart_yaml_carries_artifact_hub_annotations_for_every_crd() {
+    let text = std::fs::read_to_string(helm::chart_dir().join("Chart.yaml")).unwrap();
+    let chart: Value = serde_saphyr::from_str(&text).unwrap();
+    let annotation = |key: &str| -> Value {
+        let a = chart["annotations"][key].as_str().unwrap_or_else(|| panic!("no {key}"));
+        serde_saphyr::from_str(a).unwrap_or_else(|e| panic!("{key}: {e}"))
+    };
+    let crds: Vec<String> = ferrolb_api::crd::crds().into_iter().filter_map(|c| c.metadata.name).collect();
+    let listed = annotation("artifacthub.io/crds");
+    let mut names: Vec<String> =
+        listed.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_owned()).collect();
+    assert!(
+        listed.as_array().unwrap().iter().all(|c| c["description"].as_str().is_some_and(|d| !d.is_empty()))
+    );
+    names.sort();
+    let mut want = crds.clone();
+    want.sort();
+    assert_eq!(names, want);
+    let examples = annotation("artifacthub.io/crdsExamples");
+    let kinds: Vec<&str> = examples.as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert!(kinds.len() >= 6 && kinds.contains(&"IPAddressPool") && kinds.contains(&"BGPPeer"), "{kinds:?}");
+    let images = annotation("artifacthub.io/images");
+    let image = format!("example.invalid/ferrolb:{}", chart["appVersion"].as_str().unwrap());
+    assert_eq!(images[0]["image"], image.as_str());
+}

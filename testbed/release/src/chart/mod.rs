@@ -168,7 +168,7 @@ pub fn files(repo: &Path) -> Result<BTreeMap<String, String>, ChartError> {
         }
     }
     let settings = values::settings();
-    out.insert("Chart.yaml".into(), text::chart_yaml(&app_version));
+    out.insert("Chart.yaml".into(), text::chart_yaml(&app_version, &examples(&manifests)?));
     out.insert("values.yaml".into(), text::values_yaml(&settings, &defaults)?);
     out.insert("values.schema.json".into(), text::schema(&settings, &defaults)?);
     out.insert("README.md".into(), text::readme(&settings, &defaults)?);
@@ -181,6 +181,32 @@ pub fn files(repo: &Path) -> Result<BTreeMap<String, String>, ChartError> {
         }
     }
     Ok(out)
+}
+
+/// The first object of each ferrolb kind in `manifests/examples/`, for Artifact Hub.
+fn examples(manifests: &Path) -> Result<Vec<Value>, ChartError> {
+    let dir = manifests.join("examples");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| ChartError::Io(dir.clone(), e))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let mut by_kind = BTreeMap::new();
+    for f in files {
+        let text = read(&f)?;
+        for (_, doc) in ferrolb_api::split_documents(&text) {
+            let o: Value = serde_saphyr::from_str(doc)
+                .map_err(|e| ChartError::Source(format!("{}: {e}", f.display())))?;
+            if o["apiVersion"].as_str().is_some_and(|v| v.starts_with("ferrolb.io/"))
+                && let Some(kind) = o["kind"].as_str()
+            {
+                by_kind.entry(kind.to_owned()).or_insert(o);
+            }
+        }
+    }
+    Ok(by_kind.into_values().collect())
 }
 
 /// Whether the patch's kind and name are those of an object in `body`.

@@ -90,20 +90,26 @@ pub(super) fn config_map(
     Ok((name.to_owned(), files, super::wrap(condition, &t)))
 }
 
-/// Chart.yaml, with Artifact Hub's annotations.
-pub(super) fn chart_yaml(app_version: &str) -> String {
+/// Chart.yaml, with Artifact Hub's annotations (`examples`: one object of each kind).
+pub(super) fn chart_yaml(app_version: &str, examples: &[Value]) -> String {
     let version = env!("CARGO_PKG_VERSION");
     let mut crds = String::new();
     for crd in ferrolb_api::crd::crds() {
         let n = &crd.spec.names;
-        let served = crd.spec.versions.iter().find(|v| v.storage).map(|v| v.name.clone()).unwrap_or_default();
+        let stored = crd.spec.versions.iter().find(|v| v.storage);
+        let description = stored
+            .and_then(|v| v.schema.as_ref()?.open_api_v3_schema.as_ref()?.description.clone())
+            .unwrap_or_else(|| format!("ferrolb {}", n.kind));
         crds.push_str(&format!(
-            "    - kind: {}\n      version: {served}\n      name: {}\n      displayName: {}\n",
+            "    - kind: {}\n      version: {}\n      name: {}\n      displayName: {}\n      description: {}\n",
             n.kind,
+            stored.map(|v| v.name.as_str()).unwrap_or_default(),
             crd.metadata.name.clone().unwrap_or_default(),
-            n.kind
+            n.kind,
+            Value::from(description.split_whitespace().collect::<Vec<_>>().join(" "))
         ));
     }
+    let examples: String = examples.iter().map(|e| format!("    - {e}\n")).collect();
     format!(
         "apiVersion: v2\n\
          name: ferrolb\n\
@@ -123,6 +129,7 @@ pub(super) fn chart_yaml(app_version: &str) -> String {
            artifacthub.io/containsSecurityUpdates: \"false\"\n  \
            artifacthub.io/images: |\n    - name: ferrolb\n      image: {image}:{app_version}\n  \
            artifacthub.io/crds: |\n{crds}  \
+           artifacthub.io/crdsExamples: |\n{examples}  \
            artifacthub.io/links: |\n    - name: source\n      url: https://example.invalid/ferrolb\n",
         prerelease = version.starts_with("0."),
         image = edits::SOURCE_IMAGE,
