@@ -22,7 +22,8 @@ fn repo() -> PathBuf {
 }
 
 fn home() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ferrolb-helm-chart-{}", std::process::id()));
+    // Under target/ (Cargo's directory for integration tests' files), never the user's.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("helm-chart");
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
