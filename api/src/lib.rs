@@ -56,8 +56,8 @@ pub use duration::{Duration, DurationError};
 pub use selector::selectors_match;
 pub use service_fields::ServiceFields;
 pub use stream::{
-    Object, ObjectStream, Source, StreamError, parse_stream, parse_stream_services, read_stream,
-    split_documents, write_atomically, write_stream,
+    Object, ObjectStream, Source, StreamError, json_documents, parse_stream, parse_stream_services,
+    read_stream, split_documents, write_atomically, write_stream,
 };
 pub use validate::{
     Config, Origin, ValidConfig, ValidationError, errors_for, set_condition, valid_condition, validate,

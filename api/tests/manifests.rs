@@ -63,11 +63,7 @@ fn render(dir: &Path) -> String {
 
 /// The documents of a YAML stream as JSON values (empty documents dropped).
 fn documents(text: &str) -> Vec<Value> {
-    ferrolb_api::split_documents(text)
-        .into_iter()
-        .map(|(_, d)| serde_saphyr::from_str::<Value>(d).unwrap_or_else(|e| panic!("invalid YAML: {e}\n{d}")))
-        .filter(|d| !d.is_null())
-        .collect()
+    ferrolb_api::json_documents(text).unwrap_or_else(|e| panic!("invalid YAML: {e}\n{text}"))
 }
 
 fn read(path: &Path) -> String {

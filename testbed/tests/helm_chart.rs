@@ -49,11 +49,7 @@ fn template_text(sets: &[&str]) -> Result<String, String> {
 }
 
 fn documents(text: &str) -> Vec<Value> {
-    ferrolb_api::split_documents(text)
-        .into_iter()
-        .map(|(_, d)| serde_saphyr::from_str::<Value>(d).unwrap_or_else(|e| panic!("invalid YAML: {e}\n{d}")))
-        .filter(|d| !d.is_null())
-        .collect()
+    ferrolb_api::json_documents(text).unwrap_or_else(|e| panic!("invalid YAML: {e}\n{text}"))
 }
 
 /// `kubectl kustomize` of a kustomization made of the base and `components`.

@@ -40,7 +40,7 @@ fn yaml(text: &str) -> Value {
 
 /// The documents of a YAML stream (empty ones dropped).
 fn documents(text: &str) -> Vec<Value> {
-    ferrolb_api::split_documents(text).into_iter().map(|(_, d)| yaml(d)).filter(|d| !d.is_null()).collect()
+    ferrolb_api::json_documents(text).unwrap_or_else(|e| panic!("invalid YAML: {e}\n{text}"))
 }
 
 /// `promtool ARGS` in the rules folder; fails the test with promtool's output.

@@ -18,10 +18,9 @@ use serde_json::Value;
 /// (resource for kubectl, namespace, name) of every object of the release's manifest.
 fn release_objects(cluster: &Cluster) -> Vec<(String, Option<String>, String)> {
     let manifest = cluster.helm(&["get", "manifest", helm::RELEASE, "--namespace", NAMESPACE]).unwrap();
-    let objects: Vec<(String, Option<String>, String)> = ferrolb_api::split_documents(&manifest)
+    let objects: Vec<(String, Option<String>, String)> = ferrolb_api::json_documents(&manifest)
+        .unwrap()
         .into_iter()
-        .filter_map(|(_, d)| serde_saphyr::from_str::<Value>(d).ok())
-        .filter(|o| !o.is_null())
         .map(|o| {
             let kind = o["kind"].as_str().unwrap().to_owned();
             let resource = match o["apiVersion"].as_str().unwrap().split_once('/') {

@@ -22,7 +22,7 @@ mod write;
 #[cfg(test)]
 pub(crate) use decode::{decode_fast, decode_into};
 pub use object::Object;
-pub use read::{Taken, parse_stream, parse_stream_services, read_stream, split_documents};
+pub use read::{Taken, json_documents, parse_stream, parse_stream_services, read_stream, split_documents};
 pub use write::{write_atomically, write_stream};
 
 /// Where an object sits in a file.

@@ -242,3 +242,17 @@ fn yaml_message(source: Source, first_line: usize, e: &serde_saphyr::Error) -> S
         None => format!("{source}: {message}"),
     }
 }
+
+/// The non-empty documents of a YAML stream as JSON values, any kind (Kubernetes
+/// objects, kustomizations, rendered charts); the error names the document's first line.
+pub fn json_documents(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    let mut out = Vec::new();
+    for (line, doc) in split_documents(text) {
+        let value: serde_json::Value =
+            serde_saphyr::from_str(doc).map_err(|e| format!("the document at line {line}: {e}"))?;
+        if !value.is_null() {
+            out.push(value);
+        }
+    }
+    Ok(out)
+}

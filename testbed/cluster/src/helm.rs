@@ -11,20 +11,9 @@ use ferrolb_lab::Error;
 /// The release name the lab installs.
 pub const RELEASE: &str = "ferrolb";
 
-/// `helm`, beside `ferrolb-kube` (`$FERROLB_HELM_BIN` overrides).
+/// `helm`, beside `ferrolb-kube` (`$HELM_BIN` overrides).
 pub fn binary() -> Result<PathBuf, Error> {
-    if let Some(p) = std::env::var_os("FERROLB_HELM_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let p = super::kube_binary()?.with_file_name("helm");
-    if p.exists() {
-        Ok(p)
-    } else {
-        Err(Error::Missing(format!(
-            "{} not found: build it first (testbed/kube/build.sh builds helm; testbed/test.sh runs it)",
-            p.display()
-        )))
-    }
+    ferrolb_lab::binary::built_by_kube_build("helm")
 }
 
 /// The chart of this workspace.

@@ -58,15 +58,21 @@ pub fn newest(name: &str) -> Result<PathBuf, Error> {
 /// `ferrolb-kube`, the multicall binary holding the real control plane:
 /// `$FERROLB_KUBE_BIN`, else `target/kube/current/ferrolb-kube`.
 pub fn kube() -> Result<PathBuf, Error> {
-    if let Some(p) = from_env("ferrolb-kube") {
+    built_by_kube_build("ferrolb-kube")
+}
+
+/// A program `testbed/kube/build.sh` builds (`ferrolb-kube`, `helm`): `$<NAME>_BIN`
+/// ([`env_var`]), else `target/kube/current/<name>`.
+pub fn built_by_kube_build(name: &str) -> Result<PathBuf, Error> {
+    if let Some(p) = from_env(name) {
         return Ok(p);
     }
-    let p = target_dir().join("kube").join("current").join("ferrolb-kube");
+    let p = target_dir().join("kube").join("current").join(name);
     if p.exists() {
         Ok(p)
     } else {
         Err(Error::Missing(format!(
-            "{} not found: build the control plane first (testbed/kube/build.sh; testbed/test.sh does)",
+            "{} not found: build it first (testbed/kube/build.sh; testbed/test.sh runs it)",
             p.display()
         )))
     }

@@ -196,9 +196,9 @@ fn examples(manifests: &Path) -> Result<Vec<Value>, ChartError> {
     let mut by_kind = BTreeMap::new();
     for f in files {
         let text = read(&f)?;
-        for (_, doc) in ferrolb_api::split_documents(&text) {
-            let o: Value = serde_saphyr::from_str(doc)
-                .map_err(|e| ChartError::Source(format!("{}: {e}", f.display())))?;
+        let docs = ferrolb_api::json_documents(&text)
+            .map_err(|e| ChartError::Source(format!("{}: {e}", f.display())))?;
+        for o in docs {
             if o["apiVersion"].as_str().is_some_and(|v| v.starts_with("ferrolb.io/"))
                 && let Some(kind) = o["kind"].as_str()
             {
