@@ -287,3 +287,39 @@ fn chart_yaml_carries_artifact_hub_annotations_for_every_crd() {
     let image = format!("example.invalid/ferrolb:{}", chart["appVersion"].as_str().unwrap());
     assert_eq!(images[0]["image"], image.as_str());
 }
+
+#[test]
+fn another_namespace_is_followed_everywhere() {
+    let chart = helm::chart_dir().display().to_string();
+    let out = helm::run(
+        &home(),
+        &["template", "ferrolb", &chart, "--namespace", "lb", "--set", "monitoring.enabled=true"],
+    )
+    .unwrap();
+    // Comments keep the kustomize sources' wording; no object names ferrolb-system.
+    let code: String =
+        out.lines().filter(|l| !l.trim_start().starts_with('#')).collect::<Vec<_>>().join("\n");
+    assert!(!code.contains("ferrolb-system"), "{code}");
+    let objects = documents(&out);
+    let policy = find(&objects, "ValidatingAdmissionPolicy", "ferrolb-speaker-own-node").unwrap();
+    assert_eq!(
+        policy["spec"]["matchConditions"][0]["expression"],
+        "request.userInfo.username == 'system:serviceaccount:lb:ferrolb-speaker'"
+    );
+    for o in &objects {
+        for s in o["subjects"].as_array().into_iter().flatten() {
+            if s["kind"] == "ServiceAccount" {
+                assert_eq!(s["namespace"], "lb", "{}", key(o));
+            }
+        }
+        if o["kind"] != "ClusterRole"
+            && o["kind"] != "ClusterRoleBinding"
+            && o["kind"] != "CustomResourceDefinition"
+        {
+            let ns = o["metadata"]["namespace"].as_str();
+            assert!(ns.is_none() || ns == Some("lb") || ns == Some("kube-system"), "{}", key(o));
+        }
+    }
+    let monitor = find(&objects, "ServiceMonitor", "ferrolb").unwrap();
+    assert_eq!(monitor["spec"]["namespaceSelector"]["matchNames"], serde_json::json!(["lb"]));
+}

@@ -1,5 +1,5 @@
 //! The Helm chart's life on the real control plane (issue #42): `helm install` creates
-//! every object it renders; `helm upgrade` with changed values applies them (the
+//! every object it renders (and its notes call the placeholder image out); `helm upgrade` with changed values applies them (the
 //! apiserver's own RBAC then grants the new Secret); a bad value is refused before
 //! anything changes; `helm uninstall` removes everything but the CRDs and the
 //! operator's objects; the chart installs again over the kept CRDs.
@@ -74,6 +74,8 @@ fn install_upgrade_refuse_uninstall_and_install_again() {
     // Install: every object the release renders is there.
     let out = helm::install(&cluster, &[]).unwrap();
     assert!(out.contains("STATUS: deployed"), "{out}");
+    // The notes call the placeholder image out: nothing would start.
+    assert!(out.contains("WARNING: image.repository is the placeholder"), "{out}");
     let objects = release_objects(&cluster);
     let missing: Vec<_> = objects.iter().filter(|o| !exists(&cluster, o)).collect();
     assert!(missing.is_empty(), "installed but absent: {missing:?}");
@@ -118,8 +120,8 @@ fn install_upgrade_refuse_uninstall_and_install_again() {
     assert!(!pool.trim().is_empty(), "helm uninstall removed the operator's IPAddressPool");
 
     // Installed again over the kept CRDs (helm skips them): the whole release again.
-    let out = helm::install(&cluster, &[]).unwrap();
-    assert!(out.contains("STATUS: deployed"), "{out}");
+    let out = helm::install(&cluster, &["image.repository=registry.example/ferrolb"]).unwrap();
+    assert!(out.contains("STATUS: deployed") && !out.contains("WARNING"), "{out}");
     let missing: Vec<_> = release_objects(&cluster).into_iter().filter(|o| !exists(&cluster, o)).collect();
     assert!(missing.is_empty(), "reinstalled but absent: {missing:?}");
 }

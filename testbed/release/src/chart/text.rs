@@ -36,6 +36,13 @@ pub(super) const HELPERS: &str = r#"{{/* The image of every container: image.rep
 
 /// What `helm install` prints.
 pub(super) const NOTES: &str = r#"ferrolb {{ .Chart.AppVersion }} is installed in {{ .Release.Namespace }} ({{ include "ferrolb.image" . }}).
+{{- if eq .Values.image.repository "example.invalid/ferrolb" }}
+
+WARNING: image.repository is the placeholder example.invalid/ferrolb, which no registry
+serves: no ferrolb pod will start. No image is published yet; build one from the
+repository's Dockerfile, push it, and run
+  helm upgrade {{ .Release.Name }} CHART --reuse-values --set image.repository=REGISTRY/ferrolb
+{{- end }}
 
 Next: give it addresses and say how to announce them, e.g. (from the repository)
   kubectl apply -f manifests/examples/l2.yaml     # ARP / NDP on the nodes' segment
