@@ -1,7 +1,7 @@
 //! The Helm chart's life on the real control plane (issue #42): `helm install` creates
-//! every object it renders (and its notes call the placeholder image out); `helm upgrade` with changed values applies them (the
-//! apiserver's own RBAC then grants the new Secret); a bad value is refused before
-//! anything changes; `helm uninstall` removes everything but the CRDs and the
+//! every object it renders (and its notes call the placeholder image out); `helm
+//! upgrade` with changed values applies them (the apiserver's own RBAC then grants the
+//! new Secret); a bad value is refused before anything changes; `helm uninstall` removes everything but the CRDs and the
 //! operator's objects; the chart installs again over the kept CRDs.
 //! (The end-to-end checks run on a helm install in real_e2e.rs; the speakers' image
 //! upgrade by `helm upgrade` on real kubelets in real_circle.rs.)
