@@ -1,8 +1,10 @@
 //! The Helm chart's life on the real control plane (issue #42): `helm install` creates
 //! every object it renders (and its notes call the placeholder image out); `helm
 //! upgrade` with changed values applies them (the apiserver's own RBAC then grants the
-//! new Secret); a bad value is refused before anything changes; `helm uninstall` removes everything but the CRDs and the
-//! operator's objects; the chart installs again over the kept CRDs.
+//! new Secret); new CRDs apply as the README says; a bad value is refused before
+//! anything changes; `helm uninstall` removes everything but the CRDs and the
+//! operator's objects; the chart installs again over the kept CRDs and over what
+//! `kubectl apply -k` installed, once the README's adoption commands ran.
 //! (The end-to-end checks run on a helm install in real_e2e.rs; the speakers' image
 //! upgrade by `helm upgrade` on real kubelets in real_circle.rs.)
 //!
@@ -15,33 +17,19 @@ use ferrolb_cluster::{Cluster, ClusterConfig, helm};
 use ferrolb_lab::{Lab, LabConfig};
 use serde_json::Value;
 
-/// (resource for kubectl, namespace, name) of every object of the release's manifest.
-fn release_objects(cluster: &Cluster) -> Vec<(String, Option<String>, String)> {
-    let manifest = cluster.helm(&["get", "manifest", helm::RELEASE, "--namespace", NAMESPACE]).unwrap();
-    let objects: Vec<(String, Option<String>, String)> = ferrolb_api::json_documents(&manifest)
-        .unwrap()
-        .into_iter()
-        .map(|o| {
-            let kind = o["kind"].as_str().unwrap().to_owned();
-            let resource = match o["apiVersion"].as_str().unwrap().split_once('/') {
-                Some((group, version)) => format!("{kind}.{version}.{group}"),
-                None => kind,
-            };
-            let ns = o["metadata"]["namespace"].as_str().map(str::to_owned);
-            (resource, ns, o["metadata"]["name"].as_str().unwrap().to_owned())
-        })
-        .collect();
-    assert!(objects.len() > 15, "the release holds {} objects", objects.len());
-    objects
+/// The release's manifest as helm keeps it.
+fn manifest(cluster: &Cluster) -> String {
+    cluster.helm(&["get", "manifest", helm::RELEASE, "--namespace", NAMESPACE]).unwrap()
 }
 
-/// Whether `kubectl get` finds the object.
-fn exists(cluster: &Cluster, (resource, ns, name): &(String, Option<String>, String)) -> bool {
-    let mut args = vec!["get", resource.as_str(), name.as_str(), "--ignore-not-found", "-o", "name"];
-    if let Some(ns) = ns {
-        args.extend(["--namespace", ns.as_str()]);
-    }
-    !cluster.kubectl(&args).unwrap().trim().is_empty()
+/// How many objects `manifest` holds, and which of them exist (`kind/name`, one
+/// `kubectl get -f -` for all).
+fn present(cluster: &Cluster, manifest: &str) -> (usize, Vec<String>) {
+    let objects = ferrolb_api::json_documents(manifest).unwrap().len();
+    assert!(objects > 15, "the release holds {objects} objects");
+    let out =
+        cluster.kubectl_stdin(&["get", "-f", "-", "--ignore-not-found", "-o", "name"], manifest).unwrap();
+    (objects, out.lines().map(str::to_owned).collect())
 }
 
 /// Whether the speaker's ServiceAccount may read Secret `name` (the apiserver's RBAC).
@@ -68,20 +56,23 @@ fn jsonpath(cluster: &Cluster, what: &[&str], path: &str) -> String {
 
 #[test]
 fn install_upgrade_refuse_uninstall_and_install_again() {
+    let started = std::time::Instant::now();
+    let phase = |what: &str| println!("{:6.1} s  {what}", started.elapsed().as_secs_f64());
     let lab = Lab::up(LabConfig::nodes(1)).unwrap();
     let cluster = Cluster::start(&lab, &ClusterConfig::default()).unwrap();
+    phase("control plane up");
 
     // Install: every object the release renders is there.
     let out = helm::install(&cluster, &[]).unwrap();
     assert!(out.contains("STATUS: deployed"), "{out}");
     // The notes call the placeholder image out: nothing would start.
     assert!(out.contains("WARNING: image.repository is the placeholder"), "{out}");
-    let objects = release_objects(&cluster);
-    let missing: Vec<_> = objects.iter().filter(|o| !exists(&cluster, o)).collect();
-    assert!(missing.is_empty(), "installed but absent: {missing:?}");
+    let (objects, found) = present(&cluster, &manifest(&cluster));
+    assert_eq!(found.len(), objects, "installed but absent: of {objects}, only {found:?}");
     assert!(speaker_may_read(&cluster, "bgp-auth"));
     assert!(!speaker_may_read(&cluster, "edge-auth"));
     assert_eq!(jsonpath(&cluster, &["deployment", "ferrolb-controller"], "{.spec.replicas}"), "2");
+    phase("installed");
     // An operator's object, to outlive the release.
     cluster
         .kubectl_stdin(
@@ -97,6 +88,15 @@ fn install_upgrade_refuse_uninstall_and_install_again() {
     assert!(speaker_may_read(&cluster, "edge-auth"), "the upgrade's Role does not grant edge-auth");
     assert_eq!(jsonpath(&cluster, &["deployment", "ferrolb-controller"], "{.spec.replicas}"), "3");
 
+    phase("upgraded");
+    // New CRDs on upgrade, as the README says (Helm never upgrades them): Helm created
+    // them, so a server-side apply must take their fields over.
+    let crds = helm::chart_dir().join("crds").display().to_string();
+    let err = cluster.kubectl(&["apply", "--server-side", "-f", &crds]).unwrap_err().to_string();
+    assert!(err.contains("conflict with \"helm\""), "{err}");
+    cluster.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", &crds]).unwrap();
+
+    phase("CRDs applied");
     // A bad value: refused by the schema, naming it; nothing changes.
     let err = helm::upgrade(&cluster, &["controller.replicas=0"]).unwrap_err().to_string();
     assert!(err.contains("/controller/replicas"), "{err}");
@@ -105,10 +105,11 @@ fn install_upgrade_refuse_uninstall_and_install_again() {
     assert_eq!(status["version"], 2, "a refused upgrade made a revision: {status}");
     assert_eq!(jsonpath(&cluster, &["deployment", "ferrolb-controller"], "{.spec.replicas}"), "3");
 
+    phase("refused");
     // Uninstall: every object of the release is gone; the CRDs and the pool stay.
-    let objects = release_objects(&cluster);
+    let release = manifest(&cluster);
     cluster.helm(&["uninstall", helm::RELEASE, "--namespace", NAMESPACE, "--wait"]).unwrap();
-    let left: Vec<_> = objects.iter().filter(|o| exists(&cluster, o)).collect();
+    let (_, left) = present(&cluster, &release);
     assert!(left.is_empty(), "left after helm uninstall: {left:?}");
     for crd in ferrolb_api::crd::crds() {
         let name = crd.metadata.name.unwrap();
@@ -119,9 +120,18 @@ fn install_upgrade_refuse_uninstall_and_install_again() {
         cluster.kubectl(&["get", "ipaddresspool", "kept", "--ignore-not-found", "-o", "name"]).unwrap();
     assert!(!pool.trim().is_empty(), "helm uninstall removed the operator's IPAddressPool");
 
-    // Installed again over the kept CRDs (helm skips them): the whole release again.
+    phase("uninstalled");
+    // An operator moving from kustomize: `kubectl apply -k` first; Helm refuses to take
+    // over what it did not create until the README's two commands mark it as the
+    // release's; then the chart installs over it (and over the kept CRDs).
+    ferrolb_cluster::ferrolb::install(&cluster, "l2-bgp").unwrap();
+    let err = helm::install(&cluster, &[]).unwrap_err().to_string();
+    assert!(err.contains("cannot be imported into the current release"), "{err}");
+    phase("kustomize install refused by helm");
+    helm::adopt(&cluster, &[]).unwrap();
     let out = helm::install(&cluster, &["image.repository=registry.example/ferrolb"]).unwrap();
     assert!(out.contains("STATUS: deployed") && !out.contains("WARNING"), "{out}");
-    let missing: Vec<_> = release_objects(&cluster).into_iter().filter(|o| !exists(&cluster, o)).collect();
-    assert!(missing.is_empty(), "reinstalled but absent: {missing:?}");
+    let (objects, found) = present(&cluster, &manifest(&cluster));
+    assert_eq!(found.len(), objects, "reinstalled but absent: of {objects}, only {found:?}");
+    phase("adopted and installed again");
 }

@@ -70,3 +70,22 @@ pub fn upgrade(cluster: &Cluster, sets: &[&str]) -> Result<String, Error> {
     }
     cluster.helm(&args)
 }
+
+/// Marks the objects the chart renders with `sets` (installed some other way, e.g. by
+/// `kubectl apply -k`) as the release's, so that `helm install` takes them over: the
+/// README's two commands (`helm template … | kubectl annotate -f -`, `… | kubectl label
+/// -f -`).
+pub fn adopt(cluster: &Cluster, sets: &[&str]) -> Result<(), Error> {
+    let chart = chart_dir().display().to_string();
+    let mut args = vec!["template", RELEASE, &chart, "--namespace", NAMESPACE];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let objects = cluster.helm(&args)?;
+    let name = format!("meta.helm.sh/release-name={RELEASE}");
+    let namespace = format!("meta.helm.sh/release-namespace={NAMESPACE}");
+    cluster.kubectl_stdin(&["annotate", "--overwrite", "-f", "-", &name, &namespace], &objects)?;
+    cluster
+        .kubectl_stdin(&["label", "--overwrite", "-f", "-", "app.kubernetes.io/managed-by=Helm"], &objects)?;
+    Ok(())
+}

@@ -276,13 +276,24 @@ pub(super) fn readme(settings: &[Setting], lifted: &BTreeMap<&str, Value>) -> Re
          (the kustomize base creates it so labelled; Helm creates namespaces bare).\n\
          * **One release per cluster.** The ClusterRoles, the admission policy and the CRDs are cluster-wide.\n\
          * **CRDs** are in `crds/`: Helm installs them with the chart but never upgrades or deletes them. After \
-         upgrading the chart, apply the new ones: `kubectl apply --server-side -f manifests/helm/ferrolb/crds/`.\n\
+         upgrading the chart, apply the new ones: `kubectl apply --server-side --force-conflicts -f \
+         manifests/helm/ferrolb/crds/` (Helm created them, so the apply must take their fields over).\n\
          * **Upgrades.** `helm upgrade ferrolb manifests/helm/ferrolb --reuse-values --set image.tag=NEW` rolls \
          the speakers one node at a time; each hands its addresses over before it stops.\n\
          * **Uninstall.** `helm uninstall ferrolb -n ferrolb-system` removes everything the chart installed but \
-         the CRDs, so your pools, peers and advertisements stay. To remove those too: \
+         the CRDs (and the namespace, which `--create-namespace` made outside the release), so your pools, \
+         peers and advertisements stay. To remove those too: \
          `kubectl delete -f manifests/helm/ferrolb/crds/` (this deletes every ferrolb object).\n\
-         * **Bad values are refused** by `values.schema.json` before anything is applied, naming the value.\n\n\
+         * **Bad values are refused** by `values.schema.json` before anything is applied, naming the value.\n\
+         * **Moving from kustomize.** Helm will not take over objects it did not create. Mark what \
+         `kubectl apply -k` installed as the release's (give `helm template` the values you will install \
+         with), then install:\n\n\
+         ```sh\n\
+         helm template ferrolb manifests/helm/ferrolb -n ferrolb-system | kubectl annotate --overwrite -f - \\\n  \
+         meta.helm.sh/release-name=ferrolb meta.helm.sh/release-namespace=ferrolb-system\n\
+         helm template ferrolb manifests/helm/ferrolb -n ferrolb-system | kubectl label --overwrite -f - \\\n  \
+         app.kubernetes.io/managed-by=Helm\n\
+         ```\n\n\
          ## Values\n\n{table}"
     ))
 }
