@@ -232,3 +232,53 @@ pub(super) fn merge_patch(
     out.push_str(&target[end..].concat());
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: &str = "spec:\n  template:\n    spec:\n      tolerations:\n      - key: a\n        operator: Exists\n      containers:\n      - name: speaker\n        ports:\n        - name: metrics\n          containerPort: 9121\n        resources:\n          limits:\n            memory: 256Mi\n";
+
+    #[test]
+    fn a_lifted_block_becomes_its_value_and_its_text_the_default() {
+        let (text, block) = lift("f.yaml", POD, "      tolerations:", "speaker.tolerations").unwrap();
+        assert_eq!(block, "- key: a\n  operator: Exists\n");
+        assert!(text.contains(
+            "      tolerations:\n{{- toYaml .Values.speaker.tolerations | nindent 8 }}\n      containers:\n"
+        ));
+        let (text, block) = lift("f.yaml", POD, "        resources:", "speaker.resources").unwrap();
+        assert_eq!(block, "limits:\n  memory: 256Mi\n");
+        assert!(text.ends_with("        resources:\n{{- toYaml .Values.speaker.resources | nindent 10 }}\n"));
+    }
+
+    #[test]
+    fn an_edit_that_no_longer_matches_fails_naming_the_file() {
+        let e = lift("base/speaker.yaml", POD, "      nodeSelector:", "x").unwrap_err().to_string();
+        assert!(e.contains("base/speaker.yaml") && e.contains("0 times"), "{e}");
+        let mut text = POD.replace("  replicas", "");
+        let e = apply("base/controller.yaml", &mut text).unwrap_err().to_string();
+        assert!(e.contains("base/controller.yaml") && e.contains("occurs 0 times"), "{e}");
+    }
+
+    #[test]
+    fn a_patch_list_goes_first_under_its_condition() {
+        let patch = "kind: DaemonSet\nspec:\n  template:\n    spec:\n      containers:\n      - name: speaker\n        ports:\n        - name: membership\n          containerPort: 7946\n";
+        let out = merge_patch("p.yaml", POD, patch, ".Values.l2.enabled").unwrap();
+        assert!(
+            out.contains("        ports:\n{{- if .Values.l2.enabled }}\n        - name: membership\n          containerPort: 7946\n{{- end }}\n        - name: metrics\n"),
+            "{out}"
+        );
+        let two_lists = patch.replace("        ports:\n", "        env: []\n        ports:\n");
+        assert!(merge_patch("p.yaml", POD, &two_lists, "true").is_err());
+    }
+
+    #[test]
+    fn go_template_braces_in_sources_stay_text_and_the_namespace_follows_the_release() {
+        let src =
+            "# in ferrolb-system\nmetadata: {namespace: ferrolb-system}\nsummary: '{{ $labels.peer }}'\n";
+        let out = prepare(src);
+        assert!(out.starts_with("# in ferrolb-system\n"));
+        assert!(out.contains("namespace: {{ .Release.Namespace }}"));
+        assert!(out.contains("'{{ \"{{\" }} $labels.peer }}'"));
+    }
+}

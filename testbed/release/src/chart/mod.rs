@@ -54,9 +54,26 @@ const PLACES: &[(&str, Option<&str>)] = &[
     ("components/monitoring/", Some(".Values.monitoring.enabled")),
 ];
 
-/// The kustomizations the chart is made of, relative to `manifests/`.
-const KUSTOMIZATIONS: &[&str] =
-    &["base", "components/l2", "components/bgp", "components/monitoring", "components/monitoring/bootstrap"];
+/// The kustomizations the chart is made of, relative to `manifests/`: the base and every
+/// component (a new one needs a place in [`PLACES`], or the generator fails).
+fn kustomizations(manifests: &Path) -> Result<Vec<String>, ChartError> {
+    let mut found = vec!["base".to_owned()];
+    let mut stack = vec![manifests.join("components")];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).map_err(|err| ChartError::Io(dir.clone(), err))?.flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if e.file_name() == "kustomization.yaml"
+                && let Ok(rel) = dir.strip_prefix(manifests)
+            {
+                found.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    found[1..].sort();
+    Ok(found)
+}
 
 fn read(path: &Path) -> Result<String, ChartError> {
     std::fs::read_to_string(path).map_err(|e| ChartError::Io(path.to_owned(), e))
@@ -94,7 +111,8 @@ pub fn files(repo: &Path) -> Result<BTreeMap<String, String>, ChartError> {
     let mut defaults = BTreeMap::new();
     let mut app_version = None;
     let mut patches: Vec<(String, String)> = Vec::new();
-    for dir in KUSTOMIZATIONS {
+    for dir in &kustomizations(&manifests)? {
+        let dir = dir.as_str();
         let k_path = manifests.join(dir).join("kustomization.yaml");
         let k: Value = serde_saphyr::from_str(&read(&k_path)?)
             .map_err(|e| ChartError::Source(format!("{}: {e}", k_path.display())))?;
@@ -119,9 +137,9 @@ pub fn files(repo: &Path) -> Result<BTreeMap<String, String>, ChartError> {
         }
         for resource in strings(&k["resources"]) {
             match (dir, resource.as_str()) {
-                (&"base", "../crds") => continue,
+                ("base", "../crds") => continue,
                 // Helm installs into an existing namespace (--create-namespace): see the README.
-                (&"base", "namespace.yaml") => continue,
+                ("base", "namespace.yaml") => continue,
                 _ => {}
             }
             let source = format!("{dir}/{resource}");
