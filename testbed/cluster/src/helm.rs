@@ -53,9 +53,7 @@ impl Cluster {
 pub fn install(cluster: &Cluster, sets: &[&str]) -> Result<String, Error> {
     let chart = chart_dir().display().to_string();
     let mut args = vec!["install", RELEASE, &chart, "--namespace", NAMESPACE, "--create-namespace"];
-    for s in sets {
-        args.extend(["--set", s]);
-    }
+    args.extend(sets.iter().flat_map(|s| ["--set", s]));
     let out = cluster.helm(&args)?;
     wait_crds(cluster)?;
     Ok(out)
@@ -65,9 +63,7 @@ pub fn install(cluster: &Cluster, sets: &[&str]) -> Result<String, Error> {
 pub fn upgrade(cluster: &Cluster, sets: &[&str]) -> Result<String, Error> {
     let chart = chart_dir().display().to_string();
     let mut args = vec!["upgrade", RELEASE, &chart, "--namespace", NAMESPACE, "--reuse-values"];
-    for s in sets {
-        args.extend(["--set", s]);
-    }
+    args.extend(sets.iter().flat_map(|s| ["--set", s]));
     cluster.helm(&args)
 }
 
@@ -78,9 +74,7 @@ pub fn upgrade(cluster: &Cluster, sets: &[&str]) -> Result<String, Error> {
 pub fn adopt(cluster: &Cluster, sets: &[&str]) -> Result<(), Error> {
     let chart = chart_dir().display().to_string();
     let mut args = vec!["template", RELEASE, &chart, "--namespace", NAMESPACE];
-    for s in sets {
-        args.extend(["--set", s]);
-    }
+    args.extend(sets.iter().flat_map(|s| ["--set", s]));
     let objects = cluster.helm(&args)?;
     let name = format!("meta.helm.sh/release-name={RELEASE}");
     let namespace = format!("meta.helm.sh/release-namespace={NAMESPACE}");
