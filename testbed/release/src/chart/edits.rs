@@ -105,6 +105,21 @@ pub(super) fn prepare(text: &str) -> String {
     out
 }
 
+/// The files of [`EDITS`] that none of `sources` (paths below `manifests/`) is: an edit
+/// whose file was renamed or removed would otherwise be skipped without a word.
+pub(super) fn unmatched(sources: &[String]) -> Vec<&'static str> {
+    let mut files: Vec<&'static str> = EDITS
+        .iter()
+        .map(|e| match e {
+            Edit::Replace { file, .. } | Edit::Lift { file, .. } => *file,
+        })
+        .filter(|f| !sources.iter().any(|s| s.ends_with(f)))
+        .collect();
+    files.sort_unstable();
+    files.dedup();
+    files
+}
+
 /// Every container's `image:` of [`SOURCE_IMAGE`] (any tag) becomes the chart's image,
 /// with its pull policy; returns how many there were.
 pub(super) fn images(text: &mut String) -> usize {
@@ -258,6 +273,20 @@ mod tests {
         let mut text = POD.replace("  replicas", "");
         let e = apply("base/controller.yaml", &mut text).unwrap_err().to_string();
         assert!(e.contains("base/controller.yaml") && e.contains("occurs 0 times"), "{e}");
+    }
+
+    #[test]
+    fn an_edit_whose_file_is_gone_is_named() {
+        let all: Vec<String> = EDITS
+            .iter()
+            .map(|e| match e {
+                Edit::Replace { file, .. } | Edit::Lift { file, .. } => (*file).to_owned(),
+            })
+            .collect();
+        assert!(unmatched(&all).is_empty());
+        let renamed: Vec<String> =
+            all.iter().map(|f| f.replace("base/speaker.yaml", "base/speakers.yaml")).collect();
+        assert_eq!(unmatched(&renamed), vec!["base/speaker.yaml"]);
     }
 
     #[test]

@@ -111,6 +111,7 @@ pub fn files(repo: &Path) -> Result<BTreeMap<String, String>, ChartError> {
     let mut defaults = BTreeMap::new();
     let mut app_version = None;
     let mut patches: Vec<(String, String)> = Vec::new();
+    let mut sources = Vec::new();
     for dir in &kustomizations(&manifests)? {
         let dir = dir.as_str();
         let k_path = manifests.join(dir).join("kustomization.yaml");
@@ -143,6 +144,7 @@ pub fn files(repo: &Path) -> Result<BTreeMap<String, String>, ChartError> {
                 _ => {}
             }
             let source = format!("{dir}/{resource}");
+            sources.push(source.clone());
             let mut body = edits::prepare(&read(&manifests.join(&source))?);
             edits::images(&mut body);
             for (value, block) in edits::apply(&source, &mut body)? {
@@ -168,6 +170,12 @@ pub fn files(repo: &Path) -> Result<BTreeMap<String, String>, ChartError> {
             }
             out.insert(format!("templates/{}", template_name(&format!("{dir}/{name}.yaml"))), template);
         }
+    }
+    let unmatched = edits::unmatched(&sources);
+    if !unmatched.is_empty() {
+        return Err(ChartError::Source(format!(
+            "edits name files the kustomizations do not list: {unmatched:?}"
+        )));
     }
     for (source, patch) in patches {
         let target = out

@@ -25,6 +25,11 @@ pub(super) struct Section {
 /// Kubernetes object names (DNS-1123 subdomains).
 const NAME: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
+/// A boolean setting.
+fn flag(path: &'static str, default: bool, help: &'static str) -> Setting {
+    Setting { path, schema: json!({"type": "boolean"}), default: Some(json!(default)), help }
+}
+
 fn string_map() -> Value {
     json!({"type": "object", "additionalProperties": {"type": "string"}})
 }
@@ -89,18 +94,12 @@ pub(super) fn settings() -> Vec<Setting> {
             default: Some(json!([])),
             help: "Secrets to pull the image with, e.g. `[{name: regcred}]`.",
         },
-        Setting {
-            path: "l2.enabled",
-            schema: json!({"type": "boolean"}),
-            default: Some(json!(true)),
-            help: "Let the speakers read their membership key and declare the membership port (UDP 7946).",
-        },
-        Setting {
-            path: "bgp.enabled",
-            schema: json!({"type": "boolean"}),
-            default: Some(json!(true)),
-            help: "Let the speakers read the BGP password Secrets below.",
-        },
+        flag(
+            "l2.enabled",
+            true,
+            "Let the speakers read their membership key and declare the membership port (UDP 7946).",
+        ),
+        flag("bgp.enabled", true, "Let the speakers read the BGP password Secrets below."),
         Setting {
             path: "bgp.passwordSecrets",
             schema: json!({"type": "array", "uniqueItems": true,
@@ -164,27 +163,24 @@ pub(super) fn settings() -> Vec<Setting> {
             default: None,
             help: "The speaker's tolerations: by default it runs on control-plane nodes too.",
         },
-        Setting {
-            path: "bootstrap.rbac",
-            schema: json!({"type": "boolean"}),
-            default: Some(json!(true)),
-            help: "Install the read-only role the ferrolb-bootstrap static pods use (group ferrolb.io:bootstrap). \
+        flag(
+            "bootstrap.rbac",
+            true,
+            "Install the read-only role the ferrolb-bootstrap static pods use (group ferrolb.io:bootstrap). \
                    Set false where `ferrolb-bootstrap checkpoint rbac` applied the same two objects before the \
                    chart (the apiserver VIP recipe does): Helm refuses to take over objects it did not create.",
-        },
-        Setting {
-            path: "viewer.enabled",
-            schema: json!({"type": "boolean"}),
-            default: Some(json!(true)),
-            help: "Install ferrolb-viewer, read-only for people and `kubectl ferrolb`; bind it yourself.",
-        },
-        Setting {
-            path: "monitoring.enabled",
-            schema: json!({"type": "boolean"}),
-            default: Some(json!(false)),
-            help: "Metrics Services, a ServiceMonitor, the alerts (PrometheusRule) and the Grafana dashboard \
+        ),
+        flag(
+            "viewer.enabled",
+            true,
+            "Install ferrolb-viewer, read-only for people and `kubectl ferrolb`; bind it yourself.",
+        ),
+        flag(
+            "monitoring.enabled",
+            false,
+            "Metrics Services, a ServiceMonitor, the alerts (PrometheusRule) and the Grafana dashboard \
                    (a ConfigMap labelled grafana_dashboard). Needs the Prometheus Operator's CRDs.",
-        },
+        ),
         Setting {
             path: "monitoring.labels",
             schema: string_map(),
@@ -192,12 +188,11 @@ pub(super) fn settings() -> Vec<Setting> {
             help: "Labels added to the ServiceMonitors and the PrometheusRule, e.g. `{release: kube-prometheus-stack}` \
                    for kube-prometheus-stack's selectors.",
         },
-        Setting {
-            path: "monitoring.bootstrap",
-            schema: json!({"type": "boolean"}),
-            default: Some(json!(false)),
-            help: "Also scrape the apiserver VIP static pods (in kube-system), once they serve metrics beyond \
+        flag(
+            "monitoring.bootstrap",
+            false,
+            "Also scrape the apiserver VIP static pods (in kube-system), once they serve metrics beyond \
                    loopback (`ferrolb-bootstrap manifest --metrics-addr 0.0.0.0:7949`).",
-        },
+        ),
     ]
 }
