@@ -246,6 +246,17 @@ enum Bench {
         #[arg(long, value_delimiter = ',', default_values_t = [1_000usize, 10_000, 50_000])]
         services: Vec<usize>,
     },
+    /// One speaker's RSS and heap at rest with N fake Nodes and S Services, served by the
+    /// fake apiserver (issue #39's memory goal, in minutes; root).
+    SpeakerMemory {
+        #[arg(long, value_delimiter = ',', default_values_t = [5_000usize])]
+        nodes: Vec<usize>,
+        #[arg(long, value_delimiter = ',', default_values_t = [1_000usize, 10_000])]
+        services: Vec<usize>,
+        /// Seconds at rest before reading (the speaker trims its heap every 10 s).
+        #[arg(long, default_value_t = 30)]
+        rest_seconds: u64,
+    },
     /// The report: failover, L2 soak and BGP scale with their peers in one run, written as
     /// BENCHMARKS.md and SVG figures under benchmarks/, with the machine and versions.
     Report {
@@ -456,6 +467,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Image { cmd: ImageCmd::Build { tag, out, profile } } => image_build(&tag, &out, &profile),
         Cmd::HotText { profiles, out } => hot_text(&profiles, &out),
         Cmd::Chart { write } => chart(write),
+        Cmd::Bench { bench: Bench::SpeakerMemory { nodes, services, rest_seconds } } => {
+            Ok(ferrolb_bench::speaker_memory::run(
+                &nodes,
+                &services,
+                std::time::Duration::from_secs(rest_seconds),
+            )?)
+        }
         Cmd::Bench { bench: Bench::KubeReplan { services } } => {
             Ok(ferrolb_bench::kube_replan::run(&services)?)
         }

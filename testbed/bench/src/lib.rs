@@ -17,6 +17,7 @@ pub mod membership_scale;
 pub mod plan;
 pub mod report;
 pub mod scale;
+pub mod speaker_memory;
 pub mod svg;
 pub mod whole_path;
 
