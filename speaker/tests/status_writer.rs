@@ -33,8 +33,8 @@ fn update(range: Range<usize>, announced: bool, complete: bool) -> Update {
             interfaces: Vec::new(),
             peers: vec!["router".into()],
         };
-        let uid = format!("uid-{i}");
-        let object = ("bulk".to_owned(), object_name(&name, NODE, AnnouncementProtocol::Bgp));
+        let uid: Arc<str> = format!("uid-{i}").into();
+        let object = ("bulk".into(), object_name(&name, NODE, AnnouncementProtocol::Bgp).into());
         let shown = Shown {
             objects: vec![(object, Record { spec: Arc::new(spec), owner: uid.clone() })],
             reason: None,

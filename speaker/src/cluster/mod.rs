@@ -18,6 +18,7 @@ mod watchers;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferrolb_api::{
@@ -178,11 +179,9 @@ pub struct Applied {
 /// remove exactly what is gone, and which kinds have been listed once.
 #[derive(Debug, Default)]
 pub struct Feed {
-    nodes: BTreeSet<String>,
-    services: BTreeSet<(String, String)>,
-    slices: BTreeSet<(String, String)>,
-    /// Service uids, for owner references of ServiceAnnouncements and Event targets.
-    pub uids: BTreeMap<ServiceKey, String>,
+    /// The uids of the Services the model serves, for owner references of
+    /// ServiceAnnouncements and Event targets (shared by every status that names one).
+    pub uids: BTreeMap<ServiceKey, Arc<str>>,
     /// The Services whose uid changed since the status last took them (a Service
     /// deleted and created again under its name, otherwise the same to the planner).
     pub uids_changed: BTreeSet<ServiceKey>,
@@ -331,13 +330,11 @@ impl Feed {
             Change::Apply(n) => {
                 let k = name(&n.metadata);
                 let before = model.nodes.get(&k).cloned();
-                self.nodes.insert(k.clone());
                 model.upsert_node(&n);
                 model.nodes.get(&k) != before.as_ref()
             }
             Change::Delete(n) => {
                 let k = name(&n.metadata);
-                self.nodes.remove(&k);
                 // Through the model's own method: it records the change for the planner.
                 let existed = model.nodes.contains_key(&k);
                 model.remove_node(&k);
@@ -346,36 +343,32 @@ impl Feed {
             Change::Listed(all) => {
                 let before = model.nodes.clone();
                 let now: BTreeSet<String> = all.iter().map(|n| name(&n.metadata)).collect();
-                for gone in self.nodes.difference(&now) {
-                    model.remove_node(gone);
+                let gone: Vec<String> = model.nodes.keys().filter(|k| !now.contains(*k)).cloned().collect();
+                for k in &gone {
+                    model.remove_node(k);
                 }
                 for n in &all {
                     model.upsert_node(n);
                 }
-                self.nodes = now;
                 model.nodes != before
             }
         }
     }
 
     fn service(&mut self, model: &mut ClusterModel, c: Change<Service>) -> bool {
-        let key = |(namespace, name): (String, String)| ServiceKey {
-            namespace: namespace.into(),
-            name: name.into(),
-        };
         match c {
             Change::Apply(s) => {
-                let k = key(ns_name(&s.metadata));
-                let before = model.services.get(&k).cloned();
-                self.note_uid(&s);
-                self.services.insert((k.namespace.to_string(), k.name.to_string()));
+                let (ns, n) = ns_name(&s.metadata);
+                let before = model.services.get(&model.key(&ns, &n)).cloned();
                 model.upsert_service(&s);
+                // After the upsert: the key the model holds now, strings shared.
+                let k = model.key(&ns, &n);
+                self.note_uid(model, k.clone(), &s);
                 model.services.get(&k) != before.as_ref()
             }
             Change::Delete(s) => {
-                let k = ns_name(&s.metadata);
-                self.services.remove(&k);
-                let k = key(k);
+                let (ns, n) = ns_name(&s.metadata);
+                let k = model.key(&ns, &n);
                 self.uids.remove(&k);
                 let existed = model.services.contains_key(&k);
                 model.remove_service(&k);
@@ -384,27 +377,33 @@ impl Feed {
             Change::Listed(all) => {
                 let before = model.services.clone();
                 let now: BTreeSet<(String, String)> = all.iter().map(|s| ns_name(&s.metadata)).collect();
-                for gone in self.services.difference(&now) {
-                    self.uids.remove(&key(gone.clone()));
-                    model.remove_service(&key(gone.clone()));
+                let listed = |k: &ServiceKey| now.contains(&(k.namespace.to_string(), k.name.to_string()));
+                let gone: Vec<ServiceKey> = model.services.keys().filter(|k| !listed(k)).cloned().collect();
+                for k in &gone {
+                    model.remove_service(k);
                 }
                 for s in &all {
-                    self.note_uid(s);
                     model.upsert_service(s);
+                    let (ns, n) = ns_name(&s.metadata);
+                    self.note_uid(model, model.key(&ns, &n), s);
                 }
-                self.services = now;
+                self.uids.retain(|k, _| model.services.contains_key(k));
                 model.services != before
             }
         }
     }
 
-    fn note_uid(&mut self, s: &Service) {
-        let (namespace, name) = ns_name(&s.metadata);
-        if let Some(uid) = &s.metadata.uid {
-            let key = ServiceKey { namespace: namespace.into(), name: name.into() };
-            if self.uids.get(&key) != Some(uid) {
-                self.uids_changed.insert(key.clone());
-                self.uids.insert(key, uid.clone());
+    /// Records the uid of Service `s` (key `key`) while the model serves it.
+    fn note_uid(&mut self, model: &ClusterModel, key: ServiceKey, s: &Service) {
+        match &s.metadata.uid {
+            Some(uid) if model.services.contains_key(&key) => {
+                if self.uids.get(&key).map(|u| &**u) != Some(uid.as_str()) {
+                    self.uids_changed.insert(key.clone());
+                    self.uids.insert(key, uid.as_str().into());
+                }
+            }
+            _ => {
+                self.uids.remove(&key);
             }
         }
     }
@@ -425,30 +424,32 @@ impl Feed {
                 if let Some(svc) =
                     e.metadata.labels.as_ref().and_then(|l| l.get(crate::model::SERVICE_NAME_LABEL))
                 {
-                    keys.push(ServiceKey { namespace: ns.as_str().into(), name: svc.as_str().into() });
+                    keys.push(model.key(&ns, svc));
                 }
                 let before = snapshot(model, &keys);
                 model.upsert_endpoint_slice(&e);
-                self.slices.insert((ns, n));
                 snapshot(model, &keys) != before
             }
             Change::Delete(e) => {
                 let (ns, n) = ns_name(&e.metadata);
                 let changed = !holders(model, &ns, &n).is_empty();
                 model.remove_endpoint_slice(&ns, &n);
-                self.slices.remove(&(ns, n));
                 changed
             }
             Change::Listed(all) => {
                 let before = model.endpoint_slices.clone();
                 let now: BTreeSet<(String, String)> = all.iter().map(|e| ns_name(&e.metadata)).collect();
-                for (ns, n) in self.slices.difference(&now) {
+                let gone: Vec<(String, String)> = model
+                    .slice_names()
+                    .filter(|(ns, n)| !now.contains(&(ns.to_string(), n.to_string())))
+                    .map(|(ns, n)| (ns.to_owned(), n.to_owned()))
+                    .collect();
+                for (ns, n) in &gone {
                     model.remove_endpoint_slice(ns, n);
                 }
                 for e in &all {
                     model.upsert_endpoint_slice(e);
                 }
-                self.slices = now;
                 model.endpoint_slices != before
             }
         }

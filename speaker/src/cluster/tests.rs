@@ -218,3 +218,42 @@ fn the_first_retries_of_a_large_cluster_spread_over_seconds() {
     b.next();
     assert!(b.next().is_some_and(|d| d <= WatchBackoff::MIN.mul_f64(3.0)));
 }
+
+/// Every map keyed by a Service shares the strings of the model's key (one allocation per
+/// Service name and per namespace, not two per map), and the uids are those of served
+/// Services only. The heap budget (`tests/heap_per_service.rs`) counts what this saves.
+#[test]
+fn the_keys_of_every_map_share_the_models_strings() {
+    let (mut feed, mut model) = synced_feed();
+    let web = model.services.get_key_value(&svc_key("web")).unwrap().0.clone();
+    // Service `local` has an EndpointSlice in the fixture.
+    let local = model.services.get_key_value(&svc_key("local")).unwrap().0;
+    let (in_slices, _) = model.endpoint_slices.get_key_value(&svc_key("local")).unwrap();
+    let (in_uids, _) = feed.uids.get_key_value(&svc_key("local")).unwrap();
+    for other in [in_slices, in_uids] {
+        assert!(Arc::ptr_eq(&local.name, &other.name) && Arc::ptr_eq(&local.namespace, &other.namespace));
+    }
+    let namespaces: Vec<&Arc<str>> = model.services.keys().map(|k| &k.namespace).collect();
+    assert!(
+        namespaces.len() > 1 && namespaces.windows(2).all(|w| Arc::ptr_eq(w[0], w[1])),
+        "one namespace string"
+    );
+    // A Service applied later takes its namespace's string too.
+    let svc: Service = serde_json::from_value(
+        serde_json::json!({"metadata": {"name": "late", "namespace": "default", "uid": "u-late"},
+        "spec": {"type": "LoadBalancer"}, "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.99"}]}}}),
+    )
+    .unwrap();
+    feed.apply(&mut model, Update::Service(Change::Apply(Box::new(svc))));
+    let (late, _) = feed.uids.get_key_value(&svc_key("late")).unwrap();
+    assert!(Arc::ptr_eq(&late.namespace, &web.namespace));
+    assert!(Arc::ptr_eq(&late.name, &model.services.get_key_value(&svc_key("late")).unwrap().0.name));
+    // A Service the model does not serve keeps no uid.
+    let plain: Service = serde_json::from_value(
+        serde_json::json!({"metadata": {"name": "plain", "namespace": "default", "uid": "u-plain"},
+        "spec": {"type": "ClusterIP"}}),
+    )
+    .unwrap();
+    feed.apply(&mut model, Update::Service(Change::Apply(Box::new(plain))));
+    assert!(!feed.uids.contains_key(&svc_key("plain")));
+}

@@ -100,7 +100,7 @@ impl ClusterModel {
             self.remove_endpoint_slice(namespace, &name_of(&slice.metadata));
             return;
         };
-        let key = ServiceKey { namespace: namespace.into(), name: svc.as_str().into() };
+        let key = self.key(namespace, svc);
         let new = Slice::of(slice);
         let held = self.endpoint_slices.get(&key).and_then(|s| s.iter().find(|s| s.name == new.name));
         // Counts are what the planner reads; the endpoints one by one are what readiness
@@ -111,7 +111,7 @@ impl ClusterModel {
         // The slice may have moved to another Service (its label changed).
         self.remove_endpoint_slice(&key.namespace, &new.name);
         self.mark(&key);
-        self.slice_owners.insert((key.namespace.to_string(), new.name.to_string()), key.clone());
+        self.slice_owners.insert((key.namespace.clone(), new.name.clone()), key.clone());
         let slices = self.endpoint_slices.entry(key).or_default();
         let at = slices.partition_point(|s| s.name < new.name);
         slices.insert(at, new);
@@ -120,12 +120,17 @@ impl ClusterModel {
 
     /// The Service an EndpointSlice (namespace, name) is attributed to, if any.
     pub fn slice_owner(&self, namespace: &str, name: &str) -> Option<&ServiceKey> {
-        self.slice_owners.get(&(namespace.to_owned(), name.to_owned()))
+        self.slice_owners.get(&(namespace.into(), name.into()))
+    }
+
+    /// The EndpointSlices attributed to a Service, as (namespace, name).
+    pub fn slice_names(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.slice_owners.keys().map(|(ns, n)| (&**ns, &**n))
     }
 
     /// Removes an EndpointSlice by namespace and name.
     pub fn remove_endpoint_slice(&mut self, namespace: &str, name: &str) {
-        let Some(k) = self.slice_owners.remove(&(namespace.to_owned(), name.to_owned())) else { return };
+        let Some(k) = self.slice_owners.remove(&(namespace.into(), name.into())) else { return };
         if let Some(slices) = self.endpoint_slices.get_mut(&k) {
             slices.retain(|s| &*s.name != name);
             if slices.is_empty() {

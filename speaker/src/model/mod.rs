@@ -131,7 +131,7 @@ pub struct ClusterModel {
     /// What changed since the planner last looked (see [`ClusterModel::take_changes`]).
     changes: Changes,
     /// The Service of each EndpointSlice (namespace, name) added by `upsert_endpoint_slice`.
-    slice_owners: BTreeMap<(String, String), ServiceKey>,
+    slice_owners: BTreeMap<(Arc<str>, Box<str>), ServiceKey>,
     /// `spec.selector` of the served Services that have a non-empty one (readiness gates).
     pub service_selectors: BTreeMap<ServiceKey, Selector>,
     /// Endpoints, per Service and node, that are not ready only because ferrolb's own
@@ -208,6 +208,26 @@ fn diff_keys<V: PartialEq>(
         }
     }
     changed.extend(new.keys().filter(|k| !old.contains_key(*k)).cloned());
+}
+
+/// A map keyed by Service, for [`ClusterModel::key`].
+trait KeyedBy {
+    /// The key held equal to `probe`.
+    fn held(&self, probe: &ServiceKey) -> Option<ServiceKey>;
+    /// The namespace of a key held next to `probe`, when it is `probe`'s.
+    fn namespace_of(&self, probe: &ServiceKey) -> Option<Arc<str>>;
+}
+
+impl<V> KeyedBy for BTreeMap<ServiceKey, V> {
+    fn held(&self, probe: &ServiceKey) -> Option<ServiceKey> {
+        self.get_key_value(probe).map(|(k, _)| k.clone())
+    }
+
+    fn namespace_of(&self, probe: &ServiceKey) -> Option<Arc<str>> {
+        let next = self.range(probe..).next().map(|(k, _)| k);
+        let previous = self.range(..probe).next_back().map(|(k, _)| k);
+        next.into_iter().chain(previous).find(|k| k.namespace == probe.namespace).map(|k| k.namespace.clone())
+    }
 }
 
 /// What the model keeps of a Service: its key, and unless the Service is not for
@@ -431,9 +451,29 @@ impl ClusterModel {
         }
     }
 
+    /// The key of Service `namespace/name`, sharing the strings of a key the model holds:
+    /// the Service's own, else a neighbour's namespace (keys sort by namespace first).
+    /// Every map of a speaker is keyed by Service; at 10 000 Services in a few namespaces,
+    /// keys made afresh were two allocations per map and Service.
+    pub fn key(&self, namespace: &str, name: &str) -> ServiceKey {
+        let probe = ServiceKey { namespace: namespace.into(), name: name.into() };
+        for map in [&self.services as &dyn KeyedBy, &self.endpoint_slices] {
+            if let Some(k) = map.held(&probe) {
+                return k;
+            }
+        }
+        for map in [&self.services as &dyn KeyedBy, &self.endpoint_slices] {
+            if let Some(ns) = map.namespace_of(&probe) {
+                return ServiceKey { namespace: ns, name: probe.name };
+            }
+        }
+        probe
+    }
+
     /// Adds or replaces a Service; Services of another class or type are dropped.
     pub fn upsert_service(&mut self, svc: &Service) {
         let (key, entry) = service_entry(&self.lb_class, ServiceFields::of(svc));
+        let key = self.key(&key.namespace, &key.name);
         let Some((info, selector)) = entry else {
             self.remove_service(&key);
             return;

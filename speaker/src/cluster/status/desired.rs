@@ -16,7 +16,7 @@ use std::sync::Arc;
 use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncementSpec, ServiceRef};
 use ipnet::IpNet;
 
-use super::record::{Record, object_name};
+use super::record::{ObjectKey, Record, object_name};
 use crate::model::{self, ClusterModel, ServiceInfo, ServiceKey};
 use crate::plan::Plan;
 use crate::plan::diff::{PlanChange, differing};
@@ -25,12 +25,13 @@ use crate::plan::diff::{PlanChange, differing};
 /// and why it is not announced (by some protocol) where it is not.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Shown {
-    /// ServiceAnnouncements by (namespace, name), at most one per protocol.
-    pub objects: Vec<((String, String), Record)>,
+    /// ServiceAnnouncements by (namespace, name), at most one per protocol; the strings
+    /// are shared with the Service's key and with the writer's record of what it wrote.
+    pub objects: Vec<(ObjectKey, Record)>,
     /// Why some of its addresses are not announced.
     pub reason: Option<String>,
-    /// The Service's uid (owner reference and Event target).
-    pub uid: String,
+    /// The Service's uid (owner reference and Event target), shared with the model's.
+    pub uid: Arc<str>,
 }
 
 /// What `plan` implies for node `me`, every Service at once (those showing something):
@@ -39,7 +40,7 @@ pub fn desired(
     model: &ClusterModel,
     plan: &Plan,
     me: &str,
-    uids: &BTreeMap<ServiceKey, String>,
+    uids: &BTreeMap<ServiceKey, Arc<str>>,
 ) -> BTreeMap<ServiceKey, Shown> {
     model
         .services
@@ -50,7 +51,7 @@ pub fn desired(
 
 /// What `plan` implies for Service `key` (with uid `uid`) on node `me`; None when
 /// nothing: not announced and no reason.
-pub fn shown(key: &ServiceKey, svc: &ServiceInfo, plan: &Plan, me: &str, uid: &str) -> Option<Shown> {
+pub fn shown(key: &ServiceKey, svc: &ServiceInfo, plan: &Plan, me: &str, uid: &Arc<str>) -> Option<Shown> {
     let mut bgp_addrs = Vec::new();
     let mut peers = BTreeSet::new();
     let mut l2_addrs = Vec::new();
@@ -75,7 +76,7 @@ pub fn shown(key: &ServiceKey, svc: &ServiceInfo, plan: &Plan, me: &str, uid: &s
         return None;
     }
     let mut out =
-        Shown { objects: Vec::new(), reason: (!why.is_empty()).then(|| why.join("; ")), uid: uid.to_owned() };
+        Shown { objects: Vec::new(), reason: (!why.is_empty()).then(|| why.join("; ")), uid: uid.clone() };
     let mut add = |protocol, addresses: Vec<String>, interfaces: Vec<String>, peers: Vec<String>| {
         if addresses.is_empty() {
             return;
@@ -90,8 +91,8 @@ pub fn shown(key: &ServiceKey, svc: &ServiceInfo, plan: &Plan, me: &str, uid: &s
         };
         let name = object_name(&key.name, me, protocol);
         out.objects.push((
-            (key.namespace.to_string(), name),
-            Record { spec: Arc::new(spec), owner: uid.to_owned() },
+            (key.namespace.clone(), name.into()),
+            Record { spec: Arc::new(spec), owner: uid.clone() },
         ));
     };
     add(AnnouncementProtocol::Bgp, bgp_addrs, Vec::new(), peers.into_iter().collect());
@@ -136,7 +137,7 @@ impl Tracker {
         model: &ClusterModel,
         plans: &PlanChange<'_>,
         me: &str,
-        uids: &BTreeMap<ServiceKey, String>,
+        uids: &BTreeMap<ServiceKey, Arc<str>>,
         changed: &model::Changes,
     ) -> Option<Update> {
         let complete = !self.started;

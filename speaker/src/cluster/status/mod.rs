@@ -29,7 +29,7 @@ mod record;
 pub use desired::{Shown, Tracker, Update, desired, shown};
 use outbox::Inbox;
 pub use outbox::Outbox;
-pub use record::{MANAGER, NODE_LABEL, Record, object_name};
+pub use record::{MANAGER, NODE_LABEL, ObjectKey, Record, object_name};
 use record::{label_value, proto_name, service_of};
 
 /// Events per Service in a burst; then one per [`EVENT_REFILL`].
@@ -121,9 +121,6 @@ impl EventLimiter {
         self.buckets.is_empty()
     }
 }
-
-/// A ServiceAnnouncement's key: (namespace, name).
-type ObjectKey = (String, String);
 
 struct Writer {
     node: String,
@@ -226,7 +223,7 @@ impl Writer {
                     .iter()
                     .map(|(_, r)| {
                         let name = object_name(&r.spec.service.name, &self.node, r.spec.protocol);
-                        ((r.spec.service.namespace.clone(), name), r.clone())
+                        ((svc.namespace.clone(), name.into()), r.clone())
                     })
                     .collect();
                 (svc.clone(), Arc::new(Shown { objects, ..Shown::default() }))
@@ -240,9 +237,9 @@ impl Writer {
         let list = super::within(api.list(&lp)).await?;
         let mut out: BTreeMap<ServiceKey, Vec<(ObjectKey, Record)>> = BTreeMap::new();
         for o in list.items.into_iter().filter(|o| o.spec.node == self.node) {
-            let key = (
-                o.metadata.namespace.clone().unwrap_or_default(),
-                o.metadata.name.clone().unwrap_or_default(),
+            let key: ObjectKey = (
+                o.metadata.namespace.as_deref().unwrap_or_default().into(),
+                o.metadata.name.as_deref().unwrap_or_default().into(),
             );
             out.entry(service_of(&o.spec)).or_default().push((key, Record::of(o)));
         }
@@ -382,7 +379,7 @@ impl Writer {
         let none: &[(ObjectKey, Record)] = &[];
         let old_objects = old.map_or(none, |s| &s.objects[..]);
         let new_objects = new.map_or(none, |s| &s.objects[..]);
-        let uid = new.map(|s| s.uid.clone()).filter(|u| !u.is_empty());
+        let uid = new.map(|s| s.uid.to_string()).filter(|u| !u.is_empty());
         let (mut announced, mut withdrawn) = (0usize, 0usize);
         for (k, record) in new_objects {
             if old_objects.iter().any(|(o, r)| o == k && r.spec.addresses == record.spec.addresses) {

@@ -14,6 +14,9 @@ use crate::model::ServiceKey;
 pub const MANAGER: &str = "ferrolb-speaker";
 /// Label naming the announcing node on every ServiceAnnouncement.
 pub const NODE_LABEL: &str = "ferrolb.io/node";
+/// A ServiceAnnouncement's (namespace, name).
+pub type ObjectKey = (Arc<str>, Arc<str>);
+
 /// One ServiceAnnouncement as far as the writer cares, wanted or as the API holds it. The
 /// object is made only to write it: whole objects (an API's, managedFields and all) cost
 /// about 4 KB per Service in the writer and as much again in the desired set, the
@@ -22,9 +25,9 @@ pub const NODE_LABEL: &str = "ferrolb.io/node";
 pub struct Record {
     /// The spec.
     pub spec: Arc<ServiceAnnouncementSpec>,
-    /// The owning Service's uid; empty when the object's owner reference is not exactly
-    /// the one the speaker writes (so it is rewritten).
-    pub owner: String,
+    /// The owning Service's uid (shared with the model's); empty when the object's owner
+    /// reference is not exactly the one the speaker writes (so it is rewritten).
+    pub owner: Arc<str>,
 }
 
 impl Record {
@@ -32,8 +35,8 @@ impl Record {
     pub(super) fn of(o: ServiceAnnouncement) -> Record {
         let ours = |r: &OwnerReference| *r == owner_reference(&o.spec.service.name, &r.uid);
         let owner = match o.metadata.owner_references.as_deref() {
-            Some([r]) if ours(r) => r.uid.clone(),
-            _ => String::new(),
+            Some([r]) if ours(r) => r.uid.as_str().into(),
+            _ => "".into(),
         };
         Record { spec: Arc::new(o.spec), owner }
     }
