@@ -66,7 +66,14 @@ fn workers_register_only_through_the_vip_and_the_speaker_upgrade_loses_nothing()
         );
         let floor = (up.took.as_millis() / PROBE.as_millis() / 4) as u64;
         assert!(r.sent >= floor, "{what}: only {} probes over {:?}", r.sent, up.took);
-        assert_eq!(r.lost(), 0, "{what} Service {addr}: connections failed during the upgrade: {:?}", r.gaps);
+        assert_eq!(
+            r.lost(),
+            0,
+            "{what} Service {addr}: connections failed during the upgrade: {:?} (the backend's accept queue \
+             overflowed {} times meanwhile)",
+            r.gaps,
+            up.backend_overflows
+        );
     }
 
     // The active-active Service: every speaker left (SIGTERM) and came back, each time
@@ -85,10 +92,12 @@ fn workers_register_only_through_the_vip_and_the_speaker_upgrade_loses_nothing()
     assert!(r.sent as u128 >= up.took.as_millis() / AA_PROBE.as_millis() / 4, "only {} probes", r.sent);
     assert!(
         r.lost() * 200 <= r.sent,
-        "active-active {addr}: {} of {} new connections failed: {:?}",
+        "active-active {addr}: {} of {} new connections failed: {:?} (the backend's accept queue overflowed {} \
+         times meanwhile)",
         r.lost(),
         r.sent,
-        r.gaps
+        r.gaps,
+        up.backend_overflows
     );
 
     // A new client resolving the L2 address at any moment got an answer, while its

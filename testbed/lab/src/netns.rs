@@ -118,15 +118,7 @@ impl Netns {
     /// socket's IP_MINTTL / IPV6_MINHOPCOUNT.
     pub fn tcp_ext_counter(&self, name: &str) -> Result<u64, Error> {
         let text = self.exec(&["cat", "/proc/net/netstat"])?;
-        let mut rows = text.lines().filter(|l| l.starts_with("TcpExt:"));
-        let (Some(names), Some(values)) = (rows.next(), rows.next()) else {
-            return Err(Error::Parse("no TcpExt rows in /proc/net/netstat".into()));
-        };
-        names
-            .split_whitespace()
-            .zip(values.split_whitespace())
-            .find(|(n, _)| *n == name)
-            .and_then(|(_, v)| v.parse().ok())
+        tcp_ext(&text, name)
             .ok_or_else(|| Error::Parse(format!("no TcpExt counter {name} in /proc/net/netstat")))
     }
 
@@ -260,6 +252,14 @@ pub fn describe(cmd: &Command) -> String {
         .join(" ")
 }
 
+/// A counter of the `TcpExt` rows of a `/proc/net/netstat` text (`nstat` names it
+/// `TcpExt<name>`).
+pub fn tcp_ext(netstat: &str, name: &str) -> Option<u64> {
+    let mut rows = netstat.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (names, values) = (rows.next()?, rows.next()?);
+    names.split_whitespace().zip(values.split_whitespace()).find(|(n, _)| *n == name)?.1.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,5 +271,14 @@ mod tests {
         assert_eq!(parse_owner("flbx7-r1"), None);
         assert_eq!(parse_owner("other-ns"), None);
         assert_eq!(parse_owner("flb12-r1"), None);
+    }
+
+    #[test]
+    fn a_tcp_ext_counter_is_read_by_its_name() {
+        let netstat = "TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 12 13\n\
+                       IpExt: InNoRoutes\nIpExt: 4\n";
+        assert_eq!(tcp_ext(netstat, "ListenOverflows"), Some(12));
+        assert_eq!(tcp_ext(netstat, "ListenDrops"), Some(13));
+        assert_eq!(tcp_ext(netstat, "InNoRoutes"), None);
     }
 }

@@ -12,6 +12,9 @@ use ferrolb_lab::routers::{self, Bird};
 use ferrolb_lab::speaker::yaml;
 use ferrolb_lab::{Error, Lab, addressing};
 
+/// Where the backend's process reads its static config (how the lab finds the process).
+pub(super) const BACKEND_CONFIG: &str = "/etc/web/static.yaml";
+
 /// The Services' backend: a Deployment of ferrolb's image whose one process serves HTTP
 /// on the pod network (a speaker in static mode with nothing to announce: its /metrics).
 fn backend() -> String {
@@ -38,8 +41,11 @@ spec:
       - name: web
         image: {IMAGE}
         command: [/usr/local/bin/ferrolb-speaker]
-        args: [--node-name, node1, --static, /etc/web/static.yaml, --metrics-addr, "0.0.0.0:8080"]
+        args: [--node-name, node1, --static, {BACKEND_CONFIG}, --metrics-addr, "0.0.0.0:8080"]
         ports: [{{containerPort: 8080}}]
+        # A CPU request, as a production backend has: BestEffort, on a busy node it got
+        # so little CPU that its accept queue (128) overflowed under the client's probes.
+        resources: {{requests: {{cpu: 100m, memory: 32Mi}}}}
         readinessProbe:
           httpGet: {{path: /readyz, port: 8080}}
           periodSeconds: 1

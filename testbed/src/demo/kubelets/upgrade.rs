@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::install::BACKEND_CONFIG;
 use super::{IMAGE_NEXT, NODES, SPEAKERS, T, check, kubectl_json, running_and_ready};
 use crate::demo::Timeline;
 use ferrolb_cluster::{Cluster, ferrolb, helm};
 use ferrolb_lab::client::{ArpProbes, ArpReport, ProbeReport, ProbeStream};
-use ferrolb_lab::{Error, Lab, addressing, wait};
+use ferrolb_lab::{Error, Lab, addressing, netns, wait};
 
 /// Interval of the client's connection probes during the upgrade.
 pub const PROBE: Duration = Duration::from_millis(10);
@@ -48,6 +49,29 @@ pub struct Upgrade {
     pub bgp: (IpAddr, ProbeReport),
     /// The active-active Service's address and its probes.
     pub active_active: (IpAddr, ProbeReport),
+    /// SYNs the backend pod's kernel dropped for a full accept queue while the probes
+    /// ran: a probe lost there was lost by the backend, not the load balancer.
+    pub backend_overflows: u64,
+}
+
+/// `TcpExt ListenOverflows` of the backend pods' network namespaces, read from the host
+/// through each backend process (`/proc/PID/net/netstat` is its namespace's), summed
+/// over namespaces.
+fn backend_listen_overflows() -> u64 {
+    let mut by_netns = std::collections::BTreeMap::new();
+    for pid in std::fs::read_dir("/proc").into_iter().flatten().flatten().map(|e| e.path()) {
+        let is_backend = std::fs::read(pid.join("cmdline"))
+            .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == BACKEND_CONFIG.as_bytes()));
+        if !is_backend {
+            continue;
+        }
+        if let (Ok(ns), Ok(netstat)) =
+            (std::fs::read_link(pid.join("ns/net")), std::fs::read_to_string(pid.join("net/netstat")))
+        {
+            by_netns.insert(ns, netns::tcp_ext(&netstat, "ListenOverflows").unwrap_or(0));
+        }
+    }
+    by_netns.values().sum()
 }
 
 /// The speaker pods by node, and whether all are Ready.
@@ -79,6 +103,8 @@ pub(super) fn upgrade(
     bgp: IpAddr,
     aa: IpAddr,
 ) -> Result<Upgrade, Error> {
+    let overflows_before = backend_listen_overflows();
+    let streams_started = Instant::now();
     let probes = [(l2, PROBE), (bgp, PROBE), (aa, AA_PROBE)]
         .map(|(a, every)| ProbeStream::connect(lab.client(), SocketAddr::new(a, 80), every, PROBE_TIMEOUT));
     let [l2_probe, bgp_probe, aa_probe] = probes;
@@ -106,7 +132,10 @@ pub(super) fn upgrade(
     let next_tag = IMAGE_NEXT.rsplit_once(':').map_or(IMAGE_NEXT, |(_, tag)| tag);
     let set = format!("image.tag={next_tag}");
     helm::upgrade(cluster, &[&set])?;
-    t.say(format!("helm upgrade ferrolb manifests/helm/ferrolb --reuse-values --set {set}"));
+    t.say(format!(
+        "helm upgrade ferrolb manifests/helm/ferrolb --reuse-values --set {set} ({:.1} s into the client's streams)",
+        (started - streams_started).as_secs_f64()
+    ));
     cluster.kubectl(&["-n", ns, "rollout", "status", "daemonset/ferrolb-speaker", "--timeout=600s"])?;
     let took = started.elapsed();
     t.say(format!(
@@ -152,14 +181,20 @@ pub(super) fn upgrade(
     let l2_report = l2_probe.stop(Duration::ZERO);
     let bgp_report = bgp_probe.stop(Duration::ZERO);
     let aa_report = aa_probe.stop(Duration::ZERO);
+    let backend_overflows = backend_listen_overflows().saturating_sub(overflows_before);
     for (a, r) in [(l2, &l2_report), (bgp, &bgp_report), (aa, &aa_report)] {
         t.say(format!(
-            "client → {a}:80 during the upgrade: {} connections, {} failed, longest outage {:.0} ms",
+            "client → {a}:80 during the upgrade: {} connections, {} failed, longest outage {:.0} ms; \
+             failed at {:?} s of the stream",
             r.sent,
             r.lost(),
-            r.max_outage().as_secs_f64() * 1000.0
+            r.max_outage().as_secs_f64() * 1000.0,
+            r.gaps.iter().map(|g| (g.at.as_secs_f64() * 10.0).round() / 10.0).collect::<Vec<_>>()
         ));
     }
+    t.say(format!(
+        "the backend pod's kernel dropped {backend_overflows} SYNs for a full accept queue meanwhile"
+    ));
     Ok(Upgrade {
         took,
         before,
@@ -168,5 +203,6 @@ pub(super) fn upgrade(
         arp,
         bgp: (bgp, bgp_report),
         active_active: (aa, aa_report),
+        backend_overflows,
     })
 }
