@@ -20,6 +20,8 @@
 //!   may be queued in its own socket. The driver reads every queued datagram before it
 //!   judges, and judges as of the instant it found the socket empty, so a beat that
 //!   arrived while the driver was descheduled after reading is never taken for silence.
+//!   For `max_silence` after it was starved, it allows twice the silence: CI saw the
+//!   sender's next beat come 20 ms late, right after the starved node's first judgement.
 //!   What the beat thread cannot see, the kernel reports: while this host's tasks wait
 //!   for a CPU or memory ([`Input::Pressure`], from PSI: [`super::pressure`]), a beat may
 //!   wait in a deferred network softirq, so the silence is stretched by
@@ -301,6 +303,14 @@ impl Watch {
     }
 }
 
+/// A silence allowance doubled (never past `max_silence`, never below it) while this node
+/// recovers from a starvation: judging its first on-time ticks, it is the least reliable
+/// judge (on a saturated host the sender's next beat may still wait in a deferred
+/// softirq, which CI saw take over 20 ms), and its suspicion would move addresses.
+fn recovery_stretch(allowance: Duration, recovering: bool, cfg: &HeartbeatConfig) -> Duration {
+    if recovering { allowance.max(allowance.saturating_mul(2).min(cfg.max_silence)) } else { allowance }
+}
+
 /// The heartbeat state of one node.
 #[derive(Debug)]
 pub struct Heartbeats {
@@ -318,6 +328,9 @@ pub struct Heartbeats {
     pressure: u16,
     /// Ticks that came an interval or more late (this node was starved).
     late_ticks: u64,
+    /// When the last late tick came: for `max_silence` after it, silences are allowed
+    /// twice as long ([`Heartbeats::allowance`]).
+    late_at: Option<Instant>,
     /// Changes of the suspected set so far.
     suspicions_changed: u64,
     beat_now: bool,
@@ -337,6 +350,7 @@ impl Heartbeats {
             on_time_since: None,
             pressure: 0,
             late_ticks: 0,
+            late_at: None,
             suspicions_changed: 0,
             beat_now: false,
             release_now: false,
@@ -430,6 +444,7 @@ impl Heartbeats {
         if now.saturating_duration_since(due) >= interval {
             // This node was starved: what it did not hear may be queued behind it.
             self.late_ticks += 1;
+            self.late_at = Some(now);
             self.on_time_since = Some(now);
         }
         // The next tick keeps the beat's rhythm; after a stall it restarts from now.
@@ -443,11 +458,13 @@ impl Heartbeats {
         let judging =
             self.on_time_since.is_some_and(|t| now.saturating_duration_since(t) >= self.cfg.silence());
         let hold = self.cfg.hold;
+        let recovering = self.recovering(now);
         let mut expired = false;
         for (name, w) in &mut self.watched {
             match w.suspected {
                 None if judging => {
-                    let silence = w.allowance(now, &self.cfg, self.pressure);
+                    let silence =
+                        recovery_stretch(w.allowance(now, &self.cfg, self.pressure), recovering, &self.cfg);
                     if now.saturating_duration_since(w.heard) >= silence {
                         w.suspected = Some(now);
                         self.suspicions_changed += 1;
@@ -519,7 +536,15 @@ impl Heartbeats {
     /// The silence after which member `name` would be suspected at `now` (None when it is
     /// not watched): the configured one, or more for a member whose beats came irregularly.
     pub fn allowance(&self, now: Instant, name: &str) -> Option<Duration> {
-        self.watched.get(name).map(|w| w.allowance(now, &self.cfg, self.pressure))
+        let recovering = self.recovering(now);
+        self.watched
+            .get(name)
+            .map(|w| recovery_stretch(w.allowance(now, &self.cfg, self.pressure), recovering, &self.cfg))
+    }
+
+    /// Whether this node was starved (a late tick) less than `max_silence` ago.
+    fn recovering(&self, now: Instant) -> bool {
+        self.late_at.is_some_and(|t| now.saturating_duration_since(t) < self.cfg.max_silence)
     }
 
     /// Ticks that came an interval or more late: the times this node was starved.

@@ -354,9 +354,30 @@ fn beats_read_late_by_a_starved_node_do_not_stretch() {
     n.hb.handle(t, Input::Beat("owner"));
     n.hb.handle(t, Input::Timeout);
     assert_eq!(n.hb.late_ticks(), 1);
-    n.run(500, Some("owner"));
+    // Recovered (max_silence after the late tick), the configured silence: the late
+    // beats taught nothing (`a_node_just_starved_allows_twice_the_silence`: before).
+    n.run(1000, Some("owner"));
     assert_eq!(n.hb.allowance(n.now, "owner"), Some(CFG.silence()));
     assert!(n.events().is_empty());
+}
+
+/// A node just starved judges with twice the silence for `max_silence`: its first
+/// on-time ticks are the least reliable judge (the sender's next beat may still wait
+/// in a deferred softirq); then the configured silence rules again.
+#[test]
+fn a_node_just_starved_allows_twice_the_silence() {
+    let mut n = Node::new();
+    n.run(100, Some("owner"));
+    // No CPU from 100 to 400 ms; the queued beats are read, then the tick runs.
+    let t = n.at(400);
+    n.hb.handle(t, Input::Beat("owner"));
+    n.hb.handle(t, Input::Timeout);
+    assert_eq!(n.hb.allowance(n.now, "owner"), Some(CFG.silence() * 2));
+    n.run(490, None);
+    assert!(n.events().is_empty(), "90 ms of silence, under twice the 50 ms");
+    n.run(510, None);
+    assert_eq!(n.events(), vec![Event::Suspected("owner".into())]);
+    // Recovered (max_silence after the late tick): `beats_read_late_by_a_starved_node_do_not_stretch`.
 }
 
 /// The changes of the suspected set are counted, so the driver builds the set only when
