@@ -343,16 +343,22 @@ fn an_outage_teaches_nothing() {
     assert_eq!(n.hb.allowance(n.now, "owner"), Some(CFG.silence()));
 }
 
+/// A node hearing the owner until 100 ms, then without CPU until 400 ms, when it reads
+/// the beats queued meanwhile and then runs its tick.
+fn starved_from_100_to_400_ms() -> Node {
+    let mut n = Node::new();
+    n.run(100, Some("owner"));
+    let t = n.at(400);
+    n.hb.handle(t, Input::Beat("owner"));
+    n.hb.handle(t, Input::Timeout);
+    n
+}
+
 /// Beats read after this node was starved (its tick overdue by an interval: they waited
 /// in its socket) say nothing of the sender: they do not stretch its silence.
 #[test]
 fn beats_read_late_by_a_starved_node_do_not_stretch() {
-    let mut n = Node::new();
-    n.run(100, Some("owner"));
-    // No CPU from 100 to 400 ms; then the queued beats are read, then the tick runs.
-    let t = n.at(400);
-    n.hb.handle(t, Input::Beat("owner"));
-    n.hb.handle(t, Input::Timeout);
+    let mut n = starved_from_100_to_400_ms();
     assert_eq!(n.hb.late_ticks(), 1);
     // Recovered (max_silence after the late tick), the configured silence: the late
     // beats taught nothing (`a_node_just_starved_allows_twice_the_silence`: before).
@@ -366,12 +372,7 @@ fn beats_read_late_by_a_starved_node_do_not_stretch() {
 /// in a deferred softirq); then the configured silence rules again.
 #[test]
 fn a_node_just_starved_allows_twice_the_silence() {
-    let mut n = Node::new();
-    n.run(100, Some("owner"));
-    // No CPU from 100 to 400 ms; the queued beats are read, then the tick runs.
-    let t = n.at(400);
-    n.hb.handle(t, Input::Beat("owner"));
-    n.hb.handle(t, Input::Timeout);
+    let mut n = starved_from_100_to_400_ms();
     assert_eq!(n.hb.allowance(n.now, "owner"), Some(CFG.silence() * 2));
     n.run(490, None);
     assert!(n.events().is_empty(), "90 ms of silence, under twice the 50 ms");
