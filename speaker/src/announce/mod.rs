@@ -26,8 +26,9 @@ use ferrolb_proto::l2::L2Status;
 /// What this node really announces right now (not what it plans to).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Announced {
-    /// BGP: prefix → the BGPPeers whose Established session was sent its UPDATE.
-    pub bgp: BTreeMap<IpNet, BTreeSet<String>>,
+    /// BGP: prefix → the BGPPeers whose Established session was sent its UPDATE (one
+    /// set shared by the prefixes the same peers hold).
+    pub bgp: BTreeMap<IpNet, Arc<BTreeSet<String>>>,
     /// L2: owned addresses whose first gratuitous announcement went out.
     pub l2: BTreeSet<IpAddr>,
 }

@@ -81,15 +81,26 @@ pub struct BgpAnnounced {
 }
 
 impl BgpAnnounced {
-    /// Every announced prefix with the peers that hold it.
-    pub fn prefixes(&self) -> BTreeMap<IpNet, BTreeSet<String>> {
-        let mut out: BTreeMap<IpNet, BTreeSet<String>> = BTreeMap::new();
+    /// Every announced prefix with the peers that hold it. Prefixes held by the same
+    /// peers share one set: a set each was 370 bytes per prefix, 3.7 MB of a speaker's
+    /// heap at 10 000 Services (issue #39).
+    pub fn prefixes(&self) -> BTreeMap<IpNet, Arc<BTreeSet<String>>> {
+        let mut holders: BTreeMap<IpNet, Vec<&str>> = BTreeMap::new();
         for (peer, prefixes) in &self.by_peer {
             for p in prefixes.iter() {
-                out.entry(*p).or_default().insert(peer.clone());
+                holders.entry(*p).or_default().push(peer);
             }
         }
-        out
+        let mut shared: BTreeMap<Vec<&str>, Arc<BTreeSet<String>>> = BTreeMap::new();
+        holders
+            .into_iter()
+            .map(|(p, peers)| {
+                let set = shared
+                    .entry(peers)
+                    .or_insert_with_key(|peers| Arc::new(peers.iter().map(|s| (*s).to_owned()).collect()));
+                (p, set.clone())
+            })
+            .collect()
     }
 }
 

@@ -217,7 +217,7 @@ async fn announced_state_lists_prefixes_per_peer_once_sent() {
     assert!(errors.is_empty(), "{errors:?}");
     wait(&mut announced, "the router holds the prefix", |a| !a.by_peer.is_empty()).await;
     let now = announced.borrow_and_update().clone();
-    assert_eq!(now.prefixes(), BTreeMap::from([(vip, BTreeSet::from(["router".to_string()]))]));
+    assert_eq!(now.prefixes(), BTreeMap::from([(vip, Arc::new(BTreeSet::from(["router".to_string()])))]));
     let mut rs = r.watch_status();
     let got = tokio::time::timeout(Duration::from_secs(10), rs.wait_for(|s| s.prefixes_received == 1))
         .await
@@ -271,4 +271,20 @@ fn link_bandwidth_is_sent_in_bytes_per_second_signed_by_our_as() {
     }
     let none = to_routes(&[("203.0.113.1/32".parse().unwrap(), RouteAttrs::default())].into(), 64513);
     assert!(none.values().next().unwrap().extended_communities.is_empty());
+}
+
+/// Prefixes the same peers hold share one set of their names.
+#[test]
+fn prefixes_held_by_the_same_peers_share_one_set() {
+    let p = |s: &str| -> ipnet::IpNet { s.parse().unwrap() };
+    let both: BTreeSet<ipnet::IpNet> = [p("203.0.113.1/32"), p("203.0.113.2/32")].into();
+    let mut a_only = both.clone();
+    a_only.insert(p("203.0.113.3/32"));
+    let announced = BgpAnnounced {
+        by_peer: BTreeMap::from([("a".to_owned(), Arc::new(a_only)), ("b".to_owned(), Arc::new(both))]),
+    };
+    let prefixes = announced.prefixes();
+    let peers = |s: &str| prefixes[&p(s)].iter().map(String::as_str).collect::<Vec<_>>();
+    assert_eq!((peers("203.0.113.1/32"), peers("203.0.113.3/32")), (vec!["a", "b"], vec!["a"]));
+    assert!(Arc::ptr_eq(&prefixes[&p("203.0.113.1/32")], &prefixes[&p("203.0.113.2/32")]));
 }
