@@ -8,10 +8,10 @@ use std::collections::BTreeSet;
 use std::ops::Range;
 use std::sync::Arc;
 
-use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncement, ServiceAnnouncementSpec, ServiceRef};
+use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncement};
 use ferrolb_fakeapi::wait::until;
 use ferrolb_fakeapi::{FakeApiServer, Verb};
-use ferrolb_speaker::cluster::status::{self, Record, Shown, Update, object_name};
+use ferrolb_speaker::cluster::status::{self, Interner, Record, Shown, Update, object_name};
 use ferrolb_speaker::metrics::Metrics;
 use ferrolb_speaker::model::ServiceKey;
 use k8s_openapi::api::core::v1::Namespace;
@@ -23,23 +23,17 @@ const NODE: &str = "node1";
 /// `announced`, gone).
 fn update(range: Range<usize>, announced: bool, complete: bool) -> Update {
     let mut u = Update { complete, ..Update::default() };
+    let router = Interner::default().names(&["router"]);
     for i in range {
         let name = format!("svc-{i:04}");
-        let spec = ServiceAnnouncementSpec {
-            node: NODE.into(),
-            service: ServiceRef { namespace: "bulk".into(), name: name.clone() },
-            protocol: AnnouncementProtocol::Bgp,
-            addresses: vec![format!("198.51.100.{}", i % 250)],
-            interfaces: Vec::new(),
-            peers: vec!["router".into()],
-        };
         let uid: Arc<str> = format!("uid-{i}").into();
-        let object = ("bulk".into(), object_name(&name, NODE, AnnouncementProtocol::Bgp).into());
-        let shown = Shown {
-            objects: vec![(object, Record { spec: Arc::new(spec), owner: uid.clone() })],
-            reason: None,
-            uid,
+        let record = Record {
+            protocol: AnnouncementProtocol::Bgp,
+            addresses: [format!("198.51.100.{}", i % 250).parse().unwrap()].into(),
+            via: router.clone(),
+            owner: uid.clone(),
         };
+        let shown = Shown { objects: [record].into(), reason: None, uid };
         u.services.insert(
             ServiceKey { namespace: "bulk".into(), name: name.into() },
             announced.then(|| Arc::new(shown)),
@@ -111,9 +105,7 @@ async fn one_changed_service_among_many_costs_one_write() {
     // svc-0007 moves to another address; svc-0008 is gone.
     let mut moved = update(7..8, true, false);
     if let Some(Some(shown)) = moved.services.values_mut().next() {
-        let mut spec = (*shown.objects[0].1.spec).clone();
-        spec.addresses = vec!["198.51.100.251".into()];
-        Arc::make_mut(shown).objects[0].1.spec = Arc::new(spec);
+        Arc::make_mut(shown).objects[0].addresses = ["198.51.100.251".parse().unwrap()].into();
     }
     tx.send(moved);
     tx.send(update(8..9, false, false));

@@ -141,9 +141,7 @@ impl State {
         // Kubernetes mode, where the feed also is.
         if let (Some(c), Some(f)) = (&mut self.cluster, &mut self.feed) {
             changed.services.append(&mut f.feed.uids_changed);
-            if let Some(u) =
-                c.tracker.update(&self.model, &change, &self.opts.node_name, &f.feed.uids, &changed)
-            {
+            if let Some(u) = c.tracker.update(&self.model, &change, &f.feed.uids, &changed) {
                 c.status.send(u);
             }
         }

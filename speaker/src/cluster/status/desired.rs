@@ -13,45 +13,45 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncementSpec, ServiceRef};
+use ferrolb_api::AnnouncementProtocol;
 use ipnet::IpNet;
 
-use super::record::{ObjectKey, Record, object_name};
+use super::record::{Interner, Record};
 use crate::model::{self, ClusterModel, ServiceInfo, ServiceKey};
 use crate::plan::Plan;
 use crate::plan::diff::{PlanChange, differing};
 
-/// What this node shows for one Service: its ServiceAnnouncements (one per protocol)
-/// and why it is not announced (by some protocol) where it is not.
+/// What this node shows for one Service: its ServiceAnnouncements (at most one per
+/// protocol, named by [`object_name`](super::object_name) from the Service, the node and
+/// the protocol) and why it is not announced (by some protocol) where it is not.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Shown {
-    /// ServiceAnnouncements by (namespace, name), at most one per protocol; the strings
-    /// are shared with the Service's key and with the writer's record of what it wrote.
-    pub objects: Vec<(ObjectKey, Record)>,
+    /// What each ServiceAnnouncement says, by protocol.
+    pub objects: Box<[Record]>,
     /// Why some of its addresses are not announced.
-    pub reason: Option<String>,
+    pub reason: Option<Box<str>>,
     /// The Service's uid (owner reference and Event target), shared with the model's.
     pub uid: Arc<str>,
 }
 
-/// What `plan` implies for node `me`, every Service at once (those showing something):
+/// What `plan` implies for this node, every Service at once (those showing something):
 /// what the [`Tracker`]'s changes add up to.
 pub fn desired(
     model: &ClusterModel,
     plan: &Plan,
-    me: &str,
     uids: &BTreeMap<ServiceKey, Arc<str>>,
 ) -> BTreeMap<ServiceKey, Shown> {
+    let mut names = Interner::default();
     model
         .services
         .iter()
-        .filter_map(|(key, svc)| Some((key.clone(), shown(key, svc, plan, me, uids.get(key)?)?)))
+        .filter_map(|(key, svc)| Some((key.clone(), shown(svc, plan, uids.get(key)?, &mut names)?)))
         .collect()
 }
 
-/// What `plan` implies for Service `key` (with uid `uid`) on node `me`; None when
-/// nothing: not announced and no reason.
-pub fn shown(key: &ServiceKey, svc: &ServiceInfo, plan: &Plan, me: &str, uid: &Arc<str>) -> Option<Shown> {
+/// What `plan` implies for a Service (`svc`, with uid `uid`) on this node; None when
+/// nothing: not announced and no reason. Peer and interface lists come from `names`.
+pub fn shown(svc: &ServiceInfo, plan: &Plan, uid: &Arc<str>, names: &mut Interner) -> Option<Shown> {
     let mut bgp_addrs = Vec::new();
     let mut peers = BTreeSet::new();
     let mut l2_addrs = Vec::new();
@@ -59,14 +59,18 @@ pub fn shown(key: &ServiceKey, svc: &ServiceInfo, plan: &Plan, me: &str, uid: &A
     let mut why = Vec::new();
     for ip in &svc.ingress {
         if let Some(i) = plan.l2.get(ip) {
-            l2_addrs.push(ip.to_string());
-            ifs.extend(i.iter().cloned());
+            l2_addrs.push(*ip);
+            ifs.extend(i.iter().map(String::as_str));
         }
-        let to: Vec<&String> =
-            plan.bgp.iter().filter(|(_, routes)| covered(routes, *ip)).map(|(peer, _)| peer).collect();
+        let to: Vec<&str> = plan
+            .bgp
+            .iter()
+            .filter(|(_, routes)| covered(routes, *ip))
+            .map(|(peer, _)| peer.as_str())
+            .collect();
         if !to.is_empty() && !plan.withdrawn.contains_key(ip) {
-            bgp_addrs.push(ip.to_string());
-            peers.extend(to.into_iter().cloned());
+            bgp_addrs.push(*ip);
+            peers.extend(to);
         }
         if let Some(w) = plan.withdrawn.get(ip) {
             why.push(format!("{ip}: {w}"));
@@ -75,29 +79,20 @@ pub fn shown(key: &ServiceKey, svc: &ServiceInfo, plan: &Plan, me: &str, uid: &A
     if why.is_empty() && bgp_addrs.is_empty() && l2_addrs.is_empty() {
         return None;
     }
-    let mut out =
-        Shown { objects: Vec::new(), reason: (!why.is_empty()).then(|| why.join("; ")), uid: uid.clone() };
-    let mut add = |protocol, addresses: Vec<String>, interfaces: Vec<String>, peers: Vec<String>| {
-        if addresses.is_empty() {
-            return;
+    let mut objects = Vec::with_capacity(2);
+    let mut add = |protocol, addresses: Vec<IpAddr>, via: BTreeSet<&str>| {
+        if !addresses.is_empty() {
+            let via = names.names(&via.into_iter().collect::<Vec<_>>());
+            objects.push(Record { protocol, addresses: addresses.into(), via, owner: uid.clone() });
         }
-        let spec = ServiceAnnouncementSpec {
-            node: me.to_owned(),
-            service: ServiceRef { namespace: key.namespace.to_string(), name: key.name.to_string() },
-            protocol,
-            addresses,
-            interfaces,
-            peers,
-        };
-        let name = object_name(&key.name, me, protocol);
-        out.objects.push((
-            (key.namespace.clone(), name.into()),
-            Record { spec: Arc::new(spec), owner: uid.clone() },
-        ));
     };
-    add(AnnouncementProtocol::Bgp, bgp_addrs, Vec::new(), peers.into_iter().collect());
-    add(AnnouncementProtocol::L2, l2_addrs, ifs.into_iter().collect(), Vec::new());
-    Some(out)
+    add(AnnouncementProtocol::Bgp, bgp_addrs, peers);
+    add(AnnouncementProtocol::L2, l2_addrs, ifs);
+    Some(Shown {
+        objects: objects.into(),
+        reason: (!why.is_empty()).then(|| why.join("; ").into()),
+        uid: uid.clone(),
+    })
 }
 
 /// Whether a route covers `ip`: its host prefix or an aggregate of it (one lookup per
@@ -121,9 +116,12 @@ pub struct Update {
 pub struct Tracker {
     /// What was last said for each Service showing something.
     shown: BTreeMap<ServiceKey, Arc<Shown>>,
-    /// The addresses each Service was indexed under, and the Services by address.
-    ingress: BTreeMap<ServiceKey, Vec<IpAddr>>,
-    by_ip: BTreeMap<IpAddr, Vec<ServiceKey>>,
+    /// The addresses each Service was indexed under, and the Services by address (one
+    /// entry per pair: most addresses belong to one Service).
+    ingress: BTreeMap<ServiceKey, Box<[IpAddr]>>,
+    by_ip: BTreeSet<(IpAddr, ServiceKey)>,
+    /// The peer and interface lists the statuses share.
+    names: Interner,
     started: bool,
 }
 
@@ -136,7 +134,6 @@ impl Tracker {
         &mut self,
         model: &ClusterModel,
         plans: &PlanChange<'_>,
-        me: &str,
         uids: &BTreeMap<ServiceKey, Arc<str>>,
         changed: &model::Changes,
     ) -> Option<Update> {
@@ -166,7 +163,7 @@ impl Tracker {
                 .services
                 .get(&key)
                 .zip(uids.get(&key))
-                .and_then(|(svc, uid)| shown(&key, svc, plans.new, me, uid));
+                .and_then(|(svc, uid)| shown(svc, plans.new, uid, &mut self.names));
             let before = self.shown.get(&key).cloned();
             if !complete && before.as_deref() == now.as_ref() {
                 continue;
@@ -185,31 +182,26 @@ impl Tracker {
 
     /// Indexes Service `key` under its current addresses (`svc`; None: gone).
     fn index(&mut self, key: &ServiceKey, svc: Option<&ServiceInfo>) {
-        let now: Vec<IpAddr> = svc.map(|s| s.ingress.clone()).unwrap_or_default();
+        let now: &[IpAddr] = svc.map_or(&[], |s| &s.ingress);
         let before = self.ingress.remove(key).unwrap_or_default();
-        if before == now {
-            if !now.is_empty() {
-                self.ingress.insert(key.clone(), now);
+        if *before != *now {
+            for ip in &before {
+                self.by_ip.remove(&(*ip, key.clone()));
             }
-            return;
-        }
-        for ip in &before {
-            if let Some(keys) = self.by_ip.get_mut(ip) {
-                keys.retain(|k| k != key);
-                if keys.is_empty() {
-                    self.by_ip.remove(ip);
-                }
-            }
-        }
-        for ip in &now {
-            let keys = self.by_ip.entry(*ip).or_default();
-            if !keys.contains(key) {
-                keys.push(key.clone());
+            for ip in now {
+                self.by_ip.insert((*ip, key.clone()));
             }
         }
         if !now.is_empty() {
-            self.ingress.insert(key.clone(), now);
+            self.ingress.insert(key.clone(), if *before == *now { before } else { now.into() });
         }
+    }
+
+    /// The Services indexed under addresses `from..=to`.
+    fn holders(&self, from: IpAddr, to: IpAddr) -> impl Iterator<Item = &ServiceKey> {
+        // The lowest key sorts before any Service's (the range needs a pair to start at).
+        let lowest = ServiceKey { namespace: Arc::from(""), name: Arc::from("") };
+        self.by_ip.range((from, lowest)..).take_while(move |(ip, _)| *ip <= to).map(|(_, key)| key)
     }
 
     /// Adds to `dirty` the Services holding an address whose entries differ between the
@@ -228,15 +220,11 @@ impl Tracker {
             if p.prefix_len() == p.max_prefix_len() {
                 ips.insert(p.addr());
             } else {
-                for keys in self.by_ip.range(p.network()..=p.broadcast()).map(|(_, k)| k) {
-                    dirty.extend(keys.iter().cloned());
-                }
+                dirty.extend(self.holders(p.network(), p.broadcast()).cloned());
             }
         }
         for ip in ips {
-            if let Some(keys) = self.by_ip.get(&ip) {
-                dirty.extend(keys.iter().cloned());
-            }
+            dirty.extend(self.holders(ip, ip).cloned());
         }
     }
 }

@@ -10,10 +10,11 @@
 //! rewritten.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrolb_api::ServiceAnnouncement;
+use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncement};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -29,7 +30,7 @@ mod record;
 pub use desired::{Shown, Tracker, Update, desired, shown};
 use outbox::Inbox;
 pub use outbox::Outbox;
-pub use record::{MANAGER, NODE_LABEL, ObjectKey, Record, object_name};
+pub use record::{Interner, MANAGER, NODE_LABEL, Names, ObjectKey, Record, object_name};
 use record::{label_value, proto_name, service_of};
 
 /// Events per Service in a burst; then one per [`EVENT_REFILL`].
@@ -122,6 +123,16 @@ impl EventLimiter {
     }
 }
 
+/// What the API holds for one Service, as far as the writer knows.
+#[derive(Debug)]
+enum Held {
+    /// Exactly these objects, named as this release names them: what it wrote last, so
+    /// at rest the writer holds no more per Service than the status it shares.
+    Written(Arc<Shown>),
+    /// These objects, as listed or partly written.
+    Objects(Vec<(ObjectKey, Record)>),
+}
+
 struct Writer {
     node: String,
     client: kube::Client,
@@ -131,7 +142,7 @@ struct Writer {
     metrics: Arc<Metrics>,
     limiter: EventLimiter,
     /// What the API holds, per Service, as far as this writer knows (None: not listed yet).
-    current: Option<BTreeMap<ServiceKey, Vec<(ObjectKey, Record)>>>,
+    current: Option<BTreeMap<ServiceKey, Held>>,
     /// The latest status of every Service showing something.
     wanted: BTreeMap<ServiceKey, Arc<Shown>>,
     /// The Services whose objects may differ from `wanted`.
@@ -210,28 +221,41 @@ impl Writer {
         }
     }
 
-    /// Listed objects grouped by Service, keyed by the names this release gives them, so
-    /// an object an older release named otherwise still matches its Service and protocol.
-    fn named_anew(
-        &self,
-        listed: &BTreeMap<ServiceKey, Vec<(ObjectKey, Record)>>,
-    ) -> BTreeMap<ServiceKey, Arc<Shown>> {
+    /// Listed objects grouped by Service, as the status this release would show for
+    /// them (one object per protocol, under the names this release gives), so an object
+    /// an older release named otherwise still matches its Service and protocol.
+    fn named_anew(listed: &BTreeMap<ServiceKey, Held>) -> BTreeMap<ServiceKey, Arc<Shown>> {
         listed
             .iter()
-            .map(|(svc, objects)| {
-                let objects = objects
-                    .iter()
-                    .map(|(_, r)| {
-                        let name = object_name(&r.spec.service.name, &self.node, r.spec.protocol);
-                        ((svc.namespace.clone(), name.into()), r.clone())
-                    })
-                    .collect();
-                (svc.clone(), Arc::new(Shown { objects, ..Shown::default() }))
+            .map(|(svc, held)| {
+                let shown = match held {
+                    Held::Written(s) => s.clone(),
+                    Held::Objects(objects) => {
+                        let mut records: Vec<Record> = Vec::new();
+                        for (_, r) in objects {
+                            if !records.iter().any(|o| o.protocol == r.protocol) {
+                                records.push(r.clone());
+                            }
+                        }
+                        Arc::new(Shown { objects: records.into(), ..Shown::default() })
+                    }
+                };
+                (svc.clone(), shown)
             })
             .collect()
     }
 
-    async fn list(&self) -> Result<BTreeMap<ServiceKey, Vec<(ObjectKey, Record)>>, kube::Error> {
+    /// Service `svc`'s `objects` under the names this release gives them.
+    fn named(&self, svc: &ServiceKey, objects: &[Record]) -> Vec<(ObjectKey, Record)> {
+        objects
+            .iter()
+            .map(|r| {
+                ((svc.namespace.clone(), object_name(&svc.name, &self.node, r.protocol).into()), r.clone())
+            })
+            .collect()
+    }
+
+    async fn list(&self) -> Result<BTreeMap<ServiceKey, Held>, kube::Error> {
         let api: Api<ServiceAnnouncement> = Api::all(self.client.clone());
         let lp = ListParams::default().labels(&format!("{NODE_LABEL}={}", label_value(&self.node)));
         let list = super::within(api.list(&lp)).await?;
@@ -243,7 +267,7 @@ impl Writer {
             );
             out.entry(service_of(&o.spec)).or_default().push((key, Record::of(o)));
         }
-        Ok(out)
+        Ok(out.into_iter().map(|(svc, objects)| (svc, Held::Objects(objects))).collect())
     }
 
     fn count(&self, result: &str) {
@@ -259,7 +283,7 @@ impl Writer {
                 self.current = self.list().await.ok();
             }
             if let Some(c) = &self.current {
-                self.wanted = self.named_anew(c);
+                self.wanted = Self::named_anew(c);
                 self.dirty.extend(c.keys().cloned());
             }
         }
@@ -298,7 +322,10 @@ impl Writer {
         if self.current.is_none() {
             let listed = self.list().await?;
             tracing::info!(
-                existing = listed.values().map(Vec::len).sum::<usize>(),
+                existing = listed
+                    .values()
+                    .map(|h| if let Held::Objects(o) = h { o.len() } else { 0 })
+                    .sum::<usize>(),
                 "listed this node's ServiceAnnouncements"
             );
             self.dirty.extend(listed.keys().cloned());
@@ -309,11 +336,19 @@ impl Writer {
                 return Ok(());
             }
             let want = self.wanted.get(&key).cloned();
-            let want = want.as_deref().map_or(&[][..], |s| &s.objects[..]);
-            let mut current = self.current.as_mut().and_then(|c| c.remove(&key)).unwrap_or_default();
-            let result = self.write(&mut current, want).await;
-            if !current.is_empty() {
-                self.current.get_or_insert_default().insert(key.clone(), current);
+            let mut current = match self.current.as_mut().and_then(|c| c.remove(&key)) {
+                Some(Held::Written(s)) => self.named(&key, &s.objects),
+                Some(Held::Objects(o)) => o,
+                None => Vec::new(),
+            };
+            let result = self.write(&key, &mut current, want.as_deref().map_or(&[], |s| &s.objects)).await;
+            let held = match (&result, want) {
+                // The API now holds exactly the wanted objects: share the status.
+                (Ok(()), Some(w)) => (!w.objects.is_empty()).then_some(Held::Written(w)),
+                _ => (!current.is_empty()).then_some(Held::Objects(current)),
+            };
+            if let Some(held) = held {
+                self.current.get_or_insert_default().insert(key.clone(), held);
             }
             result?;
             self.dirty.remove(&key);
@@ -321,12 +356,14 @@ impl Writer {
         Ok(())
     }
 
-    /// Converges one Service's objects (`current`, as the API holds them) to `want`.
+    /// Converges Service `svc`'s objects (`current`, as the API holds them) to `want`.
     async fn write(
         &self,
+        svc: &ServiceKey,
         current: &mut Vec<(ObjectKey, Record)>,
-        want: &[(ObjectKey, Record)],
+        want: &[Record],
     ) -> Result<(), kube::Error> {
+        let want = self.named(svc, want);
         while let Some(i) = current.iter().position(|(k, _)| !want.iter().any(|(w, _)| w == k)) {
             let (ns, name) = &current[i].0;
             let api: Api<ServiceAnnouncement> = Api::namespaced(self.client.clone(), ns);
@@ -343,24 +380,23 @@ impl Writer {
             current.remove(i);
         }
         for (k, record) in want {
-            let held = current.iter().position(|(c, _)| c == k);
-            if held.is_some_and(|i| current[i].1 == *record) {
+            let held = current.iter().position(|(c, _)| *c == k);
+            if held.is_some_and(|i| current[i].1 == record) {
                 continue;
             }
             let api: Api<ServiceAnnouncement> = Api::namespaced(self.client.clone(), &k.0);
             let pp = PatchParams::apply(MANAGER).force();
-            let obj = record.object(&k.0, &k.1, &self.node);
+            let obj = record.object(svc, &k.1, &self.node);
             if let Err(e) = super::within(api.patch(&k.1, &pp, &Patch::Apply(&obj))).await {
                 self.count("error");
                 return Err(e);
             }
             self.count("applied");
-            // What was sent, sharing its spec with the wanted status (the apiserver
-            // returns the same spec; an object changed since is rewritten at the next
-            // relist of this writer, after a restart).
+            // What was sent (the apiserver returns the same spec; an object changed since
+            // is rewritten at the next relist of this writer, after a restart).
             match held {
-                Some(i) => current[i].1 = record.clone(),
-                None => current.push((k.clone(), record.clone())),
+                Some(i) => current[i].1 = record,
+                None => current.push((k, record)),
             }
         }
         Ok(())
@@ -376,44 +412,42 @@ impl Writer {
         new: Option<&Shown>,
         now: Instant,
     ) -> (usize, usize) {
-        let none: &[(ObjectKey, Record)] = &[];
-        let old_objects = old.map_or(none, |s| &s.objects[..]);
-        let new_objects = new.map_or(none, |s| &s.objects[..]);
+        let old_objects = old.map_or(&[][..], |s| &s.objects[..]);
+        let new_objects = new.map_or(&[][..], |s| &s.objects[..]);
         let uid = new.map(|s| s.uid.to_string()).filter(|u| !u.is_empty());
         let (mut announced, mut withdrawn) = (0usize, 0usize);
-        for (k, record) in new_objects {
-            if old_objects.iter().any(|(o, r)| o == k && r.spec.addresses == record.spec.addresses) {
+        let joined =
+            |addresses: &[IpAddr]| addresses.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(", ");
+        for record in new_objects {
+            if old_objects.iter().any(|o| o.protocol == record.protocol && o.addresses == record.addresses) {
                 continue;
             }
             announced += 1;
-            let spec = &record.spec;
-            let to = if spec.peers.is_empty() {
+            let to = if record.protocol != AnnouncementProtocol::Bgp || record.via.is_empty() {
                 String::new()
             } else {
-                format!(" to BGPPeer {}", spec.peers.join(", "))
+                format!(" to BGPPeer {}", record.via.join(", "))
             };
             let note = format!(
                 "node {} announces {} by {}{to}",
                 self.node,
-                spec.addresses.join(", "),
-                proto_name(spec.protocol).to_uppercase()
+                joined(&record.addresses),
+                proto_name(record.protocol).to_uppercase()
             );
             self.event(uid.clone(), svc, "Announced", note, now).await;
         }
-        for (k, record) in old_objects {
-            if new_objects.iter().any(|(n, _)| n == k) {
+        for record in old_objects {
+            if new_objects.iter().any(|n| n.protocol == record.protocol) {
                 continue;
             }
             withdrawn += 1;
-            let spec = &record.spec;
-            let why = new
-                .and_then(|s| s.reason.clone())
-                .unwrap_or_else(|| "the Service is gone or no longer served".into());
+            let why =
+                new.and_then(|s| s.reason.as_deref()).unwrap_or("the Service is gone or no longer served");
             let note = format!(
                 "node {} withdrew {} ({}): {why}",
                 self.node,
-                spec.addresses.join(", "),
-                proto_name(spec.protocol).to_uppercase()
+                joined(&record.addresses),
+                proto_name(record.protocol).to_uppercase()
             );
             self.event(uid.clone(), svc, "Withdrawn", note, now).await;
         }

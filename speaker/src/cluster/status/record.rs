@@ -2,9 +2,10 @@
 //! reference.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
-use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncement, ServiceAnnouncementSpec};
+use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncement, ServiceAnnouncementSpec, ServiceRef};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sha2::{Digest, Sha256};
 
@@ -17,16 +18,25 @@ pub const NODE_LABEL: &str = "ferrolb.io/node";
 /// A ServiceAnnouncement's (namespace, name).
 pub type ObjectKey = (Arc<str>, Arc<str>);
 
-/// One ServiceAnnouncement as far as the writer cares, wanted or as the API holds it. The
-/// object is made only to write it: whole objects (an API's, managedFields and all) cost
-/// about 4 KB per Service in the writer and as much again in the desired set, the
-/// largest part of a speaker's heap at 1 000 Services; the spec is shared by both.
+/// Names (peers or interfaces) as many Services share them: the same list is one
+/// allocation however many Services are announced alike ([`Interner`]).
+pub type Names = Arc<[Arc<str>]>;
+
+/// One ServiceAnnouncement as far as the writer cares, wanted or as the API holds it:
+/// what its spec says beside what the Service, node and name imply. The object is made
+/// only to write it: at 10 000 Services the specs held as objects (eight strings each)
+/// were the largest part of a speaker's heap (issue #39).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
-    /// The spec.
-    pub spec: Arc<ServiceAnnouncementSpec>,
-    /// The owning Service's uid (shared with the model's); empty when the object's owner
-    /// reference is not exactly the one the speaker writes (so it is rewritten).
+    /// `spec.protocol`.
+    pub protocol: AnnouncementProtocol,
+    /// `spec.addresses`.
+    pub addresses: Box<[IpAddr]>,
+    /// `spec.peers` (BGP) or `spec.interfaces` (L2), the other one empty.
+    pub via: Names,
+    /// The owning Service's uid (shared with the model's); empty when the object is not
+    /// exactly what the speaker writes (its owner reference, or a spec this type cannot
+    /// hold), so it is rewritten.
     pub owner: Arc<str>,
 }
 
@@ -34,29 +44,82 @@ impl Record {
     /// What the writer keeps of an object read from the API.
     pub(super) fn of(o: ServiceAnnouncement) -> Record {
         let ours = |r: &OwnerReference| *r == owner_reference(&o.spec.service.name, &r.uid);
-        let owner = match o.metadata.owner_references.as_deref() {
+        let mut owner: Arc<str> = match o.metadata.owner_references.as_deref() {
             Some([r]) if ours(r) => r.uid.as_str().into(),
             _ => "".into(),
         };
-        Record { spec: Arc::new(o.spec), owner }
+        let spec = o.spec;
+        // Only the canonical text reads back as the address written.
+        let addresses: Vec<IpAddr> = spec
+            .addresses
+            .iter()
+            .filter_map(|a| a.parse().ok().filter(|ip: &IpAddr| ip.to_string() == *a))
+            .collect();
+        let (via, other) = match spec.protocol {
+            AnnouncementProtocol::Bgp => (spec.peers, spec.interfaces),
+            AnnouncementProtocol::L2 => (spec.interfaces, spec.peers),
+        };
+        if addresses.len() != spec.addresses.len() || !other.is_empty() {
+            owner = "".into();
+        }
+        Record {
+            protocol: spec.protocol,
+            addresses: addresses.into(),
+            via: via.into_iter().map(Arc::from).collect(),
+            owner,
+        }
     }
 
-    /// The object to write, named `name` in `namespace`, for `node`.
-    pub fn object(&self, namespace: &str, name: &str, node: &str) -> ServiceAnnouncement {
+    /// The object to write for Service `svc`, named `name`, for `node`.
+    pub fn object(&self, svc: &ServiceKey, name: &str, node: &str) -> ServiceAnnouncement {
+        let via: Vec<String> = self.via.iter().map(|n| n.to_string()).collect();
+        let (peers, interfaces) = match self.protocol {
+            AnnouncementProtocol::Bgp => (via, Vec::new()),
+            AnnouncementProtocol::L2 => (Vec::new(), via),
+        };
         ServiceAnnouncement {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
-                namespace: Some(namespace.to_owned()),
+                namespace: Some(svc.namespace.to_string()),
                 labels: Some(BTreeMap::from([
                     (NODE_LABEL.to_owned(), label_value(node)),
                     ("app.kubernetes.io/managed-by".to_owned(), MANAGER.to_owned()),
                 ])),
-                owner_references: Some(vec![owner_reference(&self.spec.service.name, &self.owner)]),
+                owner_references: Some(vec![owner_reference(&svc.name, &self.owner)]),
                 ..ObjectMeta::default()
             },
-            spec: ServiceAnnouncementSpec::clone(&self.spec),
+            spec: ServiceAnnouncementSpec {
+                node: node.to_owned(),
+                service: ServiceRef { namespace: svc.namespace.to_string(), name: svc.name.to_string() },
+                protocol: self.protocol,
+                addresses: self.addresses.iter().map(IpAddr::to_string).collect(),
+                interfaces,
+                peers,
+            },
             status: None,
         }
+    }
+}
+
+/// Shares equal [`Names`] lists: a speaker announces its Services to the same few peers
+/// or on the same few interfaces.
+#[derive(Debug, Default)]
+pub struct Interner(Vec<Names>);
+
+impl Interner {
+    /// The shared list holding `names`, in this order.
+    pub fn names<S: AsRef<str>>(&mut self, names: &[S]) -> Names {
+        let same =
+            |n: &&Names| n.len() == names.len() && n.iter().zip(names).all(|(a, b)| **a == *b.as_ref());
+        if let Some(n) = self.0.iter().find(same) {
+            return n.clone();
+        }
+        // Lists nobody holds any more go first, so the interner stays as small as the
+        // combinations in use.
+        self.0.retain(|n| Arc::strong_count(n) > 1);
+        let n: Names = names.iter().map(|s| Arc::from(s.as_ref())).collect();
+        self.0.push(n.clone());
+        n
     }
 }
 

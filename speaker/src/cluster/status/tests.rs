@@ -4,7 +4,7 @@ use super::*;
 use crate::model::ClusterModel;
 use crate::plan::diff::PlanChange;
 use crate::plan::{Plan, RouteAttrs};
-use ferrolb_api::{AnnouncementProtocol, ServiceAnnouncementSpec, ServiceRef};
+use ferrolb_api::AnnouncementProtocol;
 
 #[test]
 fn the_plan_becomes_one_object_per_service_and_protocol_with_owner_and_reasons() {
@@ -19,55 +19,87 @@ fn the_plan_becomes_one_object_per_service_and_protocol_with_owner_and_reasons()
     plan.withdrawn.insert("203.0.113.11".parse().unwrap(), "no serving endpoint".into());
     let key = |n: &str| ServiceKey { namespace: "shop".into(), name: n.into() };
     let uids = BTreeMap::from([(key("web"), "uid-web".into()), (key("down"), "uid-down".into())]);
-    let d = desired(&model, &plan, "node1", &uids);
-    let objects: BTreeMap<(String, String), Record> = d
-        .values()
-        .flat_map(|s| s.objects.iter().map(|((ns, n), r)| ((ns.to_string(), n.to_string()), r.clone())))
+    let d = desired(&model, &plan, &uids);
+    let objects: Vec<ServiceAnnouncement> = d
+        .iter()
+        .flat_map(|(k, s)| {
+            s.objects.iter().map(|r| r.object(k, &object_name(&k.name, "node1", r.protocol), "node1"))
+        })
         .collect();
-    let names: Vec<&str> = objects.keys().map(|(_, n)| n.as_str()).collect();
+    let names: Vec<&str> = objects.iter().map(|o| o.metadata.name.as_deref().unwrap()).collect();
     assert_eq!(names, vec!["web-node1-bgp", "web-node1-l2"]);
-    let bgp = &objects[&("shop".to_owned(), "web-node1-bgp".to_owned())];
+    let bgp = &objects[0];
     assert_eq!(bgp.spec.addresses, vec!["203.0.113.10"]);
     assert_eq!(bgp.spec.peers, vec!["router-a"], "only peers that get the prefix");
-    let bgp = bgp.object("shop", "web-node1-bgp", "node1");
+    assert!(bgp.spec.interfaces.is_empty());
+    assert_eq!(
+        (bgp.spec.node.as_str(), bgp.spec.service.namespace.as_str(), bgp.spec.service.name.as_str()),
+        ("node1", "shop", "web")
+    );
     let owner = &bgp.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()), ("Service", "web", "uid-web"));
     assert_eq!(bgp.metadata.namespace.as_deref(), Some("shop"));
     assert_eq!(bgp.metadata.labels.as_ref().unwrap()[NODE_LABEL], "node1");
-    let l2 = &objects[&("shop".to_owned(), "web-node1-l2".to_owned())];
+    let l2 = &objects[1];
     assert_eq!(
-        (l2.spec.protocol, l2.spec.interfaces.clone()),
-        (AnnouncementProtocol::L2, vec!["eth1".to_owned()])
+        (l2.spec.protocol, l2.spec.interfaces.clone(), l2.spec.peers.clone(), l2.spec.addresses.clone()),
+        (AnnouncementProtocol::L2, vec!["eth1".to_owned()], Vec::new(), vec!["192.0.2.200".to_owned()])
     );
     assert_eq!(d[&key("down")].reason.as_deref(), Some("203.0.113.11: no serving endpoint"));
     assert!(d[&key("down")].objects.is_empty());
     // Without a uid (not seen in the API) no object can be owned: none is written.
-    let d = desired(&model, &plan, "node1", &BTreeMap::new());
+    let d = desired(&model, &plan, &BTreeMap::new());
     assert!(d.is_empty());
 }
 
 /// The writer keeps a record of what the API returns and compares it with the wanted one:
 /// an object it wrote reads back as the record it came from, and one whose owner
-/// reference someone changed does not (so it is written again).
+/// reference someone changed, or whose spec it would not write, does not (so it is
+/// written again).
 #[test]
-fn an_object_written_reads_back_as_its_record_and_a_changed_owner_does_not() {
-    let spec = ServiceAnnouncementSpec {
-        node: "node1".into(),
-        service: ServiceRef { namespace: "shop".into(), name: "web".into() },
+fn an_object_written_reads_back_as_its_record_and_a_changed_one_does_not() {
+    let record = Record {
         protocol: AnnouncementProtocol::Bgp,
-        addresses: vec!["203.0.113.10".into()],
-        interfaces: Vec::new(),
-        peers: vec!["router-a".into()],
+        addresses: ["203.0.113.10".parse().unwrap(), "2001:db8::10".parse().unwrap()].into(),
+        via: Interner::default().names(&["router-a", "router-b"]),
+        owner: "uid-web".into(),
     };
-    let record = Record { spec: Arc::new(spec), owner: "uid-web".into() };
-    let mut obj = record.object("shop", "web-node1-bgp", "node1");
+    let svc = ServiceKey { namespace: "shop".into(), name: "web".into() };
+    let mut obj = record.object(&svc, "web-node1-bgp", "node1");
     obj.metadata.uid = Some("sa-uid".into());
     obj.metadata.resource_version = Some("42".into());
     assert_eq!(Record::of(obj.clone()), record);
-    obj.metadata.owner_references.as_mut().unwrap()[0].controller = Some(true);
-    assert_eq!(&*Record::of(obj.clone()).owner, "");
-    obj.metadata.owner_references = None;
-    assert_ne!(Record::of(obj), record);
+    let changed = |f: &dyn Fn(&mut ServiceAnnouncement)| {
+        let mut o = obj.clone();
+        f(&mut o);
+        Record::of(o)
+    };
+    assert_eq!(
+        &*changed(&|o| o.metadata.owner_references.as_mut().unwrap()[0].controller = Some(true)).owner,
+        ""
+    );
+    assert_ne!(changed(&|o| o.metadata.owner_references = None), record);
+    // Text that parses to the same address but is not what the speaker writes.
+    assert_eq!(&*changed(&|o| o.spec.addresses[1] = "2001:DB8::10".into()).owner, "");
+    assert_eq!(&*changed(&|o| o.spec.addresses[0] = "not an address".into()).owner, "");
+    // Interfaces on a BGP object: the speaker writes none.
+    assert_eq!(&*changed(&|o| o.spec.interfaces = vec!["eth1".into()]).owner, "");
+    assert_ne!(changed(&|o| o.spec.peers.pop().map(drop).unwrap_or_default()), record);
+}
+
+/// Equal peer lists are one allocation however many statuses hold them; a list nobody
+/// holds any more is forgotten.
+#[test]
+fn equal_name_lists_are_shared_and_unused_ones_forgotten() {
+    let mut names = Interner::default();
+    let a = names.names(&["router-a", "router-b"]);
+    let b = names.names(&["router-a".to_owned(), "router-b".to_owned()]);
+    assert!(Arc::ptr_eq(&a, &b));
+    assert!(!Arc::ptr_eq(&a, &names.names(&["router-b", "router-a"])), "order is kept");
+    drop((a, b));
+    let c = names.names(&["router-c"]);
+    assert_eq!(names.names(&["router-a", "router-b"]).len(), 2, "made again when asked again");
+    assert_eq!(Arc::strong_count(&c), 2, "the interner and c");
 }
 
 /// Services `names` in namespace `shop`, `web-i` at 203.0.113.i.
@@ -118,11 +150,11 @@ fn the_tracker_names_only_the_services_whose_status_changed() {
         model.services.keys().map(|k| (k.clone(), format!("uid-{}", k.name).into())).collect();
     let (mut t, mut view) = (Tracker::default(), BTreeMap::new());
     let none = crate::model::Changes::none();
-    let scratch = |plan: &Plan, uids: &BTreeMap<ServiceKey, Arc<str>>| desired(&model, plan, "node1", uids);
+    let scratch = |plan: &Plan, uids: &BTreeMap<ServiceKey, Arc<str>>| desired(&model, plan, uids);
     let mut step =
         |t: &mut Tracker, old: &Plan, new: &Plan, uids: &BTreeMap<ServiceKey, Arc<str>>, changed| {
             let said = t
-                .update(&model, &PlanChange::between(old, new), "node1", uids, changed)
+                .update(&model, &PlanChange::between(old, new), uids, changed)
                 .map(|u| (u.complete, absorb(&mut view, u)));
             assert_eq!(view, scratch(new, uids), "the tracker's sum differs from the whole set");
             said.map(|(complete, keys)| {
