@@ -53,7 +53,7 @@ pub use annotations::{
 pub use community::{Community, CommunityError};
 pub use crd::*;
 pub use duration::{Duration, DurationError};
-pub use selector::selectors_match;
+pub use selector::{Labels, selectors_match};
 pub use service_fields::ServiceFields;
 pub use stream::{
     Object, ObjectStream, Source, StreamError, json_documents, parse_stream, parse_stream_services,

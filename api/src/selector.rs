@@ -2,15 +2,52 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::core::{Selector, SelectorExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+
+/// Labels as selectors read them: a key's value. Whoever holds many label sets (a speaker
+/// holds every Node's) may keep them compactly and still match them.
+pub trait Labels {
+    /// The value of label `key`, if set.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl Labels for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
 
 /// The API's selector-list rule, in one place: an empty list matches everything, otherwise
 /// any one selector must match. An invalid selector (which the validator reports)
 /// matches nothing, so a typo never widens what a rule applies to.
-pub fn selectors_match(selectors: &[LabelSelector], labels: &BTreeMap<String, String>) -> bool {
-    selectors.is_empty()
-        || selectors.iter().any(|s| Selector::try_from(s.clone()).is_ok_and(|sel| sel.matches(labels)))
+pub fn selectors_match(selectors: &[LabelSelector], labels: &impl Labels) -> bool {
+    selectors.is_empty() || selectors.iter().any(|s| selector_matches(s, labels))
+}
+
+/// One selector, by kube's rule (`kube::core::Selector`, which the tests hold this to):
+/// every `matchLabels` pair and every expression; an empty selector matches everything;
+/// an expression with an unknown operator, or `In`/`NotIn` without values, makes the
+/// selector match nothing. Read in place: the planner matches every Node against it.
+fn selector_matches(s: &LabelSelector, labels: &impl Labels) -> bool {
+    let expressions = s.match_expressions.as_deref().unwrap_or_default();
+    let valid = |r: &LabelSelectorRequirement| match r.operator.as_str() {
+        "In" | "NotIn" => r.values.is_some(),
+        "Exists" | "DoesNotExist" => true,
+        _ => false,
+    };
+    let holds = |r: &LabelSelectorRequirement| {
+        let value = labels.label(&r.key);
+        let listed = || value.is_some_and(|v| r.values.iter().flatten().any(|x| x == v));
+        match r.operator.as_str() {
+            "In" => listed(),
+            "NotIn" => !listed(),
+            "Exists" => value.is_some(),
+            _ => value.is_none(),
+        }
+    };
+    expressions.iter().all(valid)
+        && s.match_labels.iter().flatten().all(|(k, v)| labels.label(k) == Some(v.as_str()))
+        && expressions.iter().all(holds)
 }
 
 /// A problem at a path relative to the checked value: (sub-path, problem, fix).
@@ -153,6 +190,49 @@ mod tests {
             match_labels: None,
         };
         assert!(!selectors_match(&[broken], &node));
+    }
+
+    /// The rule read in place is kube's: every selector of a table against every label set.
+    #[test]
+    fn selectors_match_as_kube_matches_them() {
+        use kube::core::{Selector, SelectorExt};
+        let req = |key: &str, op: &str, values: Option<&[&str]>| LabelSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: values.map(|v| v.iter().map(|s| s.to_string()).collect()),
+        };
+        let sel = |pairs: &[(&str, &str)], exprs: Vec<LabelSelectorRequirement>| LabelSelector {
+            match_labels: (!pairs.is_empty()).then(|| labels(pairs)),
+            match_expressions: (!exprs.is_empty()).then_some(exprs),
+        };
+        let selectors = [
+            sel(&[], vec![]),
+            sel(&[("rack", "r1")], vec![]),
+            sel(&[("rack", "r1"), ("zone", "a")], vec![]),
+            sel(&[], vec![req("rack", "In", Some(&["r1", "r2"]))]),
+            sel(&[], vec![req("rack", "In", Some(&[]))]),
+            sel(&[], vec![req("rack", "In", None)]),
+            sel(&[], vec![req("rack", "NotIn", Some(&["r1"]))]),
+            sel(&[], vec![req("rack", "NotIn", None)]),
+            sel(&[], vec![req("rack", "Exists", None)]),
+            sel(&[], vec![req("rack", "DoesNotExist", Some(&["ignored"]))]),
+            sel(&[], vec![req("rack", "Bogus", Some(&["r1"]))]),
+            sel(&[("zone", "a")], vec![req("rack", "Exists", None), req("edge", "DoesNotExist", None)]),
+            sel(&[("zone", "a")], vec![req("rack", "NotIn", Some(&["r2"])), req("rack", "Gt", Some(&["1"]))]),
+        ];
+        let sets = [
+            labels(&[]),
+            labels(&[("rack", "r1")]),
+            labels(&[("rack", "r2"), ("zone", "a")]),
+            labels(&[("rack", "r1"), ("zone", "a"), ("edge", "")]),
+            labels(&[("zone", "a")]),
+        ];
+        for s in &selectors {
+            for l in &sets {
+                let kube = Selector::try_from(s.clone()).is_ok_and(|k| k.matches(l));
+                assert_eq!(selector_matches(s, l), kube, "{s:?} on {l:?}");
+            }
+        }
     }
 
     #[test]

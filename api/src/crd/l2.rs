@@ -1,7 +1,5 @@
 //! L2Advertisement: announce pool addresses by ARP/NDP.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -79,7 +77,7 @@ fn one() -> u32 {
 impl L2AdvertisementSpec {
     /// A node's preference for this advertisement's addresses: the sum of the weights of
     /// the `nodePreferences` entries that select its labels (0 when none does).
-    pub fn preference(&self, labels: &BTreeMap<String, String>) -> u32 {
+    pub fn preference(&self, labels: &impl crate::selector::Labels) -> u32 {
         self.node_preferences
             .iter()
             .filter(|p| selectors_match(std::slice::from_ref(&p.node_selector), labels))
@@ -129,7 +127,11 @@ mod tests {
             ]
         }))
         .unwrap_or_default();
-        let labels = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let labels = |kv: &[(&str, &str)]| {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<std::collections::BTreeMap<String, String>>()
+        };
         assert_eq!(spec.node_preferences.len(), 2, "weight defaults to 1");
         assert_eq!(spec.preference(&labels(&[("rack", "r1"), ("disk", "ssd")])), 51);
         assert_eq!(spec.preference(&labels(&[("rack", "r1")])), 50);
