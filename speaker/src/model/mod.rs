@@ -6,6 +6,7 @@
 //! ferrolb configuration arrives as a whole [`ValidConfig`] (it is validated as a set).
 
 mod endpoints;
+mod labels;
 pub mod static_file;
 
 use std::borrow::Cow;
@@ -20,6 +21,7 @@ use ferrolb_api::{
 use k8s_openapi::api::core::v1::{Node, Service};
 
 pub use endpoints::{EndpointCounts, EndpointRef, Slice, endpoint_refs};
+pub use labels::{LabelStrings, NodeLabels};
 
 /// The label that keeps a node out of every announcement.
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
@@ -93,7 +95,7 @@ impl Selector {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NodeInfo {
     /// Labels, for nodeSelectors.
-    pub labels: BTreeMap<String, String>,
+    pub labels: NodeLabels,
     /// Condition Ready is True.
     pub ready: bool,
     /// Condition NetworkUnavailable is True.
@@ -116,6 +118,8 @@ pub struct ClusterModel {
     pub endpoint_slices: BTreeMap<ServiceKey, Vec<Slice>>,
     /// Nodes by name.
     pub nodes: BTreeMap<String, NodeInfo>,
+    /// The strings of their labels.
+    pub label_strings: LabelStrings,
     /// IPAddressPools by name.
     pub pools: BTreeMap<String, IpAddressPool>,
     /// BGPPeers by name.
@@ -402,7 +406,10 @@ impl ClusterModel {
 
     /// Adds or replaces a Node.
     pub fn upsert_node(&mut self, node: &Node) {
-        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let labels = match &node.metadata.labels {
+            Some(l) => self.label_strings.labels(l),
+            None => NodeLabels::default(),
+        };
         let status = node.status.as_ref();
         let cond = |t: &str| {
             status

@@ -28,7 +28,7 @@ fn static_stream_fills_every_part_of_the_model() {
     let n1 = &m.nodes["node1"];
     assert!(n1.ready && !n1.network_unavailable && !n1.excluded);
     assert_eq!(n1.addresses, vec!["192.0.2.11".parse::<IpAddr>().unwrap()]);
-    assert_eq!(n1.labels["rack"], "a");
+    assert_eq!(n1.labels.get("rack"), Some("a"));
     let web = &m.services[&key("web")];
     assert_eq!(web.ingress.len(), 2);
     assert_eq!(web.traffic_policy, TrafficPolicy::Cluster);
@@ -184,4 +184,40 @@ fn parsing_a_file_equals_upserting_its_objects_in_order() {
     assert!(parsed.service_selectors.contains_key(&key("bulk-14")));
     // Every Service of the fixture and 699 of the bulk ones.
     assert_eq!(parsed.services.len(), model_of(FIXTURE).services.len() + 699);
+}
+
+/// Nodes' label strings are held once however many Nodes carry them, and those only gone
+/// Nodes held are let go.
+#[test]
+fn nodes_share_their_label_strings_and_gone_ones_are_let_go() {
+    let mut strings = LabelStrings::default();
+    let node = |i: usize| -> BTreeMap<String, String> {
+        [
+            ("kubernetes.io/hostname", format!("n{i}")),
+            ("kubernetes.io/os", "linux".into()),
+            ("rack", "a".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    };
+    let a = strings.labels(&node(1));
+    let b = strings.labels(&node(2));
+    assert_eq!(
+        (a.get("kubernetes.io/hostname"), b.get("rack"), a.get("zone")),
+        (Some("n1"), Some("a"), None)
+    );
+    assert!(a.contains_key("kubernetes.io/os") && !a.contains_key("kubernetes.io"));
+    assert!(ferrolb_api::Labels::label(&b, "kubernetes.io/hostname") == Some("n2"));
+    let shared =
+        |l: &NodeLabels| l.0.iter().map(|(k, v)| (Arc::as_ptr(k), Arc::as_ptr(v))).collect::<Vec<_>>();
+    let (sa, sb) = (shared(&a), shared(&b));
+    assert_eq!((sa[1], sa[2]), (sb[1], sb[2]), "the same key and value strings");
+    assert_ne!(sa[0].1, sb[0].1, "each Node's own name");
+    // Thousands of Nodes come and go: what only they held does not stay.
+    for i in 3..5_000 {
+        drop(strings.labels(&node(i)));
+    }
+    assert!(strings.held.len() < 2_100, "{} strings held", strings.held.len());
+    assert_eq!(a.get("kubernetes.io/hostname"), Some("n1"), "what live Nodes hold stays");
 }

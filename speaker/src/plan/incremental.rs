@@ -14,7 +14,7 @@ use std::sync::Arc;
 use ipnet::IpNet;
 
 use super::{Fragment, Globals, Plan, RouteAttrs, fragment, merge_interfaces};
-use crate::model::{Changes, ClusterModel, ServiceInfo, ServiceKey};
+use crate::model::{Changes, ClusterModel, NodeLabels, ServiceInfo, ServiceKey};
 
 /// The Services holding one address or prefix, in key order. Nearly always one, kept
 /// inline: no allocation of its own (two per Service; indexing a static file of 50k
@@ -144,7 +144,7 @@ impl Planner {
         live: &BTreeSet<String>,
     ) -> &Plan {
         let all = changes.all || self.me.as_deref() != Some(me) || self.live != *live;
-        let empty = BTreeMap::new();
+        let empty = NodeLabels::default();
         let g = Globals::of(model, me, live, &empty);
         if all {
             let fresh = Planner { me: Some(me.to_owned()), live: live.clone(), ..Planner::default() };

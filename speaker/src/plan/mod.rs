@@ -19,7 +19,9 @@ pub use incremental::Planner;
 pub use route::{GRACEFUL_SHUTDOWN, RouteAttrs};
 use route::{attrs_of, prefix_of};
 
-use crate::model::{Changes, ClusterModel, EndpointCounts, NodeInfo, ServiceInfo, ServiceKey, TrafficPolicy};
+use crate::model::{
+    Changes, ClusterModel, EndpointCounts, NodeInfo, NodeLabels, ServiceInfo, ServiceKey, TrafficPolicy,
+};
 use ferrolb_proto::election;
 use ferrolb_proto::membership::heartbeat;
 
@@ -160,7 +162,7 @@ pub fn plan(model: &ClusterModel, me: &str, live_members: &BTreeSet<String>) -> 
 /// What the whole node contributes, the same for every Service.
 struct Globals<'a> {
     me: &'a str,
-    my_labels: &'a BTreeMap<String, String>,
+    my_labels: &'a NodeLabels,
     /// BGPPeers whose nodeSelectors match this node, their names shared by every route.
     my_peers: Vec<(Arc<str>, &'a ferrolb_api::BgpPeer)>,
     /// Every IPAddressPool with its ranges, parsed once per plan rather than per address.
@@ -173,12 +175,7 @@ struct Globals<'a> {
 }
 
 impl<'a> Globals<'a> {
-    fn of(
-        model: &'a ClusterModel,
-        me: &'a str,
-        live: &'a BTreeSet<String>,
-        empty: &'a BTreeMap<String, String>,
-    ) -> Self {
+    fn of(model: &'a ClusterModel, me: &'a str, live: &'a BTreeSet<String>, empty: &'a NodeLabels) -> Self {
         let my_node = model.nodes.get(me);
         let my_labels = my_node.map_or(empty, |n| &n.labels);
         let my_peers = model
