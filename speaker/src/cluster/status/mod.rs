@@ -133,6 +133,16 @@ enum Held {
     Objects(Vec<(ObjectKey, Record)>),
 }
 
+impl Held {
+    /// How many objects the API holds.
+    fn len(&self) -> usize {
+        match self {
+            Held::Written(s) => s.objects.len(),
+            Held::Objects(o) => o.len(),
+        }
+    }
+}
+
 struct Writer {
     node: String,
     client: kube::Client,
@@ -322,10 +332,7 @@ impl Writer {
         if self.current.is_none() {
             let listed = self.list().await?;
             tracing::info!(
-                existing = listed
-                    .values()
-                    .map(|h| if let Held::Objects(o) = h { o.len() } else { 0 })
-                    .sum::<usize>(),
+                existing = listed.values().map(Held::len).sum::<usize>(),
                 "listed this node's ServiceAnnouncements"
             );
             self.dirty.extend(listed.keys().cloned());
