@@ -43,6 +43,8 @@ pub struct Metrics {
     pub membership: ferrolb_proto::membership::MembershipMetrics,
     /// The L2 announcer (L2 mode): `ferrolb_l2_*`, the speaker's names.
     pub l2: ferrolb_proto::l2::L2Metrics,
+    /// What the refresh's client receives (`ferrolb_kube_client_*`, every binary's names).
+    pub kube_received: ferrolb_runtime::kube_client::Received,
     /// 1 while the health monitor says the local apiserver is healthy.
     pub healthy: Gauge,
     /// 1 if the last health probe got a 200.
@@ -85,6 +87,8 @@ impl Metrics {
         ferrolb_runtime::build_info::register(&mut root, env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         let membership = ferrolb_proto::membership::MembershipMetrics::new(&mut root);
         let l2 = ferrolb_proto::l2::L2Metrics::new(&mut root);
+        let kube_received = ferrolb_runtime::kube_client::Received::default();
+        kube_received.register(&mut root);
         let registry = root.sub_registry_with_prefix("ferrolb_bootstrap");
         let healthy = Gauge::default();
         registry.register("healthy", "1 while the local apiserver counts as healthy", healthy.clone());
@@ -144,6 +148,7 @@ impl Metrics {
             registry: root,
             membership,
             l2,
+            kube_received,
             healthy,
             last_check_success,
             checks,

@@ -97,7 +97,7 @@ fn default_identity() -> String {
         .unwrap_or_else(|| "ferrolb-controller".into())
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+async fn client(kubeconfig: Option<&PathBuf>, metrics: &Metrics) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
@@ -110,7 +110,8 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
             "no Kubernetes configuration: not in a cluster and no kubeconfig; pass --kubeconfig FILE",
         )?,
     };
-    kube_client::client(config, Limits::CONTROLLER).context("cannot build a Kubernetes client")
+    kube_client::client(config, Limits::CONTROLLER, &metrics.kube_received)
+        .context("cannot build a Kubernetes client")
 }
 
 /// Registers the SIGTERM handler now (before "starting" is logged, so a SIGTERM right after
@@ -134,7 +135,8 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
     let listener = http::bind(args.metrics_addr)
         .await
         .with_context(|| format!("--metrics-addr {}: cannot listen", args.metrics_addr))?;
-    let client = client(args.kubeconfig.as_ref()).await?;
+    let metrics = Metrics::new();
+    let client = client(args.kubeconfig.as_ref(), &metrics).await?;
     let namespace = args.namespace.unwrap_or_else(ferrolb_api::default_namespace);
     let identity = args.identity.unwrap_or_else(default_identity);
     let leader = args.leader_elect.then(|| LeaseConfig {
@@ -145,7 +147,6 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
         retry: (lease_duration / 5).max(Duration::from_millis(200)),
     });
     let settings = Settings { lb_class: args.lb_class, namespace, identity, leader };
-    let metrics = Metrics::new();
     let health = Health::default();
     let shutdown = shutdown_signal()?;
     let server = tokio::spawn(http::serve(listener, metrics.clone(), health.clone()));

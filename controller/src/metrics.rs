@@ -48,6 +48,8 @@ pub struct Metrics {
     pub invalid_objects: Family<Labels, Gauge>,
     /// 1 while this replica leads.
     pub leader: Gauge,
+    /// What the controller's client receives (`ferrolb_kube_client_*`, every binary's names).
+    pub kube_received: ferrolb_runtime::kube_client::Received,
 }
 
 impl Default for Metrics {
@@ -73,7 +75,9 @@ impl Metrics {
             invalid_pools: Gauge::default(),
             invalid_objects: Family::default(),
             leader: Gauge::default(),
+            kube_received: Default::default(),
         };
+        m.kube_received.register(&mut r);
         r.register(
             "ferrolb_allocator_assigned_addresses",
             "Addresses in use per pool and family (a shared address counts once)",

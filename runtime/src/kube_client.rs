@@ -1,19 +1,27 @@
-//! Every ferrolb binary's Kubernetes client: deadlines on each request and client-side
-//! request limits ([`throttle`]).
+//! Every ferrolb binary's Kubernetes client: deadlines on each request, client-side
+//! request limits ([`throttle`]) and what it receives counted ([`received`]).
 
+mod received;
 mod throttle;
 
 use std::time::Duration;
 
+pub use received::{Received, ReceivedLayer};
 pub use throttle::{Limits, Throttle, ThrottleLayer};
 
-/// A client for `config` with the deadlines of [`with_deadlines`] and its requests held to
-/// `limits` (one of the [`Limits`] constants of the binary it runs in).
-pub fn client(config: kube::Config, limits: Limits) -> Result<kube::Client, kube::Error> {
-    // Outermost, right under the Client's queue, whose order it keeps. kube's own retries
-    // (a 429, 503 or 504, after a back-off or the server's Retry-After) are paced by the
-    // apiserver and not counted again.
+/// A client for `config` with the deadlines of [`with_deadlines`], its requests held to
+/// `limits` (one of the [`Limits`] constants of the binary it runs in) and what it
+/// receives counted into `received` (registered in the binary's metrics).
+pub fn client(
+    config: kube::Config,
+    limits: Limits,
+    received: &Received,
+) -> Result<kube::Client, kube::Error> {
+    // The throttle outermost, right under the Client's queue, whose order it keeps.
+    // kube's own retries (a 429, 503 or 504, after a back-off or the server's
+    // Retry-After) are paced by the apiserver and not counted again.
     Ok(kube::client::ClientBuilder::try_from(with_deadlines(config))?
+        .with_layer(&ReceivedLayer::new(received))
         .with_layer(&ThrottleLayer::new(limits))
         .build())
 }

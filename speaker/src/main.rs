@@ -101,7 +101,7 @@ fn fail(msg: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, String> {
+async fn client(kubeconfig: Option<&PathBuf>, metrics: &Metrics) -> Result<kube::Client, String> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
@@ -117,7 +117,8 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, String> {
             )
         })?,
     };
-    kube_client::client(config, Limits::SPEAKER).map_err(|e| format!("cannot build a Kubernetes client: {e}"))
+    kube_client::client(config, Limits::SPEAKER, &metrics.kube_received)
+        .map_err(|e| format!("cannot build a Kubernetes client: {e}"))
 }
 
 /// Heap profiling build (`--features dhat-heap`): every allocation is counted.
@@ -172,7 +173,7 @@ fn main() -> ExitCode {
                 run::run_static(opts, metrics).await.map_err(|e| e.to_string())
             }
             None => {
-                let client = client(kubeconfig.as_ref()).await?;
+                let client = client(kubeconfig.as_ref(), &metrics).await?;
                 let opts = KubeOptions { options, namespace, plans: None, record: None };
                 run::run_kube(opts, client, metrics).await.map_err(|e| e.to_string())
             }

@@ -148,6 +148,8 @@ pub struct Metrics {
     pub replan_seconds: Histogram,
     /// Heap bytes the speaker's allocations hold, read at each scrape.
     heap_bytes: Gauge,
+    /// What the speaker's client receives (`ferrolb_kube_client_*`, every binary's names).
+    pub kube_received: ferrolb_runtime::kube_client::Received,
     ready: AtomicBool,
     scrapes: AtomicU64,
     /// Milliseconds after `started` of the event loop's last heartbeat (0: none yet).
@@ -175,6 +177,8 @@ impl Metrics {
         let l2 = L2Metrics::new(&mut root);
         let membership = MembershipMetrics::new(&mut root);
         let bfd = BfdMetrics::register(&mut root);
+        let kube_received = ferrolb_runtime::kube_client::Received::default();
+        kube_received.register(&mut root);
         let l2_ownership_changes = Family::<OwnershipLabel, Counter>::default();
         let registry = root.sub_registry_with_prefix("ferrolb");
         let session_up = Family::<PeerLabel, Gauge>::default();
@@ -271,6 +275,7 @@ impl Metrics {
             model_synced,
             readiness,
             heap_bytes,
+            kube_received,
             replan_seconds,
             ready: AtomicBool::new(false),
             scrapes: AtomicU64::new(0),

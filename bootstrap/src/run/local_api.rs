@@ -28,7 +28,7 @@ pub(super) async fn start_refresh(
         Ok(None) => {}
         Err(e) => tracing::warn!(error = %e, "cannot read the refresh client certificate's expiry"),
     }
-    let client = kube_client::client(config, Limits::BOOTSTRAP)?;
+    let client = kube_client::client(config, Limits::BOOTSTRAP, &metrics.kube_received)?;
     let resync = Duration::from_secs(60);
     let path = checkpoint.to_path_buf();
     tokio::spawn(refresh::run(client, vip_name.into(), path, resync, Some(written), metrics.clone()));

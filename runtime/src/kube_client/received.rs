@@ -1,0 +1,321 @@
+//! What a client receives from the apiserver, counted as it arrives: the bytes of every
+//! response body and the events of every watch, by verb and resource
+//! (`ferrolb_kube_client_received_bytes_total`, `ferrolb_kube_client_watch_events_total`).
+//!
+//! The apiserver's own metrics count watch events per resource for every watcher
+//! together, and its audit log records a watch once, when it starts: neither says what
+//! one component's watches cost it. At 5 000 nodes that is the figure that matters (every
+//! speaker receives every change of what it watches), so each client counts its own.
+//! A watch sends one JSON object and a newline per event (bookmarks included), so an
+//! event is a newline of a watch's body. Bytes are the body as sent (ferrolb's clients
+//! ask for no compression), without the HTTP and TLS framing.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+use hyper::{Method, Request, Response};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use tower::{Layer, Service};
+
+/// `verb` and `resource`, as the audit log names them (`list`, `watch`, `get`, `create`,
+/// `update`, `patch`, `delete`; `services`, `services/status`, `endpointslices`, …).
+type Labels = [(&'static str, String); 2];
+
+/// A client's counters. Clones share them.
+#[derive(Clone, Debug, Default)]
+pub struct Received {
+    bytes: Family<Labels, Counter>,
+    events: Family<Labels, Counter>,
+}
+
+impl Received {
+    /// Registers the counters in `registry`, which must carry no prefix.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "ferrolb_kube_client_received_bytes",
+            "Response body bytes this process received from the apiserver, by verb and resource",
+            self.bytes.clone(),
+        );
+        registry.register(
+            "ferrolb_kube_client_watch_events",
+            "Watch events (bookmarks included) this process received from the apiserver, by resource",
+            self.events.clone(),
+        );
+    }
+
+    /// The bytes received for `verb` on `resource` so far.
+    pub fn bytes(&self, verb: &'static str, resource: &str) -> u64 {
+        self.bytes.get(&labels(verb, resource)).map_or(0, |c| c.get())
+    }
+
+    /// The watch events received on `resource` so far.
+    pub fn events(&self, resource: &str) -> u64 {
+        self.events.get(&labels("watch", resource)).map_or(0, |c| c.get())
+    }
+}
+
+fn labels(verb: &'static str, resource: &str) -> Labels {
+    [("verb", verb.to_owned()), ("resource", resource.to_owned())]
+}
+
+/// Counts what the service it wraps receives into a [`Received`].
+#[derive(Clone, Debug)]
+pub struct ReceivedLayer {
+    received: Received,
+}
+
+impl ReceivedLayer {
+    /// Counts into `received`.
+    pub fn new(received: &Received) -> Self {
+        ReceivedLayer { received: received.clone() }
+    }
+}
+
+impl<S> Layer<S> for ReceivedLayer {
+    type Service = Counting<S>;
+
+    fn layer(&self, inner: S) -> Counting<S> {
+        Counting { inner, received: self.received.clone() }
+    }
+}
+
+/// A service whose response bodies are counted as they are read.
+#[derive(Clone, Debug)]
+pub struct Counting<S> {
+    inner: S,
+    received: Received,
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Counting<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    type Response = Response<Counted<ResBody>>;
+    type Error = S::Error;
+    type Future = Answer<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let (verb, resource) = verb_and_resource(request.method(), request.uri());
+        let labels = labels(verb, &resource);
+        let bytes = self.received.bytes.get_or_create(&labels).clone();
+        let events = (verb == "watch").then(|| self.received.events.get_or_create(&labels).clone());
+        Answer { inner: Box::pin(self.inner.call(request)), counters: Some((bytes, events)) }
+    }
+}
+
+/// The response to come, its body then counted.
+pub struct Answer<F> {
+    inner: Pin<Box<F>>,
+    counters: Option<(Counter, Option<Counter>)>,
+}
+
+impl<F, B, E> Future for Answer<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<Counted<B>>, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let response = ready!(self.inner.as_mut().poll(cx))?;
+        let (bytes, events) = self.counters.take().unwrap_or_default();
+        Poll::Ready(Ok(response.map(|body| Counted { inner: Box::pin(body), bytes, events })))
+    }
+}
+
+/// A response body that counts its bytes, and its events when it is a watch's.
+pub struct Counted<B> {
+    inner: Pin<Box<B>>,
+    bytes: Counter,
+    events: Option<Counter>,
+}
+
+impl<B> Body for Counted<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let frame = ready!(self.inner.as_mut().poll_frame(cx));
+        if let Some(data) = frame.as_ref().and_then(|f| f.as_ref().ok()).and_then(Frame::data_ref) {
+            self.bytes.inc_by(data.len() as u64);
+            if let Some(events) = &self.events {
+                events.inc_by(data.iter().filter(|&&b| b == b'\n').count() as u64);
+            }
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The audit log's verb and resource of a request to `uri`: a GET is a `watch` when
+/// it asks for one, a `get` when it names an object, a `list` otherwise. Paths that name
+/// no resource (`/version`, discovery) are `other`.
+fn verb_and_resource(method: &Method, uri: &hyper::Uri) -> (&'static str, String) {
+    let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
+    // After /api/v1 or /apis/GROUP/VERSION; then namespaces/NS when a resource follows.
+    let rest = match segments.as_slice() {
+        ["api", _, rest @ ..] => rest,
+        ["apis", _, _, rest @ ..] => rest,
+        _ => &[][..],
+    };
+    let rest = match rest {
+        ["namespaces", _, resource, more @ ..] => [&[*resource][..], more].concat(),
+        _ => rest.to_vec(),
+    };
+    let (resource, named) = match rest.as_slice() {
+        [] => ("other".to_owned(), false),
+        [resource] => ((*resource).to_owned(), false),
+        [resource, _] => ((*resource).to_owned(), true),
+        [resource, _, sub, ..] => (format!("{resource}/{sub}"), true),
+    };
+    let watch = uri.query().is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    let verb = match *method {
+        Method::GET if watch => "watch",
+        Method::GET if named => "get",
+        Method::GET => "list",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        _ => "other",
+    };
+    (verb, resource)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+
+    use std::collections::VecDeque;
+
+    use http_body_util::{BodyExt, Full};
+    use kube::client::Body as KubeBody;
+
+    fn verb(method: Method, uri: &str) -> (&'static str, String) {
+        verb_and_resource(&method, &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn verbs_and_resources_are_the_audit_logs() {
+        let cases = [
+            (Method::GET, "/api/v1/services?watch=true&resourceVersion=5", "watch", "services"),
+            (Method::GET, "/api/v1/services?limit=500", "list", "services"),
+            (Method::GET, "/apis/discovery.k8s.io/v1/endpointslices?watch=1", "watch", "endpointslices"),
+            (Method::GET, "/api/v1/namespaces/ferrolb-system/secrets/ferrolb-membership", "get", "secrets"),
+            (
+                Method::GET,
+                "/api/v1/namespaces/ferrolb-system/secrets?fieldSelector=metadata.name%3Dbgp-auth&watch=true",
+                "watch",
+                "secrets",
+            ),
+            (Method::PATCH, "/api/v1/namespaces/web/services/a/status", "patch", "services/status"),
+            (Method::PATCH, "/api/v1/namespaces/web/pods/p/status", "patch", "pods/status"),
+            (Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/x/leases/l", "update", "leases"),
+            (Method::POST, "/apis/events.k8s.io/v1/namespaces/web/events", "create", "events"),
+            (
+                Method::DELETE,
+                "/apis/ferrolb.io/v1beta1/serviceannouncements/a",
+                "delete",
+                "serviceannouncements",
+            ),
+            (Method::GET, "/api/v1/nodes/n1", "get", "nodes"),
+            (Method::GET, "/api/v1/namespaces", "list", "namespaces"),
+            (Method::GET, "/version", "list", "other"),
+        ];
+        for (method, uri, want_verb, want_resource) in cases {
+            assert_eq!(verb(method, uri), (want_verb, want_resource.to_owned()), "{uri}");
+        }
+    }
+
+    /// A watch's body, in chunks that split events anywhere, counted event by event.
+    #[tokio::test]
+    async fn a_watch_counts_each_event_and_every_byte_however_it_is_chunked() {
+        let events = ["{\"type\":\"ADDED\"}\n", "{\"type\":\"MODIFIED\"}\n", "{\"type\":\"BOOKMARK\"}\n"];
+        let whole = events.concat();
+        // Split in the middle of the second event and right after the first.
+        let chunks: Vec<Bytes> = [&whole[..events[0].len()], &whole[events[0].len()..30], &whole[30..]]
+            .into_iter()
+            .map(|c| Bytes::copy_from_slice(c.as_bytes()))
+            .collect();
+        let received = Received::default();
+        let stub = tower::service_fn(move |req: Request<KubeBody>| {
+            let watch = req.uri().query().is_some_and(|q| q.contains("watch"));
+            let frames: VecDeque<Bytes> = match watch {
+                true => chunks.iter().cloned().collect(),
+                false => [Bytes::from_static(b"{\"items\":[]}\n")].into(),
+            };
+            async move { Ok::<_, Infallible>(Response::new(Chunks(frames))) }
+        });
+        let client = kube::Client::new(ReceivedLayer::new(&received).layer(stub), "default");
+        for uri in ["/api/v1/services?watch=true", "/api/v1/services"] {
+            let response = client.send(Request::get(uri).body(KubeBody::empty()).unwrap()).await.unwrap();
+            response.into_body().collect().await.unwrap();
+        }
+        assert_eq!(received.events("services"), 3);
+        assert_eq!(received.bytes("watch", "services"), whole.len() as u64);
+        // A list's newline is no event.
+        assert_eq!(received.bytes("list", "services"), 13);
+        let mut registry = Registry::default();
+        received.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "ferrolb_kube_client_watch_events_total{verb=\"watch\",resource=\"services\"} 3",
+            "ferrolb_kube_client_received_bytes_total{verb=\"list\",resource=\"services\"} 13",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+    }
+
+    /// An object's body, counted whole, no events.
+    #[tokio::test]
+    async fn a_write_counts_its_answer_and_no_event() {
+        let received = Received::default();
+        let stub = tower::service_fn(|_: Request<KubeBody>| async {
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"{\"kind\":\"Service\"}"))))
+        });
+        let client = kube::Client::new(ReceivedLayer::new(&received).layer(stub), "default");
+        let request =
+            Request::patch("/api/v1/namespaces/a/services/b/status").body(KubeBody::empty()).unwrap();
+        client.send(request).await.unwrap().into_body().collect().await.unwrap();
+        assert_eq!(received.bytes("patch", "services/status"), 18);
+        assert_eq!(received.events("services/status"), 0);
+    }
+
+    /// A body sent in the chunks given.
+    struct Chunks(VecDeque<Bytes>);
+
+    impl Body for Chunks {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            Poll::Ready(self.0.pop_front().map(|c| Ok(Frame::data(c))))
+        }
+    }
+}
