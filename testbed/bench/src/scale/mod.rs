@@ -17,9 +17,13 @@
 //! 4. every speaker restarted in turn (SIGTERM, started again, its routes back before the
 //!    next): the lists each one makes, per kind.
 //!
+//! Through all four, what each component received from the apiserver (watch events,
+//! bytes) is read from its own counters ([`traffic`]).
+//!
 //! Figures are printed beside the goals, never asserted on time;
 //! `testbed/tests/real_scale.rs` runs the smallest size and asserts what is counted.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -32,6 +36,7 @@ use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
 use ferrolb_lab::process::Proc;
 use ferrolb_lab::routers::{self, Bird, RouterSpec};
 use ferrolb_lab::{Error, Lab, LabConfig, addressing, client};
+use traffic::Snapshot;
 
 mod print;
 pub mod requests;
@@ -39,6 +44,7 @@ mod routes;
 mod runs;
 #[cfg(test)]
 mod tests;
+pub mod traffic;
 mod workload;
 pub mod write;
 
@@ -133,8 +139,12 @@ pub struct Figures {
     pub latency: Latency,
     /// One Service's ports patched.
     pub port_change: Requests,
+    /// What each component received for it.
+    pub port_change_received: BTreeMap<String, traffic::Received>,
     /// One Service created.
     pub new_service: Requests,
+    /// What each component received for it.
+    pub new_service_received: BTreeMap<String, traffic::Received>,
     /// Every speaker restarted in turn.
     pub restart: Restart,
     /// Services not routed via every speaker at the end (should be none).
@@ -161,6 +171,8 @@ pub struct Rest {
     pub others: requests::Tally,
     /// Each process over the window.
     pub processes: Vec<Process>,
+    /// What each component received over the window.
+    pub received: BTreeMap<String, traffic::Received>,
 }
 
 /// One of ferrolb's processes over the rest window.
@@ -245,6 +257,8 @@ pub struct Restart {
     pub speakers: Vec<String>,
     /// How long, until every route was back and ferrolb at rest.
     pub took: Duration,
+    /// What each component received meanwhile; a restarted speaker, from its start.
+    pub received: BTreeMap<String, traffic::Received>,
 }
 
 /// Runs one size in a lab of its own and returns what it measured.
@@ -311,7 +325,8 @@ pub fn measure(size: Size, settings: &Settings) -> Result<Figures, Error> {
     total += settings.late;
     routes::wait_converged(&work, &mut ctl, total, budget)?;
     requests::wait_quiet(&cluster, T)?;
-    let (port_change, new_service) = one_change(&cluster, &work, &mut ctl, &names[0], total)?;
+    let ((port_change, port_change_received), (new_service, new_service_received)) =
+        one_change(&lab, &cluster, &work, &mut ctl, &names[0], total)?;
     total += 1;
     let restart =
         rolling_restart(&lab, &cluster, &builds, &work, &mut ctl, &mut speakers, &speaker_confs, total)?;
@@ -330,7 +345,9 @@ pub fn measure(size: Size, settings: &Settings) -> Result<Figures, Error> {
         rest,
         latency,
         port_change,
+        port_change_received,
         new_service,
+        new_service_received,
         restart,
         unrouted,
     })
@@ -349,10 +366,12 @@ fn at_rest(
     let mut procs: Vec<(String, i32, Option<usize>)> = vec![("controller".into(), controller.pid(), None)];
     procs.extend(speakers.iter().enumerate().map(|(i, p)| (speaker_name(i + 1), p.pid(), Some(i + 1))));
     let window = Window::open(cluster);
+    let received = Snapshot::read(lab, speakers.len(), SPEAKERS);
     let before: Vec<Option<u64>> = procs.iter().map(|(_, pid, _)| cpu_ticks(*pid)).collect();
     // The measurement itself: nothing is awaited, ferrolb is watched doing nothing.
     std::thread::sleep(length);
     let after: Vec<Option<u64>> = procs.iter().map(|(_, pid, _)| cpu_ticks(*pid)).collect();
+    let received = Snapshot::read(lab, speakers.len(), SPEAKERS).since(&received);
     let processes = procs
         .iter()
         .zip(before.iter().zip(&after))
@@ -367,7 +386,7 @@ fn at_rest(
     let end = now_us();
     let requests = requests::close(&window, end)?;
     let others = requests::others_writes(&window, end);
-    Ok(Rest { requests, others, processes })
+    Ok(Rest { requests, others, processes, received })
 }
 
 /// `ferrolb_speaker_heap_bytes` of the speaker of lab node `i` (live allocations: what
@@ -391,30 +410,36 @@ fn speaker_metrics(lab: &Lab, i: usize) -> Option<String> {
     client::http_get(lab.client(), addr, "/metrics", Duration::from_secs(2)).ok()
 }
 
+/// What one change cost: ferrolb's requests, and what each component received.
+type Cost = (Requests, BTreeMap<String, traffic::Received>);
+
 /// One Service's ports patched, then (once ferrolb is quiet again) one Service created:
-/// the requests of each, from the change until ferrolb is at rest again. The new
-/// Service's route proves both were processed: every component sees the Services in
-/// the order they changed, on one watch.
+/// the requests of each, and what each component received, from the change until
+/// ferrolb is at rest again. The new Service's route proves both were processed: every
+/// component sees the Services in the order they changed, on one watch.
 fn one_change(
+    lab: &Lab,
     cluster: &Cluster,
     work: &Workload<'_>,
     ctl: &mut BirdCtl,
     patched: &str,
     services: usize,
-) -> Result<(Requests, Requests), Error> {
+) -> Result<(Cost, Cost), Error> {
     // The new Service's pods first: kwok's work, not the change's.
     let name = "change-00001";
     work.create_pods(name)?;
-    let first = Window::open(cluster);
+    requests::wait_quiet(cluster, T)?;
+    let snapshot = || Snapshot::read(lab, SPEAKERS, SPEAKERS);
+    let (first, before) = (Window::open(cluster), snapshot());
     work.patch_port(patched, 8080)?;
     requests::wait_quiet(cluster, T)?;
-    let second = Window::open(cluster);
+    let (second, between) = (Window::open(cluster), snapshot());
     work.create_service(name)?;
     routes::wait_converged(work, ctl, services + 1, T)?;
     requests::wait_quiet(cluster, T)?;
-    let end = now_us();
-    let port_change = requests::close(&first, second.from_us())?;
-    let new_service = requests::close(&second, end)?;
+    let (end, after) = (now_us(), snapshot());
+    let port_change = (requests::close(&first, second.from_us())?, between.since(&before));
+    let new_service = (requests::close(&second, end)?, after.since(&between));
     Ok((port_change, new_service))
 }
 
@@ -434,6 +459,9 @@ fn rolling_restart(
     services: usize,
 ) -> Result<Restart, Error> {
     let window = Window::open(cluster);
+    // The restarted speakers count from their start; the controller from here.
+    let mut before = Snapshot::read(lab, speakers.len(), SPEAKERS);
+    before.0.retain(|who, _| who == "controller");
     let t = Instant::now();
     for (i, conf) in (1..=speakers.len()).zip(confs) {
         let old = &mut speakers[i - 1];
@@ -448,8 +476,9 @@ fn rolling_restart(
     routes::wait_converged(work, ctl, services, T)?;
     requests::wait_quiet(cluster, T)?;
     let took = t.elapsed();
+    let received = Snapshot::read(lab, speakers.len(), SPEAKERS).since(&before);
     let requests = requests::close(&window, now_us())?;
-    Ok(Restart { requests, speakers: (1..=speakers.len()).map(speaker_name).collect(), took })
+    Ok(Restart { requests, speakers: (1..=speakers.len()).map(speaker_name).collect(), took, received })
 }
 
 /// The speaker's log line once every watched kind is listed.

@@ -1,10 +1,11 @@
 //! The figures as tables, beside the goals.
 
 use crate::builds::percentiles;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::requests::{SPEAKER_WATCHES, Tally, is_busy};
+use super::traffic::{Received, max_speaker};
 use super::{Figures, QUIET, Requests, SPEAKERS, Stages, goals};
 use crate::mib;
 
@@ -90,6 +91,8 @@ impl Figures {
             let heap = p.heap.map_or(String::new(), |b| format!("{:.1} MiB", mib(b)));
             println!("     {:<16} {rss:>9} {split:>20} {heap:>10}  {cpu:>24}", p.who);
         }
+        println!("     received from the apiserver over the window (ferrolb_kube_client_*):");
+        print_received(&self.rest.received, Some(r.window));
     }
 
     fn print_latency(&self) {
@@ -165,6 +168,13 @@ impl Figures {
                 println!("       of which {lists} lists");
             }
         }
+        for (what, received) in [
+            ("ports patched", &self.port_change_received),
+            ("one Service created", &self.new_service_received),
+        ] {
+            println!("     received from the apiserver for {what}:");
+            print_received(received, None);
+        }
         let per_speaker: Vec<String> = self
             .new_service
             .tally(|c| c.is_write() && c.request.node.is_some())
@@ -217,6 +227,8 @@ impl Figures {
         if !by_others.is_empty() {
             println!("     lists by others meanwhile: {}", by_others.join(", "));
         }
+        println!("     received from the apiserver (a restarted speaker from its start):");
+        print_received(&r.received, None);
         let other = r.requests.tally(|c| is_busy(c) && c.request.verb != "list");
         let n: usize = other.values().sum();
         println!(
@@ -267,6 +279,60 @@ pub struct Row {
     /// The slower speaker's mean plan meanwhile (`ferrolb_speaker_replan_seconds`), ms.
     #[serde(default)]
     pub(super) replan: Option<f64>,
+    /// What the busiest speaker received from the apiserver ([`Traffic`]; runs before
+    /// its counters have none).
+    #[serde(default)]
+    pub(super) traffic: Option<Traffic>,
+}
+
+/// What one speaker received from the apiserver, the busier one in each window.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Traffic {
+    /// At rest: watch events a second and KiB a second.
+    pub(super) rest_events: f64,
+    pub(super) rest_kib: f64,
+    /// For one Service created: watch events and KiB.
+    pub(super) new_events: u64,
+    pub(super) new_kib: f64,
+    /// For one Service's ports patched: watch events and KiB.
+    pub(super) port_events: u64,
+    pub(super) port_kib: f64,
+    /// From its restart until at rest (its lists, mostly), MiB.
+    pub(super) restart_mib: f64,
+}
+
+impl Traffic {
+    fn of(f: &Figures) -> Option<Traffic> {
+        let kib = |b: u64| b as f64 / 1024.0;
+        let rest = &f.rest.received;
+        let per_s = |n: u64| n as f64 / f.rest.requests.window.as_secs_f64().max(1e-3);
+        Some(Traffic {
+            rest_events: per_s(max_speaker(rest, |r| r.events)?),
+            rest_kib: kib(max_speaker(rest, Received::bytes)?)
+                / f.rest.requests.window.as_secs_f64().max(1e-3),
+            new_events: max_speaker(&f.new_service_received, |r| r.events)?,
+            new_kib: kib(max_speaker(&f.new_service_received, Received::bytes)?),
+            port_events: max_speaker(&f.port_change_received, |r| r.events)?,
+            port_kib: kib(max_speaker(&f.port_change_received, Received::bytes)?),
+            restart_mib: mib(max_speaker(&f.restart.received, Received::bytes)?),
+        })
+    }
+
+    /// The columns of the traffic table, after the size: per speaker, then what every
+    /// node's speaker together receives for one Service created and for a rollout.
+    pub(super) fn cells(&self, nodes: usize) -> [String; 8] {
+        let all = (nodes + SPEAKERS) as f64;
+        [
+            format!("{:.2}", self.rest_events),
+            format!("{:.2}", self.rest_kib),
+            self.new_events.to_string(),
+            format!("{:.1}", self.new_kib),
+            self.port_events.to_string(),
+            format!("{:.1}", self.port_kib),
+            format!("{:.1}", self.restart_mib),
+            format!("{:.1} MiB / {:.1} GiB", self.new_kib * all / 1024.0, self.restart_mib * all / 1024.0),
+        ]
+    }
 }
 
 impl Row {
@@ -299,6 +365,7 @@ impl Row {
                 .map(|[p50, _, p99, _]| (ms(p50), ms(p99))),
             timed: Some(f.latency.samples.len()),
             replan: f.latency.replans.iter().filter_map(|(_, r)| r.as_ref()?.mean()).max().map(ms),
+            traffic: Traffic::of(f),
         }
     }
 
@@ -388,6 +455,56 @@ pub(super) fn summary(all: &[Figures]) {
     println!(
         "  speaker RSS and heap: the larger speaker's at the end of the rest window; heap = ferrolb_speaker_heap_bytes (live allocations)"
     );
+    println!(
+        "\n  what the busier speaker received from the apiserver (ferrolb_kube_client_*), and every node's speaker together:"
+    );
+    println!(
+        "  {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}  × every node: new Svc / rollout",
+        "Nodes",
+        "Services",
+        "rest ev/s",
+        "rest KiB/s",
+        "new Svc ev",
+        "new KiB",
+        "ports ev",
+        "ports KiB",
+        "restart MiB"
+    );
+    for row in all.iter().map(Row::of) {
+        let Some(t) = row.traffic else { continue };
+        let [re, rk, ne, nk, pe, pk, rm, all] = t.cells(row.nodes);
+        println!(
+            "  {:>6} {:>8} {re:>10} {rk:>10} {ne:>10} {nk:>10} {pe:>10} {pk:>10} {rm:>10}  {all}",
+            row.nodes, row.services
+        );
+    }
+}
+
+/// What each component received: watch events and bytes, the rest of the bytes (and
+/// rates over `window` when given).
+fn print_received(received: &BTreeMap<String, Received>, window: Option<Duration>) {
+    if received.is_empty() {
+        println!("       (no component's metrics could be read)");
+    }
+    for (who, r) in received {
+        let kib = |b: u64| b as f64 / 1024.0;
+        match window.map(|w| w.as_secs_f64().max(1e-3)) {
+            Some(s) => println!(
+                "       {who:<16} {:>8} watch events ({:.2}/s), {:>10.1} KiB of them ({:.2} KiB/s), {:>10.1} KiB other answers",
+                r.events,
+                r.events as f64 / s,
+                kib(r.watch_bytes),
+                kib(r.watch_bytes) / s,
+                kib(r.other_bytes)
+            ),
+            None => println!(
+                "       {who:<16} {:>8} watch events, {:>10.1} KiB of them, {:>10.1} KiB other answers (lists, gets, writes)",
+                r.events,
+                kib(r.watch_bytes),
+                kib(r.other_bytes)
+            ),
+        }
+    }
 }
 
 /// Rows of a tally: component, verb, resource, count (and rate over `per` when given).

@@ -99,6 +99,7 @@ pub(super) fn sample_row(nodes: usize, services: usize) -> Row {
         after_create: Some((12.0, 20.0)),
         timed: Some(100),
         replan: None,
+        traffic: None,
     }
 }
 

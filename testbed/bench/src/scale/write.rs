@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::Figures;
 use super::goals;
-use super::print::Row;
+use super::print::{Row, Traffic};
 use super::runs::{self, Run};
 use crate::document::{self, SCALE, splice};
 use crate::report::Environment;
@@ -130,6 +130,7 @@ fn section(runs: &[Run]) -> String {
             builds => s.push_str(&format!("; {}.\n", builds.join("; "))),
         }
     }
+    s.push_str(&traffic_table(runs));
     s.push_str(&format!("\n![speaker memory vs Services]({}/scale-memory.svg)\n", document::FIGURES));
     s.push_str(&format!(
         "\n![Service created → route vs Services]({}/scale-latency.svg)\n",
@@ -137,6 +138,34 @@ fn section(runs: &[Run]) -> String {
     ));
     s.push_str(SCALE.end);
     s.push('\n');
+    s
+}
+
+/// What a speaker receives from the apiserver, for the sizes measured with its counters.
+fn traffic_table(runs: &[Run]) -> String {
+    let rows: Vec<(usize, &Row, Traffic)> =
+        runs::rows(runs).into_iter().filter_map(|(i, r)| Some((i, r, r.traffic?))).collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\nWhat one speaker receives from the apiserver (watch events, bookmarks included, and response bytes, \
+         from its own `ferrolb_kube_client_*` counters; the busier of the two in each window), and what every \
+         node's speaker together would receive in a cluster of that many nodes (the figure × nodes):\n\n\
+         | fake Nodes | Services | at rest: watch events/s | at rest: KiB/s | one Service created: watch events \
+         | one Service created: KiB | one Service's ports patched: watch events | ports patched: KiB | restarted, \
+         from its start to rest: MiB | × every node: one Service created / a rollout | run |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n",
+    );
+    for (i, r, t) in rows {
+        let [re, rk, ne, nk, pe, pk, rm, all] = t.cells(r.nodes);
+        s.push_str(&format!(
+            "| {} | {} | {re} | {rk} | {ne} | {nk} | {pe} | {pk} | {rm} | {all} | {} |\n",
+            r.nodes,
+            r.services,
+            runs::label(i)
+        ));
+    }
     s
 }
 
@@ -246,6 +275,37 @@ mod tests {
         );
         assert!(s.contains("* A: first, on a machine, with `ferrolb-testbed bench scale`; ferrolb-speaker: release build.\n"), "{s}");
         assert!(s.contains("* B: second,"), "{s}");
+    }
+
+    #[test]
+    fn sizes_with_a_speakers_counters_get_a_traffic_row_and_every_nodes_total() {
+        let traffic = Traffic {
+            rest_events: 0.5,
+            rest_kib: 0.25,
+            new_events: 4,
+            new_kib: 10.0,
+            port_events: 2,
+            port_kib: 5.0,
+            restart_mib: 3.0,
+        };
+        let with = Row { traffic: Some(traffic), ..runs::sample_row(1022, 1000) };
+        let run = Run {
+            date: "d".into(),
+            machine: "m".into(),
+            command: "c".into(),
+            builds: vec![],
+            rows: vec![runs::sample_row(100, 100), with],
+        };
+        let s = section(std::slice::from_ref(&run));
+        let rows: Vec<&str> = s.lines().filter(|l| l.contains("MiB / ")).collect();
+        // 1 022 fake Nodes and the 2 real ones: 10 KiB × 1 024 = 10 MiB; 3 MiB × 1 024 = 3 GiB.
+        assert_eq!(
+            rows,
+            ["| 1022 | 1000 | 0.50 | 0.25 | 4 | 10.0 | 2 | 5.0 | 3.0 | 10.0 MiB / 3.0 GiB | A |"]
+        );
+        // Runs from before the counters: no table.
+        let old = Run { rows: vec![runs::sample_row(100, 100)], ..run.clone() };
+        assert!(!section(&[old]).contains("What one speaker receives"));
     }
 
     #[test]
