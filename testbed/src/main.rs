@@ -315,8 +315,9 @@ enum Bench {
         services: Vec<usize>,
     },
     /// At cluster scale on the real control plane (issue #39): kwok's fake Nodes, two real
-    /// speakers and the controller; ferrolb's apiserver requests at rest, per Service change
-    /// and on a rolling restart of the speakers, their RSS and CPU, Service created → route.
+    /// speakers and the controller; ferrolb's apiserver requests and what each component
+    /// receives at rest, per Service change and on a rolling restart of the speakers, their
+    /// RSS and CPU, Service created → route.
     Scale {
         /// Fake Nodes; one lab per value and per value of --services.
         #[arg(long, value_delimiter = ',', default_values_t = [100usize, 1_000])]

@@ -5,7 +5,13 @@
 //! * at rest ferrolb sends nothing but watches and the controller's Lease renewals
 //!   (its leader election reads and renews the Lease every 3 s; the speaker has no
 //!   periodic request at all: see `ferrolb_bench::scale::requests`);
-//! * one Service change (its ports patched; one Service created) makes no component list;
+//! * one Service change (its ports patched; one Service created) makes no component list,
+//!   and each speaker receives the changed objects only: the patched Service once; the new
+//!   Service and its EndpointSlice, a few writes each, its pool's status once, and no
+//!   ServiceAnnouncement (every node writes one: only a node with gated pods watches
+//!   them) — counted by the speakers' own `ferrolb_kube_client_watch_events_total`,
+//!   bookmarks aside;
+//! * at rest a speaker receives no change beyond what others wrote meanwhile;
 //! * a rolling restart of every speaker costs exactly one list per kind per speaker;
 //! * every Service created is routed in BIRD via both speakers, and each timed one's
 //!   create and status write are found in the audit log.
@@ -41,6 +47,40 @@ fn ferrolb_is_quiet_at_rest_lists_nothing_per_change_and_once_per_kind_on_a_rest
     let speakers_wrote =
         f.new_service.calls.iter().filter(|c| c.is_write() && c.request.node.is_some()).count();
     assert!(speakers_wrote > 0, "the new Service's ServiceAnnouncements were written meanwhile");
+
+    // What each speaker received: the changed objects, none other, and nothing at rest
+    // beyond others' writes to what it watches (bookmarks carry no change).
+    let others_at_rest: usize = f.rest.others.values().sum();
+    for who in &f.restart.speakers {
+        let rest = &f.rest.received[who];
+        let changes: u64 = rest.changes_by.values().sum();
+        assert!(changes as usize <= others_at_rest, "{who} at rest: {rest:?}; others wrote {others_at_rest}");
+        let patched = &f.port_change_received[who];
+        assert_eq!(
+            patched.changes_by,
+            [("services".to_owned(), 1)].into(),
+            "{who}, ports patched: {patched:?}"
+        );
+        // The Service (created, then its annotation and status written by the controller),
+        // its EndpointSlice (created, maybe updated once) and its pool (the controller
+        // writes its usage into its status). Not the ServiceAnnouncements every node
+        // writes: a speaker watches them only for its gated pods (none here).
+        let new = &f.new_service_received[who];
+        let budget = [("services", 3), ("endpointslices", 2), ("ipaddresspools", 1)];
+        for (resource, n) in &new.changes_by {
+            let most = budget.iter().find(|(r, _)| r == resource).map(|(_, most)| *most);
+            assert!(
+                most.is_some_and(|most| *n <= most),
+                "{who}, one Service created: {n} {resource}: {new:?}"
+            );
+        }
+        for resource in ["services", "endpointslices"] {
+            assert!(
+                new.changes_by.contains_key(resource),
+                "{who}, one Service created: no {resource}: {new:?}"
+            );
+        }
+    }
 
     // A rolling restart: each speaker lists each kind it watches exactly once, and
     // whatever else it lists (its pods, its ServiceAnnouncements) once too.

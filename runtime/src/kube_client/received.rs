@@ -6,9 +6,10 @@
 //! together, and its audit log records a watch once, when it starts: neither says what
 //! one component's watches cost it. At 5 000 nodes that is the figure that matters (every
 //! speaker receives every change of what it watches), so each client counts its own.
-//! A watch sends one JSON object and a newline per event (bookmarks included), so an
-//! event is a newline of a watch's body. Bytes are the body as sent (ferrolb's clients
-//! ask for no compression), without the HTTP and TLS framing.
+//! A watch sends one JSON object per line, `{"type":"ADDED","object":…}`: each line is
+//! counted by its type as it begins, so bookmarks (which carry no change) are told from
+//! the events that do. Bytes are the body as sent (ferrolb's clients ask for no
+//! compression), without the HTTP and TLS framing.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -26,11 +27,18 @@ use tower::{Layer, Service};
 /// `update`, `patch`, `delete`; `services`, `services/status`, `endpointslices`, …).
 type Labels = [(&'static str, String); 2];
 
+/// The same and the event's `type` (`ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`,
+/// or `other`).
+type EventLabels = [(&'static str, String); 3];
+
+/// Watch event types, as the apiserver spells them; anything else counts as the last.
+const TYPES: [&str; 6] = ["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR", "other"];
+
 /// A client's counters. Clones share them.
 #[derive(Clone, Debug, Default)]
 pub struct Received {
     bytes: Family<Labels, Counter>,
-    events: Family<Labels, Counter>,
+    events: Family<EventLabels, Counter>,
 }
 
 impl Received {
@@ -43,7 +51,7 @@ impl Received {
         );
         registry.register(
             "ferrolb_kube_client_watch_events",
-            "Watch events (bookmarks included) this process received from the apiserver, by resource",
+            "Watch events this process received from the apiserver, by resource and type (BOOKMARK: no change)",
             self.events.clone(),
         );
     }
@@ -53,14 +61,18 @@ impl Received {
         self.bytes.get(&labels(verb, resource)).map_or(0, |c| c.get())
     }
 
-    /// The watch events received on `resource` so far.
-    pub fn events(&self, resource: &str) -> u64 {
-        self.events.get(&labels("watch", resource)).map_or(0, |c| c.get())
+    /// The watch events of type `kind` (one of [`TYPES`]) received on `resource` so far.
+    pub fn events(&self, resource: &str, kind: &str) -> u64 {
+        self.events.get(&event_labels(resource, kind)).map_or(0, |c| c.get())
     }
 }
 
 fn labels(verb: &'static str, resource: &str) -> Labels {
     [("verb", verb.to_owned()), ("resource", resource.to_owned())]
+}
+
+fn event_labels(resource: &str, kind: &str) -> EventLabels {
+    [("verb", "watch".to_owned()), ("resource", resource.to_owned()), ("type", kind.to_owned())]
 }
 
 /// Counts what the service it wraps receives into a [`Received`].
@@ -107,7 +119,7 @@ where
         let (verb, resource) = verb_and_resource(request.method(), request.uri());
         let labels = labels(verb, &resource);
         let bytes = self.received.bytes.get_or_create(&labels).clone();
-        let events = (verb == "watch").then(|| self.received.events.get_or_create(&labels).clone());
+        let events = (verb == "watch").then(|| Lines::new(&self.received.events, &resource));
         Answer { inner: Box::pin(self.inner.call(request)), counters: Some((bytes, events)) }
     }
 }
@@ -115,7 +127,7 @@ where
 /// The response to come, its body then counted.
 pub struct Answer<F> {
     inner: Pin<Box<F>>,
-    counters: Option<(Counter, Option<Counter>)>,
+    counters: Option<(Counter, Option<Lines>)>,
 }
 
 impl<F, B, E> Future for Answer<F>
@@ -135,7 +147,61 @@ where
 pub struct Counted<B> {
     inner: Pin<Box<B>>,
     bytes: Counter,
-    events: Option<Counter>,
+    events: Option<Lines>,
+}
+
+/// A watch's lines, each counted by its event type once its start has arrived (a line
+/// may begin in one chunk and go on in the next).
+#[derive(Debug, Default)]
+pub struct Lines {
+    /// One counter per [`TYPES`].
+    by_type: [Counter; 6],
+    /// The current line's first bytes, up to [`HEAD`].
+    head: [u8; HEAD],
+    len: usize,
+    /// The current line is counted.
+    counted: bool,
+}
+
+/// Every line begins `{"type":"`, then the type (8 bytes at most) and its quote.
+const PREFIX: &[u8] = b"{\"type\":\"";
+const HEAD: usize = PREFIX.len() + 9;
+
+impl Lines {
+    fn new(family: &Family<EventLabels, Counter>, resource: &str) -> Self {
+        let by_type = TYPES.map(|t| family.get_or_create(&event_labels(resource, t)).clone());
+        Lines { by_type, ..Lines::default() }
+    }
+
+    /// Reads one chunk of the body.
+    fn feed(&mut self, mut data: &[u8]) {
+        loop {
+            let end = data.iter().position(|&b| b == b'\n');
+            let part = &data[..end.unwrap_or(data.len())];
+            if !self.counted {
+                let take = part.len().min(HEAD - self.len);
+                self.head[self.len..self.len + take].copy_from_slice(&part[..take]);
+                self.len += take;
+                if self.len == HEAD {
+                    self.count();
+                }
+            }
+            let Some(end) = end else { return };
+            if !self.counted && self.len > 0 {
+                self.count();
+            }
+            (self.len, self.counted) = (0, false);
+            data = &data[end + 1..];
+        }
+    }
+
+    fn count(&mut self) {
+        let head = &self.head[..self.len];
+        let kind = head.strip_prefix(PREFIX).and_then(|rest| rest.split(|&b| b == b'"').next());
+        let i = TYPES.iter().position(|t| kind == Some(t.as_bytes())).unwrap_or(TYPES.len() - 1);
+        self.by_type[i].inc();
+        self.counted = true;
+    }
 }
 
 impl<B> Body for Counted<B>
@@ -152,8 +218,8 @@ where
         let frame = ready!(self.inner.as_mut().poll_frame(cx));
         if let Some(data) = frame.as_ref().and_then(|f| f.as_ref().ok()).and_then(Frame::data_ref) {
             self.bytes.inc_by(data.len() as u64);
-            if let Some(events) = &self.events {
-                events.inc_by(data.iter().filter(|&&b| b == b'\n').count() as u64);
+            if let Some(lines) = &mut self.events {
+                lines.feed(data);
             }
         }
         Poll::Ready(frame)
@@ -252,13 +318,26 @@ mod tests {
     /// A watch's body, in chunks that split events anywhere, counted event by event.
     #[tokio::test]
     async fn a_watch_counts_each_event_and_every_byte_however_it_is_chunked() {
-        let events = ["{\"type\":\"ADDED\"}\n", "{\"type\":\"MODIFIED\"}\n", "{\"type\":\"BOOKMARK\"}\n"];
+        let events = [
+            "{\"type\":\"ADDED\",\"object\":{}}\n",
+            "{\"type\":\"MODIFIED\",\"object\":{}}\n",
+            "{\"type\":\"BOOKMARK\",\"object\":{}}\n",
+            "{\"type\":\"MODIFIED\",\"object\":{}}\n",
+        ];
         let whole = events.concat();
-        // Split in the middle of the second event and right after the first.
-        let chunks: Vec<Bytes> = [&whole[..events[0].len()], &whole[events[0].len()..30], &whole[30..]]
-            .into_iter()
-            .map(|c| Bytes::copy_from_slice(c.as_bytes()))
-            .collect();
+        // Split right after the first event, inside the second's type, and inside the
+        // fourth's first bytes.
+        let second = events[0].len();
+        let fourth = second + events[1].len() + events[2].len();
+        let chunks: Vec<Bytes> = [
+            &whole[..second],
+            &whole[second..second + 12],
+            &whole[second + 12..fourth + 3],
+            &whole[fourth + 3..],
+        ]
+        .into_iter()
+        .map(|c| Bytes::copy_from_slice(c.as_bytes()))
+        .collect();
         let received = Received::default();
         let stub = tower::service_fn(move |req: Request<KubeBody>| {
             let watch = req.uri().query().is_some_and(|q| q.contains("watch"));
@@ -273,7 +352,8 @@ mod tests {
             let response = client.send(Request::get(uri).body(KubeBody::empty()).unwrap()).await.unwrap();
             response.into_body().collect().await.unwrap();
         }
-        assert_eq!(received.events("services"), 3);
+        let count = |t| received.events("services", t);
+        assert_eq!([count("ADDED"), count("MODIFIED"), count("BOOKMARK"), count("other")], [1, 2, 1, 0]);
         assert_eq!(received.bytes("watch", "services"), whole.len() as u64);
         // A list's newline is no event.
         assert_eq!(received.bytes("list", "services"), 13);
@@ -282,7 +362,7 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [
-            "ferrolb_kube_client_watch_events_total{verb=\"watch\",resource=\"services\"} 3",
+            "ferrolb_kube_client_watch_events_total{verb=\"watch\",resource=\"services\",type=\"MODIFIED\"} 2",
             "ferrolb_kube_client_received_bytes_total{verb=\"list\",resource=\"services\"} 13",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
@@ -301,7 +381,7 @@ mod tests {
             Request::patch("/api/v1/namespaces/a/services/b/status").body(KubeBody::empty()).unwrap();
         client.send(request).await.unwrap().into_body().collect().await.unwrap();
         assert_eq!(received.bytes("patch", "services/status"), 18);
-        assert_eq!(received.events("services/status"), 0);
+        assert!(TYPES.iter().all(|t| received.events("services/status", t) == 0));
     }
 
     /// A body sent in the chunks given.

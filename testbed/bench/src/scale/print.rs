@@ -504,6 +504,13 @@ fn print_received(received: &BTreeMap<String, Received>, window: Option<Duration
                 kib(r.other_bytes)
             ),
         }
+        let by: Vec<String> = r.changes_by.iter().map(|(res, n)| format!("{res} {n}")).collect();
+        println!(
+            "       {:<16} of the events, {} bookmarks; changes by resource: {}",
+            "",
+            r.bookmarks,
+            if by.is_empty() { "none".to_owned() } else { by.join(", ") }
+        );
     }
 }
 

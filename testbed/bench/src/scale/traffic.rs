@@ -10,18 +10,33 @@ use std::time::Duration;
 use ferrolb_cluster::ferrolb;
 use ferrolb_lab::{Lab, addressing, client};
 
-/// One component's counters: (verb, resource) → (bytes, watch events).
-pub type Counters = BTreeMap<(String, String), (u64, u64)>;
+/// One component's counters: (verb, resource) → its sample.
+pub type Counters = BTreeMap<(String, String), Sample>;
+
+/// What one component received for one verb and resource.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// Response bytes.
+    pub bytes: u64,
+    /// Watch events, bookmarks included.
+    pub events: u64,
+    /// Of which bookmarks (no change).
+    pub bookmarks: u64,
+}
 
 /// Each component's counters at one moment, by the name [`super::Requests::who`] gives it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot(pub BTreeMap<String, Counters>);
 
 /// What one component received over a window.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Received {
     /// Watch events (bookmarks included).
     pub events: u64,
+    /// Of which bookmarks, which carry no change.
+    pub bookmarks: u64,
+    /// The events that carry a change (all but bookmarks), by resource (those with any).
+    pub changes_by: BTreeMap<String, u64>,
     /// Bytes of those events.
     pub watch_bytes: u64,
     /// Bytes of every other answer (lists, gets, writes' answers).
@@ -62,13 +77,19 @@ impl Snapshot {
             .map(|(who, now)| {
                 let then = before.0.get(who).unwrap_or(&empty);
                 let mut r = Received::default();
-                for ((verb, resource), &(bytes, events)) in now {
-                    let (b0, e0) = then.get(&(verb.clone(), resource.clone())).copied().unwrap_or_default();
-                    let (bytes, events) = (bytes.saturating_sub(b0), events.saturating_sub(e0));
+                for ((verb, resource), s) in now {
+                    let s0 = then.get(&(verb.clone(), resource.clone())).copied().unwrap_or_default();
+                    let bytes = s.bytes.saturating_sub(s0.bytes);
+                    let events = s.events.saturating_sub(s0.events);
+                    let bookmarks = s.bookmarks.saturating_sub(s0.bookmarks);
                     match verb.as_str() {
                         "watch" => {
                             r.events += events;
+                            r.bookmarks += bookmarks;
                             r.watch_bytes += bytes;
+                            if events > bookmarks {
+                                *r.changes_by.entry(resource.clone()).or_default() += events - bookmarks;
+                            }
                         }
                         _ => r.other_bytes += bytes,
                     }
@@ -79,7 +100,8 @@ impl Snapshot {
     }
 }
 
-/// The `ferrolb_kube_client_*` samples of a metrics text.
+/// The `ferrolb_kube_client_*` samples of a metrics text (events summed over their
+/// types; a build from before the `type` label counts bookmarks as changes).
 pub fn parse(text: &str) -> Counters {
     let mut out = Counters::new();
     for line in text.lines() {
@@ -99,8 +121,13 @@ pub fn parse(text: &str) -> Counters {
         let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else { continue };
         let entry = out.entry((verb.to_owned(), resource.to_owned())).or_default();
         match which {
-            0 => entry.0 = value as u64,
-            _ => entry.1 = value as u64,
+            0 => entry.bytes = value as u64,
+            _ => {
+                entry.events += value as u64;
+                if label("type") == Some("BOOKMARK") {
+                    entry.bookmarks += value as u64;
+                }
+            }
         }
     }
     out
@@ -119,24 +146,31 @@ mod tests {
 # TYPE ferrolb_kube_client_received_bytes counter
 ferrolb_kube_client_received_bytes_total{verb=\"watch\",resource=\"services\"} 1200
 ferrolb_kube_client_received_bytes_total{verb=\"list\",resource=\"services\"} 90000
-ferrolb_kube_client_watch_events_total{verb=\"watch\",resource=\"services\"} 4
+ferrolb_kube_client_watch_events_total{verb=\"watch\",resource=\"services\",type=\"ADDED\"} 3
+ferrolb_kube_client_watch_events_total{verb=\"watch\",resource=\"services\",type=\"BOOKMARK\"} 1
 ferrolb_speaker_heap_bytes 5
 ";
 
     #[test]
     fn samples_are_read_by_verb_and_resource_and_windows_subtract() {
         let now = parse(TEXT);
-        assert_eq!(now[&("watch".into(), "services".into())], (1200, 4));
-        assert_eq!(now[&("list".into(), "services".into())], (90000, 0));
+        let sample = |bytes, events, bookmarks| Sample { bytes, events, bookmarks };
+        assert_eq!(now[&("watch".into(), "services".into())], sample(1200, 4, 1));
+        assert_eq!(now[&("list".into(), "services".into())], sample(90000, 0, 0));
         let mut then = now.clone();
-        then.insert(("watch".into(), "services".into()), (200, 1));
+        then.insert(("watch".into(), "services".into()), sample(200, 1, 0));
         let before = Snapshot([("speaker node1".to_owned(), then)].into());
         let after =
             Snapshot([("speaker node1".to_owned(), now.clone()), ("controller".to_owned(), now)].into());
         let got = after.since(&before);
-        assert_eq!(got["speaker node1"], Received { events: 3, watch_bytes: 1000, other_bytes: 0 });
+        let by = |n| [("services".to_owned(), n)].into();
+        let speaker =
+            Received { events: 3, bookmarks: 1, changes_by: by(2), watch_bytes: 1000, other_bytes: 0 };
+        assert_eq!(got["speaker node1"], speaker);
         // Absent before (restarted): all of it.
-        assert_eq!(got["controller"], Received { events: 4, watch_bytes: 1200, other_bytes: 90000 });
+        let all =
+            Received { events: 4, bookmarks: 1, changes_by: by(3), watch_bytes: 1200, other_bytes: 90000 };
+        assert_eq!(got["controller"], all);
         assert_eq!(max_speaker(&got, Received::bytes), Some(1000));
     }
 }

@@ -166,6 +166,17 @@ fn traffic_table(runs: &[Run]) -> String {
             runs::label(i)
         ));
     }
+    s.push_str(
+        "\nAt rest a speaker receives bookmarks only (the apiserver's, about one a minute per watch; \
+         they carry no change). For one Service created it receives the Service's three writes (created, \
+         then the controller's annotation and status), its EndpointSlice and its pool's status (the \
+         controller's usage counts), and for a port change the Service once: the same at every size, as no node's write reaches another node's speaker \
+         (`testbed/tests/real_scale.rs` counts it). A restarted speaker lists every Node, Service and \
+         EndpointSlice, so a rollout costs the apiserver nodes × (Nodes + Services) bytes. kwok's Nodes \
+         stay unchanged at rest; a kubelet rewrites its Node's status at least every 5 minutes \
+         (`nodeStatusReportFrequency`), and every speaker receives each such write (about 4 KiB for these \
+         Nodes, more for real ones with their image lists).\n",
+    );
     s
 }
 
