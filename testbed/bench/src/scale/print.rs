@@ -305,11 +305,10 @@ impl Traffic {
     fn of(f: &Figures) -> Option<Traffic> {
         let kib = |b: u64| b as f64 / 1024.0;
         let rest = &f.rest.received;
-        let per_s = |n: u64| n as f64 / f.rest.requests.window.as_secs_f64().max(1e-3);
+        let secs = f.rest.requests.window.as_secs_f64().max(1e-3);
         Some(Traffic {
-            rest_events: per_s(max_speaker(rest, |r| r.events)?),
-            rest_kib: kib(max_speaker(rest, Received::bytes)?)
-                / f.rest.requests.window.as_secs_f64().max(1e-3),
+            rest_events: max_speaker(rest, |r| r.events)? as f64 / secs,
+            rest_kib: kib(max_speaker(rest, Received::bytes)?) / secs,
             new_events: max_speaker(&f.new_service_received, |r| r.events)?,
             new_kib: kib(max_speaker(&f.new_service_received, Received::bytes)?),
             port_events: max_speaker(&f.port_change_received, |r| r.events)?,
