@@ -26,10 +26,10 @@ pub(crate) struct WatchRequest {
     pub(crate) bookmark_interval: Duration,
 }
 
+/// One event's line, type first as the apiserver writes it (a JSON map would sort
+/// `object` first; clients reading the type at the head of a line would miss it).
 fn line(etype: &str, object: Value) -> Bytes {
-    let mut s = json!({"type": etype, "object": object}).to_string();
-    s.push('\n');
-    Bytes::from(s)
+    Bytes::from(format!("{{\"type\":{},\"object\":{object}}}\n", Value::from(etype)))
 }
 
 fn bookmark(t: &Target, rv: u64, initial_end: bool) -> Bytes {

@@ -41,6 +41,7 @@ on_the_fake![
     apply_merges_keyed_lists_element_by_element,
     an_applied_empty_map_stays_owned_after_the_server_drops_it,
     watch_from_a_resource_version_sees_later_events_in_order,
+    watch_lines_begin_with_their_type,
     watch_from_a_compacted_resource_version_is_gone,
     bookmarks_arrive,
     label_and_field_selectors_filter_lists_and_watches,

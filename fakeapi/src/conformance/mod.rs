@@ -176,6 +176,7 @@ bodies![
     apply::an_applied_empty_map_stays_owned_after_the_server_drops_it
         gap "the fake keeps empty maps and lets an applied empty map claim no field",
     watch::watch_from_a_resource_version_sees_later_events_in_order,
+    watch::watch_lines_begin_with_their_type,
     watch::watch_from_a_compacted_resource_version_is_gone,
     watch::bookmarks_arrive,
     watch::label_and_field_selectors_filter_lists_and_watches,

@@ -2,14 +2,14 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{AsyncBufReadExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 
 use super::Env;
-use super::fixtures::{cm, names, next_change, next_event, rv};
+use super::fixtures::{PATIENCE, cm, names, next_change, next_event, rv};
 use crate::ROOT_CA_CONFIGMAP;
 
 pub(super) async fn watch_from_a_resource_version_sees_later_events_in_order(env: &Env) {
@@ -34,6 +34,33 @@ pub(super) async fn watch_from_a_resource_version_sees_later_events_in_order(env
     let kinds: Vec<_> = seen.iter().map(|(t, n, _)| (*t, n.as_str())).collect();
     assert_eq!(kinds, vec![("ADDED", "b"), ("MODIFIED", "b"), ("DELETED", "a")]);
     assert!(seen.windows(2).all(|w| w[0].2 < w[1].2), "resourceVersions increase: {seen:?}");
+}
+
+/// Every line of a watch begins `{"type":"…",`, as the apiserver encodes its events
+/// (type before object): the clients' watch-event counters read the type there
+/// (`ferrolb_runtime::kube_client::received`), so a server putting it last would have
+/// every event counted as `other`.
+pub(super) async fn watch_lines_begin_with_their_type(env: &Env) {
+    let cms: Api<ConfigMap> = env.api();
+    let a = cms.create(&PostParams::default(), &cm("a", &[])).await.unwrap();
+    let path = format!(
+        "/api/v1/namespaces/{}/configmaps?watch=true&resourceVersion={}&timeoutSeconds=10",
+        env.ns(),
+        rv(&a)
+    );
+    let request = http::Request::get(path).body(Vec::new()).unwrap();
+    let mut lines = env.client().request_stream(request).await.unwrap().lines();
+    cms.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "2"}}))).await.unwrap();
+    cms.delete("a", &DeleteParams::default()).await.unwrap();
+    for want in ["MODIFIED", "DELETED"] {
+        let line = tokio::time::timeout(PATIENCE, lines.next())
+            .await
+            .unwrap_or_else(|_| panic!("a {want} line in time"))
+            .expect("the watch goes on")
+            .unwrap();
+        let head = format!("{{\"type\":\"{want}\",");
+        assert!(line.starts_with(&head), "a {want} line begins {head}: {line}");
+    }
 }
 
 pub(super) async fn watch_from_a_compacted_resource_version_is_gone(env: &Env) {

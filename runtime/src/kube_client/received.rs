@@ -7,8 +7,10 @@
 //! one component's watches cost it. At 5 000 nodes that is the figure that matters (every
 //! speaker receives every change of what it watches), so each client counts its own.
 //! A watch sends one JSON object per line, `{"type":"ADDED","object":…}`: each line is
-//! counted by its type as it begins, so bookmarks (which carry no change) are told from
-//! the events that do. Bytes are the body as sent (ferrolb's clients ask for no
+//! counted by its type as it begins (the apiserver writes the type first; the
+//! conformance body `watch_lines_begin_with_their_type` holds the real one and the fake
+//! to it, and a line that does not count as `other`), so bookmarks (which carry no
+//! change) are told from the events that do. Bytes are the body as sent (ferrolb's clients ask for no
 //! compression), without the HTTP and TLS framing.
 
 use std::future::Future;
