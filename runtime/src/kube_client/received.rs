@@ -10,8 +10,10 @@
 //! counted by its type as it begins (the apiserver writes the type first; the
 //! conformance body `watch_lines_begin_with_their_type` holds the real one and the fake
 //! to it, and a line that does not count as `other`), so bookmarks (which carry no
-//! change) are told from the events that do. Bytes are the body as sent (ferrolb's clients ask for no
-//! compression), without the HTTP and TLS framing.
+//! change) are told from the events that do. Bytes are the body as the apiserver sent
+//! it (gzipped when large: the counter sits under the decompression, see
+//! [`super::compression`]; watches are never compressed), without the HTTP and TLS
+//! framing.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -259,6 +259,9 @@ pub struct Restart {
     pub took: Duration,
     /// What each component received meanwhile; a restarted speaker, from its start.
     pub received: BTreeMap<String, traffic::Received>,
+    /// The whole list of each of the largest kinds a speaker lists, as uncompressed JSON
+    /// (`kubectl get --raw`), by resource: what its list would be without gzip.
+    pub uncompressed: BTreeMap<String, u64>,
 }
 
 /// Runs one size in a lab of its own and returns what it measured.
@@ -478,8 +481,17 @@ fn rolling_restart(
     let took = t.elapsed();
     let received = Snapshot::read(lab, speakers.len(), SPEAKERS).since(&before);
     let requests = requests::close(&window, now_us())?;
-    Ok(Restart { requests, speakers: (1..=speakers.len()).map(speaker_name).collect(), took, received })
+    let mut uncompressed = BTreeMap::new();
+    for (resource, path) in
+        [("nodes", "/api/v1/nodes"), ("services", "/api/v1/services"), ("endpointslices", ENDPOINTSLICES)]
+    {
+        uncompressed.insert(resource.to_owned(), cluster.kubectl(&["get", "--raw", path])?.len() as u64);
+    }
+    let speakers = (1..=speakers.len()).map(speaker_name).collect();
+    Ok(Restart { requests, speakers, took, received, uncompressed })
 }
+
+const ENDPOINTSLICES: &str = "/apis/discovery.k8s.io/v1/endpointslices";
 
 /// The speaker's log line once every watched kind is listed.
 const SYNCED: &str = "every watch listed: model synced";

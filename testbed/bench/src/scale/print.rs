@@ -229,6 +229,16 @@ impl Figures {
         }
         println!("     received from the apiserver (a restarted speaker from its start):");
         print_received(&r.received, None);
+        let kib = |b: u64| b as f64 / 1024.0;
+        let lists: Vec<String> = r
+            .uncompressed
+            .iter()
+            .map(|(res, raw)| {
+                let got = max_speaker(&r.received, |x| x.list_bytes_by.get(res).copied().unwrap_or(0));
+                format!("{res} {:.1} KiB ({:.1} KiB uncompressed)", kib(got.unwrap_or(0)), kib(*raw))
+            })
+            .collect();
+        println!("     a speaker's largest lists, as received: {}", lists.join(", "));
         let other = r.requests.tally(|c| is_busy(c) && c.request.verb != "list");
         let n: usize = other.values().sum();
         println!(

@@ -41,6 +41,8 @@ pub struct Received {
     pub watch_bytes: u64,
     /// Bytes of every other answer (lists, gets, writes' answers).
     pub other_bytes: u64,
+    /// Of which lists', by resource, as the apiserver sent them (compressed when large).
+    pub list_bytes_by: BTreeMap<String, u64>,
 }
 
 impl Received {
@@ -89,6 +91,12 @@ impl Snapshot {
                             r.watch_bytes += bytes;
                             if events > bookmarks {
                                 *r.changes_by.entry(resource.clone()).or_default() += events - bookmarks;
+                            }
+                        }
+                        "list" => {
+                            r.other_bytes += bytes;
+                            if bytes > 0 {
+                                *r.list_bytes_by.entry(resource.clone()).or_default() += bytes;
                             }
                         }
                         _ => r.other_bytes += bytes,
@@ -164,12 +172,24 @@ ferrolb_speaker_heap_bytes 5
             Snapshot([("speaker node1".to_owned(), now.clone()), ("controller".to_owned(), now)].into());
         let got = after.since(&before);
         let by = |n| [("services".to_owned(), n)].into();
-        let speaker =
-            Received { events: 3, bookmarks: 1, changes_by: by(2), watch_bytes: 1000, other_bytes: 0 };
+        let speaker = Received {
+            events: 3,
+            bookmarks: 1,
+            changes_by: by(2),
+            watch_bytes: 1000,
+            other_bytes: 0,
+            list_bytes_by: BTreeMap::new(),
+        };
         assert_eq!(got["speaker node1"], speaker);
         // Absent before (restarted): all of it.
-        let all =
-            Received { events: 4, bookmarks: 1, changes_by: by(3), watch_bytes: 1200, other_bytes: 90000 };
+        let all = Received {
+            events: 4,
+            bookmarks: 1,
+            changes_by: by(3),
+            watch_bytes: 1200,
+            other_bytes: 90000,
+            list_bytes_by: by(90000),
+        };
         assert_eq!(got["controller"], all);
         assert_eq!(max_speaker(&got, Received::bytes), Some(1000));
     }
