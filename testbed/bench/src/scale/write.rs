@@ -172,7 +172,10 @@ fn traffic_table(runs: &[Run]) -> String {
          then the controller's annotation and status), its EndpointSlice and its pool's status (the \
          controller's usage counts), and for a port change the Service once: the same at every size, as no node's write reaches another node's speaker \
          (`testbed/tests/real_scale.rs` counts it). A restarted speaker lists every Node, Service and \
-         EndpointSlice, so a rollout costs the apiserver nodes × (Nodes + Services) bytes. kwok's Nodes \
+         EndpointSlice, so a rollout costs the apiserver nodes × (Nodes + Services) bytes; since \
+         2026-12-01 it asks for them gzipped, as client-go does (the apiserver compresses answers over \
+         128 KiB), which cut them about 13 times in `real_scale.rs`: runs measured before that date show \
+         the uncompressed figure. kwok's Nodes \
          stay unchanged at rest; a kubelet rewrites its Node's status at least every 5 minutes \
          (`nodeStatusReportFrequency`), and every speaker receives each such write (about 4 KiB for these \
          Nodes, more for real ones with their image lists).\n",
