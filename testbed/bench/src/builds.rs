@@ -16,20 +16,30 @@ pub struct Build {
 }
 
 impl Build {
-    /// The release build of `name` when present, else the debug one (`$FERROLB_<NAME>_BIN`
-    /// wins).
+    /// The newer of the release and debug builds of `name` (`$FERROLB_<NAME>_BIN` wins):
+    /// a bench wants the release build, but a test run after `cargo build` must not run a
+    /// release build older than the code (`real_scale.rs` did, silently, where an earlier
+    /// bench had left one).
     pub fn choose(name: &str) -> Result<Self, Error> {
         if let Some(path) = binary::from_env(name) {
             let how = format!("{name}: {} (from ${})", path.display(), binary::env_var(name));
             return Ok(Build { path, how });
         }
-        let (path, profile) = match binary::workspace(name, "release") {
-            Ok(p) => (p, "release"),
-            Err(_) => (binary::workspace(name, "debug")?, "debug"),
+        let release = binary::workspace(name, "release").ok();
+        let (path, profile) = match (release, binary::workspace(name, "debug")) {
+            (Some(r), Ok(d)) if newer(&d, &r) => (d, "debug build (newer than the release build)"),
+            (Some(r), _) => (r, "release build"),
+            (None, d) => (d?, "debug build"),
         };
-        let how = format!("{name}: {profile} build, {}", path.display());
+        let how = format!("{name}: {profile}, {}", path.display());
         Ok(Build { path, how })
     }
+}
+
+/// Whether file `a` was modified after file `b` (false when either time is unknown).
+fn newer(a: &Path, b: &Path) -> bool {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    modified(a).zip(modified(b)).is_some_and(|(a, b)| a > b)
 }
 
 /// The controller and speaker builds a bench runs.
@@ -85,4 +95,26 @@ pub fn cpu_ticks(pid: i32) -> Option<u64> {
     let rest = stat.rsplit_once(')')?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+
+    #[test]
+    fn the_newer_build_is_the_one_modified_last() {
+        let dir = std::env::temp_dir().join(format!("ferrolb-builds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (old, new) = (dir.join("release"), dir.join("debug"));
+        let now = SystemTime::now();
+        for (path, age) in [(&old, 60), (&new, 0)] {
+            let f = std::fs::File::create(path).unwrap();
+            f.set_modified(now - Duration::from_secs(age)).unwrap();
+        }
+        assert!(newer(&new, &old) && !newer(&old, &new));
+        assert!(!newer(&dir.join("missing"), &old), "a missing build is never the newer");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
