@@ -479,3 +479,52 @@ fn under_local_policy_a_node_without_a_serving_endpoint_gets_no_bucket() {
     let after = open(&lab, vip, 21000..22000);
     assert_even(&flow_split(&after), &["node1", "node2", "node3"], 1000, "Local: endpoints on every node");
 }
+
+/// Buckets of `vip` that this thread's network namespace takes new flows of, as
+/// [`owned_buckets`] reads them (its `nft` runs where the thread is).
+fn owned_here(vip: IpAddr) -> usize {
+    let id = vip.to_string().replace(['.', ':'], "_");
+    let list = |what: &str, name: String| {
+        let out = std::process::Command::new("nft").args(["list", what, "inet", nft::TABLE, &name]).output();
+        out.ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    if list("chain", format!("a_{id}")).is_none() {
+        return 0;
+    }
+    let count = |prefix: &str, verdict: &str| {
+        list("map", format!("{prefix}_{id}")).map_or(0, |t| t.matches(&format!(": {verdict}")).count())
+    };
+    256usize.saturating_sub(count("a", "goto n_") + count("g", "goto draining"))
+}
+
+/// What a stopping speaker waits for before it leaves membership
+/// (`BucketFilter::loaded`): once the filter says so, the kernel holds the tables of
+/// the last set given. Handed over, no bucket of the address takes new flows here any
+/// more, so the others may take them without two nodes answering one SYN (CI saw
+/// clients reset when the others took them first).
+#[test]
+fn the_filter_says_loaded_once_the_kernel_holds_its_tables() {
+    use ferrolb_proto::l2::L2Status;
+    use ferrolb_speaker::announce::active_active::{BucketFilter, FilterMetrics};
+
+    let lab = Lab::up(LabConfig::nodes(1)).unwrap();
+    let vip: IpAddr = "192.0.2.120".parse().unwrap();
+    let owned = lab.nodes()[0]
+        .run(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let (_status, rx) = tokio::sync::watch::channel(L2Status::default());
+                let filter = BucketFilter::spawn("node1", Duration::ZERO, rx, FilterMetrics::default());
+                filter.set(&[(vip, vec!["node1".to_string(), "node2".to_string()])].into());
+                assert!(filter.loaded(TIMEOUT).await, "the first tables loaded");
+                let serving = owned_here(vip);
+                filter.set(&BTreeMap::new());
+                assert!(filter.loaded(TIMEOUT).await, "the handed-over tables loaded");
+                let handed_over = owned_here(vip);
+                filter.stop(BTreeMap::new()).await;
+                (serving, handed_over)
+            })
+        })
+        .unwrap();
+    assert_eq!(owned, (128, 0), "buckets taking new flows: shared with node2, then handed over");
+}

@@ -107,14 +107,16 @@ impl FilterMetrics {
     }
 }
 
-/// What the filter is asked: None until the first plan (the tables a previous run left
-/// stay untouched until then).
-type Desired = Option<BTreeMap<IpAddr, Vec<String>>>;
+/// What the filter is asked, numbered from 1: None until the first plan (the tables a
+/// previous run left stay untouched until then).
+type Desired = Option<(u64, BTreeMap<IpAddr, Vec<String>>)>;
 
 /// Runs the filter; dropping it leaves the kernel's tables as they are.
 #[derive(Debug)]
 pub struct BucketFilter {
     desired: watch::Sender<Desired>,
+    /// The number of the last desired set whose tables are in the kernel.
+    loaded: watch::Receiver<u64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -128,27 +130,41 @@ impl BucketFilter {
         metrics: FilterMetrics,
     ) -> Self {
         let (desired, rx) = watch::channel(None);
+        let (done, loaded) = watch::channel(0);
         let spread = Spread::new(me, DEFAULT_GRACE).with_join_hold(join_grace);
-        let task = tokio::spawn(run(spread, rx, status, metrics));
-        BucketFilter { desired, task }
+        let task = tokio::spawn(run(spread, rx, status, metrics, done));
+        BucketFilter { desired, loaded, task }
     }
 
     /// The active-active addresses this node serves → the nodes serving each.
     pub fn set(&self, addresses: &BTreeMap<IpAddr, Vec<String>>) {
         self.desired.send_if_modified(|cur| {
-            let changed = cur.as_ref() != Some(addresses);
+            let changed = cur.as_ref().map(|(_, a)| a) != Some(addresses);
             if changed {
-                *cur = Some(addresses.clone());
+                let n = cur.as_ref().map_or(0, |(n, _)| *n) + 1;
+                *cur = Some((n, addresses.clone()));
             }
             changed
         });
     }
 
+    /// Waits (at most `within`) until the kernel holds the tables of the last set given:
+    /// false if it does not by then (the kernel refused them, or the filter is slow).
+    /// Before this node leaves membership on shutdown, its buckets must be draining in
+    /// the kernel: the others take them over as soon as it leaves, and a bucket both
+    /// still take new flows of gets two answers to one SYN (the client resets the
+    /// connection).
+    pub async fn loaded(&self, within: Duration) -> bool {
+        let Some(want) = self.desired.borrow().as_ref().map(|(n, _)| *n) else { return true };
+        let mut loaded = self.loaded.clone();
+        matches!(tokio::time::timeout(within, loaded.wait_for(|n| *n >= want)).await, Ok(Ok(_)))
+    }
+
     /// Stops after loading `last` (every address left: each bucket this node owns
     /// drains for the grace, then the tables go on the next start).
     pub async fn stop(self, last: BTreeMap<IpAddr, Vec<String>>) {
-        self.desired.send_replace(Some(last));
-        let BucketFilter { desired, task } = self;
+        self.set(&last);
+        let BucketFilter { desired, task, .. } = self;
         drop(desired);
         let _ = task.await;
     }
@@ -162,6 +178,7 @@ async fn run(
     mut desired: watch::Receiver<Desired>,
     mut status: watch::Receiver<L2Status>,
     metrics: FilterMetrics,
+    done: watch::Sender<u64>,
 ) {
     let mut loaded: Loaded = None;
     let mut counted = BTreeMap::new();
@@ -198,7 +215,7 @@ async fn run(
     read.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let want = desired.borrow_and_update().clone();
-        if let Some(want) = want {
+        if let Some((number, want)) = want {
             let now = Instant::now();
             spread.handle(now.into_std(), Input::Desired(want));
             let st = status.borrow_and_update().clone();
@@ -218,6 +235,7 @@ async fn run(
             let batch = nft::ruleset(&spread, &devices);
             if loaded.as_ref().is_some_and(|(b, _)| *b == batch) {
                 retry = None;
+                done.send_replace(number);
             } else if retry.is_none_or(|t| t <= now) {
                 // Loading resets the counters: what they counted is read first.
                 read_not_mine(&metrics, &mut counted).await;
@@ -231,6 +249,7 @@ async fn run(
                         counted.clear();
                         retry = None;
                         metrics.count("loaded");
+                        done.send_replace(number);
                     }
                     Err(e) => {
                         metrics.count("refused");

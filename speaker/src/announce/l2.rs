@@ -53,6 +53,13 @@ impl L2Announcer {
         self.filter.set(&BTreeMap::new());
     }
 
+    /// Waits (at most `within`) until the kernel's bucket filter is what the last
+    /// [`L2Announcer::apply`] or [`L2Announcer::hand_over_all`] asked
+    /// ([`BucketFilter::loaded`]); false if it is not by then.
+    pub async fn filtered(&self, within: std::time::Duration) -> bool {
+        self.filter.loaded(within).await
+    }
+
     /// Membership changed who owns what: every owned address starts afresh (an address
     /// yielded on the wire to a node membership no longer gives it to is answered at
     /// once, see `ferrolb_proto::l2::conflict::Input::Renew`) and gets the takeover
