@@ -265,22 +265,31 @@ fn ipv6_a_packet_nothing_takes_is_dropped_not_sent_round_the_segment() {
     nothing_takes_the_packet(addressing::lan_v6(0x61));
 }
 
-/// Elements of `vip`'s map `prefix` ("a": buckets not mine, "g": buckets in grace)
-/// whose verdict is `verdict`, as `nft` lists the loaded map.
-fn buckets(ns: &Netns, vip: IpAddr, prefix: &str, verdict: &str) -> usize {
-    let map = format!("{prefix}_{}", vip.to_string().replace(['.', ':'], "_"));
-    let Ok(text) = ns.exec(&["nft", "list", "map", "inet", nft::TABLE, &map]) else { return 0 };
-    text.matches(&format!(": {verdict}")).count()
-}
-
 /// Buckets of `vip` that `ns` owns (takes new flows of), read from its loaded table
 /// (two reads: a load between them may make it wrong, once).
 fn owned_buckets(ns: &Netns, vip: IpAddr) -> usize {
-    let chain = format!("a_{}", vip.to_string().replace(['.', ':'], "_"));
-    if ns.exec(&["nft", "list", "chain", "inet", nft::TABLE, &chain]).is_err() {
+    owned(vip, |what, name| ns.exec(&["nft", "list", what, "inet", nft::TABLE, name]).ok())
+}
+
+/// The per-address chain or map `{prefix}_X` of `vip`.
+fn table_name(prefix: &str, vip: IpAddr) -> String {
+    format!("{prefix}_{}", vip.to_string().replace(['.', ':'], "_"))
+}
+
+/// Elements of a listed map (None: not loaded) whose verdict is `verdict` ("a": buckets
+/// not mine, "g": buckets in grace).
+fn count_verdicts(listed: Option<String>, verdict: &str) -> usize {
+    listed.map_or(0, |text| text.matches(&format!(": {verdict}")).count())
+}
+
+/// Buckets of `vip` that take new flows, from `list(what, name)`, which runs `nft list
+/// what inet ferrolb name` where the table is (None: no such chain or map).
+fn owned(vip: IpAddr, list: impl Fn(&str, &str) -> Option<String>) -> usize {
+    if list("chain", &table_name("a", vip)).is_none() {
         return 0;
     }
-    256usize.saturating_sub(buckets(ns, vip, "a", "goto n_") + buckets(ns, vip, "g", "goto draining"))
+    let count = |prefix: &str, verdict: &str| count_verdicts(list("map", &table_name(prefix, vip)), verdict);
+    256usize.saturating_sub(count("a", "goto n_") + count("g", "goto draining"))
 }
 
 /// Waits until each of `nodes` (lab indexes) owns its share of `vip`'s buckets.
@@ -483,18 +492,10 @@ fn under_local_policy_a_node_without_a_serving_endpoint_gets_no_bucket() {
 /// Buckets of `vip` that this thread's network namespace takes new flows of, as
 /// [`owned_buckets`] reads them (its `nft` runs where the thread is).
 fn owned_here(vip: IpAddr) -> usize {
-    let id = vip.to_string().replace(['.', ':'], "_");
-    let list = |what: &str, name: String| {
-        let out = std::process::Command::new("nft").args(["list", what, "inet", nft::TABLE, &name]).output();
+    owned(vip, |what, name| {
+        let out = std::process::Command::new("nft").args(["list", what, "inet", nft::TABLE, name]).output();
         out.ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-    };
-    if list("chain", format!("a_{id}")).is_none() {
-        return 0;
-    }
-    let count = |prefix: &str, verdict: &str| {
-        list("map", format!("{prefix}_{id}")).map_or(0, |t| t.matches(&format!(": {verdict}")).count())
-    };
-    256usize.saturating_sub(count("a", "goto n_") + count("g", "goto draining"))
+    })
 }
 
 /// What a stopping speaker waits for before it leaves membership

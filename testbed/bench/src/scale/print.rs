@@ -229,7 +229,6 @@ impl Figures {
         }
         println!("     received from the apiserver (a restarted speaker from its start):");
         print_received(&r.received, None);
-        let kib = |b: u64| b as f64 / 1024.0;
         let lists: Vec<String> = r
             .uncompressed
             .iter()
@@ -313,7 +312,6 @@ pub struct Traffic {
 
 impl Traffic {
     fn of(f: &Figures) -> Option<Traffic> {
-        let kib = |b: u64| b as f64 / 1024.0;
         let rest = &f.rest.received;
         let secs = f.rest.requests.window.as_secs_f64().max(1e-3);
         Some(Traffic {
@@ -496,7 +494,6 @@ fn print_received(received: &BTreeMap<String, Received>, window: Option<Duration
         println!("       (no component's metrics could be read)");
     }
     for (who, r) in received {
-        let kib = |b: u64| b as f64 / 1024.0;
         match window.map(|w| w.as_secs_f64().max(1e-3)) {
             Some(s) => println!(
                 "       {who:<16} {:>8} watch events ({:.2}/s), {:>10.1} KiB of them ({:.2} KiB/s), {:>10.1} KiB other answers",
@@ -536,4 +533,9 @@ fn print_tally(t: &Tally, per: Option<&Requests>) {
 /// The share of `window` that `cpu` is.
 fn share(cpu: Duration, window: Duration) -> f64 {
     cpu.as_secs_f64() / window.as_secs_f64().max(1e-3)
+}
+
+/// Bytes in KiB.
+fn kib(bytes: u64) -> f64 {
+    bytes as f64 / 1024.0
 }

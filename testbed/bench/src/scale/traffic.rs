@@ -93,13 +93,12 @@ impl Snapshot {
                                 *r.changes_by.entry(resource.clone()).or_default() += events - bookmarks;
                             }
                         }
-                        "list" => {
+                        _ => {
                             r.other_bytes += bytes;
-                            if bytes > 0 {
+                            if verb == "list" && bytes > 0 {
                                 *r.list_bytes_by.entry(resource.clone()).or_default() += bytes;
                             }
                         }
-                        _ => r.other_bytes += bytes,
                     }
                 }
                 (who.clone(), r)
