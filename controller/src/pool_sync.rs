@@ -3,6 +3,7 @@
 //! it: [`crate::validity`]) kept current.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use ferrolb_api::validate::kind::IP_ADDRESS_POOL;
 use ferrolb_api::{
@@ -29,7 +30,18 @@ pub struct PoolSync {
     errors: BTreeMap<String, Vec<ValidationError>>,
     /// Pools whose status write the cache does not show yet.
     unseen: Unseen,
+    /// When each pool's status was last written, for [`STATUS_INTERVAL`].
+    written: BTreeMap<String, Instant>,
+    /// When the earliest count write held back by [`STATUS_INTERVAL`] is due.
+    due: Option<Instant>,
 }
+
+/// A pool's counts are written at most this often: while Services are addressed in a
+/// burst (50 000 at a cold start take the controller's 50 writes a second for most of an
+/// hour), a write per round trip would be a fifth of its writes and a watch event to every
+/// speaker each time. The first change after a quiet spell is written at once, and a
+/// change of the `Valid` condition always is.
+pub const STATUS_INTERVAL: Duration = Duration::from_secs(2);
 
 fn saturate(x: u128) -> i64 {
     i64::try_from(x).unwrap_or(i64::MAX)
@@ -38,7 +50,20 @@ fn saturate(x: u128) -> i64 {
 impl PoolSync {
     /// A pool side reading from this watch cache.
     pub fn new(pools: Store<IpAddressPool>) -> Self {
-        PoolSync { pools, in_force: BTreeMap::new(), errors: BTreeMap::new(), unseen: Unseen::default() }
+        PoolSync {
+            pools,
+            in_force: BTreeMap::new(),
+            errors: BTreeMap::new(),
+            unseen: Unseen::default(),
+            written: BTreeMap::new(),
+            due: None,
+        }
+    }
+
+    /// When counts held back by [`STATUS_INTERVAL`] are due to be written
+    /// ([`PoolSync::write_statuses`] again), if any are.
+    pub fn due(&self) -> Option<Instant> {
+        self.due
     }
 
     /// Re-validates every pool and applies what changed to the allocator. Only the Services
@@ -111,6 +136,7 @@ impl PoolSync {
     /// are replayed (the replay asks for a write when done), so a restart that changes
     /// nothing writes nothing.
     pub async fn write_statuses(&mut self, ctx: &Context) {
+        self.due = None;
         if !ctx.counts_known() {
             return;
         }
@@ -125,6 +151,7 @@ impl PoolSync {
             (stats, ipam.alloc.orphans().count())
         };
         ctx.metrics.orphaned.set(i64::try_from(orphans).unwrap_or(i64::MAX));
+        self.written.retain(|name, _| objects.iter().any(|p| p.name_any() == *name));
         for pool in &objects {
             let name = pool.name_any();
             let stat = stats.get(&name);
@@ -148,6 +175,14 @@ impl PoolSync {
             if desired == current {
                 continue;
             }
+            if change.is_none()
+                && let Some(at) = self.written.get(&name)
+                && at.elapsed() < STATUS_INTERVAL
+            {
+                let when = *at + STATUS_INTERVAL;
+                self.due = Some(self.due.map_or(when, |d| d.min(when)));
+                continue;
+            }
             // Conditional on the version the counts and conditions were computed against,
             // so that an old leader's write still on the wire cannot land over the new
             // leader's (a 409; the newer version's watch event brings another pass).
@@ -155,6 +190,7 @@ impl PoolSync {
             match ctx.call(api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))).await {
                 Ok(_) => {
                     self.unseen.wrote(IpAddressPool::KIND, &**pool);
+                    self.written.insert(name.clone(), Instant::now());
                     if let Some(change) = change {
                         let while_invalid = if self.in_force.contains_key(&name) {
                             IpAddressPool::WHILE_INVALID

@@ -410,7 +410,16 @@ async fn pools_task(
             _ = ctx.pools_dirty.notified(), if synced.is_none() => {
                 sync.write_statuses(&ctx).await;
             }
+            () = until(sync.due()) => sync.write_statuses(&ctx).await,
         }
+    }
+}
+
+/// Sleeps until `at`; forever when there is none.
+async fn until(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 

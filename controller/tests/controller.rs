@@ -421,3 +421,40 @@ async fn a_cold_start_reaches_every_service_while_some_go_and_others_change() {
     assert!(deleted.iter().all(|d| !addressed.contains(d)));
     ctl.stop().await.unwrap();
 }
+
+/// Services addressed in a burst have their pool's counts written a few times, at most
+/// once every [`STATUS_INTERVAL`], not once per round trip; the last write counts them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_services_writes_the_pool_counts_a_few_times() {
+    use ferrolb_controller::pool_sync::STATUS_INTERVAL;
+    const BURST: i64 = 40;
+    let (client, server) = cluster_on(ferrolb_fakeapi::FakeApiServer::new().with_request_log()).await;
+    create_pool(&client, pool("lan", &["192.0.2.0/26"])).await;
+    let started = std::time::Instant::now();
+    let ctl = start(&server, settings("c1", None));
+    for i in 0..BURST {
+        svc("default", &format!("s{i:02}")).create(&client).await;
+    }
+    until("the pool counting every Service", || async {
+        (pool_status(&client, "lan").await.assigned_ipv4 == BURST).then_some(())
+    })
+    .await;
+    let took = started.elapsed();
+    let writes = server
+        .request_log()
+        .into_iter()
+        .filter(|r| {
+            r.client.as_deref() == Some("c1")
+                && r.is_write()
+                && r.path.ends_with("/ipaddresspools/lan/status")
+        })
+        .count();
+    // One write per interval at most, besides the first (the Valid condition) and the one
+    // after a quiet spell.
+    let bound = 2 + (took.as_secs_f64() / STATUS_INTERVAL.as_secs_f64()) as usize;
+    assert!(
+        writes <= bound,
+        "{writes} pool status writes in {took:?} for {BURST} Services (at most {bound})"
+    );
+    ctl.stop().await.unwrap();
+}
