@@ -313,6 +313,9 @@ enum Bench {
         /// Numbers of Services, one cold start each (the fake takes ~10 minutes to list 100k).
         #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 50_000])]
         services: Vec<usize>,
+        /// On the real control plane (etcd, kube-apiserver) instead of the fake apiserver.
+        #[arg(long)]
+        real: bool,
     },
     /// At cluster scale on the real control plane (issue #39): kwok's fake Nodes, two real
     /// speakers and the controller; ferrolb's apiserver requests and what each component
@@ -449,8 +452,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench { bench: Bench::WholePath { services, existing } } => {
             Ok(ferrolb_bench::whole_path::run(&ferrolb_bench::whole_path::Params { services, existing })?)
         }
-        Cmd::Bench { bench: Bench::ControllerMemory { services } } => {
-            Ok(ferrolb_bench::controller_memory::run(&services)?)
+        Cmd::Bench { bench: Bench::ControllerMemory { services, real } } => {
+            Ok(ferrolb_bench::controller_memory::run(&services, real)?)
         }
         Cmd::Bench { bench: Bench::Scale { nodes, services, rest_seconds, late, write, rewrite } } => {
             use ferrolb_bench::scale;

@@ -16,6 +16,9 @@
 //! grows with the square of N: on 2 CPUs 10k Services list in seconds, 50k in about two
 //! minutes, 100k in about ten; hence the default sizes.
 //!
+//! `--real` runs the cold start on the real control plane instead ([`real`]), up to 64 000
+//! Services.
+//!
 //! Figures are printed beside the goal, never asserted.
 
 use std::net::Ipv4Addr;
@@ -50,13 +53,27 @@ const IN_FLIGHT: usize = 8;
 const CREATOR: &str = "kubectl-create";
 const CONTROLLER: &str = "ferrolb-controller";
 
-/// Runs one cold start per size and prints the controller's memory.
-pub fn run(sizes: &[usize]) -> Result<(), Error> {
-    let capacity = 1usize << (32 - 15);
+mod real;
+
+/// Runs one cold start per size (on the real control plane when `real`) and prints the
+/// controller's memory.
+pub fn run(sizes: &[usize], real: bool) -> Result<(), Error> {
+    let capacity = if real { real::CAPACITY } else { 1usize << (32 - 15) };
     if let Some(n) = sizes.iter().find(|n| **n == 0 || **n > capacity) {
-        return Err(Error::Missing(format!("--services {n}: between 1 and {capacity} (the pool {POOL})")));
+        let within = if real { "the real control plane's IPv6 ClusterIPs" } else { POOL };
+        return Err(Error::Missing(format!("--services {n}: between 1 and {capacity} ({within})")));
     }
     let build = Build::choose("ferrolb-controller")?;
+    if real {
+        println!(
+            "bench controller-memory --real: ferrolb-controller cold start with N LoadBalancer Services holding addresses, on the real control plane"
+        );
+        println!("  binary: {}", build.how);
+        for &n in sizes {
+            real::cold_start(&build, n)?;
+        }
+        return Ok(());
+    }
     println!(
         "bench controller-memory: ferrolb-controller cold start with N LoadBalancer Services holding addresses, served by the fake apiserver over HTTP"
     );

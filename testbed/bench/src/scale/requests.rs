@@ -178,7 +178,7 @@ pub(super) fn others_writes(window: &Window, end_us: i64) -> Tally {
 /// The requests of `window` received before `end_us`, read once the audit log shows a
 /// Lease renewal received after `end_us`: the log then holds every request of the
 /// window that completed (the renewal comes every 3 s).
-pub(super) fn close(window: &Window, end_us: i64) -> Result<Requests, Error> {
+pub(crate) fn close(window: &Window, end_us: i64) -> Result<Requests, Error> {
     let controller = user_of(ferrolb::CONTROLLER_SA);
     until_value_every(
         "a Lease renewal in the audit log after the window",
