@@ -22,6 +22,7 @@
 //! Figures are printed beside the goal, never asserted.
 
 use std::net::Ipv4Addr;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ferrolb_api::ANNOTATION_IP_ALLOCATED_FROM_POOL;
@@ -36,6 +37,7 @@ use super::whole_path::{GOAL_CONTROLLER_RSS_MIB, GOAL_RSS_SERVICES, REBUILT, rec
 use super::{mib, peak_rss, rss};
 use ferrolb_cluster::ferrolb;
 use ferrolb_lab::kubeapi::{FakeCluster, Objects};
+use ferrolb_lab::process::Proc;
 use ferrolb_lab::speaker::yaml;
 use ferrolb_lab::{Error, Lab, LabConfig, addressing, wait};
 
@@ -127,42 +129,15 @@ fn cold_start(build: &Build, n: usize) -> Result<Option<u64>, Error> {
     cluster.api().compact();
     let before = cluster.api().request_log().len();
 
-    let start = Instant::now();
-    let controller = lab.spawn(
-        lab.node(NODE),
-        ferrolb::controller_spawn(&build.path, cluster.kubeconfig(), NODE, "controller", &[]),
-    )?;
-    let budget = Duration::from_secs(120) + Duration::from_millis(2) * u32::try_from(n).unwrap_or(u32::MAX);
-    wait_log(&controller, REBUILT, budget)?;
-    let ready = start.elapsed();
-    let (peak_ready, rss_ready) = (peak_rss(controller.pid()), rss(controller.pid()));
-    let metrics = std::net::SocketAddr::new(addressing::node_ip(NODE), ferrolb::CONTROLLER_METRICS_PORT);
-    wait::until_value(
-        "the controller to reconcile every Service",
-        budget,
-        || reconciles(&lab, metrics),
-        |r| *r >= n as u64,
-    )?;
-    let reconciled = start.elapsed();
-    let (peak, resident) = (peak_rss(controller.pid()), rss(controller.pid()));
+    let watched =
+        ColdStart::watch(&lab, &build.path, cluster.kubeconfig(), NODE, n, Duration::from_millis(2))?;
     let service_writes = cluster.api().request_log()[before..]
         .iter()
         .filter(|r| r.is_write() && r.path.contains("/services/"))
         .count();
-
-    let show = |b: Option<u64>| b.map_or_else(|| "unknown".to_string(), |b| format!("{:.1} MiB", mib(b)));
-    println!(
-        "   process start → ready (state rebuilt) {:.2} s, → every Service reconciled {:.2} s; writes to Services meanwhile: {service_writes}",
-        ready.as_secs_f64(),
-        reconciled.as_secs_f64()
-    );
-    println!("   at ready:          VmHWM {}, VmRSS {}", show(peak_ready), show(rss_ready));
-    println!(
-        "   every Service reconciled: VmHWM {}, VmRSS {}   (goal: VmHWM < {GOAL_CONTROLLER_RSS_MIB:.0} MiB at {GOAL_RSS_SERVICES} Services)",
-        show(peak),
-        show(resident)
-    );
-    drop(controller);
+    watched.print(&format!("writes to Services meanwhile: {service_writes}"));
+    let peak = watched.at_end.0;
+    drop(watched);
     drop(cluster);
     drop(lab);
     Ok(peak)
@@ -170,6 +145,70 @@ fn cold_start(build: &Build, n: usize) -> Result<Option<u64>, Error> {
 
 fn service_name(i: usize) -> String {
     format!("svc-{i:06}")
+}
+
+/// A controller's cold start with `n` Services, watched from its process start.
+struct ColdStart {
+    controller: Proc,
+    /// Process start → its state rebuilt from the API.
+    ready: Duration,
+    /// Process start → every Service reconciled once.
+    reconciled: Duration,
+    /// (VmHWM, VmRSS) once ready, and once every Service is reconciled.
+    at_ready: (Option<u64>, Option<u64>),
+    at_end: (Option<u64>, Option<u64>),
+}
+
+impl ColdStart {
+    /// Starts the controller `bin` on lab node `node` and waits until it has reconciled
+    /// every one of `n` Services (a minute or two, and `per_service` for each).
+    fn watch(
+        lab: &Lab,
+        bin: &Path,
+        kubeconfig: &Path,
+        node: usize,
+        n: usize,
+        per_service: Duration,
+    ) -> Result<Self, Error> {
+        let start = Instant::now();
+        let controller =
+            lab.spawn(lab.node(node), ferrolb::controller_spawn(bin, kubeconfig, node, "controller", &[]))?;
+        let budget = Duration::from_secs(120) + per_service * u32::try_from(n).unwrap_or(u32::MAX);
+        wait_log(&controller, REBUILT, budget)?;
+        let ready = start.elapsed();
+        let memory = |p: &Proc| (peak_rss(p.pid()), rss(p.pid()));
+        let at_ready = memory(&controller);
+        let metrics = std::net::SocketAddr::new(addressing::node_ip(node), ferrolb::CONTROLLER_METRICS_PORT);
+        wait::until_value(
+            "the controller to reconcile every Service",
+            budget,
+            || reconciles(lab, metrics),
+            |r| *r >= n as u64,
+        )?;
+        let reconciled = start.elapsed();
+        let at_end = memory(&controller);
+        Ok(ColdStart { controller, ready, reconciled, at_ready, at_end })
+    }
+
+    /// Prints the times, with `also` on the first line, and the memory beside the goal.
+    fn print(&self, also: &str) {
+        let show = |b: Option<u64>| b.map_or_else(|| "unknown".to_string(), |b| format!("{:.1} MiB", mib(b)));
+        println!(
+            "   process start → ready (state rebuilt) {:.2} s, → every Service reconciled {:.2} s; {also}",
+            self.ready.as_secs_f64(),
+            self.reconciled.as_secs_f64()
+        );
+        println!(
+            "   at ready:                 VmHWM {}, VmRSS {}",
+            show(self.at_ready.0),
+            show(self.at_ready.1)
+        );
+        println!(
+            "   every Service reconciled: VmHWM {}, VmRSS {}   (goal: VmHWM < {GOAL_CONTROLLER_RSS_MIB:.0} MiB at {GOAL_RSS_SERVICES} Services)",
+            show(self.at_end.0),
+            show(self.at_end.1)
+        );
+    }
 }
 
 /// Creates Service `i` as its creator would, then writes what the controller writes: the

@@ -23,11 +23,10 @@ use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use super::{GOAL_CONTROLLER_RSS_MIB, GOAL_RSS_SERVICES, REBUILT, reconciles, wait_log};
+use super::ColdStart;
 use crate::builds::{Build, CLOCK_TICKS, cpu_ticks};
 use crate::scale::requests::{self, Requests};
 use crate::whole_path::create_service;
-use crate::{mib, peak_rss, rss};
 use ferrolb_cluster::load::{Window, now_us};
 use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
 use ferrolb_lab::speaker::yaml;
@@ -80,43 +79,16 @@ pub(super) fn cold_start(build: &Build, n: usize) -> Result<Option<u64>, Error> 
 
     let conf = ferrolb::kubeconfig(&cluster, ferrolb::CONTROLLER_SA, 1)?;
     let window = Window::open(&cluster);
-    let start = Instant::now();
-    let controller =
-        lab.spawn(lab.node(NODE), ferrolb::controller_spawn(&build.path, &conf, NODE, "controller", &[]))?;
-    let budget = Duration::from_secs(120) + Duration::from_millis(5) * u32::try_from(n).unwrap_or(u32::MAX);
-    wait_log(&controller, REBUILT, budget)?;
-    let ready = start.elapsed();
-    let at_ready = (peak_rss(controller.pid()), rss(controller.pid()));
-    let metrics = SocketAddr::new(addressing::node_ip(NODE), ferrolb::CONTROLLER_METRICS_PORT);
-    wait::until_value(
-        "the controller to reconcile every Service",
-        budget,
-        || reconciles(&lab, metrics),
-        |r| *r >= n as u64,
-    )?;
-    let reconciled = start.elapsed();
-    let peak = peak_rss(controller.pid());
-    let resident = rss(controller.pid());
-    let cpu = cpu_ticks(controller.pid()).map(|t| t as f64 / CLOCK_TICKS as f64);
+    let watched = ColdStart::watch(&lab, &build.path, &conf, NODE, n, Duration::from_millis(5))?;
+    let cpu = cpu_ticks(watched.controller.pid()).map(|t| t as f64 / CLOCK_TICKS as f64);
     let cold = requests::close(&window, now_us())?;
-
-    let show = |b: Option<u64>| b.map_or_else(|| "unknown".to_string(), |b| format!("{:.1} MiB", mib(b)));
-    println!(
-        "   process start → ready (state rebuilt) {:.2} s, → every Service reconciled {:.2} s; CPU {}",
-        ready.as_secs_f64(),
-        reconciled.as_secs_f64(),
-        cpu.map_or_else(|| "unknown".into(), |s| format!("{s:.1} s"))
-    );
-    println!("   at ready:                 VmHWM {}, VmRSS {}", show(at_ready.0), show(at_ready.1));
-    println!(
-        "   every Service reconciled: VmHWM {}, VmRSS {}   (goal: VmHWM < {GOAL_CONTROLLER_RSS_MIB:.0} MiB at {GOAL_RSS_SERVICES} Services)",
-        show(peak),
-        show(resident)
-    );
+    watched.print(&cpu.map_or_else(|| "CPU unknown".into(), |s| format!("CPU {s:.1} s")));
     print_requests("   its requests from its start until then", &cold);
 
+    let metrics = SocketAddr::new(addressing::node_ip(NODE), ferrolb::CONTROLLER_METRICS_PORT);
     fill(&lab, &rt, &api, &cluster, metrics)?;
-    drop(controller);
+    let peak = watched.at_end.0;
+    drop(watched);
     rt.shutdown_background();
     drop(cluster);
     drop(lab);
