@@ -3,6 +3,7 @@
 //! token is bound to its Node, so the apiserver names that node in the request's user
 //! ([`Request::node`]): speakers sharing one ServiceAccount are told apart.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -52,8 +53,9 @@ impl Call {
 /// A stretch of every apiserver's audit log, from when it was opened on.
 #[derive(Debug, Clone)]
 pub struct Window {
-    /// Each apiserver's audit log and its length when the window opened.
-    logs: Vec<(PathBuf, u64)>,
+    /// Each apiserver's audit log, its length when the window opened and its inode (none
+    /// while it did not exist yet).
+    logs: Vec<(PathBuf, u64, Option<u64>)>,
     from_us: i64,
 }
 
@@ -63,8 +65,8 @@ impl Window {
         let logs = (1..=cluster.control_planes)
             .map(|i| {
                 let path = cluster.paths.audit_log(i);
-                let len = std::fs::metadata(&path).map_or(0, |m| m.len());
-                (path, len)
+                let (len, file) = std::fs::metadata(&path).map_or((0, None), |m| (m.len(), Some(m.ino())));
+                (path, len, file)
             })
             .collect();
         Window { logs, from_us: now_us() }
@@ -84,7 +86,18 @@ impl Window {
         let anyone = users.is_empty();
         self.logs
             .iter()
-            .map(|(path, offset)| audit::tail(path, *offset))
+            .map(|(path, offset, file)| {
+                // A rotated log (`--audit-log-maxsize`) would hide the window's requests and
+                // count none: fail instead.
+                if let (Some(file), Ok(now)) = (file, std::fs::metadata(path)) {
+                    assert!(
+                        now.ino() == *file && now.len() >= *offset,
+                        "the audit log {} was rotated or truncated since the window opened",
+                        path.display()
+                    );
+                }
+                audit::tail(path, *offset)
+            })
             .flat_map(|text| {
                 text.lines()
                     // Parsing JSON is the cost: skip lines that cannot be the users'.
@@ -135,5 +148,32 @@ mod tests {
         assert!(Call::parse(&watch("ResponseComplete", 403)).is_some(), "a watch refused at once");
         assert!(Call::parse(&LIST.replace("ResponseComplete", "ResponseStarted")).is_none());
         assert!(Call::parse(&LIST.replace("ResponseComplete", "Panic")).is_some());
+    }
+
+    /// A window over a scratch log holding `before`, opened as [`Window::open`] opens one.
+    fn window_over(dir: &std::path::Path, before: &str) -> (PathBuf, Window) {
+        let path = dir.join("audit.log");
+        std::fs::write(&path, before).unwrap();
+        let m = std::fs::metadata(&path).unwrap();
+        (path.clone(), Window { logs: vec![(path, m.len(), Some(m.ino()))], from_us: 0 })
+    }
+
+    #[test]
+    fn a_window_reads_what_the_log_gained_and_refuses_a_rotated_log() {
+        let dir = std::env::temp_dir().join(format!("ferrolb-load-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (path, window) = window_over(&dir, &format!("{LIST}\n"));
+        let first = LIST.replace(r"\u0026continue=abc", "");
+        std::fs::write(&path, format!("{LIST}\n{first}\n")).unwrap();
+        let calls = window.calls(&[], i64::MAX);
+        assert_eq!(calls.len(), 1, "only the line written after the window opened");
+        assert!(!calls[0].is_later_page());
+
+        // Rotated as kube-apiserver rotates it: renamed, and a new file in its place.
+        std::fs::rename(&path, dir.join("audit-old.log")).unwrap();
+        std::fs::write(&path, format!("{first}\n")).unwrap();
+        let rotated = std::panic::catch_unwind(|| window.calls(&[], i64::MAX));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(rotated.is_err(), "a rotated log must not read as a window with no request");
     }
 }

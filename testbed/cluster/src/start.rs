@@ -253,6 +253,9 @@ fn apiserver_spec(kube: &str, paths: &Paths, i: usize, etcd_url: &str) -> Spawn 
             &format!("--audit-policy-file={}", paths.dir.join("audit-policy.yaml").display()),
             &format!("--audit-log-path={}", paths.audit_log(i).display()),
             "--audit-log-format=json",
+            // Never rotated (the default rotates at 100 MB): a rotation moves a window's
+            // requests to a file `load::Window` does not read.
+            "--audit-log-maxsize=0",
             "--allow-privileged=true",
             // Real kubelets (#17): dial them by InternalIP (lab node names do not
             // resolve), presenting a client cert their x509 authn accepts.
