@@ -13,7 +13,6 @@
 //! The controller runs on node2 with its ServiceAccount's token and the shipped limits;
 //! what it sent comes from the apiserver's audit log. Figures are printed, never asserted.
 
-use std::collections::BTreeMap;
 use std::net::{Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -26,8 +25,8 @@ use serde_json::json;
 use super::ColdStart;
 use crate::builds::{Build, CLOCK_TICKS, cpu_ticks};
 use crate::scale::requests::{self, Requests};
-use crate::whole_path::create_service;
-use ferrolb_cluster::load::{Window, now_us};
+use crate::whole_path::{create_service, lb_service};
+use ferrolb_cluster::load::{Call, Window, now_us};
 use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
 use ferrolb_lab::speaker::yaml;
 use ferrolb_lab::{Error, Lab, LabConfig, addressing, client, wait};
@@ -44,6 +43,8 @@ pub(super) const CAPACITY: usize = 64_000;
 const NODE: usize = 2;
 /// Requests in flight while storing and creating.
 const IN_FLIGHT: usize = 16;
+/// The controller's shipped request rate (`ferrolb_runtime`'s `Limits::CONTROLLER`).
+const CONTROLLER_QPS: u32 = 50;
 /// New Services the running controller addresses after the cold start.
 const FILL: usize = 1_000;
 
@@ -86,7 +87,7 @@ pub(super) fn cold_start(build: &Build, n: usize) -> Result<Option<u64>, Error> 
     print_requests("   its requests from its start until then", &cold);
 
     let metrics = SocketAddr::new(addressing::node_ip(NODE), ferrolb::CONTROLLER_METRICS_PORT);
-    fill(&lab, &rt, &api, &cluster, metrics)?;
+    fill(&lab, &rt, &api, &cluster, metrics, n)?;
     let peak = watched.at_end.0;
     drop(watched);
     rt.shutdown_background();
@@ -96,13 +97,14 @@ pub(super) fn cold_start(build: &Build, n: usize) -> Result<Option<u64>, Error> 
 }
 
 /// [`FILL`] new Services created at once, addressed by the running controller: how long,
-/// and its writes per Service.
+/// and its writes per Service, from which a first start with `n` unaddressed Services follows.
 fn fill(
     lab: &Lab,
     rt: &tokio::runtime::Runtime,
     api: &Api<Service>,
     cluster: &Cluster,
     metrics: SocketAddr,
+    n: usize,
 ) -> Result<(), Error> {
     let assigned = || {
         let text = client::http_get(lab.client(), metrics, "/metrics", Duration::from_secs(2))?;
@@ -139,29 +141,24 @@ fn fill(
     );
     print_requests("   the controller's requests meanwhile", &filled);
     println!(
-        "   {per_service:.2} writes per new Service: at the controller's 50 requests a second, a first start with 50 000 unaddressed Services takes about {:.0} minutes",
-        50_000.0 * per_service / 50.0 / 60.0
+        "   {per_service:.2} writes per new Service: at the controller's {CONTROLLER_QPS} requests a second, a first start with {n} unaddressed Services takes about {:.1} minutes",
+        n as f64 * per_service / f64::from(CONTROLLER_QPS) / 60.0
     );
     Ok(())
 }
 
 /// The controller's requests of `r` by verb and resource, Lease renewals apart.
 fn print_requests(what: &str, r: &Requests) {
-    let mut by: BTreeMap<(String, String), usize> = BTreeMap::new();
-    let mut pages = 0;
-    for c in r.calls.iter().filter(|c| Requests::who(c) == "controller") {
-        if c.is_later_page() {
-            pages += 1;
-        } else if !requests::is_lease_renewal(c) {
-            *by.entry((c.request.verb.clone(), c.request.resource.clone())).or_default() += 1;
-        }
-    }
+    let controller = |c: &Call| Requests::who(c) == "controller";
+    let pages: usize =
+        r.later_pages().iter().filter(|((who, _), _)| who == "controller").map(|(_, n)| n).sum();
     println!(
         "{what} ({:.1} s; besides {} Lease renewals and {pages} later pages of lists):",
         r.window.as_secs_f64(),
         r.lease_renewals()
     );
-    for ((verb, resource), n) in by {
+    let tally = r.tally(|c| controller(c) && !c.is_later_page() && !requests::is_lease_renewal(c));
+    for ((_, verb, resource), n) in tally {
         println!("     {n:>7} {verb} {resource}");
     }
 }
@@ -186,22 +183,16 @@ async fn store(api: &Api<Service>, i: usize) -> Result<(), Error> {
 /// A LoadBalancer Service, IPv6 single-stack, selecting nothing (so no EndpointSlice is
 /// made for it); annotated as allocated from `pool` when given.
 fn ipv6_service(name: &str, pool: Option<&str>) -> Result<Service, Error> {
-    let mut svc = json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "type": "LoadBalancer",
-            "allocateLoadBalancerNodePorts": false,
-            "ipFamilies": ["IPv6"],
-            "ipFamilyPolicy": "SingleStack",
-            "ports": [{"port": 80, "protocol": "TCP"}],
-        },
-    });
-    if let Some(pool) = pool {
-        svc["metadata"]["annotations"] = json!({ANNOTATION_IP_ALLOCATED_FROM_POOL: pool});
+    let mut svc = lb_service(NS, name, false)?;
+    if let Some(spec) = svc.spec.as_mut() {
+        spec.ip_families = Some(vec!["IPv6".into()]);
+        spec.ip_family_policy = Some("SingleStack".into());
     }
-    serde_json::from_value(svc).map_err(|e| Error::Parse(format!("Service {name}: {e}")))
+    if let Some(pool) = pool {
+        svc.metadata.annotations =
+            Some([(ANNOTATION_IP_ALLOCATED_FROM_POOL.to_owned(), pool.to_owned())].into());
+    }
+    Ok(svc)
 }
 
 /// The `i`-th address of [`POOL`].
