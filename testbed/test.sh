@@ -13,8 +13,10 @@ echo "test.sh: $(df -h --output=avail . | tail -1 | tr -d ' ') free on the build
 bash testbed/kube/build.sh
 status=0
 # Lab tests run the real binaries (testbed/tests/bgp_speaker.rs, real_*.rs; real_plugin.rs
-# runs kubectl-ferrolb).
-cargo build -p ferrolb-speaker -p ferrolb-controller -p ferrolb-bootstrap -p kubectl-ferrolb
+# runs kubectl-ferrolb). `cargo test --workspace` builds them into target/debug before any
+# test runs, since each of their packages has integration tests: a `cargo build -p` of them
+# first would build them a second time, and tokio and everything above it with them, for
+# the features of those four packages alone (the workspace adds tokio's test-util).
 cargo test --workspace --no-fail-fast || status=$?
 # Every fuzz target for a bounded time from its committed corpus (the corpora are also
 # replayed by `cargo test`: proto/tests/fuzz_corpus.rs). A crash fails the suite.
