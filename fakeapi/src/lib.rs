@@ -87,6 +87,8 @@ pub struct LoggedRequest {
     pub verb: Option<Verb>,
     /// The request path, without the query.
     pub path: String,
+    /// The query as sent (percent-encoded; empty without one).
+    pub query: String,
     /// Its place in the log when it reached the server, before any hang held it.
     pub sent: u64,
     /// Its place in the log when the server answered, and the HTTP status; `None` while
@@ -147,7 +149,7 @@ impl Inner {
     }
 
     /// Logs a request as it arrives; returns its index for [`Inner::log_answered`].
-    fn log_sent(&self, client: Option<&str>, verb: Option<Verb>, path: &str) -> Option<usize> {
+    fn log_sent(&self, client: Option<&str>, verb: Option<Verb>, path: &str, query: &str) -> Option<usize> {
         let mut log = self.request_log();
         if !log.on {
             return None;
@@ -158,6 +160,7 @@ impl Inner {
             client: client.map(String::from),
             verb,
             path: path.to_owned(),
+            query: query.to_owned(),
             sent,
             answered: None,
         });

@@ -50,7 +50,7 @@ impl tower::Service<Request<kube::client::Body>> for FakeService {
             let path = req.uri().path();
             let kind =
                 route(path).and_then(|r| verb(req.method(), &r, &Query::parse(req.uri().query())).ok());
-            let entry = inner.log_sent(client.as_deref(), kind, path);
+            let entry = inner.log_sent(client.as_deref(), kind, path, req.uri().query().unwrap_or_default());
             let on_the_wire = inner.delays(client.as_deref());
             let serve = async move {
                 // An outage that hangs: requests wait until it ends (or the client gives up).

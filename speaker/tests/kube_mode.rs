@@ -48,13 +48,20 @@ fn without_bfd(text: &str) -> String {
     docs.join("\n---\n").replace(", bfdProfile: fast", "")
 }
 
-/// Applies what the watchers send to a fresh model until every kind was listed once.
-async fn synced(rx: &mut tokio::sync::mpsc::Receiver<cluster::Update>) -> (Feed, ClusterModel) {
+/// Applies what the watchers send to a fresh model until every kind was listed once,
+/// telling the watchers which Nodes to watch as the speaker's event loop does.
+async fn synced(
+    rx: &mut tokio::sync::mpsc::Receiver<cluster::Update>,
+    watchers: &cluster::Watchers,
+) -> (Feed, ClusterModel) {
     let mut feed = Feed::default();
     let mut model = ClusterModel::new(DEFAULT_LB_CLASS);
     while !feed.synced() {
         let u = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap();
         feed.apply(&mut model, u);
+        if let Some(scope) = feed.node_scope() {
+            watchers.set_node_scope(scope);
+        }
     }
     (feed, model)
 }
@@ -73,8 +80,8 @@ async fn the_model_from_the_api_equals_the_model_from_the_same_objects_as_a_stat
         .unwrap();
 
     let (tx, mut rx) = cluster::channel();
-    let _watchers = cluster::spawn_watchers(&client, &tx);
-    let (_, model) = synced(&mut rx).await;
+    let watchers = cluster::spawn_watchers(&client, &tx, "node1");
+    let (_, model) = synced(&mut rx, &watchers).await;
     let stream = parse_stream("objects.yaml", TWO_RACKS).unwrap();
     let from_file = ClusterModel::from_stream(stream, "objects.yaml", DEFAULT_LB_CLASS).unwrap();
     assert_eq!(model, from_file);
@@ -88,8 +95,8 @@ async fn a_stalled_event_loop_holds_back_the_watchers_instead_of_queueing_withou
     let (client, server) = FakeApiServer::new().client();
     register_crds(&server, &[]);
     let (tx, mut rx) = cluster::channel();
-    let _watchers = cluster::spawn_watchers(&client, &tx);
-    let (mut feed, mut model) = synced(&mut rx).await;
+    let watchers = cluster::spawn_watchers(&client, &tx, "node1");
+    let (mut feed, mut model) = synced(&mut rx, &watchers).await;
     // The event loop stalls while a burst four times the queue's depth is created.
     let burst = 4 * cluster::UPDATE_QUEUE;
     let svcs: Api<Service> = Api::namespaced(client.clone(), "default");

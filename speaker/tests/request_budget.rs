@@ -4,7 +4,9 @@
 //! (a per-node cost that grows with the cluster: issue #39 point 2 is to remove it); and a
 //! rolling restart of every speaker costs one list per kind per speaker and not one
 //! write when nothing changed. A cluster of 5 000 Nodes multiplies these counts by its
-//! speakers; nothing here grows with the number of other speakers.
+//! speakers; nothing here grows with the number of other speakers. Without an
+//! L2Advertisement (BGP only, as here) a speaker lists and watches its own Node alone, so
+//! neither the other kubelets' status writes nor a restart's Node list grow with them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -185,6 +187,19 @@ async fn budget() {
             let lists = restarted.get(&(node.clone(), Verb::List, kind.to_owned())).copied().unwrap_or(0);
             assert_eq!(lists, 1, "{node} listed {kind} {lists} times on restart:\n{report}");
         }
+    }
+    let log = server.request_log();
+    for node in &nodes {
+        let own = format!("fieldSelector=metadata.name%3D{node}");
+        let of_nodes: Vec<&LoggedRequest> = log[restart..]
+            .iter()
+            .filter(|r| r.client.as_deref() == Some(node.as_str()) && r.path.ends_with("/nodes"))
+            .collect();
+        assert!(
+            !of_nodes.is_empty() && of_nodes.iter().all(|r| r.query.contains(&own)),
+            "{node}'s Node list and watch, without L2: {:?}",
+            of_nodes.iter().map(|r| &r.query).collect::<Vec<_>>()
+        );
     }
     assert_eq!(sum(&restarted, &WRITES), 0, "a restart with nothing changed wrote:\n{report}");
     assert_eq!(sum(&restarted, &[Verb::Get]), 0, "a restart read single objects:\n{report}");

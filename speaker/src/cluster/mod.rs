@@ -31,8 +31,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::model::{ClusterModel, ServiceKey};
 
 pub use watchers::{
-    RELIST_SPREAD_PER_NODE, UPDATE_QUEUE, WatchBackoff, channel, relist_spread, set_cluster_size,
-    spawn_watchers,
+    NodeScope, RELIST_SPREAD_PER_NODE, UNCOUNTED_CLUSTER, UPDATE_QUEUE, WatchBackoff, Watchers, channel,
+    relist_spread, set_cluster_size, spawn_watchers,
 };
 
 /// How long one API call of the speaker may take: an apiserver may accept a request and
@@ -66,8 +66,10 @@ pub enum Change<K> {
 /// What the watchers send to the speaker's event loop.
 #[derive(Debug, Clone)]
 pub enum Update {
-    /// Nodes.
+    /// Nodes, every one of them ([`NodeScope::All`]).
     Node(Change<Node>),
+    /// This node's own Node ([`NodeScope::Own`]): a list holds it alone.
+    OwnNode(Change<Node>),
     /// Services.
     Service(Change<Service>),
     /// EndpointSlices.
@@ -111,7 +113,7 @@ impl Update {
     /// The kind this update is about.
     pub fn kind(&self) -> &'static str {
         match self {
-            Update::Node(_) => "Node",
+            Update::Node(_) | Update::OwnNode(_) => "Node",
             Update::Service(_) => "Service",
             Update::EndpointSlice(_) => "EndpointSlice",
             Update::Pool(_) => "IPAddressPool",
@@ -189,6 +191,10 @@ pub struct Feed {
     /// The configuration last put into the model (None: none yet).
     applied: Option<Config>,
     listed: BTreeSet<&'static str>,
+    /// The Nodes to watch, once the L2Advertisements are listed ([`Feed::node_scope`]).
+    node_scope: Option<NodeScope>,
+    /// The scope of the Nodes the model holds (of the last Node list applied).
+    nodes_as: Option<NodeScope>,
 }
 
 #[derive(Debug, Default)]
@@ -214,14 +220,44 @@ impl RawConfig {
 }
 
 impl Feed {
-    /// Whether every kind has been listed completely at least once.
+    /// Whether every kind has been listed completely at least once (the Nodes in the
+    /// scope wanted now).
     pub fn synced(&self) -> bool {
-        KINDS.iter().all(|k| self.listed.contains(k))
+        self.unsynced().is_empty()
     }
 
     /// Kinds not listed yet (for logs while waiting).
     pub fn unsynced(&self) -> Vec<&'static str> {
-        KINDS.iter().copied().filter(|k| !self.listed.contains(k)).collect()
+        KINDS.iter().copied().filter(|k| !self.is_listed(k)).collect()
+    }
+
+    fn is_listed(&self, kind: &str) -> bool {
+        if kind != "Node" {
+            return self.listed.contains(kind);
+        }
+        // Every Node holds this node's own; the reverse is not enough for L2.
+        match (self.nodes_as, self.node_scope) {
+            (None, _) => false,
+            (Some(NodeScope::Own), Some(NodeScope::All)) => false,
+            (Some(_), _) => true,
+        }
+    }
+
+    /// Which Nodes the speaker must watch: every one while any L2Advertisement exists
+    /// (valid or not), else its own; None until the L2Advertisements are listed.
+    pub fn node_scope(&self) -> Option<NodeScope> {
+        self.node_scope
+    }
+
+    /// Whether the model holds every Node (not only this node's own).
+    pub fn every_node(&self) -> bool {
+        self.nodes_as == Some(NodeScope::All)
+    }
+
+    /// The cluster size the relist spread is made of ([`set_cluster_size`]): the Nodes of
+    /// `model` when it holds every one, else [`UNCOUNTED_CLUSTER`].
+    pub fn cluster_size(&self, model: &ClusterModel) -> usize {
+        if self.every_node() { model.nodes.len() } else { UNCOUNTED_CLUSTER }
     }
 
     /// Feeds one update into `model`.
@@ -230,10 +266,19 @@ impl Feed {
         if let Update::WatchFailed { .. } = update {
             return Applied::default();
         }
+        // Own Node events while every Node is wanted come from a watch being replaced:
+        // its list would drop the other Nodes.
+        if matches!(update, Update::OwnNode(_)) && self.node_scope == Some(NodeScope::All) {
+            return Applied::default();
+        }
+        match &update {
+            Update::Node(Change::Listed(_)) => self.nodes_as = Some(NodeScope::All),
+            Update::OwnNode(Change::Listed(_)) => self.nodes_as = Some(NodeScope::Own),
+            _ => {}
+        }
         let listed = matches!(
             &update,
-            Update::Node(Change::Listed(_))
-                | Update::Service(Change::Listed(_))
+            Update::Service(Change::Listed(_))
                 | Update::EndpointSlice(Change::Listed(_))
                 | Update::Pool(Change::Listed(_))
                 | Update::Peer(Change::Listed(_))
@@ -246,7 +291,7 @@ impl Feed {
         }
         let mut out = Applied::default();
         match update {
-            Update::Node(c) => out.changed = self.node(model, c),
+            Update::Node(c) | Update::OwnNode(c) => out.changed = self.node(model, c),
             Update::Service(c) => out.changed = self.service(model, c),
             Update::EndpointSlice(c) => out.changed = self.slice(model, c),
             Update::Pool(c) => apply_config(
@@ -300,6 +345,10 @@ impl Feed {
                 },
             ),
             Update::WatchFailed { .. } => {}
+        }
+        if kind == "L2Advertisement" && self.listed.contains(kind) {
+            let l2 = !self.config.l2_ads.is_empty();
+            self.node_scope = Some(if l2 { NodeScope::All } else { NodeScope::Own });
         }
         let is_config = matches!(
             kind,

@@ -257,3 +257,92 @@ fn the_keys_of_every_map_share_the_models_strings() {
     feed.apply(&mut model, Update::Service(Change::Apply(Box::new(plain))));
     assert!(!feed.uids.contains_key(&svc_key("plain")));
 }
+
+/// The fixture's lists without its L2Advertisements, this node's own Node listed alone
+/// (as the watch of [`NodeScope::Own`] lists it), and the other Nodes.
+fn listed_without_l2(me: &str) -> (Vec<Update>, Vec<Node>) {
+    let mut all = listed();
+    let Update::Node(Change::Listed(nodes)) = all.remove(0) else { panic!() };
+    let own: Vec<Node> = nodes.iter().filter(|n| n.metadata.name.as_deref() == Some(me)).cloned().collect();
+    assert_eq!(own.len(), 1, "the fixture has {me}");
+    for u in &mut all {
+        if let Update::L2Advertisement(Change::Listed(l2)) = u {
+            assert!(!l2.is_empty(), "the fixture has L2Advertisements");
+            l2.clear();
+        }
+    }
+    all.insert(0, Update::OwnNode(Change::Listed(own)));
+    (all, nodes)
+}
+
+fn l2_advertisements() -> Vec<L2Advertisement> {
+    listed()
+        .into_iter()
+        .find_map(|u| match u {
+            Update::L2Advertisement(Change::Listed(l2)) => Some(l2),
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[test]
+fn without_l2_the_feed_syncs_on_its_own_node_alone() {
+    let mut feed = Feed::default();
+    let mut model = ClusterModel::new(DEFAULT_LB_CLASS);
+    assert_eq!(feed.node_scope(), None, "unknown until the L2Advertisements are listed");
+    let (updates, _) = listed_without_l2("node1");
+    for u in updates {
+        feed.apply(&mut model, u);
+    }
+    assert_eq!(feed.node_scope(), Some(NodeScope::Own));
+    assert!(feed.synced() && !feed.every_node());
+    assert_eq!(model.nodes.keys().collect::<Vec<_>>(), ["node1"]);
+    // It cannot count the Nodes: its relists spread as a large cluster's.
+    assert_eq!(feed.cluster_size(&model), UNCOUNTED_CLUSTER);
+    assert_eq!(relist_spread(UNCOUNTED_CLUSTER), Duration::from_secs(10));
+}
+
+/// An L2Advertisement created on a BGP-only cluster: every Node is wanted, and the model
+/// is not synced (nothing is planned) until every Node is listed: an election among this
+/// node alone would claim every address. A list of its own Node only, from the watch
+/// being replaced, neither syncs nor drops the others.
+#[test]
+fn an_l2_advertisement_widens_the_node_scope_and_waits_for_every_node() {
+    let mut feed = Feed::default();
+    let mut model = ClusterModel::new(DEFAULT_LB_CLASS);
+    let (updates, nodes) = listed_without_l2("node1");
+    for u in updates {
+        feed.apply(&mut model, u);
+    }
+    let own: Vec<Node> = model
+        .nodes
+        .keys()
+        .filter_map(|k| nodes.iter().find(|n| n.metadata.name.as_ref() == Some(k)).cloned())
+        .collect();
+    let ad = l2_advertisements().remove(0);
+    feed.apply(&mut model, Update::L2Advertisement(Change::Apply(Box::new(ad))));
+    assert_eq!(feed.node_scope(), Some(NodeScope::All));
+    assert_eq!(feed.unsynced(), ["Node"]);
+    assert!(!feed.apply(&mut model, Update::OwnNode(Change::Listed(own))).changed);
+    assert_eq!(feed.unsynced(), ["Node"], "its own Node listed is not every Node");
+    assert!(feed.apply(&mut model, Update::Node(Change::Listed(nodes.clone()))).changed);
+    assert!(feed.synced() && feed.every_node());
+    assert_eq!(model.nodes.len(), nodes.len());
+}
+
+/// The last L2Advertisement deleted: its own Node is enough from then on; the model
+/// holds every Node until that watch lists it, and stays synced meanwhile.
+#[test]
+fn the_last_l2_advertisement_gone_narrows_the_node_scope_without_a_pause() {
+    let (mut feed, mut model) = synced_feed();
+    assert_eq!(feed.node_scope(), Some(NodeScope::All));
+    assert_eq!(feed.cluster_size(&model), model.nodes.len());
+    feed.apply(&mut model, Update::L2Advertisement(Change::Listed(Vec::new())));
+    assert_eq!(feed.node_scope(), Some(NodeScope::Own));
+    assert!(feed.synced() && feed.every_node());
+    let Update::Node(Change::Listed(nodes)) = listed().remove(0) else { panic!() };
+    let own: Vec<Node> = nodes.into_iter().filter(|n| n.metadata.name.as_deref() == Some("node2")).collect();
+    assert!(feed.apply(&mut model, Update::OwnNode(Change::Listed(own))).changed);
+    assert!(feed.synced() && !feed.every_node());
+    assert_eq!(model.nodes.keys().collect::<Vec<_>>(), ["node2"]);
+}

@@ -1,5 +1,11 @@
 //! The watchers: one per kind, each turning its stream into [`Update`]s for the event
 //! loop, and how a failed watch retries.
+//!
+//! **Nodes by scope** ([`NodeScope`]): other Nodes matter to L2 only (elections read
+//! their labels, readiness and addresses; membership their addresses). Without an
+//! L2Advertisement the speaker watches its own Node alone, so the kubelets' status
+//! writes (each Node at least every 5 minutes, every one to every speaker: about 17 a
+//! second at 5 000 nodes) and a restart's list of every Node cost a BGP speaker nothing.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -11,7 +17,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use super::{Change, Update, slim};
@@ -31,7 +37,9 @@ use super::{Change, Update, slim};
 /// when the apiserver restarts, and each first retry may be a relist: 5 000 speakers
 /// times ten kinds within half a second. So the first retry after a success waits up to
 /// [`RELIST_SPREAD_PER_NODE`] more per Node in the cluster ([`set_cluster_size`]), at
-/// random: 10 s for 5 000 Nodes, nothing noticeable for a handful.
+/// random: 10 s for 5 000 Nodes, nothing noticeable for a handful. A speaker watching
+/// its own Node only ([`NodeScope::Own`]) cannot count them and spreads for
+/// [`UNCOUNTED_CLUSTER`] Nodes.
 #[derive(Debug, Clone)]
 pub struct WatchBackoff {
     next: Duration,
@@ -48,6 +56,14 @@ impl WatchBackoff {
 
 /// How much the first retry of a failed watch is spread per Node in the cluster.
 pub const RELIST_SPREAD_PER_NODE: Duration = Duration::from_millis(2);
+
+/// The cluster size a speaker spreads for when it watches its own Node only: the largest
+/// measured (`bench scale`), so a big cluster's herd stays spread over 10 s. Counting the
+/// Nodes would cost each speaker a second Node list per restart (`remainingItemCount` of a
+/// list of one), and one list per kind is the restart budget (`tests/request_budget.rs`).
+/// The price is a small cluster's: a BGP-only speaker's first retry after an apiserver
+/// restart waits up to 10 s instead of a few milliseconds, announcing meanwhile what it has.
+pub const UNCOUNTED_CLUSTER: usize = 5000;
 
 /// The Nodes in the cluster, as last synced: what the first retry's spread is made of.
 static CLUSTER_SIZE: AtomicUsize = AtomicUsize::new(0);
@@ -125,8 +141,16 @@ async fn pump<K>(api: Api<K>, kind: Kind<K>, tx: mpsc::Sender<Update>)
 where
     K: ferrolb_api::Watched,
 {
+    pump_with(api, watcher::Config::default(), kind, tx).await;
+}
+
+/// [`pump`] with a watcher configuration of its own (a field selector).
+async fn pump_with<K>(api: Api<K>, config: watcher::Config, kind: Kind<K>, tx: mpsc::Sender<Update>)
+where
+    K: ferrolb_api::Watched,
+{
     let Kind { name, wrap, keep } = kind;
-    let stream = watcher::watcher(api, watcher::Config::default()).backoff(WatchBackoff::default());
+    let stream = watcher::watcher(api, config).backoff(WatchBackoff::default());
     let mut stream = std::pin::pin!(stream);
     let mut listing: Vec<K> = Vec::new();
     while let Some(ev) = stream.next().await {
@@ -150,12 +174,81 @@ where
     }
 }
 
-/// Starts one watcher per kind; they run until the returned set is dropped.
-pub fn spawn_watchers(client: &kube::Client, tx: &mpsc::Sender<Update>) -> JoinSet<()> {
+/// Which Nodes the speaker watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeScope {
+    /// Every Node ([`Update::Node`]): while any L2Advertisement exists.
+    All,
+    /// This node's own Node only ([`Update::OwnNode`]): BGP needs nothing of the others.
+    Own,
+}
+
+/// The running watchers, and the scope of their Node watch.
+#[derive(Debug)]
+pub struct Watchers {
+    /// Aborts every watcher when dropped.
+    _set: JoinSet<()>,
+    scope: watch::Sender<Option<NodeScope>>,
+}
+
+impl Watchers {
+    /// Watches the Nodes of `scope` from now on (the Node watch waits for the first).
+    pub fn set_node_scope(&self, scope: NodeScope) {
+        let changed = self.scope.send_if_modified(|s| {
+            let changed = *s != Some(scope);
+            *s = Some(scope);
+            changed
+        });
+        if changed {
+            match scope {
+                NodeScope::All => tracing::info!("L2Advertisements exist: watching every Node"),
+                NodeScope::Own => tracing::info!("no L2Advertisement: watching this node's own Node only"),
+            }
+        }
+    }
+}
+
+/// The Node watch: none until the scope is known, then that scope's, started afresh
+/// (listing again) whenever the scope changes.
+async fn nodes(
+    api: Api<Node>,
+    me: String,
+    mut scope: watch::Receiver<Option<NodeScope>>,
+    tx: mpsc::Sender<Update>,
+) {
+    loop {
+        let Ok(current) = scope.wait_for(Option::is_some).await.map(|s| *s) else { return };
+        let run = match current {
+            Some(NodeScope::Own) => {
+                let config = watcher::Config::default().fields(&format!("metadata.name={me}"));
+                let kind = Kind { name: "Node", wrap: Update::OwnNode, keep: slim::node };
+                futures::future::Either::Left(pump_with(api.clone(), config, kind, tx.clone()))
+            }
+            _ => {
+                let kind = Kind { name: "Node", wrap: Update::Node, keep: slim::node };
+                futures::future::Either::Right(pump(api.clone(), kind, tx.clone()))
+            }
+        };
+        let mut run = std::pin::pin!(run);
+        tokio::select! {
+            () = &mut run => return,
+            changed = scope.changed() => {
+                if changed.is_err() {
+                    return run.await;
+                }
+            }
+        }
+    }
+}
+
+/// Starts one watcher per kind, the Node watch for node `me` once told its scope; they
+/// run until the returned [`Watchers`] are dropped.
+pub fn spawn_watchers(client: &kube::Client, tx: &mpsc::Sender<Update>, me: &str) -> Watchers {
     let mut set = JoinSet::new();
     let c = || client.clone();
     let t = || tx.clone();
-    set.spawn(pump(Api::<Node>::all(c()), Kind { name: "Node", wrap: Update::Node, keep: slim::node }, t()));
+    let (scope, scope_rx) = watch::channel(None);
+    set.spawn(nodes(Api::<Node>::all(c()), me.to_owned(), scope_rx, t()));
     set.spawn(pump(
         Api::<Service>::all(c()),
         Kind { name: "Service", wrap: Update::Service, keep: slim::service },
@@ -187,5 +280,5 @@ pub fn spawn_watchers(client: &kube::Client, tx: &mpsc::Sender<Update>) -> JoinS
         Kind { name: "BFDProfile", wrap: Update::BfdProfile, keep: whole },
         t(),
     ));
-    set
+    Watchers { _set: set, scope }
 }

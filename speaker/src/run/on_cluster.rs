@@ -15,9 +15,15 @@ impl State {
     pub(super) async fn on_updates(&mut self, updates: Vec<Update>) {
         let Some(feed) = self.feed.as_mut() else { return };
         let applied = feed.apply(&mut self.model, &self.metrics, updates);
+        let size = feed.feed.cluster_size(&self.model);
+        if let (Some(scope), Some(c)) = (feed.feed.node_scope(), self.cluster.as_ref()) {
+            c.watchers.set_node_scope(scope);
+        }
         if !applied.synced {
             return;
         }
+        // Not before: until the first sync the size is unknown and retries are not spread.
+        cluster::set_cluster_size(size);
         if applied.config_applied {
             self.metrics.config_loads.get_or_create(&ResultLabel { result: "ok".into() }).inc();
             // Only when the Secrets referenced change: the loop waits (at most 3 s) for them.
@@ -35,7 +41,6 @@ impl State {
             }
             self.watch_secrets();
         }
-        crate::cluster::set_cluster_size(self.model.nodes.len());
         if !applied.was_synced {
             self.metrics.model_synced.set(1);
             tracing::info!(

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
 use super::gate::GatePart;
 use crate::cluster;
@@ -27,6 +26,6 @@ pub(in crate::run) struct ClusterPart {
     pub(in crate::run) secrets_seen: watch::Receiver<cluster::secrets::Watched>,
     /// Pod readiness gates of this node's pods.
     pub(in crate::run) gate: GatePart,
-    /// Aborts the watchers when the speaker stops.
-    pub(in crate::run) _watchers: JoinSet<()>,
+    /// The watchers (aborted when the speaker stops), told which Nodes to watch.
+    pub(in crate::run) watchers: cluster::Watchers,
 }
