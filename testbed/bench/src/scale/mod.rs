@@ -260,7 +260,8 @@ pub struct Restart {
     /// What each component received meanwhile; a restarted speaker, from its start.
     pub received: BTreeMap<String, traffic::Received>,
     /// The whole list of each of the largest kinds a speaker lists, as uncompressed JSON
-    /// (`kubectl get --raw`), by resource: what its list would be without gzip.
+    /// (`kubectl get --raw`), by resource: what its list would be without gzip. For Nodes,
+    /// the list of every Node, which a speaker without L2Advertisements does not make.
     pub uncompressed: BTreeMap<String, u64>,
 }
 

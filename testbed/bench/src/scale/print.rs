@@ -234,7 +234,11 @@ impl Figures {
             .iter()
             .map(|(res, raw)| {
                 let got = max_speaker(&r.received, |x| x.list_bytes_by.get(res).copied().unwrap_or(0));
-                format!("{res} {:.1} KiB ({:.1} KiB uncompressed)", kib(got.unwrap_or(0)), kib(*raw))
+                format!(
+                    "{res} {:.1} KiB (all of them: {:.1} KiB uncompressed)",
+                    kib(got.unwrap_or(0)),
+                    kib(*raw)
+                )
             })
             .collect();
         println!("     a speaker's largest lists, as received: {}", lists.join(", "));

@@ -173,14 +173,18 @@ fn traffic_table(runs: &[Run]) -> String {
          they carry no change). For one Service created it receives the Service's three writes (created, \
          then the controller's annotation and status), its EndpointSlice and its pool's status (the \
          controller's usage counts), and for a port change the Service once: the same at every size, as no node's write reaches another node's speaker \
-         (`testbed/tests/real_scale.rs` counts it). A restarted speaker lists every Node, Service and \
-         EndpointSlice, so a rollout costs the apiserver nodes × (Nodes + Services) bytes; since \
+         (`testbed/tests/real_scale.rs` counts it). A restarted speaker lists every Service and \
+         EndpointSlice, so a rollout costs the apiserver nodes × Services bytes; since \
          2026-12-01 it asks for them gzipped, as client-go does (the apiserver compresses answers over \
          128 KiB), which cut them about 13 times in `real_scale.rs`: runs measured before that date show \
-         the uncompressed figure. kwok's Nodes \
-         stay unchanged at rest; a kubelet rewrites its Node's status at least every 5 minutes \
-         (`nodeStatusReportFrequency`), and every speaker receives each such write (about 4 KiB for these \
-         Nodes, more for real ones with their image lists).\n",
+         the uncompressed figure. Other Nodes matter to L2 only: since 2026-12-01 09:00 UTC a speaker \
+         of a cluster without L2Advertisements (these labs) lists and watches its own Node alone (2 KiB, \
+         where all 5 000 are 19 MiB of JSON), and runs before that time listed every Node: at 5 000 \
+         Nodes and 1 000 Services a restarted speaker received 1.3 MiB before, 0.4 MiB after. kwok's \
+         Nodes stay unchanged at rest; a kubelet rewrites its Node's status at least every \
+         5 minutes (`nodeStatusReportFrequency`), and each such write (about 4 KiB for these Nodes, more \
+         for real ones with their image lists) reaches its own node's speaker only, or every speaker \
+         where L2Advertisements exist.\n",
     );
     s
 }
