@@ -1,8 +1,8 @@
 //! What the speakers ask of the apiserver, counted on the fake one (issue #39 point 4):
-//! at rest nothing but their open watches; for a Service change, no read, and by each
-//! speaker that announces it one write of its ServiceAnnouncement and at most one Event
-//! (a per-node cost that grows with the cluster: issue #39 point 2 is to remove it); and a
-//! rolling restart of every speaker costs one list per kind per speaker and not one
+//! at rest nothing but their open watches; for a Service change or deletion, no read, and
+//! by each speaker that announces it one write of its ServiceAnnouncement (one per node, as
+//! the API defines it) and no Event (a BGP Service is announced by every node: Events from
+//! each would grow with the cluster); and a rolling restart of every speaker costs one list per kind per speaker and not one
 //! write when nothing changed. A cluster of 5 000 Nodes multiplies these counts by its
 //! speakers; nothing here grows with the number of other speakers. Without an
 //! L2Advertisement (BGP only, as here) a speaker lists and watches its own Node alone, so
@@ -22,7 +22,7 @@ use ferrolb_lab::netns::{PREFIX, TempNetns};
 use ferrolb_speaker::metrics::Metrics;
 use ferrolb_speaker::run::{self, KubeOptions, Options};
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
@@ -94,6 +94,16 @@ fn sum(counts: &BTreeMap<(String, Verb, String), usize>, verbs: &[Verb]) -> usiz
     counts.iter().filter(|((_, v, _), _)| verbs.contains(v)).map(|(_, n)| n).sum()
 }
 
+/// `node`'s writes in `counts`: of Events (their resource is the whole path, as they are
+/// not a kind in [`KINDS`]), or (not `events`) of anything else.
+fn writes(counts: &BTreeMap<(String, Verb, String), usize>, node: &str, events: bool) -> usize {
+    counts
+        .iter()
+        .filter(|((t, v, r), _)| t == node && WRITES.contains(v) && r.contains("/events") == events)
+        .map(|(_, n)| n)
+        .sum()
+}
+
 const WRITES: [Verb; 5] = [Verb::Create, Verb::Update, Verb::Patch, Verb::Delete, Verb::DeleteCollection];
 
 async fn announcements_with(client: &kube::Client, ip: &str) -> usize {
@@ -153,15 +163,35 @@ async fn budget() {
         "a Service change made a speaker read: {changed:?}"
     );
     for node in &nodes {
-        let writes = |events: bool| -> usize {
-            changed
-                .iter()
-                .filter(|((t, v, r), _)| t == node && WRITES.contains(v) && r.contains("/events/") == events)
-                .map(|(_, n)| n)
-                .sum()
-        };
-        assert_eq!(writes(false), 1, "{node}'s announcement writes for one Service change: {changed:?}");
-        assert!(writes(true) <= 1, "{node}'s Events for one Service change: {changed:?}");
+        assert_eq!(
+            writes(&changed, node, false),
+            1,
+            "{node}'s announcement writes for one Service change: {changed:?}"
+        );
+        assert_eq!(writes(&changed, node, true), 0, "{node}'s Events for one Service change: {changed:?}");
+    }
+
+    // One Service deleted: each speaker deletes its announcement of it, and writes no Event.
+    let gone = server.request_log().len();
+    svcs.delete("svc1", &DeleteParams::default()).await.unwrap();
+    until("every speaker's announcement of svc1 deleted", || async {
+        (announcements_with(&client, "203.0.113.11").await == 0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let deleted = counts(&server.request_log(), gone);
+    assert_eq!(
+        sum(&deleted, &[Verb::List, Verb::Get]),
+        0,
+        "a Service deleted made a speaker read: {deleted:?}"
+    );
+    for node in &nodes {
+        assert_eq!(
+            writes(&deleted, node, false),
+            1,
+            "{node}'s announcement writes for one Service deleted: {deleted:?}"
+        );
+        assert_eq!(writes(&deleted, node, true), 0, "{node}'s Events for one Service deleted: {deleted:?}");
     }
 
     // A rolling restart of every speaker, one at a time.

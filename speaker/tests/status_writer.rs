@@ -33,7 +33,7 @@ fn update(range: Range<usize>, announced: bool, complete: bool) -> Update {
             via: router.clone(),
             owner: uid.clone(),
         };
-        let shown = Shown { objects: [record].into(), reason: None, uid };
+        let shown = Shown { objects: [record].into(), reason: None, uid, shared: false };
         u.services.insert(
             ServiceKey { namespace: "bulk".into(), name: name.into() },
             announced.then(|| Arc::new(shown)),

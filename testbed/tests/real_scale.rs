@@ -10,7 +10,8 @@
 //!   Service and its EndpointSlice, a few writes each, its pool's status once, and no
 //!   ServiceAnnouncement (every node writes one: only a node with gated pods watches
 //!   them) — counted by the speakers' own `ferrolb_kube_client_watch_events_total`,
-//!   bookmarks aside;
+//!   bookmarks aside; each speaker writes its ServiceAnnouncement of the new Service and no
+//!   Event (BGP);
 //! * at rest a speaker receives no change beyond what others wrote meanwhile;
 //! * a rolling restart of every speaker costs exactly one list per kind per speaker, its
 //!   Node list holds its own Node only (BGP needs no other), and the large lists arrive
@@ -46,9 +47,14 @@ fn ferrolb_is_quiet_at_rest_lists_nothing_per_change_and_once_per_kind_on_a_rest
         assert_eq!(r.lists(), BTreeMap::new(), "{what}: lists");
         assert_eq!(r.later_pages(), BTreeMap::new(), "{what}: list pages");
     }
-    let speakers_wrote =
-        f.new_service.calls.iter().filter(|c| c.is_write() && c.request.node.is_some()).count();
-    assert!(speakers_wrote > 0, "the new Service's ServiceAnnouncements were written meanwhile");
+    // Per node, its ServiceAnnouncement alone: a BGP Service is announced by every node, and
+    // an Event from each would grow with the cluster.
+    let per_node = f.new_service.tally(|c| c.is_write() && c.request.node.is_some());
+    assert!(!per_node.is_empty(), "the new Service's ServiceAnnouncements were written meanwhile");
+    assert!(
+        per_node.keys().all(|(_, _, resource)| resource == "serviceannouncements"),
+        "per-node writes for one BGP Service created: {per_node:?}"
+    );
 
     // What each speaker received: the changed objects, none other, and nothing at rest
     // beyond others' writes to what it watches (bookmarks carry no change).

@@ -3,8 +3,8 @@
 //! on each plan, only the Services that plan could have changed.
 //!
 //! A Service's status reads the Service (its addresses and uid) and the plan's entries
-//! for those addresses: who owns them for ARP/NDP, which peers get a route covering them,
-//! why they are withdrawn. So the Services to recompute are those the model changed,
+//! for those addresses: who owns them for ARP/NDP (and whether every node serves them),
+//! which peers get a route covering them, why they are withdrawn. So the Services to recompute are those the model changed,
 //! those whose uid changed, and those holding an address whose entries differ between
 //! the last plan and this one. At 10 000 Services the whole set took most of a plan's
 //! time and a copy of every record to the writer; one changed Service now costs one.
@@ -19,7 +19,7 @@ use ipnet::IpNet;
 use super::record::{Interner, Record};
 use crate::model::{self, ClusterModel, ServiceInfo, ServiceKey};
 use crate::plan::Plan;
-use crate::plan::diff::{PlanChange, differing};
+use crate::plan::diff::{PlanChange, differing, differing_keys};
 
 /// What this node shows for one Service: its ServiceAnnouncements (at most one per
 /// protocol, named by [`object_name`](super::object_name) from the Service, the node and
@@ -32,6 +32,9 @@ pub struct Shown {
     pub reason: Option<Box<str>>,
     /// The Service's uid (owner reference and Event target), shared with the model's.
     pub uid: Arc<str>,
+    /// Whether its L2 addresses are served by every node at once (mode `ActiveActive`):
+    /// then, as by BGP, every serving node announces it alike.
+    pub shared: bool,
 }
 
 /// What `plan` implies for this node, every Service at once (those showing something):
@@ -79,6 +82,7 @@ pub fn shown(svc: &ServiceInfo, plan: &Plan, uid: &Arc<str>, names: &mut Interne
     if why.is_empty() && bgp_addrs.is_empty() && l2_addrs.is_empty() {
         return None;
     }
+    let shared = l2_addrs.iter().any(|ip| plan.l2_active_active.contains_key(ip));
     let mut objects = Vec::with_capacity(2);
     let mut add = |protocol, addresses: Vec<IpAddr>, via: BTreeSet<&str>| {
         if !addresses.is_empty() {
@@ -92,6 +96,7 @@ pub fn shown(svc: &ServiceInfo, plan: &Plan, uid: &Arc<str>, names: &mut Interne
         objects: objects.into(),
         reason: (!why.is_empty()).then(|| why.join("; ").into()),
         uid: uid.clone(),
+        shared,
     })
 }
 
@@ -213,6 +218,10 @@ impl Tracker {
             ips.insert(*ip);
         });
         differing(&old.withdrawn, &new.withdrawn, |ip| {
+            ips.insert(*ip);
+        });
+        // Whether every node serves an address, not which ones do.
+        differing_keys(&old.l2_active_active, &new.l2_active_active, |ip| {
             ips.insert(*ip);
         });
         // Only which peers get a route matters here, not its attributes.

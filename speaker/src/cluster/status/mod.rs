@@ -320,7 +320,7 @@ impl Writer {
             tracing::info!(
                 announced,
                 withdrawn,
-                "Services announced or withdrawn by this node (each at debug, and as an Event)"
+                "Services announced or withdrawn by this node (each at debug)"
             );
         }
         self.limiter.prune(now);
@@ -412,6 +412,14 @@ impl Writer {
     /// Events for Service `svc`'s objects that started or stopped being announced, from
     /// its `old` status to its `new` one (by object name: one per protocol on this node).
     /// Returns how many of each.
+    ///
+    /// Only what one node can say alone becomes an Event: an L2 address has one owner at
+    /// a time, so its `Announced` tells who took it. A BGP Service (or an active-active L2
+    /// one) is announced by every node with a route for it, so an Event from each would be
+    /// one per node per Service (5 000 at 5 000 nodes) saying what its ServiceAnnouncement
+    /// says. Its withdrawal is an Event only with the planner's reason; one because the
+    /// Service is gone or no longer served is the user's own doing, and the deleted object
+    /// says it.
     async fn events(
         &mut self,
         svc: &ServiceKey,
@@ -425,6 +433,10 @@ impl Writer {
         let (mut announced, mut withdrawn) = (0usize, 0usize);
         let joined =
             |addresses: &[IpAddr]| addresses.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(", ");
+        // Announced alike by every node that serves it (see above).
+        let alike = |r: &Record, status: Option<&Shown>| {
+            r.protocol == AnnouncementProtocol::Bgp || status.is_some_and(|s| s.shared)
+        };
         for record in new_objects {
             if old_objects.iter().any(|o| o.protocol == record.protocol && o.addresses == record.addresses) {
                 continue;
@@ -441,6 +453,10 @@ impl Writer {
                 joined(&record.addresses),
                 proto_name(record.protocol).to_uppercase()
             );
+            if alike(record, new) {
+                tracing::debug!(service = %svc, "{note}");
+                continue;
+            }
             self.event(uid.clone(), svc, "Announced", note, now).await;
         }
         for record in old_objects {
@@ -448,14 +464,18 @@ impl Writer {
                 continue;
             }
             withdrawn += 1;
-            let why =
-                new.and_then(|s| s.reason.as_deref()).unwrap_or("the Service is gone or no longer served");
+            let reason = new.and_then(|s| s.reason.as_deref());
             let note = format!(
-                "node {} withdrew {} ({}): {why}",
+                "node {} withdrew {} ({}): {}",
                 self.node,
                 joined(&record.addresses),
-                proto_name(record.protocol).to_uppercase()
+                proto_name(record.protocol).to_uppercase(),
+                reason.unwrap_or("the Service is gone or no longer served")
             );
+            if alike(record, old) && reason.is_none() {
+                tracing::debug!(service = %svc, "{note}");
+                continue;
+            }
             self.event(uid.clone(), svc, "Withdrawn", note, now).await;
         }
         (announced, withdrawn)

@@ -47,6 +47,10 @@ fn the_plan_becomes_one_object_per_service_and_protocol_with_owner_and_reasons()
     );
     assert_eq!(d[&key("down")].reason.as_deref(), Some("203.0.113.11: no serving endpoint"));
     assert!(d[&key("down")].objects.is_empty());
+    // One owner for L2 (its Events say who); every node at once when active-active.
+    assert!(!d[&key("web")].shared);
+    plan.l2_active_active.insert("192.0.2.200".parse().unwrap(), vec!["node1".into(), "node2".into()]);
+    assert!(desired(&model, &plan, &uids)[&key("web")].shared);
     // Without a uid (not seen in the API) no object can be owned: none is written.
     let d = desired(&model, &plan, &BTreeMap::new());
     assert!(d.is_empty());
@@ -187,6 +191,13 @@ fn the_tracker_names_only_the_services_whose_status_changed() {
     uids.insert(web(3), "uid-again".into());
     let changed = crate::model::Changes { all: false, services: BTreeSet::from([web(3)]) };
     assert_eq!(step(&mut t, &p4, &p4.clone(), &uids, &changed), Some(vec![web(3)]));
+    // web-1 answered for by ARP too, then by every node at once: that Service each time.
+    let mut p5 = p4.clone();
+    p5.l2.insert("203.0.113.1".parse().unwrap(), vec!["eth1".into()]);
+    assert_eq!(step(&mut t, &p4, &p5, &uids, &none), Some(vec![web(1)]));
+    let mut p6 = p5.clone();
+    p6.l2_active_active.insert("203.0.113.1".parse().unwrap(), vec!["node1".into()]);
+    assert_eq!(step(&mut t, &p5, &p6, &uids, &none), Some(vec![web(1)]));
 }
 
 #[test]

@@ -104,8 +104,9 @@ fn section(runs: &[Run]) -> String {
     s.push_str(&format!(
         "\n(a) Besides watches and the controller's Lease renewals; goal ≈ 0. (b) By the controller and every \
          speaker together; each speaker writes its ServiceAnnouncement (one per Service, node and protocol, as \
-         the API defines it) and an Event, so in a cluster a new Service costs the controller's writes and two \
-         per node. (c) ferrolb's part of the route: from the apiserver's answer to the create (its audit \
+         the API defines it), so in a cluster a new Service costs the controller's writes and one per node; runs \
+         before 2026-12-01 12:00 UTC also count each speaker's `Announced` Event for BGP (two per node), which \
+         speakers now write for L2 only. (c) ferrolb's part of the route: from the apiserver's answer to the create (its audit \
          log, the same clock) to the route in BIRD; the rest is the create itself, the apiserver's and etcd's \
          (runs before this split show —). (d) The slower speaker's mean plan while the Services were timed, from \
          `ferrolb_speaker_replan_seconds` (runs before that metric show —).\n\nGoals at 5 000 nodes and 10 000 \
