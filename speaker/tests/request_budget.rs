@@ -94,6 +94,16 @@ fn sum(counts: &BTreeMap<(String, Verb, String), usize>, verbs: &[Verb]) -> usiz
     counts.iter().filter(|((_, v, _), _)| verbs.contains(v)).map(|(_, n)| n).sum()
 }
 
+/// For one Service changed (`what`): no speaker read anything, and each of `nodes` wrote
+/// its ServiceAnnouncement once and no Event.
+fn no_read_one_write_each(counts: &BTreeMap<(String, Verb, String), usize>, nodes: &[String], what: &str) {
+    assert_eq!(sum(counts, &[Verb::List, Verb::Get]), 0, "{what} made a speaker read: {counts:?}");
+    for node in nodes {
+        assert_eq!(writes(counts, node, false), 1, "{node}'s announcement writes for {what}: {counts:?}");
+        assert_eq!(writes(counts, node, true), 0, "{node}'s Events for {what}: {counts:?}");
+    }
+}
+
 /// `node`'s writes in `counts`: of Events (their resource is the whole path, as they are
 /// not a kind in [`KINDS`]), or (not `events`) of anything else.
 fn writes(counts: &BTreeMap<(String, Verb, String), usize>, node: &str, events: bool) -> usize {
@@ -156,20 +166,7 @@ async fn budget() {
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let changed = counts(&server.request_log(), change);
-    assert_eq!(
-        sum(&changed, &[Verb::List, Verb::Get]),
-        0,
-        "a Service change made a speaker read: {changed:?}"
-    );
-    for node in &nodes {
-        assert_eq!(
-            writes(&changed, node, false),
-            1,
-            "{node}'s announcement writes for one Service change: {changed:?}"
-        );
-        assert_eq!(writes(&changed, node, true), 0, "{node}'s Events for one Service change: {changed:?}");
-    }
+    no_read_one_write_each(&counts(&server.request_log(), change), &nodes, "a Service change");
 
     // One Service deleted: each speaker deletes its announcement of it, and writes no Event.
     let gone = server.request_log().len();
@@ -179,20 +176,7 @@ async fn budget() {
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let deleted = counts(&server.request_log(), gone);
-    assert_eq!(
-        sum(&deleted, &[Verb::List, Verb::Get]),
-        0,
-        "a Service deleted made a speaker read: {deleted:?}"
-    );
-    for node in &nodes {
-        assert_eq!(
-            writes(&deleted, node, false),
-            1,
-            "{node}'s announcement writes for one Service deleted: {deleted:?}"
-        );
-        assert_eq!(writes(&deleted, node, true), 0, "{node}'s Events for one Service deleted: {deleted:?}");
-    }
+    no_read_one_write_each(&counts(&server.request_log(), gone), &nodes, "a Service deleted");
 
     // A rolling restart of every speaker, one at a time.
     let restart = server.request_log().len();
