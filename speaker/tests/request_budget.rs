@@ -2,11 +2,12 @@
 //! at rest nothing but their open watches; for a Service change or deletion, no read, and
 //! by each speaker that announces it one write of its ServiceAnnouncement (one per node, as
 //! the API defines it) and no Event (a BGP Service is announced by every node: Events from
-//! each would grow with the cluster); and a rolling restart of every speaker costs one list per kind per speaker and not one
-//! write when nothing changed. A cluster of 5 000 Nodes multiplies these counts by its
-//! speakers; nothing here grows with the number of other speakers. Without an
-//! L2Advertisement (BGP only, as here) a speaker lists and watches its own Node alone, so
-//! neither the other kubelets' status writes nor a restart's Node list grow with them.
+//! each would grow with the cluster); and a rolling restart of every speaker costs one
+//! list per kind per speaker and not one write when nothing changed. A cluster of 5 000
+//! Nodes multiplies these counts by its speakers; nothing here grows with the number of
+//! other speakers. Without an L2Advertisement (BGP only, as here) a speaker lists and
+//! watches its own Node alone, so neither the other kubelets' status writes nor a
+//! restart's Node list grow with them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;

@@ -4,10 +4,11 @@
 //!
 //! A Service's status reads the Service (its addresses and uid) and the plan's entries
 //! for those addresses: who owns them for ARP/NDP (and whether every node serves them),
-//! which peers get a route covering them, why they are withdrawn. So the Services to recompute are those the model changed,
-//! those whose uid changed, and those holding an address whose entries differ between
-//! the last plan and this one. At 10 000 Services the whole set took most of a plan's
-//! time and a copy of every record to the writer; one changed Service now costs one.
+//! which peers get a route covering them, why they are withdrawn. So the Services to
+//! recompute are those the model changed, those whose uid changed, and those holding an
+//! address whose entries differ between the last plan and this one. At 10 000 Services
+//! the whole set took most of a plan's time and a copy of every record to the writer;
+//! one changed Service now costs one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
