@@ -35,27 +35,20 @@ pub struct JoinGrace {
 
 impl JoinGrace {
     /// The candidates at `now` among the `live` members (SWIM's live set) of a view that
-    /// may be elected from, less the `suspected` ones: those already counted, and
-    /// joiners live for `grace` or longer.
+    /// may be elected from: those already counted, and joiners live for `grace` or
+    /// longer.
     ///
-    /// A counted member that is only suspected (its heartbeats stopped, SWIM still has it
-    /// live) stays counted: it never left, it kept answering for its addresses, so when
-    /// its beats resume it is a candidate again at once and this node lets go of what it
-    /// took over. (Counted as a joiner, a false suspicion cost a whole grace of two
-    /// nodes answering for the same addresses instead of milliseconds.)
-    pub fn candidates(
-        &mut self,
-        now: Instant,
-        live: BTreeSet<String>,
-        suspected: &BTreeSet<String>,
-        grace: Duration,
-    ) -> BTreeSet<String> {
-        let reachable = |members: &BTreeSet<String>| members.difference(suspected).cloned().collect();
+    /// A member whose heartbeats stopped (SWIM still has it live) stays among them: it
+    /// never left, it kept answering for its addresses. The caller leaves it out of the
+    /// elections a heartbeat suspicion is for, and when its beats resume it is a
+    /// candidate there again at once, and this node lets go of what it took over.
+    /// (Counted as a joiner, a false suspicion cost a whole grace of two nodes answering
+    /// for the same addresses instead of milliseconds.)
+    pub fn candidates(&mut self, now: Instant, live: BTreeSet<String>, grace: Duration) -> BTreeSet<String> {
         let Some(counted) = self.counted.as_mut() else {
-            let out = reachable(&live);
-            self.counted = Some(live);
+            self.counted = Some(live.clone());
             self.since = Some(now);
-            return out;
+            return live;
         };
         let starting = self.since.is_some_and(|t| now.saturating_duration_since(t) < grace);
         counted.retain(|m| live.contains(m));
@@ -71,7 +64,7 @@ impl JoinGrace {
                 }
             }
         }
-        reachable(counted)
+        counted.clone()
     }
 
     /// Whether a joining member left before it counted, since the last call.
@@ -108,20 +101,14 @@ mod tests {
     fn the_first_view_counts_whole_and_a_joiner_only_after_the_grace() {
         let t0 = Instant::now();
         let mut g = JoinGrace::default();
-        assert_eq!(g.candidates(t0, names(&["a", "b"]), &BTreeSet::new(), GRACE), names(&["a", "b"]));
+        assert_eq!(g.candidates(t0, names(&["a", "b"]), GRACE), names(&["a", "b"]));
         assert_eq!(g.poll_timeout(GRACE), None);
         let t1 = t0 + Duration::from_secs(5);
-        assert_eq!(g.candidates(t1, names(&["a", "b", "c"]), &BTreeSet::new(), GRACE), names(&["a", "b"]));
+        assert_eq!(g.candidates(t1, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
         assert_eq!(g.poll_timeout(GRACE), Some(t1 + GRACE));
         let almost = t1 + GRACE - Duration::from_millis(1);
-        assert_eq!(
-            g.candidates(almost, names(&["a", "b", "c"]), &BTreeSet::new(), GRACE),
-            names(&["a", "b"])
-        );
-        assert_eq!(
-            g.candidates(t1 + GRACE, names(&["a", "b", "c"]), &BTreeSet::new(), GRACE),
-            names(&["a", "b", "c"])
-        );
+        assert_eq!(g.candidates(almost, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
+        assert_eq!(g.candidates(t1 + GRACE, names(&["a", "b", "c"]), GRACE), names(&["a", "b", "c"]));
         assert_eq!(g.poll_timeout(GRACE), None);
         assert!(!g.left_early());
     }
@@ -130,78 +117,61 @@ mod tests {
     fn a_member_that_leaves_goes_at_once_and_waits_again_when_it_returns() {
         let t0 = Instant::now();
         let mut g = JoinGrace::default();
-        g.candidates(t0, names(&["a", "b", "c"]), &BTreeSet::new(), GRACE);
+        g.candidates(t0, names(&["a", "b", "c"]), GRACE);
         // Leaving is never delayed: its addresses must move now.
         let t1 = t0 + Duration::from_secs(1);
-        assert_eq!(g.candidates(t1, names(&["a", "b"]), &BTreeSet::new(), GRACE), names(&["a", "b"]));
+        assert_eq!(g.candidates(t1, names(&["a", "b"]), GRACE), names(&["a", "b"]));
         assert!(!g.left_early(), "a counted member leaving changes the election itself");
         let t2 = t1 + Duration::from_millis(100);
-        assert_eq!(g.candidates(t2, names(&["a", "b", "c"]), &BTreeSet::new(), GRACE), names(&["a", "b"]));
+        assert_eq!(g.candidates(t2, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
         // Gone again before the grace passed: the caller re-announces, and the
         // member's clock starts over on return.
         let t3 = t2 + Duration::from_millis(500);
-        assert_eq!(g.candidates(t3, names(&["a", "b"]), &BTreeSet::new(), GRACE), names(&["a", "b"]));
+        assert_eq!(g.candidates(t3, names(&["a", "b"]), GRACE), names(&["a", "b"]));
         assert!(g.left_early());
         assert!(!g.left_early(), "said once");
         let t4 = t3 + Duration::from_millis(100);
-        assert_eq!(g.candidates(t4, names(&["a", "b", "c"]), &BTreeSet::new(), GRACE), names(&["a", "b"]));
-        assert_eq!(
-            g.candidates(t2 + GRACE, names(&["a", "b", "c"]), &BTreeSet::new(), GRACE),
-            names(&["a", "b"])
-        );
-        assert_eq!(
-            g.candidates(t4 + GRACE, names(&["a", "b", "c"]), &BTreeSet::new(), GRACE),
-            names(&["a", "b", "c"])
-        );
+        assert_eq!(g.candidates(t4, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
+        assert_eq!(g.candidates(t2 + GRACE, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
+        assert_eq!(g.candidates(t4 + GRACE, names(&["a", "b", "c"]), GRACE), names(&["a", "b", "c"]));
     }
 
     #[test]
     fn members_learnt_while_starting_count_at_once() {
         let t0 = Instant::now();
         let mut g = JoinGrace::default();
-        assert_eq!(g.candidates(t0, names(&["a"]), &BTreeSet::new(), GRACE), names(&["a"]));
+        assert_eq!(g.candidates(t0, names(&["a"]), GRACE), names(&["a"]));
         let t1 = t0 + Duration::from_millis(30);
-        assert_eq!(
-            g.candidates(t1, names(&["a", "b", "c"]), &BTreeSet::new(), GRACE),
-            names(&["a", "b", "c"])
-        );
-        assert_eq!(
-            g.candidates(t0 + GRACE, names(&["a", "b", "c", "d"]), &BTreeSet::new(), GRACE),
-            names(&["a", "b", "c"])
-        );
+        assert_eq!(g.candidates(t1, names(&["a", "b", "c"]), GRACE), names(&["a", "b", "c"]));
+        assert_eq!(g.candidates(t0 + GRACE, names(&["a", "b", "c", "d"]), GRACE), names(&["a", "b", "c"]));
     }
 
     #[test]
     fn after_a_reset_the_next_view_counts_whole() {
         let t0 = Instant::now();
         let mut g = JoinGrace::default();
-        g.candidates(t0, names(&["a"]), &BTreeSet::new(), GRACE);
+        g.candidates(t0, names(&["a"]), GRACE);
         let t1 = t0 + GRACE;
-        assert_eq!(g.candidates(t1, names(&["a", "b"]), &BTreeSet::new(), GRACE), names(&["a"]));
+        assert_eq!(g.candidates(t1, names(&["a", "b"]), GRACE), names(&["a"]));
         g.reset();
-        assert_eq!(g.candidates(t1, names(&["a", "b"]), &BTreeSet::new(), GRACE), names(&["a", "b"]));
+        assert_eq!(g.candidates(t1, names(&["a", "b"]), GRACE), names(&["a", "b"]));
     }
 
     #[test]
-    fn a_member_only_suspected_stays_counted_and_returns_at_once() {
+    fn a_member_counts_while_swim_has_it_live_and_waits_the_grace_once_it_left() {
         let t0 = Instant::now();
         let mut g = JoinGrace::default();
-        let none = BTreeSet::new();
-        g.candidates(t0, names(&["a", "b"]), &none, GRACE);
-        // b's heartbeats stop: elected without it at once, SWIM still has it live.
+        g.candidates(t0, names(&["a", "b"]), GRACE);
+        // b's heartbeats stop (SWIM still has it live): it stays counted; the caller
+        // leaves it out of the elections a suspicion is for.
         let t1 = t0 + Duration::from_secs(5);
-        assert_eq!(g.candidates(t1, names(&["a", "b"]), &names(&["b"]), GRACE), names(&["a"]));
+        assert_eq!(g.candidates(t1, names(&["a", "b"]), GRACE), names(&["a", "b"]));
         assert_eq!(g.poll_timeout(GRACE), None, "nobody is joining");
-        // Its beats resume: it never left, it counts again now, not a grace later.
-        let t2 = t1 + Duration::from_millis(20);
-        assert_eq!(g.candidates(t2, names(&["a", "b"]), &none, GRACE), names(&["a", "b"]));
         assert!(!g.left_early());
-        // Suspected, then dropped by SWIM: it left; on its return it waits the grace.
-        let t3 = t2 + Duration::from_secs(1);
-        g.candidates(t3, names(&["a", "b"]), &names(&["b"]), GRACE);
-        assert_eq!(g.candidates(t3, names(&["a"]), &names(&["b"]), GRACE), names(&["a"]));
-        let t4 = t3 + Duration::from_secs(2);
-        assert_eq!(g.candidates(t4, names(&["a", "b"]), &none, GRACE), names(&["a"]));
-        assert_eq!(g.candidates(t4 + GRACE, names(&["a", "b"]), &none, GRACE), names(&["a", "b"]));
+        // Dropped by SWIM: it left; on its return it waits the grace.
+        assert_eq!(g.candidates(t1, names(&["a"]), GRACE), names(&["a"]));
+        let t2 = t1 + Duration::from_secs(2);
+        assert_eq!(g.candidates(t2, names(&["a", "b"]), GRACE), names(&["a"]));
+        assert_eq!(g.candidates(t2 + GRACE, names(&["a", "b"]), GRACE), names(&["a", "b"]));
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use super::{Fragment, Globals, Plan, RouteAttrs, fragment, merge_interfaces};
+use super::{Fragment, Globals, NOBODY, Plan, RouteAttrs, fragment, merge_interfaces};
 use crate::model::{Changes, ClusterModel, NodeLabels, ServiceInfo, ServiceKey};
 
 /// The Services holding one address or prefix, in key order. Nearly always one, kept
@@ -96,9 +96,11 @@ impl Default for Holders {
 /// Plans incrementally: [`Planner::plan`] gives what [`super::plan`] gives from scratch.
 #[derive(Debug, Default)]
 pub struct Planner {
-    /// The node and live set of the last plan (None: nothing planned yet).
+    /// The node, live set and heartbeat suspects of the last plan (None: nothing
+    /// planned yet).
     me: Option<String>,
     live: BTreeSet<String>,
+    suspected: BTreeSet<String>,
     fragments: BTreeMap<ServiceKey, Arc<Fragment>>,
     /// The Services having an address, or a route for a prefix (with their
     /// contributions, so a merge needs no lookup).
@@ -123,7 +125,7 @@ impl Planner {
     /// (taking the model's change set) and returns it.
     pub fn plan(&mut self, model: &mut ClusterModel, me: &str, live: &BTreeSet<String>) -> &Plan {
         let changes = model.take_changes();
-        self.update(model, changes, me, live)
+        self.update(model, changes, me, live, &NOBODY)
     }
 
     /// How many Services the last plan recomputed.
@@ -135,19 +137,30 @@ impl Planner {
         self.out
     }
 
-    /// [`Planner::plan`] with the model's changes already taken (`changes`).
+    /// [`Planner::plan`] with the model's changes already taken (`changes`), and the
+    /// members of `live` whose L2 heartbeats stopped (`suspected`): they are left out
+    /// of single-owner elections only ([`super::Globals`]).
     pub fn update(
         &mut self,
         model: &ClusterModel,
         changes: Changes,
         me: &str,
         live: &BTreeSet<String>,
+        suspected: &BTreeSet<String>,
     ) -> &Plan {
-        let all = changes.all || self.me.as_deref() != Some(me) || self.live != *live;
+        let all = changes.all
+            || self.me.as_deref() != Some(me)
+            || self.live != *live
+            || self.suspected != *suspected;
         let empty = NodeLabels::default();
-        let g = Globals::of(model, me, live, &empty);
+        let g = Globals::of(model, me, (live, suspected), &empty);
         if all {
-            let fresh = Planner { me: Some(me.to_owned()), live: live.clone(), ..Planner::default() };
+            let fresh = Planner {
+                me: Some(me.to_owned()),
+                live: live.clone(),
+                suspected: suspected.clone(),
+                ..Planner::default()
+            };
             let old = std::mem::replace(self, fresh);
             let entries = old.fragments.len();
             crate::drop_later(old, entries);

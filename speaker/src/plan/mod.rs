@@ -150,12 +150,15 @@ fn node_blocker(name: &str, node: Option<&NodeInfo>) -> Option<String> {
     }
 }
 
+/// No member suspected: plans made without heartbeats.
+static NOBODY: BTreeSet<String> = BTreeSet::new();
+
 /// Computes this node's announcements from scratch. `live_members` are the nodes
 /// membership sees alive; L2 owners are elected among them only. [`Planner`] gives the
 /// same result recomputing only what changed.
 pub fn plan(model: &ClusterModel, me: &str, live_members: &BTreeSet<String>) -> Plan {
     let mut p = Planner::new();
-    p.update(model, Changes::default(), me, live_members);
+    p.update(model, Changes::default(), me, live_members, &NOBODY);
     p.into_announcements()
 }
 
@@ -172,10 +175,24 @@ struct Globals<'a> {
     /// Why this node drains every BGP announcement, if so.
     node_drain: Option<String>,
     live: &'a BTreeSet<String>,
+    /// Members of `live` whose L2 heartbeats stopped: what this node alone hears (it
+    /// watches only the owners whose successor it is). A single-owner election leaves
+    /// them out, so the successor takes over within tens of milliseconds and gives the
+    /// address back as soon as the beats resume. An active-active spread does not: every
+    /// node must agree on it, or a bucket has two owners and both answer a new flow's
+    /// SYN (the client resets the connection). It waits for SWIM, which every node hears
+    /// alike; a dead node's new flows lose nothing by it (a client sends its SYN again
+    /// after a second, well after SWIM's few hundred milliseconds).
+    suspected: &'a BTreeSet<String>,
 }
 
 impl<'a> Globals<'a> {
-    fn of(model: &'a ClusterModel, me: &'a str, live: &'a BTreeSet<String>, empty: &'a NodeLabels) -> Self {
+    fn of(
+        model: &'a ClusterModel,
+        me: &'a str,
+        (live, suspected): (&'a BTreeSet<String>, &'a BTreeSet<String>),
+        empty: &'a NodeLabels,
+    ) -> Self {
         let my_node = model.nodes.get(me);
         let my_labels = my_node.map_or(empty, |n| &n.labels);
         let my_peers = model
@@ -200,6 +217,7 @@ impl<'a> Globals<'a> {
             blocker: node_blocker(me, my_node),
             node_drain: my_node.and_then(|n| n.draining.clone()),
             live,
+            suspected,
         }
     }
 
@@ -422,12 +440,14 @@ impl Ctx<'_> {
                 continue;
             }
             any = true;
+            let active_active = s.mode == ferrolb_api::L2Mode::ActiveActive;
             let eligible = |name: &str, n: &NodeInfo| {
                 selectors_match(&s.node_selectors, &n.labels)
                     && n.ready
                     && !n.excluded
                     && !n.network_unavailable
                     && self.g.live.contains(name)
+                    && (active_active || !self.g.suspected.contains(name))
             };
             // Each candidate with its preference (spec.nodePreferences; 0 when none is set).
             let mut candidates: Vec<(&str, u32)> = Vec::new();
@@ -437,7 +457,7 @@ impl Ctx<'_> {
                     candidates.push((name, s.preference(&n.labels)));
                 }
             }
-            if s.mode == ferrolb_api::L2Mode::ActiveActive {
+            if active_active {
                 // Every candidate of the highest preference serves it; a node that stops
                 // being one drains its buckets.
                 let top = candidates.iter().map(|c| c.1).max();

@@ -447,6 +447,35 @@ fn an_active_active_address_is_served_by_every_eligible_node() {
     );
 }
 
+/// A member whose heartbeats stopped, as the successor that watches it plans: left out
+/// of single-owner elections at once, kept in active-active spreads (only SWIM, which
+/// every node hears alike, moves buckets: two owners of one would both answer a SYN).
+#[test]
+fn a_heartbeat_suspect_is_left_out_of_single_owner_elections_only() {
+    let vip = ip("192.0.2.201");
+    for aa in [false, true] {
+        let m = model_of(&(FIXTURE.to_string() + L2_SVC));
+        let m = if aa { active_active(m) } else { m };
+        let owner = election::owner(vip, ["node1", "node2"]).unwrap();
+        let other = if owner == "node1" { "node2" } else { "node1" };
+        let (live, suspected) = (all_live(&m), BTreeSet::from([owner.to_string()]));
+        let mut planner = Planner::new();
+        let before = planner.update(&m, Changes::default(), other, &live, &BTreeSet::new()).clone();
+        // No change of the model: the suspicion alone plans again.
+        let during = planner.update(&m, Changes::default(), other, &live, &suspected).clone();
+        if aa {
+            let both = vec!["node1".to_string(), "node2".to_string()];
+            assert_eq!(during.l2_active_active.get(&vip), Some(&both), "active-active, {owner} suspected");
+            assert_eq!(during, before, "active-active: a suspicion changes nothing");
+        } else {
+            assert!(!before.l2.contains_key(&vip), "{before:?}");
+            assert_eq!(during.l2.get(&vip), Some(&vec!["eth0".to_string()]), "the successor takes over");
+        }
+        let after = planner.update(&m, Changes::default(), other, &live, &BTreeSet::new()).clone();
+        assert_eq!(after, before, "its beats resume: {other} lets go");
+    }
+}
+
 #[test]
 fn an_active_active_local_address_skips_nodes_without_a_serving_endpoint() {
     let vip = ip("192.0.2.202");

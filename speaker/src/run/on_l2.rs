@@ -1,12 +1,9 @@
 //! L2 inputs: membership's view, join graces and the L2 tick; L2 starts and stops as
 //! L2Advertisements appear and go.
 
-use std::collections::BTreeSet;
-
 use ferrolb_proto::membership::{self, MembershipKey};
 
-use super::input::Cause;
-use super::parts::l2::{conflict_events, membership_port, node_addresses, start_l2};
+use super::parts::l2::{View, conflict_events, membership_port, node_addresses, start_l2};
 use super::state::State;
 use crate::cluster;
 
@@ -14,7 +11,7 @@ impl State {
     /// The members L2 owners are elected from: membership's live set once settled
     /// (nobody before: a starting node would otherwise claim everything). Without
     /// L2Advertisements no election reads it, and it is empty.
-    pub(super) fn live_members(&mut self) -> BTreeSet<String> {
+    pub(super) fn live_members(&mut self) -> View {
         let now = self.now;
         match self.l2.as_mut() {
             Some(p) => {
@@ -23,12 +20,11 @@ impl State {
                 p.report_blindness(self.cluster.as_ref().map(|c| &c.client), &self.opts.node_name);
                 live.unwrap_or_default()
             }
-            // L2Advertisements but no membership (it could not start): own nothing.
-            None if !self.model.l2_advertisements.is_empty() => BTreeSet::new(),
-            // No L2Advertisement: no election reads the live set. An empty one, not every
+            // L2Advertisements but no membership (it could not start): own nothing. No
+            // L2Advertisement: no election reads the live set. An empty one, not every
             // Ready node's name: a plan of a BGP-only speaker would otherwise copy, sort
             // and compare 5 000 names (a third of its time at 1 000 Nodes).
-            None => BTreeSet::new(),
+            None => View::default(),
         }
     }
 
@@ -116,46 +112,13 @@ impl State {
         }
         let before = p.used.clone();
         let after = p.usable_live(&self.metrics, now);
-        let suspected = p.suspected.borrow().clone();
-        let was_suspected = std::mem::replace(&mut p.used_suspected, suspected.clone());
         p.report_blindness(self.cluster.as_ref().map(|c| &c.client), &self.opts.node_name);
         if before == after {
             return;
         }
-        let cause = match (&before, &after) {
-            (Some(b), Some(a)) => {
-                let mut parts: Vec<String> = Vec::new();
-                parts.extend(a.difference(b).map(|n| {
-                    if was_suspected.contains(n) {
-                        format!("{n} sends heartbeats again")
-                    } else {
-                        format!("{n} joined membership")
-                    }
-                }));
-                parts.extend(b.difference(a).map(|n| {
-                    if suspected.contains(n) {
-                        format!("{n} stopped sending heartbeats")
-                    } else {
-                        format!("{n} left membership")
-                    }
-                }));
-                let label = match b.difference(a).next() {
-                    Some(n) if suspected.contains(n) => "heartbeat_missed",
-                    Some(_) => "member_left",
-                    None if a.difference(b).all(|n| was_suspected.contains(n)) => "heartbeat_resumed",
-                    None => "member_joined",
-                };
-                Cause::new(label, parts.join(", "))
-            }
-            (None, Some(a)) => Cause::new(
-                "membership_settled",
-                format!("membership settled with {}", a.iter().cloned().collect::<Vec<_>>().join(", ")),
-            ),
-            (_, None) => Cause::new(
-                "membership_unsettled",
-                "membership view not usable (not settled, settled alone a moment ago, or blind: see the membership log)",
-            ),
-        };
+        let cause = View::cause(before.as_ref(), after.as_ref());
+        let reachable = |v: &Option<View>| v.as_ref().map(View::reachable);
+        let (before, after) = (reachable(&before), reachable(&after));
         let joined = matches!((&before, &after), (Some(b), Some(a)) if a.difference(b).next().is_some());
         let left = matches!((&before, &after), (Some(b), Some(a)) if b.difference(a).next().is_some());
         self.replan(&cause).await;

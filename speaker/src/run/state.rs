@@ -96,7 +96,8 @@ impl State {
         let changes = self.model.take_changes();
         // What the status needs to know of them (the planner takes them).
         let mut changed = crate::model::Changes { all: changes.all, services: changes.services.clone() };
-        let mut new = self.planner.update(&self.model, changes, &self.opts.node_name, &live).clone();
+        let (me, suspected) = (&self.opts.node_name, &live.suspected);
+        let mut new = self.planner.update(&self.model, changes, me, &live.counted, suspected).clone();
         self.drains.handle(self.now, &mut new);
         if let Some(p) = &mut self.l2 {
             for ip in new.l2.keys().filter(|ip| !self.plan.l2.contains_key(ip)) {

@@ -18,6 +18,7 @@ use crate::announce::l2::L2Announcer;
 use crate::cluster;
 use crate::metrics::Metrics;
 use crate::model::ClusterModel;
+use crate::run::input::Cause;
 
 /// How the claim's log lines name the speaker's things.
 const WORDING: Wording = Wording {
@@ -45,10 +46,64 @@ pub(in crate::run) struct L2Part {
     /// Members that join count as candidates after [`HANDOVER_GRACE`]: make before
     /// break when a node comes back (`ferrolb_proto::membership::join_grace`).
     pub(in crate::run) joins: JoinGrace,
-    /// The live set last used for planning (None: not claiming).
-    pub(in crate::run) used: Option<BTreeSet<String>>,
-    /// The heartbeat suspects left out of that plan.
-    pub(in crate::run) used_suspected: BTreeSet<String>,
+    /// The view last used for planning (None: not claiming).
+    pub(in crate::run) used: Option<View>,
+}
+
+/// The members this node elects L2 owners from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(in crate::run) struct View {
+    /// Live to SWIM and counted (a joiner once its grace passed).
+    pub(in crate::run) counted: BTreeSet<String>,
+    /// Those of them whose heartbeats to this node stopped: left out of single-owner
+    /// elections only (`crate::plan`).
+    pub(in crate::run) suspected: BTreeSet<String>,
+}
+
+impl View {
+    /// The members single-owner elections are made from.
+    pub(in crate::run) fn reachable(&self) -> BTreeSet<String> {
+        self.counted.difference(&self.suspected).cloned().collect()
+    }
+
+    /// Why the elections run again when the view turns from `before` to `after`.
+    pub(in crate::run) fn cause(before: Option<&View>, after: Option<&View>) -> Cause {
+        let (b, a) = match (before, after) {
+            (Some(b), Some(a)) => (b, a),
+            (None, Some(a)) => {
+                let names: Vec<&str> = a.counted.iter().map(String::as_str).collect();
+                return Cause::new(
+                    "membership_settled",
+                    format!("membership settled with {}", names.join(", ")),
+                );
+            }
+            (_, None) => {
+                return Cause::new(
+                    "membership_unsettled",
+                    "membership view not usable (not settled, settled alone a moment ago, or blind: see the \
+                     membership log)",
+                );
+            }
+        };
+        let joined = a.counted.difference(&b.counted).map(|n| format!("{n} joined membership"));
+        let left = b.counted.difference(&a.counted).map(|n| format!("{n} left membership"));
+        let missed = a.suspected.difference(&b.suspected).map(|n| format!("{n} stopped sending heartbeats"));
+        let resumed = b
+            .suspected
+            .difference(&a.suspected)
+            .filter(|n| a.counted.contains(*n))
+            .map(|n| format!("{n} sends heartbeats again"));
+        let label = if a.suspected.difference(&b.suspected).next().is_some() {
+            "heartbeat_missed"
+        } else if b.counted.difference(&a.counted).next().is_some() {
+            "member_left"
+        } else if a.counted.difference(&b.counted).next().is_some() {
+            "member_joined"
+        } else {
+            "heartbeat_resumed"
+        };
+        Cause::new(label, joined.chain(resumed).chain(left).chain(missed).collect::<Vec<_>>().join(", "))
+    }
 }
 
 /// What [`l2_changed`] waits on: membership's live set, settledness, heartbeat suspects
@@ -66,12 +121,8 @@ impl L2Part {
         self.joins.poll_timeout(HANDOVER_GRACE).map(Instant::from_std)
     }
 
-    /// The live set to elect from, or None while this node may not claim.
-    pub(in crate::run) fn usable_live(
-        &mut self,
-        metrics: &Metrics,
-        now: Instant,
-    ) -> Option<BTreeSet<String>> {
+    /// The view to elect from, or None while this node may not claim.
+    pub(in crate::run) fn usable_live(&mut self, metrics: &Metrics, now: Instant) -> Option<View> {
         let settled = *self.settled.borrow_and_update();
         let live = self.live.borrow_and_update().clone();
         let suspected = self.suspected.borrow_and_update().clone();
@@ -85,7 +136,7 @@ impl L2Part {
             self.joins.reset();
             return None;
         }
-        let candidates = self.joins.candidates(now.into_std(), live, &suspected, HANDOVER_GRACE);
+        let counted = self.joins.candidates(now.into_std(), live, HANDOVER_GRACE);
         if self.joins.left_early() {
             // It may have announced this node's addresses as its own: clients that
             // followed it come back.
@@ -94,7 +145,8 @@ impl L2Part {
             );
             self.announcer.renew();
         }
-        Some(candidates)
+        let suspected = suspected.intersection(&counted).cloned().collect();
+        Some(View { counted, suspected })
     }
 
     /// Records on this node's Node object (Kubernetes mode) that it became blind (it
@@ -256,7 +308,6 @@ pub(in crate::run) fn start_l2(
         blindness: None,
         joins: JoinGrace::default(),
         used: None,
-        used_suspected: BTreeSet::new(),
     })
 }
 
