@@ -142,3 +142,28 @@ fn summary_names_three_and_counts_the_rest() {
     assert_eq!(state::first_few(lazy, 50_000), "1, 2, 3, … +49997 more");
     assert_eq!(formatted, 3, "only the named items are formatted");
 }
+
+/// Why the elections run again, as the log and `ferrolb_l2_ownership_changes_total{reason}`
+/// say it: a heartbeat suspicion, its end, and a suspect SWIM drops (which changes no
+/// single-owner election, but the active-active spreads).
+#[test]
+fn a_change_of_view_names_its_cause() {
+    use super::parts::l2::View;
+    let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
+    let view =
+        |counted: &[&str], suspected: &[&str]| View { counted: names(counted), suspected: names(suspected) };
+    let all = view(&["node1", "node2"], &[]);
+    let suspecting = view(&["node1", "node2"], &["node2"]);
+    let cases = [
+        (&all, &suspecting, "heartbeat_missed", "node2 stopped sending heartbeats"),
+        (&suspecting, &all, "heartbeat_resumed", "node2 sends heartbeats again"),
+        (&suspecting, &view(&["node1"], &[]), "member_left", "node2 left membership"),
+        (&view(&["node1"], &[]), &all, "member_joined", "node2 joined membership"),
+    ];
+    for (before, after, label, text) in cases {
+        let cause = View::cause(Some(before), Some(after));
+        assert_eq!((cause.label, cause.text.as_str()), (label, text), "{before:?} -> {after:?}");
+    }
+    assert_eq!(View::cause(None, Some(&all)).text, "membership settled with node1, node2");
+    assert_eq!(suspecting.reachable(), names(&["node1"]));
+}

@@ -63,7 +63,8 @@ fn buckets(lab: &Lab, address: IpAddr) -> Result<BTreeMap<String, f64>, Error> {
     Ok(out)
 }
 
-/// What each node's bucket filter holds, its speaker's log about it, and the path.
+/// What each node's bucket filter holds, its speaker's log about it and about the
+/// membership view it spreads buckets by (heartbeats, elections), and the path.
 fn why(lab: &Lab, cluster: &Cluster, address: IpAddr) -> String {
     let mut out = diagnose(lab, cluster, address);
     for i in 1..=NODES {
@@ -76,7 +77,8 @@ fn why(lab: &Lab, cluster: &Cluster, address: IpAddr) -> String {
         cluster.kubectl(&["get", "pods", "-n", ferrolb::NAMESPACE, "-l", super::SPEAKERS, "-o", "name"]);
     for pod in pods.unwrap_or_default().lines() {
         let logs = cluster.kubectl(&["logs", "-n", ferrolb::NAMESPACE, pod]).unwrap_or_default();
-        for line in logs.lines().filter(|l| l.contains("active-active")) {
+        let about = ["active-active", "heartbeat", "membership changed", "L2: this node"];
+        for line in logs.lines().filter(|l| about.iter().any(|a| l.contains(a))) {
             out.push_str(&format!("{pod}: {line}\n"));
         }
     }
