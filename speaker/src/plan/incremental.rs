@@ -139,7 +139,7 @@ impl Planner {
 
     /// [`Planner::plan`] with the model's changes already taken (`changes`), and the
     /// members of `live` whose L2 heartbeats stopped (`suspected`): they are left out
-    /// of single-owner elections only ([`super::Globals`]).
+    /// of single-owner elections only (the planner's `Globals::suspected` says why).
     pub fn update(
         &mut self,
         model: &ClusterModel,
