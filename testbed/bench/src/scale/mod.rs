@@ -267,6 +267,15 @@ pub struct Restart {
 
 /// Runs one size in a lab of its own and returns what it measured.
 pub fn measure(size: Size, settings: &Settings) -> Result<Figures, Error> {
+    // The Services measured, the timed ones and the one of the change.
+    let most = workload::most_services();
+    if size.services + settings.late + 1 > most {
+        return Err(Error::Check(format!(
+            "{} Services, {} timed and 1 changed need more addresses than the bench's pool and ClusterIP \
+             ranges hold: {most} Services in all (scale/workload.rs)",
+            size.services, settings.late
+        )));
+    }
     let builds = Builds::choose()?;
     let started = Instant::now();
     let lab = Lab::up(LabConfig::nodes(SPEAKERS))?;

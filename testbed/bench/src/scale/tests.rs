@@ -5,6 +5,8 @@ use std::time::Duration;
 use ferrolb_cluster::load::Call;
 
 use super::requests::Requests;
+use super::workload::{self, v4_range};
+use super::{Settings, Size};
 
 /// An audit event of ServiceAccount `sa` of ferrolb-system, its token bound to `node`.
 fn line(sa: &str, node: Option<&str>, verb: &str, resource: &str, uri: &str) -> String {
@@ -54,4 +56,42 @@ fn requests_are_counted_per_component_and_kind() {
         ]
     );
     assert!((r.rate(4) - 2.0).abs() < 1e-9);
+}
+
+#[test]
+fn the_address_plan_holds_fifty_thousand_services_without_overlaps() {
+    // `--late`'s default (100 timed Services) and the one of the change.
+    let timed = 100 + 1;
+    assert!(workload::most_services() >= 50_000 + timed, "{}", workload::most_services());
+    // Every range the bench's lab hands out, all in the benchmarking range.
+    let (bulk, bulk_len) = v4_range(ferrolb_lab::addressing::BULK_V4);
+    let mut ranges: Vec<(&str, u32, u64)> =
+        workload::ranges().map(|c| (c, v4_range(c).0, v4_range(c).1)).collect();
+    for c in [
+        ferrolb_cluster::kwok::FAKE_POD_V4,
+        ferrolb_cluster::kwok::FAKE_NODE_V4,
+        ferrolb_lab::addressing::POD_V4,
+    ]
+    .into_iter()
+    .chain(ferrolb_cluster::SERVICE_CIDRS.split(',').filter(|c| !c.contains(':')))
+    {
+        ranges.push((c, v4_range(c).0, v4_range(c).1));
+    }
+    ranges.sort_by_key(|r| r.1);
+    for (c, first, len) in &ranges {
+        assert!(
+            *first >= bulk && u64::from(*first) + len <= u64::from(bulk) + bulk_len,
+            "{c} is outside 198.18.0.0/15"
+        );
+    }
+    for w in ranges.windows(2) {
+        assert!(u64::from(w[0].1) + w[0].2 <= u64::from(w[1].1), "{} and {} overlap", w[0].0, w[1].0);
+    }
+}
+
+#[test]
+fn a_size_the_addresses_cannot_hold_is_refused_before_any_lab() {
+    let size = Size { nodes: 1, services: workload::most_services() };
+    let e = super::measure(size, &Settings::default()).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("need more addresses than the bench's pool and ClusterIP ranges hold"), "{e}");
 }

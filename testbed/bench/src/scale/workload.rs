@@ -10,17 +10,20 @@ use serde_json::json;
 
 use super::T;
 use crate::whole_path::{create_service, lb_service};
-use ferrolb_cluster::{Cluster, ferrolb};
+use ferrolb_cluster::{Cluster, SERVICE_CIDRS, ferrolb};
 use ferrolb_lab::Error;
 use ferrolb_lab::speaker::yaml;
 
 /// The namespace of the bench's Services and pods.
 pub(super) const NS: &str = "scale";
-/// The address pool: bulk benchmarking addresses, room for 65 000 Services.
-const POOL: &str = "198.18.0.0/16";
-/// More ClusterIPs than the cluster's default /20 (never routed: no kube-proxy runs),
-/// below kwok's pod and node ranges (198.19.128.0/17).
-const EXTRA_SERVICE_CIDR: &str = "198.19.0.0/17";
+/// The address pool, in the benchmarking range (198.18.0.0/15): room for 50 176 Services.
+const POOL: &[&str] = &["198.18.0.0/17", "198.18.128.0/18", "198.18.192.0/22"];
+/// ClusterIPs beyond the cluster's default /20 (never routed: no kube-proxy runs), one
+/// ServiceCIDR each (a ServiceCIDR holds one range per family): the rest of 198.18.0.0/16
+/// and 198.19.0.0/17, below kwok's pod and node ranges (198.19.128.0/17) and the real
+/// nodes' pods and the default ClusterIPs (198.19.224.0/19).
+const EXTRA_SERVICE_CIDRS: &[&str] =
+    &["198.19.0.0/17", "198.18.196.0/22", "198.18.200.0/21", "198.18.208.0/20", "198.18.224.0/19"];
 /// Fake pods' addresses kwok has ([`ferrolb_cluster::kwok::FAKE_POD_V4`]: 16 382), with
 /// room to spare.
 const POD_ADDRESSES: usize = 16_000;
@@ -32,27 +35,62 @@ const IN_FLIGHT: usize = 16;
 /// ferrolb's configuration and the bench's namespace: the pool, the router as a BGPPeer
 /// and the advertisement, more ClusterIPs.
 pub(super) fn configuration() -> String {
-    yaml::stream(&[
-        format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n"),
+    let mut objects = vec![format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n")];
+    objects.extend(EXTRA_SERVICE_CIDRS.iter().enumerate().map(|(i, cidr)| {
         format!(
-            "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {{name: scale-extra}}\nspec: {{cidrs: [\"{EXTRA_SERVICE_CIDR}\"]}}\n"
-        ),
-        yaml::pool("scale", &[POOL]),
+            "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {{name: {}}}\nspec: {{cidrs: [\"{cidr}\"]}}\n",
+            service_cidr_name(i)
+        )
+    }));
+    objects.extend([
+        yaml::pool("scale", POOL),
         yaml::router_peer_v4(&[]),
         yaml::bgp_advertisement("scale", &["ipAddressPools: [scale]"]),
-    ])
+    ]);
+    yaml::stream(&objects)
 }
 
-/// Waits until the extra ServiceCIDR is Ready and the namespace has its default
+fn service_cidr_name(i: usize) -> String {
+    format!("scale-extra-{i}")
+}
+
+/// The most Services a run can make: as many as both the pool and the ClusterIPs hold
+/// (each ServiceCIDR keeps its first and last address, the default one also the
+/// `kubernetes` Service's).
+pub(super) fn most_services() -> usize {
+    let pool: u64 = POOL.iter().map(|c| v4_range(c).1).sum();
+    let default_v4 = SERVICE_CIDRS.split(',').find(|c| !c.contains(':')).unwrap_or_default();
+    let cluster_ips: u64 =
+        EXTRA_SERVICE_CIDRS.iter().chain([&default_v4]).map(|c| v4_range(c).1 - 2).sum::<u64>() - 1;
+    usize::try_from(pool.min(cluster_ips)).unwrap_or(usize::MAX)
+}
+
+/// The ranges this file hands out: the pool's and the extra ClusterIPs'.
+#[cfg(test)]
+pub(super) fn ranges() -> impl Iterator<Item = &'static str> {
+    POOL.iter().chain(EXTRA_SERVICE_CIDRS).copied()
+}
+
+/// An IPv4 CIDR of this file as (first address, addresses).
+pub(super) fn v4_range(cidr: &str) -> (u32, u64) {
+    let (ip, len) = cidr.split_once('/').unwrap_or((cidr, "32"));
+    let ip: std::net::Ipv4Addr = ip.parse().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+    let len: u32 = len.parse().unwrap_or(32);
+    (u32::from(ip), 1u64 << (32 - len.min(32)))
+}
+
+/// Waits until the extra ServiceCIDRs are Ready and the namespace has its default
 /// ServiceAccount (pods are refused without it).
 pub(super) fn wait_ready(cluster: &Cluster) -> Result<(), Error> {
-    ferrolb::wait_jsonpath(
-        cluster,
-        &["servicecidr", "scale-extra"],
-        "{.status.conditions[?(@.type==\"Ready\")].status}",
-        T,
-        |s| s == "True",
-    )?;
+    for i in 0..EXTRA_SERVICE_CIDRS.len() {
+        ferrolb::wait_jsonpath(
+            cluster,
+            &["servicecidr", &service_cidr_name(i)],
+            "{.status.conditions[?(@.type==\"Ready\")].status}",
+            T,
+            |s| s == "True",
+        )?;
+    }
     ferrolb::wait_jsonpath(cluster, &["serviceaccount", "default", "-n", NS], "{.metadata.name}", T, |s| {
         s == "default"
     })?;
