@@ -24,8 +24,13 @@ const ADMIN: &str = "kubernetes-admin";
 const BIRD_POLL: Duration = Duration::from_millis(5);
 /// Longest wait for one Service's route while timing.
 const PER_SERVICE: Duration = Duration::from_secs(30);
-/// How often the API and BIRD's whole RIB are read while waiting for convergence.
-const CONVERGE_POLL: Duration = Duration::from_secs(1);
+/// How often the API and BIRD's whole RIB are read while waiting for convergence: every
+/// second, and less often as they grow (each read lists every Service, EndpointSlice and
+/// ServiceAnnouncement: at 50 000 Services, every 10 s), so the bench's own reads do not
+/// hold back the apiserver it waits for.
+fn converge_poll(services: usize) -> Duration {
+    Duration::from_secs(1).max(Duration::from_micros(200) * u32::try_from(services).unwrap_or(u32::MAX))
+}
 
 /// Where [`ferrolb_lab::routers::Bird::start`] puts BIRD's control socket.
 pub(super) fn bird_socket(lab: &Lab) -> PathBuf {
@@ -97,7 +102,7 @@ pub(super) fn wait_converged(
     until_value_every(
         &what,
         timeout,
-        CONVERGE_POLL,
+        converge_poll(services),
         || progress(work, ctl),
         |p| {
             p.services == services
