@@ -4,9 +4,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use foca::{Foca, OwnedNotification, PostcardCodec, Timer};
+use foca::{Codec, Foca, OwnedNotification, PostcardCodec, Timer};
 use rand::rngs::StdRng;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -14,7 +15,7 @@ use tokio::time::Instant;
 
 use super::auth::{DropReason, KeyEvent, KeyRole, Sealer};
 use super::metrics::{KeyLabels, ResultLabels};
-use super::{MemberId, MembershipKey, MembershipMetrics, Seed, pressure, reader, scale, settle};
+use super::{MemberId, MembershipKey, MembershipMetrics, Renewal, Seed, pressure, reader, scale, settle};
 use crate::time::sleep_until;
 
 pub(super) type Swim = Foca<MemberId, PostcardCodec, StdRng, foca::NoCustomBroadcast>;
@@ -37,6 +38,10 @@ pub(super) struct Driver {
     /// Live members other than this node and where they listen, for the heartbeats.
     pub(super) members: watch::Sender<BTreeMap<String, SocketAddr>>,
     pub(super) settled: watch::Sender<bool>,
+    /// Renewals of this node's identity ([`super::MembershipHandle::renewed`]).
+    pub(super) renewed: watch::Sender<Renewal>,
+    /// While a datagram is handled: the member that sent it.
+    pub(super) sender: Option<Arc<str>>,
     /// When the view may be elected from ([`settle`]).
     pub(super) settle: settle::Settle,
     pub(super) metrics: MembershipMetrics,
@@ -203,11 +208,15 @@ impl Driver {
         if let Some(key) = key {
             self.metrics.rotation_opened.get_or_create(&KeyLabels { key: key.into() }).inc();
         }
+        // A renewal it causes was told by the sender.
+        let header: Option<foca::Header<MemberId>> = PostcardCodec.decode_header(payload).ok();
+        self.sender = header.map(|h| h.src.name);
         if let Err(e) = self.foca.handle_data(payload, &mut self.runtime) {
             tracing::trace!(error = %e, "membership: foca rejected a datagram");
             self.metrics.drop_packet(DropReason::Protocol);
         }
         self.flush().await;
+        self.sender = None;
     }
 
     async fn fire_timers(&mut self) {
@@ -265,7 +274,12 @@ impl Driver {
                     joined = true;
                 }
                 OwnedNotification::Rejoin(id) => {
-                    tracing::info!(node = %self.name, generation = id.generation, "membership: told this identity is down (a partition, or peers remember an earlier identity of this name that outranks it); rejoined");
+                    tracing::info!(node = %self.name, generation = id.generation, by = ?self.sender, "membership: told this identity is down (a partition, or peers remember an earlier identity of this name that outranks it); rejoined");
+                    let by = self.sender.clone();
+                    self.renewed.send_modify(|r| {
+                        r.count += 1;
+                        r.told_by = by;
+                    });
                     changed = true;
                 }
                 OwnedNotification::Defunct => {

@@ -16,6 +16,12 @@
 //! over), and so does the first after a view that could not be elected from; so do the
 //! members that show up within the grace after it: a starting node learns the members
 //! one gossip round after another, and they were there before it.
+//!
+//! This node itself joins again when its peers declared it down (a partition, or a pause
+//! longer than SWIM's suspicion: a node starved of CPU) and it renewed its identity
+//! ([`JoinGrace::rejoined`]): they count it as a joiner from then on, so it does too.
+//! Meanwhile they own what it owned; were it to keep electing itself, two nodes would
+//! take the new flows of its active-active buckets until their grace passed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -31,6 +37,9 @@ pub struct JoinGrace {
     joining: BTreeMap<String, Instant>,
     /// A joining member left before it counted (cleared by [`JoinGrace::left_early`]).
     left: bool,
+    /// This node, joining again since its identity was renewed, until it counts: never
+    /// counted at once, not even in a first view or while starting.
+    renewed: Option<(String, Instant)>,
 }
 
 impl JoinGrace {
@@ -45,10 +54,16 @@ impl JoinGrace {
     /// (Counted as a joiner, a false suspicion cost a whole grace of two nodes answering
     /// for the same addresses instead of milliseconds.)
     pub fn candidates(&mut self, now: Instant, live: BTreeSet<String>, grace: Duration) -> BTreeSet<String> {
+        let renewed = self.renewed.clone().filter(|(me, _)| live.contains(me));
         let Some(counted) = self.counted.as_mut() else {
-            self.counted = Some(live.clone());
+            let mut first = live;
+            if let Some((me, at)) = renewed {
+                first.remove(&me);
+                self.joining.insert(me, at);
+            }
+            self.counted = Some(first.clone());
             self.since = Some(now);
-            return live;
+            return first;
         };
         let starting = self.since.is_some_and(|t| now.saturating_duration_since(t) < grace);
         counted.retain(|m| live.contains(m));
@@ -58,13 +73,32 @@ impl JoinGrace {
         for m in &live {
             if !counted.contains(m) {
                 let since = *self.joining.entry(m.clone()).or_insert(now);
-                if starting || now.saturating_duration_since(since) >= grace {
+                let me_again = renewed.as_ref().is_some_and(|(me, _)| me == m);
+                if (starting && !me_again) || now.saturating_duration_since(since) >= grace {
                     self.joining.remove(m);
                     counted.insert(m.clone());
+                    if me_again {
+                        self.renewed = None;
+                    }
                 }
             }
         }
         counted.clone()
+    }
+
+    /// Whether `member` counted in the last view (not while it is joining).
+    pub fn counts(&self, member: &str) -> bool {
+        self.counted.as_ref().is_some_and(|c| c.contains(member))
+    }
+
+    /// This node (`me`) was declared down by its peers and renewed its identity at `now`:
+    /// it counts itself again only once it has been back for the grace, as they count it.
+    pub fn rejoined(&mut self, now: Instant, me: &str) {
+        if let Some(counted) = self.counted.as_mut() {
+            counted.remove(me);
+        }
+        self.joining.insert(me.to_owned(), now);
+        self.renewed = Some((me.to_owned(), now));
     }
 
     /// Whether a joining member left before it counted, since the last call.
@@ -81,7 +115,8 @@ impl JoinGrace {
         self.joining.values().min().map(|t| *t + grace)
     }
 
-    /// The view may not be elected from: the next one counts whole.
+    /// The view may not be elected from: the next one counts whole (but this node, if it
+    /// is still joining again after a renewal).
     pub fn reset(&mut self) {
         self.counted = None;
         self.since = None;
@@ -134,6 +169,34 @@ mod tests {
         assert_eq!(g.candidates(t4, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
         assert_eq!(g.candidates(t2 + GRACE, names(&["a", "b", "c"]), GRACE), names(&["a", "b"]));
         assert_eq!(g.candidates(t4 + GRACE, names(&["a", "b", "c"]), GRACE), names(&["a", "b", "c"]));
+    }
+
+    #[test]
+    fn a_renewed_node_counts_itself_only_after_the_grace_even_across_a_reset() {
+        let t0 = Instant::now();
+        let mut g = JoinGrace::default();
+        g.candidates(t0, names(&["a", "b", "me"]), GRACE);
+        assert!(g.counts("a") && g.counts("me") && !g.counts("c"));
+        let t1 = t0 + Duration::from_secs(5);
+        g.rejoined(t1, "me");
+        assert!(!g.counts("me"));
+        assert_eq!(g.candidates(t1, names(&["a", "b", "me"]), GRACE), names(&["a", "b"]));
+        assert_eq!(g.poll_timeout(GRACE), Some(t1 + GRACE));
+        // A view that cannot be elected from, then a first one again: still not at once.
+        g.reset();
+        let t2 = t1 + Duration::from_millis(300);
+        assert_eq!(g.candidates(t2, names(&["a", "b", "me"]), GRACE), names(&["a", "b"]));
+        let t3 = t2 + Duration::from_millis(100);
+        assert_eq!(
+            g.candidates(t3, names(&["a", "b", "me"]), GRACE),
+            names(&["a", "b"]),
+            "not while starting"
+        );
+        assert_eq!(g.candidates(t1 + GRACE, names(&["a", "b", "me"]), GRACE), names(&["a", "b", "me"]));
+        // Counted again: the next first view counts it whole, as any other.
+        g.reset();
+        let t4 = t1 + Duration::from_secs(10);
+        assert_eq!(g.candidates(t4, names(&["a", "b", "me"]), GRACE), names(&["a", "b", "me"]));
     }
 
     #[test]

@@ -249,6 +249,7 @@ impl Membership {
         let (successors_tx, successors_rx) = watch::channel(BTreeSet::new());
         let (suspected_tx, suspected_rx) = watch::channel(BTreeSet::new());
         let (taken_over_tx, taken_over_rx) = watch::channel(0);
+        let (renewed_tx, renewed_rx) = watch::channel(Renewal::default());
         let (swim_tx, swim_rx) = mpsc::channel(1024);
         let (nodes_tx, nodes_rx) = watch::channel(seeds.clone());
         // This host's pressure in permille: the driver samples it, the reader stretches
@@ -298,6 +299,8 @@ impl Membership {
             live: live_tx,
             members: members_tx,
             settled: settled_tx,
+            renewed: renewed_tx,
+            sender: None,
             settle,
             metrics,
             key: Some(key_rx),
@@ -316,6 +319,7 @@ impl Membership {
             successors: successors_tx,
             suspected: suspected_rx,
             taken_over: taken_over_rx,
+            renewed: renewed_rx,
             nodes: nodes_tx,
             name: cfg.name,
             task,
@@ -345,6 +349,16 @@ fn metrics_size(d: &driver::Driver) {
     d.metrics.size.set(i64::try_from(d.live.borrow().len()).unwrap_or(i64::MAX));
 }
 
+/// This node's identity renewals so far ([`MembershipHandle::renewed`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Renewal {
+    /// How many.
+    pub count: u64,
+    /// The member whose datagram told this node it is down, the last time (None when the
+    /// datagram's sender could not be read).
+    pub told_by: Option<Arc<str>>,
+}
+
 /// Drives a running membership instance.
 #[derive(Debug)]
 pub struct MembershipHandle {
@@ -355,6 +369,7 @@ pub struct MembershipHandle {
     successors: watch::Sender<BTreeSet<String>>,
     suspected: watch::Receiver<BTreeSet<String>>,
     taken_over: watch::Receiver<u64>,
+    renewed: watch::Receiver<Renewal>,
     nodes: watch::Sender<Vec<Seed>>,
     name: String,
     task: JoinHandle<()>,
@@ -423,6 +438,22 @@ impl MembershipHandle {
     /// addresses over: on a change, announce the addresses this node still owns again.
     pub fn taken_over(&self) -> watch::Receiver<u64> {
         self.taken_over.clone()
+    }
+
+    /// This node's renewals of its identity: each time a member told it that it is down
+    /// and it rejoined. Told by a member this node counts, that member declared it down
+    /// (this node was paused longer than SWIM's suspicion, a node starved of CPU, or cut
+    /// off one way) and counts it as a joiner from then on, as this node's elections
+    /// should ([`join_grace::JoinGrace::rejoined`]). Told by a member it had itself
+    /// declared down, or only just counts again (a partition healing: both sides renew),
+    /// it says more about that member's stale view.
+    pub fn renewed(&self) -> watch::Receiver<Renewal> {
+        self.renewed.clone()
+    }
+
+    /// The name this node is a member by.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Announces that this node leaves (peers drop it at once) and stops.

@@ -3,12 +3,13 @@
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 
 use ferrolb_proto::membership::claim::Verdict;
 use ferrolb_proto::membership::claim::{Blindness, Claim, Wording};
 use ferrolb_proto::membership::join_grace::JoinGrace;
 use ferrolb_proto::membership::{
-    self, HeartbeatConfig, Membership, MembershipConfig, MembershipHandle, MembershipKey, Seed,
+    self, HeartbeatConfig, Membership, MembershipConfig, MembershipHandle, MembershipKey, Renewal, Seed,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -38,6 +39,8 @@ pub(in crate::run) struct L2Part {
     pub(in crate::run) suspected: watch::Receiver<BTreeSet<String>>,
     /// Changes when a member that missed this node's heartbeats took its addresses over.
     pub(in crate::run) taken_over: watch::Receiver<u64>,
+    /// Changes when this node was told it is down and rejoined ([`L2Part::on_renewal`]).
+    pub(in crate::run) renewed: watch::Receiver<Renewal>,
     /// Whether the view may be elected from: settled, not alone for a moment only, and
     /// not blind (datagrams from peers this node cannot read, nobody live).
     pub(in crate::run) claim: Claim,
@@ -106,13 +109,14 @@ impl View {
     }
 }
 
-/// What [`l2_changed`] waits on: membership's live set, settledness, heartbeat suspects
-/// and takeovers.
+/// What [`l2_changed`] waits on: membership's live set, settledness, heartbeat suspects,
+/// takeovers and this node's renewals.
 pub(in crate::run) type L2Watch = (
     watch::Receiver<BTreeSet<String>>,
     watch::Receiver<bool>,
     watch::Receiver<BTreeSet<String>>,
     watch::Receiver<u64>,
+    watch::Receiver<Renewal>,
 );
 
 impl L2Part {
@@ -132,6 +136,10 @@ impl L2Part {
         if blindness.is_some() {
             self.blindness = blindness;
         }
+        if self.renewed.has_changed().unwrap_or(false) {
+            let told_by = self.renewed.borrow_and_update().told_by.clone();
+            self.on_renewal(told_by, now);
+        }
         if verdict != Verdict::Claim {
             self.joins.reset();
             return None;
@@ -149,6 +157,25 @@ impl L2Part {
         Some(View { counted, suspected })
     }
 
+    /// This node rejoined under a renewed identity, told it was down by `told_by`. A member
+    /// this node counts declared it down and took what it owned: it counts this node again
+    /// once its join grace passes, and so does this node, or it would take the new flows of
+    /// its active-active buckets beside their new owners until then. Told by a member it
+    /// does not count (one it had declared down itself, or that only just came back: a
+    /// partition healing renews both sides), nothing changes.
+    fn on_renewal(&mut self, told_by: Option<Arc<str>>, now: Instant) {
+        match told_by.clone().filter(|by| self.joins.counts(by)) {
+            Some(by) => {
+                tracing::info!(by = %by, grace = ?HANDOVER_GRACE, "this node was declared down and rejoined: electing itself again after the join grace");
+                self.joins.rejoined(now.into_std(), self.membership.name());
+            }
+            None => tracing::info!(
+                by = ?told_by,
+                "this node rejoined, told it was down by a member it does not count (a partition healing): electing as before"
+            ),
+        }
+    }
+
     /// Records on this node's Node object (Kubernetes mode) that it became blind (it
     /// cannot read its peers: it claims no L2 address) or no longer is; the log line and
     /// the metric are the claim's.
@@ -162,7 +189,13 @@ impl L2Part {
 
     /// The receivers [`l2_changed`] waits on.
     pub(in crate::run) fn watch(&self) -> L2Watch {
-        (self.live.clone(), self.settled.clone(), self.suspected.clone(), self.taken_over.clone())
+        (
+            self.live.clone(),
+            self.settled.clone(),
+            self.suspected.clone(),
+            self.taken_over.clone(),
+            self.renewed.clone(),
+        )
     }
 }
 
@@ -302,6 +335,7 @@ pub(in crate::run) fn start_l2(
         settled: membership.settled(),
         suspected: membership.suspected(),
         taken_over: membership.taken_over(),
+        renewed: membership.renewed(),
         announcer,
         membership,
         claim: Claim::new(others, WORDING),
@@ -311,10 +345,10 @@ pub(in crate::run) fn start_l2(
     })
 }
 
-/// Resolves when membership's live set, settledness or heartbeat suspects change (never
-/// without L2).
+/// Resolves when membership's live set, settledness, heartbeat suspects, takeovers or this
+/// node's identity change (never without L2).
 pub(in crate::run) async fn l2_changed(part: Option<L2Watch>) {
-    let Some((mut live, mut settled, mut suspected, mut taken_over)) = part else {
+    let Some((mut live, mut settled, mut suspected, mut taken_over, mut renewed)) = part else {
         return std::future::pending().await;
     };
     let ok = tokio::select! {
@@ -322,6 +356,7 @@ pub(in crate::run) async fn l2_changed(part: Option<L2Watch>) {
         r = settled.changed() => r.is_ok(),
         r = suspected.changed() => r.is_ok(),
         r = taken_over.changed() => r.is_ok(),
+        r = renewed.changed() => r.is_ok(),
     };
     if !ok {
         std::future::pending::<()>().await;
