@@ -349,12 +349,7 @@ fn speakers_through_a_death_a_return_and_a_roll(vip: IpAddr) {
     objs.push(yaml::l2_advertisement("lan", &["ipAddressPools: [lan]", "mode: ActiveActive"]));
     objs.push(yaml::service("web", &[vip]));
     let file = yaml::stream(&objs);
-    let mut speakers: Vec<Speaker> = (1..=3)
-        .map(|i| {
-            let metrics = SocketAddr::new(addressing::node_v4(i).into(), METRICS_PORT).to_string();
-            Speaker::start_l2_env(&lab, i, &file, &key, &["--metrics-addr", &metrics], &[]).unwrap()
-        })
-        .collect();
+    let mut speakers = Speaker::start_l2_metered(&lab, 3, &file, &key, METRICS_PORT).unwrap();
     wait_shares(&lab, vip, &[1, 2, 3], &speakers);
 
     // Every node answers ARP (each from its own MAC), all with the one virtual MAC: the

@@ -13,11 +13,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use ferrolb_lab::client;
-use ferrolb_lab::speaker::{Speaker, diag, write_membership_key, yaml};
+use ferrolb_lab::speaker::{Speaker, diag, node_metric, write_membership_key, yaml};
 use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 
 const METRICS_PORT: u16 = 9474;
@@ -28,9 +27,7 @@ const T: Duration = Duration::from_secs(60);
 
 /// A gauge of node `i`'s speaker (None when its metrics do not answer).
 fn sample(lab: &Lab, i: usize, name: &str) -> Option<f64> {
-    let at = SocketAddr::new(addressing::node_v4(i).into(), METRICS_PORT);
-    let body = client::http_get(lab.client(), at, "/metrics", Duration::from_secs(2)).ok()?;
-    Some(client::metric_sample(&body, name).unwrap_or(0.0))
+    node_metric(lab, i, METRICS_PORT, name)
 }
 
 /// Sends `signal` (STOP, CONT) to a speaker.
@@ -51,12 +48,7 @@ fn settled_lab() -> (Lab, Vec<Speaker>, IpAddr) {
     objs.push(yaml::l2_advertisement("lan", &["ipAddressPools: [lan]", "mode: ActiveActive"]));
     objs.push(yaml::service("web", &[shared]));
     let file = yaml::stream(&objs);
-    let speakers: Vec<Speaker> = (1..=NODES)
-        .map(|i| {
-            let metrics = SocketAddr::new(addressing::node_v4(i).into(), METRICS_PORT).to_string();
-            Speaker::start_l2_env(&lab, i, &file, &key, &["--metrics-addr", &metrics], &[]).unwrap()
-        })
-        .collect();
+    let speakers = Speaker::start_l2_metered(&lab, NODES, &file, &key, METRICS_PORT).unwrap();
     let settled = wait::until("every node owns its share of the buckets", T, || {
         let s = shares(&lab, shared, &[1, 2, 3]);
         Ok(s.iter().all(|b| near(*b, THIRD)).then_some(s))

@@ -11,11 +11,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use ferrolb_lab::client;
-use ferrolb_lab::speaker::{Speaker, diag, write_membership_key, yaml};
+use ferrolb_lab::speaker::{Speaker, diag, node_metric, write_membership_key, yaml};
 use ferrolb_lab::{Lab, LabConfig, addressing, wait};
 use ferrolb_proto::election;
 
@@ -24,9 +22,7 @@ const NODES: usize = 3;
 
 /// A counter or gauge of node `i`'s speaker (0 when absent).
 fn sample(lab: &Lab, i: usize, name: &str) -> f64 {
-    let at = SocketAddr::new(addressing::node_v4(i).into(), METRICS_PORT);
-    let body = client::http_get(lab.client(), at, "/metrics", Duration::from_secs(2)).unwrap_or_default();
-    client::metric_sample(&body, name).unwrap_or(0.0)
+    node_metric(lab, i, METRICS_PORT, name).unwrap_or(0.0)
 }
 
 #[test]
@@ -42,12 +38,7 @@ fn a_heartbeat_suspicion_takes_over_single_addresses_but_moves_no_bucket() {
     objs.push(yaml::service("web", &[shared]));
     objs.push(yaml::service("one", &[single]));
     let file = yaml::stream(&objs);
-    let speakers: Vec<Speaker> = (1..=NODES)
-        .map(|i| {
-            let metrics = SocketAddr::new(addressing::node_v4(i).into(), METRICS_PORT).to_string();
-            Speaker::start_l2_env(&lab, i, &file, &key, &["--metrics-addr", &metrics], &[]).unwrap()
-        })
-        .collect();
+    let speakers = Speaker::start_l2_metered(&lab, NODES, &file, &key, METRICS_PORT).unwrap();
     let logs = || diag(&lab, &speakers.iter().collect::<Vec<_>>());
 
     let names: Vec<String> = (1..=NODES).map(addressing::node_name).collect();

@@ -19,6 +19,14 @@ use crate::{Error, Lab, addressing, wait};
 pub const WITHOUT_REALTIME: &[&str] =
     &["prlimit", "--rtprio=0", "--nice=0", "--", "setpriv", "--bounding-set=-sys_nice", "--"];
 
+/// Sample `name` of node `i`'s speaker started by [`Speaker::start_l2_metered`] (0 when the
+/// sample is absent), read from the client namespace; None when the metrics do not answer.
+pub fn node_metric(lab: &Lab, i: usize, metrics_port: u16, name: &str) -> Option<f64> {
+    let at = SocketAddr::new(addressing::node_v4(i).into(), metrics_port);
+    let body = crate::client::http_get(lab.client(), at, "/metrics", Duration::from_secs(2)).ok()?;
+    Some(crate::client::metric_sample(&body, name).unwrap_or(0.0))
+}
+
 /// Path of the speaker binary for `profile` ("debug" or "release").
 pub fn binary(profile: &str) -> Result<PathBuf, Error> {
     crate::binary::workspace("ferrolb-speaker", profile)
@@ -140,6 +148,23 @@ impl Speaker {
         let args: Vec<&str> =
             ["--membership-key-file", key.as_str()].into_iter().chain(extra.iter().copied()).collect();
         Self::start_env(lab, i, yaml, &binary("debug")?, &args, env)
+    }
+
+    /// L2 speakers on nodes 1..=`nodes`, each serving its metrics on its node's address
+    /// at `metrics_port` (read them with [`node_metric`]).
+    pub fn start_l2_metered(
+        lab: &Lab,
+        nodes: usize,
+        yaml: &str,
+        key_file: &Path,
+        metrics_port: u16,
+    ) -> Result<Vec<Self>, Error> {
+        (1..=nodes)
+            .map(|i| {
+                let metrics = SocketAddr::new(addressing::node_v4(i).into(), metrics_port).to_string();
+                Self::start_l2_env(lab, i, yaml, key_file, &["--metrics-addr", &metrics], &[])
+            })
+            .collect()
     }
 
     /// Sets the extra environment of the next [`Speaker::restart`].
