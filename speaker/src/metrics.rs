@@ -57,8 +57,7 @@ pub struct OwnershipLabel {
     /// `acquired` or `released`.
     pub change: String,
     /// `member_joined`, `member_left`, `heartbeat_missed`, `heartbeat_resumed`,
-    /// `declared_down`, `rejoined`, `membership_settled`, `membership_unsettled`, `config`
-    /// or `shutdown`.
+    /// `membership_settled`, `membership_unsettled`, `config` or `shutdown`.
     pub reason: String,
 }
 

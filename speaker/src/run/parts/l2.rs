@@ -69,9 +69,8 @@ impl View {
         self.counted.difference(&self.suspected).cloned().collect()
     }
 
-    /// Why the elections run again when the view of node `me` turns from `before` to
-    /// `after`.
-    pub(in crate::run) fn cause(before: Option<&View>, after: Option<&View>, me: &str) -> Cause {
+    /// Why the elections run again when the view turns from `before` to `after`.
+    pub(in crate::run) fn cause(before: Option<&View>, after: Option<&View>) -> Cause {
         let (b, a) = match (before, after) {
             (Some(b), Some(a)) => (b, a),
             (None, Some(a)) => {
@@ -89,40 +88,24 @@ impl View {
                 );
             }
         };
-        // This node itself leaves its view when it was declared down, and comes back after
-        // its join grace (`JoinGrace::rejoined`).
-        let stood_back = b.counted.contains(me) && !a.counted.contains(me);
-        let back = !b.counted.contains(me) && a.counted.contains(me);
-        let others =
-            |set: &BTreeSet<String>| set.iter().filter(|n| *n != me).cloned().collect::<BTreeSet<_>>();
-        let (bc, ac) = (others(&b.counted), others(&a.counted));
-        let me_text = stood_back
-            .then(|| "this node was declared down: it stands back for its join grace".to_string())
-            .into_iter()
-            .chain(back.then(|| "this node counts itself again after its join grace".to_string()));
-        let joined = ac.difference(&bc).map(|n| format!("{n} joined membership"));
-        let left = bc.difference(&ac).map(|n| format!("{n} left membership"));
+        let joined = a.counted.difference(&b.counted).map(|n| format!("{n} joined membership"));
+        let left = b.counted.difference(&a.counted).map(|n| format!("{n} left membership"));
         let missed = a.suspected.difference(&b.suspected).map(|n| format!("{n} stopped sending heartbeats"));
         let resumed = b
             .suspected
             .difference(&a.suspected)
             .filter(|n| a.counted.contains(*n))
             .map(|n| format!("{n} sends heartbeats again"));
-        let label = if stood_back {
-            "declared_down"
-        } else if back {
-            "rejoined"
-        } else if a.suspected.difference(&b.suspected).next().is_some() {
+        let label = if a.suspected.difference(&b.suspected).next().is_some() {
             "heartbeat_missed"
-        } else if bc.difference(&ac).next().is_some() {
+        } else if b.counted.difference(&a.counted).next().is_some() {
             "member_left"
-        } else if ac.difference(&bc).next().is_some() {
+        } else if a.counted.difference(&b.counted).next().is_some() {
             "member_joined"
         } else {
             "heartbeat_resumed"
         };
-        let text = me_text.chain(joined).chain(resumed).chain(left).chain(missed).collect::<Vec<_>>();
-        Cause::new(label, text.join(", "))
+        Cause::new(label, joined.chain(resumed).chain(left).chain(missed).collect::<Vec<_>>().join(", "))
     }
 }
 
@@ -183,16 +166,12 @@ impl L2Part {
     fn on_renewal(&mut self, told_by: Option<Arc<str>>, now: Instant) {
         match told_by.clone().filter(|by| self.joins.counts(by)) {
             Some(by) => {
-                tracing::info!(
-                    by = %by, grace = ?HANDOVER_GRACE,
-                    "this node was declared down and rejoined: electing itself again after the join grace"
-                );
+                tracing::info!(by = %by, grace = ?HANDOVER_GRACE, "this node was declared down and rejoined: electing itself again after the join grace");
                 self.joins.rejoined(now.into_std(), self.membership.name());
             }
             None => tracing::info!(
                 by = ?told_by,
-                "this node rejoined, told it was down by a member it does not count (a partition \
-                 healing): electing as before"
+                "this node rejoined, told it was down by a member it does not count (a partition healing): electing as before"
             ),
         }
     }
