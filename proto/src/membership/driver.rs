@@ -276,10 +276,7 @@ impl Driver {
                 OwnedNotification::Rejoin(id) => {
                     tracing::info!(node = %self.name, generation = id.generation, by = ?self.sender, "membership: told this identity is down (a partition, or peers remember an earlier identity of this name that outranks it); rejoined");
                     let by = self.sender.clone();
-                    self.renewed.send_modify(|r| {
-                        r.count += 1;
-                        r.told_by = by;
-                    });
+                    self.renewed.send_modify(|r| r.told_by = by);
                     changed = true;
                 }
                 OwnedNotification::Defunct => {

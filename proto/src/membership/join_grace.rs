@@ -19,7 +19,7 @@
 //!
 //! This node itself joins again when its peers declared it down (a partition, or a pause
 //! longer than SWIM's suspicion: a node starved of CPU) and it renewed its identity
-//! ([`JoinGrace::rejoined`]): they count it as a joiner from then on, so it does too.
+//! ([`JoinGrace::renewed`]): they count it as a joiner from then on, so it does too.
 //! Meanwhile they own what it owned; were it to keep electing itself, two nodes would
 //! take the new flows of its active-active buckets until their grace passed.
 
@@ -91,14 +91,25 @@ impl JoinGrace {
         self.counted.as_ref().is_some_and(|c| c.contains(member))
     }
 
-    /// This node (`me`) was declared down by its peers and renewed its identity at `now`:
-    /// it counts itself again only once it has been back for the grace, as they count it.
-    pub fn rejoined(&mut self, now: Instant, me: &str) {
+    /// This node (`me`) renewed its identity at `now`, told it was down by `told_by`.
+    /// Returns whether it stands back.
+    ///
+    /// Told by a member this node counts, its peers declared it down and took what it
+    /// owned: they count it again once its join grace passes, and so does it, or it would
+    /// take the new flows of its active-active buckets beside their new owners until
+    /// then. Told by a member it does not count (one it had declared down itself, or one
+    /// that only just came back: a partition healing renews every side), or by nobody
+    /// known, nothing changes: were every side to stand back, nobody would serve.
+    pub fn renewed(&mut self, now: Instant, me: &str, told_by: Option<&str>) -> bool {
+        if !told_by.is_some_and(|by| self.counts(by)) {
+            return false;
+        }
         if let Some(counted) = self.counted.as_mut() {
             counted.remove(me);
         }
         self.joining.insert(me.to_owned(), now);
         self.renewed = Some((me.to_owned(), now));
+        true
     }
 
     /// Whether a joining member left before it counted, since the last call.
@@ -178,7 +189,7 @@ mod tests {
         g.candidates(t0, names(&["a", "b", "me"]), GRACE);
         assert!(g.counts("a") && g.counts("me") && !g.counts("c"));
         let t1 = t0 + Duration::from_secs(5);
-        g.rejoined(t1, "me");
+        assert!(g.renewed(t1, "me", Some("a")), "told by a member it counts");
         assert!(!g.counts("me"));
         assert_eq!(g.candidates(t1, names(&["a", "b", "me"]), GRACE), names(&["a", "b"]));
         assert_eq!(g.poll_timeout(GRACE), Some(t1 + GRACE));
@@ -197,6 +208,27 @@ mod tests {
         g.reset();
         let t4 = t1 + Duration::from_secs(10);
         assert_eq!(g.candidates(t4, names(&["a", "b", "me"]), GRACE), names(&["a", "b", "me"]));
+    }
+
+    #[test]
+    fn a_renewal_told_by_a_member_this_node_does_not_count_changes_nothing() {
+        let t0 = Instant::now();
+        let mut g = JoinGrace::default();
+        g.candidates(t0, names(&["a", "me"]), GRACE);
+        // A partition healed: "b" comes back and tells this node it is down.
+        let t1 = t0 + Duration::from_secs(5);
+        assert_eq!(g.candidates(t1, names(&["a", "b", "me"]), GRACE), names(&["a", "me"]));
+        assert!(!g.renewed(t1, "me", Some("b")), "b is joining: not counted");
+        assert!(!g.renewed(t1, "me", Some("gone")), "a member not in the view");
+        assert!(!g.renewed(t1, "me", None), "a teller that could not be read");
+        assert!(g.counts("me"));
+        assert_eq!(g.candidates(t1, names(&["a", "b", "me"]), GRACE), names(&["a", "me"]));
+        assert_eq!(g.poll_timeout(GRACE), Some(t1 + GRACE), "only b is joining");
+        assert_eq!(g.candidates(t1 + GRACE, names(&["a", "b", "me"]), GRACE), names(&["a", "b", "me"]));
+        // Before the first view nobody counts: a renewal while starting changes nothing.
+        let mut fresh = JoinGrace::default();
+        assert!(!fresh.renewed(t1, "me", Some("a")));
+        assert_eq!(fresh.candidates(t1, names(&["a", "me"]), GRACE), names(&["a", "me"]));
     }
 
     #[test]

@@ -349,11 +349,10 @@ fn metrics_size(d: &driver::Driver) {
     d.metrics.size.set(i64::try_from(d.live.borrow().len()).unwrap_or(i64::MAX));
 }
 
-/// This node's identity renewals so far ([`MembershipHandle::renewed`]).
+/// This node's last identity renewal ([`MembershipHandle::renewed`]: the watch changes at
+/// each, even when the same member told it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Renewal {
-    /// How many.
-    pub count: u64,
     /// The member whose datagram told this node it is down, the last time (None when the
     /// datagram's sender could not be read).
     pub told_by: Option<Arc<str>>,
@@ -444,7 +443,7 @@ impl MembershipHandle {
     /// and it rejoined. Told by a member this node counts, that member declared it down
     /// (this node was paused longer than SWIM's suspicion, a node starved of CPU, or cut
     /// off one way) and counts it as a joiner from then on, as this node's elections
-    /// should ([`join_grace::JoinGrace::rejoined`]). Told by a member it had itself
+    /// should ([`join_grace::JoinGrace::renewed`]). Told by a member it had itself
     /// declared down, or only just counts again (a partition healing: both sides renew),
     /// it says more about that member's stale view.
     pub fn renewed(&self) -> watch::Receiver<Renewal> {

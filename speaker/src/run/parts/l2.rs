@@ -157,22 +157,17 @@ impl L2Part {
         Some(View { counted, suspected })
     }
 
-    /// This node rejoined under a renewed identity, told it was down by `told_by`. A member
-    /// this node counts declared it down and took what it owned: it counts this node again
-    /// once its join grace passes, and so does this node, or it would take the new flows of
-    /// its active-active buckets beside their new owners until then. Told by a member it
-    /// does not count (one it had declared down itself, or that only just came back: a
-    /// partition healing renews both sides), nothing changes.
+    /// This node rejoined under a renewed identity, told it was down by `told_by`: it
+    /// stands back for the join grace if a member it counts said so
+    /// ([`JoinGrace::renewed`]).
     fn on_renewal(&mut self, told_by: Option<Arc<str>>, now: Instant) {
-        match told_by.clone().filter(|by| self.joins.counts(by)) {
-            Some(by) => {
-                tracing::info!(by = %by, grace = ?HANDOVER_GRACE, "this node was declared down and rejoined: electing itself again after the join grace");
-                self.joins.rejoined(now.into_std(), self.membership.name());
-            }
-            None => tracing::info!(
+        if self.joins.renewed(now.into_std(), self.membership.name(), told_by.as_deref()) {
+            tracing::info!(by = ?told_by, grace = ?HANDOVER_GRACE, "this node was declared down and rejoined: electing itself again after the join grace");
+        } else {
+            tracing::info!(
                 by = ?told_by,
                 "this node rejoined, told it was down by a member it does not count (a partition healing): electing as before"
-            ),
+            );
         }
     }
 
