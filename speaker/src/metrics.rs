@@ -57,7 +57,8 @@ pub struct OwnershipLabel {
     /// `acquired` or `released`.
     pub change: String,
     /// `member_joined`, `member_left`, `heartbeat_missed`, `heartbeat_resumed`,
-    /// `membership_settled`, `membership_unsettled`, `config` or `shutdown`.
+    /// `declared_down`, `rejoined`, `membership_settled`, `membership_unsettled`, `config`
+    /// or `shutdown`.
     pub reason: String,
 }
 

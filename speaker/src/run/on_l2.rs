@@ -116,7 +116,7 @@ impl State {
         if before == after {
             return;
         }
-        let cause = View::cause(before.as_ref(), after.as_ref());
+        let cause = View::cause(before.as_ref(), after.as_ref(), &self.opts.node_name);
         let reachable = |v: &Option<View>| v.as_ref().map(View::reachable);
         let (before, after) = (reachable(&before), reachable(&after));
         let joined = matches!((&before, &after), (Some(b), Some(a)) if a.difference(b).next().is_some());

@@ -159,11 +159,25 @@ fn a_change_of_view_names_its_cause() {
         (&suspecting, &all, "heartbeat_resumed", "node2 sends heartbeats again"),
         (&suspecting, &view(&["node1"], &[]), "member_left", "node2 left membership"),
         (&view(&["node1"], &[]), &all, "member_joined", "node2 joined membership"),
+        // node1 itself, declared down, stands back (and node2 left meanwhile), then counts again.
+        (
+            &all,
+            &view(&["node2"], &[]),
+            "declared_down",
+            "this node was declared down: it stands back for its join grace",
+        ),
+        (
+            &all,
+            &view(&[], &[]),
+            "declared_down",
+            "this node was declared down: it stands back for its join grace, node2 left membership",
+        ),
+        (&view(&["node2"], &[]), &all, "rejoined", "this node counts itself again after its join grace"),
     ];
     for (before, after, label, text) in cases {
-        let cause = View::cause(Some(before), Some(after));
+        let cause = View::cause(Some(before), Some(after), "node1");
         assert_eq!((cause.label, cause.text.as_str()), (label, text), "{before:?} -> {after:?}");
     }
-    assert_eq!(View::cause(None, Some(&all)).text, "membership settled with node1, node2");
+    assert_eq!(View::cause(None, Some(&all), "node1").text, "membership settled with node1, node2");
     assert_eq!(suspecting.reachable(), names(&["node1"]));
 }

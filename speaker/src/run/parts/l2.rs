@@ -69,8 +69,9 @@ impl View {
         self.counted.difference(&self.suspected).cloned().collect()
     }
 
-    /// Why the elections run again when the view turns from `before` to `after`.
-    pub(in crate::run) fn cause(before: Option<&View>, after: Option<&View>) -> Cause {
+    /// Why the elections run again when the view of node `me` turns from `before` to
+    /// `after`.
+    pub(in crate::run) fn cause(before: Option<&View>, after: Option<&View>, me: &str) -> Cause {
         let (b, a) = match (before, after) {
             (Some(b), Some(a)) => (b, a),
             (None, Some(a)) => {
@@ -88,24 +89,40 @@ impl View {
                 );
             }
         };
-        let joined = a.counted.difference(&b.counted).map(|n| format!("{n} joined membership"));
-        let left = b.counted.difference(&a.counted).map(|n| format!("{n} left membership"));
+        // This node itself leaves its view when it was declared down, and comes back after
+        // its join grace (`JoinGrace::renewed`).
+        let stood_back = b.counted.contains(me) && !a.counted.contains(me);
+        let back = !b.counted.contains(me) && a.counted.contains(me);
+        let others =
+            |set: &BTreeSet<String>| set.iter().filter(|n| *n != me).cloned().collect::<BTreeSet<_>>();
+        let (bc, ac) = (others(&b.counted), others(&a.counted));
+        let me_text = stood_back
+            .then(|| "this node was declared down: it stands back for its join grace".to_string())
+            .into_iter()
+            .chain(back.then(|| "this node counts itself again after its join grace".to_string()));
+        let joined = ac.difference(&bc).map(|n| format!("{n} joined membership"));
+        let left = bc.difference(&ac).map(|n| format!("{n} left membership"));
         let missed = a.suspected.difference(&b.suspected).map(|n| format!("{n} stopped sending heartbeats"));
         let resumed = b
             .suspected
             .difference(&a.suspected)
             .filter(|n| a.counted.contains(*n))
             .map(|n| format!("{n} sends heartbeats again"));
-        let label = if a.suspected.difference(&b.suspected).next().is_some() {
+        let label = if stood_back {
+            "declared_down"
+        } else if back {
+            "rejoined"
+        } else if a.suspected.difference(&b.suspected).next().is_some() {
             "heartbeat_missed"
-        } else if b.counted.difference(&a.counted).next().is_some() {
+        } else if bc.difference(&ac).next().is_some() {
             "member_left"
-        } else if a.counted.difference(&b.counted).next().is_some() {
+        } else if ac.difference(&bc).next().is_some() {
             "member_joined"
         } else {
             "heartbeat_resumed"
         };
-        Cause::new(label, joined.chain(resumed).chain(left).chain(missed).collect::<Vec<_>>().join(", "))
+        let text = me_text.chain(joined).chain(resumed).chain(left).chain(missed).collect::<Vec<_>>();
+        Cause::new(label, text.join(", "))
     }
 }
 
