@@ -13,7 +13,7 @@ use super::workload::Workload;
 use super::{Latency, SPEAKERS, Stages, requests, speaker_ips};
 use crate::bird_ctl::BirdCtl;
 use ferrolb_cluster::ferrolb;
-use ferrolb_cluster::load::{Window, now_us};
+use ferrolb_cluster::load::{Call, Window, now_us};
 use ferrolb_lab::routers::bird::parse_routes;
 use ferrolb_lab::wait::until_value_every;
 use ferrolb_lab::{Error, Lab, kubeapi};
@@ -24,6 +24,8 @@ const ADMIN: &str = "kubernetes-admin";
 const BIRD_POLL: Duration = Duration::from_millis(5);
 /// Longest wait for one Service's route while timing.
 const PER_SERVICE: Duration = Duration::from_secs(30);
+/// Longest wait for the timed Services' lines in the audit log once they are routed.
+const AUDIT_WAIT: Duration = Duration::from_secs(10);
 /// How often the API and BIRD's whole RIB are read while waiting for convergence: every
 /// second, and less often as they grow (each read lists every Service, EndpointSlice and
 /// ServiceAnnouncement: at 50 000 Services, every 10 s), so the bench's own reads do not
@@ -167,9 +169,30 @@ pub(super) fn created_to_route(work: &Workload<'_>, ctl: &mut BirdCtl, n: usize)
             None => out.missed.push(name),
         }
     }
-    // The status write precedes the route: logged by now.
+    // The status write precedes the route, but the apiserver writes a request's audit line
+    // after it answered (and the log may end mid-line): read until every routed Service
+    // shows both, or AUDIT_WAIT passed.
     let users = [requests::user_of(ferrolb::CONTROLLER_SA), ADMIN.to_owned()];
-    let calls = window.calls(&[&users[0], &users[1]], now_us());
+    let deadline = Instant::now() + AUDIT_WAIT;
+    out.stages = loop {
+        let calls = window.calls(&[&users[0], &users[1]], now_us());
+        let stages = split(&calls, &users[0], &created, &out.samples);
+        if stages.len() == created.len() || Instant::now() > deadline {
+            break stages;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    Ok(out)
+}
+
+/// Where each timed Service's route time went, for those whose create (by the admin)
+/// and status write (by `controller`) are among `calls`.
+pub(super) fn split(
+    calls: &[Call],
+    controller: &str,
+    created: &[(String, i64)],
+    routes: &[Duration],
+) -> Vec<Stages> {
     let find = |user: &str, verb: &str, resource: &str, name: &str| {
         calls
             .iter()
@@ -177,13 +200,14 @@ pub(super) fn created_to_route(work: &Workload<'_>, ctl: &mut BirdCtl, n: usize)
             .find(|r| r.user == user && r.verb == verb && r.resource == resource && r.name == name)
             .and_then(|r| Some((r.received_us?, r.stage_us?)))
     };
-    for ((name, t_us), route) in created.iter().zip(&out.samples) {
+    let mut out = Vec::new();
+    for ((name, t_us), route) in created.iter().zip(routes) {
         let create = find(ADMIN, "create", "services", name);
-        let write = find(&users[0], "patch", "services/status", name);
+        let write = find(controller, "patch", "services/status", name);
         if let (Some((_, created)), Some((received, written))) = (create, write) {
             let us = |from: i64, to: i64| Duration::from_micros(u64::try_from(to - from).unwrap_or(0));
             let answered = us(*t_us, written);
-            out.stages.push(Stages {
+            out.push(Stages {
                 create: us(*t_us, created),
                 controller: us(created, received),
                 status_write: us(received, written),
@@ -191,7 +215,7 @@ pub(super) fn created_to_route(work: &Workload<'_>, ctl: &mut BirdCtl, n: usize)
             });
         }
     }
-    Ok(out)
+    out
 }
 
 /// Each prefix's next hops, by address, from `show route all`.

@@ -95,3 +95,37 @@ fn a_size_the_addresses_cannot_hold_is_refused_before_any_lab() {
     let e = super::measure(size, &Settings::default()).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.contains("need more addresses than the bench's pool and ClusterIP ranges hold"), "{e}");
 }
+
+/// An audit event of `user` on Service `name`, received at `received` µs past a second
+/// and answered at `staged`.
+fn service_line(user: &str, verb: &str, sub: Option<&str>, name: &str, received: u32, staged: u32) -> String {
+    let sub = sub.map(|s| format!(r#","subresource":"{s}""#)).unwrap_or_default();
+    format!(
+        r#"{{"stage":"ResponseComplete","requestURI":"/api/v1/namespaces/scale/services/{name}","verb":"{verb}","user":{{"username":"{user}"}},"objectRef":{{"resource":"services","name":"{name}"{sub}}},"responseStatus":{{"code":200}},"requestReceivedTimestamp":"2026-11-26T01:00:01.{received:06}Z","stageTimestamp":"2026-11-26T01:00:01.{staged:06}Z"}}"#
+    )
+}
+
+#[test]
+fn a_timed_route_is_split_only_when_the_log_has_its_create_and_status_write() {
+    let controller = "system:serviceaccount:ferrolb-system:ferrolb-controller";
+    let admin = "kubernetes-admin";
+    let calls: Vec<Call> = [
+        service_line(admin, "create", None, "late-00001", 1_000, 4_000),
+        service_line(controller, "patch", Some("status"), "late-00001", 6_000, 7_000),
+        // The second Service's status write is not logged yet.
+        service_line(admin, "create", None, "late-00002", 20_000, 22_000),
+    ]
+    .iter()
+    .map(|l| Call::parse(l).unwrap())
+    .collect();
+    let t0 = 1_795_654_801_000_000; // 2026-11-26T01:00:01Z, µs
+    let created = [("late-00001".to_string(), t0), ("late-00002".to_string(), t0 + 19_000)];
+    let routes = [Duration::from_millis(12), Duration::from_millis(30)];
+    let stages = super::routes::split(&calls, controller, &created, &routes);
+    assert_eq!(stages.len(), 1, "only the Service with both lines");
+    let s = &stages[0];
+    assert_eq!(s.create, Duration::from_millis(4));
+    assert_eq!(s.controller, Duration::from_millis(2));
+    assert_eq!(s.status_write, Duration::from_millis(1));
+    assert_eq!(s.speaker, Duration::from_millis(5), "12 ms route, answered 7 ms after the create");
+}
