@@ -156,7 +156,19 @@ const FIFTY_THOUSAND: &str = "\n**50 000 Services** have not been measured with 
     Growing on like that, 50 000 take about 75 minutes. Then come ferrolb's writes at the shipped limits: the \
     controller's three per Service at 50 a second (50 minutes) and each speaker's ServiceAnnouncement per \
     Service at 20 a second (42 minutes), side by side with the creates on this machine's two cores. The \
-    bench's address plan holds 50 176 Services (`scale/workload.rs`).\n";
+    bench's address plan holds 50 176 Services (`scale/workload.rs`).\n\n\
+    With ferrolb running it is slower still. `bench scale --nodes 100 --services 50000` (2026-12-01 21:49 UTC, \
+    release builds of 743bd5e) had 5 033 Services stored 40 s after its first create, 12 229 after 9.7 minutes \
+    and 12 523 a minute later (3.6 a second, falling as one over the count: about 2.8 hours for 50 000), and \
+    was stopped there. The two cores were shared by kube-apiserver (69 % of a core), kube-controller-manager \
+    (69 %), each speaker (19 %), etcd and the controller (6 % each). kube-controller-manager spent 92 % of its \
+    CPU in the EndpointSlice controller listing every EndpointSlice of the Service's namespace at each sync of \
+    a Service (its create and each of the controller's two writes), and the bench keeps every Service in one \
+    namespace: also quadratic. Kubernetes' own scalability thresholds (sig-scalability) are 10 000 Services in \
+    a cluster and 5 000 in a namespace; 50 000 is five times the first. Each speaker's CPU goes to replanning \
+    at every change: the planner recomputes only the changed Service, but handing its plan to the BGP \
+    sessions and the status (cloning and sorting every route, merging what is announced) still walks every \
+    Service: about 50 ms of CPU per new Service at 12 500 (19 % of a core at 3.6 new Services a second).\n";
 
 /// What a speaker receives from the apiserver, for the sizes measured with its counters.
 fn traffic_table(runs: &[Run]) -> String {
