@@ -38,6 +38,12 @@
 //!   a link flap is as fast as the first.
 //! * **The beat loop runs at real-time priority** in its driver (SCHED_FIFO where the
 //!   node allows it), so an owner whose cores are saturated still beats on time.
+//! * **An owner that cannot beat on time says so.** Refused real-time priority and
+//!   nice -20 (no CAP_SYS_NICE), its beat thread waits among the node's other tasks, so
+//!   it sends [`Message::SlowBeat`], and its successors allow it `max_silence` from its
+//!   first beat on. Learning its lateness from its gaps took a false suspicion first, and
+//!   a successor on another host sees none of the owner's pressure. Failover from such an
+//!   owner takes up to `max_silence` (250 ms by default) instead of the silence.
 //! * **A suspicion is bounded.** Beats that resume clear it at once (the owner lives:
 //!   it keeps its addresses). A suspicion SWIM does not confirm within `hold` (the owner
 //!   is live to SWIM but its beats do not reach this node) is dropped and the member is
@@ -75,6 +81,9 @@ use super::pressure;
 pub enum Message<'a> {
     /// "I live": from an owner to its successors.
     Beat(&'a str),
+    /// "I live, and my beats may come late": from an owner whose beat thread runs at
+    /// normal priority. Its successors allow it `max_silence` (see the module doc).
+    SlowBeat(&'a str),
     /// "I took over your addresses": from a successor to the member it suspects. A member
     /// that reads it is alive after all (a false suspicion): it announces its addresses
     /// again, so clients that followed the successor's gratuitous ARP come back once the
@@ -99,6 +108,7 @@ impl<'a> Message<'a> {
             Message::Beat(n) => (0u8, n),
             Message::TookOver(n) => (1u8, n),
             Message::Release(n) => (2u8, n),
+            Message::SlowBeat(n) => (3u8, n),
         };
         out.clear();
         out.push(kind);
@@ -113,6 +123,7 @@ impl<'a> Message<'a> {
             0 => Some(Message::Beat(name)),
             1 => Some(Message::TookOver(name)),
             2 => Some(Message::Release(name)),
+            3 => Some(Message::SlowBeat(name)),
             _ => None,
         }
     }
@@ -120,7 +131,7 @@ impl<'a> Message<'a> {
     /// The node that sent it.
     pub fn sender(&self) -> &'a str {
         match self {
-            Message::Beat(n) | Message::TookOver(n) | Message::Release(n) => n,
+            Message::Beat(n) | Message::SlowBeat(n) | Message::TookOver(n) | Message::Release(n) => n,
         }
     }
 }
@@ -204,6 +215,8 @@ impl HeartbeatConfig {
 pub enum Input<'a> {
     /// An authenticated beat from member `0`.
     Beat(&'a str),
+    /// An authenticated [`Message::SlowBeat`] from member `0`.
+    SlowBeat(&'a str),
     /// An authenticated [`Message::Release`] from member `0`: it no longer beats this node.
     Released(&'a str),
     /// The tick [`Heartbeats::poll_timeout`] asked for (or any wake-up: early ones do nothing).
@@ -269,11 +282,13 @@ struct Watch {
     /// The longest gap between its beats, and when it was seen ([`PEAK_HALF_LIFE`]).
     peak: Duration,
     peak_at: Instant,
+    /// It said its beats may come late ([`Message::SlowBeat`]).
+    slow: bool,
 }
 
 impl Watch {
-    fn new(now: Instant) -> Self {
-        Watch { heard: now, suspected: None, peak: Duration::ZERO, peak_at: now }
+    fn new(now: Instant, slow: bool) -> Self {
+        Watch { heard: now, suspected: None, peak: Duration::ZERO, peak_at: now, slow }
     }
 
     /// The peak gap as it counts at `now`.
@@ -298,6 +313,9 @@ impl Watch {
     /// The silence after which it is suspected at `now`, on a host under `pressure`.
     fn allowance(&self, now: Instant, cfg: &HeartbeatConfig, pressure: u16) -> Duration {
         let floor = cfg.silence();
+        if self.slow {
+            return cfg.max_silence.max(floor);
+        }
         let stretched = floor.saturating_mul(pressure::multiplier(pressure)).min(cfg.max_silence);
         self.peak(now).saturating_mul(MARGIN).min(cfg.max_silence).max(stretched).max(floor)
     }
@@ -371,7 +389,8 @@ impl Heartbeats {
         let due = *self.due.get_or_insert(now + self.cfg.interval);
         self.on_time_since.get_or_insert(now);
         match input {
-            Input::Beat(name) => self.on_beat(now, name),
+            Input::Beat(name) => self.on_beat(now, name, false),
+            Input::SlowBeat(name) => self.on_beat(now, name, true),
             Input::Released(name) => self.on_released(name),
             Input::Timeout if now >= due => self.tick(now, due),
             Input::Timeout => {}
@@ -398,12 +417,13 @@ impl Heartbeats {
         }
     }
 
-    fn on_beat(&mut self, now: Instant, name: &str) {
+    fn on_beat(&mut self, now: Instant, name: &str, slow: bool) {
         // A tick overdue by an interval: this node was starved, and the beats it reads now
         // waited in its socket. Their gaps are this node's, not the sender's.
         let starved = self.due.is_some_and(|d| now.saturating_duration_since(d) >= self.cfg.interval);
         match self.watched.get_mut(name) {
             Some(w) => {
+                w.slow = slow;
                 if starved {
                     w.heard = now;
                 } else {
@@ -417,7 +437,7 @@ impl Heartbeats {
             }
             None => {
                 let name: Arc<str> = Arc::from(name);
-                self.watched.insert(name.clone(), Watch::new(now));
+                self.watched.insert(name.clone(), Watch::new(now, slow));
                 self.events.push_back(Event::Watching(name));
             }
         }

@@ -274,6 +274,7 @@ impl Membership {
             nodes: nodes_rx,
             pressure: host_pressure.clone(),
             pressure_fed: 0,
+            slow: false,
         }
         .spawn()
         .map_err(bind_err)?;

@@ -94,6 +94,9 @@ pub(super) struct Reader {
     /// lock), and the value last handed to the heartbeat.
     pub(super) pressure: Arc<AtomicU16>,
     pub(super) pressure_fed: u16,
+    /// This node's beat thread got neither real-time priority nor nice -20: its beats are
+    /// [`Message::SlowBeat`]s (set when the thread starts).
+    pub(super) slow: bool,
 }
 
 /// What the reader thread has to say, written to the log by the notes thread.
@@ -107,6 +110,8 @@ enum Note {
     Event(Event),
     /// A member was suspected after this silence.
     Suspected(Arc<str>, Duration),
+    /// A member is watched from now on ([`Event::Watching`]), allowed this silence.
+    Watching(Arc<str>, Duration),
     /// A member took this node's addresses over.
     TakenOverBy(String),
     /// A receive failed.
@@ -204,6 +209,7 @@ impl Reader {
 
     fn run(mut self, mut stop: &UnixStream, mut notes: Notes) {
         let realtime = raise_priority();
+        self.slow = realtime == Priority::Normal;
         self.metrics.heartbeat_realtime.set(i64::from(realtime == Priority::Realtime));
         notes.say(Note::Priority(realtime));
         let mut buf = Buffers::new();
@@ -283,6 +289,10 @@ impl Reader {
                     Message::Beat(name) if name != self.name => {
                         self.metrics.heartbeat_received.inc();
                         self.heartbeats.handle(Instant::now(), Input::Beat(name));
+                    }
+                    Message::SlowBeat(name) if name != self.name => {
+                        self.metrics.heartbeat_received.inc();
+                        self.heartbeats.handle(Instant::now(), Input::SlowBeat(name));
                     }
                     Message::Release(name) if name != self.name => {
                         self.heartbeats.handle(Instant::now(), Input::Released(name));
@@ -364,14 +374,15 @@ impl Reader {
     }
 
     fn beat(&mut self, buf: &mut Buffers, notes: &mut Notes) {
-        let Reader { heartbeats, sealer, socket, addresses, name, metrics, .. } = self;
+        let Reader { heartbeats, sealer, socket, addresses, name, metrics, slow, .. } = self;
         let mut out = Outbox { sealer, socket, addresses, buf, notes };
         // Empty (no allocation) but for the few ticks after a node left the targets.
         for to in &heartbeats.poll_release() {
             out.send(to, Message::Release(name));
         }
         for to in heartbeats.poll_transmit().into_iter().flatten() {
-            if out.send(to, Message::Beat(name)) {
+            let beat = if *slow { Message::SlowBeat(name) } else { Message::Beat(name) };
+            if out.send(to, beat) {
                 metrics.heartbeat_sent.inc();
             }
         }
@@ -399,6 +410,10 @@ impl Reader {
                     // The allowance right after the suspicion is the one it was judged by.
                     let silence = self.heartbeats.allowance(Instant::now(), &name).unwrap_or_default();
                     notes.say(Note::Suspected(name, silence));
+                }
+                Event::Watching(name) => {
+                    let silence = self.heartbeats.allowance(Instant::now(), &name).unwrap_or_default();
+                    notes.say(Note::Watching(name, silence));
                 }
                 e => notes.say(Note::Event(e)),
             }
@@ -495,16 +510,18 @@ impl Scribe {
             Note::Priority(Priority::Normal) if self.enabled => tracing::warn!(
                 node,
                 "membership: cannot run the L2 heartbeat at real-time priority or nice -20 (needs CAP_SYS_NICE): \
-                 on a node whose CPUs are saturated, beats may come late; successors then wait longer before they \
-                 take over (up to the heartbeat's largest silence)"
+                 on a node whose CPUs are saturated, beats may come late, so this node says so in its beats and \
+                 its successors wait the heartbeat's largest silence before they take over"
             ),
             Note::Priority(p) => {
                 tracing::debug!(node, priority = ?p, "membership: heartbeat thread priority")
             }
             Note::Successors(targets) => tracing::info!(node, successors = ?targets,
                 "membership: beating the successors of this node's addresses"),
-            Note::Event(Event::Watching(name)) => tracing::info!(node, member = %name,
+            Note::Watching(name, silence) => tracing::info!(node, member = %name, silence = ?silence,
                 "membership: hearing heartbeats from {name}: this node takes over from it within the heartbeat silence if they stop"),
+            // Said as `Note::Watching`, with the silence allowed.
+            Note::Event(Event::Watching(_)) => {}
             Note::Suspected(name, silence) => tracing::info!(node, member = %name, silence = ?silence,
                 "membership: no heartbeat from {name}: taking over the addresses this node is successor of"),
             Note::Event(Event::Suspected(name)) => tracing::info!(node, member = %name,

@@ -199,10 +199,16 @@ fn off_means_swim_alone() {
 /// The payload round-trips; anything else is refused, never a panic.
 #[test]
 fn messages_round_trip() {
-    for m in [Message::Beat("node1"), Message::TookOver("node-2.example"), Message::Release("n3")] {
+    for m in [
+        Message::Beat("node1"),
+        Message::SlowBeat("node1"),
+        Message::TookOver("node-2.example"),
+        Message::Release("n3"),
+    ] {
         assert_eq!(Message::decode(&m.encode()), Some(m));
     }
-    for bad in [&b""[..], b"\x00", b"\x03node1", b"\x00\xff\xfe"] {
+    assert_eq!(Message::SlowBeat("n3").encode(), b"\x03n3", "a kind of its own: old nodes ignore it");
+    for bad in [&b""[..], b"\x00", b"\x04node1", b"\x00\xff\xfe"] {
         assert_eq!(Message::decode(bad), None, "{bad:?}");
     }
 }
@@ -491,4 +497,30 @@ fn an_owner_beats_at_most_max_targets_members_those_of_the_most_addresses() {
     assert_eq!(chosen, expected);
     let few: Vec<Vec<String>> = vec![vec!["a".into()], vec!["b".into(), "a".into()]];
     assert_eq!(targets(&few), BTreeSet::from(["a".to_owned(), "b".to_owned()]));
+}
+
+/// An owner that says its beats may come late (its beat thread at normal priority) is
+/// allowed `max_silence` from its first beat on, with no false suspicion to learn it
+/// from, and is suspected past it as any other; a regular owner beside it keeps the
+/// configured silence.
+#[test]
+fn an_owner_that_beats_slowly_is_allowed_the_largest_silence_from_its_first_beat() {
+    let mut n = Node::new();
+    n.hb.handle(n.now, Input::SlowBeat("slow"));
+    assert_eq!(n.hb.allowance(n.now, "slow"), Some(CFG.max_silence), "from its first beat");
+    while let Some(due) = n.hb.poll_timeout().filter(|d| *d <= n.t0 + 100 * MS) {
+        n.now = due;
+        n.hb.handle(due, Input::SlowBeat("slow"));
+        n.hb.handle(due, Input::Beat("owner"));
+        n.hb.handle(due, Input::Timeout);
+    }
+    assert_eq!(n.hb.allowance(n.now, "owner"), Some(CFG.silence()));
+    let last = n.now;
+    n.run(100 + 60, None);
+    assert_eq!(n.events(), vec![Event::Suspected("owner".into())], "the regular owner after the silence");
+    n.run(100 + 490, None);
+    assert!(n.events().is_empty(), "490 ms of silence is within the slow owner's 500 ms");
+    n.run(100 + 510, None);
+    assert_eq!(n.events(), vec![Event::Suspected("slow".into())]);
+    assert!(n.now.duration_since(last) >= CFG.max_silence);
 }
