@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use ferrolb_lab::process::strip_ansi;
 use ferrolb_lab::routers::exabgp::Record;
 use ferrolb_lab::routers::{ExaBgp, ExaNeighbor};
 use ferrolb_lab::speaker::{Speaker, yaml};
@@ -41,7 +42,7 @@ fn zero_hold_time_from_a_peer_is_refused_without_bfd() {
         "{:?}",
         peer.records()
     );
-    let logs = speaker.logs();
+    let logs = strip_ansi(&speaker.logs());
     assert!(logs.contains("unacceptable hold time 0"), "{logs}");
     assert!(!logs.contains("to=Established"), "{logs}");
 }

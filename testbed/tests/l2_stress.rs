@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use ferrolb_bench::failover::{self, Bed, Family, System};
 use ferrolb_bench::l2_soak::{self, Soaked, Stress};
+use ferrolb_lab::process::strip_ansi;
 use ferrolb_lab::speaker::WITHOUT_REALTIME;
 use ferrolb_lab::wait;
 
@@ -40,7 +41,7 @@ const WATCHING: &str = "membership: hearing heartbeats from";
 
 /// The silence each successor allows, from its `WATCHING` lines.
 fn allowed_silences(bed: &Bed) -> Vec<String> {
-    let logs = bed.speaker_logs();
+    let logs: Vec<String> = bed.speaker_logs().iter().map(|l| strip_ansi(l)).collect();
     let lines = logs.iter().flat_map(|l| l.lines()).filter(|l| l.contains(WATCHING));
     lines
         .filter_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("silence=")))
