@@ -281,8 +281,8 @@ pub fn measure(size: Size, settings: &Settings) -> Result<Figures, Error> {
     let lab = Lab::up(LabConfig::nodes(SPEAKERS))?;
     let cluster = Cluster::start(&lab, &ClusterConfig { kwok_nodes: size.nodes, ..Default::default() })?;
     ferrolb::install(&cluster, "bgp")?;
-    cluster.kubectl_stdin(&["apply", "-f", "-"], &workload::configuration())?;
-    workload::wait_ready(&cluster)?;
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &workload::configuration(size.services))?;
+    workload::wait_ready(&cluster, size.services)?;
     let bird = Bird::start(&lab, &RouterSpec::default())?;
     let mut ctl = BirdCtl::connect(&routes::bird_socket(&lab))?;
     let controller_conf = ferrolb::kubeconfig(&cluster, ferrolb::CONTROLLER_SA, 1)?;
@@ -306,7 +306,7 @@ pub fn measure(size: Size, settings: &Settings) -> Result<Figures, Error> {
     let client = ferrolb_cluster::client_from(&rt, &cluster.kubeconfig())?;
     // Room for every Service the run makes: the late ones and the change's too.
     let work = Workload::new(&cluster, &rt, &client, size.services + settings.late + 1);
-    let names: Vec<String> = (1..=size.services).map(|i| format!("svc-{i:05}")).collect();
+    let names: Vec<String> = (1..=size.services).map(workload::service_name).collect();
     let t = Instant::now();
     work.create_many(&names)?;
     let created = t.elapsed();

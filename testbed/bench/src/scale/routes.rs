@@ -7,9 +7,9 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use kube::api::ListParams;
+use kube::api::{ListParams, ObjectMeta};
 
-use super::workload::Workload;
+use super::workload::{self, Workload};
 use super::{Latency, SPEAKERS, Stages, requests, speaker_ips};
 use crate::bird_ctl::BirdCtl;
 use ferrolb_cluster::ferrolb;
@@ -62,10 +62,12 @@ pub(super) fn progress(work: &Workload<'_>, ctl: &mut BirdCtl) -> Result<Progres
         .block_on(work.announcements.list_metadata(&lp))
         .map_err(|e| list_err("ServiceAnnouncements", e))?;
     let slices = work.rt.block_on(work.slices.list(&lp)).map_err(|e| list_err("EndpointSlices", e))?;
+    let benchs = |m: &ObjectMeta| workload::is_benchs(m.namespace.as_deref());
+    let services: Vec<_> = services.items.into_iter().filter(|s| benchs(&s.metadata)).collect();
     let rib = next_hops(&ctl.command("show route all")?);
     let speakers: BTreeSet<IpAddr> = speaker_ips().into_iter().collect();
-    let mut p = Progress { services: services.items.len(), ..Progress::default() };
-    for svc in &services.items {
+    let mut p = Progress { services: services.len(), ..Progress::default() };
+    for svc in &services {
         let ips: Vec<IpAddr> = kubeapi::ingress_ips(svc).iter().filter_map(|s| s.parse().ok()).collect();
         if !ips.is_empty() {
             p.addressed += 1;
@@ -78,10 +80,11 @@ pub(super) fn progress(work: &Workload<'_>, ctl: &mut BirdCtl) -> Result<Progres
             p.unrouted.push(svc.metadata.name.clone().unwrap_or_default());
         }
     }
-    p.announcements = announcements.items.len();
+    p.announcements = announcements.items.iter().filter(|a| benchs(&a.metadata)).count();
     p.ready_endpoints = slices
         .items
         .iter()
+        .filter(|s| benchs(&s.metadata))
         .flat_map(|s| &s.endpoints)
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
         .count();

@@ -90,6 +90,25 @@ fn the_address_plan_holds_fifty_thousand_services_without_overlaps() {
 }
 
 #[test]
+fn fifty_thousand_services_spread_over_namespaces_within_the_upstream_threshold() {
+    let names: Vec<String> = (1..=50_000).map(workload::service_name).collect();
+    let mut per_namespace: std::collections::BTreeMap<String, usize> = Default::default();
+    for n in names.iter().map(String::as_str).chain(["late-00001", "change-00001"]) {
+        *per_namespace.entry(workload::namespace_of(n)).or_default() += 1;
+    }
+    let made: Vec<String> = workload::namespaces(50_000).collect();
+    assert_eq!(per_namespace.keys().cloned().collect::<Vec<_>>(), made, "a Service in a namespace not made");
+    assert_eq!(made.len(), 51);
+    // Kubernetes' scalability threshold: 5 000 Services a namespace.
+    assert!(per_namespace.values().all(|&n| n <= 1_000), "{per_namespace:?}");
+    assert!(made.iter().all(|ns| workload::is_benchs(Some(ns))));
+    for other in ["default", "kube-system", "ferrolb-system", "scaled", "scale_1"] {
+        assert!(!workload::is_benchs(Some(other)), "{other}");
+    }
+    assert!(!workload::is_benchs(None));
+}
+
+#[test]
 fn a_size_the_addresses_cannot_hold_is_refused_before_any_lab() {
     let size = Size { nodes: 1, services: workload::most_services() };
     let e = super::measure(size, &Settings::default()).err().map(|e| e.to_string()).unwrap_or_default();

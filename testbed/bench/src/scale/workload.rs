@@ -14,8 +14,15 @@ use ferrolb_cluster::{Cluster, SERVICE_CIDRS, ferrolb};
 use ferrolb_lab::Error;
 use ferrolb_lab::speaker::yaml;
 
-/// The namespace of the bench's Services and pods.
-pub(super) const NS: &str = "scale";
+/// The namespace of the bench's timed and changed Services and their pods; the measured
+/// ones are spread over [`namespace_of`]'s.
+const NS: &str = "scale";
+/// The measured Services in one namespace: within Kubernetes' scalability threshold of
+/// 5 000 a namespace (sig-scalability `thresholds.md`). kube-controller-manager's
+/// EndpointSlice controller lists every EndpointSlice of a Service's namespace at each
+/// sync of that Service, so one namespace of 50 000 made the control plane, not ferrolb,
+/// the quadratic part of the run.
+const PER_NAMESPACE: usize = 1_000;
 /// The address pool, in the benchmarking range (198.18.0.0/15): room for 50 176 Services.
 const POOL: &[&str] = &["198.18.0.0/17", "198.18.128.0/18", "198.18.192.0/22"];
 /// ClusterIPs beyond the cluster's default /20 (never routed: no kube-proxy runs), one
@@ -32,10 +39,40 @@ const MAX_PODS_PER_SERVICE: usize = 3;
 /// Services created at once; and Services whose pods are created at once.
 const IN_FLIGHT: usize = 16;
 
-/// ferrolb's configuration and the bench's namespace: the pool, the router as a BGPPeer
-/// and the advertisement, more ClusterIPs.
-pub(super) fn configuration() -> String {
-    let mut objects = vec![format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NS}}}\n")];
+/// The name of the `i`th measured Service (from 1).
+pub(super) fn service_name(i: usize) -> String {
+    format!("svc-{i:05}")
+}
+
+/// The namespace of Service `name`: [`PER_NAMESPACE`] measured Services each
+/// ([`service_name`]), the others in [`NS`].
+pub(super) fn namespace_of(name: &str) -> String {
+    match name.strip_prefix("svc-").and_then(|i| i.parse::<usize>().ok()) {
+        Some(i) => namespace(i.saturating_sub(1) / PER_NAMESPACE),
+        None => NS.to_owned(),
+    }
+}
+
+fn namespace(k: usize) -> String {
+    format!("{NS}-{k:02}")
+}
+
+/// Every namespace of a run of `services` measured Services.
+pub(super) fn namespaces(services: usize) -> impl Iterator<Item = String> {
+    std::iter::once(NS.to_owned()).chain((0..services.div_ceil(PER_NAMESPACE)).map(namespace))
+}
+
+/// Whether `ns` is one of the bench's namespaces.
+pub(super) fn is_benchs(ns: Option<&str>) -> bool {
+    ns.is_some_and(|ns| ns == NS || ns.strip_prefix(NS).is_some_and(|k| k.starts_with('-')))
+}
+
+/// ferrolb's configuration and the bench's namespaces for `services` measured Services:
+/// the pool, the router as a BGPPeer and the advertisement, more ClusterIPs.
+pub(super) fn configuration(services: usize) -> String {
+    let mut objects: Vec<String> = namespaces(services)
+        .map(|ns| format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"))
+        .collect();
     objects.extend(EXTRA_SERVICE_CIDRS.iter().enumerate().map(|(i, cidr)| {
         format!(
             "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {{name: {}}}\nspec: {{cidrs: [\"{cidr}\"]}}\n",
@@ -79,9 +116,9 @@ pub(super) fn v4_range(cidr: &str) -> (u32, u64) {
     (u32::from(ip), 1u64 << (32 - len.min(32)))
 }
 
-/// Waits until the extra ServiceCIDRs are Ready and the namespace has its default
-/// ServiceAccount (pods are refused without it).
-pub(super) fn wait_ready(cluster: &Cluster) -> Result<(), Error> {
+/// Waits until the extra ServiceCIDRs are Ready and each namespace of a run of
+/// `services` has its default ServiceAccount (pods are refused without it).
+pub(super) fn wait_ready(cluster: &Cluster, services: usize) -> Result<(), Error> {
     for i in 0..EXTRA_SERVICE_CIDRS.len() {
         ferrolb::wait_jsonpath(
             cluster,
@@ -91,16 +128,24 @@ pub(super) fn wait_ready(cluster: &Cluster) -> Result<(), Error> {
             |s| s == "True",
         )?;
     }
-    ferrolb::wait_jsonpath(cluster, &["serviceaccount", "default", "-n", NS], "{.metadata.name}", T, |s| {
-        s == "default"
-    })?;
-    Ok(())
+    namespaces(services).try_for_each(|ns| {
+        ferrolb::wait_jsonpath(
+            cluster,
+            &["serviceaccount", "default", "-n", &ns],
+            "{.metadata.name}",
+            T,
+            |s| s == "default",
+        )
+        .map(drop)
+    })
 }
 
 /// Creates and changes the bench's objects, as the admin.
 pub(super) struct Workload<'a> {
     pub(super) cluster: &'a Cluster,
     pub(super) rt: &'a tokio::runtime::Runtime,
+    client: kube::Client,
+    /// In every namespace (the bench's are told by [`is_benchs`]).
     pub(super) services: Api<Service>,
     pub(super) slices: Api<EndpointSlice>,
     pub(super) announcements: Api<ServiceAnnouncement>,
@@ -120,9 +165,10 @@ impl<'a> Workload<'a> {
         Workload {
             cluster,
             rt,
-            services: Api::namespaced(client.clone(), NS),
-            slices: Api::namespaced(client.clone(), NS),
-            announcements: Api::namespaced(client.clone(), NS),
+            client: client.clone(),
+            services: Api::all(client.clone()),
+            slices: Api::all(client.clone()),
+            announcements: Api::all(client.clone()),
             pods_per_service: (POD_ADDRESSES / services.max(1)).min(MAX_PODS_PER_SERVICE),
         }
     }
@@ -141,7 +187,7 @@ impl<'a> Workload<'a> {
             })
         })?;
         self.rt.block_on(
-            futures::stream::iter(names.iter().map(|n| create(&self.services, n)))
+            futures::stream::iter(names.iter().map(|n| create(self.services_of(n), n)))
                 .buffer_unordered(IN_FLIGHT)
                 .try_collect::<Vec<()>>(),
         )?;
@@ -151,28 +197,34 @@ impl<'a> Workload<'a> {
     /// The fake pods Service `name` selects (`app=<name>`), bound to the first fake Nodes.
     pub(super) fn create_pods(&self, name: &str) -> Result<(), Error> {
         if self.pods_per_service > 0 {
-            self.cluster.create_fake_pods(NS, name, self.pods_per_service)?;
+            self.cluster.create_fake_pods(&namespace_of(name), name, self.pods_per_service)?;
         }
         Ok(())
     }
 
     /// Creates Service `name`.
     pub(super) fn create_service(&self, name: &str) -> Result<(), Error> {
-        self.rt.block_on(create(&self.services, name))
+        self.rt.block_on(create(self.services_of(name), name))
+    }
+
+    /// The Services of `name`'s namespace.
+    fn services_of(&self, name: &str) -> Api<Service> {
+        Api::namespaced(self.client.clone(), &namespace_of(name))
     }
 
     /// Sets Service `name`'s only port to `port` (same target port: the EndpointSlices
     /// do not change, only the Service).
     pub(super) fn patch_port(&self, name: &str, port: u16) -> Result<(), Error> {
         let patch = json!({"spec": {"ports": [{"port": port, "protocol": "TCP", "targetPort": "http"}]}});
+        let ns = namespace_of(name);
         self.rt
-            .block_on(self.services.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
-            .map_err(|e| Error::Parse(format!("patching Service {NS}/{name}: spec.ports: {e}")))?;
+            .block_on(self.services_of(name).patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
+            .map_err(|e| Error::Parse(format!("patching Service {ns}/{name}: spec.ports: {e}")))?;
         Ok(())
     }
 }
 
 /// Creates Service `name`: LoadBalancer (policy Cluster), selecting `app=<name>`.
-async fn create(api: &Api<Service>, name: &str) -> Result<(), Error> {
-    create_service(api, &lb_service(NS, name, true)?).await
+async fn create(api: Api<Service>, name: &str) -> Result<(), Error> {
+    create_service(&api, &lb_service(&namespace_of(name), name, true)?).await
 }
