@@ -3,9 +3,9 @@
 use bytes::BytesMut;
 use ferrolb_proto::bgp::fsm::{ConnId, Negotiated};
 use ferrolb_proto::bgp::rib_out::{ExportConfig, RibOut};
+use ferrolb_proto::bgp::session::Routes;
 use ferrolb_proto::bgp::{Community, DecodeContext, EncodeContext, Family, Message, PathAttributes};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
-use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,7 +16,7 @@ fn main() {
     let attrs =
         Arc::new(PathAttributes { communities: vec![Community::new(64512, 100)], ..Default::default() });
     let build = Instant::now();
-    let mut desired: BTreeMap<IpNet, Arc<PathAttributes>> = (0..n)
+    let mut desired: Routes = (0..n)
         .map(|i| {
             (IpNet::V4(Ipv4Net::new(Ipv4Addr::from(0xc612_0000 + i), 32).unwrap_or_default()), attrs.clone())
         })
@@ -77,8 +77,7 @@ fn main() {
     let none = rib.sync(&desired);
     println!("re-sync unchanged 200k: {:?} ({} UPDATEs)", t.elapsed(), none.len());
 
-    let half: BTreeMap<IpNet, Arc<PathAttributes>> =
-        desired.iter().step_by(2).map(|(p, a)| (*p, a.clone())).collect();
+    let half: Routes = desired.iter().step_by(2).map(|(p, a)| (*p, a.clone())).collect();
     let t = Instant::now();
     let w = rib.sync(&half);
     println!("withdraw 100k of 200k: {:?} ({} UPDATEs)", t.elapsed(), w.len());

@@ -4,9 +4,10 @@ use super::attributes::{MpNextHop, MpReach, MpUnreach, Origin, PathAttributes};
 use super::fsm::Negotiated;
 use super::message::{HEADER_LEN, MAX_MESSAGE_LEN, Update};
 use super::nlri::{Family, prefix_wire_len};
+use super::session::Routes;
 use bytes::BytesMut;
 use ipnet::IpNet;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
@@ -97,7 +98,7 @@ impl RibOut {
     ///
     /// `desired` holds the local view (no MP attributes); export rewrites are applied here.
     /// Routes sharing one `Arc` cost one attribute set in memory and compare by pointer.
-    pub fn sync(&mut self, desired: &BTreeMap<IpNet, Arc<PathAttributes>>) -> Vec<Update> {
+    pub fn sync(&mut self, desired: &Routes) -> Vec<Update> {
         if !self.up {
             return Vec::new();
         }
@@ -108,11 +109,7 @@ impl RibOut {
     /// [`RibOut::sync`] when the peer was last synced to a set that differs from
     /// `desired` only at `changed`: only those prefixes are looked at (a new Service
     /// among 10 000 costs one lookup, not 10 000).
-    pub fn sync_changed(
-        &mut self,
-        desired: &BTreeMap<IpNet, Arc<PathAttributes>>,
-        changed: &BTreeSet<IpNet>,
-    ) -> Vec<Update> {
+    pub fn sync_changed(&mut self, desired: &Routes, changed: &BTreeSet<IpNet>) -> Vec<Update> {
         if !self.up {
             return Vec::new();
         }

@@ -1,11 +1,14 @@
-//! What differs between two plans, found in one ordered walk of each map and no copy of
-//! either: with 10 000 Services every plan is about as large, and a change touches one.
+//! What differs between two plans, found without a copy of either: with 10 000 Services
+//! every plan is about as large, and a change touches one. A peer's routes are compared
+//! by the nodes that changed ([`super::PeerRoutes`] is persistent); the smaller maps in
+//! one ordered walk of each.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
+use imbl::ordmap::DiffItem;
 use ipnet::IpNet;
 
-use super::Plan;
+use super::{PeerRoutes, Plan};
 pub use ferrolb_proto::diff::{differing, differing_keys};
 
 /// One plan against the one before it, with the prefixes whose set of peers differs
@@ -18,16 +21,18 @@ pub struct PlanChange<'a> {
 }
 
 impl<'a> PlanChange<'a> {
-    /// What differs from `old` to `new`: one ordered walk of each peer's routes.
+    /// What differs from `old` to `new`: each peer's routes compared by what changed.
     pub fn between(old: &'a Plan, new: &'a Plan) -> Self {
-        let none = BTreeMap::new();
+        let none = PeerRoutes::new();
         let peers: BTreeSet<&String> = old.bgp.keys().chain(new.bgp.keys()).collect();
         let mut bgp_prefixes = BTreeSet::new();
         for peer in peers {
             let (a, b) = (old.bgp.get(peer).unwrap_or(&none), new.bgp.get(peer).unwrap_or(&none));
-            differing_keys(a, b, |p| {
-                bgp_prefixes.insert(*p);
-            });
+            for d in a.diff(b) {
+                if let DiffItem::Add(p, _) | DiffItem::Remove(p, _) = d {
+                    bgp_prefixes.insert(*p);
+                }
+            }
         }
         PlanChange { old, new, bgp_prefixes }
     }
@@ -56,7 +61,8 @@ mod tests {
     fn plan(peers: &[(&str, &[&str])]) -> Plan {
         let mut p = Plan::default();
         for (peer, prefixes) in peers {
-            let routes = prefixes.iter().map(|s| (s.parse().unwrap(), RouteAttrs::default())).collect();
+            let routes =
+                prefixes.iter().map(|s| (s.parse::<IpNet>().unwrap(), RouteAttrs::default())).collect();
             p.bgp.insert((*peer).to_owned(), routes);
         }
         p

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use super::{Fragment, Globals, NOBODY, Plan, RouteAttrs, fragment, merge_interfaces};
+use super::{Fragment, Globals, NOBODY, PeerRoutes, Plan, RouteAttrs, fragment, merge_interfaces};
 use crate::model::{Changes, ClusterModel, NodeLabels, ServiceInfo, ServiceKey};
 
 /// The Services holding one address or prefix, in key order. Nearly always one, kept
@@ -237,7 +237,7 @@ impl Planner {
                 }
             }
         }
-        let mut built: BTreeMap<String, BTreeMap<IpNet, RouteAttrs>> = BTreeMap::new();
+        let mut built: BTreeMap<String, PeerRoutes> = BTreeMap::new();
         for (peer, r) in routes {
             let ibgp = self.out.ibgp.contains(peer);
             let r = r.into_iter().map(|(p, mut a)| {

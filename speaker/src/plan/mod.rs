@@ -25,11 +25,16 @@ use crate::model::{
 use ferrolb_proto::election;
 use ferrolb_proto::membership::heartbeat;
 
+/// One BGPPeer's routes: prefix → attributes. A persistent map, so a plan is copied for
+/// the cost of a pointer per peer, and the announcer and the status find what changed
+/// between two plans by walking the changed nodes only ([`imbl::OrdMap::diff`]).
+pub type PeerRoutes = imbl::OrdMap<IpNet, RouteAttrs>;
+
 /// What this node should announce.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Plan {
     /// Per BGPPeer this node peers with (present even with no routes): prefix → attributes.
-    pub bgp: BTreeMap<String, BTreeMap<IpNet, RouteAttrs>>,
+    pub bgp: BTreeMap<String, PeerRoutes>,
     /// Addresses this node owns for ARP/NDP → interfaces (empty: the default set).
     pub l2: BTreeMap<IpAddr, Vec<String>>,
     /// Every service address this node does not announce, with the reason.
@@ -77,9 +82,13 @@ impl Plan {
     fn mark_draining(&mut self) {
         for (peer, routes) in &mut self.bgp {
             let ibgp = self.ibgp.contains(peer);
-            for a in routes.values_mut() {
-                a.mark_draining(ibgp);
-            }
+            *routes = std::mem::take(routes)
+                .into_iter()
+                .map(|(p, mut a)| {
+                    a.mark_draining(ibgp);
+                    (p, a)
+                })
+                .collect();
         }
     }
 
@@ -99,9 +108,10 @@ impl Plan {
     /// sessions close.
     pub fn drain_all(&mut self, reason: &str) {
         for routes in self.bgp.values_mut() {
-            for a in routes.values_mut() {
-                a.draining = true;
-            }
+            *routes = std::mem::take(routes)
+                .into_iter()
+                .map(|(p, a)| (p, RouteAttrs { draining: true, ..a }))
+                .collect();
         }
         for p in self.bgp_addresses() {
             self.draining.entry(p.addr()).or_insert_with(|| reason.to_owned());
@@ -116,7 +126,14 @@ impl Plan {
             return;
         }
         for routes in self.bgp.values_mut() {
-            routes.retain(|p, a| !(a.draining && expired.iter().any(|ip| p.contains(ip))));
+            let gone: Vec<IpNet> = routes
+                .iter()
+                .filter(|(p, a)| a.draining && expired.iter().any(|ip| p.contains(ip)))
+                .map(|(p, _)| *p)
+                .collect();
+            for p in gone {
+                routes.remove(&p);
+            }
         }
         for ip in expired {
             if let Some(why) = self.draining.remove(ip) {
@@ -224,7 +241,7 @@ impl<'a> Globals<'a> {
     /// Every session this node has (present even with no routes), and which are iBGP.
     fn sessions(&self, out: &mut Plan) {
         for (name, p) in &self.my_peers {
-            out.bgp.insert(name.to_string(), BTreeMap::new());
+            out.bgp.insert(name.to_string(), PeerRoutes::new());
             if p.spec.is_ibgp() {
                 out.ibgp.insert(name.to_string());
             }

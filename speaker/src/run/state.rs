@@ -150,7 +150,7 @@ impl State {
             let _ = p.send(new.clone());
         }
         let old = std::mem::replace(&mut self.plan, new);
-        let entries = old.bgp.values().map(BTreeMap::len).sum::<usize>();
+        let entries = old.bgp.values().map(crate::plan::PeerRoutes::len).sum::<usize>();
         crate::drop_later(old, entries);
         self.update_gates();
         self.metrics.replan_seconds.observe(started.elapsed().as_secs_f64());

@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used)]
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,7 +51,7 @@ fn a_drain_is_withdrawn_once_it_outlives_the_max_delay() {
     let draining = || {
         let mut a = Plan::default();
         let attrs = plan::RouteAttrs { draining: true, ..Default::default() };
-        a.bgp.insert("r".into(), BTreeMap::from([(prefix, attrs)]));
+        a.bgp.insert("r".into(), plan::PeerRoutes::unit(prefix, attrs));
         a.draining.insert(ip, "terminating".into());
         a
     };
@@ -117,7 +117,7 @@ fn the_gate_hold_ends_once_the_plan_is_really_announced() {
     let vip: IpAddr = "192.0.2.200".parse().unwrap();
     assert!(caught_up(&Plan::default(), &Announced::default()), "nothing planned");
     let mut plan = Plan::default();
-    plan.bgp.insert("r".into(), BTreeMap::from([(prefix, plan::RouteAttrs::default())]));
+    plan.bgp.insert("r".into(), plan::PeerRoutes::unit(prefix, plan::RouteAttrs::default()));
     plan.l2.insert(vip, vec![]);
     let mut announced = Announced::default();
     assert!(!caught_up(&plan, &announced));

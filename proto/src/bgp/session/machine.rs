@@ -12,10 +12,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
+use imbl::ordmap::DiffItem;
 use ipnet::IpNet;
 
 use super::Routes;
-use crate::bgp::attributes::PathAttributes;
 use crate::bgp::fsm::{self, ConnId, Event, Fsm, PeerConfig, State, Transmit};
 use crate::bgp::message::Message;
 use crate::bgp::rib_out::{ExportConfig, RibOut};
@@ -73,13 +73,16 @@ impl Machine {
                 self.locals.insert(id, local);
             }
             Input::Routes(routes) => {
+                // Nodes both versions share are skipped: a new version made from the last
+                // one by a few changes costs those few.
                 let changed = self.rib_current.then(|| {
-                    let mut changed = BTreeSet::new();
-                    let same = |a: &Arc<PathAttributes>, b: &Arc<PathAttributes>| Arc::ptr_eq(a, b) || a == b;
-                    crate::diff::walk(&self.routes, &routes, same, |p| {
-                        changed.insert(*p);
-                    });
-                    changed
+                    self.routes
+                        .diff(&routes)
+                        .map(|d| match d {
+                            DiffItem::Add(p, _) | DiffItem::Remove(p, _) => *p,
+                            DiffItem::Update { new: (p, _), .. } => *p,
+                        })
+                        .collect::<BTreeSet<IpNet>>()
                 });
                 self.routes = routes;
                 self.sync_changed(changed.as_ref());

@@ -17,14 +17,19 @@ use super::rib_out::ExportConfig;
 use super::socket::{self, Password};
 use driver::Driver;
 use ipnet::IpNet;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
 /// The routes to announce to a peer; share one `Arc` among routes with equal attributes.
-pub type Routes = BTreeMap<IpNet, Arc<PathAttributes>>;
+///
+/// A persistent map: a copy costs a pointer and shares every node, and two versions of one
+/// map differ in a walk of the nodes that changed ([`imbl::OrdMap::diff`]). Keep the map
+/// handed to [`SessionHandle::set_desired`] and change it for the next one: the session
+/// then looks at the routes that changed only, not every route.
+pub type Routes = imbl::OrdMap<IpNet, Arc<PathAttributes>>;
 
 /// Everything needed to run a session with one peer.
 #[derive(Debug, Clone)]

@@ -7,6 +7,7 @@ use crate::bgp::rib_out::ExportConfig;
 use crate::bgp::session::Routes;
 use crate::bgp::session::machine::{Input, Machine};
 use crate::bgp::*;
+use ipnet::IpNet;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,7 +20,7 @@ fn routes() -> Arc<Routes> {
     Arc::new(
         ["198.51.100.10/32", "198.51.100.11/32"]
             .iter()
-            .map(|p| (p.parse().expect("prefix"), attrs.clone()))
+            .map(|p| (p.parse::<IpNet>().expect("prefix"), attrs.clone()))
             .collect(),
     )
 }
@@ -107,7 +108,7 @@ fn updates_and_route_refresh_leave_through_the_machine() {
 
     b.updates.clear();
     let mut fewer = (*routes()).clone();
-    fewer.retain(|p, _| p.to_string() == "198.51.100.10/32");
+    fewer.remove(&"198.51.100.11/32".parse::<IpNet>().expect("prefix"));
     b.machine.handle(b.now, Input::Routes(Arc::new(fewer)));
     b.exchange();
     let withdrawn: Vec<String> =

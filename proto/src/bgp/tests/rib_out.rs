@@ -1,9 +1,11 @@
 //! Adj-RIB-Out: diffing, packing into 4096-byte UPDATEs, End-of-RIB, export rewrites.
 use crate::bgp::fsm::{ConnId, Negotiated};
 use crate::bgp::rib_out::{ExportConfig, RibOut};
+use crate::bgp::session::Routes;
 use crate::bgp::*;
+use imbl::ordmap::DiffItem;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
@@ -81,7 +83,7 @@ fn wire_check(updates: &[Update]) -> (BTreeSet<IpNet>, BTreeSet<IpNet>, Vec<Fami
 #[test]
 fn ten_thousand_v4_prefixes_pack_into_few_updates() {
     let mut r = up_rib(true);
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(10_000).map(|p| (p, attrs())).collect();
+    let desired: Routes = v4_hosts(10_000).map(|p| (p, attrs())).collect();
     let updates = r.sync(&desired);
     let (ann, wd, eor) = wire_check(&updates);
     assert_eq!(ann.len(), 10_000);
@@ -98,7 +100,7 @@ fn ten_thousand_v4_prefixes_pack_into_few_updates() {
 #[test]
 fn ipv6_goes_in_mp_reach_with_the_v6_next_hop() {
     let mut r = up_rib(true);
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v6_hosts(1000).map(|p| (p, attrs())).collect();
+    let desired: Routes = v6_hosts(1000).map(|p| (p, attrs())).collect();
     let updates = r.sync(&desired);
     let (ann, _, _) = wire_check(&updates);
     assert_eq!(ann.len(), 1000);
@@ -126,7 +128,7 @@ fn ipv4_routes_take_an_ipv6_next_hop_only_where_negotiated() {
         next_hop_v6_link_local: None,
         ..export(65001, true)
     };
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(2000).map(|p| (p, attrs())).collect();
+    let desired: Routes = v4_hosts(2000).map(|p| (p, attrs())).collect();
     let both = vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST];
 
     let mut r = RibOut::new(unnumbered.clone());
@@ -143,7 +145,7 @@ fn ipv4_routes_take_an_ipv6_next_hop_only_where_negotiated() {
         assert_eq!(mp.next_hop, MpNextHop::V6 { global: ll, link_local: None });
     }
     // Withdrawn the classic way: a withdrawal carries no next hop.
-    let (_, wd, _) = wire_check(&r.sync(&BTreeMap::new()));
+    let (_, wd, _) = wire_check(&r.sync(&Routes::new()));
     assert_eq!(wd.len(), 2000);
 
     // Not negotiated: nothing IPv4 can be sent (End-of-RIB only).
@@ -163,8 +165,7 @@ fn ipv4_routes_take_an_ipv6_next_hop_only_where_negotiated() {
 #[test]
 fn withdrawals_and_changes_are_minimal() {
     let mut r = up_rib(true);
-    let mut desired: BTreeMap<IpNet, Arc<PathAttributes>> =
-        v4_hosts(5000).chain(v6_hosts(500)).map(|p| (p, attrs())).collect();
+    let mut desired: Routes = v4_hosts(5000).chain(v6_hosts(500)).map(|p| (p, attrs())).collect();
     r.sync(&desired);
     // Withdraw 3000 v4 and 200 v6; change the attributes of 10 v4 prefixes.
     let gone: Vec<IpNet> = v4_hosts(3000).chain(v6_hosts(200)).collect();
@@ -190,7 +191,7 @@ fn withdrawals_and_changes_are_minimal() {
 #[test]
 fn session_restart_resends_the_full_table_and_eor() {
     let mut r = up_rib(true);
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(100).map(|p| (p, attrs())).collect();
+    let desired: Routes = v4_hosts(100).map(|p| (p, attrs())).collect();
     r.sync(&desired);
     r.session_down();
     assert!(r.sync(&desired).is_empty(), "nothing while down");
@@ -204,15 +205,14 @@ fn session_restart_resends_the_full_table_and_eor() {
 fn unnegotiated_families_are_not_sent() {
     let mut r = RibOut::new(export(65001, true));
     r.session_up(&negotiated(vec![Family::IPV4_UNICAST], true));
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> =
-        v4_hosts(3).chain(v6_hosts(3)).map(|p| (p, attrs())).collect();
+    let desired: Routes = v4_hosts(3).chain(v6_hosts(3)).map(|p| (p, attrs())).collect();
     let (ann, _, _) = wire_check(&r.sync(&desired));
     assert_eq!(ann, v4_hosts(3).collect());
 }
 
 #[test]
 fn export_rewrites_for_ebgp_and_ibgp() {
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> =
+    let desired: Routes =
         v4_hosts(1).map(|p| (p, Arc::new(PathAttributes { local_pref: Some(200), ..base() }))).collect();
     let mut e = up_rib(true);
     let u = &e.sync(&desired)[0];
@@ -231,7 +231,7 @@ fn export_rewrites_for_ebgp_and_ibgp() {
 fn four_octet_as_towards_two_octet_peer_adds_as4_path() {
     let mut r = RibOut::new(export(4_200_000_000, true));
     r.session_up(&negotiated(vec![Family::IPV4_UNICAST], false));
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> = v4_hosts(1).map(|p| (p, attrs())).collect();
+    let desired: Routes = v4_hosts(1).map(|p| (p, attrs())).collect();
     let u = &r.sync(&desired)[0];
     assert_eq!(u.attributes.as4_path, Some(AsPath::sequence(vec![4_200_000_000])));
     let b = Message::Update(u.clone()).to_bytes(&EncodeContext { four_octet_as: false });
@@ -246,8 +246,7 @@ fn four_octet_as_towards_two_octet_peer_adds_as4_path() {
 #[test]
 fn route_refresh_resends_one_family() {
     let mut r = up_rib(true);
-    let desired: BTreeMap<IpNet, Arc<PathAttributes>> =
-        v4_hosts(10).chain(v6_hosts(10)).map(|p| (p, attrs())).collect();
+    let desired: Routes = v4_hosts(10).chain(v6_hosts(10)).map(|p| (p, attrs())).collect();
     r.sync(&desired);
     r.refresh(Family::IPV6_UNICAST);
     let (ann, _, _) = wire_check(&r.sync(&desired));
@@ -265,15 +264,17 @@ proptest::proptest! {
             .map(|i| Arc::new(PathAttributes { local_pref: Some(100 + u32::from(i)), ..base() }))
             .collect();
         let (mut whole, mut part) = (up_rib(true), up_rib(true));
-        let mut last: BTreeMap<IpNet, Arc<PathAttributes>> = BTreeMap::new();
+        let mut last = Routes::new();
         for step in steps {
             let hosts: Vec<IpNet> = v4_hosts(40).collect();
-            let routes: BTreeMap<IpNet, Arc<PathAttributes>> =
+            let routes: Routes =
                 step.iter().map(|(h, a)| (hosts[*h as usize], sets[*a as usize].clone())).collect();
             let mut changed = BTreeSet::new();
-            crate::diff::walk(&last, &routes, Arc::ptr_eq, |p| {
-                changed.insert(*p);
-            });
+            for d in last.diff(&routes) {
+                changed.insert(match d {
+                    DiffItem::Add(p, _) | DiffItem::Remove(p, _) | DiffItem::Update { new: (p, _), .. } => *p,
+                });
+            }
             let (a, b) = (whole.sync(&routes), part.sync_changed(&routes, &changed));
             let (a, b) = (wire_check(&a), wire_check(&b));
             proptest::prop_assert_eq!(&a.0, &b.0, "announced");

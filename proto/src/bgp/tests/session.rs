@@ -1,10 +1,10 @@
 //! Two session drivers talking over loopback: active ↔ passive, routes, shutdown, TCP MD5.
 use crate::bgp::fsm::{PeerConfig, State};
+use crate::bgp::session::Routes;
 use crate::bgp::session::{self, Listener, SessionConfig, SessionHandle, SessionStatus};
 use crate::bgp::socket::Password;
 use crate::bgp::*;
 use ipnet::IpNet;
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,12 +50,12 @@ async fn wait_for(h: &SessionHandle, what: &str, f: impl Fn(&SessionStatus) -> b
     ferrolb_testkit::wait::until_watched_within(what, Duration::from_secs(10), &mut h.watch_status(), f).await
 }
 
-fn routes() -> BTreeMap<IpNet, Arc<PathAttributes>> {
+fn routes() -> Routes {
     let attrs =
         Arc::new(PathAttributes { communities: vec![Community::new(64512, 100)], ..Default::default() });
     ["198.51.100.10/32", "198.51.100.11/32", "203.0.113.0/24", "2001:db8:1::10/128"]
         .iter()
-        .map(|p| (p.parse().expect("prefix"), attrs.clone()))
+        .map(|p| (p.parse::<IpNet>().expect("prefix"), attrs.clone()))
         .collect()
 }
 
@@ -80,7 +80,7 @@ async fn active_and_passive_drivers_establish_and_exchange_routes() {
 
     // A withdrawal reaches the peer as well.
     let mut fewer = routes();
-    fewer.remove(&"203.0.113.0/24".parse().expect("prefix"));
+    fewer.remove(&"203.0.113.0/24".parse::<IpNet>().expect("prefix"));
     a.set_desired(fewer);
     wait_for(&a, "A withdrew", |s| s.prefixes_withdrawn == 1 && s.prefixes_advertised == 3).await;
 

@@ -32,17 +32,18 @@ use tokio::time::Instant;
 
 use crate::metrics::{Metrics, PeerLabel};
 use crate::model::ClusterModel;
-use crate::plan::{Plan, RouteAttrs};
+use crate::plan::Plan;
 use ferrolb_api::settings::{self, PeerError};
 use ferrolb_proto::bfd::{self, Bfd, BfdConfig, BfdHandle, BfdState};
-use ferrolb_proto::bgp::attributes::AS_TRANS;
 use ferrolb_proto::bgp::error::subcode;
 use ferrolb_proto::bgp::fsm::State;
-use ferrolb_proto::bgp::session::{self, Listener, Routes, SessionConfig, SessionHandle, SessionStatus};
+use ferrolb_proto::bgp::session::{self, Listener, SessionConfig, SessionHandle, SessionStatus};
 use ferrolb_proto::bgp::socket::Password;
-use ferrolb_proto::bgp::{Community, ExtendedCommunity, LargeCommunity, PathAttributes};
 
+mod routes;
 mod unnumbered;
+
+use routes::SessionRoutes;
 
 /// Everything a session is built from; a change means a new session.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,6 +150,8 @@ struct PeerSession {
     started: Instant,
     md5_hint_logged: bool,
     last: SessionStatus,
+    /// The routes it was handed, kept in step with the plan.
+    routes: SessionRoutes,
 }
 
 /// Builds the session config of a BGPPeer for this node.
@@ -160,39 +163,6 @@ fn session_config(name: &str, s: &PeerSettings, restarting: bool) -> Result<Sess
         found: s.found,
     };
     settings::peer_session_config(name, &s.spec, s.password.clone(), node, restarting, s.bfd.is_some())
-}
-
-/// Converts plan attributes to path attributes, sharing one `Arc` per distinct set;
-/// `local_as` signs the Link Bandwidth community (AS_TRANS for a four-octet AS).
-fn to_routes(plan_routes: &BTreeMap<ipnet::IpNet, RouteAttrs>, local_as: u32) -> Routes {
-    let signer = u16::try_from(local_as).unwrap_or(AS_TRANS as u16);
-    let mut shared: BTreeMap<&RouteAttrs, Arc<PathAttributes>> = BTreeMap::new();
-    // Collected rather than inserted one by one: the map is built in one pass from the
-    // sorted routes (50k routes in a static file).
-    plan_routes
-        .iter()
-        .map(|(prefix, a)| {
-            let attrs = shared.entry(a).or_insert_with(|| {
-                Arc::new(PathAttributes {
-                    local_pref: a.local_pref,
-                    communities: a.communities.iter().map(|c| Community(*c)).collect(),
-                    large_communities: a
-                        .large_communities
-                        .iter()
-                        .map(|(g, l1, l2)| LargeCommunity { global: *g, local1: *l1, local2: *l2 })
-                        .collect(),
-                    // RFC 10005 §3 counts bytes per second.
-                    extended_communities: a
-                        .link_bandwidth
-                        .map(|bits| ExtendedCommunity::link_bandwidth(signer, bits as f32 / 8.0))
-                        .into_iter()
-                        .collect(),
-                    ..PathAttributes::default()
-                })
-            });
-            (*prefix, attrs.clone())
-        })
-        .collect()
 }
 
 /// Owns the BGP sessions of this node.
@@ -360,6 +330,7 @@ impl BgpAnnouncer {
                     }
                 };
                 let local = cfg.local_addr;
+                let routes = SessionRoutes::new(settings.spec.my_asn);
                 let handle = self.start(name, cfg);
                 let bfd = settings.bfd.and_then(|b| self.start_bfd(name, &settings, local, b, &handle));
                 let forwarder = AbortOnDrop(tokio::spawn(forward_announced(
@@ -375,11 +346,14 @@ impl BgpAnnouncer {
                     started: Instant::now(),
                     md5_hint_logged: false,
                     last: SessionStatus::default(),
+                    routes,
                 };
                 self.sessions.insert(name.clone(), s);
             }
-            if let Some(s) = self.sessions.get(name) {
-                s.handle.set_desired(to_routes(routes, s.settings.spec.my_asn));
+            if let Some(s) = self.sessions.get_mut(name)
+                && let Some(routes) = s.routes.update(routes)
+            {
+                s.handle.set_desired(routes);
             }
         }
         errors

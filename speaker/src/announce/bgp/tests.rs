@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
 use super::*;
+use crate::plan::RouteAttrs;
 use ferrolb_api::AddressFamily;
 use ferrolb_proto::bgp::Family;
 use ferrolb_proto::bgp::fsm::PeerConfig;
@@ -245,32 +246,6 @@ async fn announced_state_lists_prefixes_per_peer_once_sent() {
     assert!(!text.contains("peer=\"router\""), "{text}");
     bgp.shutdown().await;
     r.shutdown(2).await;
-}
-
-#[test]
-fn equal_attributes_share_one_allocation() {
-    let a = RouteAttrs { local_pref: Some(5), ..Default::default() };
-    let plan: BTreeMap<ipnet::IpNet, RouteAttrs> =
-        [("203.0.113.1/32".parse().unwrap(), a.clone()), ("203.0.113.2/32".parse().unwrap(), a)].into();
-    let r = to_routes(&plan, 64513);
-    let v: Vec<_> = r.values().collect();
-    assert!(Arc::ptr_eq(v[0], v[1]));
-    assert_eq!(v[0].local_pref, Some(5));
-}
-
-#[test]
-fn link_bandwidth_is_sent_in_bytes_per_second_signed_by_our_as() {
-    let a = RouteAttrs { link_bandwidth: Some(3_000_000_000), ..Default::default() };
-    let plan: BTreeMap<ipnet::IpNet, RouteAttrs> = [("203.0.113.1/32".parse().unwrap(), a)].into();
-    for (local_as, signer) in [(64513u32, [0xfc, 0x01]), (4_200_000_000, [0x5b, 0xa0])] {
-        let r = to_routes(&plan, local_as);
-        let ext = &r.values().next().unwrap().extended_communities;
-        assert_eq!(ext.len(), 1);
-        assert_eq!(ext[0].as_link_bandwidth(), Some(375_000_000.0), "3 Gbit/s");
-        assert_eq!(ext[0].0[2..4], signer, "AS {local_as}");
-    }
-    let none = to_routes(&[("203.0.113.1/32".parse().unwrap(), RouteAttrs::default())].into(), 64513);
-    assert!(none.values().next().unwrap().extended_communities.is_empty());
 }
 
 /// Prefixes the same peers hold share one set of their names.

@@ -19,8 +19,8 @@ use ipnet::IpNet;
 
 use super::record::{Interner, Record};
 use crate::model::{self, ClusterModel, ServiceInfo, ServiceKey};
-use crate::plan::Plan;
 use crate::plan::diff::{PlanChange, differing, differing_keys};
+use crate::plan::{PeerRoutes, Plan};
 
 /// What this node shows for one Service: its ServiceAnnouncements (at most one per
 /// protocol, named by [`object_name`](super::object_name) from the Service, the node and
@@ -103,7 +103,7 @@ pub fn shown(svc: &ServiceInfo, plan: &Plan, uid: &Arc<str>, names: &mut Interne
 
 /// Whether a route covers `ip`: its host prefix or an aggregate of it (one lookup per
 /// prefix length, not a scan of every route: 10k Services × 10k routes would not do).
-pub(super) fn covered<V>(routes: &BTreeMap<IpNet, V>, ip: IpAddr) -> bool {
+pub(super) fn covered(routes: &PeerRoutes, ip: IpAddr) -> bool {
     let max: u8 = if ip.is_ipv4() { 32 } else { 128 };
     (0..=max).rev().any(|len| IpNet::new(ip, len).is_ok_and(|n| routes.contains_key(&n.trunc())))
 }

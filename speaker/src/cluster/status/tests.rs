@@ -3,7 +3,7 @@ use super::desired::covered;
 use super::*;
 use crate::model::ClusterModel;
 use crate::plan::diff::PlanChange;
-use crate::plan::{Plan, RouteAttrs};
+use crate::plan::{PeerRoutes, Plan, RouteAttrs};
 use ferrolb_api::AnnouncementProtocol;
 
 #[test]
@@ -12,9 +12,9 @@ fn the_plan_becomes_one_object_per_service_and_protocol_with_owner_and_reasons()
     let stream = ferrolb_api::parse_stream("s.yaml", text).unwrap();
     let model = ClusterModel::from_stream(stream, "s.yaml", crate::model::DEFAULT_LB_CLASS).unwrap();
     let mut plan = Plan::default();
-    let routes = BTreeMap::from([("203.0.113.10/32".parse().unwrap(), RouteAttrs::default())]);
+    let routes = PeerRoutes::unit("203.0.113.10/32".parse().unwrap(), RouteAttrs::default());
     plan.bgp.insert("router-a".into(), routes);
-    plan.bgp.insert("router-b".into(), BTreeMap::new());
+    plan.bgp.insert("router-b".into(), PeerRoutes::new());
     plan.l2.insert("192.0.2.200".parse().unwrap(), vec!["eth1".into()]);
     plan.withdrawn.insert("203.0.113.11".parse().unwrap(), "no serving endpoint".into());
     let key = |n: &str| ServiceKey { namespace: "shop".into(), name: n.into() };
@@ -122,9 +122,11 @@ fn web(i: usize) -> ServiceKey {
 
 /// A plan announcing `hosts` (203.0.113.i/32) and `aggregates` to router-a.
 fn plan_of(hosts: &[usize], aggregates: &[&str]) -> Plan {
-    let mut routes: BTreeMap<ipnet::IpNet, RouteAttrs> =
-        hosts.iter().map(|i| (format!("203.0.113.{i}/32").parse().unwrap(), RouteAttrs::default())).collect();
-    routes.extend(aggregates.iter().map(|a| (a.parse().unwrap(), RouteAttrs::default())));
+    let mut routes: PeerRoutes = hosts
+        .iter()
+        .map(|i| (format!("203.0.113.{i}/32").parse::<ipnet::IpNet>().unwrap(), RouteAttrs::default()))
+        .collect();
+    routes.extend(aggregates.iter().map(|a| (a.parse::<ipnet::IpNet>().unwrap(), RouteAttrs::default())));
     let mut plan = Plan::default();
     plan.bgp.insert("router-a".into(), routes);
     plan
@@ -202,10 +204,12 @@ fn the_tracker_names_only_the_services_whose_status_changed() {
 
 #[test]
 fn host_routes_and_aggregates_cover_an_address() {
-    let routes: BTreeMap<ipnet::IpNet, ()> = BTreeMap::from([
-        ("203.0.113.0/24".parse().unwrap(), ()),
-        ("2001:db8:3::10/128".parse().unwrap(), ()),
-    ]);
+    let routes: PeerRoutes = [
+        ("203.0.113.0/24".parse::<ipnet::IpNet>().unwrap(), RouteAttrs::default()),
+        ("2001:db8:3::10/128".parse().unwrap(), RouteAttrs::default()),
+    ]
+    .into_iter()
+    .collect();
     assert!(covered(&routes, "203.0.113.77".parse().unwrap()));
     assert!(covered(&routes, "2001:db8:3::10".parse().unwrap()));
     assert!(!covered(&routes, "2001:db8:3::11".parse().unwrap()));
