@@ -87,7 +87,7 @@ fn evaluate(r: &PodConditions, model: &mut ClusterModel, announced: &Announced) 
 
 fn sent_to_router(prefix: &str) -> Announced {
     let mut b = BgpAnnounced::default();
-    b.by_peer.insert("router-a".into(), Arc::new([prefix.parse().unwrap()].into()));
+    b.by_peer.insert("router-a".into(), ferrolb_proto::bgp::session::Prefixes::unit(prefix.parse().unwrap()));
     Announced::from_parts(&b, None)
 }
 

@@ -4,7 +4,7 @@ use super::attributes::{MpNextHop, MpReach, MpUnreach, Origin, PathAttributes};
 use super::fsm::Negotiated;
 use super::message::{HEADER_LEN, MAX_MESSAGE_LEN, Update};
 use super::nlri::{Family, prefix_wire_len};
-use super::session::Routes;
+use super::session::{Prefixes, Routes};
 use bytes::BytesMut;
 use ipnet::IpNet;
 use std::collections::{BTreeSet, HashMap};
@@ -40,6 +40,9 @@ pub struct RibOut {
     up: bool,
     eor_pending: bool,
     sent: HashMap<IpNet, Arc<PathAttributes>>,
+    /// The keys of `sent`, kept beside it as a persistent set: the driver publishes a copy
+    /// of it after each sync for the cost of a pointer.
+    advertised: Prefixes,
 }
 
 impl RibOut {
@@ -53,6 +56,7 @@ impl RibOut {
             up: false,
             eor_pending: false,
             sent: HashMap::new(),
+            advertised: Prefixes::new(),
         }
     }
 
@@ -67,6 +71,7 @@ impl RibOut {
         self.four_octet = negotiated.four_octet_as;
         self.ipv4_over_ipv6 = negotiated.ipv4_over_ipv6;
         self.sent.clear();
+        self.advertised = Prefixes::new();
         self.up = true;
         self.eor_pending = true;
     }
@@ -74,6 +79,7 @@ impl RibOut {
     /// Forgets everything: the peer dropped our routes with the session.
     pub fn session_down(&mut self) {
         self.sent.clear();
+        self.advertised = Prefixes::new();
         self.up = false;
         self.eor_pending = false;
     }
@@ -85,13 +91,14 @@ impl RibOut {
 
     /// The prefixes currently advertised to the peer (their UPDATEs were produced by
     /// [`RibOut::sync`]; the driver reports them only once those went out).
-    pub fn advertised_prefixes(&self) -> impl Iterator<Item = &IpNet> {
-        self.sent.keys()
+    pub fn advertised_prefixes(&self) -> &Prefixes {
+        &self.advertised
     }
 
     /// Forgets what was sent for `family` so the next sync re-advertises it (ROUTE-REFRESH).
     pub fn refresh(&mut self, family: Family) {
         self.sent.retain(|p, _| Family::of(p) != family);
+        self.advertised = self.advertised.iter().filter(|p| Family::of(p) != family).copied().collect();
     }
 
     /// UPDATEs taking the peer from what it was sent to `desired`; empty when not up.
@@ -133,6 +140,7 @@ impl RibOut {
             stale.into_iter().partition(|p| matches!(p, IpNet::V4(_)));
         for p in withdraw_v4.iter().chain(&withdraw_v6) {
             self.sent.remove(p);
+            self.advertised.remove(p);
         }
         withdraw_v4.sort_unstable();
         withdraw_v6.sort_unstable();
@@ -169,6 +177,7 @@ impl RibOut {
         for (attrs, family, prefixes) in groups {
             for p in &prefixes {
                 self.sent.insert(*p, attrs.clone());
+                self.advertised.insert(*p);
             }
             let exported = self.exported(attrs, family);
             pack_announcements(exported, &prefixes, self.four_octet, &mut out);

@@ -21,14 +21,15 @@ use ipnet::IpNet;
 use tokio::sync::watch;
 
 use bgp::BgpAnnounced;
+use ferrolb_proto::bgp::session::Prefixes;
 use ferrolb_proto::l2::L2Status;
 
 /// What this node really announces right now (not what it plans to).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Announced {
-    /// BGP: prefix → the BGPPeers whose Established session was sent its UPDATE (one
-    /// set shared by the prefixes the same peers hold).
-    pub bgp: BTreeMap<IpNet, Arc<BTreeSet<String>>>,
+    /// BGP: BGPPeer → the prefixes its Established session was sent the UPDATE of (the
+    /// sessions' own sets, shared: merging them costs a pointer per peer).
+    pub bgp: BTreeMap<String, Prefixes>,
     /// L2: owned addresses whose first gratuitous announcement went out.
     pub l2: BTreeSet<IpAddr>,
 }
@@ -36,22 +37,31 @@ pub struct Announced {
 impl Announced {
     /// Merges the two announcers' states (`l2` None: no L2 announcer runs).
     pub fn from_parts(bgp: &BgpAnnounced, l2: Option<&L2Status>) -> Self {
-        Announced { bgp: bgp.prefixes(), l2: l2.map(L2Status::announced).unwrap_or_default() }
+        Announced { bgp: bgp.by_peer.clone(), l2: l2.map(L2Status::announced).unwrap_or_default() }
     }
 
     /// The peers holding a prefix that covers `ip` (an aggregate covers its members).
     pub fn bgp_peers(&self, ip: IpAddr) -> BTreeSet<&str> {
-        self.bgp
-            .iter()
-            .filter(|(p, _)| p.contains(&ip))
-            .flat_map(|(_, peers)| peers.iter().map(String::as_str))
-            .collect()
+        self.bgp.iter().filter(|(_, p)| covered(p, ip)).map(|(peer, _)| peer.as_str()).collect()
     }
 
     /// True when `ip` is announced by BGP to at least one peer or by L2.
     pub fn covers(&self, ip: IpAddr) -> bool {
-        self.l2.contains(&ip) || self.bgp.keys().any(|p| p.contains(&ip))
+        self.l2.contains(&ip) || self.bgp.values().any(|p| covered(p, ip))
     }
+
+    /// True when some peer holds `prefix` itself.
+    pub fn holds(&self, prefix: &IpNet) -> bool {
+        self.bgp.values().any(|p| p.contains(prefix))
+    }
+}
+
+/// Whether `prefixes` hold `ip`'s host prefix or an aggregate of it: one lookup per
+/// prefix length, not a scan of every prefix.
+fn covered(prefixes: &Prefixes, ip: IpAddr) -> bool {
+    let max: u8 = if ip.is_ipv4() { 32 } else { 128 };
+    !prefixes.is_empty()
+        && (0..=max).rev().any(|len| IpNet::new(ip, len).is_ok_and(|n| prefixes.contains(&n.trunc())))
 }
 
 /// Keeps an [`Announced`] watch up to date from the BGP announcer and, while one runs,
@@ -146,8 +156,8 @@ mod tests {
     #[test]
     fn aggregates_cover_their_members_and_l2_counts_only_sent_announcements() {
         let mut bgp = BgpAnnounced::default();
-        bgp.by_peer.insert("a".into(), Arc::new(["203.0.113.0/24".parse().unwrap()].into()));
-        bgp.by_peer.insert("b".into(), Arc::new(["203.0.113.10/32".parse().unwrap()].into()));
+        bgp.by_peer.insert("a".into(), Prefixes::unit("203.0.113.0/24".parse().unwrap()));
+        bgp.by_peer.insert("b".into(), Prefixes::unit("203.0.113.10/32".parse().unwrap()));
         let mut l2 = L2Status::default();
         l2.addresses.insert(ip("192.0.2.200"), AddressStatus { gratuitous_sent: true, ..Default::default() });
         l2.addresses.insert(ip("192.0.2.201"), AddressStatus::default());
@@ -166,9 +176,9 @@ mod tests {
         let mut rx = feed.subscribe();
         let p: IpNet = "203.0.113.10/32".parse().unwrap();
         bgp_tx.send_modify(|a| {
-            a.by_peer.insert("r".into(), Arc::new([p].into()));
+            a.by_peer.insert("r".into(), Prefixes::unit(p));
         });
-        until(&mut rx, |a| a.bgp.get(&p).is_some_and(|peers| peers.contains("r"))).await;
+        until(&mut rx, |a| a.bgp.get("r").is_some_and(|prefixes| prefixes.contains(&p))).await;
 
         let (l2_tx, l2_rx) = watch::channel(L2Status::default());
         feed.set_l2(Some(l2_rx));

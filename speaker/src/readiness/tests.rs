@@ -1,5 +1,4 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
@@ -70,7 +69,7 @@ fn gated(p: &Pod) -> GatedPod {
 
 fn announced_bgp(prefixes: &[&str], peer: &str) -> Announced {
     let mut b = BgpAnnounced::default();
-    b.by_peer.insert(peer.into(), Arc::new(prefixes.iter().map(|p| p.parse().unwrap()).collect()));
+    b.by_peer.insert(peer.into(), prefixes.iter().map(|p| p.parse::<ipnet::IpNet>().unwrap()).collect());
     Announced::from_parts(&b, None)
 }
 

@@ -121,7 +121,7 @@ fn the_gate_hold_ends_once_the_plan_is_really_announced() {
     plan.l2.insert(vip, vec![]);
     let mut announced = Announced::default();
     assert!(!caught_up(&plan, &announced));
-    announced.bgp.insert(prefix, Arc::new(BTreeSet::from(["r".to_string()])));
+    announced.bgp.insert("r".to_string(), ferrolb_proto::bgp::session::Prefixes::unit(prefix));
     assert!(!caught_up(&plan, &announced), "the L2 announcement is not out yet");
     announced.l2.insert(vip);
     assert!(caught_up(&plan, &announced));

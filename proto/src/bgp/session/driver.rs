@@ -1,15 +1,15 @@
 //! The session task: owns the TCP connections and the clock, feeds the session
 //! [`Machine`] (the FSM and the RIB-Out) and writes what it gives.
 use super::machine::{self, Machine};
-use super::{CEASE_BFD_DOWN, Command, Routes, SessionConfig, SessionStatus};
+use super::{CEASE_BFD_DOWN, Command, Prefixes, Routes, SessionConfig, SessionStatus};
 use crate::bgp::error::subcode;
 use crate::bgp::fsm::{ConnId, Event, Input, State};
 use crate::bgp::message::{DecodeContext, EncodeContext, Message, frame_len};
 use crate::bgp::socket::{self, ConnectOptions};
 use crate::time::sleep_until;
 use bytes::BytesMut;
-use ipnet::IpNet;
-use std::collections::{BTreeSet, HashMap};
+
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -297,11 +297,8 @@ impl Driver {
             self.status.prefixes_advertised = self.machine.advertised();
             // Published only now that every UPDATE of this sync is on the wire: a reader
             // of `advertised` (pod readiness gates) may rely on the peer having been sent it.
-            let advertised: BTreeSet<IpNet> =
-                if written { self.machine.advertised_prefixes().copied().collect() } else { BTreeSet::new() };
-            if *self.status.advertised != advertised {
-                self.status.advertised = Arc::new(advertised);
-            }
+            self.status.advertised =
+                if written { self.machine.advertised_prefixes().clone() } else { Prefixes::new() };
             self.publish();
         }
     }
@@ -363,7 +360,7 @@ impl Driver {
     fn publish(&mut self) {
         self.status.state = self.machine.fsm().state();
         if self.status.state != State::Established && !self.status.advertised.is_empty() {
-            self.status.advertised = Arc::default();
+            self.status.advertised = Prefixes::new();
         }
         self.status_tx.send_replace(self.status.clone());
     }

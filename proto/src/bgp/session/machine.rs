@@ -188,7 +188,7 @@ impl Machine {
     }
 
     /// The prefixes the RIB-Out has sent UPDATEs for.
-    pub fn advertised_prefixes(&self) -> impl Iterator<Item = &ipnet::IpNet> {
+    pub fn advertised_prefixes(&self) -> &super::Prefixes {
         self.rib.advertised_prefixes()
     }
 

@@ -17,7 +17,6 @@ use super::rib_out::ExportConfig;
 use super::socket::{self, Password};
 use driver::Driver;
 use ipnet::IpNet;
-use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use tokio::net::TcpStream;
@@ -30,6 +29,10 @@ use tokio::sync::{mpsc, watch};
 /// handed to [`SessionHandle::set_desired`] and change it for the next one: the session
 /// then looks at the routes that changed only, not every route.
 pub type Routes = imbl::OrdMap<IpNet, Arc<PathAttributes>>;
+
+/// A set of prefixes, persistent like [`Routes`]: [`SessionStatus::advertised`] is copied
+/// for a pointer, and two versions compare by the nodes that differ.
+pub type Prefixes = imbl::OrdSet<IpNet>;
 
 /// Everything needed to run a session with one peer.
 #[derive(Debug, Clone)]
@@ -113,7 +116,7 @@ pub struct SessionStatus {
     /// not withdrawn since: what the peer really holds from us. Empty whenever the
     /// session is not Established (the peer dropped our routes with it) and after a
     /// failed write (the connection is going down).
-    pub advertised: Arc<BTreeSet<IpNet>>,
+    pub advertised: Prefixes,
     /// UPDATE messages received (their routes are dropped).
     pub updates_received: u64,
     /// Prefixes received in those UPDATEs.
@@ -135,7 +138,7 @@ impl Default for SessionStatus {
             prefixes_announced: 0,
             prefixes_withdrawn: 0,
             prefixes_advertised: 0,
-            advertised: Arc::default(),
+            advertised: Prefixes::new(),
             updates_received: 0,
             prefixes_received: 0,
             bfd_held_down: false,

@@ -279,8 +279,11 @@ proptest::proptest! {
             let (a, b) = (wire_check(&a), wire_check(&b));
             proptest::prop_assert_eq!(&a.0, &b.0, "announced");
             proptest::prop_assert_eq!(&a.1, &b.1, "withdrawn");
-            let sent = |r: &RibOut| r.advertised_prefixes().copied().collect::<BTreeSet<IpNet>>();
+            let sent = |r: &RibOut| r.advertised_prefixes().iter().copied().collect::<BTreeSet<IpNet>>();
             proptest::prop_assert_eq!(sent(&whole), sent(&part));
+            // The published set follows what was sent, prefix for prefix.
+            proptest::prop_assert_eq!(whole.advertised_prefixes().len(), whole.advertised());
+            proptest::prop_assert_eq!(part.advertised_prefixes().len(), part.advertised());
             last = routes;
         }
     }

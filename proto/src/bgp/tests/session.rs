@@ -381,8 +381,8 @@ async fn advertised_lists_prefixes_only_after_their_update_went_out_established(
     assert!(!st.is_up() && st.advertised.is_empty(), "{st:?}");
 
     a.set_bfd_up(true).await;
-    let want: std::collections::BTreeSet<IpNet> = routes().keys().copied().collect();
-    let st = wait_for(&a, "A advertised every route", |s| *s.advertised == want).await;
+    let want: crate::bgp::session::Prefixes = routes().keys().copied().collect();
+    let st = wait_for(&a, "A advertised every route", |s| s.advertised == want).await;
     assert!(st.is_up() && st.updates_sent >= 1);
     wait_for(&b, "B received them", |s| s.prefixes_received == 4).await;
 

@@ -20,13 +20,12 @@
 //! over the link's IPv6 next hop (RFC 8950); a router found or lost later restarts it
 //! (the event loop asks [`BgpAnnouncer::routers_changed`] every second).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV6};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ferrolb_api::BgpPeerSpec;
-use ipnet::IpNet;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -37,7 +36,7 @@ use ferrolb_api::settings::{self, PeerError};
 use ferrolb_proto::bfd::{self, Bfd, BfdConfig, BfdHandle, BfdState};
 use ferrolb_proto::bgp::error::subcode;
 use ferrolb_proto::bgp::fsm::State;
-use ferrolb_proto::bgp::session::{self, Listener, SessionConfig, SessionHandle, SessionStatus};
+use ferrolb_proto::bgp::session::{self, Listener, Prefixes, SessionConfig, SessionHandle, SessionStatus};
 use ferrolb_proto::bgp::socket::Password;
 
 mod routes;
@@ -77,32 +76,9 @@ impl Drop for BfdLink {
 /// A peer whose session is not Established has no entry.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BgpAnnounced {
-    /// BGPPeer name → prefixes the peer holds from us.
-    pub by_peer: BTreeMap<String, Arc<BTreeSet<IpNet>>>,
-}
-
-impl BgpAnnounced {
-    /// Every announced prefix with the peers that hold it. Prefixes held by the same
-    /// peers share one set: a set each was 370 bytes per prefix, 3.7 MB of a speaker's
-    /// heap at 10 000 Services (issue #39).
-    pub fn prefixes(&self) -> BTreeMap<IpNet, Arc<BTreeSet<String>>> {
-        let mut holders: BTreeMap<IpNet, Vec<&str>> = BTreeMap::new();
-        for (peer, prefixes) in &self.by_peer {
-            for p in prefixes.iter() {
-                holders.entry(*p).or_default().push(peer);
-            }
-        }
-        let mut shared: BTreeMap<Vec<&str>, Arc<BTreeSet<String>>> = BTreeMap::new();
-        holders
-            .into_iter()
-            .map(|(p, peers)| {
-                let set = shared
-                    .entry(peers)
-                    .or_insert_with_key(|peers| Arc::new(peers.iter().map(|s| (*s).to_owned()).collect()));
-                (p, set.clone())
-            })
-            .collect()
-    }
+    /// BGPPeer name → prefixes the peer holds from us: the session's own set
+    /// ([`SessionStatus::advertised`]), shared, not copied.
+    pub by_peer: BTreeMap<String, Prefixes>,
 }
 
 /// Aborts a task when dropped.
@@ -123,10 +99,10 @@ async fn forward_announced(
     loop {
         let adv = {
             let s = status.borrow_and_update();
-            if s.is_up() { s.advertised.clone() } else { Arc::default() }
+            if s.is_up() { s.advertised.clone() } else { Prefixes::new() }
         };
         out.send_if_modified(|a| match a.by_peer.get(&peer) {
-            Some(cur) if **cur == *adv => false,
+            Some(cur) if *cur == adv => false,
             None if adv.is_empty() => false,
             _ if adv.is_empty() => a.by_peer.remove(&peer).is_some(),
             _ => {

@@ -4,6 +4,7 @@ use crate::plan::RouteAttrs;
 use ferrolb_api::AddressFamily;
 use ferrolb_proto::bgp::Family;
 use ferrolb_proto::bgp::fsm::PeerConfig;
+use ipnet::IpNet;
 
 fn settings(spec: BgpPeerSpec) -> PeerSettings {
     PeerSettings {
@@ -218,7 +219,7 @@ async fn announced_state_lists_prefixes_per_peer_once_sent() {
     assert!(errors.is_empty(), "{errors:?}");
     wait(&mut announced, "the router holds the prefix", |a| !a.by_peer.is_empty()).await;
     let now = announced.borrow_and_update().clone();
-    assert_eq!(now.prefixes(), BTreeMap::from([(vip, Arc::new(BTreeSet::from(["router".to_string()])))]));
+    assert_eq!(now.by_peer, BTreeMap::from([("router".to_string(), Prefixes::unit(vip))]));
     let mut rs = r.watch_status();
     let got = tokio::time::timeout(Duration::from_secs(10), rs.wait_for(|s| s.prefixes_received == 1))
         .await
@@ -246,20 +247,4 @@ async fn announced_state_lists_prefixes_per_peer_once_sent() {
     assert!(!text.contains("peer=\"router\""), "{text}");
     bgp.shutdown().await;
     r.shutdown(2).await;
-}
-
-/// Prefixes the same peers hold share one set of their names.
-#[test]
-fn prefixes_held_by_the_same_peers_share_one_set() {
-    let p = |s: &str| -> ipnet::IpNet { s.parse().unwrap() };
-    let both: BTreeSet<ipnet::IpNet> = [p("203.0.113.1/32"), p("203.0.113.2/32")].into();
-    let mut a_only = both.clone();
-    a_only.insert(p("203.0.113.3/32"));
-    let announced = BgpAnnounced {
-        by_peer: BTreeMap::from([("a".to_owned(), Arc::new(a_only)), ("b".to_owned(), Arc::new(both))]),
-    };
-    let prefixes = announced.prefixes();
-    let peers = |s: &str| prefixes[&p(s)].iter().map(String::as_str).collect::<Vec<_>>();
-    assert_eq!((peers("203.0.113.1/32"), peers("203.0.113.3/32")), (vec!["a", "b"], vec!["a"]));
-    assert!(Arc::ptr_eq(&prefixes[&p("203.0.113.1/32")], &prefixes[&p("203.0.113.2/32")]));
 }

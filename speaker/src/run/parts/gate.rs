@@ -48,7 +48,7 @@ pub(in crate::run) enum Hold {
 
 /// Whether everything `plan` announces is really announced.
 pub(in crate::run) fn caught_up(plan: &Plan, announced: &Announced) -> bool {
-    plan.bgp_addresses().iter().all(|p| announced.bgp.contains_key(p))
+    plan.bgp_addresses().iter().all(|p| announced.holds(p))
         && plan.l2.keys().all(|ip| announced.l2.contains(ip))
 }
 
