@@ -56,12 +56,16 @@ impl Announced {
     }
 }
 
-/// Whether `prefixes` hold `ip`'s host prefix or an aggregate of it: one lookup per
-/// prefix length, not a scan of every prefix.
+/// Whether `prefixes` hold `ip`'s host prefix or an aggregate of it.
 fn covered(prefixes: &Prefixes, ip: IpAddr) -> bool {
+    !prefixes.is_empty() && covered_by(ip, |n| prefixes.contains(n))
+}
+
+/// Whether `holds` says yes to `ip`'s host prefix or to an aggregate of it: one lookup per
+/// prefix length, not a scan of every prefix (10 000 Services × 10 000 routes would not do).
+pub(crate) fn covered_by(ip: IpAddr, holds: impl Fn(&IpNet) -> bool) -> bool {
     let max: u8 = if ip.is_ipv4() { 32 } else { 128 };
-    !prefixes.is_empty()
-        && (0..=max).rev().any(|len| IpNet::new(ip, len).is_ok_and(|n| prefixes.contains(&n.trunc())))
+    (0..=max).rev().any(|len| IpNet::new(ip, len).is_ok_and(|n| holds(&n.trunc())))
 }
 
 /// Keeps an [`Announced`] watch up to date from the BGP announcer and, while one runs,

@@ -15,7 +15,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use ferrolb_api::AnnouncementProtocol;
-use ipnet::IpNet;
 
 use super::record::{Interner, Record};
 use crate::model::{self, ClusterModel, ServiceInfo, ServiceKey};
@@ -101,11 +100,9 @@ pub fn shown(svc: &ServiceInfo, plan: &Plan, uid: &Arc<str>, names: &mut Interne
     })
 }
 
-/// Whether a route covers `ip`: its host prefix or an aggregate of it (one lookup per
-/// prefix length, not a scan of every route: 10k Services × 10k routes would not do).
+/// Whether a route covers `ip`: its host prefix or an aggregate of it.
 pub(super) fn covered(routes: &PeerRoutes, ip: IpAddr) -> bool {
-    let max: u8 = if ip.is_ipv4() { 32 } else { 128 };
-    (0..=max).rev().any(|len| IpNet::new(ip, len).is_ok_and(|n| routes.contains_key(&n.trunc())))
+    crate::announce::covered_by(ip, |n| routes.contains_key(n))
 }
 
 /// What changed in the status since the last plan: each Service's new status (None:
