@@ -77,21 +77,6 @@ impl Plan {
         self.bgp.values().flat_map(|r| r.keys().copied()).collect()
     }
 
-    /// Turns the `draining` flag into attributes: GRACEFUL_SHUTDOWN on every peer,
-    /// LOCAL_PREF 0 on iBGP peers. Idempotent.
-    fn mark_draining(&mut self) {
-        for (peer, routes) in &mut self.bgp {
-            let ibgp = self.ibgp.contains(peer);
-            *routes = std::mem::take(routes)
-                .into_iter()
-                .map(|(p, mut a)| {
-                    a.mark_draining(ibgp);
-                    (p, a)
-                })
-                .collect();
-        }
-    }
-
     /// Stops answering for `expired` addresses handed over to their successor (their
     /// handover grace has passed).
     pub fn expire_l2_handovers(&mut self, expired: &BTreeSet<IpAddr>, grace: std::time::Duration) {
@@ -107,16 +92,22 @@ impl Plan {
     /// Drains every BGP announcement (SIGTERM): routers move traffic away before the
     /// sessions close.
     pub fn drain_all(&mut self, reason: &str) {
-        for routes in self.bgp.values_mut() {
+        // Each route marked draining, with its attributes (GRACEFUL_SHUTDOWN, and
+        // LOCAL_PREF 0 on iBGP peers).
+        for (peer, routes) in &mut self.bgp {
+            let ibgp = self.ibgp.contains(peer);
             *routes = std::mem::take(routes)
                 .into_iter()
-                .map(|(p, a)| (p, RouteAttrs { draining: true, ..a }))
+                .map(|(p, a)| {
+                    let mut a = RouteAttrs { draining: true, ..a };
+                    a.mark_draining(ibgp);
+                    (p, a)
+                })
                 .collect();
         }
         for p in self.bgp_addresses() {
             self.draining.entry(p.addr()).or_insert_with(|| reason.to_owned());
         }
-        self.mark_draining();
     }
 
     /// Withdraws the draining announcements of `expired` addresses (their drain

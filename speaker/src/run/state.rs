@@ -150,8 +150,9 @@ impl State {
             let _ = p.send(new.clone());
         }
         let old = std::mem::replace(&mut self.plan, new);
-        let entries = old.bgp.values().map(crate::plan::PeerRoutes::len).sum::<usize>();
-        crate::drop_later(old, entries);
+        // The old plan's routes share every node with the new one's but those of the
+        // Services this plan recomputed: only a rebuild leaves much to free.
+        crate::drop_later(old, self.planner.recomputed());
         self.update_gates();
         self.metrics.replan_seconds.observe(started.elapsed().as_secs_f64());
     }

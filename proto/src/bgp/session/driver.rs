@@ -8,7 +8,6 @@ use crate::bgp::message::{DecodeContext, EncodeContext, Message, frame_len};
 use crate::bgp::socket::{self, ConnectOptions};
 use crate::time::sleep_until;
 use bytes::BytesMut;
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
