@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
-use tokio::sync::{mpsc, watch};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -28,6 +28,9 @@ enum ConnEvent {
 struct Conn {
     writer: OwnedWriteHalf,
     reader: JoinHandle<()>,
+    /// Tells the reader that a write failed, and why: it hands on what the peer had
+    /// already sent, then reports the connection closed.
+    write_failed: Option<oneshot::Sender<String>>,
     local: Option<SocketAddr>,
 }
 
@@ -148,43 +151,10 @@ impl Driver {
         self.next_id += 1;
         let local = stream.local_addr().ok();
         let _ = stream.set_nodelay(true);
-        let (mut rd, writer) = stream.into_split();
-        let tx = self.ev_tx.clone();
-        let reader = tokio::spawn(async move {
-            let mut buf = BytesMut::with_capacity(8192);
-            loop {
-                // Frame on the header's length; decoding waits for the negotiated context.
-                loop {
-                    match frame_len(&buf) {
-                        Ok(Some(n)) if buf.len() >= n => {
-                            let frame = buf.split_to(n).freeze();
-                            if tx.send(ConnEvent::Frame(id, frame)).await.is_err() {
-                                return;
-                            }
-                        }
-                        Ok(_) => break,
-                        Err(_) => {
-                            // Let the decoder produce the matching NOTIFICATION.
-                            let frame = buf.split().freeze();
-                            let _ = tx.send(ConnEvent::Frame(id, frame)).await;
-                            return;
-                        }
-                    }
-                }
-                match rd.read_buf(&mut buf).await {
-                    Ok(0) => {
-                        let _ = tx.send(ConnEvent::Closed(id, "closed by peer".into())).await;
-                        return;
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        let _ = tx.send(ConnEvent::Closed(id, e.to_string())).await;
-                        return;
-                    }
-                }
-            }
-        });
-        self.conns.insert(id, Conn { writer, reader, local });
+        let (rd, writer) = stream.into_split();
+        let (write_failed, failed_rx) = oneshot::channel();
+        let reader = tokio::spawn(read_frames(id, rd, failed_rx, self.ev_tx.clone()));
+        self.conns.insert(id, Conn { writer, reader, write_failed: Some(write_failed), local });
         self.local(id);
         id
     }
@@ -321,8 +291,11 @@ impl Driver {
         };
         if let Some(e) = err {
             tracing::debug!(error = %e, "write failed");
-            // The FSM learns of it as a connection failure.
-            let _ = self.ev_tx.try_send(ConnEvent::Closed(id, e));
+            // The FSM learns of it as a connection failure, from the reader: after what the
+            // peer sent before it went (a reset peer's NOTIFICATION says why it left).
+            if let Some(tell) = conn.write_failed.take() {
+                let _ = tell.send(e);
+            }
             return false;
         }
         if matches!(msg, Message::Update(_)) {
@@ -362,5 +335,78 @@ impl Driver {
             self.status.advertised = Prefixes::new();
         }
         self.status_tx.send_replace(self.status.clone());
+    }
+}
+
+/// A connection's reader: hands on each whole frame read, in order, then how the
+/// connection ended. When a write fails (`write_failed`), what the peer sent before is
+/// read without waiting and handed on first.
+async fn read_frames(
+    id: ConnId,
+    mut rd: OwnedReadHalf,
+    mut write_failed: oneshot::Receiver<String>,
+    tx: mpsc::Sender<ConnEvent>,
+) {
+    let mut buf = BytesMut::with_capacity(8192);
+    let mut closing = None;
+    loop {
+        // Frame on the header's length; decoding waits for the negotiated context.
+        loop {
+            match frame_len(&buf) {
+                Ok(Some(n)) if buf.len() >= n => {
+                    let frame = buf.split_to(n).freeze();
+                    if tx.send(ConnEvent::Frame(id, frame)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => break,
+                Err(_) => {
+                    // Let the decoder produce the matching NOTIFICATION.
+                    let frame = buf.split().freeze();
+                    let _ = tx.send(ConnEvent::Frame(id, frame)).await;
+                    return;
+                }
+            }
+        }
+        if let Some(why) = closing {
+            let _ = tx.send(ConnEvent::Closed(id, why)).await;
+            return;
+        }
+        tokio::select! {
+            biased;
+            read = rd.read_buf(&mut buf) => match read {
+                Ok(0) => closing = Some("closed by peer".to_owned()),
+                Ok(_) => {}
+                Err(e) => closing = Some(e.to_string()),
+            },
+            why = &mut write_failed => {
+                // The connection is going: what already arrived, then the write's error.
+                let Ok(why) = why else { return };
+                read_arrived(&rd, &mut buf);
+                closing = Some(why);
+            }
+        }
+    }
+}
+
+/// The most [`read_arrived`] takes: more than a socket's receive buffer holds.
+const READ_ARRIVED_MAX: usize = 1 << 20;
+
+/// Appends to `buf` what the socket holds already, without waiting. Straight from the
+/// kernel: tokio reads only what its poll has reported, and a reset peer's last words may
+/// have arrived since (the kernel keeps them readable after the reset).
+fn read_arrived(rd: &OwnedReadHalf, buf: &mut BytesMut) {
+    use std::io::Read;
+    let sock = socket2::SockRef::from(rd.as_ref());
+    let mut chunk = [0u8; 4096];
+    // The socket is non-blocking (tokio's): WouldBlock, the end or an error stops it, or
+    // a peer that keeps sending, after a bound.
+    let mut left = READ_ARRIVED_MAX;
+    while let Ok(n @ 1..) = (&*sock).read(&mut chunk) {
+        buf.extend_from_slice(&chunk[..n]);
+        left = left.saturating_sub(n);
+        if left == 0 {
+            break;
+        }
     }
 }

@@ -1,4 +1,5 @@
 //! Two session drivers talking over loopback: active ↔ passive, routes, shutdown, TCP MD5.
+use crate::bgp::error::subcode;
 use crate::bgp::fsm::{PeerConfig, State};
 use crate::bgp::session::Routes;
 use crate::bgp::session::{self, Listener, SessionConfig, SessionHandle, SessionStatus};
@@ -402,4 +403,54 @@ async fn advertised_lists_prefixes_only_after_their_update_went_out_established(
     a.shutdown(2).await;
     let snapshots = checker.await.expect("invariant held on every snapshot");
     assert!(snapshots >= 3, "the checker saw the session's life ({snapshots} snapshots)");
+}
+
+/// A peer that sends a NOTIFICATION and resets the connection is down for the reason
+/// its NOTIFICATION gives, also when A's next write fails before A has read it (the
+/// failed write used to overtake it: "TCP connection failed or closed").
+///
+/// One thread, so the order is the runtime's: the routes wake A's driver, whose UPDATE
+/// meets the reset before the runtime has polled the socket for the NOTIFICATION.
+#[tokio::test(flavor = "current_thread")]
+async fn a_reset_peers_notification_is_the_reason_though_a_write_fails_first() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn frame(conn: &mut tokio::net::TcpStream) -> Message {
+        let mut head = [0u8; 19];
+        conn.read_exact(&mut head).await.expect("header");
+        let len = usize::from(u16::from_be_bytes([head[16], head[17]]));
+        let mut whole = head.to_vec();
+        whole.resize(len, 0);
+        conn.read_exact(&mut whole[19..]).await.expect("body");
+        Message::decode(&mut bytes::Bytes::from(whole), &DecodeContext::default()).expect("a message")
+    }
+    async fn send(conn: &mut tokio::net::TcpStream, m: Message) {
+        let mut buf = bytes::BytesMut::new();
+        m.encode(&mut buf, &EncodeContext::default());
+        conn.write_all(&buf).await.expect("write");
+    }
+
+    let peer = tokio::net::TcpListener::bind(SocketAddr::new(IpAddr::V4(B_IP), 0)).await.expect("bind");
+    let mut a_cfg = SessionConfig::new(PeerConfig::new(65001, 65002, A_IP), peer.local_addr().expect("addr"));
+    a_cfg.local_addr = Some(IpAddr::V4(A_IP));
+    let a = session::spawn(a_cfg);
+    let (mut conn, _) = peer.accept().await.expect("A connects");
+    assert!(matches!(frame(&mut conn).await, Message::Open(_)));
+    send(&mut conn, Message::Open(Open::new(65002, 90, B_IP, Vec::new()))).await;
+    send(&mut conn, Message::Keepalive).await;
+    assert_eq!(frame(&mut conn).await, Message::Keepalive);
+    // Established, with its End-of-RIB (an UPDATE) written.
+    let up = wait_for(&a, "A established", |s| s.is_up() && s.updates_sent > 0).await;
+
+    send(&mut conn, Message::Notification(Notification::cease(subcode::CEASE_ADMIN_SHUTDOWN))).await;
+    let conn = conn.into_std().expect("std");
+    socket2::SockRef::from(&conn).set_linger(Some(Duration::ZERO)).expect("linger");
+    drop(conn);
+    // Blocking, so nothing of A runs meanwhile: the kernel takes the reset.
+    std::thread::sleep(Duration::from_millis(50));
+    a.set_desired(routes());
+    let down = wait_for(&a, "A down", |s| s.last_down_reason.is_some()).await;
+    let why = down.last_down_reason.as_deref().expect("reason");
+    assert!(why.contains("peer sent NOTIFICATION cease (6/2)"), "{why}");
+    assert_eq!(down.updates_sent, up.updates_sent, "the routes' UPDATE was not written: {down:?}");
+    a.shutdown(2).await;
 }
