@@ -93,20 +93,19 @@ impl Plan {
     /// sessions close.
     pub fn drain_all(&mut self, reason: &str) {
         // Each route marked draining, with its attributes (GRACEFUL_SHUTDOWN, and
-        // LOCAL_PREF 0 on iBGP peers).
-        for (peer, routes) in &mut self.bgp {
-            let ibgp = self.ibgp.contains(peer);
+        // LOCAL_PREF 0 on iBGP peers), and its address draining: one pass over the routes.
+        let Plan { bgp, ibgp, draining, .. } = self;
+        for (peer, routes) in bgp {
+            let ibgp = ibgp.contains(peer);
             *routes = std::mem::take(routes)
                 .into_iter()
                 .map(|(p, a)| {
+                    draining.entry(p.addr()).or_insert_with(|| reason.to_owned());
                     let mut a = RouteAttrs { draining: true, ..a };
                     a.mark_draining(ibgp);
                     (p, a)
                 })
                 .collect();
-        }
-        for p in self.bgp_addresses() {
-            self.draining.entry(p.addr()).or_insert_with(|| reason.to_owned());
         }
     }
 
