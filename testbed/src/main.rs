@@ -335,6 +335,10 @@ enum Bench {
         /// not just the maximum).
         #[arg(long, default_value_t = 100)]
         late: usize,
+        /// With an L2Advertisement (of a pool no Service uses), so every speaker watches every
+        /// Node as in a cluster that announces on L2: what the Nodes cost each speaker.
+        #[arg(long)]
+        l2: bool,
         /// Write the figures as BENCHMARKS.md's cluster-scale section, with log-log plots
         /// under benchmarks/ (the rest of the file stays as `bench report` wrote it).
         #[arg(long)]
@@ -455,7 +459,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bench { bench: Bench::ControllerMemory { services, real } } => {
             Ok(ferrolb_bench::controller_memory::run(&services, real)?)
         }
-        Cmd::Bench { bench: Bench::Scale { nodes, services, rest_seconds, late, write, rewrite } } => {
+        Cmd::Bench { bench: Bench::Scale { nodes, services, rest_seconds, late, l2, write, rewrite } } => {
             use ferrolb_bench::scale;
             if rewrite {
                 return Ok(scale::write::rewrite(&ferrolb_lab::binary::workspace_root())?);
@@ -464,6 +468,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(scale::run(&scale::Params {
                 nodes,
                 services,
+                l2,
                 settings: scale::Settings { rest, late },
                 write,
             })?)

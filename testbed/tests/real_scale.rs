@@ -32,7 +32,7 @@ use ferrolb_bench::scale::{self, Settings, Size};
 #[test]
 fn ferrolb_is_quiet_at_rest_lists_nothing_per_change_and_once_per_kind_on_a_restart() {
     let settings = Settings::default();
-    let f = scale::measure(Size { nodes: 100, services: 100 }, &settings).unwrap();
+    let f = scale::measure(Size { nodes: 100, services: 100, l2: false }, &settings).unwrap();
     f.print();
 
     // At rest: watches and Lease renewals only, and renewals there are (the window was

@@ -58,6 +58,8 @@ pub struct Params {
     pub nodes: Vec<usize>,
     /// Services.
     pub services: Vec<usize>,
+    /// Each size with an L2Advertisement ([`Size::l2`]).
+    pub l2: bool,
     /// What every size runs with.
     pub settings: Settings,
     /// Write the figures into BENCHMARKS.md's cluster-scale section and its plots.
@@ -71,6 +73,9 @@ pub struct Size {
     pub nodes: usize,
     /// LoadBalancer Services made before the measurements.
     pub services: usize,
+    /// With an L2Advertisement too (of a pool no Service uses): every speaker then
+    /// watches every Node, as speakers of an L2 cluster do.
+    pub l2: bool,
 }
 
 /// What every size runs with.
@@ -108,8 +113,9 @@ pub fn run(p: &Params) -> Result<(), Error> {
     let mut all = Vec::new();
     for &nodes in &p.nodes {
         for &services in &p.services {
-            let size = Size { nodes, services };
-            println!("\n=== bench scale: {nodes} fake Nodes, {services} Services ===");
+            let size = Size { nodes, services, l2: p.l2 };
+            let l2 = if p.l2 { ", an L2Advertisement" } else { "" };
+            println!("\n=== bench scale: {nodes} fake Nodes, {services} Services{l2} ===");
             let figures = measure(size, &p.settings)?;
             figures.print();
             all.push(figures);
@@ -280,8 +286,8 @@ pub fn measure(size: Size, settings: &Settings) -> Result<Figures, Error> {
     let started = Instant::now();
     let lab = Lab::up(LabConfig::nodes(SPEAKERS))?;
     let cluster = Cluster::start(&lab, &ClusterConfig { kwok_nodes: size.nodes, ..Default::default() })?;
-    ferrolb::install(&cluster, "bgp")?;
-    cluster.kubectl_stdin(&["apply", "-f", "-"], &workload::configuration(size.services))?;
+    ferrolb::install(&cluster, if size.l2 { "l2-bgp" } else { "bgp" })?;
+    cluster.kubectl_stdin(&["apply", "-f", "-"], &workload::configuration(size.services, size.l2))?;
     workload::wait_ready(&cluster, size.services)?;
     let bird = Bird::start(&lab, &RouterSpec::default())?;
     let mut ctl = BirdCtl::connect(&routes::bird_socket(&lab))?;

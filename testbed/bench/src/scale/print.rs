@@ -17,6 +17,11 @@ impl Figures {
             "  {} fake Nodes (kwok) and {SPEAKERS} real ones, each running a speaker (BGP to BIRD), the controller on node{SPEAKERS}",
             s.nodes
         );
+        if s.l2 {
+            println!(
+                "  and an L2Advertisement (of a pool no Service uses): every speaker watches every Node"
+            );
+        }
         println!(
             "  {} LoadBalancer Services (policy Cluster) with {} fake pods each, then {} created one at a time and 1 for the change",
             s.services,
@@ -264,6 +269,10 @@ fn spread(samples: &[Duration]) -> Option<String> {
 pub struct Row {
     pub(super) nodes: usize,
     pub(super) services: usize,
+    /// Measured with an L2Advertisement ([`super::Size::l2`]): every speaker watching
+    /// every Node.
+    #[serde(default)]
+    pub(super) l2: bool,
     /// Fake pods behind each Service.
     pub(super) pods: usize,
     /// Requests a second at rest besides watches and Lease renewals.
@@ -347,6 +356,11 @@ impl Traffic {
 }
 
 impl Row {
+    /// The fake Nodes, marked when every speaker watched every Node.
+    pub(super) fn nodes_cell(&self) -> String {
+        if self.l2 { format!("{} (L2)", self.nodes) } else { self.nodes.to_string() }
+    }
+
     pub(super) fn of(f: &Figures) -> Row {
         let rest = f.rest.requests.busy().values().sum::<usize>();
         let speakers: Vec<&super::Process> =
@@ -355,6 +369,7 @@ impl Row {
         Row {
             nodes: f.size.nodes,
             services: f.size.services,
+            l2: f.size.l2,
             pods: f.pods_per_service,
             rest_rate: f.rest.requests.rate(rest),
             change_lists: [&f.port_change, &f.new_service]
@@ -445,7 +460,8 @@ pub(super) fn summary(all: &[Figures]) {
             row.cells();
         println!(
             "  {:>6} {:>8} {rate:>10} {lists:>8} {writes:>8} {restart:>9} {rss:>9} {heap:>9} {cpu:>10} {controller:>10} {route:>15} {after:>12} {timed:>5} {replan:>8}",
-            row.nodes, row.services
+            row.nodes_cell(),
+            row.services
         );
     }
     println!("  (a) besides watches and the controller's Lease renewals; goal ≈ 0");
@@ -486,7 +502,8 @@ pub(super) fn summary(all: &[Figures]) {
         let [re, rk, ne, nk, pe, pk, rm, all] = t.cells(row.nodes);
         println!(
             "  {:>6} {:>8} {re:>10} {rk:>10} {ne:>10} {nk:>10} {pe:>10} {pk:>10} {rm:>10}  {all}",
-            row.nodes, row.services
+            row.nodes_cell(),
+            row.services
         );
     }
 }

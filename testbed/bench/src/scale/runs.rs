@@ -53,7 +53,7 @@ pub fn save(path: &Path, runs: &[Run]) -> Result<(), Error> {
 /// `kept` with `new` added: the sizes `new` measured leave the older runs, and a run
 /// left with no size goes.
 pub fn merge(kept: Vec<Run>, new: Run) -> Vec<Run> {
-    let size = |r: &Row| (r.nodes, r.services);
+    let size = |r: &Row| (r.nodes, r.services, r.l2);
     let mut runs: Vec<Run> = kept
         .into_iter()
         .map(|mut run| {
@@ -70,7 +70,7 @@ pub fn merge(kept: Vec<Run>, new: Run) -> Vec<Run> {
 pub fn rows(runs: &[Run]) -> Vec<(usize, &Row)> {
     let mut all: Vec<(usize, &Row)> =
         runs.iter().enumerate().flat_map(|(i, run)| run.rows.iter().map(move |r| (i, r))).collect();
-    all.sort_by_key(|(_, r)| (r.nodes, r.services));
+    all.sort_by_key(|(_, r)| (r.nodes, r.services, r.l2));
     all
 }
 
@@ -86,6 +86,7 @@ pub(super) fn sample_row(nodes: usize, services: usize) -> Row {
     Row {
         nodes,
         services,
+        l2: false,
         pods: 3,
         rest_rate: 0.0,
         change_lists: 0,
@@ -128,6 +129,25 @@ mod tests {
         let table: Vec<(usize, usize, usize)> =
             rows(&merged).iter().map(|(i, r)| (*i, r.nodes, r.services)).collect();
         assert_eq!(table, [(1, 100, 1000), (0, 1000, 100), (0, 1000, 1000), (1, 5000, 1000)]);
+    }
+
+    #[test]
+    fn a_size_measured_with_an_l2_advertisement_is_a_size_of_its_own() {
+        let l2 = Row { l2: true, ..row(5000, 1000, 40.0) };
+        let merged = merge(vec![run("bgp", vec![row(5000, 1000, 30.0)])], run("l2", vec![l2.clone()]));
+        let table: Vec<(&str, bool)> =
+            rows(&merged).iter().map(|(i, r)| (merged[*i].date.as_str(), r.l2)).collect();
+        assert_eq!(table, [("bgp", false), ("l2", true)], "neither replaces the other");
+        assert_eq!(
+            (l2.nodes_cell(), row(5000, 1000, 30.0).nodes_cell()),
+            ("5000 (L2)".into(), "5000".into())
+        );
+        // Runs written before the field: BGP only.
+        let old: Row = serde_json::from_str(
+            &serde_json::to_string(&row(100, 100, 1.0)).unwrap().replace(r#""l2":false,"#, ""),
+        )
+        .unwrap();
+        assert!(!old.l2);
     }
 
     #[test]

@@ -108,9 +108,42 @@ fn fifty_thousand_services_spread_over_namespaces_within_the_upstream_threshold(
     assert!(!workload::is_benchs(None));
 }
 
+/// `--l2` adds an L2Advertisement of a pool no Service can take (no auto-assignment), in
+/// the lab's LAN below its L2 pool; without it there is none, so speakers watch their own
+/// Node only.
+#[test]
+fn the_l2_variant_adds_an_advertisement_of_a_pool_no_service_takes() {
+    let objects = |l2| -> Vec<serde_json::Value> {
+        workload::configuration(10, l2)
+            .split("\n---\n")
+            .filter(|d| !d.trim().is_empty())
+            .map(|d| serde_saphyr::from_str(d).expect("a YAML object"))
+            .collect()
+    };
+    let kinds = |objs: &[serde_json::Value], kind: &str| -> Vec<serde_json::Value> {
+        objs.iter().filter(|o| o["kind"] == kind).cloned().collect()
+    };
+    assert!(kinds(&objects(false), "L2Advertisement").is_empty());
+    let with = objects(true);
+    let [adv] = kinds(&with, "L2Advertisement").try_into().expect("one L2Advertisement");
+    let pool_name = adv["spec"]["ipAddressPools"][0].as_str().expect("a pool named").to_owned();
+    let pools = kinds(&with, "IPAddressPool");
+    let pool = pools.iter().find(|p| p["metadata"]["name"] == pool_name.as_str()).expect("its pool");
+    assert_eq!(pool["spec"]["autoAssign"], false, "{pool}");
+    let others: Vec<&serde_json::Value> =
+        pools.iter().filter(|p| p["metadata"]["name"] != pool_name.as_str()).collect();
+    assert!(others.iter().all(|p| p["spec"]["autoAssign"].is_null()), "the Services' pool auto-assigns");
+    let cidr = pool["spec"]["addresses"][0].as_str().expect("a CIDR");
+    let (first, len) = v4_range(cidr);
+    let (lan, lan_len) = v4_range(ferrolb_lab::addressing::LAN_V4);
+    let l2_first: std::net::Ipv4Addr = ferrolb_lab::addressing::L2_POOL_V4.0.parse().unwrap();
+    assert!(first >= lan && u64::from(first) + len <= u64::from(lan) + lan_len, "{cidr} is outside the LAN");
+    assert!(u64::from(first) + len <= u64::from(u32::from(l2_first)), "{cidr} overlaps the lab's L2 pool");
+}
+
 #[test]
 fn a_size_the_addresses_cannot_hold_is_refused_before_any_lab() {
-    let size = Size { nodes: 1, services: workload::most_services() };
+    let size = Size { nodes: 1, services: workload::most_services(), l2: false };
     let e = super::measure(size, &Settings::default()).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.contains("need more addresses than the bench's pool and ClusterIP ranges hold"), "{e}");
 }

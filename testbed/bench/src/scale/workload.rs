@@ -34,6 +34,11 @@ const EXTRA_SERVICE_CIDRS: &[&str] =
 /// Fake pods' addresses kwok has ([`ferrolb_cluster::kwok::FAKE_POD_V4`]: 16 382), with
 /// room to spare.
 const POD_ADDRESSES: usize = 16_000;
+/// The pool of the L2Advertisement of `--l2`: no auto-assignment, and no Service asks
+/// for it, so every Service still takes [`POOL`]'s addresses.
+const L2_POOL: &str = "scale-l2";
+/// Its addresses: a few of the lab's LAN, outside its L2 pool.
+const L2_ADDRESSES: &str = "192.0.2.192/29";
 /// Pods behind each Service when addresses allow.
 const MAX_PODS_PER_SERVICE: usize = 3;
 /// Services created at once; and Services whose pods are created at once.
@@ -68,8 +73,10 @@ pub(super) fn is_benchs(ns: Option<&str>) -> bool {
 }
 
 /// ferrolb's configuration and the bench's namespaces for `services` measured Services:
-/// the pool, the router as a BGPPeer and the advertisement, more ClusterIPs.
-pub(super) fn configuration(services: usize) -> String {
+/// the pool, the router as a BGPPeer and the advertisement, more ClusterIPs; with `l2`, an
+/// L2Advertisement of a pool of its own that no Service uses, which makes every speaker
+/// watch every Node (as in a cluster that announces on L2) and changes nothing else.
+pub(super) fn configuration(services: usize, l2: bool) -> String {
     let mut objects: Vec<String> = namespaces(services)
         .map(|ns| format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"))
         .collect();
@@ -84,6 +91,14 @@ pub(super) fn configuration(services: usize) -> String {
         yaml::router_peer_v4(&[]),
         yaml::bgp_advertisement("scale", &["ipAddressPools: [scale]"]),
     ]);
+    if l2 {
+        objects.extend([
+            format!(
+                "apiVersion: ferrolb.io/v1alpha1\nkind: IPAddressPool\nmetadata: {{name: {L2_POOL}}}\nspec: {{addresses: [\"{L2_ADDRESSES}\"], autoAssign: false}}\n"
+            ),
+            yaml::l2_advertisement(L2_POOL, &[&format!("ipAddressPools: [{L2_POOL}]")]),
+        ]);
+    }
     yaml::stream(&objects)
 }
 
