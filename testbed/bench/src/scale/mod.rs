@@ -97,6 +97,10 @@ impl Default for Settings {
 const SPEAKERS: usize = 2;
 /// Any single wait that does not grow with the size (a start, a session, a restart).
 const T: Duration = Duration::from_secs(120);
+/// The longest kwok waits to rewrite a Ready fake Node's status, and then between two
+/// rewrites (its stage `node-heartbeat-with-lease`: 600 s plus up to 10 s of jitter), as a
+/// kubelet does at least every 5 minutes.
+const KWOK_HEARTBEAT: Duration = Duration::from_secs(610);
 /// How long ferrolb must have sent nothing but watches and Lease renewals to be at rest.
 const QUIET: Duration = Duration::from_secs(3);
 
@@ -286,6 +290,7 @@ pub fn measure(size: Size, settings: &Settings) -> Result<Figures, Error> {
     let started = Instant::now();
     let lab = Lab::up(LabConfig::nodes(SPEAKERS))?;
     let cluster = Cluster::start(&lab, &ClusterConfig { kwok_nodes: size.nodes, ..Default::default() })?;
+    let nodes_ready = Instant::now();
     ferrolb::install(&cluster, if size.l2 { "l2-bgp" } else { "bgp" })?;
     cluster.kubectl_stdin(&["apply", "-f", "-"], &workload::configuration(size.services, size.l2))?;
     workload::wait_ready(&cluster, size.services)?;
@@ -331,6 +336,17 @@ pub fn measure(size: Size, settings: &Settings) -> Result<Figures, Error> {
     let setup = Setup { cluster_up, created, settled: t.elapsed() };
     println!("  at rest {:.1} s after the first create", setup.settled.as_secs_f64());
 
+    if size.l2 {
+        // Each fake Node's status is rewritten from KWOK_HEARTBEAT after it became Ready:
+        // before that, no Node changes for the speakers to receive.
+        if let Some(left) = (nodes_ready + KWOK_HEARTBEAT).checked_duration_since(Instant::now()) {
+            println!(
+                "  waiting {:.0} s more for kwok's Node status writes to begin (each Node every 600-610 s)",
+                left.as_secs_f64()
+            );
+            std::thread::sleep(left);
+        }
+    }
     let rest = at_rest(&lab, &cluster, &controller, &speakers, settings.rest)?;
     let mut total = size.services;
     let replans_before: Vec<Option<Replans>> = (1..=SPEAKERS).map(|i| replans(&lab, i)).collect();
