@@ -133,10 +133,18 @@ pub fn writes_watched(c: &Call) -> bool {
     c.is_write() && matches!(kind, "nodes" | "services" | "endpointslices")
 }
 
+/// A write of a Node's status: a kubelet's heartbeat (kwok's, for fake Nodes), at least
+/// every 5 minutes for each Node (kwok: 600-610 s). Every speaker of an L2 cluster receives
+/// each one, so in `--l2` runs they never stop for [`QUIET`] once they began.
+pub fn is_heartbeat(c: &Call) -> bool {
+    c.is_write() && c.request.resource == "nodes/status"
+}
+
 /// Waits until, for [`QUIET`] (counting from now: what came before does not matter),
 /// ferrolb has sent nothing but watches and Lease renewals and nobody else has written
 /// what the speakers watch ([`writes_watched`]: e.g. kube-controller-manager's TTL
-/// controller annotating a thousand new Nodes at 20 writes a second).
+/// controller annotating a thousand new Nodes at 20 writes a second) — but for Nodes'
+/// status ([`is_heartbeat`]), which never stops in a live cluster.
 pub(super) fn wait_quiet(cluster: &Cluster, timeout: Duration) -> Result<(), Error> {
     let window = Window::open(cluster);
     let ours = users();
@@ -152,7 +160,13 @@ pub(super) fn wait_quiet(cluster: &Cluster, timeout: Duration) -> Result<(), Err
             let last = window
                 .calls(&[], now)
                 .iter()
-                .filter(|c| if ours.contains(&c.request.user) { is_busy(c) } else { writes_watched(c) })
+                .filter(|c| {
+                    if ours.contains(&c.request.user) {
+                        is_busy(c)
+                    } else {
+                        writes_watched(c) && !is_heartbeat(c)
+                    }
+                })
                 .filter_map(|c| c.request.received_us)
                 .max()
                 .unwrap_or(window.from_us());

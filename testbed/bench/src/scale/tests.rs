@@ -23,6 +23,20 @@ fn line(sa: &str, node: Option<&str>, verb: &str, resource: &str, uri: &str) -> 
     )
 }
 
+/// Node status writes (heartbeats) do not keep the bench from rest; the TTL controller's
+/// annotations of new Nodes, and reads, are not heartbeats.
+#[test]
+fn only_writes_of_a_nodes_status_are_heartbeats() {
+    let call = |verb: &str, resource: &str| {
+        Call::parse(&line("x", None, verb, resource, "/api/v1/nodes/n")).unwrap()
+    };
+    assert!(super::requests::is_heartbeat(&call("patch", "nodes/status")));
+    assert!(super::requests::writes_watched(&call("patch", "nodes/status")), "still counted as a write");
+    assert!(!super::requests::is_heartbeat(&call("patch", "nodes")));
+    assert!(!super::requests::is_heartbeat(&call("get", "nodes/status")));
+    assert!(!super::requests::is_heartbeat(&call("patch", "services/status")));
+}
+
 #[test]
 fn requests_are_counted_per_component_and_kind() {
     let calls: Vec<Call> = [
