@@ -137,6 +137,9 @@ fn section(runs: &[Run]) -> String {
     }
     s.push_str(FIFTY_THOUSAND);
     s.push_str(&traffic_table(runs));
+    if runs::rows(runs).iter().any(|(_, r)| r.l2) {
+        s.push_str(EVERY_NODE);
+    }
     s.push_str(&format!("\n![speaker memory vs Services]({}/scale-memory.svg)\n", document::FIGURES));
     s.push_str(&format!(
         "\n![Service created → route vs Services]({}/scale-latency.svg)\n",
@@ -182,6 +185,29 @@ const FIFTY_THOUSAND: &str = "\n**50 000 Services** (run G, 100 fake Nodes): at 
     UTC), the speaker's mean plan while Services were timed fell from 9.4 to 0.2 ms at 100 Nodes and from \
     9.9 to 0.1 ms at 5 000, its RSS from 52.1 and 53.6 to 45.2 MiB, and ferrolb's part of created → route p99 \
     from 52 and 50 to 33 and 26 ms.\n";
+
+/// What the sizes marked L2 (`--l2`) show: the Nodes' cost when every speaker watches
+/// every Node.
+const EVERY_NODE: &str = "\n**With an L2Advertisement** (rows marked L2, `bench scale --l2`: an \
+    L2Advertisement of a pool no Service takes, everything else as in the other rows) every speaker \
+    watches every Node, as speakers of an L2 cluster do (elections read other Nodes' labels, \
+    readiness and addresses). Each write of a Node's status then reaches every speaker. In the rest \
+    windows of runs H and I kwok rewrote 400 and 397 Nodes' status (about 20 a second at both \
+    sizes: kwok's own pace, not its stage's 600-610 s per Node) and each speaker received one watch \
+    event for each, 3.9 KiB, 77 KiB a second, against bookmarks only without an L2Advertisement \
+    (rows A and D). A kubelet writes its Node's status at least every 5 minutes, so a speaker of a \
+    5 000-node L2 cluster receives at least 17 such events a second (64 KiB a second at these \
+    Nodes' size; real Nodes, with their image lists, are larger), and the apiserver sends all \
+    speakers together 5 000 times that: 83 000 events and 315 MiB a second, growing as nodes \
+    squared. The speaker's own cost stays small: at 5 000 Nodes 1.25 % of a core at rest (row D: \
+    0.05 %), 28.6 MiB RSS and 8.6 MiB of heap (19.4 and 4.2), 2.1 MiB received on a restart, the \
+    list of every Node included (0.4). In these rows the figures for one Service changed count the \
+    Node events that arrived meanwhile too. A first run at 1 000 Nodes (2026-12-02 08:12 UTC, \
+    release builds of 3dea516; not kept, the run stopped at its 5 000-Node size) found each speaker \
+    using 20 % of a core at rest with the same events (365 in its rest window): its membership \
+    reader, which keeps the L2 heartbeat's 5 ms tick, rounded its wait down to whole milliseconds \
+    and polled without waiting through the last one before each tick. Fixed in 1e76f00; runs H and \
+    I are after it (run I: 1.50 % of a core).\n";
 
 /// What a speaker receives from the apiserver, for the sizes measured with its counters.
 fn traffic_table(runs: &[Run]) -> String {
@@ -365,7 +391,13 @@ mod tests {
         );
         // Runs from before the counters: no table.
         let old = Run { rows: vec![runs::sample_row(100, 100)], ..run.clone() };
-        assert!(!section(&[old]).contains("What one speaker receives"));
+        assert!(!section(std::slice::from_ref(&old)).contains("What one speaker receives"));
+        // The L2 sizes' paragraph comes with an L2 size only, marked in both tables.
+        assert!(!s.contains("With an L2Advertisement"));
+        let l2 = Row { l2: true, traffic: Some(traffic), ..runs::sample_row(1022, 1000) };
+        let s = section(&[Run { rows: vec![l2], ..old }]);
+        assert!(s.contains("With an L2Advertisement"), "{s}");
+        assert_eq!(s.lines().filter(|l| l.starts_with("| 1022 (L2) | 1000 |")).count(), 2, "{s}");
     }
 
     #[test]
