@@ -36,6 +36,7 @@ pub mod community;
 pub mod crd;
 pub mod duration;
 mod fast_yaml;
+pub mod node_facts;
 pub mod selector;
 pub mod service_fields;
 /// BGPPeer and BFDProfile → protocol settings (feature `settings`).
@@ -53,6 +54,7 @@ pub use annotations::{
 pub use community::{Community, CommunityError};
 pub use crd::*;
 pub use duration::{Duration, DurationError};
+pub use node_facts::NodeFacts;
 pub use selector::{Labels, selectors_match};
 pub use service_fields::ServiceFields;
 pub use stream::{

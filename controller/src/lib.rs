@@ -22,6 +22,7 @@ pub mod metallb_notice;
 pub mod metrics;
 pub mod migrate;
 pub mod model;
+pub mod node_facts;
 pub mod pool_sync;
 pub mod queue;
 pub mod reconcile;

@@ -48,6 +48,8 @@ pub struct Metrics {
     pub invalid_objects: Family<Labels, Gauge>,
     /// 1 while this replica leads.
     pub leader: Gauge,
+    /// Writes (applies and deletes) of the Nodes' facts ConfigMaps (`node_facts`).
+    pub node_facts_writes: Counter,
     /// What the controller's client receives (`ferrolb_kube_client_*`, every binary's names).
     pub kube_received: ferrolb_runtime::kube_client::Received,
 }
@@ -75,6 +77,7 @@ impl Metrics {
             invalid_pools: Gauge::default(),
             invalid_objects: Family::default(),
             leader: Gauge::default(),
+            node_facts_writes: Counter::default(),
             kube_received: Default::default(),
         };
         m.kube_received.register(&mut r);
@@ -121,6 +124,11 @@ impl Metrics {
             m.invalid_objects.clone(),
         );
         r.register("ferrolb_controller_leader", "1 while this replica is the leader", m.leader.clone());
+        r.register(
+            "ferrolb_controller_node_facts_writes",
+            "Writes of the Nodes' facts ConfigMaps that L2 speakers read (applied or deleted)",
+            m.node_facts_writes.clone(),
+        );
         // Which build runs (the revision comes from buildinfo/build.rs, as in `--version`).
         ferrolb_runtime::build_info::register(&mut r, env!("CARGO_PKG_VERSION"), env!("FERROLB_REVISION"));
         // Exported at 0 from the start, so that the first failure is an increase

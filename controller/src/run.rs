@@ -32,7 +32,7 @@ use crate::pool_sync::PoolSync;
 use crate::queue::{Retries, WorkQueue};
 use crate::service_cache::{Change, Relist, ServiceCache};
 use crate::validity::ConfigStores;
-use crate::{membership_secret, reconcile};
+use crate::{membership_secret, node_facts, reconcile};
 
 /// Runs the controller until `shutdown` resolves (then returns `Ok` after releasing the
 /// lease) or leadership is lost (an error: the process should exit and restart as standby).
@@ -109,7 +109,7 @@ const CONCURRENCY: usize = 16;
 /// default (client-go's: up to 30 s, twice that with jitter, reset only after 2 minutes)
 /// left a leader blind for a minute after a short apiserver outage: new Services waited
 /// that long for an address (testbed/tests/real_ha.rs).
-fn watch_backoff() -> watcher::ExponentialBackoff {
+pub(crate) fn watch_backoff() -> watcher::ExponentialBackoff {
     backon::ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(500))
         .with_max_delay(Duration::from_secs(5))
@@ -162,7 +162,9 @@ async fn serve(
     ));
     tasks.spawn(membership_task(ctx.clone()));
     let (stores, config_events) = config_watches(&client, pool_reader.clone());
-    tasks.spawn(config_task(ctx.clone(), stores, config_events));
+    let (l2_tx, l2_rx) = tokio::sync::watch::channel(None);
+    tasks.spawn(config_task(ctx.clone(), stores, config_events, l2_tx));
+    tasks.spawn(node_facts::task(ctx.clone(), l2_rx));
 
     // Crash consistency: every pool, namespace and Service is known, and every address in
     // Service status replayed, before the first allocation.
@@ -474,10 +476,12 @@ const CONFIG_RETRY: Duration = Duration::from_secs(5);
 
 /// Keeps every configuration object's `Valid` condition current: once every kind is
 /// listed, after every change of any kind (pools included), and again after a failed write.
+/// Tells `l2` whether an L2Advertisement exists, once they are listed.
 async fn config_task(
     ctx: Arc<Context>,
     stores: ConfigStores,
     events: impl Stream<Item = ConfigEvent>,
+    l2: tokio::sync::watch::Sender<Option<bool>>,
 ) -> Result<(), Error> {
     let mut events = std::pin::pin!(events);
     let ready = stores.wait_until_ready();
@@ -503,6 +507,8 @@ async fn config_task(
         }
         if listed && dirty {
             dirty = false;
+            let any = !stores.l2_advertisements.is_empty();
+            l2.send_if_modified(|v| v.replace(any) != Some(any));
             retry = !stores.sync(&ctx, &mut unseen).await;
         }
     }

@@ -403,6 +403,22 @@ const UNUSED_ON_PURPOSE: &[(&str, &str, &str, &str, &str)] = &[
         "kube's Recorder patches an Event only when the same Event repeats (its series); each Event here is new",
     ),
     (
+        "ferrolb-controller",
+        "",
+        "configmaps",
+        "create",
+        "the Nodes' facts are written by server-side apply, audited as `patch` but authorized as `create` too \
+         for a new ConfigMap",
+    ),
+    (
+        "ferrolb-controller",
+        "",
+        "configmaps",
+        "delete",
+        "a Node's facts are deleted with the Node, and all of them when the last L2Advertisement goes; \
+         neither happens here",
+    ),
+    (
         "ferrolb-speaker",
         "ferrolb.io",
         "serviceannouncements",

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use ferrolb_api::{
-    BfdProfile, BgpAdvertisement, BgpPeer, IpAddressPool, L2Advertisement, Object, ObjectStream,
+    BfdProfile, BgpAdvertisement, BgpPeer, IpAddressPool, L2Advertisement, NodeFacts, Object, ObjectStream,
     ServiceFields, StreamError, ValidConfig,
 };
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -25,9 +25,7 @@ pub use labels::{LabelStrings, NodeLabels};
 
 /// The label that keeps a node out of every announcement.
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
-/// Node taints that start a BGP drain (besides `spec.unschedulable`, a cordon): ferrolb's
-/// own, for operators, and the one the cluster autoscaler sets before deleting a node.
-pub const DRAIN_TAINTS: [&str; 2] = ["ferrolb.io/drain", "ToBeDeletedByClusterAutoscaler"];
+pub use ferrolb_api::node_facts::DRAIN_TAINTS;
 /// The EndpointSlice label naming its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// The loadBalancerClass ferrolb serves by default (besides Services with none).
@@ -406,43 +404,19 @@ impl ClusterModel {
 
     /// Adds or replaces a Node.
     pub fn upsert_node(&mut self, node: &Node) {
-        let labels = match &node.metadata.labels {
-            Some(l) => self.label_strings.labels(l),
-            None => NodeLabels::default(),
-        };
-        let status = node.status.as_ref();
-        let cond = |t: &str| {
-            status
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.type_ == t))
-                .is_some_and(|c| c.status == "True")
-        };
-        let addresses = status
-            .and_then(|s| s.addresses.as_ref())
-            .into_iter()
-            .flatten()
-            .filter(|a| a.type_ == "InternalIP")
-            .filter_map(|a| a.address.parse().ok())
-            .collect();
-        let name = name_of(&node.metadata);
-        let spec = node.spec.as_ref();
-        let taint = spec
-            .and_then(|s| s.taints.as_ref())
-            .into_iter()
-            .flatten()
-            .find(|t| DRAIN_TAINTS.contains(&t.key.as_str()));
-        let draining = if spec.and_then(|s| s.unschedulable) == Some(true) {
-            Some(format!("node {name} is cordoned (spec.unschedulable)"))
-        } else {
-            taint.map(|t| format!("node {name} carries the taint {}", t.key))
-        };
+        self.upsert_node_facts(name_of(&node.metadata), &NodeFacts::of(node));
+    }
+
+    /// Adds or replaces the facts of Node `name`.
+    pub fn upsert_node_facts(&mut self, name: String, facts: &NodeFacts) {
+        let labels = self.label_strings.labels(&facts.labels);
         let info = NodeInfo {
-            draining,
+            draining: facts.draining.clone(),
             excluded: labels.contains_key(EXCLUDE_LABEL),
             labels,
-            ready: cond("Ready"),
-            network_unavailable: cond("NetworkUnavailable"),
-            addresses,
+            ready: facts.ready,
+            network_unavailable: facts.network_unavailable,
+            addresses: facts.addresses.clone(),
         };
         // Kubelet heartbeats rewrite the Node often; only what the planner reads counts.
         if self.nodes.get(&name) != Some(&info) {
