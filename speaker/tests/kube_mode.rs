@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use ferrolb_api::NodeFacts;
+use ferrolb_api::node_facts;
 use ferrolb_api::{
     AnnouncementProtocol, Object, ServiceAnnouncement, ServiceAnnouncementSpec, ServiceRef, parse_stream,
 };
@@ -24,7 +26,7 @@ use ferrolb_speaker::metrics::{KindLabel, Metrics};
 use ferrolb_speaker::model::{ClusterModel, DEFAULT_LB_CLASS};
 use ferrolb_speaker::plan::Plan;
 use ferrolb_speaker::run::{self, KubeOptions, Options};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -32,6 +34,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{CustomResourceExt, Resource, ResourceExt};
 use serde_json::json;
 use std::sync::Mutex;
+
+/// The speaker's (and the controller's) namespace.
+const NS: &str = "ferrolb-system";
 
 /// Serves every ferrolb kind except those named in `skip`.
 fn register_crds(server: &FakeApiServer, skip: &[&str]) {
@@ -59,6 +64,9 @@ async fn synced(
     while !feed.synced() {
         let u = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await.unwrap().unwrap();
         feed.apply(&mut model, u);
+        if let Some(on) = feed.wants_facts() {
+            watchers.set_facts_watch(on);
+        }
         if let Some(scope) = feed.node_scope() {
             watchers.set_node_scope(scope);
         }
@@ -80,7 +88,7 @@ async fn the_model_from_the_api_equals_the_model_from_the_same_objects_as_a_stat
         .unwrap();
 
     let (tx, mut rx) = cluster::channel();
-    let watchers = cluster::spawn_watchers(&client, &tx, "node1");
+    let watchers = cluster::spawn_watchers(&client, &tx, "node1", NS);
     let (_, model) = synced(&mut rx, &watchers).await;
     let stream = parse_stream("objects.yaml", TWO_RACKS).unwrap();
     let from_file = ClusterModel::from_stream(stream, "objects.yaml", DEFAULT_LB_CLASS).unwrap();
@@ -90,12 +98,49 @@ async fn the_model_from_the_api_equals_the_model_from_the_same_objects_as_a_stat
     );
 }
 
+/// Where the controller publishes every Node's facts, an L2 speaker reads the other nodes
+/// from them and the same model results; it lists and watches its own Node only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn published_node_facts_give_the_same_model_without_watching_every_node() {
+    let (client, server) = FakeApiServer::new().with_request_log().client();
+    register_crds(&server, &[]);
+    kubeapi::apply_stream(&client, TWO_RACKS).await.unwrap();
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
+    let ns = serde_json::from_value(ns).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    for node in Api::<Node>::all(client.clone()).list(&ListParams::default()).await.unwrap() {
+        let cm = NodeFacts::of(&node).config_map(&node.name_any(), node.metadata.uid.as_deref(), NS);
+        config_maps.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    config_maps.create(&PostParams::default(), &node_facts::complete_config_map(NS)).await.unwrap();
+
+    let from = server.request_log().len();
+    let (tx, mut rx) = cluster::channel();
+    let watchers = cluster::spawn_watchers(&client, &tx, "node1", NS);
+    let (feed, model) = synced(&mut rx, &watchers).await;
+    assert_eq!(feed.node_scope(), Some(cluster::NodeScope::Facts));
+    let stream = parse_stream("objects.yaml", TWO_RACKS).unwrap();
+    let from_file = ClusterModel::from_stream(stream, "objects.yaml", DEFAULT_LB_CLASS).unwrap();
+    assert_eq!(model, from_file);
+    let node_reads: Vec<String> = server.request_log()[from..]
+        .iter()
+        .filter(|r| r.path == "/api/v1/nodes")
+        .map(|r| r.query.clone())
+        .collect();
+    assert!(!node_reads.is_empty());
+    assert!(
+        node_reads.iter().all(|q| q.contains("fieldSelector=metadata.name%3Dnode1")),
+        "every Node read is of node1 alone: {node_reads:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_event_loop_holds_back_the_watchers_instead_of_queueing_without_bound() {
     let (client, server) = FakeApiServer::new().client();
     register_crds(&server, &[]);
     let (tx, mut rx) = cluster::channel();
-    let watchers = cluster::spawn_watchers(&client, &tx, "node1");
+    let watchers = cluster::spawn_watchers(&client, &tx, "node1", NS);
     let (mut feed, mut model) = synced(&mut rx, &watchers).await;
     // The event loop stalls while a burst four times the queue's depth is created.
     let burst = 4 * cluster::UPDATE_QUEUE;

@@ -279,6 +279,8 @@ fn ferrolb_on_the_real_apiserver_end_to_end_with_least_privilege() {
     .unwrap();
     assert!(macs.contains(&addressing::node_mac(1)) || macs.contains(&addressing::node_mac(2)), "{macs:?}");
 
+    l2_speakers_read_the_published_node_facts(&lab, &cluster);
+
     // ServiceAnnouncements, owned by their Services.
     let names = announcements(&cluster);
     for want in ["web-node1-bgp", "web-node2-bgp", "local-node2-bgp", "requested-node1-bgp"] {
@@ -337,6 +339,80 @@ fn ferrolb_on_the_real_apiserver_end_to_end_with_least_privilege() {
     routers::wait_rib_gone(&bird, "203.0.113.77/32", T).unwrap();
 
     least_privilege(&cluster);
+}
+
+/// Watch events of `resource` speaker `i` received (its own metrics).
+fn watch_events(lab: &Lab, i: usize, resource: &str) -> f64 {
+    let addr = SocketAddr::new(v4(i), 9121);
+    let text = client::http_get(lab.client(), addr, "/metrics", Duration::from_secs(2)).unwrap();
+    let series = |t: &str| {
+        format!(
+            "ferrolb_kube_client_watch_events_total{{verb=\"watch\",resource=\"{resource}\",type=\"{t}\"}}"
+        )
+    };
+    ["ADDED", "MODIFIED", "DELETED"].iter().filter_map(|t| client::metric_sample(&text, &series(t))).sum()
+}
+
+/// L2 speakers elect from the Nodes' facts the real controller publishes (a ConfigMap per
+/// Node, written when a fact changes) and watch their own Node alone: a kubelet's status
+/// write on node2 reaches node1's speaker no more. Each round writes node2's heartbeat,
+/// then labels node1, which changes node1's facts: once node1's speaker has the new facts
+/// (a ConfigMap event), it has received its own Node's change, and node2's heartbeat
+/// before it if it still watched every Node. Rounds go on until one shows its own Node's
+/// event alone (the speakers start before the controller has published every Node's
+/// facts, and watch every Node until then).
+fn l2_speakers_read_the_published_node_facts(lab: &Lab, cluster: &Cluster) {
+    ferrolb::wait_jsonpath(
+        cluster,
+        &["configmap", "-n", "ferrolb-system", "node-facts"],
+        "{.metadata.name}",
+        T,
+        |s| s == "node-facts",
+    )
+    .unwrap();
+    let mut round = 0;
+    let r = wait::until("node1's speaker receives no other node's heartbeat", T, || {
+        round += 1;
+        let (nodes, facts) = (watch_events(lab, 1, "nodes"), watch_events(lab, 1, "configmaps"));
+        let beat = format!(
+            r#"{{"status":{{"conditions":[{{"type":"Ready","status":"True","lastHeartbeatTime":"2026-01-01T00:{:02}:00Z"}}]}}}}"#,
+            round % 60
+        );
+        cluster.kubectl(&[
+            "patch",
+            "node",
+            "node2",
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            &beat,
+        ])?;
+        cluster.kubectl(&["label", "--overwrite", "node", "node1", &format!("e2e-round={round}")])?;
+        wait::until_value("node1's new facts", T, || Ok(watch_events(lab, 1, "configmaps")), |n| *n > facts)?;
+        let received = watch_events(lab, 1, "nodes") - nodes;
+        println!("round {round}: node1's speaker received {received} Node event(s)");
+        Ok((received == 1.0).then_some(()))
+    });
+    assert!(
+        r.is_ok(),
+        "{r:?}
+{}",
+        lab.logs(40)
+    );
+    let facts = cluster
+        .kubectl(&[
+            "get",
+            "configmap",
+            "-n",
+            "ferrolb-system",
+            "node-facts.node2",
+            "-o",
+            "jsonpath={.data.facts}",
+        ])
+        .unwrap();
+    let facts: Value = serde_json::from_str(&facts).unwrap();
+    assert_eq!(facts["ready"], true, "{facts}");
+    assert_eq!(facts["addresses"][0], v4(2).to_string(), "{facts}");
 }
 
 /// The requests that named an object, from every apiserver's audit log.

@@ -10,6 +10,7 @@
 //! ServiceAnnouncements, [`pod_conditions`] the conditions of the pod readiness gate,
 //! [`secrets`] reads keys and passwords.
 
+mod nodes;
 pub mod pod_conditions;
 pub mod secrets;
 pub mod slim;
@@ -24,7 +25,7 @@ use std::time::Duration;
 use ferrolb_api::{
     BfdProfile, BgpAdvertisement, BgpPeer, Config, IpAddressPool, L2Advertisement, Origin, ValidationError,
 };
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -68,8 +69,10 @@ pub enum Change<K> {
 pub enum Update {
     /// Nodes, every one of them ([`NodeScope::All`]).
     Node(Change<Node>),
-    /// This node's own Node ([`NodeScope::Own`]): a list holds it alone.
+    /// This node's own Node ([`NodeScope::Own`], [`NodeScope::Facts`]): a list holds it alone.
     OwnNode(Change<Node>),
+    /// The Nodes' facts the controller publishes (ConfigMaps; [`NodeScope::Facts`]).
+    NodeFacts(Change<ConfigMap>),
     /// Services.
     Service(Change<Service>),
     /// EndpointSlices.
@@ -114,6 +117,7 @@ impl Update {
     pub fn kind(&self) -> &'static str {
         match self {
             Update::Node(_) | Update::OwnNode(_) => "Node",
+            Update::NodeFacts(_) => "NodeFacts",
             Update::Service(_) => "Service",
             Update::EndpointSlice(_) => "EndpointSlice",
             Update::Pool(_) => "IPAddressPool",
@@ -191,8 +195,12 @@ pub struct Feed {
     /// The configuration last put into the model (None: none yet).
     applied: Option<Config>,
     listed: BTreeSet<&'static str>,
-    /// The Nodes to watch, once the L2Advertisements are listed ([`Feed::node_scope`]).
-    node_scope: Option<NodeScope>,
+    /// Whether L2Advertisements exist, once they are listed ([`Feed::node_scope`]).
+    l2: Option<bool>,
+    /// The published Nodes' facts, once listed (while L2Advertisements exist).
+    published: Option<nodes::Published>,
+    /// The names in the last list of this node's own Node (its facts are not read).
+    own: BTreeSet<String>,
     /// The scope of the Nodes the model holds (of the last Node list applied).
     nodes_as: Option<NodeScope>,
 }
@@ -235,29 +243,7 @@ impl Feed {
         if kind != "Node" {
             return self.listed.contains(kind);
         }
-        // Every Node holds this node's own; the reverse is not enough for L2.
-        match (self.nodes_as, self.node_scope) {
-            (None, _) => false,
-            (Some(NodeScope::Own), Some(NodeScope::All)) => false,
-            (Some(_), _) => true,
-        }
-    }
-
-    /// Which Nodes the speaker must watch: every one while any L2Advertisement exists
-    /// (valid or not), else its own; None until the L2Advertisements are listed.
-    pub fn node_scope(&self) -> Option<NodeScope> {
-        self.node_scope
-    }
-
-    /// Whether the model holds every Node (not only this node's own).
-    pub fn every_node(&self) -> bool {
-        self.nodes_as == Some(NodeScope::All)
-    }
-
-    /// The cluster size the relist spread is made of ([`set_cluster_size`]): the Nodes of
-    /// `model` when it holds every one, else [`UNCOUNTED_CLUSTER`].
-    pub fn cluster_size(&self, model: &ClusterModel) -> usize {
-        if self.every_node() { model.nodes.len() } else { UNCOUNTED_CLUSTER }
+        self.nodes_listed()
     }
 
     /// Feeds one update into `model`.
@@ -266,15 +252,10 @@ impl Feed {
         if let Update::WatchFailed { .. } = update {
             return Applied::default();
         }
-        // Own Node events while every Node is wanted come from a watch being replaced:
-        // its list would drop the other Nodes.
-        if matches!(update, Update::OwnNode(_)) && self.node_scope == Some(NodeScope::All) {
+        if let Update::Node(_) | Update::OwnNode(_) = &update
+            && self.stale_node_update(matches!(update, Update::OwnNode(_)))
+        {
             return Applied::default();
-        }
-        match &update {
-            Update::Node(Change::Listed(_)) => self.nodes_as = Some(NodeScope::All),
-            Update::OwnNode(Change::Listed(_)) => self.nodes_as = Some(NodeScope::Own),
-            _ => {}
         }
         let listed = matches!(
             &update,
@@ -291,7 +272,9 @@ impl Feed {
         }
         let mut out = Applied::default();
         match update {
-            Update::Node(c) | Update::OwnNode(c) => out.changed = self.node(model, c),
+            Update::Node(c) => out.changed = self.node(model, c, false),
+            Update::OwnNode(c) => out.changed = self.node(model, c, true),
+            Update::NodeFacts(c) => out.changed = self.facts(model, c),
             Update::Service(c) => out.changed = self.service(model, c),
             Update::EndpointSlice(c) => out.changed = self.slice(model, c),
             Update::Pool(c) => apply_config(
@@ -348,7 +331,10 @@ impl Feed {
         }
         if kind == "L2Advertisement" && self.listed.contains(kind) {
             let l2 = !self.config.l2_ads.is_empty();
-            self.node_scope = Some(if l2 { NodeScope::All } else { NodeScope::Own });
+            self.l2 = Some(l2);
+            if !l2 {
+                self.published = None;
+            }
         }
         let is_config = matches!(
             kind,
@@ -372,36 +358,6 @@ impl Feed {
             }
         }
         out
-    }
-
-    fn node(&mut self, model: &mut ClusterModel, c: Change<Node>) -> bool {
-        match c {
-            Change::Apply(n) => {
-                let k = name(&n.metadata);
-                let before = model.nodes.get(&k).cloned();
-                model.upsert_node(&n);
-                model.nodes.get(&k) != before.as_ref()
-            }
-            Change::Delete(n) => {
-                let k = name(&n.metadata);
-                // Through the model's own method: it records the change for the planner.
-                let existed = model.nodes.contains_key(&k);
-                model.remove_node(&k);
-                existed
-            }
-            Change::Listed(all) => {
-                let before = model.nodes.clone();
-                let now: BTreeSet<String> = all.iter().map(|n| name(&n.metadata)).collect();
-                let gone: Vec<String> = model.nodes.keys().filter(|k| !now.contains(*k)).cloned().collect();
-                for k in &gone {
-                    model.remove_node(k);
-                }
-                for n in &all {
-                    model.upsert_node(n);
-                }
-                model.nodes != before
-            }
-        }
     }
 
     fn service(&mut self, model: &mut ClusterModel, c: Change<Service>) -> bool {

@@ -4,6 +4,7 @@
 use super::*;
 use crate::model::DEFAULT_LB_CLASS;
 use crate::model::tests::{FIXTURE, fixture_model};
+use ferrolb_api::node_facts::{self, NodeFacts};
 use ferrolb_api::{Object, parse_stream};
 
 /// The fixture's objects as complete lists per kind, as watchers deliver them, each
@@ -65,6 +66,8 @@ fn listed() -> Vec<Update> {
         Update::BgpAdvertisement(Change::Listed(bgp)),
         Update::L2Advertisement(Change::Listed(l2)),
         Update::BfdProfile(Change::Listed(Vec::new())),
+        // No controller publishes the Nodes' facts here: every Node is watched.
+        Update::NodeFacts(Change::Listed(Vec::new())),
     ]
 }
 
@@ -321,7 +324,14 @@ fn an_l2_advertisement_widens_the_node_scope_and_waits_for_every_node() {
         .collect();
     let ad = l2_advertisements().remove(0);
     feed.apply(&mut model, Update::L2Advertisement(Change::Apply(Box::new(ad))));
-    assert_eq!(feed.node_scope(), Some(NodeScope::All));
+    assert_eq!(feed.node_scope(), None, "unknown until the published facts are listed");
+    assert_eq!(feed.unsynced(), ["Node"]);
+    // An event before the list (of a watch stopped meanwhile) says nothing.
+    let complete = node_facts::complete_config_map("ferrolb-system");
+    feed.apply(&mut model, Update::NodeFacts(Change::Apply(Box::new(complete))));
+    assert_eq!(feed.node_scope(), None);
+    feed.apply(&mut model, Update::NodeFacts(Change::Listed(Vec::new())));
+    assert_eq!(feed.node_scope(), Some(NodeScope::All), "no facts published");
     assert_eq!(feed.unsynced(), ["Node"]);
     assert!(!feed.apply(&mut model, Update::OwnNode(Change::Listed(own))).changed);
     assert_eq!(feed.unsynced(), ["Node"], "its own Node listed is not every Node");
@@ -345,4 +355,92 @@ fn the_last_l2_advertisement_gone_narrows_the_node_scope_without_a_pause() {
     assert!(feed.apply(&mut model, Update::OwnNode(Change::Listed(own))).changed);
     assert!(feed.synced() && !feed.every_node());
     assert_eq!(model.nodes.keys().collect::<Vec<_>>(), ["node2"]);
+}
+
+/// The fixture's lists as a speaker of an L2 cluster gets them where the controller
+/// publishes the Nodes' facts: its own Node listed alone, the facts of every Node, and
+/// (when `complete`) the word that all are published; and the Nodes.
+fn listed_with_facts(me: &str, complete: bool) -> (Vec<Update>, Vec<Node>) {
+    let mut all = listed();
+    let Update::Node(Change::Listed(nodes)) = all.remove(0) else { panic!() };
+    let own: Vec<Node> = nodes.iter().filter(|n| n.metadata.name.as_deref() == Some(me)).cloned().collect();
+    let mut facts: Vec<ConfigMap> = nodes.iter().map(|n| facts_of(n, "")).collect();
+    if complete {
+        facts.push(node_facts::complete_config_map("ferrolb-system"));
+    }
+    *all.last_mut().unwrap() = Update::NodeFacts(Change::Listed(facts));
+    all.push(Update::OwnNode(Change::Listed(own)));
+    (all, nodes)
+}
+
+/// The facts ConfigMap of `n`, with the label `zone=<zone>` added unless empty.
+fn facts_of(n: &Node, zone: &str) -> ConfigMap {
+    let mut f = NodeFacts::of(n);
+    if !zone.is_empty() {
+        f.labels.insert("zone".into(), zone.into());
+    }
+    f.config_map(n.metadata.name.as_deref().unwrap(), n.metadata.uid.as_deref(), "ferrolb-system")
+}
+
+/// With every Node's facts published, a speaker of an L2 cluster holds every node as
+/// when it watches every Node, from its own Node and the others' facts; a change of the
+/// facts changes the model, facts of its own node do not (its Node is watched).
+#[test]
+fn published_facts_take_the_place_of_every_node() {
+    let (whole_feed, whole) = synced_feed();
+    assert_eq!(whole_feed.node_scope(), Some(NodeScope::All));
+    let mut feed = Feed::default();
+    let mut model = ClusterModel::new(DEFAULT_LB_CLASS);
+    let (updates, nodes) = listed_with_facts("node1", true);
+    for u in updates {
+        feed.apply(&mut model, u);
+    }
+    assert_eq!(feed.node_scope(), Some(NodeScope::Facts));
+    assert!(feed.synced() && feed.every_node());
+    assert_eq!(model.nodes, whole.nodes, "the same nodes as from every Node");
+    assert_eq!(feed.cluster_size(&model), nodes.len());
+
+    let other = nodes.iter().find(|n| n.metadata.name.as_deref() == Some("node2")).unwrap();
+    assert!(feed.apply(&mut model, Update::NodeFacts(Change::Apply(Box::new(facts_of(other, "b"))))).changed);
+    assert_eq!(model.nodes["node2"].labels.get("zone"), Some("b"));
+    let me = nodes.iter().find(|n| n.metadata.name.as_deref() == Some("node1")).unwrap();
+    let mine = facts_of(me, "b");
+    assert!(!feed.apply(&mut model, Update::NodeFacts(Change::Apply(Box::new(mine)))).changed);
+    assert_eq!(model.nodes["node1"].labels.get("zone"), None, "its own Node says so");
+    assert!(feed.apply(&mut model, Update::NodeFacts(Change::Delete(Box::new(facts_of(other, ""))))).changed);
+    assert!(!model.nodes.contains_key("node2"));
+    // A Node list from the watch of every Node being replaced changes nothing.
+    assert!(!feed.apply(&mut model, Update::Node(Change::Listed(nodes.clone()))).changed);
+    assert!(!model.nodes.contains_key("node2"));
+}
+
+/// Facts not (or no longer) said to be complete are not elected from: every Node is
+/// watched, and nothing is planned until they are listed.
+#[test]
+fn facts_not_all_published_leave_every_node_watched() {
+    let mut feed = Feed::default();
+    let mut model = ClusterModel::new(DEFAULT_LB_CLASS);
+    let (mut updates, nodes) = listed_with_facts("node1", false);
+    updates.pop();
+    for u in updates {
+        feed.apply(&mut model, u);
+    }
+    assert_eq!(feed.node_scope(), Some(NodeScope::All));
+    assert_eq!(feed.unsynced(), ["Node"]);
+    feed.apply(&mut model, Update::Node(Change::Listed(nodes.clone())));
+    assert!(feed.synced());
+    // Said complete: its own Node is listed again (the watch replaced), then synced.
+    let complete = node_facts::complete_config_map("ferrolb-system");
+    feed.apply(&mut model, Update::NodeFacts(Change::Apply(Box::new(complete.clone()))));
+    assert_eq!(feed.node_scope(), Some(NodeScope::Facts));
+    assert!(feed.synced(), "every Node is more than enough meanwhile");
+    let own: Vec<Node> =
+        nodes.iter().filter(|n| n.metadata.name.as_deref() == Some("node1")).cloned().collect();
+    feed.apply(&mut model, Update::OwnNode(Change::Listed(own)));
+    assert!(feed.synced() && feed.every_node());
+    assert_eq!(model.nodes.len(), nodes.len());
+    // No longer complete (a controller retracting them): every Node again.
+    feed.apply(&mut model, Update::NodeFacts(Change::Delete(Box::new(complete))));
+    assert_eq!(feed.node_scope(), Some(NodeScope::All));
+    assert_eq!(feed.unsynced(), ["Node"]);
 }

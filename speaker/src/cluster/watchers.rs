@@ -6,13 +6,16 @@
 //! L2Advertisement the speaker watches its own Node alone, so the kubelets' status
 //! writes (each Node at least every 5 minutes, every one to every speaker: about 17 a
 //! second at 5 000 nodes) and a restart's list of every Node cost a BGP speaker nothing.
+//! With L2Advertisements it reads the other nodes from the facts the controller
+//! publishes (ConfigMaps written only when a fact changes) and watches every Node only
+//! where those are not published.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ferrolb_api::{BfdProfile, BgpAdvertisement, BgpPeer, IpAddressPool, L2Advertisement};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -177,18 +180,25 @@ where
 /// Which Nodes the speaker watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeScope {
-    /// Every Node ([`Update::Node`]): while any L2Advertisement exists.
+    /// Every Node ([`Update::Node`]): while L2Advertisements exist and the controller does
+    /// not publish the Nodes' facts.
     All,
     /// This node's own Node only ([`Update::OwnNode`]): BGP needs nothing of the others.
     Own,
+    /// This node's own Node ([`Update::OwnNode`]) and the published facts of the others
+    /// ([`Update::NodeFacts`]): while L2Advertisements exist and every Node's facts are
+    /// published.
+    Facts,
 }
 
-/// The running watchers, and the scope of their Node watch.
+/// The running watchers, the scope of their Node watch and whether the published Nodes'
+/// facts are watched.
 #[derive(Debug)]
 pub struct Watchers {
     /// Aborts every watcher when dropped.
     _set: JoinSet<()>,
     scope: watch::Sender<Option<NodeScope>>,
+    facts: watch::Sender<bool>,
 }
 
 impl Watchers {
@@ -201,9 +211,34 @@ impl Watchers {
         });
         if changed {
             match scope {
-                NodeScope::All => tracing::info!("L2Advertisements exist: watching every Node"),
+                NodeScope::All => tracing::info!(
+                    "L2Advertisements exist and the controller publishes no Node facts: watching every Node"
+                ),
                 NodeScope::Own => tracing::info!("no L2Advertisement: watching this node's own Node only"),
+                NodeScope::Facts => tracing::info!(
+                    "L2Advertisements exist: watching this node's own Node and the Node facts the controller publishes"
+                ),
             }
+        }
+    }
+
+    /// Watches the published Nodes' facts from now on, or no longer.
+    pub fn set_facts_watch(&self, on: bool) {
+        self.facts.send_if_modified(|f| std::mem::replace(f, on) != on);
+    }
+}
+
+/// The watch of the published Nodes' facts in `api`'s namespace, while `on` says so.
+async fn facts(api: Api<ConfigMap>, mut on: watch::Receiver<bool>, tx: mpsc::Sender<Update>) {
+    loop {
+        if on.wait_for(|on| *on).await.is_err() {
+            return;
+        }
+        let config = watcher::Config::default().labels(&ferrolb_api::node_facts::selector());
+        let kind = Kind { name: "NodeFacts", wrap: Update::NodeFacts, keep: whole };
+        tokio::select! {
+            () = pump_with(api.clone(), config, kind, tx.clone()) => return,
+            r = on.wait_for(|on| !*on) => if r.is_err() { return },
         }
     }
 }
@@ -219,7 +254,7 @@ async fn nodes(
     loop {
         let Ok(current) = scope.wait_for(Option::is_some).await.map(|s| *s) else { return };
         let run = match current {
-            Some(NodeScope::Own) => {
+            Some(NodeScope::Own | NodeScope::Facts) => {
                 let config = watcher::Config::default().fields(&format!("metadata.name={me}"));
                 let kind = Kind { name: "Node", wrap: Update::OwnNode, keep: slim::node };
                 futures::future::Either::Left(pump_with(api.clone(), config, kind, tx.clone()))
@@ -241,14 +276,22 @@ async fn nodes(
     }
 }
 
-/// Starts one watcher per kind, the Node watch for node `me` once told its scope; they
-/// run until the returned [`Watchers`] are dropped.
-pub fn spawn_watchers(client: &kube::Client, tx: &mpsc::Sender<Update>, me: &str) -> Watchers {
+/// Starts one watcher per kind, the Node watch for node `me` once told its scope, the
+/// watch of the Nodes' facts published in `namespace` when told to; they run until the
+/// returned [`Watchers`] are dropped.
+pub fn spawn_watchers(
+    client: &kube::Client,
+    tx: &mpsc::Sender<Update>,
+    me: &str,
+    namespace: &str,
+) -> Watchers {
     let mut set = JoinSet::new();
     let c = || client.clone();
     let t = || tx.clone();
     let (scope, scope_rx) = watch::channel(None);
     set.spawn(nodes(Api::<Node>::all(c()), me.to_owned(), scope_rx, t()));
+    let (facts_on, facts_rx) = watch::channel(false);
+    set.spawn(facts(Api::<ConfigMap>::namespaced(c(), namespace), facts_rx, t()));
     set.spawn(pump(
         Api::<Service>::all(c()),
         Kind { name: "Service", wrap: Update::Service, keep: slim::service },
@@ -280,5 +323,5 @@ pub fn spawn_watchers(client: &kube::Client, tx: &mpsc::Sender<Update>, me: &str
         Kind { name: "BFDProfile", wrap: Update::BfdProfile, keep: whole },
         t(),
     ));
-    Watchers { _set: set, scope }
+    Watchers { _set: set, scope, facts: facts_on }
 }

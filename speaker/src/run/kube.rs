@@ -31,7 +31,7 @@ pub async fn run_kube(
 ) -> Result<(), SpeakerError> {
     let sources = Sources::new()?;
     let (tx, updates) = cluster::channel();
-    let watchers = cluster::spawn_watchers(&client, &tx, &opts.options.node_name);
+    let watchers = cluster::spawn_watchers(&client, &tx, &opts.options.node_name, &opts.namespace);
     drop(tx);
     let status = status::spawn(client.clone(), &opts.options.node_name, metrics.clone());
     let mut state = State::new(opts.options, metrics.clone());

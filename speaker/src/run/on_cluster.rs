@@ -16,8 +16,13 @@ impl State {
         let Some(feed) = self.feed.as_mut() else { return };
         let applied = feed.apply(&mut self.model, &self.metrics, updates);
         let size = feed.feed.cluster_size(&self.model);
-        if let (Some(scope), Some(c)) = (feed.feed.node_scope(), self.cluster.as_ref()) {
-            c.watchers.set_node_scope(scope);
+        if let Some(c) = self.cluster.as_ref() {
+            if let Some(on) = feed.feed.wants_facts() {
+                c.watchers.set_facts_watch(on);
+            }
+            if let Some(scope) = feed.feed.node_scope() {
+                c.watchers.set_node_scope(scope);
+            }
         }
         if !applied.synced {
             return;
