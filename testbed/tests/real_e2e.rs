@@ -57,7 +57,7 @@ fn configuration() -> String {
     yaml::stream(&[
         secret,
         yaml::pool("public", &["203.0.113.0/25", "2001:db8:3::/120"]),
-        yaml::pool("lan", &[&lan]).replace("spec: {", "spec: {autoAssign: false, "),
+        yaml::pool_manual("lan", &[&lan]),
         peer("router-v4", addressing::ROUTER_V4.into(), "ipv4-unicast"),
         peer("router-v6", addressing::ROUTER_V6.into(), "ipv6-unicast"),
         yaml::bgp_advertisement("public", &["ipAddressPools: [public]"]),

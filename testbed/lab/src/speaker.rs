@@ -327,9 +327,19 @@ pub mod yaml {
 
     /// An IPAddressPool.
     pub fn pool(name: &str, addresses: &[&str]) -> String {
+        pool_with(name, addresses, "")
+    }
+
+    /// An IPAddressPool that gives addresses only to Services asking for it
+    /// (`autoAssign: false`).
+    pub fn pool_manual(name: &str, addresses: &[&str]) -> String {
+        pool_with(name, addresses, ", autoAssign: false")
+    }
+
+    fn pool_with(name: &str, addresses: &[&str], more: &str) -> String {
         let a: Vec<String> = addresses.iter().map(|a| format!("\"{a}\"")).collect();
         format!(
-            "apiVersion: ferrolb.io/v1alpha1\nkind: IPAddressPool\nmetadata: {{name: {name}}}\nspec: {{addresses: [{}]}}\n",
+            "apiVersion: ferrolb.io/v1alpha1\nkind: IPAddressPool\nmetadata: {{name: {name}}}\nspec: {{addresses: [{}]{more}}}\n",
             a.join(", ")
         )
     }

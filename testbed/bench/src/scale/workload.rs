@@ -93,9 +93,7 @@ pub(super) fn configuration(services: usize, l2: bool) -> String {
     ]);
     if l2 {
         objects.extend([
-            format!(
-                "apiVersion: ferrolb.io/v1alpha1\nkind: IPAddressPool\nmetadata: {{name: {L2_POOL}}}\nspec: {{addresses: [\"{L2_ADDRESSES}\"], autoAssign: false}}\n"
-            ),
+            yaml::pool_manual(L2_POOL, &[L2_ADDRESSES]),
             yaml::l2_advertisement(L2_POOL, &[&format!("ipAddressPools: [{L2_POOL}]")]),
         ]);
     }
