@@ -189,25 +189,32 @@ const FIFTY_THOUSAND: &str = "\n**50 000 Services** (run G, 100 fake Nodes): at 
 /// What the sizes marked L2 (`--l2`) show: the Nodes' cost when every speaker watches
 /// every Node.
 const EVERY_NODE: &str = "\n**With an L2Advertisement** (rows marked L2, `bench scale --l2`: an \
-    L2Advertisement of a pool no Service takes, everything else as in the other rows) every speaker \
-    watches every Node, as speakers of an L2 cluster do (elections read other Nodes' labels, \
-    readiness and addresses). Each write of a Node's status then reaches every speaker. In the rest \
-    windows of runs H and I kwok rewrote 400 and 397 Nodes' status (about 20 a second at both \
-    sizes: kwok's own pace, not its stage's 600-610 s per Node) and each speaker received one watch \
-    event for each, 3.9 KiB, 77 KiB a second, against bookmarks only without an L2Advertisement \
-    (rows A and D). A kubelet writes its Node's status at least every 5 minutes, so a speaker of a \
-    5 000-node L2 cluster receives at least 17 such events a second (64 KiB a second at these \
-    Nodes' size; real Nodes, with their image lists, are larger), and the apiserver sends all \
-    speakers together 5 000 times that: 83 000 events and 315 MiB a second, growing as nodes \
-    squared. The speaker's own cost stays small: at 5 000 Nodes 1.25 % of a core at rest (row D: \
-    0.05 %), 28.6 MiB RSS and 8.6 MiB of heap (19.4 and 4.2), 2.1 MiB received on a restart, the \
-    list of every Node included (0.4). In these rows the figures for one Service changed count the \
-    Node events that arrived meanwhile too. A first run at 1 000 Nodes (2026-12-02 08:12 UTC, \
-    release builds of 3dea516; not kept, the run stopped at its 5 000-Node size) found each speaker \
-    using 20 % of a core at rest with the same events (365 in its rest window): its membership \
-    reader, which keeps the L2 heartbeat's 5 ms tick, rounded its wait down to whole milliseconds \
-    and polled without waiting through the last one before each tick. Fixed in 1e76f00; runs H and \
-    I are after it (run I: 1.50 % of a core).\n";
+    L2Advertisement of a pool no Service takes, everything else as in the other rows). Speakers of an L2 \
+    cluster elect among every node, so each must know every node's labels, readiness and addresses. Until \
+    2026-12-02 they watched every Node for them, and each write of a Node's status reached every speaker: in \
+    the rest windows of the runs that measured it (09:01 and 09:14 UTC, release builds of 1e76f00; 5 000 and \
+    1 000 Nodes) kwok rewrote about 20 Nodes' status a second (its own pace, not its stage's 600-610 s per \
+    Node) and each speaker received one watch event for each, 3.9 KiB: 77 KiB a second, where a speaker of a \
+    cluster without L2 receives bookmarks only. A kubelet writes its Node's status at least every 5 minutes, \
+    so at 5 000 nodes that was at least 17 events a second to each speaker, and 83 000 events (315 MiB) a \
+    second from the apiserver to all of them, growing as nodes squared. Now the controller watches the Nodes \
+    once and publishes each Node's facts as a ConfigMap of its own, written only when a fact changes (a \
+    heartbeat changes none), and a speaker watches those and its own Node (speaker/README.md, \"L2 without \
+    watching every Node\"). At 5 000 Nodes (run H) each speaker received nothing at rest (0.00 events a \
+    second, from 19.99), 5 events and 8.4 KiB for one Service created (75 events and 279 KiB before: the \
+    Node writes that arrived meanwhile; one Service created now costs every node's speaker together 41 MiB \
+    at 5 000 nodes, from 1 363 MiB), and 0.9 MiB when restarted (2.1: it lists the 5 000 facts ConfigMaps \
+    instead of every Node); its CPU at rest fell from 1.25 to 0.75 % of a core (what is left is the L2 \
+    heartbeat's 200 wake-ups a second). At 1 000 Nodes (run I): 0.00 events a second at rest (19.84), 1.10 % \
+    of a core (1.50), 0.5 MiB on a restart (0.6). What it costs: a speaker holds the published facts beside \
+    its model, 13.0 MiB of live heap at 5 000 Nodes (8.6 before; RSS 38.4, from 28.6) and 5.6 at 1 000 \
+    (4.6); the controller receives the Node status writes, once for the whole cluster (19.9 events, 77 KiB a \
+    second in run H), and its RSS rose from 17.8 to 71.9 MiB at 5 000 Nodes (60.7 MiB anonymous) and to 41.0 \
+    at 1 000, which is not yet looked into. The route of a new Service is unchanged (ferrolb's part p99 25 ms \
+    at 5 000 Nodes, 34 before). A first run at 1 000 Nodes (2026-12-02 08:12 UTC, release builds of 3dea516) \
+    had found each speaker using 20 % of a core at rest: its membership reader, which keeps the L2 \
+    heartbeat's 5 ms tick, rounded its wait down to whole milliseconds and polled without waiting through the \
+    last one before each tick; fixed in 1e76f00, before every run here.\n";
 
 /// What a speaker receives from the apiserver, for the sizes measured with its counters.
 fn traffic_table(runs: &[Run]) -> String {
@@ -249,8 +256,8 @@ fn traffic_table(runs: &[Run]) -> String {
          Nodes and 1 000 Services a restarted speaker received 1.3 MiB before, 0.4 MiB after. kwok's \
          Nodes stay unchanged at rest; a kubelet rewrites its Node's status at least every \
          5 minutes (`nodeStatusReportFrequency`), and each such write (about 4 KiB for these Nodes, more \
-         for real ones with their image lists) reaches its own node's speaker only, or every speaker \
-         where L2Advertisements exist.\n",
+         for real ones with their image lists) reaches its own node's speaker only (and, where \
+         L2Advertisements exist, the controller, which publishes the Nodes' facts).\n",
     );
     s
 }
