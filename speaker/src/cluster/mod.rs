@@ -249,7 +249,10 @@ impl Feed {
     /// Feeds one update into `model`.
     pub fn apply(&mut self, model: &mut ClusterModel, update: Update) -> Applied {
         let kind = update.kind();
-        if let Update::WatchFailed { .. } = update {
+        if let Update::WatchFailed { kind, .. } = update {
+            if kind == "NodeFacts" {
+                self.facts_failed();
+            }
             return Applied::default();
         }
         if let Update::Node(_) | Update::OwnNode(_) = &update

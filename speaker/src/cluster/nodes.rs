@@ -173,6 +173,14 @@ impl Feed {
         nodes.filter(|(n, _)| !self.own.contains(*n))
     }
 
+    /// The watch of the published facts failed: until it lists them, every Node is watched
+    /// (a Role of an older release may not grant it, and L2 must not wait for it).
+    pub(super) fn facts_failed(&mut self) {
+        if self.l2 == Some(true) && self.published.is_none() {
+            self.published = Some(Published::default());
+        }
+    }
+
     /// Applies a change of the published facts: to the model too when it holds them.
     pub(super) fn facts(&mut self, model: &mut ClusterModel, c: Change<ConfigMap>) -> bool {
         if self.l2 != Some(true) {

@@ -330,6 +330,10 @@ fn an_l2_advertisement_widens_the_node_scope_and_waits_for_every_node() {
     let complete = node_facts::complete_config_map("ferrolb-system");
     feed.apply(&mut model, Update::NodeFacts(Change::Apply(Box::new(complete))));
     assert_eq!(feed.node_scope(), None);
+    // A facts watch that fails (e.g. refused by an older Role) leaves every Node watched.
+    let refused = Update::WatchFailed { kind: "NodeFacts", error: "403 Forbidden".into() };
+    feed.apply(&mut model, refused);
+    assert_eq!(feed.node_scope(), Some(NodeScope::All));
     feed.apply(&mut model, Update::NodeFacts(Change::Listed(Vec::new())));
     assert_eq!(feed.node_scope(), Some(NodeScope::All), "no facts published");
     assert_eq!(feed.unsynced(), ["Node"]);
