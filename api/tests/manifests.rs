@@ -370,6 +370,9 @@ fn rbac_is_exactly_the_least_privilege_of_each_component() {
         (NAMESPACE, "coordination.k8s.io", "leases", "get,update", "ferrolb-controller"),
         (NAMESPACE, "", "secrets", "create", "*"),
         (NAMESPACE, "", "secrets", "get", "ferrolb-membership"),
+        // The Nodes' facts for L2 speakers: Nodes watched, one ConfigMap per Node written.
+        ("cluster", "", "nodes", "list,watch", "*"),
+        (NAMESPACE, "", "configmaps", "list,watch,create,patch,delete", "*"),
     ]);
     let speaker_common = [
         ("cluster", "", "nodes,services", "list,watch", "*"),
@@ -382,6 +385,8 @@ fn rbac_is_exactly_the_least_privilege_of_each_component() {
     ];
     // Read, then watched by name for rotation (list/watch with fieldSelector metadata.name).
     let membership = (NAMESPACE, "", "secrets", "get,list,watch", "ferrolb-membership");
+    // L2 speakers read the Nodes' facts the controller publishes.
+    let node_facts = (NAMESPACE, "", "configmaps", "list,watch", "*");
     let passwords = (NAMESPACE, "", "secrets", "get,list,watch", "bgp-auth");
     let bootstrap =
         expand(&[("cluster", "ferrolb.io", "controlplanevips,bgppeers,bfdprofiles", "get,list,watch", "*")]);
@@ -389,6 +394,7 @@ fn rbac_is_exactly_the_least_privilege_of_each_component() {
         let mut speaker_rows = speaker_common.to_vec();
         if r.overlay.contains("l2") {
             speaker_rows.push(membership);
+            speaker_rows.push(node_facts);
         }
         if r.overlay.contains("bgp") {
             speaker_rows.push(passwords);
