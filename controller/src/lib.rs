@@ -31,6 +31,11 @@ pub mod service_cache;
 pub mod service_write;
 pub mod validity;
 
+/// Unit tests count the heap too (`metrics` tests the gauge).
+#[cfg(test)]
+#[global_allocator]
+static TEST_ALLOC: ferrolb_runtime::heap::Counting = ferrolb_runtime::heap::Counting;
+
 pub use context::Settings;
 pub use error::Error;
 pub use run::run;

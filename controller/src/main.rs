@@ -157,6 +157,10 @@ async fn run_controller(args: RunArgs) -> anyhow::Result<()> {
     result.map_err(Into::into)
 }
 
+/// Counts live heap bytes for `ferrolb_controller_heap_bytes`.
+#[global_allocator]
+static ALLOC: ferrolb_runtime::heap::Counting = ferrolb_runtime::heap::Counting;
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -7,12 +7,16 @@
 pub mod announce;
 pub mod cluster;
 pub mod error;
-pub mod heap;
 pub mod metrics;
 pub mod model;
 pub mod plan;
 pub mod readiness;
 pub mod run;
+
+/// Unit tests count the heap too (`metrics` tests the gauge through it).
+#[cfg(test)]
+#[global_allocator]
+static TEST_ALLOC: ferrolb_runtime::heap::Counting = ferrolb_runtime::heap::Counting;
 
 /// More entries than this (Services, fragments, routes), and a replaced value is freed
 /// by [`drop_later`] on a thread of its own.

@@ -129,7 +129,7 @@ static ALLOC: dhat::Alloc = dhat::Alloc;
 /// Counts live heap bytes for `ferrolb_speaker_heap_bytes`.
 #[cfg(not(feature = "dhat-heap"))]
 #[global_allocator]
-static ALLOC: ferrolb_speaker::heap::Counting = ferrolb_speaker::heap::Counting;
+static ALLOC: ferrolb_runtime::heap::Counting = ferrolb_runtime::heap::Counting;
 
 fn main() -> ExitCode {
     // Writes dhat-heap.json in the working directory when main returns (SIGTERM).

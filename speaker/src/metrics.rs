@@ -323,7 +323,7 @@ impl Metrics {
     /// The OpenMetrics text.
     pub fn encode(&self) -> String {
         self.scrapes.fetch_add(1, Ordering::Relaxed);
-        if let Some(bytes) = crate::heap::in_use() {
+        if let Some(bytes) = ferrolb_runtime::heap::in_use() {
             self.heap_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }
         let mut out = String::new();

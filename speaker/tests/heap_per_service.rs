@@ -13,9 +13,9 @@
 //! took 1.58 KB; before the model held its slices and selectors exactly sized, 3.8 KB.
 #![allow(clippy::unwrap_used)]
 
+use ferrolb_runtime::heap::{Counting, in_use};
 use ferrolb_speaker::cluster::status::Tracker;
 use ferrolb_speaker::cluster::{Change, Feed, Update};
-use ferrolb_speaker::heap::{Counting, in_use};
 use ferrolb_speaker::model::{Changes, ClusterModel};
 use ferrolb_speaker::plan::diff::PlanChange;
 use ferrolb_speaker::plan::{Plan, RouteAttrs};

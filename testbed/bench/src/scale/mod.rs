@@ -194,7 +194,7 @@ pub struct Process {
     pub rss: Option<u64>,
     /// Of which anonymous (heap, stacks) and file-backed (mostly the binary's text), bytes.
     pub rss_split: Option<(u64, u64)>,
-    /// A speaker's live heap (`ferrolb_speaker_heap_bytes`), bytes.
+    /// Its live heap (`ferrolb_speaker_heap_bytes`, `ferrolb_controller_heap_bytes`), bytes.
     pub heap: Option<u64>,
     /// utime + stime over the window.
     pub cpu: Option<Duration>,
@@ -414,7 +414,7 @@ fn at_rest(
             who: who.clone(),
             rss: crate::rss(*pid),
             rss_split: crate::rss_split(*pid),
-            heap: node.and_then(|i| speaker_heap(lab, i)),
+            heap: heap(lab, *node),
             cpu: b.zip(*a).map(|(b, a)| ticks(a.saturating_sub(b))),
         })
         .collect();
@@ -424,11 +424,18 @@ fn at_rest(
     Ok(Rest { requests, others, processes, received })
 }
 
-/// `ferrolb_speaker_heap_bytes` of the speaker of lab node `i` (live allocations: what
-/// the build or the allocator's free lists do not change), read from the client.
-fn speaker_heap(lab: &Lab, i: usize) -> Option<u64> {
-    let metrics = speaker_metrics(lab, i)?;
-    client::metric_sample(&metrics, "ferrolb_speaker_heap_bytes").map(|b| b as u64)
+/// The live heap (what the build or the allocator's free lists do not change) of the
+/// speaker of lab node `speaker`, or else of the controller, read from the client.
+fn heap(lab: &Lab, speaker: Option<usize>) -> Option<u64> {
+    let metrics = match speaker {
+        Some(i) => speaker_metrics(lab, i)?,
+        None => {
+            let addr = SocketAddr::new(addressing::node_ip(SPEAKERS), ferrolb::CONTROLLER_METRICS_PORT);
+            client::http_get(lab.client(), addr, "/metrics", Duration::from_secs(2)).ok()?
+        }
+    };
+    let name = if speaker.is_some() { "ferrolb_speaker_heap_bytes" } else { "ferrolb_controller_heap_bytes" };
+    client::metric_sample(&metrics, name).map(|b| b as u64)
 }
 
 /// The plans the speaker of lab node `i` has made so far.

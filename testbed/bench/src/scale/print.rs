@@ -288,8 +288,10 @@ pub struct Row {
     pub(super) heap: Option<f64>,
     /// The busier speaker's CPU over the rest window, % of a core.
     pub(super) cpu: Option<f64>,
-    /// The controller's RSS, MiB.
+    /// The controller's RSS and live heap, MiB.
     pub(super) controller: Option<f64>,
+    #[serde(default)]
+    pub(super) controller_heap: Option<f64>,
     /// Service created → route, p50 and p99, ms.
     pub(super) route: Option<(f64, f64)>,
     /// The create's answer at the apiserver → route (ferrolb's part), p50 and p99, ms.
@@ -365,6 +367,7 @@ impl Row {
         let rest = f.rest.requests.busy().values().sum::<usize>();
         let speakers: Vec<&super::Process> =
             f.rest.processes.iter().filter(|p| p.who.starts_with("speaker")).collect();
+        let controller = f.rest.processes.iter().find(|p| p.who == "controller");
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         Row {
             nodes: f.size.nodes,
@@ -385,7 +388,8 @@ impl Row {
                 .filter_map(|p| p.cpu)
                 .max()
                 .map(|c| 100.0 * share(c, f.rest.requests.window)),
-            controller: f.rest.processes.iter().find(|p| p.who == "controller").and_then(|p| p.rss).map(mib),
+            controller: controller.and_then(|p| p.rss).map(mib),
+            controller_heap: controller.and_then(|p| p.heap).map(mib),
             route: percentiles(&f.latency.samples).map(|[p50, _, p99, _]| (ms(p50), ms(p99))),
             after_create: percentiles(&f.latency.stages.iter().map(Stages::after_create).collect::<Vec<_>>())
                 .map(|[p50, _, p99, _]| (ms(p50), ms(p99))),
@@ -406,7 +410,10 @@ impl Row {
             one(self.rss),
             one(self.heap),
             self.cpu.map_or("—".into(), |c| format!("{c:.2}")),
-            one(self.controller),
+            match (self.controller, self.controller_heap) {
+                (Some(rss), Some(heap)) => format!("{rss:.1} ({heap:.1})"),
+                (rss, _) => one(rss),
+            },
             self.route.map_or("—".into(), |(p50, p99)| format!("{p50:.0} / {p99:.0}")),
             self.after_create.map_or("—".into(), |(p50, p99)| format!("{p50:.0} / {p99:.0}")),
             self.timed.map_or("—".into(), |n| n.to_string()),
@@ -422,7 +429,7 @@ pub(super) fn summary(all: &[Figures]) {
     }
     println!("\n=== bench scale: summary ===");
     println!(
-        "  {:>6} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>15} {:>12} {:>5} {:>8}",
+        "  {:>6} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>12} {:>15} {:>12} {:>5} {:>8}",
         "fake",
         "",
         "at rest",
@@ -439,7 +446,7 @@ pub(super) fn summary(all: &[Figures]) {
         "speaker"
     );
     println!(
-        "  {:>6} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>15} {:>12} {:>5} {:>8}",
+        "  {:>6} {:>8} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>12} {:>15} {:>12} {:>5} {:>8}",
         "Nodes",
         "Services",
         "req/s (a)",
@@ -449,7 +456,7 @@ pub(super) fn summary(all: &[Figures]) {
         "RSS MiB",
         "heap MiB",
         "CPU % (c)",
-        "RSS MiB",
+        "RSS (heap)",
         "p50 / p99 ms",
         "p50/p99 (e)",
         "Svcs",
@@ -459,7 +466,7 @@ pub(super) fn summary(all: &[Figures]) {
         let [rate, lists, writes, restart, rss, heap, cpu, controller, route, after, timed, replan] =
             row.cells();
         println!(
-            "  {:>6} {:>8} {rate:>10} {lists:>8} {writes:>8} {restart:>9} {rss:>9} {heap:>9} {cpu:>10} {controller:>10} {route:>15} {after:>12} {timed:>5} {replan:>8}",
+            "  {:>6} {:>8} {rate:>10} {lists:>8} {writes:>8} {restart:>9} {rss:>9} {heap:>9} {cpu:>10} {controller:>12} {route:>15} {after:>12} {timed:>5} {replan:>8}",
             row.nodes_cell(),
             row.services
         );

@@ -96,6 +96,7 @@ pub(super) fn sample_row(nodes: usize, services: usize) -> Row {
         heap: Some(2.4),
         cpu: None,
         controller: None,
+        controller_heap: None,
         route: Some((17.0, 37.0)),
         after_create: Some((12.0, 20.0)),
         timed: Some(100),

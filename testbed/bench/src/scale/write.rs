@@ -88,7 +88,7 @@ fn section(runs: &[Run]) -> String {
     s.push_str(
         "| fake Nodes | Services | fake pods per Service | requests/s at rest (a) | lists per change | writes per new Service (b) \
          | lists per speaker and kind on a restart | speaker RSS MiB | speaker heap MiB | speaker CPU at rest, % \
-         of a core | controller RSS MiB | created → route p50 / p99 ms | of which after the create's answer, p50 / p99 ms (c) \
+         of a core | controller RSS (live heap) MiB | created → route p50 / p99 ms | of which after the create's answer, p50 / p99 ms (c) \
          | Services timed | speaker's plan, mean ms (d) | run |\n",
     );
     s.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n");
