@@ -101,6 +101,25 @@ enum Write {
     Complete,
 }
 
+impl Write {
+    /// The ConfigMap written.
+    fn name(&self) -> &str {
+        match self {
+            Write::Apply(name, _) | Write::Delete(name) => name,
+            Write::Complete => COMPLETE_NAME,
+        }
+    }
+
+    /// What is applied to it in namespace `ns`; None: it is deleted.
+    fn applied(&self, ns: &str) -> Option<ConfigMap> {
+        match self {
+            Write::Apply(_, e) => Some(e.facts.config_map(&e.node, e.uid.as_deref(), ns)),
+            Write::Complete => Some(complete_config_map(ns)),
+            Write::Delete(_) => None,
+        }
+    }
+}
+
 impl Facts {
     fn node(n: &Node) -> (String, Entry) {
         let node = n.name_any();
@@ -225,36 +244,22 @@ async fn write(ctx: &Context, facts: &mut Facts) -> bool {
         }
         let mut all = true;
         for w in writes {
-            let (object, r) = match &w {
-                Write::Apply(name, e) => {
-                    let cm = e.facts.config_map(&e.node, e.uid.as_deref(), ns);
-                    (
-                        name.as_str(),
-                        ctx.fence.call(CALL_TIMEOUT, api.patch(name, &params, &Patch::Apply(&cm))).await,
-                    )
+            let r = match w.applied(ns) {
+                Some(cm) => {
+                    let patch = Patch::Apply(&cm);
+                    ctx.fence.call(CALL_TIMEOUT, api.patch(w.name(), &params, &patch)).await.map(drop)
                 }
-                Write::Complete => {
-                    let cm = complete_config_map(ns);
-                    (
-                        COMPLETE_NAME,
-                        ctx.fence
-                            .call(CALL_TIMEOUT, api.patch(COMPLETE_NAME, &params, &Patch::Apply(&cm)))
-                            .await,
-                    )
-                }
-                Write::Delete(name) => {
-                    (name.as_str(), delete(ctx, &api, name).await.map(|()| ConfigMap::default()))
-                }
+                None => delete(ctx, &api, w.name()).await,
             };
             match r {
-                Ok(_) => {
+                Ok(()) => {
                     ctx.metrics.node_facts_writes.inc();
                     facts.wrote(w);
                 }
                 Err(source) => {
                     all = false;
-                    let e =
-                        Error::Write { what: "Node facts", object: format!("ConfigMap {object}"), source };
+                    let object = format!("ConfigMap {}", w.name());
+                    let e = Error::Write { what: "Node facts", object, source };
                     warn!(error = %e, "retrying in {RETRY:?}");
                 }
             }

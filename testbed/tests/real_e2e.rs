@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use ferrolb_bench::scale::traffic;
 use ferrolb_cluster::audit::Request;
 use ferrolb_cluster::{Cluster, ClusterConfig, ferrolb};
 use ferrolb_lab::addressing::{node_ip as v4, node_ip6 as v6};
@@ -341,16 +342,12 @@ fn ferrolb_on_the_real_apiserver_end_to_end_with_least_privilege() {
     least_privilege(&cluster);
 }
 
-/// Watch events of `resource` speaker `i` received (its own metrics).
+/// Watch events of `resource` speaker `i` received, bookmarks aside (its own metrics).
 fn watch_events(lab: &Lab, i: usize, resource: &str) -> f64 {
     let addr = SocketAddr::new(v4(i), 9121);
     let text = client::http_get(lab.client(), addr, "/metrics", Duration::from_secs(2)).unwrap();
-    let series = |t: &str| {
-        format!(
-            "ferrolb_kube_client_watch_events_total{{verb=\"watch\",resource=\"{resource}\",type=\"{t}\"}}"
-        )
-    };
-    ["ADDED", "MODIFIED", "DELETED"].iter().filter_map(|t| client::metric_sample(&text, &series(t))).sum()
+    let counters = traffic::parse(&text);
+    counters.get(&("watch".to_owned(), resource.to_owned())).map_or(0.0, |c| (c.events - c.bookmarks) as f64)
 }
 
 /// L2 speakers elect from the Nodes' facts the real controller publishes (a ConfigMap per
