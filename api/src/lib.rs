@@ -35,6 +35,7 @@ pub mod annotations;
 pub mod community;
 pub mod crd;
 pub mod duration;
+pub mod facts_node;
 mod fast_yaml;
 pub mod node_facts;
 pub mod selector;
@@ -54,6 +55,7 @@ pub use annotations::{
 pub use community::{Community, CommunityError};
 pub use crd::*;
 pub use duration::{Duration, DurationError};
+pub use facts_node::FactsNode;
 pub use node_facts::NodeFacts;
 pub use selector::{Labels, selectors_match};
 pub use service_fields::ServiceFields;

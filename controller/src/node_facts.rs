@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrolb_api::NodeFacts;
 use ferrolb_api::node_facts::{COMPLETE_NAME, complete_config_map, config_map_name, selector};
+use ferrolb_api::{FactsNode, NodeFacts};
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
@@ -30,7 +30,8 @@ use crate::fence::CALL_TIMEOUT;
 const RETRY: Duration = Duration::from_secs(5);
 
 /// What a facts ConfigMap holds, or should: the node, its facts and its Node's uid.
-#[derive(Debug, Clone, PartialEq)]
+/// Shared: what is published, where it is what the Node says, is held once.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
     node: String,
     facts: NodeFacts,
@@ -85,16 +86,16 @@ impl<T: PartialEq> Listing<T> {
 /// What the Nodes say each facts ConfigMap should hold (by its name), and what they hold.
 #[derive(Default)]
 struct Facts {
-    nodes: Listing<Entry>,
+    nodes: Listing<Arc<Entry>>,
     /// None: a ConfigMap of ours that publishes nothing readable.
-    published: Listing<Option<Entry>>,
+    published: Listing<Option<Arc<Entry>>>,
 }
 
 /// One write that brings a ConfigMap to what its Node says.
 #[derive(Debug, PartialEq)]
 enum Write {
     /// Create or update it (server-side apply).
-    Apply(String, Entry),
+    Apply(String, Arc<Entry>),
     /// Delete it: its Node is gone (or it is not readable).
     Delete(String),
     /// Say that every Node's facts are published ([`COMPLETE_NAME`]).
@@ -121,18 +122,24 @@ impl Write {
 }
 
 impl Facts {
-    fn node(n: &Node) -> (String, Entry) {
+    fn node(n: &FactsNode) -> (String, Arc<Entry>) {
+        let FactsNode(n) = n;
         let node = n.name_any();
-        (config_map_name(&node), Entry { facts: NodeFacts::of(n), uid: n.metadata.uid.clone(), node })
+        let entry = Entry { facts: NodeFacts::of(n), uid: n.metadata.uid.clone(), node };
+        (config_map_name(&entry.node), Arc::new(entry))
     }
 
-    fn config_map(cm: &ConfigMap) -> (String, Option<Entry>) {
-        let entry = NodeFacts::from_config_map(cm).ok().map(|(node, facts)| Entry {
-            node,
-            facts,
-            uid: NodeFacts::owner_uid(cm).map(str::to_owned),
+    /// A ConfigMap's entry; the Node's own (`nodes`, by ConfigMap name) where equal.
+    fn config_map(cm: &ConfigMap, nodes: &BTreeMap<String, Arc<Entry>>) -> (String, Option<Arc<Entry>>) {
+        let name = cm.name_any();
+        let entry = NodeFacts::from_config_map(cm).ok().map(|(node, facts)| {
+            let entry = Entry { node, facts, uid: NodeFacts::owner_uid(cm).map(str::to_owned) };
+            match nodes.get(&name) {
+                Some(same) if **same == entry => Arc::clone(same),
+                _ => Arc::new(entry),
+            }
         });
-        (cm.name_any(), entry)
+        (name, entry)
     }
 
     /// The writes to make, once both watches have listed; [`Write::Complete`] once no
@@ -199,7 +206,8 @@ fn config_maps(ctx: &Context) -> Api<ConfigMap> {
 
 /// Watches the Nodes and the facts, writing every difference, until an error ends it.
 async fn publish(ctx: &Context) -> Result<(), Error> {
-    let nodes = watched(Api::<Node>::all(ctx.client.clone()), watcher::Config::default());
+    // Deserialized with only what the facts read (no managedFields, images, nodeInfo).
+    let nodes = watched(Api::<FactsNode>::all(ctx.client.clone()), watcher::Config::default());
     let published = watched(config_maps(ctx), watcher::Config::default().labels(&selector()));
     let (mut nodes, mut published) = (std::pin::pin!(nodes), std::pin::pin!(published));
     let mut facts = Facts::default();
@@ -212,7 +220,10 @@ async fn publish(ctx: &Context) -> Result<(), Error> {
                 None => return Err(Error::WatchStopped("Node")),
             },
             ev = published.next() => match ev {
-                Some(Ok(ev)) => dirty |= facts.published.apply(ev, Facts::config_map),
+                Some(Ok(ev)) => {
+                    let nodes = &facts.nodes.now;
+                    dirty |= facts.published.apply(ev, |cm| Facts::config_map(cm, nodes));
+                }
                 Some(Err(e)) => warn!(error = %e, "ConfigMap watch (Node facts) failed; retrying"),
                 None => return Err(Error::WatchStopped("ConfigMap")),
             },
@@ -330,12 +341,13 @@ async fn retract(ctx: &Context) {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use k8s_openapi::api::core::v1::Node;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
 
-    fn node(name: &str, uid: &str, labels: &[(&str, &str)]) -> Node {
-        Node {
+    fn node(name: &str, uid: &str, labels: &[(&str, &str)]) -> FactsNode {
+        FactsNode(Node {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 uid: Some(uid.into()),
@@ -343,10 +355,10 @@ mod tests {
                 ..Default::default()
             },
             ..Default::default()
-        }
+        })
     }
 
-    fn published(n: &Node) -> ConfigMap {
+    fn published(FactsNode(n): &FactsNode) -> ConfigMap {
         NodeFacts::of(n).config_map(&n.name_any(), n.metadata.uid.as_deref(), "ns")
     }
 
@@ -368,11 +380,10 @@ mod tests {
         let mut broken = published(&c);
         broken.metadata.name = Some("node-facts.d".into());
         broken.data = None;
-        listed(
-            &mut f.published,
-            vec![published(&node("b", "2", &[])), published(&c), broken],
-            Facts::config_map,
-        );
+        let nodes = f.nodes.now.clone();
+        listed(&mut f.published, vec![published(&node("b", "2", &[])), published(&c), broken], |cm| {
+            Facts::config_map(cm, &nodes)
+        });
         let writes = f.writes();
         assert_eq!(
             writes,
@@ -394,13 +405,32 @@ mod tests {
         // A heartbeat changes no fact: nothing to write. A new uid (the Node made again) is
         // a new owner.
         let mut beat = b.clone();
-        beat.metadata.resource_version = Some("99".into());
+        beat.0.metadata.resource_version = Some("99".into());
         assert!(!f.nodes.apply(Event::Apply(beat), Facts::node));
         assert!(f.nodes.apply(Event::Apply(node("b", "2b", &[("zone", "x")])), Facts::node));
         assert_eq!(f.writes().len(), 1);
         // The watch of the ConfigMaps says so later: nothing changes.
-        let (name, e) = Facts::config_map(&published(&a));
+        let (name, e) = Facts::config_map(&published(&a), &f.nodes.now);
         assert_eq!(Some(&e), f.published.now.get(&name));
+    }
+
+    #[test]
+    fn facts_published_as_their_node_says_are_held_once() {
+        let (a, b) = (node("a", "1", &[("zone", "x")]), node("b", "2", &[]));
+        let mut f = Facts::default();
+        listed(&mut f.nodes, vec![a.clone(), b.clone()], Facts::node);
+        // After a restart: a is published as its Node says, b with other labels.
+        let nodes = f.nodes.now.clone();
+        let stale = published(&node("b", "2", &[("zone", "y")]));
+        listed(&mut f.published, vec![published(&a), stale], |cm| Facts::config_map(cm, &nodes));
+        let once = |f: &Facts, n: &str| Arc::ptr_eq(f.published.now[n].as_ref().unwrap(), &f.nodes.now[n]);
+        assert!(once(&f, "node-facts.a"));
+        assert!(!once(&f, "node-facts.b"));
+        // Once written, b's is held once too.
+        let writes = f.writes();
+        assert_eq!(writes, [Write::Apply("node-facts.b".into(), Facts::node(&b).1)]);
+        f.wrote(writes.into_iter().next().unwrap());
+        assert!(once(&f, "node-facts.b"));
     }
 
     #[test]

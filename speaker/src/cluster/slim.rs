@@ -9,6 +9,7 @@
 //! objects to two models and compares them, so a field the model starts reading that is
 //! not kept here fails it.
 
+use ferrolb_api::FactsNode;
 use k8s_openapi::api::core::v1::{
     LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Service,
     ServiceSpec, ServiceStatus,
@@ -40,6 +41,12 @@ pub fn node(n: Node) -> Node {
         ..NodeStatus::default()
     });
     Node { metadata: meta(n.metadata), spec, status }
+}
+
+/// A Node deserialized as its facts read it ([`FactsNode`]: no managedFields, images or
+/// nodeInfo are parsed), cut further by [`node`].
+pub fn facts_node(FactsNode(n): FactsNode) -> Node {
+    node(n)
 }
 
 /// A Service: type, class, traffic policy, selector, and the ingress addresses.

@@ -13,9 +13,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ferrolb_api::{BfdProfile, BgpAdvertisement, BgpPeer, IpAddressPool, L2Advertisement};
+use ferrolb_api::{BfdProfile, BgpAdvertisement, BgpPeer, FactsNode, IpAddressPool, L2Advertisement};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -127,10 +127,10 @@ pub fn channel() -> (mpsc::Sender<Update>, mpsc::Receiver<Update>) {
 /// One watched kind: its name (in logs), its [`Update`] variant, and what the speaker
 /// keeps of each object ([`slim`]; the configuration kinds are few objects, kept whole
 /// until the feed strips them).
-struct Kind<K> {
+struct Kind<K, T = K> {
     name: &'static str,
-    wrap: fn(Change<K>) -> Update,
-    keep: fn(K) -> K,
+    wrap: fn(Change<T>) -> Update,
+    keep: fn(K) -> T,
 }
 
 fn whole<K>(o: K) -> K {
@@ -140,7 +140,7 @@ fn whole<K>(o: K) -> K {
 /// Turns one watcher into [`Update`]s: single events pass through, a (re)list is
 /// collected and sent whole once complete, errors are reported (the stream backs off).
 /// Each object is cut to what the speaker keeps of it as it arrives.
-async fn pump<K>(api: Api<K>, kind: Kind<K>, tx: mpsc::Sender<Update>)
+async fn pump<K, T>(api: Api<K>, kind: Kind<K, T>, tx: mpsc::Sender<Update>)
 where
     K: ferrolb_api::Watched,
 {
@@ -148,14 +148,14 @@ where
 }
 
 /// [`pump`] with a watcher configuration of its own (a field selector).
-async fn pump_with<K>(api: Api<K>, config: watcher::Config, kind: Kind<K>, tx: mpsc::Sender<Update>)
+async fn pump_with<K, T>(api: Api<K>, config: watcher::Config, kind: Kind<K, T>, tx: mpsc::Sender<Update>)
 where
     K: ferrolb_api::Watched,
 {
     let Kind { name, wrap, keep } = kind;
     let stream = watcher::watcher(api, config).backoff(WatchBackoff::default());
     let mut stream = std::pin::pin!(stream);
-    let mut listing: Vec<K> = Vec::new();
+    let mut listing: Vec<T> = Vec::new();
     while let Some(ev) = stream.next().await {
         let update = match ev {
             Ok(Event::Init) => {
@@ -246,7 +246,7 @@ async fn facts(api: Api<ConfigMap>, mut on: watch::Receiver<bool>, tx: mpsc::Sen
 /// The Node watch: none until the scope is known, then that scope's, started afresh
 /// (listing again) whenever the scope changes.
 async fn nodes(
-    api: Api<Node>,
+    api: Api<FactsNode>,
     me: String,
     mut scope: watch::Receiver<Option<NodeScope>>,
     tx: mpsc::Sender<Update>,
@@ -256,11 +256,11 @@ async fn nodes(
         let run = match current {
             Some(NodeScope::Own | NodeScope::Facts) => {
                 let config = watcher::Config::default().fields(&format!("metadata.name={me}"));
-                let kind = Kind { name: "Node", wrap: Update::OwnNode, keep: slim::node };
+                let kind = Kind { name: "Node", wrap: Update::OwnNode, keep: slim::facts_node };
                 futures::future::Either::Left(pump_with(api.clone(), config, kind, tx.clone()))
             }
             _ => {
-                let kind = Kind { name: "Node", wrap: Update::Node, keep: slim::node };
+                let kind = Kind { name: "Node", wrap: Update::Node, keep: slim::facts_node };
                 futures::future::Either::Right(pump(api.clone(), kind, tx.clone()))
             }
         };
@@ -289,7 +289,7 @@ pub fn spawn_watchers(
     let c = || client.clone();
     let t = || tx.clone();
     let (scope, scope_rx) = watch::channel(None);
-    set.spawn(nodes(Api::<Node>::all(c()), me.to_owned(), scope_rx, t()));
+    set.spawn(nodes(Api::<FactsNode>::all(c()), me.to_owned(), scope_rx, t()));
     let (facts_on, facts_rx) = watch::channel(false);
     set.spawn(facts(Api::<ConfigMap>::namespaced(c(), namespace), facts_rx, t()));
     set.spawn(pump(
