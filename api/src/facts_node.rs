@@ -7,9 +7,9 @@
 //! its names), `nodeInfo`, annotations, capacity. The controller, which watches every Node
 //! of an L2 cluster to publish their facts, parsed all of it for each Node of a list page
 //! (500 Nodes) and for each kubelet's status write (at 5 000 nodes, about 20 a second),
-//! only to keep the facts: at 5 000 Nodes its RSS rose from 17.8 to 71.9 MiB
-//! (`bench scale --l2`). Here the rest is skipped as it is read; the speaker's Node watch
-//! reads Nodes so too.
+//! only to keep the facts: at 5 000 Nodes its RSS was 73.0 MiB, of which 15.6 MiB live heap,
+//! the rest freed memory glibc kept. Here the rest is skipped as it is read (RSS 39.7 MiB;
+//! `bench scale --l2`, BENCHMARKS.md); the speaker's Node watch reads Nodes so too.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

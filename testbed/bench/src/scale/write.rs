@@ -200,18 +200,24 @@ const EVERY_NODE: &str = "\n**With an L2Advertisement** (rows marked L2, `bench 
     second from the apiserver to all of them, growing as nodes squared. Now the controller watches the Nodes \
     once and publishes each Node's facts as a ConfigMap of its own, written only when a fact changes (a \
     heartbeat changes none), and a speaker watches those and its own Node (speaker/README.md, \"L2 without \
-    watching every Node\"). At 5 000 Nodes (run H) each speaker received nothing at rest (0.00 events a \
-    second, from 19.99), 5 events and 8.4 KiB for one Service created (75 events and 279 KiB before: the \
-    Node writes that arrived meanwhile; one Service created now costs every node's speaker together 41 MiB \
-    at 5 000 nodes, from 1 363 MiB), and 0.9 MiB when restarted (2.1: it lists the 5 000 facts ConfigMaps \
-    instead of every Node); its CPU at rest fell from 1.25 to 0.75 % of a core (what is left is the L2 \
-    heartbeat's 200 wake-ups a second). At 1 000 Nodes (run I): 0.00 events a second at rest (19.84), 1.10 % \
-    of a core (1.50), 0.5 MiB on a restart (0.6). What it costs: a speaker holds the published facts beside \
-    its model, 13.0 MiB of live heap at 5 000 Nodes (8.6 before; RSS 38.4, from 28.6) and 5.6 at 1 000 \
-    (4.6); the controller receives the Node status writes, once for the whole cluster (19.9 events, 77 KiB a \
-    second in run H), and its RSS rose from 17.8 to 71.9 MiB at 5 000 Nodes (60.7 MiB anonymous) and to 41.0 \
-    at 1 000, which is not yet looked into. The route of a new Service is unchanged (ferrolb's part p99 25 ms \
-    at 5 000 Nodes, 34 before). A first run at 1 000 Nodes (2026-12-02 08:12 UTC, release builds of 3dea516) \
+    watching every Node\"). At 5 000 Nodes (its first run, 2026-12-02 11:42 UTC, release builds of 853948e) \
+    each speaker received nothing at rest (0.00 events a second, from 19.99), 5 events and 8.4 KiB for one \
+    Service created (75 events and 279 KiB before: the Node writes that arrived meanwhile; one Service \
+    created now costs every node's speaker together 41 MiB at 5 000 nodes, from 1 363 MiB), and 0.9 MiB when \
+    restarted (2.1: it lists the 5 000 facts ConfigMaps instead of every Node); its CPU at rest fell from \
+    1.25 to 0.75 % of a core (what is left is the L2 heartbeat's 200 wake-ups a second), and ferrolb's part \
+    of a new Service's route stayed as it was (p99 25 ms, 34 before). At 1 000 Nodes (11:55 UTC): 0.00 events \
+    a second at rest (19.84), 1.10 % of a core (1.50), 0.5 MiB on a restart (0.6). What it costs: a speaker \
+    holds the published facts beside its model, 13.0 MiB of live heap at 5 000 Nodes (8.6 before; RSS 38.4, \
+    from 28.6) and 5.6 at 1 000 (4.6); the controller receives the Node status writes, once for the whole \
+    cluster (19.9 events, 77 KiB a second), and in those runs its RSS rose from 17.8 to 71.9 MiB at 5 000 \
+    Nodes and to 41.0 at 1 000. Counted since (`ferrolb_controller_heap_bytes`; a run at 16:10 UTC, release \
+    builds of 4f3baca), its live heap at 5 000 Nodes was 15.6 MiB of 73.0 MiB RSS (61.1 anonymous): the \
+    rest was memory glibc kept after the controller parsed whole Nodes (managedFields, images, nodeInfo), \
+    500 to a list page and about 20 status writes a second, to keep their facts alone. It now parses a Node \
+    as its facts (`ferrolb_api::FactsNode`; the speaker's Node watch too), and rows H and I (release builds \
+    of 6119995) show its RSS at 39.7 MiB (27.8 anonymous, 14.9 live) at 5 000 Nodes and 24.8 MiB (12.7 anonymous, 6.6 live) at 1 000. \
+    Rows H and I ran on an AMD EPYC, the runs before them on an Intel Xeon: CPU shares differ by machine. A first run at 1 000 Nodes (2026-12-02 08:12 UTC, release builds of 3dea516) \
     had found each speaker using 20 % of a core at rest: its membership reader, which keeps the L2 \
     heartbeat's 5 ms tick, rounded its wait down to whole milliseconds and polled without waiting through the \
     last one before each tick; fixed in 1e76f00, before every run here.\n";
