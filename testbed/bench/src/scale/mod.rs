@@ -427,15 +427,11 @@ fn at_rest(
 /// The live heap (what the build or the allocator's free lists do not change) of the
 /// speaker of lab node `speaker`, or else of the controller, read from the client.
 fn heap(lab: &Lab, speaker: Option<usize>) -> Option<u64> {
-    let metrics = match speaker {
-        Some(i) => speaker_metrics(lab, i)?,
-        None => {
-            let addr = SocketAddr::new(addressing::node_ip(SPEAKERS), ferrolb::CONTROLLER_METRICS_PORT);
-            client::http_get(lab.client(), addr, "/metrics", Duration::from_secs(2)).ok()?
-        }
+    let (node, port, name) = match speaker {
+        Some(i) => (i, SPEAKER_METRICS_PORT, "ferrolb_speaker_heap_bytes"),
+        None => (SPEAKERS, ferrolb::CONTROLLER_METRICS_PORT, "ferrolb_controller_heap_bytes"),
     };
-    let name = if speaker.is_some() { "ferrolb_speaker_heap_bytes" } else { "ferrolb_controller_heap_bytes" };
-    client::metric_sample(&metrics, name).map(|b| b as u64)
+    client::metric_sample(&metrics_at(lab, node, port)?, name).map(|b| b as u64)
 }
 
 /// The plans the speaker of lab node `i` has made so far.
@@ -448,7 +444,12 @@ fn replans(lab: &Lab, i: usize) -> Option<Replans> {
 
 /// The metrics of the speaker of lab node `i`, read from the client.
 fn speaker_metrics(lab: &Lab, i: usize) -> Option<String> {
-    let addr = SocketAddr::new(addressing::node_ip(i), SPEAKER_METRICS_PORT);
+    metrics_at(lab, i, SPEAKER_METRICS_PORT)
+}
+
+/// The metrics served on `port` of lab node `node`, read from the client.
+fn metrics_at(lab: &Lab, node: usize, port: u16) -> Option<String> {
+    let addr = SocketAddr::new(addressing::node_ip(node), port);
     client::http_get(lab.client(), addr, "/metrics", Duration::from_secs(2)).ok()
 }
 
