@@ -1,6 +1,5 @@
-//! A Node as its facts read it: watched as a `Node`, but deserialized with only what
-//! [`NodeFacts::of`](crate::NodeFacts::of) reads, so that a watch of every Node holds
-//! no more than that, even for a moment.
+//! A Node as its facts read it ([`Slim`]): watched as a `Node`, but deserialized with only
+//! what [`NodeFacts::of`](crate::NodeFacts::of) reads.
 //!
 //! Most of a Node's bytes are what no fact is made of: `managedFields` (a tree of JSON per
 //! writer, parsed into a map per field), the images a kubelet reports (up to 50, each with
@@ -11,37 +10,25 @@
 //! the rest freed memory glibc kept. Here the rest is skipped as it is read (RSS 39.7 MiB;
 //! `bench scale --l2`, BENCHMARKS.md); the speaker's Node watch reads Nodes so too.
 
-use std::borrow::Cow;
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Deserializer};
+
+use crate::slim::{Meta, ReadSlim, Slim};
 
 /// A [`Node`] holding only its name, uid, resourceVersion, labels, `spec.unschedulable`,
 /// taints' keys, effects and values, conditions' types and statuses, and addresses.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct FactsNode(pub Node);
+pub type FactsNode = Slim<Node>;
 
-impl<'de> Deserialize<'de> for FactsNode {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // Fields not named here are skipped by serde without being parsed into values.
-        // Lenient where the API is strict: a field missing fails no watch of every Node.
-        #[derive(Deserialize, Default)]
-        #[serde(rename_all = "camelCase")]
-        struct Meta {
-            name: Option<String>,
-            uid: Option<String>,
-            resource_version: Option<String>,
-            labels: Option<BTreeMap<String, String>>,
-        }
+/// A Node as its facts read it.
+impl ReadSlim for Node {
+    fn read_slim<'de, D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         struct Spec {
             unschedulable: Option<bool>,
-            taints: Option<Vec<SlimTaint>>,
+            taints: Option<Vec<ReadTaint>>,
         }
         #[derive(Deserialize)]
-        struct SlimTaint {
+        struct ReadTaint {
             #[serde(default)]
             key: String,
             #[serde(default)]
@@ -61,25 +48,19 @@ impl<'de> Deserialize<'de> for FactsNode {
             status: String,
         }
         #[derive(Deserialize)]
-        struct Slim {
+        struct Read {
             #[serde(default)]
             metadata: Meta,
             spec: Option<Spec>,
             status: Option<Status>,
         }
-        let Slim { metadata: m, spec, status } = Slim::deserialize(d)?;
-        Ok(FactsNode(Node {
-            metadata: ObjectMeta {
-                name: m.name,
-                uid: m.uid,
-                resource_version: m.resource_version,
-                labels: m.labels,
-                ..Default::default()
-            },
+        let Read { metadata: m, spec, status } = Read::deserialize(d)?;
+        Ok(Node {
+            metadata: m.into(),
             spec: spec.map(|s| NodeSpec {
                 unschedulable: s.unschedulable,
                 taints: s.taints.map(|ts| {
-                    let taint = |t: SlimTaint| Taint {
+                    let taint = |t: ReadTaint| Taint {
                         key: t.key,
                         effect: t.effect,
                         value: t.value,
@@ -101,37 +82,7 @@ impl<'de> Deserialize<'de> for FactsNode {
                 addresses: s.addresses,
                 ..Default::default()
             }),
-        }))
-    }
-}
-
-/// A Node's API, kind and metadata: a watch of `FactsNode` is a watch of the Nodes.
-impl kube::Resource for FactsNode {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        Node::kind(dt)
-    }
-
-    fn group(dt: &()) -> Cow<'_, str> {
-        Node::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        Node::version(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        Node::plural(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.0.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.0.metadata
+        })
     }
 }
 

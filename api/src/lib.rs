@@ -43,6 +43,7 @@ pub mod service_fields;
 /// BGPPeer and BFDProfile → protocol settings (feature `settings`).
 #[cfg(feature = "settings")]
 pub mod settings;
+pub mod slim;
 pub mod stream;
 pub mod validate;
 
@@ -59,6 +60,7 @@ pub use facts_node::FactsNode;
 pub use node_facts::NodeFacts;
 pub use selector::{Labels, selectors_match};
 pub use service_fields::ServiceFields;
+pub use slim::{ReadSlim, Slim};
 pub use stream::{
     Object, ObjectStream, Source, StreamError, json_documents, parse_stream, parse_stream_services,
     read_stream, split_documents, write_atomically, write_stream,

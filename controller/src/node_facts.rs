@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferrolb_api::node_facts::{COMPLETE_NAME, complete_config_map, config_map_name, selector};
-use ferrolb_api::{FactsNode, NodeFacts};
+use ferrolb_api::{FactsNode, NodeFacts, Slim};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
@@ -123,7 +123,7 @@ impl Write {
 
 impl Facts {
     fn node(n: &FactsNode) -> (String, Arc<Entry>) {
-        let FactsNode(n) = n;
+        let Slim(n) = n;
         let node = n.name_any();
         let entry = Entry { facts: NodeFacts::of(n), uid: n.metadata.uid.clone(), node };
         (config_map_name(&entry.node), Arc::new(entry))
@@ -347,7 +347,7 @@ mod tests {
     use super::*;
 
     fn node(name: &str, uid: &str, labels: &[(&str, &str)]) -> FactsNode {
-        FactsNode(Node {
+        Slim(Node {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 uid: Some(uid.into()),
@@ -358,7 +358,7 @@ mod tests {
         })
     }
 
-    fn published(FactsNode(n): &FactsNode) -> ConfigMap {
+    fn published(Slim(n): &FactsNode) -> ConfigMap {
         NodeFacts::of(n).config_map(&n.name_any(), n.metadata.uid.as_deref(), "ns")
     }
 

@@ -1,20 +1,18 @@
 //! What the speaker keeps of a watched object: the fields its model reads, and nothing of
 //! the rest (managedFields, annotations, a Node's images and capacity, a Service's ports,
-//! an EndpointSlice's ports and hints). Applied to each object as its watcher yields it,
-//! before a (re)list is buffered: a list of 5 000 Nodes or 10 000 Services is held whole
-//! until it completes, and at full size its peak stayed in the speaker's RSS after it was
-//! freed (glibc returns what a burst fragmented only partly).
+//! an EndpointSlice's ports and hints). Nodes, Services and EndpointSlices are read as
+//! [`Slim`](ferrolb_api::Slim) objects, the rest skipped as it is parsed; a Node is cut
+//! further here (its conditions but Ready and NetworkUnavailable, its addresses but
+//! InternalIP). A list of 5 000 Nodes or 10 000 Services is held whole until it completes,
+//! and what a burst of whole objects fragmented stayed in the speaker's RSS after it was
+//! freed (glibc returns it only partly).
 //!
-//! The model reads each kind through `ClusterModel::upsert_*`; a test feeds full and slim
-//! objects to two models and compares them, so a field the model starts reading that is
-//! not kept here fails it.
+//! The model reads each kind through `ClusterModel::upsert_*`; a test feeds whole objects
+//! and what the speaker keeps of them to two models and compares them, so a field the
+//! model starts reading that is not kept fails it.
 
-use ferrolb_api::FactsNode;
-use k8s_openapi::api::core::v1::{
-    LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Service,
-    ServiceSpec, ServiceStatus,
-};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
+use ferrolb_api::{FactsNode, Slim};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Identity, labels and the uid (owner references and Event targets); no annotations,
@@ -45,47 +43,8 @@ pub fn node(n: Node) -> Node {
 
 /// A Node deserialized as its facts read it ([`FactsNode`]: no managedFields, images or
 /// nodeInfo are parsed), cut further by [`node`].
-pub fn facts_node(FactsNode(n): FactsNode) -> Node {
+pub fn facts_node(Slim(n): FactsNode) -> Node {
     node(n)
-}
-
-/// A Service: type, class, traffic policy, selector, and the ingress addresses.
-pub fn service(s: Service) -> Service {
-    let spec = s.spec.map(|p| ServiceSpec {
-        type_: p.type_,
-        load_balancer_class: p.load_balancer_class,
-        external_traffic_policy: p.external_traffic_policy,
-        selector: p.selector,
-        ..ServiceSpec::default()
-    });
-    let status = s.status.map(|st| ServiceStatus {
-        load_balancer: st.load_balancer.map(|lb| LoadBalancerStatus {
-            ingress: lb.ingress.map(|is| {
-                is.into_iter()
-                    .map(|i| LoadBalancerIngress { ip: i.ip, ..LoadBalancerIngress::default() })
-                    .collect()
-            }),
-        }),
-        ..ServiceStatus::default()
-    });
-    Service { metadata: meta(s.metadata), spec, status }
-}
-
-/// An EndpointSlice: its labels (the Service it belongs to) and, per endpoint, the
-/// addresses, conditions, node and target.
-pub fn endpoint_slice(e: EndpointSlice) -> EndpointSlice {
-    let endpoints = e
-        .endpoints
-        .into_iter()
-        .map(|ep| Endpoint {
-            addresses: ep.addresses,
-            conditions: ep.conditions,
-            node_name: ep.node_name,
-            target_ref: ep.target_ref,
-            ..Endpoint::default()
-        })
-        .collect();
-    EndpointSlice { metadata: meta(e.metadata), address_type: e.address_type, endpoints, ports: None }
 }
 
 #[cfg(test)]
@@ -93,12 +52,15 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use serde_json::json;
 
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+
     use super::*;
     use crate::model::ClusterModel;
 
     /// A Node as a kubelet writes it: most of it is of no use to a speaker.
-    fn full_node(name: &str, ready: &str, cordoned: bool) -> Node {
-        serde_json::from_value(json!({
+    fn full_node(name: &str, ready: &str, cordoned: bool) -> serde_json::Value {
+        json!({
             "metadata": {"name": name, "uid": "u-1", "resourceVersion": "77",
                 "labels": {"kubernetes.io/hostname": name, "rack": "a"},
                 "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd/containerd.sock"},
@@ -120,12 +82,11 @@ mod tests {
                 "nodeInfo": {"machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "6.1", "osImage": "Debian",
                     "containerRuntimeVersion": "containerd://2.0", "kubeletVersion": "v1.33.0", "kubeProxyVersion": "",
                     "operatingSystem": "linux", "architecture": "amd64"}}
-        }))
-        .unwrap()
+        })
     }
 
-    fn full_service(name: &str, class: Option<&str>, policy: &str) -> Service {
-        serde_json::from_value(json!({
+    fn full_service(name: &str, class: Option<&str>, policy: &str) -> serde_json::Value {
+        json!({
             "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"), "resourceVersion": "9",
                 "labels": {"app": name, "tier": "web"},
                 "annotations": {"ferrolb.io/address-pool": "public", "kubectl.kubernetes.io/last-applied-configuration": "{}"},
@@ -138,12 +99,11 @@ mod tests {
                 {"ip": "203.0.113.10", "ipMode": "VIP", "ports": [{"port": 80, "protocol": "TCP"}]},
                 {"ip": "2001:db8:1::10"}, {"hostname": "lb.example"}]},
                 "conditions": [{"type": "Ready", "status": "True", "reason": "x", "message": "", "lastTransitionTime": "2026-11-29T07:00:00Z"}]}
-        }))
-        .unwrap()
+        })
     }
 
-    fn full_slice(name: &str, service: &str) -> EndpointSlice {
-        serde_json::from_value(json!({
+    fn full_slice(name: &str, service: &str) -> serde_json::Value {
+        json!({
             "metadata": {"name": name, "namespace": "shop", "uid": "s-1", "generateName": format!("{service}-"),
                 "labels": {"kubernetes.io/service-name": service, "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"},
                 "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-29T07:00:00Z"},
@@ -160,12 +120,16 @@ mod tests {
                  "targetRef": {"kind": "Pod", "name": "web-1", "namespace": "shop", "uid": "p1"}},
                 {"addresses": ["10.0.0.3"], "conditions": {}}],
             "ports": [{"name": "http", "port": 8080, "protocol": "TCP", "appProtocol": "http"}]
-        }))
-        .unwrap()
+        })
+    }
+
+    /// `o` read as a `T`.
+    fn read<T: serde::de::DeserializeOwned>(o: &serde_json::Value) -> T {
+        serde_json::from_value(o.clone()).unwrap()
     }
 
     /// Two models, one fed the objects as the apiserver sends them and one fed what
-    /// [`slim`](super) keeps of them, must not differ in anything the speaker reads.
+    /// the speaker keeps of them, must not differ in anything the speaker reads.
     #[test]
     fn a_model_fed_slim_objects_equals_one_fed_whole_objects() {
         let nodes = [
@@ -183,16 +147,16 @@ mod tests {
         whole.lb_class = "ferrolb.io/lb".into();
         let mut kept = whole.clone();
         for n in &nodes {
-            whole.upsert_node(n);
-            kept.upsert_node(&node(n.clone()));
+            whole.upsert_node(&read(n));
+            kept.upsert_node(&facts_node(read(n)));
         }
         for s in &services {
-            whole.upsert_service(s);
-            kept.upsert_service(&service(s.clone()));
+            whole.upsert_service(&read(s));
+            kept.upsert_service(&read::<Slim<Service>>(s).0);
         }
         for e in &slices {
-            whole.upsert_endpoint_slice(e);
-            kept.upsert_endpoint_slice(&endpoint_slice(e.clone()));
+            whole.upsert_endpoint_slice(&read(e));
+            kept.upsert_endpoint_slice(&read::<Slim<EndpointSlice>>(e).0);
         }
         assert_eq!(kept, whole);
         // Not vacuous: the model read what the slim objects kept.
@@ -206,29 +170,22 @@ mod tests {
     /// What goes: the bulk of each object.
     #[test]
     fn slim_objects_drop_what_no_speaker_reads() {
-        let n = node(full_node("node1", "True", false));
+        let n = facts_node(read(&full_node("node1", "True", false)));
         assert_eq!(n.metadata.managed_fields, None);
         assert_eq!(n.metadata.annotations, None);
         let status = n.status.unwrap();
-        assert_eq!(status.images, None);
-        assert_eq!(status.node_info, None);
-        assert_eq!(status.capacity, None);
+        assert_eq!((status.images, status.node_info, status.capacity), (None, None, None));
         assert_eq!(status.conditions.unwrap().len(), 2);
-        let s = service(full_service("web", None, "Local"));
-        assert_eq!(s.spec.unwrap().ports, None);
-        assert_eq!(s.metadata.annotations, None);
-        let e = endpoint_slice(full_slice("web-abcde", "web"));
-        assert_eq!(e.ports, None);
-        assert!(e.endpoints.iter().all(|ep| ep.hints.is_none() && ep.zone.is_none()));
-        assert_eq!(e.metadata.owner_references, None);
+        assert_eq!(status.addresses.unwrap().len(), 2);
+        let s: Slim<Service> = read(&full_service("web", None, "Local"));
+        assert_eq!((s.0.spec.unwrap().ports, s.0.metadata.annotations), (None, None));
+        let e: Slim<EndpointSlice> = read(&full_slice("web-abcde", "web"));
+        assert_eq!((e.0.ports, e.0.metadata.owner_references), (None, None));
+        assert!(e.0.endpoints.iter().all(|ep| ep.hints.is_none() && ep.zone.is_none()));
         // Smaller by most of it (as JSON, a fair proxy of the heap it takes).
-        let len = |n: &Node| serde_json::to_vec(n).unwrap().len();
         let whole = full_node("node1", "True", false);
-        assert!(
-            len(&whole) > 3 * len(&node(whole.clone())),
-            "{} vs {}",
-            len(&whole),
-            len(&node(whole.clone()))
-        );
+        let (before, after) =
+            (whole.to_string().len(), serde_json::to_vec(&facts_node(read(&whole))).unwrap().len());
+        assert!(before > 3 * after, "{before} vs {after}");
     }
 }

@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ferrolb_api::{BfdProfile, BgpAdvertisement, BgpPeer, FactsNode, IpAddressPool, L2Advertisement};
+use ferrolb_api::{BfdProfile, BgpAdvertisement, BgpPeer, FactsNode, IpAddressPool, L2Advertisement, Slim};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -125,7 +125,8 @@ pub fn channel() -> (mpsc::Sender<Update>, mpsc::Receiver<Update>) {
 }
 
 /// One watched kind: its name (in logs), its [`Update`] variant, and what the speaker
-/// keeps of each object ([`slim`]; the configuration kinds are few objects, kept whole
+/// keeps of each object (Nodes, Services and EndpointSlices are read as [`Slim`] objects,
+/// Nodes cut further by [`slim`]; the configuration kinds are few objects, kept whole
 /// until the feed strips them).
 struct Kind<K, T = K> {
     name: &'static str,
@@ -293,13 +294,13 @@ pub fn spawn_watchers(
     let (facts_on, facts_rx) = watch::channel(false);
     set.spawn(facts(Api::<ConfigMap>::namespaced(c(), namespace), facts_rx, t()));
     set.spawn(pump(
-        Api::<Service>::all(c()),
-        Kind { name: "Service", wrap: Update::Service, keep: slim::service },
+        Api::<Slim<Service>>::all(c()),
+        Kind { name: "Service", wrap: Update::Service, keep: Slim::into_inner },
         t(),
     ));
     set.spawn(pump(
-        Api::<EndpointSlice>::all(c()),
-        Kind { name: "EndpointSlice", wrap: Update::EndpointSlice, keep: slim::endpoint_slice },
+        Api::<Slim<EndpointSlice>>::all(c()),
+        Kind { name: "EndpointSlice", wrap: Update::EndpointSlice, keep: Slim::into_inner },
         t(),
     ));
     set.spawn(pump(
