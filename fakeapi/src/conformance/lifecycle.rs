@@ -64,6 +64,18 @@ pub(super) async fn owner_reference_garbage_collection(env: &Env) {
 
     // Orphan propagation keeps dependents and strips the reference before the owner goes.
     cms.create(&PostParams::default(), &owned_by("orphan", &other)).await.unwrap();
+    // A real collector strips only the references it has seen, and one created just before
+    // its owner's deletion may reach it after (a busy kube-controller-manager did so once
+    // in CI: the orphan was then collected as a dependent whose owner is gone). A canary
+    // made after it and collected shows the collector has read the ConfigMaps that far: it
+    // reads them from one watch, in order, and collects the canary only once it has read it.
+    let canary = svcs.create(&PostParams::default(), &service("canary")).await.unwrap();
+    cms.create(&PostParams::default(), &owned_by("canary", &canary)).await.unwrap();
+    svcs.delete("canary", &DeleteParams::default()).await.unwrap();
+    until("the canary to be garbage-collected", || async {
+        cms.get_opt("canary").await.unwrap().is_none().then_some(())
+    })
+    .await;
     svcs.delete("other", &DeleteParams::orphan()).await.unwrap();
     until("other to be deleted", || async { svcs.get_opt("other").await.unwrap().is_none().then_some(()) })
         .await;
