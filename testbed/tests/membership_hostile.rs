@@ -13,8 +13,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test fails by panicking
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ferrolb_lab::addressing::{node_v4, owner};
@@ -27,6 +27,11 @@ use ferrolb_proto::membership::heartbeat::Message;
 
 const T: Duration = Duration::from_secs(30);
 const METRICS_PORT: u16 = 9121;
+
+/// The flood takes every core, as its own load: the other tests of this file, two labs of
+/// speakers, do not run beside it (once in CI they did, and starved the flooded node until
+/// its peer declared it down: see the flood's test).
+static CORES: Mutex<()> = Mutex::new(());
 
 /// Two VIPs: node1 owns the first, node2 the second, when both are live.
 fn vips() -> [IpAddr; 2] {
@@ -98,6 +103,7 @@ fn sender(
 /// node1 still claims both VIPs, and counts the junk as not from a node.
 #[test]
 fn a_lone_restarted_node_under_keyless_junk_still_claims() {
+    let _cores = CORES.lock().unwrap_or_else(PoisonError::into_inner);
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let key = write_membership_key(&lab, "cluster-key").unwrap();
     let vips = vips();
@@ -142,6 +148,7 @@ fn a_lone_restarted_node_under_keyless_junk_still_claims() {
 /// node2 suspects node1 from its silence and takes its VIP, as without the forger.
 #[test]
 fn forged_beats_and_releases_of_another_node_change_nothing() {
+    let _cores = CORES.lock().unwrap_or_else(PoisonError::into_inner);
     let lab = Lab::up(LabConfig::nodes(3)).unwrap();
     let key_file = write_membership_key(&lab, "cluster-key").unwrap();
     let key = MembershipKey::parse(&std::fs::read_to_string(&key_file).unwrap()).unwrap();
@@ -199,8 +206,14 @@ fn forged_beats_and_releases_of_another_node_change_nothing() {
 /// The client floods node1's membership port (the owner of a VIP) from as many threads
 /// as the lab has cores, for 10 s, with datagrams that look like membership traffic: each
 /// VIP keeps one MAC in every ARP sample and its owner, and nobody suspects anybody.
+///
+/// What it does not promise: a flood on top of other load that starves the node. Run
+/// beside this file's other two labs on two cores (CI, 2026-12-03), node1's answers and its
+/// refutation drowned, node2's membership declared it down, and node1 stood back from its
+/// VIP for its 1 s join grace; so the flood runs alone ([`CORES`]).
 #[test]
 fn a_flood_on_the_membership_port_moves_no_address() {
+    let _cores = CORES.lock().unwrap_or_else(PoisonError::into_inner);
     const FLOOD: Duration = Duration::from_secs(10);
     let lab = Lab::up(LabConfig::nodes(2)).unwrap();
     let key = write_membership_key(&lab, "cluster-key").unwrap();
