@@ -13,7 +13,7 @@
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
 use serde::{Deserialize, Deserializer};
 
-use crate::slim::{Meta, ReadSlim, Slim};
+use crate::slim::{Object, ReadSlim, Slim};
 
 /// A [`Node`] holding only its name, uid, resourceVersion, labels, `spec.unschedulable`,
 /// taints' keys, effects and values, conditions' types and statuses, and addresses.
@@ -47,14 +47,7 @@ impl ReadSlim for Node {
             #[serde(default)]
             status: String,
         }
-        #[derive(Deserialize)]
-        struct Read {
-            #[serde(default)]
-            metadata: Meta,
-            spec: Option<Spec>,
-            status: Option<Status>,
-        }
-        let Read { metadata: m, spec, status } = Read::deserialize(d)?;
+        let Object { metadata: m, spec, status } = Object::<Spec, Status>::deserialize(d)?;
         Ok(Node {
             metadata: m.into(),
             spec: spec.map(|s| NodeSpec {

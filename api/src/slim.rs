@@ -6,9 +6,8 @@
 //! last-applied configuration, a Service's ports and cluster addresses, an EndpointSlice's
 //! ports, zones and hints, a Node's images and `nodeInfo`. Parsed whole and cut after, all
 //! of it went through the heap for each object of a list page (500) and each watch event
-//! (three a Service created), and glibc kept much of what was freed: the controller's RSS at
-//! 5 000 Nodes was 73.0 MiB for 15.6 MiB of live heap until it read Nodes so
-//! (`bench scale --l2`, BENCHMARKS.md). Here serde skips the rest as it reads it.
+//! (three a Service created), and glibc kept much of what was freed (the controller's Nodes:
+//! [`facts_node`](crate::facts_node)). Here serde skips the rest as it reads it.
 //!
 //! A `Slim<K>` is watched as a `K` (the same URL, kind and version); what each kind keeps
 //! is its [`ReadSlim`] implementation, lenient where the API is strict: a field missing
@@ -88,6 +87,16 @@ pub(crate) struct Meta {
     labels: Option<BTreeMap<String, String>>,
 }
 
+/// An object as most kinds are written: metadata, then a spec and a status of which each
+/// kind names what it reads.
+#[derive(Deserialize)]
+pub(crate) struct Object<S, T> {
+    #[serde(default)]
+    pub(crate) metadata: Meta,
+    pub(crate) spec: Option<S>,
+    pub(crate) status: Option<T>,
+}
+
 impl From<Meta> for ObjectMeta {
     fn from(m: Meta) -> ObjectMeta {
         ObjectMeta {
@@ -128,14 +137,7 @@ impl ReadSlim for Service {
         struct Ingress {
             ip: Option<String>,
         }
-        #[derive(Deserialize)]
-        struct Read {
-            #[serde(default)]
-            metadata: Meta,
-            spec: Option<Spec>,
-            status: Option<Status>,
-        }
-        let Read { metadata, spec, status } = Read::deserialize(d)?;
+        let Object { metadata, spec, status } = Object::<Spec, Status>::deserialize(d)?;
         let ingress = |i: Ingress| LoadBalancerIngress { ip: i.ip, ..LoadBalancerIngress::default() };
         Ok(Service {
             metadata: metadata.into(),
